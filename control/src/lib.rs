@@ -1,0 +1,2 @@
+//! torii-control (in progress).
+pub mod publish;

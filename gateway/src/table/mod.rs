@@ -1,0 +1,3 @@
+//! The table ABI (in progress).
+mod spec;
+pub use spec::*;
