@@ -1,1 +1,520 @@
-//! x
+//! End-to-end tests of torii on the demo topology (`scripts/topology`), with the real
+//! `torii-control` and `torii-gateway` binaries, real backends (`scripts/backend.py`)
+//! and real clients (curl, and Rust sockets created inside the client namespace).
+//!
+//! Run with `scripts/test`, or after `cargo build --release --workspace --bins`:
+//! `cargo test --release -p torii-integration --test netns -- --nocapture`.
+//! Needs root (namespaces); without it the topology test prints `SKIPPED` and passes.
+//!
+//! The topology test is one `#[test]` on purpose: its steps share one topology, one
+//! gateway and one long-lived connection, and run in order. Each step's failure message
+//! names the step and carries the tails of the gateway's and control's logs.
+
+use std::collections::BTreeMap;
+use std::collections::BTreeSet;
+use std::fs;
+use std::io;
+use std::net::{IpAddr, SocketAddrV4};
+use std::process::Command;
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde_json::Value;
+use torii_integration::{
+    curl_get, curl_get_timeout, netns_unavailable, print_skipped, repo_root, require_tools, tcp_connect_timed,
+    udp_connected, Binaries, Harness, HttpConn, ECHO_BACKEND, NODE_IP, NODE_PORT, REJECT_VIP, WEB_BACKENDS, WEB_VIP,
+};
+
+/// How long the gateway may take, after start, to serve its first request.
+const GATEWAY_READY: Duration = Duration::from_secs(20);
+/// How long a manifest change may take to reach the data plane.
+const CONVERGE: Duration = Duration::from_secs(15);
+/// New-connection requests in a row that must avoid a removed backend.
+const CONSECUTIVE_WITHOUT_REMOVED: usize = 20;
+
+fn web_url() -> String {
+    format!("http://{WEB_VIP}/")
+}
+
+fn is_web_backend(name: &str) -> bool {
+    WEB_BACKENDS.iter().any(|(n, _)| *n == name)
+}
+
+fn progress(step: &str, message: impl std::fmt::Display) {
+    eprintln!("[netns] {step}: {message}");
+}
+
+#[test]
+fn demo_topology_end_to_end() -> Result<()> {
+    let test_start = Instant::now();
+    let prefix = format!("it{}", std::process::id());
+    if let Some(reason) = netns_unavailable(&prefix) {
+        print_skipped("demo_topology_end_to_end", &reason);
+        return Ok(());
+    }
+    require_tools()?;
+    let bins = Binaries::locate()?;
+
+    let mut h = Harness::new(&prefix)?;
+    h.write_config()?;
+    h.topology_up()?;
+    h.start(&bins)?;
+    progress(
+        "start",
+        format!(
+            "topology {prefix} up; torii-control pid {:?}, torii-gateway pid {:?}; work dir {}",
+            h.control.as_ref().and_then(|d| d.pid()),
+            h.gateway.as_ref().and_then(|d| d.pid()),
+            h.workdir.display()
+        ),
+    );
+
+    step_gateway_answers(&mut h)?;
+    step_new_connections_spread(&mut h)?;
+    let (mut pinned, pinned_backend) = step_long_lived_connection_keeps_backend(&mut h)?;
+    step_udp_round_trips(&mut h)?;
+    step_reject_without_endpoints(&mut h)?;
+    step_manifest_edit_while_connected(&mut h, &mut pinned, &pinned_backend)?;
+    step_nodeport(&mut h)?;
+    drop(pinned);
+    step_clean_shutdown(&mut h)?;
+
+    progress("done", format!("all steps passed in {:.1} s", test_start.elapsed().as_secs_f64()));
+    h.passed();
+    Ok(())
+}
+
+/// Step 0: the gateway serves 203.0.113.10:80 within [`GATEWAY_READY`] of starting.
+fn step_gateway_answers(h: &mut Harness) -> Result<()> {
+    const STEP: &str = "0 gateway answers";
+    let start = Instant::now();
+    let client = h.ns("client");
+    loop {
+        if let Err(e) = h.check_alive() {
+            return Err(h.fail(STEP, format!("{e} before the gateway answered on {WEB_VIP}:80")));
+        }
+        let last = match curl_get_timeout(&client, &web_url(), Duration::from_secs(1)) {
+            Ok(r) if r.status == 200 => break,
+            Ok(r) => format!("HTTP {} {:?}", r.status, r.body),
+            Err(e) => format!("{e:#}"),
+        };
+        if start.elapsed() > GATEWAY_READY {
+            return Err(h.fail(
+                STEP,
+                format!(
+                    "gateway not answering on {WEB_VIP}:80 within {GATEWAY_READY:?} \
+                     (last attempt: {last})"
+                ),
+            ));
+        }
+        sleep(Duration::from_millis(200));
+    }
+    progress(STEP, format!("first 200 after {:.2} s", start.elapsed().as_secs_f64()));
+    Ok(())
+}
+
+/// New connections, one per request: `count` requests that must all get 200 from a
+/// web backend. Returns the backend names in order.
+fn new_connection_requests(h: &Harness, step: &str, url: &str, count: usize) -> Result<Vec<String>> {
+    let client = h.ns("client");
+    let mut answers = Vec::with_capacity(count);
+    for i in 1..=count {
+        let r = curl_get(&client, url).map_err(|e| h.fail(step, format!("request {i}/{count} to {url}: {e:#}")))?;
+        if r.status != 200 || !is_web_backend(&r.body) {
+            return Err(h.fail(
+                step,
+                format!("request {i}/{count} to {url}: HTTP {} body {:?}, expected 200 from web1..3", r.status, r.body),
+            ));
+        }
+        answers.push(r.body);
+    }
+    Ok(answers)
+}
+
+fn distribution(answers: &[String]) -> BTreeMap<&str, usize> {
+    let mut d = BTreeMap::new();
+    for (name, _) in WEB_BACKENDS {
+        d.insert(name, 0);
+    }
+    for a in answers {
+        *d.entry(a.as_str()).or_insert(0) += 1;
+    }
+    d
+}
+
+/// Step 1: 30 new connections to demo/web all get 200, spread over ≥ 2 backends.
+fn step_new_connections_spread(h: &mut Harness) -> Result<()> {
+    const STEP: &str = "1 new connections spread over backends";
+    let answers = new_connection_requests(h, STEP, &web_url(), 30)?;
+    let dist = distribution(&answers);
+    let distinct = dist.values().filter(|&&n| n > 0).count();
+    progress(STEP, format!("30/30 HTTP 200, distribution {dist:?}"));
+    if distinct < 2 {
+        return Err(
+            h.fail(STEP, format!("30 new connections all went to one backend: {dist:?} (Maglev should spread them)"))
+        );
+    }
+    if distinct < 3 {
+        progress(STEP, "warning: only 2 of 3 backends answered (possible, but unlikely)");
+    }
+    Ok(())
+}
+
+/// Step 2: one keep-alive connection, several requests, always the same backend.
+fn step_long_lived_connection_keeps_backend(h: &mut Harness) -> Result<(HttpConn, String)> {
+    const STEP: &str = "2 long-lived connection keeps its backend";
+    let addr = SocketAddrV4::new(WEB_VIP, 80);
+    let mut conn = HttpConn::connect(&h.ns("client"), addr, Duration::from_secs(2))
+        .map_err(|e| h.fail(STEP, format!("connect to {addr} from the client namespace: {e}")))?;
+    let mut backends = Vec::new();
+    for i in 1..=5 {
+        let r = conn.get("/").map_err(|e| h.fail(STEP, format!("request {i} on the keep-alive connection: {e}")))?;
+        if r.status != 200 {
+            return Err(h.fail(STEP, format!("request {i}: HTTP {} {:?}", r.status, r.body)));
+        }
+        backends.push(r.body);
+    }
+    let first = backends[0].clone();
+    if !is_web_backend(&first) || backends.iter().any(|b| *b != first) {
+        return Err(h.fail(
+            STEP,
+            format!("one TCP connection was answered by {backends:?}; expected one web backend throughout"),
+        ));
+    }
+    progress(STEP, format!("5 requests on {} → {addr} all answered by {first}", conn.local_addr()));
+    Ok((conn, first))
+}
+
+/// Step 3: datagrams to demo/echo come back `echo:`-prefixed, from the VIP.
+fn step_udp_round_trips(h: &mut Harness) -> Result<()> {
+    const STEP: &str = "3 UDP round trips";
+    let peer = SocketAddrV4::new(WEB_VIP, 7);
+    // A connected socket accepts datagrams only from `peer`: a reply proves the
+    // reverse translation (backend 10.70.0.21:7007 → VIP:7) too.
+    let socket = udp_connected(&h.ns("client"), peer, Duration::from_secs(1))
+        .map_err(|e| h.fail(STEP, format!("UDP socket in the client namespace: {e}")))?;
+    let mut lost = 0;
+    let mut buf = [0u8; 2048];
+    for i in 1..=5 {
+        let payload = format!("torii-it datagram {i}");
+        let expected = format!("{}:{payload}", ECHO_BACKEND.0);
+        let mut answered = false;
+        for _attempt in 0..3 {
+            socket.send(payload.as_bytes()).map_err(|e| h.fail(STEP, format!("send to {peer}: {e}")))?;
+            match socket.recv(&mut buf) {
+                Ok(n) => {
+                    let reply = String::from_utf8_lossy(&buf[..n]);
+                    if reply != expected {
+                        return Err(
+                            h.fail(STEP, format!("sent {payload:?} to {peer}, got {reply:?}, expected {expected:?}"))
+                        );
+                    }
+                    answered = true;
+                    break;
+                }
+                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => lost += 1,
+                Err(e) => return Err(h.fail(STEP, format!("recv from {peer} after sending {payload:?}: {e}"))),
+            }
+        }
+        if !answered {
+            return Err(h.fail(STEP, format!("no reply to {payload:?} from {peer} in 3 tries (1 s each)")));
+        }
+    }
+    progress(STEP, format!("5/5 datagrams echoed by {} ({lost} resent)", ECHO_BACKEND.0));
+    Ok(())
+}
+
+/// Step 4: demo/empty has no ready endpoints: TCP gets a RST at once, UDP an ICMP
+/// port unreachable (kube-proxy's REJECT).
+fn step_reject_without_endpoints(h: &mut Harness) -> Result<()> {
+    const STEP: &str = "4 reject without endpoints";
+    let client = h.ns("client");
+    let tcp = SocketAddrV4::new(REJECT_VIP, 80);
+    let (result, took) = tcp_connect_timed(&client, tcp, Duration::from_secs(2));
+    match result {
+        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused && took < Duration::from_secs(1) => {}
+        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+            return Err(h.fail(STEP, format!("TCP {tcp}: refused, but only after {took:?} (expected < 1 s)")));
+        }
+        Err(e) => {
+            return Err(
+                h.fail(STEP, format!("TCP {tcp}: {e} after {took:?}; expected connection refused (a RST) within 1 s"))
+            );
+        }
+        Ok(_) => return Err(h.fail(STEP, format!("TCP {tcp} connected, but demo/empty has no ready endpoint"))),
+    }
+    progress(STEP, format!("TCP {tcp} refused in {:.1} ms", took.as_secs_f64() * 1e3));
+
+    let udp = SocketAddrV4::new(REJECT_VIP, 9);
+    let socket = udp_connected(&client, udp, Duration::from_secs(1))
+        .map_err(|e| h.fail(STEP, format!("UDP socket in the client namespace: {e}")))?;
+    let mut buf = [0u8; 512];
+    let mut refused = false;
+    for _attempt in 0..3 {
+        socket.send(b"torii-it reject").map_err(|e| h.fail(STEP, format!("send to {udp}: {e}")))?;
+        match socket.recv(&mut buf) {
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                refused = true;
+                break;
+            }
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {}
+            Err(e) => return Err(h.fail(STEP, format!("UDP {udp}: {e}, expected ICMP port unreachable"))),
+            Ok(n) => {
+                return Err(h.fail(
+                    STEP,
+                    format!(
+                        "UDP {udp} answered {:?}, but demo/empty has no ready endpoint",
+                        String::from_utf8_lossy(&buf[..n])
+                    ),
+                ))
+            }
+        }
+    }
+    if !refused {
+        return Err(h.fail(STEP, format!("UDP {udp}: no ICMP port unreachable in 3 tries (1 s each)")));
+    }
+    progress(STEP, format!("UDP {udp} → ICMP port unreachable (recv: connection refused)"));
+    Ok(())
+}
+
+/// Step 5: with the long-lived connection (pinned to X) open, remove another backend Y
+/// from the manifests: new connections stop reaching Y, the pinned connection goes on
+/// with X; restore Y: new connections reach it again.
+fn step_manifest_edit_while_connected(h: &mut Harness, pinned: &mut HttpConn, x: &str) -> Result<()> {
+    const STEP: &str = "5 manifest edit while connected";
+    let (y, y_ip) = *WEB_BACKENDS.iter().find(|(name, _)| *name != x).expect("three web backends");
+    let manifests = h.manifests.clone().context("manifests copy")?;
+    let edit = manifests
+        .remove_endpoint("demo", "web", y_ip)
+        .map_err(|e| h.fail(STEP, format!("remove {y} ({y_ip}) from the demo/web EndpointSlice: {e:#}")))?;
+    progress(STEP, format!("removed {y} ({y_ip}) from {}", edit.path.display()));
+
+    let start = Instant::now();
+    let mut in_a_row = 0;
+    let mut sent = 0;
+    while in_a_row < CONSECUTIVE_WITHOUT_REMOVED {
+        if start.elapsed() > CONVERGE {
+            return Err(h.fail(
+                STEP,
+                format!(
+                    "new connections still reached {y} {CONVERGE:?} after it was removed from the \
+                     manifests ({sent} requests sent; did torii-control republish and the gateway adopt it?)"
+                ),
+            ));
+        }
+        let answer = new_connection_requests(h, STEP, &web_url(), 1)?.remove(0);
+        sent += 1;
+        in_a_row = if answer == y { 0 } else { in_a_row + 1 };
+    }
+    progress(
+        STEP,
+        format!(
+            "{CONSECUTIVE_WITHOUT_REMOVED} new connections in a row avoided {y} within {:.2} s ({sent} requests)",
+            start.elapsed().as_secs_f64()
+        ),
+    );
+
+    let check_pinned = |pinned: &mut HttpConn, when: &str| -> Result<()> {
+        let r = pinned.get("/").map_err(|e| h.fail(STEP, format!("long-lived connection to {x} broke {when}: {e}")))?;
+        if r.status != 200 || r.body != x {
+            return Err(h.fail(
+                STEP,
+                format!("long-lived connection {when}: HTTP {} from {:?}, expected 200 from {x}", r.status, r.body),
+            ));
+        }
+        Ok(())
+    };
+    check_pinned(pinned, &format!("after {y} was removed"))?;
+    progress(STEP, format!("long-lived connection still answered by {x}"));
+
+    manifests.undo(&edit).map_err(|e| h.fail(STEP, format!("restore {}: {e:#}", edit.path.display())))?;
+    let start = Instant::now();
+    let mut sent = 0;
+    loop {
+        if start.elapsed() > CONVERGE {
+            return Err(h.fail(
+                STEP,
+                format!("{y} was restored in the manifests but no new connection reached it in {CONVERGE:?} ({sent} requests)"),
+            ));
+        }
+        let answer = new_connection_requests(h, STEP, &web_url(), 1)?.remove(0);
+        sent += 1;
+        if answer == y {
+            break;
+        }
+    }
+    progress(
+        STEP,
+        format!(
+            "{y} restored: answered a new connection after {:.2} s ({sent} requests)",
+            start.elapsed().as_secs_f64()
+        ),
+    );
+    check_pinned(pinned, &format!("after {y} was restored"))?;
+    Ok(())
+}
+
+/// Step 6: the NodePort on the gateway's own address.
+fn step_nodeport(h: &mut Harness) -> Result<()> {
+    const STEP: &str = "6 NodePort";
+    let url = format!("http://{NODE_IP}:{NODE_PORT}/");
+    let answers = new_connection_requests(h, STEP, &url, 5)?;
+    progress(STEP, format!("5/5 HTTP 200 from {url}: {:?}", distribution(&answers)));
+    Ok(())
+}
+
+/// Last step: both processes stop cleanly on SIGTERM.
+fn step_clean_shutdown(h: &mut Harness) -> Result<()> {
+    const STEP: &str = "8 clean shutdown on SIGTERM";
+    let grace = Duration::from_secs(5);
+    let mut problems = Vec::new();
+    for (name, daemon) in [("torii-gateway", h.gateway.as_mut()), ("torii-control", h.control.as_mut())] {
+        match daemon.and_then(|d| d.stop(grace)) {
+            Some((status, true)) if status.success() => {}
+            Some((status, true)) => problems.push(format!("{name} exited with {status} on SIGTERM")),
+            Some((_, false)) => problems.push(format!("{name} ignored SIGTERM for {grace:?}")),
+            None => problems.push(format!("{name} was not running")),
+        }
+    }
+    if !problems.is_empty() {
+        return Err(h.fail(STEP, problems.join("; ")));
+    }
+    progress(STEP, "both processes exited 0");
+    Ok(())
+}
+
+/// Step 7: `torii-control compile --manifests configs/demo` prints the JSON contract
+/// with the demo's front doors. Needs no root and no topology.
+#[test]
+fn control_compile_prints_demo_front_doors() -> Result<()> {
+    let bins = Binaries::locate()?;
+    let root = repo_root();
+    let node_name = fs::read_to_string(root.join("configs/gateway.toml"))?
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once('=')?;
+            (k.trim() == "node_name").then(|| v.trim().trim_matches('"').to_string())
+        })
+        .context("configs/gateway.toml has no node_name")?;
+    let out = Command::new(&bins.control)
+        .args(["compile", "--manifests", "configs/demo", "--node-name", &node_name])
+        .current_dir(&root)
+        .output()
+        .context("run torii-control compile")?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let shown = |s: &str| s.chars().take(6000).collect::<String>();
+    if !out.status.success() {
+        bail!(
+            "torii-control compile failed ({}):\nstderr:\n{}\nstdout:\n{}",
+            out.status,
+            shown(&stderr),
+            shown(&stdout)
+        );
+    }
+    let json: Value = serde_json::from_str(&stdout).with_context(|| {
+        format!("torii-control compile did not print JSON:\nstdout:\n{}\nstderr:\n{}", shown(&stdout), shown(&stderr))
+    })?;
+    let fail = |what: String| anyhow::anyhow!("{what}\ncompile output:\n{}", shown(&stdout));
+
+    let frontends =
+        json.get("frontends").and_then(Value::as_array).ok_or_else(|| fail("no `frontends` array".into()))?;
+    let mut keys = BTreeSet::new();
+    let mut doors = Vec::new();
+    for (i, fe) in frontends.iter().enumerate() {
+        let door = FrontDoor::parse(fe).map_err(|e| fail(format!("frontends[{i}]: {e}")))?;
+        if !keys.insert((door.protocol.clone(), door.ip, door.port)) {
+            return Err(fail(format!("frontends[{i}]: {} {}:{} appears twice", door.protocol, door.ip, door.port)));
+        }
+        doors.push(door);
+    }
+
+    let web: Backends = WEB_BACKENDS.iter().map(|(_, ip)| (IpAddr::V4(*ip), 8080)).collect();
+    let expectations: [(&str, &str, IpAddr, u16, Backends); 5] = [
+        ("demo/web", "TCP", WEB_VIP.into(), 80, web.clone()),
+        ("demo/echo", "UDP", WEB_VIP.into(), 7, BTreeSet::from([(IpAddr::V4(ECHO_BACKEND.1), 7007)])),
+        ("demo/empty", "TCP", REJECT_VIP.into(), 80, BTreeSet::new()),
+        ("demo/empty", "UDP", REJECT_VIP.into(), 9, BTreeSet::new()),
+        ("demo/web-np", "TCP", NODE_IP.into(), NODE_PORT, web),
+    ];
+    for (service, protocol, ip, port, backends) in expectations {
+        let door = doors
+            .iter()
+            .find(|d| d.protocol == protocol && d.ip == ip && d.port == port)
+            .ok_or_else(|| fail(format!("no front door {protocol} {ip}:{port} (Service {service})")))?;
+        if door.service != service {
+            return Err(fail(format!("{protocol} {ip}:{port} belongs to {:?}, expected {service}", door.service)));
+        }
+        if door.backends != backends {
+            return Err(fail(format!(
+                "{protocol} {ip}:{port} ({service}) has backends {:?}, expected {backends:?}",
+                door.backends
+            )));
+        }
+    }
+    eprintln!("[compile] {} front doors, the demo's five as expected", doors.len());
+    Ok(())
+}
+
+/// A front door's backends: (address, port).
+type Backends = BTreeSet<(IpAddr, u16)>;
+
+/// One entry of `frontends` in `torii-control compile`'s output.
+struct FrontDoor {
+    service: String,
+    protocol: String,
+    ip: IpAddr,
+    port: u16,
+    backends: Backends,
+}
+
+impl FrontDoor {
+    fn parse(v: &Value) -> Result<Self> {
+        let str_field = |name: &str| -> Result<String> {
+            v.get(name)
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .with_context(|| format!("field `{name}` missing or not a string"))
+        };
+        let ip_of = |v: &Value, what: &str| -> Result<IpAddr> {
+            let s =
+                v.get("ip").and_then(Value::as_str).with_context(|| format!("{what}: `ip` missing or not a string"))?;
+            s.parse().with_context(|| format!("{what}: `ip` {s:?} is not an IP address"))
+        };
+        let port_of = |v: &Value, what: &str| -> Result<u16> {
+            let p = v
+                .get("port")
+                .and_then(Value::as_u64)
+                .with_context(|| format!("{what}: `port` missing or not a number"))?;
+            u16::try_from(p).ok().filter(|&p| p != 0).with_context(|| format!("{what}: `port` {p} out of 1..65535"))
+        };
+        let service = str_field("service")?;
+        if !service.contains('/') {
+            bail!("`service` {service:?} is not namespace/name");
+        }
+        match v.get("port_name") {
+            Some(Value::String(_) | Value::Null) => {}
+            _ => bail!("field `port_name` missing or not a string"),
+        }
+        str_field("kind")?;
+        let protocol = str_field("protocol")?;
+        if !["TCP", "UDP", "SCTP"].contains(&protocol.as_str()) {
+            bail!("`protocol` {protocol:?} is not TCP, UDP or SCTP");
+        }
+        let ip = ip_of(v, "front door")?;
+        let port = port_of(v, "front door")?;
+        let mut backends = BTreeSet::new();
+        for (i, b) in v
+            .get("backends")
+            .and_then(Value::as_array)
+            .context("field `backends` missing or not an array")?
+            .iter()
+            .enumerate()
+        {
+            let what = format!("backends[{i}]");
+            backends.insert((ip_of(b, &what)?, port_of(b, &what)?));
+        }
+        Ok(Self { service, protocol, ip, port, backends })
+    }
+}

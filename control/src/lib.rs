@@ -1,2 +1,50 @@
-//! torii-control (in progress).
+//! torii-control: the control plane of torii. Kubernetes objects in, versioned service
+//! tables out.
+//!
+//! The crate is a pure core between two impure edges:
+//! - [`source`]: where objects come from ([`source::files`]: a manifests directory,
+//!   loaded whole and watched). Sources deliver k8s-openapi objects and the errors of
+//!   whatever they skipped.
+//! - [`model`]: validation into normalised Services, EndpointSlices and Nodes; an invalid
+//!   object is skipped with an error naming it and the field, everything else is served.
+//! - [`compile`]: the pure, deterministic compiler (kube-proxy's semantics) from model to
+//!   front doors and backends; its [`compile::Compiled`] is the JSON `torii-control
+//!   compile` prints and converts to the gateway's
+//!   [`TableSpec`](torii_gateway::table::TableSpec).
+//! - [`publish`]: the only code that writes shared memory.
+//!
+//! Failure semantics (DESIGN.md): bad input never stops the others from being served, and
+//! a table that cannot be built or published leaves the last good one in place.
+
+pub mod compile;
+pub mod model;
 pub mod publish;
+pub mod source;
+
+use std::path::Path;
+
+use compile::{CompileOptions, Compiled};
+use source::{Loaded, SourceError};
+
+/// Validates and compiles one source snapshot. [`Compiled::errors`] lists, in order, the
+/// source's errors (files and documents skipped), the model's (objects skipped) and the
+/// compiler's (front doors skipped).
+pub fn compile_loaded(loaded: &Loaded, options: &CompileOptions) -> Compiled {
+    let (objects, model_errors) = model::Objects::from_kube(&loaded.objects);
+    let mut compiled = compile::compile(&objects, options);
+    let mut errors: Vec<String> = loaded.errors.iter().map(ToString::to_string).collect();
+    errors.extend(model_errors.iter().map(ToString::to_string));
+    errors.append(&mut compiled.errors);
+    compiled.errors = errors;
+    compiled
+}
+
+/// Loads, validates and compiles a manifests directory: what `torii-control compile`
+/// prints.
+///
+/// # Errors
+/// Only when the directory itself cannot be listed; everything else that is wrong is in
+/// [`Compiled::errors`].
+pub fn compile_dir(dir: &Path, options: &CompileOptions) -> Result<Compiled, SourceError> {
+    Ok(compile_loaded(&source::files::load_dir(dir)?, options))
+}

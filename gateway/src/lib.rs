@@ -14,7 +14,15 @@
 
 pub mod config;
 pub mod conntrack;
+pub mod counters;
+pub mod frames;
+pub mod host;
 pub mod io;
 pub mod maglev;
+pub mod nat;
+pub mod neighbour;
+pub mod pipeline;
+pub mod snat;
 pub mod table;
 pub mod wire;
+pub mod worker;

@@ -1,1 +1,812 @@
-//! x
+//! Harness for torii's network-namespace integration tests.
+//!
+//! The tests drive the real `torii-control` and `torii-gateway` binaries on the demo
+//! topology that `scripts/topology` builds (client → gateway → bridge → backends, see
+//! that script's header), with real clients: `curl` through `ip netns exec`, and Rust
+//! sockets created inside the client namespace by a thread that `setns(2)`s into it.
+//! A socket stays in the namespace it was created in, so such a socket can be used from
+//! any thread afterwards.
+//!
+//! Everything a test starts is owned by a [`Harness`], whose `Drop` stops the processes,
+//! removes the topology and the shared-memory directory, even when an assertion fails.
+//! Traffic goes only to the topology's own addresses ([`WEB_VIP`], [`REJECT_VIP`],
+//! [`NODE_IP`]).
+//!
+//! Only this crate's `in_netns` and the daemons' `pre_exec` use `unsafe` (two system
+//! calls); each block says why it is sound.
+
+use std::fmt::Write as _;
+use std::fs;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+/// Service demo/web (TCP 80) and demo/echo (UDP 7): `externalIPs` address.
+pub const WEB_VIP: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 10);
+/// Service demo/empty (TCP 80, UDP 9), which has no ready endpoints.
+pub const REJECT_VIP: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 11);
+/// The gateway's own address on the client side, where NodePorts are served.
+pub const NODE_IP: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 1);
+/// NodePort of Service demo/web-np.
+pub const NODE_PORT: u16 = 30080;
+/// The web backends of demo/web: name (what each answers) and address; they listen on 8080.
+pub const WEB_BACKENDS: [(&str, Ipv4Addr); 3] = [
+    ("web1", Ipv4Addr::new(10, 70, 0, 11)),
+    ("web2", Ipv4Addr::new(10, 70, 0, 12)),
+    ("web3", Ipv4Addr::new(10, 70, 0, 13)),
+];
+/// The echo backend of demo/echo: it answers `echo:` + the datagram, on UDP 7007.
+pub const ECHO_BACKEND: (&str, Ipv4Addr) = ("echo", Ipv4Addr::new(10, 70, 0, 21));
+
+/// The repository root (the workspace this crate belongs to).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
+}
+
+/// The torii binaries of the cargo profile this test was built with.
+#[derive(Debug, Clone)]
+pub struct Binaries {
+    /// `target/<profile>/torii-gateway`.
+    pub gateway: PathBuf,
+    /// `target/<profile>/torii-control`.
+    pub control: PathBuf,
+}
+
+impl Binaries {
+    /// Finds the binaries next to the running test executable
+    /// (`target/<profile>/deps/netns-…` → `target/<profile>/`).
+    ///
+    /// # Errors
+    /// When either binary is missing: they are built by `cargo build --bins`, not by
+    /// `cargo test`'s build of this crate.
+    pub fn locate() -> Result<Self> {
+        let exe = std::env::current_exe().context("current_exe")?;
+        let deps = exe.parent().context("test executable has no parent directory")?;
+        let profile_dir = if deps.file_name().is_some_and(|n| n == "deps") {
+            deps.parent().context("deps/ has no parent directory")?
+        } else {
+            deps
+        };
+        let bins = Self { gateway: profile_dir.join("torii-gateway"), control: profile_dir.join("torii-control") };
+        for b in [&bins.gateway, &bins.control] {
+            if !b.is_file() {
+                bail!(
+                    "{} not found: run `cargo build --release --bins` first \
+                     (scripts/test does; use the same profile as the tests)",
+                    b.display()
+                );
+            }
+        }
+        Ok(bins)
+    }
+}
+
+/// Why this machine cannot run namespace tests, if it cannot: not root, or
+/// `ip netns add` does not work. Probes with a throwaway namespace `<prefix>-probe`.
+pub fn netns_unavailable(prefix: &str) -> Option<String> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    #[allow(unsafe_code)]
+    let euid = unsafe { libc::geteuid() };
+    if euid != 0 {
+        return Some(format!("not root (euid {euid}): network namespaces need root"));
+    }
+    let probe = format!("{prefix}-probe");
+    match Command::new("ip").args(["netns", "add", &probe]).output() {
+        Ok(out) if out.status.success() => {
+            let _ = Command::new("ip").args(["netns", "delete", &probe]).status();
+            None
+        }
+        Ok(out) => Some(format!("`ip netns add` failed: {}", String::from_utf8_lossy(&out.stderr).trim())),
+        Err(e) => Some(format!("cannot run `ip` (iproute2): {e}")),
+    }
+}
+
+/// Prints a loud skip banner on stderr (the test then returns successfully).
+pub fn print_skipped(test: &str, reason: &str) {
+    eprintln!();
+    eprintln!("################################################################");
+    eprintln!("SKIPPED: {test}: {reason}");
+    eprintln!("################################################################");
+    eprintln!();
+}
+
+/// Fails unless the command-line tools the topology and the tests use are installed.
+///
+/// # Errors
+/// Names the missing tools and says to run `scripts/setup`.
+pub fn require_tools() -> Result<()> {
+    let missing: Vec<&str> = ["curl", "ethtool", "python3", "ss", "sysctl"]
+        .into_iter()
+        .filter(|tool| {
+            !Command::new("sh")
+                .args(["-c", &format!("command -v {tool}")])
+                .stdout(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        })
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        bail!("missing tools {missing:?}: run scripts/setup (as root) first")
+    }
+}
+
+/// Runs `f` on a new thread that has joined the network namespace `/run/netns/<ns>`,
+/// and returns its result. Sockets created by `f` belong to that namespace for life.
+///
+/// # Errors
+/// Opening the namespace, `setns(2)`, or whatever `f` returns.
+pub fn in_netns<T, F>(ns: &str, f: F) -> io::Result<T>
+where
+    T: Send,
+    F: FnOnce() -> io::Result<T> + Send,
+{
+    let path = Path::new("/run/netns").join(ns);
+    let file = fs::File::open(&path).map_err(|e| io::Error::new(e.kind(), format!("open {}: {e}", path.display())))?;
+    std::thread::scope(|scope| {
+        let handle = scope.spawn(move || {
+            // SAFETY: `file` is open for the duration of the call, so the descriptor is
+            // valid; setns(2) with CLONE_NEWNET changes only this thread's network
+            // namespace, and this thread ends when `f` returns.
+            #[allow(unsafe_code)]
+            let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+            if rc != 0 {
+                let e = io::Error::last_os_error();
+                return Err(io::Error::new(e.kind(), format!("setns into {ns}: {e}")));
+            }
+            f()
+        });
+        match handle.join() {
+            Ok(r) => r,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    })
+}
+
+/// The last `lines` lines of a log file, with ANSI colour codes removed.
+pub fn tail(path: &Path, lines: usize) -> String {
+    match fs::read(path) {
+        Ok(bytes) => {
+            let text = strip_ansi(&String::from_utf8_lossy(&bytes));
+            let all: Vec<&str> = text.lines().collect();
+            let start = all.len().saturating_sub(lines);
+            if all.is_empty() {
+                "(empty)".to_string()
+            } else {
+                all[start..].join("\n")
+            }
+        }
+        Err(e) => format!("(cannot read {}: {e})", path.display()),
+    }
+}
+
+/// Removes ANSI escape sequences (`ESC [ … letter`), which tracing writes by default.
+pub fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            if chars.clone().next() == Some('[') {
+                chars.next();
+                for c in chars.by_ref() {
+                    if c.is_ascii_alphabetic() {
+                        break;
+                    }
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// A background process whose output goes to a log file; stopped on drop.
+#[derive(Debug)]
+pub struct Daemon {
+    name: String,
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Daemon {
+    /// Starts `cmd` with stdin from /dev/null and stdout and stderr appended to `log`.
+    /// The process gets SIGKILL if the thread that started it dies (a test killed by a
+    /// timeout leaves no gateway behind), so start daemons from the test's main thread.
+    ///
+    /// # Errors
+    /// When the log cannot be created or the program cannot be started.
+    pub fn spawn(name: &str, mut cmd: Command, log: &Path) -> Result<Self> {
+        let out = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .with_context(|| format!("create {}", log.display()))?;
+        let err = out.try_clone()?;
+        cmd.stdin(Stdio::null()).stdout(out).stderr(err);
+        // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe and touches no memory of
+        // the parent; it is the only thing this hook does between fork and exec.
+        #[allow(unsafe_code)]
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().with_context(|| format!("start {name}: {cmd:?}"))?;
+        Ok(Self { name: name.to_string(), child: Some(child), log: log.to_path_buf() })
+    }
+
+    /// The log file.
+    pub fn log(&self) -> &Path {
+        &self.log
+    }
+
+    /// The process id, while it has not been reaped.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// `Some(status)` once the process has exited.
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    /// Sends SIGTERM and waits up to `grace` for the process to exit, then SIGKILLs it.
+    /// Returns the exit status, and whether it exited within `grace`.
+    pub fn stop(&mut self, grace: Duration) -> Option<(ExitStatus, bool)> {
+        let mut child = self.child.take()?;
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some((status, true));
+        }
+        if let Ok(pid) = libc::pid_t::try_from(child.id()) {
+            // SAFETY: kill(2) on our own, not yet reaped child: the pid cannot have been
+            // reused by another process.
+            #[allow(unsafe_code)]
+            unsafe {
+                libc::kill(pid, libc::SIGTERM);
+            }
+        }
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Some((status, true));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        eprintln!("{}: no exit {grace:?} after SIGTERM, killing it", self.name);
+        let _ = child.kill();
+        child.wait().ok().map(|s| (s, false))
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.stop(Duration::from_secs(3));
+    }
+}
+
+/// A response read by [`HttpConn`] or [`curl_get`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpResponse {
+    /// Status code.
+    pub status: u16,
+    /// Body, surrounding whitespace trimmed: a backend's name.
+    pub body: String,
+}
+
+/// One HTTP/1.1 keep-alive connection, made from inside a network namespace.
+#[derive(Debug)]
+pub struct HttpConn {
+    reader: BufReader<TcpStream>,
+    host: String,
+    local: SocketAddr,
+}
+
+impl HttpConn {
+    /// Connects to `addr` from namespace `ns`; reads and writes time out after 3 s.
+    ///
+    /// # Errors
+    /// The connect's error (refused, timed out, …).
+    pub fn connect(ns: &str, addr: SocketAddrV4, timeout: Duration) -> io::Result<Self> {
+        let stream = in_netns(ns, || TcpStream::connect_timeout(&addr.into(), timeout))?;
+        stream.set_read_timeout(Some(Duration::from_secs(3)))?;
+        stream.set_write_timeout(Some(Duration::from_secs(3)))?;
+        stream.set_nodelay(true)?;
+        let local = stream.local_addr()?;
+        Ok(Self { reader: BufReader::new(stream), host: addr.to_string(), local })
+    }
+
+    /// The client side's address (what the gateway's conntrack keys on).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// Sends `GET path` on this connection and reads the response (status line,
+    /// headers, a `Content-Length` body).
+    ///
+    /// # Errors
+    /// I/O errors and timeouts, the peer closing, or a response this client cannot read.
+    pub fn get(&mut self, path: &str) -> io::Result<HttpResponse> {
+        let request = format!(
+            "GET {path} HTTP/1.1\r\nHost: {}\r\nUser-Agent: torii-integration\r\n\
+             Accept: */*\r\nConnection: keep-alive\r\n\r\n",
+            self.host
+        );
+        self.reader.get_mut().write_all(request.as_bytes())?;
+
+        let bad = |what: String| io::Error::new(io::ErrorKind::InvalidData, what);
+        let mut line = String::new();
+        if self.reader.read_line(&mut line)? == 0 {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed by peer before a response"));
+        }
+        let status = line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse::<u16>().ok())
+            .ok_or_else(|| bad(format!("bad status line {line:?}")))?;
+        let mut content_length = None;
+        loop {
+            line.clear();
+            if self.reader.read_line(&mut line)? == 0 {
+                return Err(bad("connection closed inside the headers".into()));
+            }
+            let header = line.trim_end();
+            if header.is_empty() {
+                break;
+            }
+            if let Some((name, value)) = header.split_once(':') {
+                if name.trim().eq_ignore_ascii_case("content-length") {
+                    content_length =
+                        Some(value.trim().parse::<usize>().map_err(|_| bad(format!("bad Content-Length {value:?}")))?);
+                }
+            }
+        }
+        let length = content_length.ok_or_else(|| bad("response has no Content-Length".into()))?;
+        let mut body = vec![0; length];
+        self.reader.read_exact(&mut body)?;
+        Ok(HttpResponse { status, body: String::from_utf8_lossy(&body).trim().to_string() })
+    }
+}
+
+/// `ip netns exec <ns> curl -sS -m 3 <url>`: one request on a new connection.
+///
+/// # Errors
+/// When curl cannot run, or fails before getting a response (refused, timed out, …):
+/// the error carries curl's message and exit code.
+pub fn curl_get(ns: &str, url: &str) -> Result<HttpResponse> {
+    curl_get_timeout(ns, url, Duration::from_secs(3))
+}
+
+/// [`curl_get`] with a custom overall timeout (`curl -m`).
+///
+/// # Errors
+/// As [`curl_get`].
+pub fn curl_get_timeout(ns: &str, url: &str, timeout: Duration) -> Result<HttpResponse> {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "curl", "-sS", "-m"])
+        .arg(format!("{:.3}", timeout.as_secs_f64()))
+        .args(["-w", "\n%{http_code}", url])
+        .stdin(Stdio::null())
+        .output()
+        .context("run curl via ip netns exec")?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        bail!("curl {url} from {ns}: {} ({})", String::from_utf8_lossy(&out.stderr).trim(), out.status);
+    }
+    let (body, code) = stdout.rsplit_once('\n').unwrap_or(("", &stdout));
+    Ok(HttpResponse { status: code.trim().parse().unwrap_or(0), body: body.trim().to_string() })
+}
+
+/// A UDP socket in namespace `ns`, connected to `peer` (so ICMP errors about it are
+/// reported by `recv` as `ConnectionRefused`), with the given read timeout.
+///
+/// # Errors
+/// Socket creation, bind or connect errors.
+pub fn udp_connected(ns: &str, peer: SocketAddrV4, read_timeout: Duration) -> io::Result<UdpSocket> {
+    let socket = in_netns(ns, || {
+        let s = UdpSocket::bind("0.0.0.0:0")?;
+        s.connect(peer)?;
+        Ok(s)
+    })?;
+    socket.set_read_timeout(Some(read_timeout))?;
+    Ok(socket)
+}
+
+/// A TCP connect from namespace `ns`: the result and how long it took.
+pub fn tcp_connect_timed(ns: &str, addr: SocketAddrV4, timeout: Duration) -> (io::Result<TcpStream>, Duration) {
+    let start = Instant::now();
+    let r = in_netns(ns, || TcpStream::connect_timeout(&addr.into(), timeout));
+    (r, start.elapsed())
+}
+
+/// An edit of a manifests directory that can be undone.
+#[derive(Debug, Clone)]
+pub struct ManifestEdit {
+    /// The rewritten file.
+    pub path: PathBuf,
+    original: String,
+}
+
+/// A directory of Kubernetes manifests (YAML, possibly multi-document, or JSON).
+#[derive(Debug, Clone)]
+pub struct Manifests {
+    dir: PathBuf,
+}
+
+impl Manifests {
+    /// Copies the directory `from` (recursively) to `to` and returns the copy.
+    ///
+    /// # Errors
+    /// I/O errors, or `from` missing.
+    pub fn copy(from: &Path, to: &Path) -> Result<Self> {
+        if !from.is_dir() {
+            bail!("manifests directory {} does not exist", from.display());
+        }
+        copy_dir(from, to)?;
+        Ok(Self { dir: to.to_path_buf() })
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Removes every endpoint whose addresses include `ip` from the EndpointSlices of
+    /// Service `namespace/service` (label `kubernetes.io/service-name`), rewriting the
+    /// one file that holds them atomically (write elsewhere, rename over).
+    ///
+    /// # Errors
+    /// When no EndpointSlice of that Service lists `ip`, or on I/O and parse errors.
+    pub fn remove_endpoint(&self, namespace: &str, service: &str, ip: Ipv4Addr) -> Result<ManifestEdit> {
+        let ip = ip.to_string();
+        for path in manifest_files(&self.dir)? {
+            let original = fs::read_to_string(&path).with_context(|| format!("read {}", path.display()))?;
+            let is_json = path.extension().is_some_and(|e| e == "json");
+            let mut docs = parse_documents(&original, is_json).with_context(|| format!("parse {}", path.display()))?;
+            let mut removed = 0;
+            for doc in &mut docs {
+                removed += remove_from_slice(doc, namespace, service, &ip);
+            }
+            if removed == 0 {
+                continue;
+            }
+            let text = if is_json {
+                let [doc] = docs.as_slice() else {
+                    bail!("{}: a JSON manifest holds one object", path.display());
+                };
+                serde_json::to_string_pretty(doc)? + "\n"
+            } else {
+                let mut text = String::new();
+                for (i, doc) in docs.iter().enumerate() {
+                    if i > 0 {
+                        text.push_str("---\n");
+                    }
+                    text.push_str(&serde_yaml_ng::to_string(doc)?);
+                }
+                text
+            };
+            self.write_atomically(&path, &text)?;
+            return Ok(ManifestEdit { path, original });
+        }
+        bail!(
+            "no EndpointSlice of Service {namespace}/{service} (label kubernetes.io/service-name) \
+             lists {ip} in {}",
+            self.dir.display()
+        )
+    }
+
+    /// Puts back the file an edit changed.
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn undo(&self, edit: &ManifestEdit) -> Result<()> {
+        self.write_atomically(&edit.path, &edit.original)
+    }
+
+    /// Writes `text` to a temporary file outside the watched directory, then renames it
+    /// over `path`, so a watcher never sees a half-written manifest.
+    fn write_atomically(&self, path: &Path, text: &str) -> Result<()> {
+        let parent = self.dir.parent().unwrap_or(Path::new("/tmp"));
+        let tmp = parent.join(format!(".manifest-edit-{}", std::process::id()));
+        fs::write(&tmp, text).with_context(|| format!("write {}", tmp.display()))?;
+        fs::rename(&tmp, path).with_context(|| format!("rename onto {}", path.display()))?;
+        Ok(())
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) -> Result<()> {
+    fs::create_dir_all(to).with_context(|| format!("create {}", to.display()))?;
+    for entry in fs::read_dir(from).with_context(|| format!("read {}", from.display()))? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            fs::copy(entry.path(), &target)
+                .with_context(|| format!("copy {} to {}", entry.path().display(), target.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Manifest files under `dir`, recursively, sorted.
+fn manifest_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in fs::read_dir(&d).with_context(|| format!("read {}", d.display()))? {
+            let path = entry?.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml" || e == "json") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+fn parse_documents(text: &str, is_json: bool) -> Result<Vec<serde_yaml_ng::Value>> {
+    use serde::Deserialize as _;
+    if is_json {
+        return Ok(vec![serde_json::from_str(text)?]);
+    }
+    let mut docs = Vec::new();
+    for doc in serde_yaml_ng::Deserializer::from_str(text) {
+        let value = serde_yaml_ng::Value::deserialize(doc)?;
+        if !value.is_null() {
+            docs.push(value);
+        }
+    }
+    Ok(docs)
+}
+
+/// Removes the endpoints listing `ip` from `doc` if it is an EndpointSlice of
+/// `namespace/service` (or a `List` holding such slices); returns how many it removed.
+fn remove_from_slice(doc: &mut serde_yaml_ng::Value, namespace: &str, service: &str, ip: &str) -> usize {
+    let kind = doc.get("kind").and_then(|k| k.as_str()).unwrap_or_default().to_string();
+    if kind.ends_with("List") {
+        return match doc.get_mut("items").and_then(|i| i.as_sequence_mut()) {
+            Some(items) => items.iter_mut().map(|item| remove_from_slice(item, namespace, service, ip)).sum(),
+            None => 0,
+        };
+    }
+    if kind != "EndpointSlice" {
+        return 0;
+    }
+    let meta = doc.get("metadata");
+    let ns = meta.and_then(|m| m.get("namespace")).and_then(|n| n.as_str()).unwrap_or("default");
+    let owner =
+        meta.and_then(|m| m.get("labels")).and_then(|l| l.get("kubernetes.io/service-name")).and_then(|s| s.as_str());
+    if ns != namespace || owner != Some(service) {
+        return 0;
+    }
+    let Some(endpoints) = doc.get_mut("endpoints").and_then(|e| e.as_sequence_mut()) else {
+        return 0;
+    };
+    let before = endpoints.len();
+    endpoints.retain(|ep| {
+        !ep.get("addresses")
+            .and_then(|a| a.as_sequence())
+            .is_some_and(|addrs| addrs.iter().any(|a| a.as_str() == Some(ip)))
+    });
+    before - endpoints.len()
+}
+
+/// The running demo topology with torii on it, for one test. Dropping it stops the
+/// gateway and the control process, removes the topology and the shared-memory
+/// directory, and the work directory unless the test failed (then its path is printed:
+/// it holds the configuration and the logs).
+#[derive(Debug)]
+pub struct Harness {
+    /// Namespace prefix: namespaces are `<prefix>-client`, `<prefix>-gw`, ….
+    pub prefix: String,
+    /// Work directory: gateway.toml, manifests/, logs.
+    pub workdir: PathBuf,
+    /// The gateway's and control's shm_dir.
+    pub shm_dir: PathBuf,
+    /// The test's copy of configs/demo, served by torii-control.
+    pub manifests: Option<Manifests>,
+    /// The configuration both processes read.
+    pub config: PathBuf,
+    /// torii-gateway, in `<prefix>-gw`.
+    pub gateway: Option<Daemon>,
+    /// torii-control run, in the root namespace.
+    pub control: Option<Daemon>,
+    topology_up: bool,
+    passed: bool,
+}
+
+impl Harness {
+    /// A harness with nothing started yet; `prefix` names the namespaces, and the work
+    /// and shm directories (`/tmp/torii-<prefix>`, `/dev/shm/torii-<prefix>`).
+    ///
+    /// # Errors
+    /// When the work directory cannot be created.
+    pub fn new(prefix: &str) -> Result<Self> {
+        let workdir = std::env::temp_dir().join(format!("torii-{prefix}"));
+        let _ = fs::remove_dir_all(&workdir);
+        fs::create_dir_all(&workdir).with_context(|| format!("create {}", workdir.display()))?;
+        Ok(Self {
+            prefix: prefix.to_string(),
+            config: workdir.join("gateway.toml"),
+            workdir,
+            shm_dir: PathBuf::from(format!("/dev/shm/torii-{prefix}")),
+            manifests: None,
+            gateway: None,
+            control: None,
+            topology_up: false,
+            passed: false,
+        })
+    }
+
+    /// The namespace `<prefix>-<short>` (client, gw, lan, web1, …).
+    pub fn ns(&self, short: &str) -> String {
+        format!("{}-{short}", self.prefix)
+    }
+
+    /// Writes the test's configuration: `configs/gateway.toml` with `shm_dir` replaced by
+    /// this harness's and `control.manifests` by a copy of `configs/demo` in the work dir.
+    ///
+    /// # Errors
+    /// When configs/gateway.toml has no `shm_dir` line, or on I/O errors.
+    pub fn write_config(&mut self) -> Result<()> {
+        let root = repo_root();
+        let manifests = Manifests::copy(&root.join("configs/demo"), &self.workdir.join("manifests"))?;
+        let source = root.join("configs/gateway.toml");
+        let text = fs::read_to_string(&source).with_context(|| format!("read {}", source.display()))?;
+        let quoted = |p: &Path| serde_json::to_string(&p.display().to_string()).expect("string");
+        let mut shm_lines = 0;
+        let mut out = String::new();
+        for line in text.lines() {
+            let key = line.split('=').next().unwrap_or_default().trim();
+            if key == "shm_dir" {
+                shm_lines += 1;
+                writeln!(out, "shm_dir = {}", quoted(&self.shm_dir))?;
+            } else if key == "manifests" {
+                writeln!(out, "manifests = {}", quoted(manifests.dir()))?;
+            } else {
+                writeln!(out, "{line}")?;
+            }
+        }
+        if shm_lines != 1 {
+            bail!(
+                "{} has {shm_lines} `shm_dir = …` lines, expected 1: the test cannot give its \
+                 processes a private shared-memory directory",
+                source.display()
+            );
+        }
+        fs::write(&self.config, out).with_context(|| format!("write {}", self.config.display()))?;
+        self.manifests = Some(manifests);
+        Ok(())
+    }
+
+    /// `scripts/topology up <prefix>` (which first removes any leftover of that prefix).
+    ///
+    /// # Errors
+    /// The script's output when it fails.
+    pub fn topology_up(&mut self) -> Result<()> {
+        self.topology_up = true;
+        run_topology("up", &self.prefix)
+    }
+
+    /// Starts `torii-control run` (root namespace) and `torii-gateway` (in `<prefix>-gw`)
+    /// on the test's configuration, logging to the work dir. Sets `RUST_LOG=info`
+    /// unless the environment has one, and `NO_COLOR=1`.
+    ///
+    /// # Errors
+    /// When a process cannot be started.
+    pub fn start(&mut self, bins: &Binaries) -> Result<()> {
+        let manifests = self.manifests.as_ref().context("write_config first")?.dir().to_path_buf();
+        let log_level = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into());
+
+        let mut control = Command::new(&bins.control);
+        control
+            .arg("run")
+            .arg("--config")
+            .arg(&self.config)
+            .arg("--manifests")
+            .arg(&manifests)
+            .current_dir(&self.workdir)
+            .env("RUST_LOG", &log_level)
+            .env("NO_COLOR", "1");
+        self.control = Some(Daemon::spawn("torii-control", control, &self.workdir.join("control.log"))?);
+
+        let mut gateway = Command::new("ip");
+        gateway
+            .args(["netns", "exec", &self.ns("gw")])
+            .arg(&bins.gateway)
+            .arg("--config")
+            .arg(&self.config)
+            .current_dir(&self.workdir)
+            .env("RUST_LOG", &log_level)
+            .env("NO_COLOR", "1");
+        self.gateway = Some(Daemon::spawn("torii-gateway", gateway, &self.workdir.join("gateway.log"))?);
+        Ok(())
+    }
+
+    /// Fails if the gateway or the control process has exited.
+    ///
+    /// # Errors
+    /// Names the process and its exit status.
+    pub fn check_alive(&mut self) -> Result<()> {
+        for (name, daemon) in [("torii-gateway", &mut self.gateway), ("torii-control", &mut self.control)] {
+            if let Some(status) = daemon.as_mut().and_then(Daemon::exited) {
+                bail!("{name} exited ({status})");
+            }
+        }
+        Ok(())
+    }
+
+    /// The tails of the gateway's and the control process's logs, for failure messages.
+    pub fn logs(&self) -> String {
+        let mut s = String::new();
+        for name in ["gateway.log", "control.log"] {
+            let path = self.workdir.join(name);
+            let _ = write!(s, "\n----- last 40 lines of {} -----\n{}\n", path.display(), tail(&path, 40));
+        }
+        s
+    }
+
+    /// An error for step `step`: `message`, then the processes' log tails.
+    pub fn fail(&self, step: &str, message: impl std::fmt::Display) -> anyhow::Error {
+        anyhow::anyhow!("step {step:?} failed: {message}\n{}", self.logs())
+    }
+
+    /// Marks the test passed: the work directory is removed on drop.
+    pub fn passed(&mut self) {
+        self.passed = true;
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        drop(self.gateway.take());
+        drop(self.control.take());
+        if self.topology_up {
+            if let Err(e) = run_topology("down", &self.prefix) {
+                eprintln!("teardown: {e:#}");
+            }
+        }
+        let _ = fs::remove_dir_all(&self.shm_dir);
+        if self.passed && !std::thread::panicking() {
+            let _ = fs::remove_dir_all(&self.workdir);
+        } else {
+            eprintln!("torii integration test: logs and configuration kept in {}", self.workdir.display());
+        }
+    }
+}
+
+/// `bash scripts/topology ACTION PREFIX`.
+///
+/// # Errors
+/// With the script's output when it fails.
+pub fn run_topology(action: &str, prefix: &str) -> Result<()> {
+    let script = repo_root().join("scripts/topology");
+    let out = Command::new("bash")
+        .arg(&script)
+        .args([action, prefix])
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("run {}", script.display()))?;
+    if !out.status.success() {
+        bail!(
+            "scripts/topology {action} {prefix} failed ({}):\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}

@@ -1,3 +1,18 @@
-//! The table ABI (in progress).
+//! The table ABI: how torii-control hands the data plane its service tables.
+//!
+//! A table is an immutable snapshot — front doors, backend sets, Maglev rings, names —
+//! laid out for the lookups of the packet path ([`layout`]), produced from a
+//! [`TableSpec`] by [`build`], validated once by [`Table::new`] and then read in place.
+//! [`shm`] defines the publication protocol in shared memory: snapshot files named by
+//! generation, and a state region holding the published generation and one
+//! acknowledgement slot per worker. torii-control writes; the gateway only reads and acks.
+
+mod build;
+pub mod layout;
+pub mod shm;
 mod spec;
+mod view;
+
+pub use build::{build, BuildError};
 pub use spec::*;
+pub use view::{FrontendRef, ServiceRef, Storage, Table, TableError};

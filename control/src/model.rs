@@ -1,0 +1,988 @@
+//! Normalised, validated views of the Kubernetes objects torii serves: Services,
+//! EndpointSlices and Nodes.
+//!
+//! Every source (the manifests directory, later the Kubernetes API) yields k8s-openapi
+//! objects ([`KubeObject`]); this module turns each one into a plain value the compiler
+//! can trust: addresses parsed into [`IpAddr`], ports range-checked into `u16`, enums
+//! instead of strings, API defaults applied (`protocol: TCP`, `type: ClusterIP`,
+//! `sessionAffinityConfig.clientIP.timeoutSeconds: 10800`, EndpointSlice conditions
+//! `ready`/`serving` absent = true, `terminating` absent = false).
+//!
+//! Conversion never panics and never half-accepts an object: it returns the model or one
+//! [`ModelError`] naming the object and the field, e.g.
+//! `Service default/web: spec.ports[1].port: 0 is out of range 1..=65535`. The caller
+//! skips that object and serves everything else ([`Objects::from_kube`]).
+//!
+//! The rules come from the Kubernetes API reference (core/v1 Service and Node,
+//! discovery.k8s.io/v1 EndpointSlice) and what kube-proxy reads from them
+//! (`pkg/proxy/serviceport.go`, `pkg/proxy/endpointslicecache.go`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::IpAddr;
+
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::discovery::v1 as discovery;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use torii_gateway::table::Protocol;
+
+/// The label that ties an EndpointSlice to its Service (the only link; see the
+/// EndpointSlice documentation, "Ownership").
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// The Node label holding its zone (used by topology-aware routing).
+pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+
+/// `sessionAffinityConfig.clientIP.timeoutSeconds` when absent: 3 hours (core/v1 defaults).
+pub const DEFAULT_AFFINITY_TIMEOUT_S: u32 = 10_800;
+
+/// Largest `sessionAffinityConfig.clientIP.timeoutSeconds` the API server accepts (1 day).
+pub const MAX_AFFINITY_TIMEOUT_S: u32 = 86_400;
+
+/// The namespace of a namespaced object that does not name one (as `kubectl apply`
+/// without `-n` would place it).
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+/// One Kubernetes object as a source delivers it, before validation.
+#[derive(Clone, Debug, PartialEq)]
+pub enum KubeObject {
+    /// A core/v1 Service.
+    Service(Box<core::Service>),
+    /// A discovery.k8s.io/v1 EndpointSlice.
+    EndpointSlice(Box<discovery::EndpointSlice>),
+    /// A core/v1 Node.
+    Node(Box<core::Node>),
+}
+
+impl KubeObject {
+    /// The object's identity for messages, e.g. `Service demo/web` or `Node gateway-1`.
+    pub fn object_ref(&self) -> ObjectRef {
+        match self {
+            Self::Service(s) => ObjectRef::namespaced("Service", &s.metadata),
+            Self::EndpointSlice(s) => ObjectRef::namespaced("EndpointSlice", &s.metadata),
+            Self::Node(n) => ObjectRef::cluster_scoped("Node", &n.metadata),
+        }
+    }
+}
+
+/// Kind, namespace and name of an object, displayed as `Service demo/web`,
+/// `Node gateway-1`, or `Service demo/<unnamed>` when `metadata.name` is missing.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectRef {
+    /// `Service`, `EndpointSlice` or `Node`.
+    pub kind: &'static str,
+    /// The namespace (defaulted to [`DEFAULT_NAMESPACE`]); `None` for cluster-scoped kinds.
+    pub namespace: Option<String>,
+    /// `metadata.name`, empty when missing.
+    pub name: String,
+}
+
+impl ObjectRef {
+    fn namespaced(kind: &'static str, meta: &ObjectMeta) -> Self {
+        Self { kind, namespace: Some(namespace_of(meta).to_owned()), name: meta.name.clone().unwrap_or_default() }
+    }
+
+    fn cluster_scoped(kind: &'static str, meta: &ObjectMeta) -> Self {
+        Self { kind, namespace: None, name: meta.name.clone().unwrap_or_default() }
+    }
+}
+
+impl fmt::Display for ObjectRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = if self.name.is_empty() { "<unnamed>" } else { &self.name };
+        match &self.namespace {
+            Some(ns) => write!(f, "{} {ns}/{name}", self.kind),
+            None => write!(f, "{} {name}", self.kind),
+        }
+    }
+}
+
+/// Why an object cannot be served. The object is skipped; everything else is served.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ModelError {
+    /// A required field is absent or empty.
+    #[error("{object}: {field}: required but missing; {hint}")]
+    Missing {
+        /// The object.
+        object: ObjectRef,
+        /// Path of the field, e.g. `metadata.name`.
+        field: String,
+        /// What to write there.
+        hint: &'static str,
+    },
+    /// A field holds a value the API would not accept, or that torii cannot serve.
+    #[error("{object}: {field}: {message}")]
+    Invalid {
+        /// The object.
+        object: ObjectRef,
+        /// Path of the field, e.g. `spec.ports[1].port`.
+        field: String,
+        /// What is wrong and what would be right.
+        message: String,
+    },
+}
+
+impl ModelError {
+    /// The object that was skipped.
+    pub fn object(&self) -> &ObjectRef {
+        match self {
+            Self::Missing { object, .. } | Self::Invalid { object, .. } => object,
+        }
+    }
+
+    /// Path of the offending field.
+    pub fn field(&self) -> &str {
+        match self {
+            Self::Missing { field, .. } | Self::Invalid { field, .. } => field,
+        }
+    }
+}
+
+/// Builds errors for one object.
+struct Ctx {
+    object: ObjectRef,
+}
+
+impl Ctx {
+    fn invalid(&self, field: impl Into<String>, message: impl Into<String>) -> ModelError {
+        ModelError::Invalid { object: self.object.clone(), field: field.into(), message: message.into() }
+    }
+
+    fn missing(&self, field: impl Into<String>, hint: &'static str) -> ModelError {
+        ModelError::Missing { object: self.object.clone(), field: field.into(), hint }
+    }
+
+    fn name(&self, meta: &ObjectMeta) -> Result<String, ModelError> {
+        match meta.name.as_deref() {
+            Some(n) if !n.is_empty() => Ok(n.to_owned()),
+            _ => Err(self.missing("metadata.name", "every object needs a name")),
+        }
+    }
+
+    fn ip(&self, field: impl Into<String>, s: &str) -> Result<IpAddr, ModelError> {
+        s.trim().parse().map_err(|_| self.invalid(field, format!("{s:?} is not an IPv4 or IPv6 address")))
+    }
+
+    fn port(&self, field: impl Into<String>, n: i32) -> Result<u16, ModelError> {
+        match u16::try_from(n) {
+            Ok(p) if p != 0 => Ok(p),
+            _ => Err(self.invalid(field, format!("{n} is out of range 1..=65535"))),
+        }
+    }
+
+    fn protocol(&self, field: impl Into<String>, p: Option<&str>) -> Result<Protocol, ModelError> {
+        match p {
+            None | Some("TCP") => Ok(Protocol::Tcp),
+            Some("UDP") => Ok(Protocol::Udp),
+            Some("SCTP") => Ok(Protocol::Sctp),
+            Some(other) => Err(self.invalid(field, format!("{other:?} is not one of \"TCP\", \"UDP\", \"SCTP\""))),
+        }
+    }
+}
+
+fn namespace_of(meta: &ObjectMeta) -> &str {
+    match meta.namespace.as_deref() {
+        Some(ns) if !ns.is_empty() => ns,
+        _ => DEFAULT_NAMESPACE,
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Service
+
+/// A Service's identity, displayed `namespace/name`; orders by namespace, then name.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ServiceKey {
+    /// `metadata.namespace`.
+    pub namespace: String,
+    /// `metadata.name`.
+    pub name: String,
+}
+
+impl fmt::Display for ServiceKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// `spec.type`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ServiceType {
+    /// `ClusterIP` (the default).
+    ClusterIp,
+    /// `NodePort`: also reachable on every node's address at `spec.ports[].nodePort`.
+    NodePort,
+    /// `LoadBalancer`: also reachable at `status.loadBalancer.ingress[].ip`.
+    LoadBalancer,
+    /// `ExternalName`: a DNS alias, nothing to proxy.
+    ExternalName,
+}
+
+impl ServiceType {
+    /// Kubernetes' spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ClusterIp => "ClusterIP",
+            Self::NodePort => "NodePort",
+            Self::LoadBalancer => "LoadBalancer",
+            Self::ExternalName => "ExternalName",
+        }
+    }
+}
+
+/// `status.loadBalancer.ingress[].ipMode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum IpMode {
+    /// `VIP` (and absent): traffic arrives with the load-balancer IP as destination, so
+    /// the proxy serves it.
+    Vip,
+    /// `Proxy`: the load balancer rewrites the destination to a node; the proxy must not
+    /// capture the IP.
+    Proxy,
+}
+
+/// One `status.loadBalancer.ingress[]` entry that has an `ip` (hostname-only entries
+/// carry nothing to serve and are left out).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LoadBalancerIngress {
+    /// `ip`.
+    pub ip: IpAddr,
+    /// `ipMode`.
+    pub ip_mode: IpMode,
+}
+
+/// `spec.ports[].targetPort`: a number, or the name of a container port that each
+/// endpoint resolves on its own (the EndpointSlice carries the resolved number).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TargetPort {
+    /// A port number, 1..=65535.
+    Number(u16),
+    /// A container port name.
+    Name(String),
+}
+
+impl fmt::Display for TargetPort {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Number(n) => write!(f, "{n}"),
+            Self::Name(s) => f.write_str(s),
+        }
+    }
+}
+
+/// One `spec.ports[]` entry.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ServicePort {
+    /// `name`; empty when unnamed (allowed only for a single-port Service).
+    pub name: String,
+    /// `protocol` (default TCP).
+    pub protocol: Protocol,
+    /// `port`, the port of every front door of this Service port except NodePorts.
+    pub port: u16,
+    /// `targetPort` (default: the same number as `port`).
+    pub target_port: TargetPort,
+    /// `nodePort`, when allocated (`None` for 0 or absent).
+    pub node_port: Option<u16>,
+}
+
+/// `spec.sessionAffinity`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SessionAffinity {
+    /// `None` (the default): every new flow picks an endpoint on its own.
+    None,
+    /// `ClientIP`: flows from one client address stick to one endpoint.
+    ClientIp {
+        /// `sessionAffinityConfig.clientIP.timeoutSeconds`, 1..=86400, default 10800.
+        timeout_s: u32,
+    },
+}
+
+impl SessionAffinity {
+    /// The affinity timeout in seconds, `None` without affinity.
+    pub fn timeout_s(self) -> Option<u32> {
+        match self {
+            Self::None => None,
+            Self::ClientIp { timeout_s } => Some(timeout_s),
+        }
+    }
+}
+
+/// `spec.externalTrafficPolicy` / `spec.internalTrafficPolicy`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TrafficPolicy {
+    /// `Cluster` (the default): any endpoint in the cluster.
+    #[default]
+    Cluster,
+    /// `Local`: only endpoints on the gateway's own node.
+    Local,
+}
+
+impl TrafficPolicy {
+    /// Kubernetes' spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Cluster => "Cluster",
+            Self::Local => "Local",
+        }
+    }
+}
+
+/// A validated Service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Service {
+    /// Namespace and name.
+    pub key: ServiceKey,
+    /// `spec.type`.
+    pub type_: ServiceType,
+    /// `spec.clusterIP` is `None`: a headless Service, which has no virtual IP to proxy.
+    pub headless: bool,
+    /// `spec.clusterIPs` (or `spec.clusterIP` when `clusterIPs` is absent); empty when
+    /// unallocated (a hand-written manifest may leave it out).
+    pub cluster_ips: Vec<IpAddr>,
+    /// `spec.externalIPs`.
+    pub external_ips: Vec<IpAddr>,
+    /// `status.loadBalancer.ingress[]` entries with an `ip`.
+    pub load_balancer_ingress: Vec<LoadBalancerIngress>,
+    /// `spec.ports`, in manifest order; names and (port, protocol) pairs are unique.
+    pub ports: Vec<ServicePort>,
+    /// `spec.sessionAffinity` with its timeout.
+    pub session_affinity: SessionAffinity,
+    /// `spec.externalTrafficPolicy` (applies to NodePort, ExternalIP and LoadBalancer
+    /// front doors).
+    pub external_traffic_policy: TrafficPolicy,
+    /// `spec.internalTrafficPolicy` (applies to ClusterIP front doors).
+    pub internal_traffic_policy: TrafficPolicy,
+    /// `spec.loadBalancerClass`.
+    pub load_balancer_class: Option<String>,
+    /// `metadata.labels` (e.g. `service.kubernetes.io/service-proxy-name`).
+    pub labels: BTreeMap<String, String>,
+}
+
+impl TryFrom<&core::Service> for Service {
+    type Error = ModelError;
+
+    fn try_from(svc: &core::Service) -> Result<Self, ModelError> {
+        let cx = Ctx { object: ObjectRef::namespaced("Service", &svc.metadata) };
+        let key = ServiceKey { namespace: namespace_of(&svc.metadata).to_owned(), name: cx.name(&svc.metadata)? };
+        let default_spec = core::ServiceSpec::default();
+        let spec = svc.spec.as_ref().unwrap_or(&default_spec);
+
+        let type_ = match spec.type_.as_deref() {
+            None | Some("") | Some("ClusterIP") => ServiceType::ClusterIp,
+            Some("NodePort") => ServiceType::NodePort,
+            Some("LoadBalancer") => ServiceType::LoadBalancer,
+            Some("ExternalName") => ServiceType::ExternalName,
+            Some(other) => {
+                return Err(cx.invalid(
+                    "spec.type",
+                    format!("{other:?} is not one of \"ClusterIP\", \"NodePort\", \"LoadBalancer\", \"ExternalName\""),
+                ))
+            }
+        };
+
+        // clusterIPs is authoritative; clusterIP is its first element (older manifests
+        // write only clusterIP).
+        let (cluster_field, cluster_strs): (&str, Vec<&str>) = match (&spec.cluster_ips, &spec.cluster_ip) {
+            (Some(ips), _) if !ips.is_empty() => ("spec.clusterIPs", ips.iter().map(String::as_str).collect()),
+            (_, Some(ip)) if !ip.is_empty() => ("spec.clusterIP", vec![ip.as_str()]),
+            _ => ("spec.clusterIPs", Vec::new()),
+        };
+        let headless = cluster_strs.first().is_some_and(|s| *s == "None");
+        let mut cluster_ips = Vec::new();
+        if !headless && type_ != ServiceType::ExternalName {
+            for (i, s) in cluster_strs.iter().enumerate() {
+                let field = if cluster_field == "spec.clusterIP" {
+                    cluster_field.to_owned()
+                } else {
+                    format!("{cluster_field}[{i}]")
+                };
+                cluster_ips.push(cx.ip(field, s)?);
+            }
+        }
+
+        let mut external_ips = Vec::new();
+        for (i, s) in spec.external_ips.iter().flatten().enumerate() {
+            external_ips.push(cx.ip(format!("spec.externalIPs[{i}]"), s)?);
+        }
+
+        let mut load_balancer_ingress = Vec::new();
+        let ingress = svc.status.as_ref().and_then(|s| s.load_balancer.as_ref()).and_then(|lb| lb.ingress.as_ref());
+        for (i, ing) in ingress.into_iter().flatten().enumerate() {
+            let ip_mode = match ing.ip_mode.as_deref() {
+                None | Some("") | Some("VIP") => IpMode::Vip,
+                Some("Proxy") => IpMode::Proxy,
+                Some(other) => {
+                    return Err(cx.invalid(
+                        format!("status.loadBalancer.ingress[{i}].ipMode"),
+                        format!("{other:?} is not one of \"VIP\", \"Proxy\""),
+                    ))
+                }
+            };
+            match ing.ip.as_deref() {
+                Some(s) if !s.is_empty() => {
+                    let ip = cx.ip(format!("status.loadBalancer.ingress[{i}].ip"), s)?;
+                    load_balancer_ingress.push(LoadBalancerIngress { ip, ip_mode });
+                }
+                _ => {} // hostname-only ingress: nothing to capture
+            }
+        }
+
+        let mut ports: Vec<ServicePort> = Vec::new();
+        let raw_ports = spec.ports.as_deref().unwrap_or_default();
+        for (i, p) in raw_ports.iter().enumerate() {
+            let field = |f: &str| format!("spec.ports[{i}].{f}");
+            let name = p.name.clone().unwrap_or_default();
+            if name.is_empty() && raw_ports.len() > 1 {
+                return Err(cx.missing(field("name"), "a Service with several ports must name each of them"));
+            }
+            if let Some(j) = ports.iter().position(|q| !name.is_empty() && q.name == name) {
+                return Err(cx.invalid(field("name"), format!("{name:?} is also the name of spec.ports[{j}]")));
+            }
+            let protocol = cx.protocol(field("protocol"), p.protocol.as_deref())?;
+            let port = cx.port(field("port"), p.port)?;
+            if let Some(j) = ports.iter().position(|q| q.port == port && q.protocol == protocol) {
+                return Err(cx.invalid(
+                    field("port"),
+                    format!(
+                        "{port}/{} is also spec.ports[{j}]; each port and protocol may appear once",
+                        protocol.as_str()
+                    ),
+                ));
+            }
+            let target_port = match &p.target_port {
+                None => TargetPort::Number(port),
+                Some(IntOrString::Int(n)) => TargetPort::Number(cx.port(field("targetPort"), *n)?),
+                Some(IntOrString::String(s)) if s.is_empty() => {
+                    return Err(cx.invalid(field("targetPort"), "an empty name; write a container port name or number"))
+                }
+                Some(IntOrString::String(s)) => TargetPort::Name(s.clone()),
+            };
+            let node_port = match p.node_port {
+                None | Some(0) => None,
+                Some(n) => Some(cx.port(field("nodePort"), n)?),
+            };
+            ports.push(ServicePort { name, protocol, port, target_port, node_port });
+        }
+
+        let session_affinity = match spec.session_affinity.as_deref() {
+            None | Some("") | Some("None") => SessionAffinity::None,
+            Some("ClientIP") => {
+                let t = spec
+                    .session_affinity_config
+                    .as_ref()
+                    .and_then(|c| c.client_ip.as_ref())
+                    .and_then(|c| c.timeout_seconds);
+                let timeout_s = match t {
+                    None => DEFAULT_AFFINITY_TIMEOUT_S,
+                    Some(t) => match u32::try_from(t) {
+                        Ok(t) if (1..=MAX_AFFINITY_TIMEOUT_S).contains(&t) => t,
+                        _ => {
+                            return Err(cx.invalid(
+                                "spec.sessionAffinityConfig.clientIP.timeoutSeconds",
+                                format!("{t} is out of range 1..={MAX_AFFINITY_TIMEOUT_S}"),
+                            ))
+                        }
+                    },
+                };
+                SessionAffinity::ClientIp { timeout_s }
+            }
+            Some(other) => {
+                return Err(
+                    cx.invalid("spec.sessionAffinity", format!("{other:?} is not one of \"None\", \"ClientIP\""))
+                )
+            }
+        };
+
+        let policy = |field: &str, v: Option<&str>| match v {
+            None | Some("") | Some("Cluster") => Ok(TrafficPolicy::Cluster),
+            Some("Local") => Ok(TrafficPolicy::Local),
+            Some(other) => Err(cx.invalid(field, format!("{other:?} is not one of \"Cluster\", \"Local\""))),
+        };
+        let external_traffic_policy = policy("spec.externalTrafficPolicy", spec.external_traffic_policy.as_deref())?;
+        let internal_traffic_policy = policy("spec.internalTrafficPolicy", spec.internal_traffic_policy.as_deref())?;
+
+        Ok(Self {
+            key,
+            type_,
+            headless,
+            cluster_ips,
+            external_ips,
+            load_balancer_ingress,
+            ports,
+            session_affinity,
+            external_traffic_policy,
+            internal_traffic_policy,
+            load_balancer_class: spec.load_balancer_class.clone().filter(|s| !s.is_empty()),
+            labels: svc.metadata.labels.clone().unwrap_or_default(),
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// EndpointSlice
+
+/// `addressType` of an EndpointSlice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AddressType {
+    /// `IPv4`.
+    Ipv4,
+    /// `IPv6`.
+    Ipv6,
+    /// `FQDN` (deprecated; kube-proxy ignores such slices, and so does torii: their
+    /// endpoints are dropped during conversion).
+    Fqdn,
+}
+
+/// One `ports[]` entry of an EndpointSlice.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct EndpointPort {
+    /// `name`; matches the Service port of the same name (empty matches an unnamed port).
+    pub name: String,
+    /// `protocol` (default TCP).
+    pub protocol: Protocol,
+    /// `port`: the port the endpoints listen on. `None` means "all ports", which
+    /// kube-proxy does not serve.
+    pub port: Option<u16>,
+}
+
+/// `endpoints[].hints`: which zones or nodes should consume an endpoint (topology-aware
+/// routing).
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct EndpointHints {
+    /// `forZones[].name`.
+    pub for_zones: Vec<String>,
+    /// `forNodes[].name`.
+    pub for_nodes: Vec<String>,
+}
+
+/// One `endpoints[]` entry of an EndpointSlice.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Endpoint {
+    /// `addresses`, all of the slice's address family (fungible: any one reaches the endpoint).
+    pub addresses: Vec<IpAddr>,
+    /// `conditions.ready` (absent = true): ready for new traffic.
+    pub ready: bool,
+    /// `conditions.serving` (absent = true): passes readiness, terminating or not.
+    pub serving: bool,
+    /// `conditions.terminating` (absent = false).
+    pub terminating: bool,
+    /// `nodeName`: the Node hosting the endpoint.
+    pub node_name: Option<String>,
+    /// `zone`.
+    pub zone: Option<String>,
+    /// `hints`, when present.
+    pub hints: Option<EndpointHints>,
+}
+
+/// A validated EndpointSlice.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EndpointSlice {
+    /// `metadata.namespace` (the Service's namespace too).
+    pub namespace: String,
+    /// `metadata.name`.
+    pub name: String,
+    /// The Service it belongs to: label `kubernetes.io/service-name` in the same namespace.
+    pub service: ServiceKey,
+    /// `addressType`.
+    pub address_type: AddressType,
+    /// `ports`.
+    pub ports: Vec<EndpointPort>,
+    /// `endpoints` (empty for `FQDN` slices).
+    pub endpoints: Vec<Endpoint>,
+}
+
+impl TryFrom<&discovery::EndpointSlice> for EndpointSlice {
+    type Error = ModelError;
+
+    fn try_from(slice: &discovery::EndpointSlice) -> Result<Self, ModelError> {
+        let cx = Ctx { object: ObjectRef::namespaced("EndpointSlice", &slice.metadata) };
+        let namespace = namespace_of(&slice.metadata).to_owned();
+        let name = cx.name(&slice.metadata)?;
+        let service_name = slice.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL)).cloned();
+        let service_name = match service_name {
+            Some(s) if !s.is_empty() => s,
+            _ => {
+                return Err(cx.missing(
+                    format!("metadata.labels[{SERVICE_NAME_LABEL}]"),
+                    "it names the Service these endpoints belong to",
+                ))
+            }
+        };
+        let address_type = match slice.address_type.as_str() {
+            "IPv4" => AddressType::Ipv4,
+            "IPv6" => AddressType::Ipv6,
+            "FQDN" => AddressType::Fqdn,
+            "" => return Err(cx.missing("addressType", "write \"IPv4\" or \"IPv6\"")),
+            other => {
+                return Err(cx.invalid("addressType", format!("{other:?} is not one of \"IPv4\", \"IPv6\", \"FQDN\"")))
+            }
+        };
+
+        let mut ports = Vec::new();
+        for (i, p) in slice.ports.iter().flatten().enumerate() {
+            ports.push(EndpointPort {
+                name: p.name.clone().unwrap_or_default(),
+                protocol: cx.protocol(format!("ports[{i}].protocol"), p.protocol.as_deref())?,
+                port: p.port.map(|n| cx.port(format!("ports[{i}].port"), n)).transpose()?,
+            });
+        }
+
+        let mut endpoints = Vec::new();
+        if address_type != AddressType::Fqdn {
+            for (i, ep) in slice.endpoints.iter().flatten().enumerate() {
+                if ep.addresses.is_empty() {
+                    return Err(
+                        cx.missing(format!("endpoints[{i}].addresses"), "an endpoint needs at least one address")
+                    );
+                }
+                let mut addresses = Vec::with_capacity(ep.addresses.len());
+                for (j, a) in ep.addresses.iter().enumerate() {
+                    let field = format!("endpoints[{i}].addresses[{j}]");
+                    let ip = cx.ip(&field, a)?;
+                    let family_ok = match address_type {
+                        AddressType::Ipv4 => ip.is_ipv4(),
+                        AddressType::Ipv6 => ip.is_ipv6(),
+                        AddressType::Fqdn => true,
+                    };
+                    if !family_ok {
+                        return Err(
+                            cx.invalid(field, format!("{ip} does not match addressType {:?}", slice.address_type))
+                        );
+                    }
+                    addresses.push(ip);
+                }
+                let c = ep.conditions.as_ref();
+                let hints = ep.hints.as_ref().map(|h| EndpointHints {
+                    for_zones: h.for_zones.iter().flatten().map(|z| z.name.clone()).collect(),
+                    for_nodes: h.for_nodes.iter().flatten().map(|n| n.name.clone()).collect(),
+                });
+                endpoints.push(Endpoint {
+                    addresses,
+                    ready: c.and_then(|c| c.ready).unwrap_or(true),
+                    serving: c.and_then(|c| c.serving).unwrap_or(true),
+                    terminating: c.and_then(|c| c.terminating).unwrap_or(false),
+                    node_name: ep.node_name.clone().filter(|s| !s.is_empty()),
+                    zone: ep.zone.clone().filter(|s| !s.is_empty()),
+                    hints,
+                });
+            }
+        }
+
+        Ok(Self {
+            service: ServiceKey { namespace: namespace.clone(), name: service_name },
+            namespace,
+            name,
+            address_type,
+            ports,
+            endpoints,
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Node
+
+/// A validated Node: its name and addresses by type.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Node {
+    /// `metadata.name`.
+    pub name: String,
+    /// `status.addresses[]` of type `InternalIP`, in order, without duplicates.
+    pub internal_ips: Vec<IpAddr>,
+    /// `status.addresses[]` of type `ExternalIP`, in order, without duplicates.
+    pub external_ips: Vec<IpAddr>,
+    /// The other `status.addresses[]` (`Hostname`, `InternalDNS`, `ExternalDNS`, …) as
+    /// `(type, address)`, unvalidated.
+    pub other_addresses: Vec<(String, String)>,
+    /// Label `topology.kubernetes.io/zone`.
+    pub zone: Option<String>,
+}
+
+impl Node {
+    /// The addresses NodePorts are served on: InternalIPs then ExternalIPs, without
+    /// duplicates (kube-proxy's default with no `nodePortAddresses`).
+    pub fn node_port_ips(&self) -> Vec<IpAddr> {
+        let mut seen = BTreeSet::new();
+        self.internal_ips.iter().chain(&self.external_ips).copied().filter(|ip| seen.insert(*ip)).collect()
+    }
+}
+
+impl TryFrom<&core::Node> for Node {
+    type Error = ModelError;
+
+    fn try_from(node: &core::Node) -> Result<Self, ModelError> {
+        let cx = Ctx { object: ObjectRef::cluster_scoped("Node", &node.metadata) };
+        let name = cx.name(&node.metadata)?;
+        let mut internal_ips = Vec::new();
+        let mut external_ips = Vec::new();
+        let mut other_addresses = Vec::new();
+        let addresses = node.status.as_ref().and_then(|s| s.addresses.as_ref());
+        for (i, a) in addresses.into_iter().flatten().enumerate() {
+            let list = match a.type_.as_str() {
+                "InternalIP" => &mut internal_ips,
+                "ExternalIP" => &mut external_ips,
+                _ => {
+                    other_addresses.push((a.type_.clone(), a.address.clone()));
+                    continue;
+                }
+            };
+            let ip = cx.ip(format!("status.addresses[{i}].address"), &a.address)?;
+            if !list.contains(&ip) {
+                list.push(ip);
+            }
+        }
+        let zone = node.metadata.labels.as_ref().and_then(|l| l.get(ZONE_LABEL)).cloned();
+        Ok(Self { name, internal_ips, external_ips, other_addresses, zone })
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The whole set
+
+/// Every valid object of one snapshot, each list sorted by identity (the compiler's
+/// inputs are sorted so that its output is deterministic).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Objects {
+    /// Services, sorted by namespace/name.
+    pub services: Vec<Service>,
+    /// EndpointSlices, sorted by namespace/name.
+    pub endpoint_slices: Vec<EndpointSlice>,
+    /// Nodes, sorted by name.
+    pub nodes: Vec<Node>,
+}
+
+impl Objects {
+    /// Validates every object; the invalid ones are left out and returned as errors
+    /// (in input order). Later duplicates of a (kind, namespace, name) are left out too.
+    pub fn from_kube<'a>(objects: impl IntoIterator<Item = &'a KubeObject>) -> (Self, Vec<ModelError>) {
+        let mut out = Self::default();
+        let mut errors = Vec::new();
+        let mut seen = BTreeSet::new();
+        for obj in objects {
+            let r = obj.object_ref();
+            if !r.name.is_empty() && !seen.insert(r.clone()) {
+                errors.push(ModelError::Invalid {
+                    object: r,
+                    field: "metadata.name".into(),
+                    message: "defined more than once; the first definition is served".into(),
+                });
+                continue;
+            }
+            let res = match obj {
+                KubeObject::Service(s) => Service::try_from(&**s).map(|s| out.services.push(s)),
+                KubeObject::EndpointSlice(s) => EndpointSlice::try_from(&**s).map(|s| out.endpoint_slices.push(s)),
+                KubeObject::Node(n) => Node::try_from(&**n).map(|n| out.nodes.push(n)),
+            };
+            if let Err(e) = res {
+                errors.push(e);
+            }
+        }
+        out.services.sort_by(|a, b| a.key.cmp(&b.key));
+        out.endpoint_slices.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        out.nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        (out, errors)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn service(yaml: &str) -> core::Service {
+        serde_yaml_ng::from_str(yaml).unwrap()
+    }
+
+    fn slice(yaml: &str) -> discovery::EndpointSlice {
+        serde_yaml_ng::from_str(yaml).unwrap()
+    }
+
+    const WEB: &str = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec:
+  clusterIP: 10.96.0.10
+  externalIPs: [203.0.113.10, "2001:db8::10"]
+  sessionAffinity: ClientIP
+  ports:
+  - {name: http, port: 80, targetPort: http}
+  - {name: dns, port: 53, protocol: UDP, nodePort: 30053}
+status:
+  loadBalancer:
+    ingress: [{ip: 198.51.100.7}, {hostname: lb.example.com}, {ip: 198.51.100.8, ipMode: Proxy}]
+"#;
+
+    #[test]
+    fn service_defaults_and_normalisation() {
+        let s = Service::try_from(&service(WEB)).unwrap();
+        assert_eq!(s.key.to_string(), "default/web");
+        assert_eq!(s.type_, ServiceType::ClusterIp);
+        assert!(!s.headless);
+        assert_eq!(s.cluster_ips, vec!["10.96.0.10".parse::<IpAddr>().unwrap()]);
+        assert_eq!(s.external_ips.len(), 2);
+        assert_eq!(
+            s.load_balancer_ingress,
+            vec![
+                LoadBalancerIngress { ip: "198.51.100.7".parse().unwrap(), ip_mode: IpMode::Vip },
+                LoadBalancerIngress { ip: "198.51.100.8".parse().unwrap(), ip_mode: IpMode::Proxy },
+            ]
+        );
+        assert_eq!(s.ports[0].protocol, Protocol::Tcp);
+        assert_eq!(s.ports[0].target_port, TargetPort::Name("http".into()));
+        assert_eq!(s.ports[1].target_port, TargetPort::Number(53));
+        assert_eq!(s.ports[1].node_port, Some(30053));
+        assert_eq!(s.session_affinity, SessionAffinity::ClientIp { timeout_s: DEFAULT_AFFINITY_TIMEOUT_S });
+        assert_eq!(s.external_traffic_policy, TrafficPolicy::Cluster);
+    }
+
+    #[test]
+    fn headless_and_cluster_ips_precedence() {
+        let s = Service::try_from(&service("metadata: {name: h, namespace: x}\nspec: {clusterIP: None}")).unwrap();
+        assert!(s.headless);
+        assert!(s.cluster_ips.is_empty());
+        let s = Service::try_from(&service(
+            "metadata: {name: d}\nspec: {clusterIP: 10.0.0.1, clusterIPs: [10.0.0.1, 'fd00::1']}",
+        ))
+        .unwrap();
+        assert_eq!(s.cluster_ips.len(), 2);
+    }
+
+    fn service_err(yaml: &str) -> String {
+        Service::try_from(&service(yaml)).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn service_errors_name_object_and_field() {
+        let e = service_err("metadata: {name: web}\nspec: {ports: [{name: a, port: 80}, {name: b, port: 0}]}");
+        assert_eq!(e, "Service default/web: spec.ports[1].port: 0 is out of range 1..=65535");
+        let e = service_err("metadata: {name: web, namespace: demo}\nspec: {ports: [{port: 80, targetPort: 70000}]}");
+        assert_eq!(e, "Service demo/web: spec.ports[0].targetPort: 70000 is out of range 1..=65535");
+        let e = service_err("metadata: {name: web}\nspec: {externalIPs: [1.2.3.4, bogus]}");
+        assert_eq!(e, "Service default/web: spec.externalIPs[1]: \"bogus\" is not an IPv4 or IPv6 address");
+        let e = service_err("metadata: {name: web}\nspec: {ports: [{port: 80, protocol: ICMP}]}");
+        assert!(e.starts_with("Service default/web: spec.ports[0].protocol: \"ICMP\" is not one of"), "{e}");
+        let e = service_err("metadata: {name: web}\nspec: {ports: [{port: 80}, {port: 81}]}");
+        assert!(e.starts_with("Service default/web: spec.ports[0].name: required but missing"), "{e}");
+        let e = service_err("metadata: {name: web}\nspec: {ports: [{name: a, port: 80}, {name: a, port: 81}]}");
+        assert_eq!(e, "Service default/web: spec.ports[1].name: \"a\" is also the name of spec.ports[0]");
+        let e = service_err("metadata: {name: web}\nspec: {ports: [{name: a, port: 80}, {name: b, port: 80}]}");
+        assert!(e.starts_with("Service default/web: spec.ports[1].port: 80/TCP is also spec.ports[0]"), "{e}");
+        let e = service_err(
+            "metadata: {name: web}\nspec: {sessionAffinity: ClientIP, sessionAffinityConfig: {clientIP: {timeoutSeconds: 0}}}",
+        );
+        assert_eq!(
+            e,
+            "Service default/web: spec.sessionAffinityConfig.clientIP.timeoutSeconds: 0 is out of range 1..=86400"
+        );
+        let e = service_err("metadata: {name: web}\nspec: {externalTrafficPolicy: Global}");
+        assert!(e.starts_with("Service default/web: spec.externalTrafficPolicy: \"Global\""), "{e}");
+        let e = service_err("metadata: {name: web}\nspec: {type: Magic}");
+        assert!(e.starts_with("Service default/web: spec.type: \"Magic\""), "{e}");
+        let e = service_err("metadata: {namespace: demo}\nspec: {}");
+        assert!(e.starts_with("Service demo/<unnamed>: metadata.name: required but missing"), "{e}");
+        let e = service_err("metadata: {name: lb}\nstatus: {loadBalancer: {ingress: [{ip: 1.2.3.4, ipMode: Magic}]}}");
+        assert!(e.starts_with("Service default/lb: status.loadBalancer.ingress[0].ipMode: \"Magic\""), "{e}");
+    }
+
+    #[test]
+    fn endpoint_slice_conditions_default() {
+        let s = EndpointSlice::try_from(&slice(
+            r#"
+metadata: {name: web-abc, namespace: demo, labels: {kubernetes.io/service-name: web}}
+addressType: IPv4
+ports: [{name: http, port: 8080}]
+endpoints:
+- addresses: [10.0.0.1]
+- addresses: [10.0.0.2]
+  conditions: {ready: false, serving: true, terminating: true}
+  nodeName: node-a
+  zone: zone-a
+  hints: {forZones: [{name: zone-a}]}
+"#,
+        ))
+        .unwrap();
+        assert_eq!(s.service.to_string(), "demo/web");
+        assert_eq!(s.ports, vec![EndpointPort { name: "http".into(), protocol: Protocol::Tcp, port: Some(8080) }]);
+        let (a, b) = (&s.endpoints[0], &s.endpoints[1]);
+        assert!(a.ready && a.serving && !a.terminating);
+        assert!(!b.ready && b.serving && b.terminating);
+        assert_eq!(b.node_name.as_deref(), Some("node-a"));
+        assert_eq!(b.hints.as_ref().unwrap().for_zones, vec!["zone-a".to_owned()]);
+    }
+
+    #[test]
+    fn endpoint_slice_errors_name_object_and_field() {
+        let err = |y: &str| EndpointSlice::try_from(&slice(y)).unwrap_err().to_string();
+        let e = err("metadata: {name: s}\naddressType: IPv4");
+        assert!(e.starts_with("EndpointSlice default/s: metadata.labels[kubernetes.io/service-name]: required"), "{e}");
+        let e = err(
+            "metadata: {name: s, labels: {kubernetes.io/service-name: w}}\naddressType: IPv4\nendpoints: [{addresses: ['fd00::1']}]",
+        );
+        assert_eq!(
+            e,
+            "EndpointSlice default/s: endpoints[0].addresses[0]: fd00::1 does not match addressType \"IPv4\""
+        );
+        let e =
+            err("metadata: {name: s, labels: {kubernetes.io/service-name: w}}\naddressType: IPv4\nports: [{port: 0}]");
+        assert_eq!(e, "EndpointSlice default/s: ports[0].port: 0 is out of range 1..=65535");
+        let e = err("metadata: {name: s, labels: {kubernetes.io/service-name: w}}\naddressType: IPX");
+        assert!(e.starts_with("EndpointSlice default/s: addressType: \"IPX\""), "{e}");
+    }
+
+    #[test]
+    fn fqdn_slices_carry_no_endpoints() {
+        let s = EndpointSlice::try_from(&slice(
+            "metadata: {name: s, labels: {kubernetes.io/service-name: w}}\naddressType: FQDN\nendpoints: [{addresses: [db.example.com]}]",
+        ))
+        .unwrap();
+        assert_eq!(s.address_type, AddressType::Fqdn);
+        assert!(s.endpoints.is_empty());
+    }
+
+    #[test]
+    fn node_addresses_by_type() {
+        let n: core::Node = serde_yaml_ng::from_str(
+            r#"
+metadata: {name: gw-1, labels: {topology.kubernetes.io/zone: zone-a}}
+status:
+  addresses:
+  - {type: InternalIP, address: 192.0.2.10}
+  - {type: InternalIP, address: "2001:db8::10"}
+  - {type: ExternalIP, address: 192.0.2.10}
+  - {type: Hostname, address: gw-1}
+"#,
+        )
+        .unwrap();
+        let n = Node::try_from(&n).unwrap();
+        assert_eq!(n.internal_ips.len(), 2);
+        assert_eq!(n.node_port_ips().len(), 2, "duplicates across types are served once");
+        assert_eq!(n.other_addresses, vec![("Hostname".to_owned(), "gw-1".to_owned())]);
+        assert_eq!(n.zone.as_deref(), Some("zone-a"));
+
+        let bad: core::Node =
+            serde_yaml_ng::from_str("metadata: {name: n}\nstatus: {addresses: [{type: InternalIP, address: x}]}")
+                .unwrap();
+        assert_eq!(
+            Node::try_from(&bad).unwrap_err().to_string(),
+            "Node n: status.addresses[0].address: \"x\" is not an IPv4 or IPv6 address"
+        );
+    }
+
+    #[test]
+    fn objects_skip_invalid_and_duplicates_and_sort() {
+        let objs = vec![
+            KubeObject::Service(Box::new(service("metadata: {name: b}"))),
+            KubeObject::Service(Box::new(service("metadata: {name: a}\nspec: {ports: [{port: 0}]}"))),
+            KubeObject::Service(Box::new(service("metadata: {name: a, namespace: a}"))),
+            KubeObject::Service(Box::new(service("metadata: {name: b}\nspec: {type: NodePort}"))),
+        ];
+        let (o, errors) = Objects::from_kube(&objs);
+        let keys: Vec<String> = o.services.iter().map(|s| s.key.to_string()).collect();
+        assert_eq!(keys, ["a/a", "default/b"]);
+        assert_eq!(o.services[1].type_, ServiceType::ClusterIp, "the first definition wins");
+        assert_eq!(errors.len(), 2);
+        assert_eq!(errors[0].field(), "spec.ports[0].port");
+        assert_eq!(errors[1].object().to_string(), "Service default/b");
+    }
+}

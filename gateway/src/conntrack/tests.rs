@@ -1,0 +1,554 @@
+//! Tests for the conntrack table: unit tests, a model-based property test against a
+//! `HashMap`, and fixed-capacity checks with adversarially similar keys.
+
+use std::collections::{HashMap, HashSet};
+use std::net::Ipv4Addr;
+
+use proptest::prelude::*;
+
+use super::index::{self, decode, Index, EMPTY};
+use super::*;
+
+const TCP: u8 = 6;
+const UDP: u8 = 17;
+
+fn key(protocol: u8, src: [u8; 4], src_port: u16, dst: [u8; 4], dst_port: u16) -> FlowKey {
+    FlowKey { protocol, src_addr: Ipv4Addr::from(src), src_port, dst_addr: Ipv4Addr::from(dst), dst_port }
+}
+
+fn flow(original: FlowKey, reply: FlowKey, deadline: u64) -> Flow {
+    Flow {
+        original,
+        reply,
+        client_mac: [2, 0, 0, 0, 0, 1],
+        ingress_iface: 1,
+        service: 42,
+        tcp_state: 0,
+        seen_reply: false,
+        deadline,
+    }
+}
+
+/// Flow number `i` of a family of distinct flows whose tuples differ from each other's in as
+/// few bits as possible: one client address, sequential client ports (then addresses), one
+/// VIP, one endpoint, sequential SNAT ports (then SNAT addresses).
+fn similar_flow(i: u32, deadline: u64) -> Flow {
+    let client_port = (i % 60_000) as u16 + 1024;
+    let client_addr = [198, 51, 100 + (i / 60_000 / 256) as u8, (i / 60_000 % 256) as u8];
+    let snat_port = (i % 60_000) as u16 + 1024;
+    let snat_addr = [192, 0, 2 + (i / 60_000 / 256) as u8, (i / 60_000 % 256) as u8];
+    flow(
+        key(TCP, client_addr, client_port, [203, 0, 113, 10], 443),
+        key(TCP, [10, 1, 2, 3], 8443, snat_addr, snat_port),
+        deadline,
+    )
+}
+
+/// A table whose stored displacements saturate at `disp_cap`, so deletion takes the re-hashing
+/// path for every entry more than `disp_cap` slots from home.
+fn table_with_displacement_cap(capacity: usize, seed: u64, disp_cap: u64) -> Conntrack {
+    Conntrack::with_index(capacity, seed, Index::with_displacement_cap(index_slots(capacity), disp_cap))
+}
+
+/// Checks the table's internal invariants: every indexed tuple belongs to a live flow and is
+/// reachable from its home slot without crossing an empty slot, its stored fingerprint and
+/// displacement are right, every live flow is indexed exactly twice, and the bitmap, the free
+/// chain and `len` agree.
+fn check_invariants(ct: &Conntrack, disp_cap: u64) {
+    let slots = ct.index.raw();
+    let n = slots.len();
+    let mut seen = HashSet::new();
+    for (pos, &slot) in slots.iter().enumerate() {
+        if slot == EMPTY {
+            continue;
+        }
+        let (tag, fingerprint, displacement) = decode(slot);
+        let (id, _) = untag(tag);
+        assert!(ct.is_live(id), "slot {pos}: tag {tag:#x} of a dead flow");
+        assert!(seen.insert(tag), "tag {tag:#x} indexed twice");
+        let hash = ct.hash(key_of(&ct.flows, tag));
+        assert_eq!(fingerprint, (hash >> 40) as u32, "slot {pos}: fingerprint");
+        let home = index::home(n, hash);
+        let actual = (pos + n - home) % n;
+        assert_eq!(displacement, (actual as u64).min(disp_cap), "slot {pos}: displacement");
+        for step in 0..actual {
+            assert_ne!(slots[(home + step) % n], EMPTY, "slot {pos}: unreachable from home {home}");
+        }
+    }
+    assert_eq!(seen.len(), 2 * ct.len());
+    let live = (0..ct.capacity() as u32).filter(|&id| ct.is_live(id)).count();
+    assert_eq!(live, ct.len());
+    let mut free = 0;
+    let mut next = ct.free_head;
+    while next != NO_FREE {
+        assert!(!ct.is_live(next), "live record {next} on the free chain");
+        free += 1;
+        assert!(free <= ct.capacity(), "free chain loops");
+        next = ct.flows[next as usize].service;
+    }
+    assert_eq!(ct.len() + free + (ct.capacity() - ct.never_used as usize), ct.capacity());
+}
+
+#[test]
+fn reversed_swaps_source_and_destination() {
+    let k = key(UDP, [1, 2, 3, 4], 53, [5, 6, 7, 8], 1234);
+    assert_eq!(k.reversed(), key(UDP, [5, 6, 7, 8], 1234, [1, 2, 3, 4], 53));
+    assert_eq!(k.reversed().reversed(), k);
+}
+
+#[test]
+fn insert_then_lookup_both_directions() {
+    let mut ct = Conntrack::new(16, 1);
+    assert!(ct.is_empty());
+    let f = similar_flow(0, 100);
+    let id = ct.insert(f).unwrap();
+    assert_eq!(ct.len(), 1);
+    assert_eq!(ct.lookup(&f.original), Some((id, Direction::Original)));
+    assert_eq!(ct.lookup(&f.reply), Some((id, Direction::Reply)));
+    assert_eq!(*ct.get(id), f);
+    // The tuples the gateway sends are not the ones it receives.
+    assert_eq!(ct.lookup(&f.original.reversed()), None);
+    assert_eq!(ct.lookup(&f.reply.reversed()), None);
+    assert_eq!(ct.lookup(&similar_flow(1, 100).original), None);
+
+    let g = similar_flow(1, 100);
+    let gid = ct.insert(g).unwrap();
+    assert_ne!(gid, id);
+    assert_eq!(ct.lookup(&g.reply), Some((gid, Direction::Reply)));
+    assert_eq!(ct.lookup(&f.reply), Some((id, Direction::Reply)));
+    assert_eq!(ct.iter().collect::<Vec<_>>(), vec![(id, &f), (gid, &g)]);
+    check_invariants(&ct, index::DISP_CAP);
+}
+
+#[test]
+fn get_mut_updates_are_seen_by_lookup_and_expiry() {
+    let mut ct = Conntrack::new(4, 2);
+    let f = similar_flow(0, 10);
+    let id = ct.insert(f).unwrap();
+    {
+        let record = ct.get_mut(id);
+        record.deadline = 1_000;
+        record.tcp_state = 3;
+        record.seen_reply = true;
+    }
+    let (found, _) = ct.lookup(&f.reply).unwrap();
+    assert_eq!(ct.get(found).tcp_state, 3);
+    assert!(ct.get(found).seen_reply);
+    assert_eq!(ct.expire(999, 4, |_| panic!("deadline was extended")), 0);
+    assert_eq!(ct.expire(1_000, 4, |_| {}), 1);
+}
+
+#[test]
+fn duplicate_original_or_reply_is_refused_without_change() {
+    let mut ct = Conntrack::new(8, 3);
+    let f = similar_flow(0, 100);
+    let id = ct.insert(f).unwrap();
+    let other = similar_flow(1, 100);
+
+    // Same original tuple, new reply tuple.
+    assert_eq!(ct.insert(Flow { reply: other.reply, ..f }), Err(InsertError::Exists));
+    // New original tuple, same reply tuple (a SNAT port handed out twice).
+    assert_eq!(ct.insert(Flow { original: other.original, ..f }), Err(InsertError::Exists));
+    // A tuple already used in the other direction.
+    assert_eq!(ct.insert(flow(f.reply, other.reply, 1)), Err(InsertError::Exists));
+    // Exactly the same flow.
+    assert_eq!(ct.insert(f), Err(InsertError::Exists));
+    // Both tuples equal.
+    assert_eq!(ct.insert(flow(other.original, other.original, 1)), Err(InsertError::Exists));
+
+    assert_eq!(ct.len(), 1);
+    assert_eq!(ct.lookup(&other.original), None);
+    assert_eq!(ct.lookup(&other.reply), None);
+    assert_eq!(ct.lookup(&f.original), Some((id, Direction::Original)));
+    check_invariants(&ct, index::DISP_CAP);
+    assert_eq!(ct.insert(other).map(|_| ()), Ok(()));
+}
+
+#[test]
+fn full_at_capacity_and_usable_again_after_remove() {
+    let capacity = 5;
+    let mut ct = Conntrack::new(capacity, 4);
+    let ids: Vec<_> = (0..capacity as u32).map(|i| ct.insert(similar_flow(i, 1)).unwrap()).collect();
+    assert_eq!(ct.len(), capacity);
+    assert_eq!(ct.insert(similar_flow(99, 1)), Err(InsertError::Full));
+    // An existing tuple is reported as such even when full.
+    assert_eq!(ct.insert(similar_flow(0, 1)), Err(InsertError::Exists));
+    assert_eq!(ct.lookup(&similar_flow(99, 1).original), None);
+
+    let removed = ct.remove(ids[2]);
+    assert_eq!(removed, similar_flow(2, 1));
+    let id = ct.insert(similar_flow(99, 1)).unwrap();
+    assert_eq!(id, ids[2], "the freed record is reused");
+    assert_eq!(ct.lookup(&similar_flow(99, 1).reply), Some((id, Direction::Reply)));
+    assert_eq!(ct.insert(similar_flow(100, 1)), Err(InsertError::Full));
+    check_invariants(&ct, index::DISP_CAP);
+}
+
+#[test]
+fn remove_unindexes_both_tuples() {
+    let mut ct = Conntrack::new(64, 5);
+    let flows: Vec<_> = (0..64).map(|i| similar_flow(i, 1)).collect();
+    let ids: Vec<_> = flows.iter().map(|&f| ct.insert(f).unwrap()).collect();
+    for (i, (&id, f)) in ids.iter().zip(&flows).enumerate() {
+        if i % 3 == 0 {
+            assert_eq!(ct.remove(id), *f);
+        }
+    }
+    check_invariants(&ct, index::DISP_CAP);
+    for (i, (&id, f)) in ids.iter().zip(&flows).enumerate() {
+        if i % 3 == 0 {
+            assert_eq!(ct.lookup(&f.original), None);
+            assert_eq!(ct.lookup(&f.reply), None);
+        } else {
+            assert_eq!(ct.lookup(&f.original), Some((id, Direction::Original)));
+            assert_eq!(ct.lookup(&f.reply), Some((id, Direction::Reply)));
+        }
+    }
+    assert_eq!(ct.len(), 64 - 22);
+    // Removed tuples can be tracked again, by a new flow.
+    let again = ct.insert(flow(flows[0].original, similar_flow(1000, 1).reply, 1)).unwrap();
+    assert_eq!(ct.lookup(&flows[0].original), Some((again, Direction::Original)));
+}
+
+#[test]
+#[should_panic(expected = "not live")]
+fn remove_of_a_stale_id_panics() {
+    let mut ct = Conntrack::new(4, 6);
+    let id = ct.insert(similar_flow(0, 1)).unwrap();
+    let _ = ct.remove(id);
+    let _ = ct.remove(id);
+}
+
+#[test]
+#[cfg(debug_assertions)]
+#[should_panic(expected = "not live")]
+fn get_of_a_stale_id_panics_in_debug_builds() {
+    let mut ct = Conntrack::new(4, 7);
+    let id = ct.insert(similar_flow(0, 1)).unwrap();
+    let _ = ct.remove(id);
+    let _ = ct.get(id);
+}
+
+#[test]
+fn expiry_with_a_virtual_clock_is_exact_and_budgeted() {
+    let capacity = 1000;
+    let budget = 64;
+    let mut ct = Conntrack::new(capacity, 8);
+    // Deadlines 0, 10, 20, ... in a scrambled order over the ids; 900 flows, 100 free records.
+    let flows: Vec<_> = (0..900u32).map(|i| similar_flow(i, u64::from(i * 7 % 900) * 10)).collect();
+    let ids: Vec<_> = flows.iter().map(|&f| ct.insert(f).unwrap()).collect();
+    let mut expired_total = HashSet::new();
+    for now in [0u64, 2_500, 2_505, 9_000] {
+        let mut reaped = Vec::new();
+        let mut removed = 0;
+        // One full sweep: ⌈capacity / budget⌉ calls.
+        for _ in 0..capacity.div_ceil(budget) {
+            removed += ct.expire(now, budget, |f| reaped.push(*f));
+        }
+        assert_eq!(removed, reaped.len());
+        for f in &reaped {
+            assert!(f.deadline <= now, "reaped a flow before its deadline");
+            assert!(expired_total.insert(f.original), "on_expired called twice for one flow");
+        }
+        let expected: HashSet<_> = flows.iter().filter(|f| f.deadline <= now).map(|f| f.original).collect();
+        assert_eq!(expired_total, expected, "at now = {now}");
+        for (&id, f) in ids.iter().zip(&flows) {
+            let hit = ct.lookup(&f.original);
+            if f.deadline <= now {
+                assert_eq!(hit, None);
+                assert_eq!(ct.lookup(&f.reply), None);
+            } else {
+                assert_eq!(hit, Some((id, Direction::Original)));
+            }
+        }
+        check_invariants(&ct, index::DISP_CAP);
+    }
+    assert!(ct.is_empty());
+}
+
+#[test]
+fn expiry_examines_at_most_budget_records_per_call() {
+    let mut ct = Conntrack::new(100, 9);
+    for i in 0..100 {
+        let _ = ct.insert(similar_flow(i, 0)).unwrap();
+    }
+    assert_eq!(ct.expire(1, 0, |_| {}), 0);
+    for call in 1..=10 {
+        assert_eq!(ct.expire(1, 10, |_| {}), 10);
+        assert_eq!(ct.len(), 100 - 10 * call);
+    }
+    // A budget above the capacity examines each record once.
+    for i in 0..100 {
+        let _ = ct.insert(similar_flow(i, 0)).unwrap();
+    }
+    assert_eq!(ct.expire(1, usize::MAX, |_| {}), 100);
+    // The cursor wraps: a flow behind it is reaped on the next sweep.
+    let mut ct = Conntrack::new(100, 10);
+    for i in 0..100 {
+        let _ = ct.insert(similar_flow(i, 50)).unwrap();
+    }
+    assert_eq!(ct.expire(0, 30, |_| {}), 0);
+    assert_eq!(ct.expire_cursor, 30);
+    ct.get_mut(5).deadline = 0;
+    ct.get_mut(95).deadline = 0;
+    assert_eq!(ct.expire(0, 65, |_| {}), 0, "records 30..95");
+    assert_eq!(ct.expire(0, 2, |f| assert_eq!(*f, similar_flow(95, 0))), 1, "records 95..97");
+    assert_eq!(ct.expire(0, 8, |_| {}), 0, "records 97..100, 0..5");
+    assert_eq!(ct.expire(0, 1, |f| assert_eq!(*f, similar_flow(5, 0))), 1, "record 5");
+}
+
+#[test]
+fn lookup_returns_expired_flows_until_they_are_reaped() {
+    let mut ct = Conntrack::new(4, 11);
+    let f = similar_flow(0, 10);
+    let id = ct.insert(f).unwrap();
+    // `now` is far past the deadline, but nothing has reaped the flow yet.
+    assert_eq!(ct.lookup(&f.original), Some((id, Direction::Original)));
+    assert!(ct.get(id).deadline <= 1_000);
+}
+
+#[test]
+fn capacity_zero_one_and_large_construct() {
+    let mut ct = Conntrack::new(0, 12);
+    assert_eq!(ct.capacity(), 0);
+    assert_eq!(ct.lookup(&similar_flow(0, 0).original), None);
+    assert_eq!(ct.insert(similar_flow(0, 0)), Err(InsertError::Full));
+    assert_eq!(ct.expire(10, 10, |_| {}), 0);
+
+    let mut ct = Conntrack::new(1, 13);
+    assert_eq!(ct.capacity(), 1);
+    let id = ct.insert(similar_flow(0, 5)).unwrap();
+    assert_eq!(ct.insert(similar_flow(1, 5)), Err(InsertError::Full));
+    assert_eq!(ct.lookup(&similar_flow(0, 5).reply), Some((id, Direction::Reply)));
+    assert_eq!(ct.expire(5, 1, |_| {}), 1);
+    assert_eq!(ct.insert(similar_flow(1, 5)), Ok(id));
+    check_invariants(&ct, index::DISP_CAP);
+
+    let ct = Conntrack::new(1 << 20, 14);
+    assert_eq!(ct.capacity(), 1 << 20);
+    assert!(ct.is_empty());
+    let per_flow = ct.memory_bytes() as f64 / (1 << 20) as f64;
+    assert!((77.0..78.0).contains(&per_flow), "{per_flow} bytes per flow");
+}
+
+#[test]
+#[should_panic(expected = "exceeds the maximum")]
+fn capacity_above_the_maximum_is_refused() {
+    let _ = Conntrack::new(MAX_CAPACITY + 1, 0);
+}
+
+/// Inserting `capacity` flows with keys that differ in few bits never reallocates anything
+/// (the storage is boxed slices, which have no growing operation; this shows the addresses and
+/// sizes stay put), every flow stays findable, and probe runs stay short.
+#[test]
+fn fixed_capacity_with_adversarially_similar_keys() {
+    let capacity = 1 << 17;
+    let mut ct = Conntrack::new(capacity, 0x1234_5678_9abc_def0);
+    let addresses = (ct.flows.as_ptr(), ct.live.as_ptr(), ct.index.as_ptr());
+    let memory = ct.memory_bytes();
+    for i in 0..capacity as u32 {
+        assert_eq!(ct.insert(similar_flow(i, u64::from(i))), Ok(i), "ids are handed out in order");
+    }
+    assert_eq!(ct.insert(similar_flow(capacity as u32, 0)), Err(InsertError::Full));
+    assert_eq!((ct.flows.as_ptr(), ct.live.as_ptr(), ct.index.as_ptr()), addresses);
+    assert_eq!(ct.memory_bytes(), memory);
+    for i in 0..capacity as u32 {
+        let f = similar_flow(i, u64::from(i));
+        assert_eq!(ct.lookup(&f.original), Some((i, Direction::Original)));
+        assert_eq!(ct.lookup(&f.reply), Some((i, Direction::Reply)));
+    }
+    let longest = ct.index.raw().iter().filter(|&&s| s != EMPTY).map(|&s| decode(s).2).max().unwrap();
+    assert!(longest < index::DISP_CAP, "longest displacement {longest} at load 3/4");
+    check_invariants(&ct, index::DISP_CAP);
+    // Churn at capacity: expire half, refill, still no reallocation.
+    assert_eq!(ct.expire(capacity as u64 / 2, capacity, |_| {}), capacity / 2 + 1);
+    for i in 0..(capacity / 2 + 1) as u32 {
+        let _ = ct.insert(similar_flow(capacity as u32 + i, u64::MAX)).unwrap();
+    }
+    assert_eq!(ct.len(), capacity);
+    assert_eq!((ct.flows.as_ptr(), ct.live.as_ptr(), ct.index.as_ptr()), addresses);
+    check_invariants(&ct, index::DISP_CAP);
+}
+
+#[test]
+fn saturated_displacements_are_recomputed_on_delete() {
+    // With a displacement cap of 1, nearly every shift in a full small table re-hashes.
+    for seed in 0..50 {
+        let mut ct = table_with_displacement_cap(24, seed, 1);
+        let ids: Vec<_> = (0..24).map(|i| ct.insert(similar_flow(i, u64::from(i % 5))).unwrap()).collect();
+        check_invariants(&ct, 1);
+        for &id in ids.iter().step_by(2) {
+            let _ = ct.remove(id);
+            check_invariants(&ct, 1);
+        }
+        let _ = ct.expire(2, 24, |_| {});
+        check_invariants(&ct, 1);
+        for (i, &id) in ids.iter().enumerate() {
+            let f = similar_flow(i as u32, u64::from(i as u32 % 5));
+            let expected = (i % 2 == 1 && f.deadline > 2).then_some((id, Direction::Original));
+            assert_eq!(ct.lookup(&f.original), expected);
+        }
+    }
+}
+
+#[test]
+fn seeds_change_the_layout() {
+    let mut a = Conntrack::new(64, 1);
+    let mut b = Conntrack::new(64, 2);
+    for i in 0..64 {
+        let _ = a.insert(similar_flow(i, 0)).unwrap();
+        let _ = b.insert(similar_flow(i, 0)).unwrap();
+    }
+    assert_ne!(a.index.raw(), b.index.raw());
+}
+
+// --- Model-based property test ---------------------------------------------------------
+
+/// A key from a deliberately tiny space (2 · 2 · 3 · 2 · 3 = 72 keys), so that inserts clash,
+/// tuples recur in both roles and probe runs in small tables are long.
+fn small_key() -> impl Strategy<Value = FlowKey> {
+    (prop::sample::select(vec![TCP, UDP]), 0u8..2, 0u16..3, 0u8..2, 0u16..3)
+        .prop_map(|(protocol, a, sp, b, dp)| key(protocol, [10, 0, 0, a], 1000 + sp, [10, 0, 1, b], 80 + dp))
+}
+
+fn all_small_keys() -> Vec<FlowKey> {
+    let mut keys = Vec::new();
+    for protocol in [TCP, UDP] {
+        for a in 0..2 {
+            for sp in 0..3 {
+                for b in 0..2 {
+                    for dp in 0..3 {
+                        keys.push(key(protocol, [10, 0, 0, a], 1000 + sp, [10, 0, 1, b], 80 + dp));
+                    }
+                }
+            }
+        }
+    }
+    keys
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Insert {
+        original: FlowKey,
+        reply: FlowKey,
+        deadline: u64,
+    },
+    Lookup(FlowKey),
+    /// Removes the `n % len`-th live flow in id order, if any.
+    Remove(usize),
+    /// Sets the deadline of the `n % len`-th live flow.
+    Touch(usize, u64),
+    Expire {
+        now: u64,
+        budget: usize,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (small_key(), small_key(), 0u64..20).prop_map(|(original, reply, deadline)| Op::Insert { original, reply, deadline }),
+        2 => small_key().prop_map(Op::Lookup),
+        2 => any::<usize>().prop_map(Op::Remove),
+        1 => (any::<usize>(), 0u64..20).prop_map(|(n, d)| Op::Touch(n, d)),
+        2 => (0u64..20, 0usize..12).prop_map(|(now, budget)| Op::Expire { now, budget }),
+    ]
+}
+
+/// The specification, in the most obvious terms.
+#[derive(Default)]
+struct Model {
+    flows: HashMap<FlowId, Flow>,
+    keys: HashMap<FlowKey, (FlowId, Direction)>,
+    cursor: usize,
+}
+
+impl Model {
+    fn nth_live(&self, n: usize) -> Option<FlowId> {
+        let mut ids: Vec<_> = self.flows.keys().copied().collect();
+        ids.sort_unstable();
+        (!ids.is_empty()).then(|| ids[n % ids.len()])
+    }
+
+    fn remove(&mut self, id: FlowId) -> Flow {
+        let f = self.flows.remove(&id).unwrap();
+        self.keys.remove(&f.original);
+        self.keys.remove(&f.reply);
+        f
+    }
+}
+
+fn run(capacity: usize, seed: u64, disp_cap: u64, ops: &[Op]) -> Result<(), TestCaseError> {
+    let mut ct = table_with_displacement_cap(capacity, seed, disp_cap);
+    let mut model = Model::default();
+    let keys = all_small_keys();
+    for op in ops {
+        match *op {
+            Op::Insert { original, reply, deadline } => {
+                let f = flow(original, reply, deadline);
+                let got = ct.insert(f);
+                if original == reply || model.keys.contains_key(&original) || model.keys.contains_key(&reply) {
+                    prop_assert_eq!(got, Err(InsertError::Exists));
+                } else if model.flows.len() == capacity {
+                    prop_assert_eq!(got, Err(InsertError::Full));
+                } else {
+                    let id = got.map_err(|e| TestCaseError::fail(format!("insert failed: {e}")))?;
+                    prop_assert!((id as usize) < capacity);
+                    prop_assert!(!model.flows.contains_key(&id), "id {} handed out twice", id);
+                    model.flows.insert(id, f);
+                    model.keys.insert(original, (id, Direction::Original));
+                    model.keys.insert(reply, (id, Direction::Reply));
+                }
+            }
+            Op::Lookup(k) => prop_assert_eq!(ct.lookup(&k), model.keys.get(&k).copied()),
+            Op::Remove(n) => {
+                if let Some(id) = model.nth_live(n) {
+                    prop_assert_eq!(ct.remove(id), model.remove(id));
+                }
+            }
+            Op::Touch(n, deadline) => {
+                if let Some(id) = model.nth_live(n) {
+                    ct.get_mut(id).deadline = deadline;
+                    model.flows.get_mut(&id).unwrap().deadline = deadline;
+                }
+            }
+            Op::Expire { now, budget } => {
+                let mut expected = Vec::new();
+                for _ in 0..budget.min(capacity) {
+                    let id = model.cursor as FlowId;
+                    if model.flows.get(&id).is_some_and(|f| f.deadline <= now) {
+                        expected.push(model.remove(id));
+                    }
+                    model.cursor = (model.cursor + 1) % capacity;
+                }
+                let mut reaped = Vec::new();
+                let removed = ct.expire(now, budget, |f| reaped.push(*f));
+                prop_assert_eq!(removed, reaped.len());
+                prop_assert_eq!(reaped, expected);
+            }
+        }
+        prop_assert_eq!(ct.len(), model.flows.len());
+        for k in &keys {
+            prop_assert_eq!(ct.lookup(k), model.keys.get(k).copied(), "lookup {:?}", k);
+        }
+        let mut listed: Vec<_> = model.flows.iter().map(|(&id, f)| (id, *f)).collect();
+        listed.sort_unstable_by_key(|&(id, _)| id);
+        prop_assert_eq!(ct.iter().map(|(id, f)| (id, *f)).collect::<Vec<_>>(), listed);
+        check_invariants(&ct, disp_cap);
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1024, ..ProptestConfig::default() })]
+
+    #[test]
+    fn agrees_with_a_hashmap_model(
+        capacity in 0usize..14,
+        seed in any::<u64>(),
+        disp_cap in prop::sample::select(vec![1u64, 2, index::DISP_CAP]),
+        ops in prop::collection::vec(op(), 1..120),
+    ) {
+        run(capacity, seed, disp_cap, &ops)?;
+    }
+}

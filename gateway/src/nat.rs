@@ -1,0 +1,158 @@
+//! DNAT/SNAT rewrites of IPv4 TCP and UDP packets in place, with incremental checksums
+//! (RFC 1624 eqn. 3), as Katran's `csum_helpers.h` and Cilium's `csum_diff` do.
+//!
+//! Callers pass an IPv4 packet that already passed `Ipv4Packet::new_checked` and whose
+//! payload passed `TcpPacket::new_checked` / `UdpPacket::new_checked`; the rewrite then
+//! cannot panic.
+
+use std::net::Ipv4Addr;
+
+use crate::wire::checksum::{self as csum};
+use crate::wire::{IpProtocol, Ipv4Packet, TcpPacket, UdpPacket};
+
+/// The new addresses and ports of a packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rewrite {
+    /// New IPv4 source address.
+    pub src_addr: Ipv4Addr,
+    /// New source port.
+    pub src_port: u16,
+    /// New IPv4 destination address.
+    pub dst_addr: Ipv4Addr,
+    /// New destination port.
+    pub dst_port: u16,
+}
+
+/// Rewrites addresses and ports of the IPv4 TCP/UDP packet `ip_buf`, decrements its TTL
+/// (the gateway is a router hop) and updates the IPv4 header and L4 checksums
+/// incrementally. With `l4_partial` (the L4 checksum field holds only the pseudo-header
+/// sum, Linux `CHECKSUM_PARTIAL` as AF_PACKET reports with `TP_STATUS_CSUMNOTREADY`) the
+/// L4 checksum is computed in full instead. The caller checked TTL > 1.
+#[inline]
+pub fn rewrite_ipv4(ip_buf: &mut [u8], rw: &Rewrite, l4_partial: bool) {
+    let mut ip = Ipv4Packet::new_unchecked(&mut *ip_buf);
+    let (old_src, old_dst) = (ip.src_addr(), ip.dst_addr());
+    let ttl = ip.hop_limit();
+    let proto = ip.next_header();
+    let proto_n = u8::from(proto);
+    let mut c = ip.checksum();
+    c = csum::update_addr(c, old_src, rw.src_addr);
+    c = csum::update_addr(c, old_dst, rw.dst_addr);
+    c = csum::update16(c, u16::from_be_bytes([ttl, proto_n]), u16::from_be_bytes([ttl.saturating_sub(1), proto_n]));
+    ip.set_src_addr(rw.src_addr);
+    ip.set_dst_addr(rw.dst_addr);
+    ip.set_hop_limit(ttl.saturating_sub(1));
+    ip.set_checksum(c);
+    let l4 = ip.payload_mut();
+    match proto {
+        IpProtocol::Tcp => {
+            let mut t = TcpPacket::new_unchecked(l4);
+            let (sp, dp) = (t.src_port(), t.dst_port());
+            t.set_src_port(rw.src_port);
+            t.set_dst_port(rw.dst_port);
+            if l4_partial {
+                t.fill_checksum(rw.src_addr, rw.dst_addr);
+            } else {
+                let mut c = t.checksum();
+                c = csum::update_addr(c, old_src, rw.src_addr);
+                c = csum::update_addr(c, old_dst, rw.dst_addr);
+                c = csum::update16(c, sp, rw.src_port);
+                c = csum::update16(c, dp, rw.dst_port);
+                t.set_checksum(c);
+            }
+        }
+        IpProtocol::Udp => {
+            let mut u = UdpPacket::new_unchecked(l4);
+            let (sp, dp) = (u.src_port(), u.dst_port());
+            u.set_src_port(rw.src_port);
+            u.set_dst_port(rw.dst_port);
+            if l4_partial {
+                u.fill_checksum(rw.src_addr, rw.dst_addr);
+            } else {
+                let mut c = u.checksum();
+                c = csum::udp_update_addr(c, old_src, rw.src_addr);
+                c = csum::udp_update_addr(c, old_dst, rw.dst_addr);
+                c = csum::udp_update16(c, sp, rw.src_port);
+                c = csum::udp_update16(c, dp, rw.dst_port);
+                u.set_checksum(c);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn packet(proto: u8, payload_len: usize, ttl: u8) -> Vec<u8> {
+        let l4_len = if proto == 6 { 20 } else { 8 } + payload_len;
+        let mut b = vec![0u8; 20 + l4_len];
+        {
+            let mut ip = Ipv4Packet::new_unchecked(&mut b[..]);
+            ip.fill_header(
+                Ipv4Addr::new(198, 51, 100, 10),
+                Ipv4Addr::new(203, 0, 113, 10),
+                IpProtocol::from(proto),
+                l4_len as u16,
+                ttl,
+            );
+        }
+        for (i, x) in b[20..].iter_mut().enumerate() {
+            *x = (i * 7 + 3) as u8;
+        }
+        if proto == 6 {
+            let mut t = TcpPacket::new_unchecked(&mut b[20..]);
+            t.set_header_len(20);
+            t.set_src_port(40000);
+            t.set_dst_port(80);
+            t.fill_checksum(Ipv4Addr::new(198, 51, 100, 10), Ipv4Addr::new(203, 0, 113, 10));
+        } else {
+            let mut u = UdpPacket::new_unchecked(&mut b[20..]);
+            u.set_src_port(40000);
+            u.set_dst_port(7);
+            u.set_len(l4_len as u16);
+            u.fill_checksum(Ipv4Addr::new(198, 51, 100, 10), Ipv4Addr::new(203, 0, 113, 10));
+        }
+        b
+    }
+
+    proptest! {
+        #[test]
+        fn incremental_equals_full(tcp in any::<bool>(), len in 0usize..64, ttl in 2u8..=255,
+                                   s in any::<u32>(), d in any::<u32>(), sp in any::<u16>(), dp in any::<u16>()) {
+            let proto = if tcp { 6 } else { 17 };
+            let mut b = packet(proto, len, ttl);
+            let rw = Rewrite { src_addr: s.into(), src_port: sp, dst_addr: d.into(), dst_port: dp };
+            rewrite_ipv4(&mut b, &rw, false);
+            let ip = Ipv4Packet::new_checked(&b[..]).unwrap();
+            prop_assert!(ip.verify_checksum());
+            prop_assert_eq!(ip.hop_limit(), ttl - 1);
+            prop_assert_eq!(ip.src_addr(), Ipv4Addr::from(s));
+            if tcp {
+                let t = TcpPacket::new_checked(ip.payload()).unwrap();
+                prop_assert!(t.verify_checksum(rw.src_addr, rw.dst_addr));
+                prop_assert_eq!((t.src_port(), t.dst_port()), (sp, dp));
+            } else {
+                let u = UdpPacket::new_checked(ip.payload()).unwrap();
+                prop_assert!(u.checksum() != 0);
+                prop_assert!(u.verify_checksum(rw.src_addr, rw.dst_addr));
+            }
+        }
+    }
+
+    #[test]
+    fn udp_without_checksum_stays_without() {
+        let mut b = packet(17, 4, 64);
+        UdpPacket::new_unchecked(&mut b[20..]).set_checksum(0);
+        let rw = Rewrite {
+            src_addr: Ipv4Addr::new(10, 70, 0, 1),
+            src_port: 1024,
+            dst_addr: Ipv4Addr::new(10, 70, 0, 21),
+            dst_port: 7007,
+        };
+        rewrite_ipv4(&mut b, &rw, false);
+        assert_eq!(UdpPacket::new_unchecked(&b[20..]).checksum(), 0);
+    }
+}

@@ -1,0 +1,421 @@
+//! Golden packet tests of [`process`]: a host and table fixture, an input frame, the
+//! expected verdict and the expected output frame, built independently with
+//! [`crate::frames`] (full checksums) and compared byte for byte.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+
+use super::*;
+use crate::config::Config;
+use crate::frames::{self, L2};
+use crate::table::{build, BackendSpec, FrontendKind, FrontendSpec, Protocol, ServiceSpec, TableSpec};
+use crate::wire::{ArpOperation, TcpFlags};
+
+const FRONT: u8 = 0;
+const BACK: u8 = 1;
+const GW_FRONT_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 0xf0, 0x01]);
+const GW_BACK_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 0xf0, 0x02]);
+const CLIENT_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 0xc0, 0x01]);
+const SEC: u64 = 1_000_000_000;
+
+fn ip(s: &str) -> Ipv4Addr {
+    s.parse().unwrap()
+}
+fn backend_mac(last: u8) -> MacAddr {
+    MacAddr([0x02, 0, 0, 0, 0xb0, last])
+}
+const CLIENT: (Ipv4Addr, u16) = (Ipv4Addr::new(198, 51, 100, 10), 40000);
+const VIP: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 10);
+const EMPTY_VIP: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 11);
+const SNAT: Ipv4Addr = Ipv4Addr::new(10, 70, 0, 1);
+
+fn to_gw() -> L2 {
+    L2 { src: CLIENT_MAC, dst: GW_FRONT_MAC }
+}
+
+fn table(web_backends: &[&str]) -> Table {
+    let web = ServiceSpec {
+        name: "demo/web:http".into(),
+        backends: web_backends.iter().map(|a| BackendSpec { addr: a.parse().unwrap(), port: 8080 }).collect(),
+        affinity_timeout_s: None,
+    };
+    let echo = ServiceSpec {
+        name: "demo/echo:echo".into(),
+        backends: vec![BackendSpec { addr: "10.70.0.21".parse().unwrap(), port: 7007 }],
+        affinity_timeout_s: None,
+    };
+    let empty = ServiceSpec { name: "demo/empty:".into(), backends: vec![], affinity_timeout_s: None };
+    let fe = |a: Ipv4Addr, protocol, port, service| FrontendSpec {
+        addr: IpAddr::V4(a),
+        port,
+        protocol,
+        kind: FrontendKind::ExternalIp,
+        service,
+    };
+    let spec = TableSpec {
+        frontends: vec![
+            fe(VIP, Protocol::Tcp, 80, 0),
+            fe(VIP, Protocol::Udp, 7, 1),
+            fe(EMPTY_VIP, Protocol::Tcp, 80, 2),
+            fe(EMPTY_VIP, Protocol::Udp, 9, 2),
+        ],
+        services: vec![web, echo, empty],
+    };
+    Table::new(crate::table::Storage::Owned(build(&spec, 1).unwrap())).unwrap()
+}
+
+fn state(worker: usize, workers: usize) -> WorkerState {
+    let config = Config::embedded_default();
+    let host = Arc::new(Host::new(&config, &[GW_FRONT_MAC, GW_BACK_MAC]));
+    let neighbours = Arc::new(Neighbours::new(64));
+    for last in [11u8, 12, 13, 21] {
+        neighbours.learn(Ipv4Addr::new(10, 70, 0, last), backend_mac(last), 0);
+    }
+    WorkerState::new(worker, workers, host, neighbours, 1024, 7)
+}
+
+/// Runs `process` on `input`, returning the verdict and the output frame.
+fn run(now: u64, input: &[u8], iface: u8, t: &Table, st: &mut WorkerState) -> (Verdict, Vec<u8>) {
+    let mut buf = vec![0u8; 2048];
+    buf[..input.len()].copy_from_slice(input);
+    let meta = Meta { iface, len: input.len(), l4_csum_partial: false };
+    let v = process(now, &mut buf, &meta, t, st);
+    let out = match v {
+        Verdict::Transmit { len, .. } => buf[..len].to_vec(),
+        _ => Vec::new(),
+    };
+    (v, out)
+}
+
+/// A RST as the gateway sends it: window 0.
+fn rst(src: (Ipv4Addr, u16), dst: (Ipv4Addr, u16), flags: TcpFlags, seq: u32, ack: u32) -> Vec<u8> {
+    let mut f = frames::tcp(L2 { src: GW_FRONT_MAC, dst: CLIENT_MAC }, src, dst, flags, seq, ack, &[], 64);
+    let mut t = TcpPacket::new_unchecked(&mut f[34..]);
+    t.set_window_len(0);
+    t.fill_checksum(src.0, dst.0);
+    f
+}
+
+fn tx(iface: u8, frame: &[u8]) -> Verdict {
+    Verdict::Transmit { iface, len: frame.len() }
+}
+
+fn backend_of(frame: &[u8]) -> Ipv4Addr {
+    Ipv4Packet::new_checked(&frame[14..]).unwrap().dst_addr()
+}
+
+#[test]
+fn arp_requests_for_vips_and_own_addresses_are_answered() {
+    let (t, mut st) = (table(&["10.70.0.11"]), state(0, 1));
+    for (target, iface, mac) in
+        [(VIP, FRONT, GW_FRONT_MAC), (ip("198.51.100.1"), FRONT, GW_FRONT_MAC), (SNAT, BACK, GW_BACK_MAC)]
+    {
+        let peer = if iface == FRONT { (CLIENT_MAC, CLIENT.0) } else { (backend_mac(11), ip("10.70.0.11")) };
+        let req = frames::arp(
+            L2 { src: peer.0, dst: MacAddr::BROADCAST },
+            ArpOperation::Request,
+            peer.0,
+            peer.1,
+            MacAddr::UNSPECIFIED,
+            target,
+        );
+        let want = frames::arp(L2 { src: mac, dst: peer.0 }, ArpOperation::Reply, mac, target, peer.0, peer.1);
+        assert_eq!(run(0, &req, iface, &t, &mut st), (tx(iface, &want), want), "ARP for {target}");
+    }
+    let other = frames::arp(
+        L2 { src: CLIENT_MAC, dst: MacAddr::BROADCAST },
+        ArpOperation::Request,
+        CLIENT_MAC,
+        CLIENT.0,
+        MacAddr::UNSPECIFIED,
+        ip("198.51.100.77"),
+    );
+    assert_eq!(run(0, &other, FRONT, &t, &mut st).0, Verdict::Drop(DropReason::ArpNotForUs));
+    assert_eq!(st.counters.arp_replies, 3);
+}
+
+#[test]
+fn tcp_flow_is_translated_both_ways_and_keeps_its_backend() {
+    let (t, mut st) = (table(&["10.70.0.11", "10.70.0.12", "10.70.0.13"]), state(0, 1));
+    let syn = frames::tcp(to_gw(), CLIENT, (VIP, 80), TcpFlags::SYN, 1000, 0, &[], 64);
+    let (v, out) = run(0, &syn, FRONT, &t, &mut st);
+    let backend = backend_of(&out);
+    let last = backend.octets()[3];
+    // Worker 0 of 1 hands out the first port of the range first.
+    let want = frames::tcp(
+        L2 { src: GW_BACK_MAC, dst: backend_mac(last) },
+        (SNAT, 1024),
+        (backend, 8080),
+        TcpFlags::SYN,
+        1000,
+        0,
+        &[],
+        63,
+    );
+    assert_eq!((v, &out), (tx(BACK, &want), &want));
+
+    let syn_ack = frames::tcp(
+        L2 { src: backend_mac(last), dst: GW_BACK_MAC },
+        (backend, 8080),
+        (SNAT, 1024),
+        TcpFlags(TcpFlags::SYN.0 | TcpFlags::ACK.0),
+        5000,
+        1001,
+        &[],
+        64,
+    );
+    let want_back = frames::tcp(
+        L2 { src: GW_FRONT_MAC, dst: CLIENT_MAC },
+        (VIP, 80),
+        CLIENT,
+        TcpFlags(TcpFlags::SYN.0 | TcpFlags::ACK.0),
+        5000,
+        1001,
+        &[],
+        63,
+    );
+    assert_eq!(run(SEC, &syn_ack, BACK, &t, &mut st), (tx(FRONT, &want_back), want_back));
+
+    // Later segments, even after the table changes and drops the backend, keep it:
+    // conntrack stores the backend, not a table index.
+    let t2 = table(&["10.70.0.99"]);
+    let data = frames::tcp(to_gw(), CLIENT, (VIP, 80), TcpFlags::ACK, 1001, 5001, b"GET / HTTP/1.1\r\n\r\n", 64);
+    let (v, out) = run(2 * SEC, &data, FRONT, &t2, &mut st);
+    assert!(matches!(v, Verdict::Transmit { iface: BACK, .. }));
+    assert_eq!(backend_of(&out), backend);
+    let tcp = TcpPacket::new_checked(&out[34..]).unwrap();
+    assert!(tcp.verify_checksum(SNAT, backend));
+    assert_eq!(tcp.payload(), b"GET / HTTP/1.1\r\n\r\n");
+    assert_eq!(st.counters.new_flows, 1);
+    assert_eq!((st.counters.forwarded_original, st.counters.forwarded_reply), (2, 1));
+}
+
+#[test]
+fn new_flows_spread_over_all_backends() {
+    let (t, mut st) = (table(&["10.70.0.11", "10.70.0.12", "10.70.0.13"]), state(0, 1));
+    let mut seen = std::collections::HashMap::new();
+    for port in 0..300u16 {
+        let syn = frames::tcp(to_gw(), (CLIENT.0, 20000 + port), (VIP, 80), TcpFlags::SYN, 1, 0, &[], 64);
+        let (v, out) = run(0, &syn, FRONT, &t, &mut st);
+        assert!(matches!(v, Verdict::Transmit { .. }), "{v:?}");
+        *seen.entry(backend_of(&out)).or_insert(0) += 1;
+    }
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    assert!(seen.values().all(|&n| n > 50), "{seen:?}");
+}
+
+#[test]
+fn udp_round_trip() {
+    let (t, mut st) = (table(&["10.70.0.11"]), state(0, 1));
+    let q = frames::udp(to_gw(), CLIENT, (VIP, 7), b"ping", 64);
+    let want =
+        frames::udp(L2 { src: GW_BACK_MAC, dst: backend_mac(21) }, (SNAT, 1024), (ip("10.70.0.21"), 7007), b"ping", 63);
+    assert_eq!(run(0, &q, FRONT, &t, &mut st), (tx(BACK, &want), want));
+    let r = frames::udp(
+        L2 { src: backend_mac(21), dst: GW_BACK_MAC },
+        (ip("10.70.0.21"), 7007),
+        (SNAT, 1024),
+        b"echo:ping",
+        64,
+    );
+    let want = frames::udp(L2 { src: GW_FRONT_MAC, dst: CLIENT_MAC }, (VIP, 7), CLIENT, b"echo:ping", 63);
+    assert_eq!(run(0, &r, BACK, &t, &mut st), (tx(FRONT, &want), want));
+}
+
+#[test]
+fn front_door_without_endpoints_rejects_tcp_with_rst() {
+    let (t, mut st) = (table(&["10.70.0.11"]), state(0, 1));
+    let syn = frames::tcp(to_gw(), CLIENT, (EMPTY_VIP, 80), TcpFlags::SYN, 1000, 0, &[], 64);
+    // RFC 9293 § 3.10.7.1: no ACK in the SYN → <SEQ=0><ACK=SEG.SEQ+SEG.LEN><CTL=RST,ACK>.
+    let want = rst((EMPTY_VIP, 80), CLIENT, TcpFlags(TcpFlags::RST.0 | TcpFlags::ACK.0), 0, 1001);
+    assert_eq!(run(0, &syn, FRONT, &t, &mut st), (tx(FRONT, &want), want));
+    let ack = frames::tcp(to_gw(), CLIENT, (EMPTY_VIP, 80), TcpFlags::ACK, 1001, 777, b"x", 64);
+    let want = rst((EMPTY_VIP, 80), CLIENT, TcpFlags::RST, 777, 0);
+    assert_eq!(run(0, &ack, FRONT, &t, &mut st), (tx(FRONT, &want), want));
+    let rst = frames::tcp(to_gw(), CLIENT, (EMPTY_VIP, 80), TcpFlags::RST, 1, 0, &[], 64);
+    assert!(matches!(run(0, &rst, FRONT, &t, &mut st).0, Verdict::Drop(_)), "never answer a RST");
+    assert_eq!(st.counters.rejected, 2);
+    assert_eq!(st.conntrack.len(), 0);
+}
+
+#[test]
+fn front_door_without_endpoints_rejects_udp_with_port_unreachable() {
+    let (t, mut st) = (table(&["10.70.0.11"]), state(0, 1));
+    let q = frames::udp(to_gw(), CLIENT, (EMPTY_VIP, 9), b"hello, anyone?", 64);
+    let (v, out) = run(0, &q, FRONT, &t, &mut st);
+    assert_eq!(v, tx(FRONT, &out));
+    let e = EthernetFrame::new_checked(&out[..]).unwrap();
+    assert_eq!((e.dst_addr(), e.src_addr()), (CLIENT_MAC, GW_FRONT_MAC));
+    let ip4 = Ipv4Packet::new_checked(&out[14..]).unwrap();
+    assert!(ip4.verify_checksum());
+    assert_eq!((ip4.src_addr(), ip4.dst_addr(), ip4.next_header()), (EMPTY_VIP, CLIENT.0, IpProtocol::Icmp));
+    let icmp = Icmpv4Packet::new_checked(ip4.payload()).unwrap();
+    assert!(icmp.verify_checksum());
+    assert_eq!((icmp.msg_type(), icmp.msg_code()), (Icmpv4Type::DstUnreachable, 3));
+    // The quote is the original IP header and the first 8 bytes of the datagram.
+    assert_eq!(icmp.data(), &q[14..14 + 28]);
+}
+
+#[test]
+fn echo_requests_to_vips_are_answered() {
+    let (t, mut st) = (table(&["10.70.0.11"]), state(0, 1));
+    let req = frames::icmp_echo(to_gw(), CLIENT.0, VIP, 0x1234, 7, b"abcdefgh", false);
+    let want =
+        frames::icmp_echo(L2 { src: GW_FRONT_MAC, dst: CLIENT_MAC }, VIP, CLIENT.0, 0x1234, 7, b"abcdefgh", true);
+    assert_eq!(run(0, &req, FRONT, &t, &mut st), (tx(FRONT, &want), want));
+    let other = frames::icmp_echo(to_gw(), CLIENT.0, ip("203.0.113.99"), 1, 1, b"", false);
+    assert_eq!(run(0, &other, FRONT, &t, &mut st).0, Verdict::Drop(DropReason::NoFrontend));
+}
+
+#[test]
+fn malformed_and_unwanted_frames_are_counted_drops() {
+    let (t, mut st) = (table(&["10.70.0.11"]), state(0, 1));
+    let good = frames::udp(to_gw(), CLIENT, (VIP, 7), b"ping", 64);
+    let mut cases: Vec<(&str, Vec<u8>, DropReason)> = Vec::new();
+    cases.push(("runt", good[..10].to_vec(), DropReason::Truncated));
+    cases.push(("truncated IPv4", good[..30].to_vec(), DropReason::MalformedIpv4));
+    let mut bad_sum = good.clone();
+    bad_sum[14 + 10] ^= 0xff;
+    cases.push(("IPv4 checksum", bad_sum, DropReason::BadIpv4Checksum));
+    let mut other_mac = good.clone();
+    other_mac[0..6].copy_from_slice(&[2, 9, 9, 9, 9, 9]);
+    cases.push(("someone else's MAC", other_mac, DropReason::NotOurMac));
+    let mut frag = good.clone();
+    {
+        let mut p = Ipv4Packet::new_unchecked(&mut frag[14..]);
+        p.set_more_frags(true);
+        p.fill_checksum();
+    }
+    cases.push(("fragment", frag, DropReason::Fragment));
+    cases.push(("no front door", frames::udp(to_gw(), CLIENT, (VIP, 8), b"x", 64), DropReason::NoFrontend));
+    cases.push(("TTL 1", frames::udp(to_gw(), CLIENT, (VIP, 7), b"x", 1), DropReason::TtlExceeded));
+    let mut short_udp = good.clone();
+    short_udp[38..40].copy_from_slice(&4u16.to_be_bytes());
+    cases.push(("UDP length < 8", short_udp, DropReason::MalformedL4));
+    let mut v6 = good.clone();
+    v6[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
+    cases.push(("IPv6 for now", v6, DropReason::UnsupportedEtherType));
+    cases.push((
+        "reply without a flow",
+        frames::udp(L2 { src: backend_mac(21), dst: GW_BACK_MAC }, (ip("10.70.0.21"), 7007), (SNAT, 5555), b"x", 64),
+        DropReason::NoFrontend,
+    ));
+    for (what, frame, reason) in cases {
+        let iface = if what == "reply without a flow" { BACK } else { FRONT };
+        assert_eq!(run(0, &frame, iface, &t, &mut st).0, Verdict::Drop(reason), "{what}");
+        assert!(st.counters.drops_of(reason) >= 1, "{what} counted");
+    }
+    assert_eq!(st.conntrack.len(), 0);
+}
+
+#[test]
+fn unresolved_next_hop_queues_an_arp_request() {
+    let (t, mut st) = (table(&["10.70.0.50"]), state(0, 1));
+    let syn = frames::tcp(to_gw(), CLIENT, (VIP, 80), TcpFlags::SYN, 1, 0, &[], 64);
+    assert_eq!(run(0, &syn, FRONT, &t, &mut st).0, Verdict::Drop(DropReason::NeighbourUnresolved));
+    let mut buf = [0u8; 64];
+    let (iface, len) = poll_transmit(0, &mut buf, &mut st).expect("an ARP request");
+    let want = frames::arp(
+        L2 { src: GW_BACK_MAC, dst: MacAddr::BROADCAST },
+        ArpOperation::Request,
+        GW_BACK_MAC,
+        SNAT,
+        MacAddr::UNSPECIFIED,
+        ip("10.70.0.50"),
+    );
+    assert_eq!((iface, &buf[..len]), (BACK, &want[..]));
+    assert!(poll_transmit(0, &mut buf, &mut st).is_none(), "not repeated before the retry interval");
+    assert!(poll_transmit(2 * SEC, &mut buf, &mut st).is_some(), "repeated after it");
+    // The reply is learned; the retransmitted SYN goes through on the flow already created.
+    let reply = frames::arp(
+        L2 { src: backend_mac(50), dst: GW_BACK_MAC },
+        ArpOperation::Reply,
+        backend_mac(50),
+        ip("10.70.0.50"),
+        GW_BACK_MAC,
+        SNAT,
+    );
+    assert_eq!(run(3 * SEC, &reply, BACK, &t, &mut st).0, Verdict::Consumed);
+    let (v, out) = run(3 * SEC, &syn, FRONT, &t, &mut st);
+    assert!(matches!(v, Verdict::Transmit { iface: BACK, .. }));
+    assert_eq!(&out[0..6], &backend_mac(50).0);
+    assert!(poll_transmit(3 * SEC, &mut buf, &mut st).is_none());
+}
+
+#[test]
+fn idle_flows_expire_and_free_their_snat_port() {
+    let (t, mut st) = (table(&["10.70.0.11"]), state(0, 1));
+    let q = frames::udp(to_gw(), CLIENT, (VIP, 7), b"a", 64);
+    run(0, &q, FRONT, &t, &mut st);
+    assert_eq!(st.conntrack.len(), 1);
+    assert_eq!(poll_expire(29 * SEC, 1024, &mut st), 0);
+    assert_eq!(poll_expire(31 * SEC, 1024, &mut st), 1);
+    assert_eq!(st.conntrack.len(), 0);
+    // A new flow after expiry works (and its port came back to the pool).
+    let (v, _) = run(32 * SEC, &q, FRONT, &t, &mut st);
+    assert!(matches!(v, Verdict::Transmit { .. }));
+    assert_eq!(st.counters.expired_flows, 1);
+}
+
+#[test]
+fn snat_ports_follow_the_worker() {
+    for (w, n) in [(0, 2), (1, 2), (2, 3)] {
+        let (t, mut st) = (table(&["10.70.0.11"]), state(w, n));
+        for k in 0..10u16 {
+            let q = frames::udp(to_gw(), (CLIENT.0, 30000 + k), (VIP, 7), b"a", 64);
+            let (_, out) = run(0, &q, FRONT, &t, &mut st);
+            let port = UdpPacket::new_checked(&out[34..]).unwrap().src_port();
+            assert_eq!(crate::io::fanout::owner_of_port(port, n), w);
+        }
+    }
+}
+
+#[test]
+fn tcp_timeouts_follow_the_handshake_and_close() {
+    let (t, mut st) = (table(&["10.70.0.11"]), state(0, 1));
+    let to = st.host.timeouts;
+    let syn = frames::tcp(to_gw(), CLIENT, (VIP, 80), TcpFlags::SYN, 1, 0, &[], 64);
+    run(0, &syn, FRONT, &t, &mut st);
+    let (id, _) = st.conntrack.iter().next().map(|(id, f)| (id, *f)).unwrap();
+    assert_eq!(st.conntrack.get(id).deadline, to.tcp_transitory_ns);
+    let syn_ack = frames::tcp(
+        L2 { src: backend_mac(11), dst: GW_BACK_MAC },
+        (ip("10.70.0.11"), 8080),
+        (SNAT, 1024),
+        TcpFlags(TcpFlags::SYN.0 | TcpFlags::ACK.0),
+        1,
+        2,
+        &[],
+        64,
+    );
+    run(SEC, &syn_ack, BACK, &t, &mut st);
+    assert_eq!(st.conntrack.get(id).deadline, SEC + to.tcp_established_ns);
+    let rst = frames::tcp(to_gw(), CLIENT, (VIP, 80), TcpFlags::RST, 2, 0, &[], 64);
+    run(2 * SEC, &rst, FRONT, &t, &mut st);
+    assert_eq!(st.conntrack.get(id).deadline, 2 * SEC + to.tcp_transitory_ns);
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+    /// No input makes `process` panic: random bytes, and valid frames with random
+    /// corruption, on any interface.
+    #[test]
+    fn arbitrary_frames_never_panic(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
+                                    flips in proptest::collection::vec((0usize..120, proptest::prelude::any::<u8>()), 0..6),
+                                    iface in 0u8..3, kind in 0u8..4) {
+        let (t, mut st) = (table(&["10.70.0.11"]), state(0, 1));
+        let mut frame = match kind {
+            0 => bytes.clone(),
+            1 => frames::tcp(to_gw(), CLIENT, (VIP, 80), TcpFlags::SYN, 1, 0, &bytes, 64),
+            2 => frames::udp(to_gw(), CLIENT, (EMPTY_VIP, 9), &bytes, 64),
+            _ => frames::icmp_echo(to_gw(), CLIENT.0, VIP, 1, 1, &bytes, false),
+        };
+        for (at, x) in flips {
+            if let Some(b) = frame.get_mut(at) { *b ^= x; }
+        }
+        let mut buf = vec![0u8; frame.len().max(MIN_BUFFER)];
+        buf[..frame.len()].copy_from_slice(&frame);
+        let meta = Meta { iface, len: frame.len(), l4_csum_partial: false };
+        let _ = process(0, &mut buf, &meta, &t, &mut st);
+    }
+}

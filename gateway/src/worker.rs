@@ -1,0 +1,240 @@
+//! The poll loop around the pure core: receive a burst, adopt a newer table at the burst
+//! boundary, run [`pipeline::process`] on every frame, transmit, then do bounded
+//! housekeeping (ARP requests, conntrack expiry, counter export).
+//!
+//! The loop is written against [`PacketIo`], so every driver (AF_PACKET now, DPDK next)
+//! runs the same code. Table adoption follows DESIGN.md: the gateway's table watcher
+//! ([`TableWatcher`]) validates a newly published snapshot once and stores it in a
+//! [`TableHandle`]; each worker notices the new generation between bursts, switches, and
+//! acknowledges it in the shared state region. Old snapshots are freed when the last
+//! worker drops its reference.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+
+use crate::counters::{Counters, DropReason};
+use crate::pipeline::{self, Meta, Verdict, WorkerState};
+use crate::table::shm::{self, StateRegion};
+use crate::table::Table;
+
+/// Frames per burst (DPDK's customary 32).
+pub const BURST: usize = 32;
+/// Size of each frame buffer: a 1500-byte MTU frame with room to spare.
+pub const FRAME_BUFFER: usize = 2048;
+/// Conntrack records examined for expiry per loop iteration.
+const EXPIRE_BUDGET: usize = 64;
+/// Empty polls before a worker sleeps in [`PacketIo::wait`].
+const IDLE_SPINS: u32 = 2000;
+
+/// A worker's packet I/O: its RX and TX queues on every interface.
+pub trait PacketIo {
+    /// Number of interfaces (indices `0..n` as in the configuration).
+    fn interfaces(&self) -> usize;
+    /// Receives up to `max` frames from interface `iface`, calling `f(frame, l4_csum_partial)`
+    /// for each. Returns the number received. Never blocks.
+    fn rx(&mut self, iface: usize, max: usize, f: &mut dyn FnMut(&[u8], bool)) -> usize;
+    /// Queues `frame` for transmission on `iface`; false when the queue is full.
+    fn tx(&mut self, iface: usize, frame: &[u8]) -> bool;
+    /// Hands queued frames to the NIC.
+    fn flush(&mut self);
+    /// Sleeps until a frame may be waiting or `timeout` passes (idle workers).
+    fn wait(&mut self, timeout: Duration);
+}
+
+/// The table the workers should be using, published by the [`TableWatcher`].
+pub struct TableHandle {
+    current: ArcSwap<Table>,
+    generation: AtomicU64,
+}
+
+impl std::fmt::Debug for TableHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TableHandle").field("generation", &self.generation()).finish()
+    }
+}
+
+impl TableHandle {
+    /// A handle holding `table`.
+    pub fn new(table: Table) -> Self {
+        let generation = AtomicU64::new(table.generation());
+        Self { current: ArcSwap::from_pointee(table), generation }
+    }
+
+    /// Replaces the current table.
+    pub fn store(&self, table: Table) {
+        let g = table.generation();
+        self.current.store(Arc::new(table));
+        self.generation.store(g, Ordering::Release);
+    }
+
+    /// The current generation (cheap: one atomic load; workers check it every burst).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// The current table.
+    pub fn load(&self) -> Arc<Table> {
+        self.current.load_full()
+    }
+}
+
+/// Watches the shared state region and adopts newly published tables after validating them.
+pub struct TableWatcher {
+    /// The shared-memory directory.
+    pub dir: PathBuf,
+    /// The state region in it.
+    pub region: Arc<StateRegion>,
+    /// Where adopted tables go.
+    pub handle: Arc<TableHandle>,
+    /// Generations rejected as invalid (counted).
+    pub rejected: AtomicU64,
+}
+
+impl TableWatcher {
+    /// Checks once for a newer publication and adopts it if valid. Returns the adopted
+    /// generation. An invalid snapshot is logged, counted, reported in the state region
+    /// and not retried; the current table stays.
+    pub fn poll(&self, last_rejected: &mut u64) -> Option<u64> {
+        let g = self.region.published_generation();
+        if g == 0 || g == self.handle.generation() || g == *last_rejected {
+            return None;
+        }
+        match shm::load_table(&self.dir, g) {
+            Ok(t) => {
+                tracing::info!(
+                    generation = g,
+                    frontends = t.frontends().len(),
+                    services = t.service_count(),
+                    "adopting table"
+                );
+                self.handle.store(t);
+                Some(g)
+            }
+            Err(e) => {
+                tracing::error!(
+                    generation = g,
+                    "rejected published table, keeping generation {}: {e}",
+                    self.handle.generation()
+                );
+                *last_rejected = g;
+                self.rejected.fetch_add(1, Ordering::Relaxed);
+                self.region.set_rejected_generation(g);
+                None
+            }
+        }
+    }
+
+    /// Polls every `interval` until `stop` is set.
+    pub fn run(&self, interval: Duration, stop: &AtomicBool) {
+        let mut last_rejected = 0;
+        while !stop.load(Ordering::Relaxed) {
+            self.poll(&mut last_rejected);
+            std::thread::sleep(interval);
+        }
+    }
+}
+
+/// Everything a worker thread needs besides its I/O.
+pub struct Worker {
+    /// The pipeline state.
+    pub state: WorkerState,
+    /// Where to find the current table.
+    pub tables: Arc<TableHandle>,
+    /// Where to acknowledge adopted generations.
+    pub region: Arc<StateRegion>,
+    /// Set to stop the loop.
+    pub stop: Arc<AtomicBool>,
+    /// Where the worker copies its counters about once a second.
+    pub export: Arc<Mutex<Counters>>,
+    /// The process's monotonic clock origin.
+    pub epoch: Instant,
+}
+
+impl Worker {
+    /// Runs the poll loop until `stop` is set.
+    pub fn run<I: PacketIo>(mut self, io: &mut I) -> Counters {
+        let mut bufs = vec![[0u8; FRAME_BUFFER]; BURST];
+        let mut metas = [Meta::default(); BURST];
+        let mut scratch = [0u8; 64];
+        let mut table = self.tables.load();
+        let mut now = self.now();
+        self.adopted(&table, now);
+        let mut idle = 0u32;
+        let mut last_export = now;
+        let ifaces = io.interfaces();
+        while !self.stop.load(Ordering::Relaxed) {
+            now = self.now();
+            // Burst boundary: the quiescent point where a new table may be adopted.
+            if self.tables.generation() != table.generation() {
+                table = self.tables.load();
+                self.adopted(&table, now);
+            }
+            let mut received = 0;
+            for iface in 0..ifaces {
+                let mut n = 0;
+                let mut oversize = 0;
+                io.rx(iface, BURST, &mut |frame, partial| {
+                    if frame.len() > FRAME_BUFFER {
+                        oversize += 1;
+                        return;
+                    }
+                    bufs[n][..frame.len()].copy_from_slice(frame);
+                    metas[n] = Meta { iface: iface as u8, len: frame.len(), l4_csum_partial: partial };
+                    n += 1;
+                });
+                for _ in 0..oversize {
+                    self.state.counters.drop(DropReason::Oversize);
+                }
+                received += n;
+                for k in 0..n {
+                    if let Verdict::Transmit { iface: out, len } =
+                        pipeline::process(now, &mut bufs[k], &metas[k], &table, &mut self.state)
+                    {
+                        if !io.tx(usize::from(out), &bufs[k][..len]) {
+                            self.state.counters.drop(DropReason::TxRingFull);
+                        }
+                    }
+                }
+            }
+            while let Some((iface, len)) = pipeline::poll_transmit(now, &mut scratch, &mut self.state) {
+                if !io.tx(usize::from(iface), &scratch[..len]) {
+                    self.state.counters.drop(DropReason::TxRingFull);
+                }
+            }
+            io.flush();
+            pipeline::poll_expire(now, EXPIRE_BUDGET, &mut self.state);
+            if now - last_export > 1_000_000_000 {
+                last_export = now;
+                if let Ok(mut c) = self.export.try_lock() {
+                    c.clone_from(&self.state.counters);
+                }
+            }
+            if received == 0 {
+                idle += 1;
+                if idle > IDLE_SPINS {
+                    io.wait(Duration::from_millis(5));
+                }
+            } else {
+                idle = 0;
+            }
+        }
+        if let Ok(mut c) = self.export.lock() {
+            c.clone_from(&self.state.counters);
+        }
+        self.state.counters
+    }
+
+    fn now(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    fn adopted(&mut self, table: &Table, now: u64) {
+        self.region.ack(self.state.worker, table.generation());
+        self.state.resolve_table(table, now);
+        tracing::debug!(worker = self.state.worker, generation = table.generation(), "worker adopted table");
+    }
+}
