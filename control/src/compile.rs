@@ -13,7 +13,8 @@
 //!   [`CompileOptions::cluster_ips`]); every `spec.externalIPs[]`; every
 //!   `status.loadBalancer.ingress[].ip` whose `ipMode` is not `Proxy`; and, for type
 //!   NodePort and LoadBalancer, the port's `nodePort` on each InternalIP and ExternalIP of
-//!   the Node named [`CompileOptions::node_name`].
+//!   the Node named [`CompileOptions::node_name`]. Only in the address families of the
+//!   Service's ClusterIPs, as kube-proxy (all families when a manifest gives no ClusterIP).
 //! - Endpoints: every EndpointSlice labelled `kubernetes.io/service-name: <service>` in the
 //!   Service's namespace, of the front door's address family. A Service port matches the
 //!   slice port of the same name and protocol (so named `targetPort`s resolve per
@@ -271,11 +272,22 @@ struct Door {
     kind: FrontendKind,
 }
 
+/// Whether `svc` is proxied in the address family of `ip`. kube-proxy proxies a Service
+/// only in the families it has a ClusterIP of (`spec.ipFamilies`); a Service without any
+/// ClusterIP (a hand-written manifest may leave it out) is served in both.
+fn in_family(svc: &Service, ip: IpAddr) -> bool {
+    svc.cluster_ips.is_empty() || svc.cluster_ips.iter().any(|c| c.is_ipv4() == ip.is_ipv4())
+}
+
 /// The front doors of one Service port, in a fixed order: ClusterIPs, externalIPs,
-/// load-balancer IPs, NodePorts.
+/// load-balancer IPs, NodePorts; only in the Service's address families.
 fn doors(svc: &Service, port: &ServicePort, node_ips: &[IpAddr], options: &CompileOptions) -> Vec<Door> {
     let mut out = Vec::new();
-    let mut add = |ip: IpAddr, port: u16, kind| out.push(Door { ip, port, kind });
+    let mut add = |ip: IpAddr, port: u16, kind| {
+        if in_family(svc, ip) {
+            out.push(Door { ip, port, kind });
+        }
+    };
     if options.cluster_ips {
         for &ip in &svc.cluster_ips {
             add(ip, port.port, FrontendKind::ClusterIp);
@@ -347,6 +359,17 @@ pub fn compile(objects: &Objects, options: &CompileOptions) -> Compiled {
             continue;
         }
         let service = svc.key.to_string();
+        let foreign = svc
+            .external_ips
+            .iter()
+            .chain(svc.load_balancer_ingress.iter().filter(|i| i.ip_mode == IpMode::Vip).map(|i| &i.ip))
+            .filter(|ip| !in_family(svc, **ip));
+        for ip in foreign {
+            compiled.warnings.push(format!(
+                "Service {service}: {ip} is not served: the Service has no ClusterIP of its address family \
+                 (spec.ipFamilies), and kube-proxy proxies a Service only in the families of its ClusterIPs"
+            ));
+        }
         let slices = slices_by_service.get(&svc.key).map(Vec::as_slice).unwrap_or_default();
         for port in &svc.ports {
             // Endpoint sets per address family, computed on first use.
@@ -502,6 +525,34 @@ endpoints: [{addresses: ["fd00:10::1"]}]
                 "ClusterIP [fd00::1]:80/TCP d/web -> [[fd00:10::1]:8080]",
             ]
         );
+    }
+
+    #[test]
+    fn only_the_services_address_families_are_served() {
+        let o = objects(
+            r#"
+apiVersion: v1
+kind: Service
+metadata: {name: v4, namespace: d}
+spec:
+  type: NodePort
+  clusterIP: 10.96.0.2
+  externalIPs: [192.0.2.2, "2001:db8::2"]
+  ports: [{name: http, port: 80, nodePort: 30080}]
+---
+apiVersion: v1
+kind: Node
+metadata: {name: gw}
+status: {addresses: [{type: InternalIP, address: 198.51.100.1}, {type: InternalIP, address: "2001:db8::100"}]}
+"#,
+        );
+        let c = compile(&o, &opts());
+        assert_eq!(
+            doors_of(&c),
+            ["ExternalIP 192.0.2.2:80/TCP d/v4 -> []", "NodePort 198.51.100.1:30080/TCP d/v4 -> []"]
+        );
+        assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+        assert!(c.warnings[0].starts_with("Service d/v4: 2001:db8::2 is not served"), "{}", c.warnings[0]);
     }
 
     #[test]

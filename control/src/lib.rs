@@ -30,10 +30,13 @@ use source::{Loaded, SourceError};
 /// source's errors (files and documents skipped), the model's (objects skipped) and the
 /// compiler's (front doors skipped).
 pub fn compile_loaded(loaded: &Loaded, options: &CompileOptions) -> Compiled {
-    let (objects, model_errors) = model::Objects::from_kube(&loaded.objects);
+    let (objects, rejected) = model::Objects::from_kube(&loaded.objects);
     let mut compiled = compile::compile(&objects, options);
     let mut errors: Vec<String> = loaded.errors.iter().map(ToString::to_string).collect();
-    errors.extend(model_errors.iter().map(ToString::to_string));
+    errors.extend(rejected.iter().map(|r| match loaded.locations.get(r.index) {
+        Some(location) => format!("{location}: {}; object skipped", r.error),
+        None => format!("{}; object skipped", r.error),
+    }));
     errors.append(&mut compiled.errors);
     compiled.errors = errors;
     compiled

@@ -77,7 +77,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter).init();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(filter)
+        .init();
 
     let result = match cli.command {
         Some(Command::Compile(args)) => compile(args),
@@ -134,6 +138,9 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         .context("starting the tokio runtime")?;
     runtime.block_on(serve(config, dir))
 }
+
+/// How often snapshots that every gateway worker has moved past are released.
+const GC_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Shortest and longest wait before retrying a failed publication.
 const RETRY_MIN: Duration = Duration::from_secs(1);
@@ -221,6 +228,8 @@ async fn serve(config: Config, dir: PathBuf) -> anyhow::Result<()> {
         retry_delay: RETRY_MIN,
         retry_at: None,
     };
+    let mut gc = tokio::time::interval(GC_INTERVAL);
+    gc.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let retry_at = publishing.retry_at;
         tokio::select! {
@@ -246,6 +255,14 @@ async fn serve(config: Config, dir: PathBuf) -> anyhow::Result<()> {
                 }
             },
             () = sleep_until_opt(retry_at), if retry_at.is_some() => publishing.try_publish(),
+            _ = gc.tick() => {
+                if let Some(p) = &publishing.publisher {
+                    let removed = p.collect_garbage();
+                    if removed > 0 {
+                        tracing::debug!(removed, "released table snapshots every gateway worker has moved past");
+                    }
+                }
+            }
             r = tokio::signal::ctrl_c() => {
                 r.context("waiting for SIGINT")?;
                 tracing::info!("SIGINT: stopping");

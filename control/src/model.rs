@@ -740,6 +740,17 @@ impl TryFrom<&core::Node> for Node {
 // ---------------------------------------------------------------------------------------
 // The whole set
 
+/// An object [`Objects::from_kube`] left out: its position in the input and why.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{error}")]
+pub struct Rejected {
+    /// Index of the object in the input.
+    pub index: usize,
+    /// Why it was left out.
+    #[source]
+    pub error: ModelError,
+}
+
 /// Every valid object of one snapshot, each list sorted by identity (the compiler's
 /// inputs are sorted so that its output is deterministic).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -753,20 +764,22 @@ pub struct Objects {
 }
 
 impl Objects {
-    /// Validates every object; the invalid ones are left out and returned as errors
-    /// (in input order). Later duplicates of a (kind, namespace, name) are left out too.
-    pub fn from_kube<'a>(objects: impl IntoIterator<Item = &'a KubeObject>) -> (Self, Vec<ModelError>) {
+    /// Validates every object; the invalid ones are left out and returned with their
+    /// input index (in input order). Later duplicates of a (kind, namespace, name) are
+    /// left out too.
+    pub fn from_kube<'a>(objects: impl IntoIterator<Item = &'a KubeObject>) -> (Self, Vec<Rejected>) {
         let mut out = Self::default();
         let mut errors = Vec::new();
         let mut seen = BTreeSet::new();
-        for obj in objects {
+        for (index, obj) in objects.into_iter().enumerate() {
             let r = obj.object_ref();
             if !r.name.is_empty() && !seen.insert(r.clone()) {
-                errors.push(ModelError::Invalid {
+                let error = ModelError::Invalid {
                     object: r,
                     field: "metadata.name".into(),
                     message: "defined more than once; the first definition is served".into(),
-                });
+                };
+                errors.push(Rejected { index, error });
                 continue;
             }
             let res = match obj {
@@ -774,8 +787,8 @@ impl Objects {
                 KubeObject::EndpointSlice(s) => EndpointSlice::try_from(&**s).map(|s| out.endpoint_slices.push(s)),
                 KubeObject::Node(n) => Node::try_from(&**n).map(|n| out.nodes.push(n)),
             };
-            if let Err(e) = res {
-                errors.push(e);
+            if let Err(error) = res {
+                errors.push(Rejected { index, error });
             }
         }
         out.services.sort_by(|a, b| a.key.cmp(&b.key));
@@ -982,7 +995,7 @@ status:
         assert_eq!(keys, ["a/a", "default/b"]);
         assert_eq!(o.services[1].type_, ServiceType::ClusterIp, "the first definition wins");
         assert_eq!(errors.len(), 2);
-        assert_eq!(errors[0].field(), "spec.ports[0].port");
-        assert_eq!(errors[1].object().to_string(), "Service default/b");
+        assert_eq!((errors[0].index, errors[0].error.field()), (1, "spec.ports[0].port"));
+        assert_eq!((errors[1].index, errors[1].error.object().to_string()), (3, "Service default/b".into()));
     }
 }

@@ -120,7 +120,11 @@ fn parse_json(path: &Path, text: &str, out: &mut Loaded) {
         match res {
             Ok(value) => handle_document(value, &location, out),
             Err(e) => {
-                out.errors.push(SourceError::Syntax { location, format: "JSON", message: e.to_string() });
+                out.errors.push(SourceError::Syntax {
+                    location: Box::new(location),
+                    format: "JSON",
+                    message: e.to_string(),
+                });
                 break; // a JSON stream cannot be resynchronised after an error
             }
         }
@@ -176,7 +180,11 @@ fn parse_yaml(path: &Path, text: &str, out: &mut Loaded) {
         let location = DocumentLocation { path: path.to_owned(), document: i + 1, line, item: None };
         match serde_yaml_ng::from_str::<Value>(&doc) {
             Ok(value) => handle_document(value, &location, out),
-            Err(e) => out.errors.push(SourceError::Syntax { location, format: "YAML", message: e.to_string() }),
+            Err(e) => out.errors.push(SourceError::Syntax {
+                location: Box::new(location),
+                format: "YAML",
+                message: e.to_string(),
+            }),
         }
     }
 }
@@ -244,13 +252,13 @@ fn handle_document(value: Value, location: &DocumentLocation, out: &mut Loaded) 
 
 fn handle_value(value: Value, location: &DocumentLocation, lists_allowed: bool, out: &mut Loaded) {
     let object_error = |object: String, field: Option<&str>, message: String| SourceError::Object {
-        location: location.clone(),
+        location: Box::new(location.clone()),
         object,
         field: field.map(str::to_owned),
         message,
     };
     if !value.is_object() {
-        out.errors.push(SourceError::NotAnObject { location: location.clone(), found: type_name(&value) });
+        out.errors.push(SourceError::NotAnObject { location: Box::new(location.clone()), found: type_name(&value) });
         return;
     }
     let kind = match value.get("kind") {
@@ -306,7 +314,7 @@ fn handle_items(mut list: Value, location: &DocumentLocation, fill: Option<(&str
         Some(Value::Array(items)) => items,
         Some(other) => {
             out.errors.push(SourceError::Object {
-                location: location.clone(),
+                location: Box::new(location.clone()),
                 object: describe("", &list),
                 field: Some("items".into()),
                 message: format!("{} where a sequence was expected", type_name(&other)),
@@ -332,11 +340,14 @@ fn push_typed<T: serde::de::DeserializeOwned>(
     wrap: impl FnOnce(T) -> KubeObject,
 ) {
     match serde_path_to_error::deserialize::<_, T>(value) {
-        Ok(o) => out.objects.push(wrap(o)),
+        Ok(o) => {
+            out.objects.push(wrap(o));
+            out.locations.push(location.clone());
+        }
         Err(e) => {
             let path = e.path().to_string();
             out.errors.push(SourceError::Object {
-                location: location.clone(),
+                location: Box::new(location.clone()),
                 object,
                 field: (path != ".").then_some(path),
                 message: e.into_inner().to_string(),

@@ -21,6 +21,9 @@ pub use crate::model::KubeObject;
 pub struct Loaded {
     /// Objects in a deterministic order (files by name, documents in file order).
     pub objects: Vec<KubeObject>,
+    /// Where each object of `objects` came from (same index), for messages; empty for
+    /// sources without locations.
+    pub locations: Vec<DocumentLocation>,
     /// What was skipped and why; everything else is in `objects`.
     pub errors: Vec<SourceError>,
 }
@@ -83,7 +86,7 @@ pub enum SourceError {
     #[error("{location}: not valid {format}: {message}; document skipped")]
     Syntax {
         /// Where.
-        location: DocumentLocation,
+        location: Box<DocumentLocation>,
         /// `YAML` or `JSON`.
         format: &'static str,
         /// The parser's message (with the line and column).
@@ -95,7 +98,7 @@ pub enum SourceError {
     )]
     NotAnObject {
         /// Where.
-        location: DocumentLocation,
+        location: Box<DocumentLocation>,
         /// What was found instead, e.g. `a string`.
         found: &'static str,
     },
@@ -103,7 +106,7 @@ pub enum SourceError {
     #[error("{location}: {object}: {}{message}; object skipped", field.as_deref().map(|f| format!("{f}: ")).unwrap_or_default())]
     Object {
         /// Where.
-        location: DocumentLocation,
+        location: Box<DocumentLocation>,
         /// `kind namespace/name` as far as known, e.g. `Service demo/web`.
         object: String,
         /// Path of the offending field (serde's path, e.g. `spec.ports[0].port`), when known.

@@ -1,0 +1,127 @@
+//! Golden tests of the compiler: every case compiles a manifests directory and compares
+//! the JSON that `torii-control compile` would print with `tests/golden/<case>.json`.
+//!
+//! After an intended change, regenerate with `UPDATE_GOLDEN=1 cargo test -p torii-control
+//! --test golden` and review the diff.
+
+use std::path::{Path, PathBuf};
+
+use torii_control::compile::CompileOptions;
+
+fn manifest_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Compiles `dir` and renders it as `torii-control compile` does, with `dir/` stripped
+/// from error messages so that the golden files do not depend on the checkout's path.
+fn render(dir: &Path, node_name: &str, cluster_ips: bool) -> String {
+    let options = CompileOptions { node_name: node_name.to_owned(), cluster_ips };
+    let compiled = torii_control::compile_dir(dir, &options).expect("fixture directory is readable");
+    let json = serde_json::to_string_pretty(&compiled).unwrap() + "\n";
+    json.replace(&format!("{}/", dir.display()), "")
+}
+
+fn check(case: &str, actual: &str) {
+    let path = manifest_dir().join("tests/golden").join(format!("{case}.json"));
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}; run with UPDATE_GOLDEN=1 to create it", path.display()));
+    if expected != actual {
+        let line = expected.lines().zip(actual.lines()).position(|(a, b)| a != b).unwrap_or(0) + 1;
+        panic!(
+            "{case}: output differs from {} (first at line {line}); run with UPDATE_GOLDEN=1 and review the \
+             diff if the change is intended\n--- actual ---\n{actual}",
+            path.display()
+        );
+    }
+}
+
+fn fixture(case: &str) -> PathBuf {
+    manifest_dir().join("tests/fixtures/compile").join(case)
+}
+
+#[test]
+fn demo_manifests() {
+    let dir = manifest_dir().join("../configs/demo");
+    check("demo", &render(&dir, "gateway-1", false));
+    check("demo-cluster-ips", &render(&dir, "gateway-1", true));
+}
+
+#[test]
+fn demo_manifests_are_clean() {
+    let dir = manifest_dir().join("../configs/demo");
+    let options = CompileOptions { node_name: "gateway-1".into(), cluster_ips: false };
+    let c = torii_control::compile_dir(&dir, &options).unwrap();
+    assert!(c.errors.is_empty(), "{:#?}", c.errors);
+    assert!(c.warnings.is_empty(), "{:#?}", c.warnings);
+    assert_eq!(c.frontends.len(), 5);
+}
+
+#[test]
+fn kube_api_fixtures() {
+    check("kube-api-1.28", &render(&fixture("kube-api-1.28"), "gw-1", true));
+}
+
+#[test]
+fn named_target_port() {
+    check("named-target-port", &render(&fixture("named-target-port"), "gw", false));
+}
+
+#[test]
+fn serving_terminating_fallback() {
+    check("serving-terminating", &render(&fixture("serving-terminating"), "gw", false));
+}
+
+#[test]
+fn headless_external_name_and_proxy_ip_mode_skipped() {
+    check("skipped", &render(&fixture("skipped"), "gw", false));
+}
+
+#[test]
+fn node_ports_from_node_addresses() {
+    check("node-port", &render(&fixture("node-port"), "gw", false));
+    check("node-port-no-node", &render(&fixture("node-port-no-node"), "gw", false));
+}
+
+#[test]
+fn cluster_ips_flag() {
+    check("node-port-cluster-ips", &render(&fixture("node-port"), "gw", true));
+}
+
+#[test]
+fn duplicate_front_doors() {
+    check("duplicates", &render(&fixture("duplicates"), "gw", false));
+}
+
+#[test]
+fn traffic_policy_local() {
+    check("traffic-policy-local", &render(&fixture("traffic-policy-local"), "gw", true));
+}
+
+#[test]
+fn session_affinity() {
+    check("session-affinity", &render(&fixture("session-affinity"), "gw", false));
+}
+
+#[test]
+fn invalid_objects_are_skipped_and_the_rest_served() {
+    check("invalid-objects", &render(&fixture("invalid-objects"), "gw", false));
+}
+
+#[test]
+fn compile_is_deterministic_whatever_the_input_order() {
+    use torii_control::model::Objects;
+    use torii_control::source::files::load_dir;
+    let mut loaded = load_dir(&fixture("kube-api-1.28")).unwrap();
+    let options = CompileOptions { node_name: "gw-1".into(), cluster_ips: true };
+    let (objects, _) = Objects::from_kube(&loaded.objects);
+    let forward = torii_control::compile::compile(&objects, &options);
+    loaded.objects.reverse();
+    let (objects, _) = Objects::from_kube(&loaded.objects);
+    let reversed = torii_control::compile::compile(&objects, &options);
+    assert_eq!(forward, reversed);
+    assert_eq!(forward.to_table_spec(), reversed.to_table_spec());
+}
