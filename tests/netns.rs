@@ -22,8 +22,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 use torii_integration::{
-    curl_get, curl_get_timeout, netns_unavailable, print_skipped, repo_root, require_tools, tcp_connect_timed,
-    udp_connected, Binaries, Harness, HttpConn, ECHO_BACKEND, NODE_IP, NODE_PORT, REJECT_VIP, WEB_BACKENDS, WEB_VIP,
+    curl_get, curl_get_timeout, netns_unavailable, output_with_timeout, print_skipped, repo_root, require_tools,
+    tcp_connect_timed, udp_connected, Binaries, Harness, HttpConn, ECHO_BACKEND, NODE_IP, NODE_PORT, REJECT_VIP,
+    WEB_BACKENDS, WEB_VIP,
 };
 
 /// How long the gateway may take, after start, to serve its first request.
@@ -397,11 +398,12 @@ fn control_compile_prints_demo_front_doors() -> Result<()> {
             (k.trim() == "node_name").then(|| v.trim().trim_matches('"').to_string())
         })
         .context("configs/gateway.toml has no node_name")?;
-    let out = Command::new(&bins.control)
-        .args(["compile", "--manifests", "configs/demo", "--node-name", &node_name])
-        .current_dir(&root)
-        .output()
-        .context("run torii-control compile")?;
+    let out = output_with_timeout(
+        Command::new(&bins.control)
+            .args(["compile", "--manifests", "configs/demo", "--node-name", &node_name])
+            .current_dir(&root),
+        Duration::from_secs(30),
+    )?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let shown = |s: &str| s.chars().take(6000).collect::<String>();

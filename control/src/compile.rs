@@ -251,7 +251,9 @@ fn candidates(slices: &[&EndpointSlice], port: &ServicePort, ipv4: bool, node_na
         };
         for ep in &slice.endpoints {
             let local = ep.node_name.as_deref() == Some(node_name);
-            for &ip in ep.addresses.iter().filter(|ip| ip.is_ipv4() == ipv4) {
+            // kube-proxy uses only an endpoint's first address (the EndpointSlice API says
+            // consumers must use the first; the others are reserved for future use).
+            for &ip in ep.addresses.first().filter(|ip| ip.is_ipv4() == ipv4) {
                 out.push(Candidate {
                     backend: Backend { ip, port: number },
                     ready: ep.ready,

@@ -273,7 +273,7 @@ fn handle_ipv4(now: u64, frame: &mut [u8], len: usize, meta: &Meta, table: &Tabl
         }
         (ip.src_addr(), ip.dst_addr(), ip.next_header(), ip.hop_limit(), ip.header_len(), usize::from(ip.total_len()))
     };
-    let l4 = ETH + usize::from(ihl)..ETH + total;
+    let l4 = ETH + ihl..ETH + total;
     let (sport, dport, tcp_flags) = match proto {
         IpProtocol::Tcp => match TcpPacket::new_checked(&frame[l4.clone()]) {
             Ok(t) => (t.src_port(), t.dst_port(), t.flags()),
@@ -485,7 +485,7 @@ fn reject(frame: &mut [u8], meta: &Meta, st: &mut WorkerState, eth_len: usize) -
 fn build_reject(frame: &mut [u8], len: usize, mac: MacAddr, eth: usize) -> Option<usize> {
     let (src, dst, proto, ihl, total) = {
         let ip = Ipv4Packet::new_checked(&frame[eth..len]).ok()?;
-        (ip.src_addr(), ip.dst_addr(), ip.next_header(), usize::from(ip.header_len()), usize::from(ip.total_len()))
+        (ip.src_addr(), ip.dst_addr(), ip.next_header(), ip.header_len(), usize::from(ip.total_len()))
     };
     {
         let mut e = EthernetFrame::new_unchecked(&mut frame[..eth]);
@@ -508,7 +508,7 @@ fn build_reject(frame: &mut [u8], len: usize, mac: MacAddr, eth: usize) -> Optio
         let (rst_seq, rst_ack, rst_flags) = if flags.contains(TcpFlags::ACK) {
             (ack, 0, TcpFlags::RST)
         } else {
-            (0, seq.wrapping_add(seg_len as u32), TcpFlags(TcpFlags::RST.0 | TcpFlags::ACK.0))
+            (0, seq.wrapping_add(seg_len), TcpFlags(TcpFlags::RST.0 | TcpFlags::ACK.0))
         };
         let out = &mut frame[eth..eth + 40];
         Ipv4Packet::new_unchecked(&mut out[..]).fill_header(dst, src, IpProtocol::Tcp, 20, ORIGINATED_TTL);

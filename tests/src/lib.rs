@@ -788,6 +788,52 @@ impl Drop for Harness {
     }
 }
 
+/// Runs `cmd` to completion like [`Command::output`], but kills it after `timeout`.
+///
+/// # Errors
+/// When it cannot be started, or did not finish within `timeout` (with what it printed).
+pub fn output_with_timeout(cmd: &mut Command, timeout: Duration) -> Result<std::process::Output> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("start {cmd:?}"))?;
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let stdout = stdout.join().unwrap_or_default();
+    let stderr = stderr.join().unwrap_or_default();
+    match status {
+        Some(status) => Ok(std::process::Output { status, stdout, stderr }),
+        None => bail!(
+            "{cmd:?} did not finish within {timeout:?}; killed it.\nstdout:\n{}\nstderr:\n{}",
+            String::from_utf8_lossy(&stdout),
+            String::from_utf8_lossy(&stderr)
+        ),
+    }
+}
+
 /// `bash scripts/topology ACTION PREFIX`.
 ///
 /// # Errors
@@ -809,4 +855,63 @@ pub fn run_topology(action: &str, prefix: &str) -> Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The manifest edit of step 5, on the real demo manifests: only the web slice
+    /// loses the endpoint, everything else survives the rewrite, undo restores the file.
+    #[test]
+    fn remove_endpoint_from_demo_web_slice_and_undo() -> Result<()> {
+        let dir = std::env::temp_dir().join(format!("torii-manifest-edit-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let manifests = Manifests::copy(&repo_root().join("configs/demo"), &dir.join("manifests"))?;
+        let edit = manifests.remove_endpoint("demo", "web", Ipv4Addr::new(10, 70, 0, 12))?;
+        let edited = fs::read_to_string(&edit.path)?;
+        let docs = parse_documents(&edited, false)?;
+
+        let slice_ips = |service: &str| -> Vec<String> {
+            let slice = docs
+                .iter()
+                .find(|d| {
+                    d.get("kind").and_then(|k| k.as_str()) == Some("EndpointSlice")
+                        && d.get("metadata")
+                            .and_then(|m| m.get("labels"))
+                            .and_then(|l| l.get("kubernetes.io/service-name"))
+                            .and_then(|s| s.as_str())
+                            == Some(service)
+                })
+                .unwrap_or_else(|| panic!("no slice of {service} in {}:\n{edited}", edit.path.display()));
+            slice["endpoints"]
+                .as_sequence()
+                .expect("endpoints")
+                .iter()
+                .map(|ep| ep["addresses"][0].as_str().expect("address").to_string())
+                .collect()
+        };
+        assert_eq!(slice_ips("web"), ["10.70.0.11", "10.70.0.13"], "edited file:\n{edited}");
+        let services = docs.iter().filter(|d| d.get("kind").and_then(|k| k.as_str()) == Some("Service")).count();
+        assert!(services >= 1, "Services lost in the rewrite:\n{edited}");
+        // The NodePort Service's own slice (another file) is untouched.
+        let np = fs::read_to_string(manifests.dir().join("nodeport.yaml"))?;
+        assert!(np.contains("10.70.0.12"));
+
+        // Removing it twice finds nothing to remove.
+        assert!(manifests.remove_endpoint("demo", "web", Ipv4Addr::new(10, 70, 0, 12)).is_err());
+
+        manifests.undo(&edit)?;
+        assert_eq!(fs::read_to_string(&edit.path)?, edit.original);
+        fs::remove_dir_all(&dir)?;
+        Ok(())
+    }
+
+    #[test]
+    fn strip_ansi_removes_colour_codes() {
+        assert_eq!(
+            strip_ansi("\u{1b}[2m2026\u{1b}[0m \u{1b}[32m INFO\u{1b}[0m driver=af_packet"),
+            "2026  INFO driver=af_packet"
+        );
+    }
 }
