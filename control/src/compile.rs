@@ -253,7 +253,7 @@ fn candidates(slices: &[&EndpointSlice], port: &ServicePort, ipv4: bool, node_na
             let local = ep.node_name.as_deref() == Some(node_name);
             // kube-proxy uses only an endpoint's first address (the EndpointSlice API says
             // consumers must use the first; the others are reserved for future use).
-            for &ip in ep.addresses.first().filter(|ip| ip.is_ipv4() == ipv4) {
+            if let Some(&ip) = ep.addresses.first().filter(|ip| ip.is_ipv4() == ipv4) {
                 out.push(Candidate {
                     backend: Backend { ip, port: number },
                     ready: ep.ready,

@@ -107,13 +107,16 @@ pub fn netns_unavailable(prefix: &str) -> Option<String> {
     }
 }
 
-/// Prints a loud skip banner on stderr (the test then returns successfully).
+/// Prints a loud skip banner on stderr (the test then returns successfully). It is
+/// written to the process's stderr directly, past libtest's output capture, so that
+/// `cargo test` shows it; nextest shows it with `--success-output immediate`.
 pub fn print_skipped(test: &str, reason: &str) {
-    eprintln!();
-    eprintln!("################################################################");
-    eprintln!("SKIPPED: {test}: {reason}");
-    eprintln!("################################################################");
-    eprintln!();
+    let banner = format!(
+        "\n################################################################\n\
+         SKIPPED: {test}: {reason}\n\
+         ################################################################\n\n"
+    );
+    let _ = io::stderr().write_all(banner.as_bytes());
 }
 
 /// Fails unless the command-line tools the topology and the tests use are installed.
