@@ -12,6 +12,7 @@
 //! - [`io`] and [`worker`]: the drivers (AF_PACKET) and the poll loop around the core.
 //! - [`config`]: the gateway host's TOML configuration.
 
+pub mod affinity;
 pub mod config;
 pub mod conntrack;
 pub mod counters;

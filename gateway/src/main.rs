@@ -14,8 +14,7 @@ use torii_gateway::host::Host;
 use torii_gateway::io::af_packet::{AfPacketSocket, RingConfig};
 use torii_gateway::io::af_packet_io::AfPacketIo;
 use torii_gateway::io::fanout;
-use torii_gateway::neighbour::Neighbours;
-use torii_gateway::pipeline::WorkerState;
+use torii_gateway::pipeline::{Shared, WorkerState};
 use torii_gateway::table::shm::StateRegion;
 use torii_gateway::table::Table;
 use torii_gateway::wire::MacAddr;
@@ -80,9 +79,9 @@ fn run_af_packet(config: &Config) -> Result<()> {
         tracing::info!(interface = %iface.name, %mac, addresses = ?addrs, "interface");
     }
     let host = Arc::new(Host::new(config, &macs));
-    let neighbours = Arc::new(Neighbours::new(4096));
+    let shared = Shared::new(4096, config.conntrack.capacity * workers);
     for n in &config.neighbours {
-        neighbours.learn(n.address, MacAddr(n.mac), u64::MAX);
+        shared.neighbours.learn(n.address, MacAddr(n.mac), u64::MAX);
     }
     let region = Arc::new(
         StateRegion::open(&config.shm_dir)
@@ -115,14 +114,7 @@ fn run_af_packet(config: &Config) -> Result<()> {
     let exports: Vec<Arc<Mutex<Counters>>> = (0..workers).map(|_| Arc::default()).collect();
     let mut threads = Vec::new();
     for (w, socks) in sockets.into_iter().enumerate() {
-        let state = WorkerState::new(
-            w,
-            workers,
-            Arc::clone(&host),
-            Arc::clone(&neighbours),
-            config.conntrack.capacity,
-            seed(w),
-        );
+        let state = WorkerState::new(w, workers, Arc::clone(&host), &shared, config.conntrack.capacity, seed(w));
         let worker = Worker {
             state,
             tables: Arc::clone(&tables),

@@ -32,6 +32,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
+use crate::affinity::{self, Affinity, Sticky};
 use crate::conntrack::{Conntrack, Direction, Flow, FlowKey, InsertError};
 use crate::counters::{Counters, DropReason};
 use crate::host::Host;
@@ -39,7 +40,8 @@ use crate::maglev;
 use crate::nat::{self, Rewrite};
 use crate::neighbour::Neighbours;
 use crate::snat::SnatPorts;
-use crate::table::{layout, Table};
+use crate::table::layout::{self, Backend};
+use crate::table::{ServiceRef, Table};
 use crate::wire::checksum;
 use crate::wire::icmpv4::DST_UNREACHABLE_PORT;
 use crate::wire::{
@@ -106,6 +108,23 @@ struct Pending {
 
 const PENDING_SLOTS: usize = 64;
 
+/// The state all workers share: written rarely (ARP traffic, new flows of Services with
+/// session affinity), read without locks where it is on every packet's path.
+#[derive(Debug)]
+pub struct Shared {
+    /// IPv4 address → MAC.
+    pub neighbours: Arc<Neighbours>,
+    /// `sessionAffinity: ClientIP` choices.
+    pub affinity: Arc<Affinity>,
+}
+
+impl Shared {
+    /// Shared state sized for `neighbours` next hops and `affinity` (client, Service) pairs.
+    pub fn new(neighbours: usize, affinity: usize) -> Self {
+        Self { neighbours: Arc::new(Neighbours::new(neighbours)), affinity: Arc::new(Affinity::new(affinity)) }
+    }
+}
+
 /// A worker's private state: its conntrack, SNAT ports, counters, pending ARP resolutions,
 /// and shared read-only views of the host and the neighbour table.
 pub struct WorkerState {
@@ -115,6 +134,8 @@ pub struct WorkerState {
     pub host: Arc<Host>,
     /// The neighbour table shared by all workers.
     pub neighbours: Arc<Neighbours>,
+    /// `sessionAffinity: ClientIP` choices, shared by all workers.
+    pub affinity: Arc<Affinity>,
     /// This worker's flows.
     pub conntrack: Conntrack,
     /// This worker's SNAT ports.
@@ -133,14 +154,7 @@ impl std::fmt::Debug for WorkerState {
 impl WorkerState {
     /// State for worker `worker` of `workers`, with a conntrack of `capacity` flows.
     /// Allocates everything the packet path will use.
-    pub fn new(
-        worker: usize,
-        workers: usize,
-        host: Arc<Host>,
-        neighbours: Arc<Neighbours>,
-        capacity: usize,
-        seed: u64,
-    ) -> Self {
+    pub fn new(worker: usize, workers: usize, host: Arc<Host>, shared: &Shared, capacity: usize, seed: u64) -> Self {
         let (min, max) = host.snat_ports;
         let snat = SnatPorts::new(worker, workers, min, max, host.snat_addresses.len());
         Self {
@@ -148,7 +162,8 @@ impl WorkerState {
             conntrack: Conntrack::new(capacity, seed),
             snat,
             host,
-            neighbours,
+            neighbours: Arc::clone(&shared.neighbours),
+            affinity: Arc::clone(&shared.affinity),
             counters: Counters::default(),
             pending: [Pending::default(); PENDING_SLOTS],
         }
@@ -399,8 +414,7 @@ fn new_flow(
         return Err(Verdict::Drop(DropReason::NoConntrack));
     }
     let service = table.service(fe.service).ok_or(Verdict::Drop(DropReason::NoFrontend))?;
-    let hash = maglev::flow_hash_v4(key.protocol, key.src_addr, key.src_port, key.dst_addr, key.dst_port);
-    let Some(backend) = service.pick(hash) else {
+    let Some(backend) = choose_backend(now, &service, &key, st) else {
         return Err(reject(frame, meta, st, eth_len));
     };
     let IpAddr::V4(backend_ip) = layout::addr_from16(backend.addr) else {
@@ -445,6 +459,35 @@ fn new_flow(
             }))
         }
     }
+}
+
+/// The endpoint for a new flow: with `sessionAffinity: ClientIP`, the one this client was
+/// last sent to if it is still an endpoint and the affinity has not timed out, else the
+/// ring slot of the client's address (so every worker and every gateway agrees); without
+/// affinity, the ring slot of the flow's 5-tuple hash (Maglev §3.4).
+#[inline]
+fn choose_backend<'s>(now: u64, service: &'s ServiceRef<'_>, key: &FlowKey, st: &WorkerState) -> Option<&'s Backend> {
+    if service.affinity_timeout_s == 0 {
+        let hash = maglev::flow_hash_v4(key.protocol, key.src_addr, key.src_port, key.dst_addr, key.dst_port);
+        return service.pick(hash);
+    }
+    let client = IpAddr::V4(key.src_addr);
+    let client16 = layout::addr16(client);
+    let skey = affinity::service_key(service.name);
+    let remembered =
+        st.affinity.lookup(skey, client16, now).and_then(|s| find_backend(service.backends, s.addr, s.port));
+    let backend = remembered.or_else(|| service.pick(maglev::client_hash(client)))?;
+    let expires_ns = now.saturating_add(u64::from(service.affinity_timeout_s) * 1_000_000_000);
+    st.affinity.record(skey, client16, Sticky { addr: backend.addr, port: backend.port.get(), expires_ns }, now);
+    Some(backend)
+}
+
+/// The endpoint `addr:port` among `backends` (sorted by address, then port, as the table
+/// builder lays them out).
+#[inline]
+fn find_backend(backends: &[Backend], addr: [u8; 16], port: u16) -> Option<&Backend> {
+    let key = (u128::from_be_bytes(addr), port);
+    backends.binary_search_by_key(&key, |b| (u128::from_be_bytes(b.addr), b.port.get())).ok().map(|i| &backends[i])
 }
 
 /// The resolved MAC of `hop`, queueing a (re)resolution when missing or old.

@@ -34,10 +34,14 @@ fn to_gw() -> L2 {
 }
 
 fn table(web_backends: &[&str]) -> Table {
+    table_with_affinity(web_backends, None)
+}
+
+fn table_with_affinity(web_backends: &[&str], affinity_timeout_s: Option<u32>) -> Table {
     let web = ServiceSpec {
         name: "demo/web:http".into(),
         backends: web_backends.iter().map(|a| BackendSpec { addr: a.parse().unwrap(), port: 8080 }).collect(),
-        affinity_timeout_s: None,
+        affinity_timeout_s,
     };
     let echo = ServiceSpec {
         name: "demo/echo:echo".into(),
@@ -67,11 +71,11 @@ fn table(web_backends: &[&str]) -> Table {
 fn state(worker: usize, workers: usize) -> WorkerState {
     let config = Config::embedded_default();
     let host = Arc::new(Host::new(&config, &[GW_FRONT_MAC, GW_BACK_MAC]));
-    let neighbours = Arc::new(Neighbours::new(64));
+    let shared = Shared::new(64, 1024);
     for last in [11u8, 12, 13, 21] {
-        neighbours.learn(Ipv4Addr::new(10, 70, 0, last), backend_mac(last), 0);
+        shared.neighbours.learn(Ipv4Addr::new(10, 70, 0, last), backend_mac(last), 0);
     }
-    WorkerState::new(worker, workers, host, neighbours, 1024, 7)
+    WorkerState::new(worker, workers, host, &shared, 1024, 7)
 }
 
 /// Runs `process` on `input`, returning the verdict and the output frame.
@@ -393,6 +397,61 @@ fn tcp_timeouts_follow_the_handshake_and_close() {
     let rst = frames::tcp(to_gw(), CLIENT, (VIP, 80), TcpFlags::RST, 2, 0, &[], 64);
     run(2 * SEC, &rst, FRONT, &t, &mut st);
     assert_eq!(st.conntrack.get(id).deadline, 2 * SEC + to.tcp_transitory_ns);
+}
+
+#[test]
+fn client_ip_affinity_holds_across_connections_and_workers_until_it_times_out() {
+    let t = table_with_affinity(&["10.70.0.11", "10.70.0.12", "10.70.0.13"], Some(60));
+    let shared = Shared::new(64, 1024);
+    for last in [11u8, 12, 13, 21] {
+        shared.neighbours.learn(Ipv4Addr::new(10, 70, 0, last), backend_mac(last), 0);
+    }
+    let host = Arc::new(Host::new(&Config::embedded_default(), &[GW_FRONT_MAC, GW_BACK_MAC]));
+    let mut workers: Vec<WorkerState> =
+        (0..2).map(|w| WorkerState::new(w, 2, Arc::clone(&host), &shared, 1024, 7)).collect();
+    // Many clients: each one's connections (on either worker) all reach one endpoint.
+    let mut per_client = std::collections::HashMap::new();
+    for client in 1..=40u8 {
+        let src = Ipv4Addr::new(198, 51, 100, client);
+        for port in 0..6u16 {
+            let syn = frames::tcp(to_gw(), (src, 30000 + port), (VIP, 80), TcpFlags::SYN, 1, 0, &[], 64);
+            let (v, out) = run(SEC * u64::from(port), &syn, FRONT, &t, &mut workers[usize::from(port % 2)]);
+            assert!(matches!(v, Verdict::Transmit { .. }), "{v:?}");
+            let b = backend_of(&out);
+            assert_eq!(*per_client.entry(client).or_insert(b), b, "client {src} moved");
+        }
+    }
+    let used: std::collections::HashSet<_> = per_client.values().collect();
+    assert_eq!(used.len(), 3, "clients spread over the endpoints: {per_client:?}");
+
+    // The affinity outlives table changes while its endpoint stays, even if others join.
+    let client = Ipv4Addr::new(198, 51, 100, 1);
+    let first = per_client[&1];
+    let bigger = table_with_affinity(&["10.70.0.11", "10.70.0.12", "10.70.0.13", "10.70.0.14", "10.70.0.15"], Some(60));
+    for port in 100..110u16 {
+        let syn = frames::tcp(to_gw(), (client, 30000 + port), (VIP, 80), TcpFlags::SYN, 1, 0, &[], 64);
+        let (_, out) = run(10 * SEC, &syn, FRONT, &bigger, &mut workers[0]);
+        assert_eq!(backend_of(&out), first);
+    }
+    // When its endpoint leaves, the client is placed anew, and stays there.
+    let others: Vec<String> =
+        ["10.70.0.11", "10.70.0.12", "10.70.0.13"].iter().filter(|a| ip(a) != first).map(|a| a.to_string()).collect();
+    let smaller = table_with_affinity(&others.iter().map(String::as_str).collect::<Vec<_>>(), Some(60));
+    let mut after = None;
+    for port in 200..206u16 {
+        let syn = frames::tcp(to_gw(), (client, 30000 + port), (VIP, 80), TcpFlags::SYN, 1, 0, &[], 64);
+        let (_, out) = run(20 * SEC, &syn, FRONT, &smaller, &mut workers[usize::from(port % 2)]);
+        let b = backend_of(&out);
+        assert_ne!(b, first);
+        assert_eq!(*after.get_or_insert(b), b);
+    }
+    // 60 s after the client's last new connection, the affinity is gone: the choice is by
+    // the ring again, which for this client may or may not be the same endpoint, but the
+    // table no longer holds it.
+    let skey = crate::affinity::service_key("demo/web:http");
+    let c16 = layout::addr16(IpAddr::V4(client));
+    assert!(shared.affinity.lookup(skey, c16, 79 * SEC).is_some());
+    assert!(shared.affinity.lookup(skey, c16, 81 * SEC).is_none());
 }
 
 proptest::proptest! {
