@@ -16,7 +16,7 @@
 //! client is placed anew.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 use std::sync::Mutex;
 
 const SHARDS: usize = 64;
@@ -81,9 +81,7 @@ impl Affinity {
     }
 
     fn shard(&self, key: &Key) -> &Mutex<Shard> {
-        let mut h = self.hasher.build_hasher();
-        key.hash(&mut h);
-        &self.shards[(h.finish() as usize) % SHARDS]
+        &self.shards[(self.hasher.hash_one(key) as usize) % SHARDS]
     }
 
     /// The endpoint `client` was last sent to for `service`, if that has not expired at `now`.
@@ -141,7 +139,7 @@ mod tests {
             c[..4].copy_from_slice(&i.to_be_bytes());
             stored += usize::from(a.record(svc, c, sticky(1, 10), 0));
         }
-        assert!(stored >= 4 * SHARDS / 2 && stored <= 4 * SHARDS, "{stored}");
+        assert!((4 * SHARDS / 2..=4 * SHARDS).contains(&stored), "{stored}");
         // Once they expired, there is room again.
         assert!(a.record(svc, [0xff; 16], sticky(2, 100), 50));
     }
