@@ -125,6 +125,8 @@ pub struct Counters {
     pub new_flows: u64,
     /// Flows removed by idle expiry.
     pub expired_flows: u64,
+    /// Flows ended because their endpoint left the Service (TCP: RST sent; UDP: re-steered).
+    pub endpoint_gone: u64,
     /// TCP RSTs and ICMP port unreachables sent for front doors without endpoints.
     pub rejected: u64,
     /// ARP replies sent for own addresses and VIPs.
@@ -159,6 +161,7 @@ impl Counters {
         self.forwarded_reply += other.forwarded_reply;
         self.new_flows += other.new_flows;
         self.expired_flows += other.expired_flows;
+        self.endpoint_gone += other.endpoint_gone;
         self.rejected += other.rejected;
         self.arp_replies += other.arp_replies;
         self.arp_requests += other.arp_requests;
@@ -174,13 +177,14 @@ impl std::fmt::Display for Counters {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "rx={} tx={} fwd={} rev={} new_flows={} expired={} rejected={} arp_replies={} arp_requests={} echo={}",
+            "rx={} tx={} fwd={} rev={} new_flows={} expired={} endpoint_gone={} rejected={} arp_replies={} arp_requests={} echo={}",
             self.rx_frames,
             self.tx_frames,
             self.forwarded_original,
             self.forwarded_reply,
             self.new_flows,
             self.expired_flows,
+            self.endpoint_gone,
             self.rejected,
             self.arp_replies,
             self.arp_requests,

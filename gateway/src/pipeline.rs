@@ -313,6 +313,25 @@ fn handle_ipv4(now: u64, frame: &mut [u8], len: usize, meta: &Meta, table: &Tabl
             hit = None;
         }
     }
+    if let Some((id, Direction::Original)) = hit {
+        let flow = st.conntrack.get(id);
+        if flow.table_generation != table.generation() as u32 {
+            if endpoint_still_serves(table, flow) {
+                st.conntrack.get_mut(id).table_generation = table.generation() as u32;
+            } else {
+                // The endpoint left its Service (DESIGN.md "Failure semantics"): a TCP
+                // client gets a RST so it fails fast instead of hanging; anything else is
+                // steered anew by this very packet.
+                let old = st.conntrack.remove(id);
+                release_snat(st, &old);
+                st.counters.endpoint_gone += 1;
+                if proto == IpProtocol::Tcp {
+                    return reject(frame, meta, st, ETH);
+                }
+                hit = None;
+            }
+        }
+    }
     let (id, dir) = match hit {
         Some(h) => h,
         None => {
@@ -442,6 +461,7 @@ fn new_flow(
         service: fe.service,
         tcp_state: 0,
         seen_reply: false,
+        table_generation: table.generation() as u32,
         deadline: now,
     };
     match st.conntrack.insert(flow) {
@@ -480,6 +500,17 @@ fn choose_backend<'s>(now: u64, service: &'s ServiceRef<'_>, key: &FlowKey, st: 
     let expires_ns = now.saturating_add(u64::from(service.affinity_timeout_s) * 1_000_000_000);
     st.affinity.record(skey, client16, Sticky { addr: backend.addr, port: backend.port.get(), expires_ns }, now);
     Some(backend)
+}
+
+/// Whether the endpoint of `flow` is still an endpoint of the front door the flow entered by.
+fn endpoint_still_serves(table: &Table, flow: &Flow) -> bool {
+    let o = &flow.original;
+    let Some(service) =
+        table.frontend(IpAddr::V4(o.dst_addr), o.protocol, o.dst_port).and_then(|f| table.service(f.service))
+    else {
+        return false;
+    };
+    find_backend(service.backends, layout::addr16(IpAddr::V4(flow.reply.src_addr)), flow.reply.src_port).is_some()
 }
 
 /// The endpoint `addr:port` among `backends` (sorted by address, then port, as the table

@@ -77,6 +77,7 @@
 //!     service: 7,
 //!     tcp_state: 0,
 //!     seen_reply: false,
+//!     table_generation: 0,
 //!     deadline: 30_000_000_000,
 //! };
 //! let id = ct.insert(flow).unwrap();
@@ -188,6 +189,9 @@ pub struct Flow {
     pub tcp_state: u8,
     /// Set by the pipeline once the reply direction has been seen.
     pub seen_reply: bool,
+    /// Low 32 bits of the table generation against which the pipeline last checked that
+    /// this flow's endpoint is still an endpoint of its front door; opaque to conntrack.
+    pub table_generation: u32,
     /// Idle deadline, nanoseconds of the caller's monotonic clock: the flow is expired when
     /// `now >= deadline`.
     pub deadline: u64,
@@ -205,6 +209,7 @@ const VACANT_FLOW: Flow = Flow {
     service: NO_FREE,
     tcp_state: 0,
     seen_reply: false,
+    table_generation: 0,
     deadline: 0,
 };
 

@@ -25,6 +25,7 @@ fn flow(original: FlowKey, reply: FlowKey, deadline: u64) -> Flow {
         service: 42,
         tcp_state: 0,
         seen_reply: false,
+        table_generation: 0,
         deadline,
     }
 }

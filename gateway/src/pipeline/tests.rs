@@ -59,13 +59,17 @@ fn table_with_affinity(web_backends: &[&str], affinity_timeout_s: Option<u32>) -
     let spec = TableSpec {
         frontends: vec![
             fe(VIP, Protocol::Tcp, 80, 0),
+            fe(VIP, Protocol::Udp, 80, 0),
             fe(VIP, Protocol::Udp, 7, 1),
             fe(EMPTY_VIP, Protocol::Tcp, 80, 2),
             fe(EMPTY_VIP, Protocol::Udp, 9, 2),
         ],
         services: vec![web, echo, empty],
     };
-    Table::new(crate::table::Storage::Owned(build(&spec, 1).unwrap())).unwrap()
+    // Every table a new generation, as the control plane publishes them.
+    static GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let generation = GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Table::new(crate::table::Storage::Owned(build(&spec, generation).unwrap())).unwrap()
 }
 
 fn state(worker: usize, workers: usize) -> WorkerState {
@@ -180,9 +184,9 @@ fn tcp_flow_is_translated_both_ways_and_keeps_its_backend() {
     );
     assert_eq!(run(SEC, &syn_ack, BACK, &t, &mut st), (tx(FRONT, &want_back), want_back));
 
-    // Later segments, even after the table changes and drops the backend, keep it:
-    // conntrack stores the backend, not a table index.
-    let t2 = table(&["10.70.0.99"]);
+    // Later segments keep their endpoint across table changes that keep it, whatever else
+    // changes: conntrack stores the endpoint, not a table index.
+    let t2 = table(&[&backend.to_string(), "10.70.0.99"]);
     let data = frames::tcp(to_gw(), CLIENT, (VIP, 80), TcpFlags::ACK, 1001, 5001, b"GET / HTTP/1.1\r\n\r\n", 64);
     let (v, out) = run(2 * SEC, &data, FRONT, &t2, &mut st);
     assert!(matches!(v, Verdict::Transmit { iface: BACK, .. }));
@@ -452,6 +456,47 @@ fn client_ip_affinity_holds_across_connections_and_workers_until_it_times_out() 
     let c16 = layout::addr16(IpAddr::V4(client));
     assert!(shared.affinity.lookup(skey, c16, 79 * SEC).is_some());
     assert!(shared.affinity.lookup(skey, c16, 81 * SEC).is_none());
+}
+
+#[test]
+fn a_removed_endpoint_resets_tcp_and_resteers_udp() {
+    let t = table(&["10.70.0.11", "10.70.0.12", "10.70.0.13"]);
+    let mut st = state(0, 1);
+    // One TCP and one UDP flow per client port; remember their endpoints.
+    let mut tcp_flows = Vec::new();
+    let mut udp_flows = Vec::new();
+    for port in 0..30u16 {
+        let c = (CLIENT.0, 20000 + port);
+        let (_, out) = run(0, &frames::tcp(to_gw(), c, (VIP, 80), TcpFlags::SYN, 1, 0, &[], 64), FRONT, &t, &mut st);
+        tcp_flows.push((c, backend_of(&out)));
+        let (_, out) = run(0, &frames::udp(to_gw(), c, (VIP, 80), b"a", 64), FRONT, &t, &mut st);
+        udp_flows.push((c, backend_of(&out)));
+    }
+    let gone = ip("10.70.0.12");
+    let t2 = table(&["10.70.0.11", "10.70.0.13"]);
+    for (c, b) in tcp_flows {
+        let ack = frames::tcp(to_gw(), c, (VIP, 80), TcpFlags::ACK, 2, 777, b"more", 64);
+        let (v, out) = run(SEC, &ack, FRONT, &t2, &mut st);
+        if b == gone {
+            // RFC 9293 § 3.10.7.1: the segment carries an ACK, so the RST's SEQ is its ACK.
+            let want = rst((VIP, 80), c, TcpFlags::RST, 777, 0);
+            assert_eq!((v, out), (tx(FRONT, &want), want), "flow of {c:?} to the removed endpoint");
+        } else {
+            assert_eq!(backend_of(&out), b, "flow of {c:?} to a surviving endpoint is undisturbed");
+        }
+    }
+    let (udp_gone, udp_kept): (Vec<_>, Vec<_>) = udp_flows.into_iter().partition(|(_, b)| *b == gone);
+    assert!(!udp_gone.is_empty());
+    for (c, b) in udp_kept.into_iter().chain(udp_gone.iter().copied()) {
+        let (v, out) = run(SEC, &frames::udp(to_gw(), c, (VIP, 80), b"b", 64), FRONT, &t2, &mut st);
+        assert!(matches!(v, Verdict::Transmit { iface: BACK, .. }), "{v:?}");
+        let now = backend_of(&out);
+        assert_ne!(now, gone);
+        if b != gone {
+            assert_eq!(now, b);
+        }
+    }
+    assert!(st.counters.endpoint_gone > 0);
 }
 
 proptest::proptest! {
