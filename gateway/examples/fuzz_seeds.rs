@@ -1,0 +1,89 @@
+//! Writes the seed corpora of the fuzz targets in `gateway/fuzz/`: valid frames of every
+//! kind the pipeline handles (as `pipeline_process` records) and a valid table snapshot.
+//!
+//! `cargo run -p torii-gateway --example fuzz_seeds` (from the repository root).
+
+use std::net::Ipv4Addr;
+use std::path::Path;
+
+use torii_gateway::frames::{self, L2};
+use torii_gateway::table::{build, BackendSpec, FrontendKind, FrontendSpec, Protocol, ServiceSpec, TableSpec};
+use torii_gateway::wire::{ArpOperation, MacAddr, TcpFlags};
+
+fn record(iface: u8, frame: &[u8]) -> Vec<u8> {
+    let mut r = vec![iface, (frame.len() >> 8) as u8, frame.len() as u8];
+    r.extend_from_slice(frame);
+    r
+}
+
+fn main() -> std::io::Result<()> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus");
+    let gw_front = MacAddr([2, 0, 0, 0, 0xf0, 1]);
+    let gw_back = MacAddr([2, 0, 0, 0, 0xf0, 2]);
+    let client_mac = MacAddr([2, 0, 0, 0, 0xc0, 1]);
+    let web_mac = MacAddr([2, 0, 0, 0, 0xb0, 11]);
+    let to_gw = L2 { src: client_mac, dst: gw_front };
+    let from_web = L2 { src: web_mac, dst: gw_back };
+    let client = (Ipv4Addr::new(198, 51, 100, 10), 40000);
+    let vip = Ipv4Addr::new(203, 0, 113, 10);
+    let snat = Ipv4Addr::new(10, 70, 0, 1);
+    let web = Ipv4Addr::new(10, 70, 0, 11);
+
+    let seeds: Vec<(&str, Vec<u8>)> = vec![
+        ("tcp-syn", record(0, &frames::tcp(to_gw, client, (vip, 80), TcpFlags::SYN, 1, 0, &[], 64))),
+        (
+            "tcp-flow",
+            [
+                record(0, &frames::tcp(to_gw, client, (vip, 80), TcpFlags::SYN, 1, 0, &[], 64)),
+                record(1, &frames::tcp(from_web, (web, 8080), (snat, 1024), TcpFlags::SYN | TcpFlags::ACK, 9, 2, &[], 64)),
+                record(0, &frames::tcp(to_gw, client, (vip, 80), TcpFlags::ACK, 2, 10, b"GET / HTTP/1.1\r\n\r\n", 64)),
+                record(0, &frames::tcp(to_gw, client, (vip, 80), TcpFlags::FIN | TcpFlags::ACK, 20, 10, &[], 64)),
+            ]
+            .concat(),
+        ),
+        ("udp", record(0, &frames::udp(to_gw, client, (vip, 7), b"ping", 64))),
+        ("udp-reject", record(0, &frames::udp(to_gw, client, (Ipv4Addr::new(203, 0, 113, 11), 9), b"x", 64))),
+        ("tcp-reject", record(0, &frames::tcp(to_gw, client, (Ipv4Addr::new(203, 0, 113, 11), 80), TcpFlags::SYN, 5, 0, &[], 64))),
+        ("affinity", record(0, &frames::tcp(to_gw, client, (Ipv4Addr::new(203, 0, 113, 12), 443), TcpFlags::SYN, 5, 0, &[], 64))),
+        ("echo", record(0, &frames::icmp_echo(to_gw, client.0, vip, 1, 1, b"abcdefgh", false))),
+        (
+            "arp",
+            [
+                record(0, &frames::arp(L2 { src: client_mac, dst: MacAddr::BROADCAST }, ArpOperation::Request, client_mac, client.0, MacAddr::UNSPECIFIED, vip)),
+                record(1, &frames::arp(from_web, ArpOperation::Reply, web_mac, web, gw_back, snat)),
+            ]
+            .concat(),
+        ),
+    ];
+    let dir = root.join("pipeline_process");
+    std::fs::create_dir_all(&dir)?;
+    for (name, bytes) in seeds {
+        std::fs::write(dir.join(name), bytes)?;
+    }
+
+    let spec = TableSpec {
+        frontends: vec![
+            FrontendSpec { addr: vip.into(), port: 80, protocol: Protocol::Tcp, kind: FrontendKind::ExternalIp, service: 0 },
+            FrontendSpec { addr: vip.into(), port: 7, protocol: Protocol::Udp, kind: FrontendKind::LoadBalancer, service: 1 },
+            FrontendSpec { addr: "2001:db8::10".parse().unwrap(), port: 80, protocol: Protocol::Tcp, kind: FrontendKind::NodePort, service: 0 },
+        ],
+        services: vec![
+            ServiceSpec {
+                name: "demo/web:http".into(),
+                backends: vec![BackendSpec { addr: web.into(), port: 8080 }, BackendSpec { addr: "10.70.0.12".parse().unwrap(), port: 8080 }],
+                affinity_timeout_s: Some(10800),
+            },
+            ServiceSpec { name: "demo/empty:".into(), backends: vec![], affinity_timeout_s: None },
+        ],
+    };
+    let table = build(&spec, 7).expect("seed table builds");
+    let dir = root.join("table_validate");
+    std::fs::create_dir_all(&dir)?;
+    for mode in [0u8, 1] {
+        let mut bytes = vec![mode];
+        bytes.extend_from_slice(&table);
+        std::fs::write(dir.join(format!("valid-mode{mode}")), bytes)?;
+    }
+    println!("seeds written under {}", root.display());
+    Ok(())
+}

@@ -1,0 +1,85 @@
+//! Fuzzes `pipeline::process` with sequences of frames on a demo gateway: no input may
+//! panic, and every transmitted frame must lie within the buffer.
+//!
+//! Input: repeated `[iface: u8][len_hi: u8][len_lo: u8][frame: len bytes]` records (the last
+//! record takes what is left), processed in order by one worker, so flows created by one
+//! frame meet replies, ICMP and corruptions in later ones. The clock advances a second per
+//! frame, exercising expiry.
+#![no_main]
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+
+use libfuzzer_sys::fuzz_target;
+use torii_gateway::config::Config;
+use torii_gateway::host::Host;
+use torii_gateway::pipeline::{self, Meta, Shared, Verdict, WorkerState, MIN_BUFFER};
+use torii_gateway::table::{build, BackendSpec, FrontendKind, FrontendSpec, Protocol, ServiceSpec, Storage, Table, TableSpec};
+use torii_gateway::wire::MacAddr;
+
+fn table() -> Table {
+    let be = |a: &str, port| BackendSpec { addr: a.parse().unwrap(), port };
+    let fe = |a: [u8; 4], protocol, port, service| FrontendSpec {
+        addr: IpAddr::V4(Ipv4Addr::from(a)),
+        port,
+        protocol,
+        kind: FrontendKind::ExternalIp,
+        service,
+    };
+    let spec = TableSpec {
+        frontends: vec![
+            fe([203, 0, 113, 10], Protocol::Tcp, 80, 0),
+            fe([203, 0, 113, 10], Protocol::Udp, 7, 1),
+            fe([203, 0, 113, 11], Protocol::Tcp, 80, 2),
+            fe([203, 0, 113, 11], Protocol::Udp, 9, 2),
+            fe([203, 0, 113, 12], Protocol::Tcp, 443, 3),
+        ],
+        services: vec![
+            ServiceSpec {
+                name: "demo/web:http".into(),
+                backends: vec![be("10.70.0.11", 8080), be("10.70.0.12", 8080), be("10.70.0.13", 8080)],
+                affinity_timeout_s: None,
+            },
+            ServiceSpec { name: "demo/echo:echo".into(), backends: vec![be("10.70.0.21", 7007)], affinity_timeout_s: None },
+            ServiceSpec { name: "demo/empty:".into(), backends: vec![], affinity_timeout_s: None },
+            ServiceSpec {
+                name: "demo/sticky:https".into(),
+                backends: vec![be("10.70.0.11", 8443), be("10.70.0.50", 8443)],
+                affinity_timeout_s: Some(10),
+            },
+        ],
+    };
+    Table::new(Storage::Owned(build(&spec, 1).unwrap())).unwrap()
+}
+
+fuzz_target!(|data: &[u8]| {
+    thread_local! {
+        static FIXTURE: (Table, Arc<Host>) = {
+            let macs = [MacAddr([2, 0, 0, 0, 0xf0, 1]), MacAddr([2, 0, 0, 0, 0xf0, 2])];
+            (table(), Arc::new(Host::new(&Config::embedded_default(), &macs)))
+        };
+    }
+    FIXTURE.with(|(table, host)| {
+        let shared = Shared::new(16, 64);
+        shared.neighbours.learn(Ipv4Addr::new(10, 70, 0, 11), MacAddr([2, 0, 0, 0, 0xb0, 11]), 0);
+        shared.neighbours.learn(Ipv4Addr::new(10, 70, 0, 21), MacAddr([2, 0, 0, 0, 0xb0, 21]), 0);
+        let mut st = WorkerState::new(0, 2, Arc::clone(host), &shared, 64, 1);
+        let mut buf = vec![0u8; 2048];
+        let mut rest = data;
+        let mut now = 0u64;
+        while let [iface, hi, lo, tail @ ..] = rest {
+            let len = (usize::from(*hi) << 8 | usize::from(*lo)).min(tail.len()).min(1514);
+            let (frame, more) = tail.split_at(len);
+            rest = more;
+            buf[..len].copy_from_slice(frame);
+            let meta = Meta { iface: iface % 3, len, l4_csum_partial: iface & 0x80 != 0 };
+            if let Verdict::Transmit { len, .. } = pipeline::process(now, &mut buf[..len.max(MIN_BUFFER)], &meta, table, &mut st) {
+                assert!(len <= len.max(MIN_BUFFER));
+            }
+            let mut arp = [0u8; 64];
+            while pipeline::poll_transmit(now, &mut arp, &mut st).is_some() {}
+            pipeline::poll_expire(now, 16, &mut st);
+            now += 1_000_000_000;
+        }
+    });
+});
