@@ -4,53 +4,106 @@
 //! sorted ([`Objects`] keeps them so) and so is its output, which makes it golden-testable.
 //! [`Compiled`] serialises to the JSON that `torii-control compile` prints (the operator's
 //! contract, see [`Compiled`]) and converts to the gateway's [`TableSpec`].
+//! [`Compiler`] computes the same result incrementally, object change by object change,
+//! for the daemon (see its documentation).
 //!
 //! The semantics are kube-proxy's (the Kubernetes "Service" and "Virtual IPs and Service
 //! Proxies" documentation; `pkg/proxy` in kubernetes/kubernetes):
 //!
-//! - Headless Services (`clusterIP: None`) and `type: ExternalName` are not proxied.
-//! - Front doors, per Service port: every ClusterIP (only with
+//! - **Which Services.** Headless Services (`clusterIP: None`) and `type: ExternalName`
+//!   are not proxied. The label `service.kubernetes.io/service-proxy-name` assigns a
+//!   Service to another proxy: with [`CompileOptions::proxy_name`] set, only the Services
+//!   labelled with that name are served; without it, only the Services without the label
+//!   (kube-proxy's informers select `!service.kubernetes.io/service-proxy-name`,
+//!   `cmd/kube-proxy/app/server.go`).
+//! - **Front doors**, per Service port: every ClusterIP (only with
 //!   [`CompileOptions::cluster_ips`]); every `spec.externalIPs[]`; every
-//!   `status.loadBalancer.ingress[].ip` whose `ipMode` is not `Proxy`; and, for type
-//!   NodePort and LoadBalancer, the port's `nodePort` on each InternalIP and ExternalIP of
-//!   the Node named [`CompileOptions::node_name`]. Only in the address families of the
-//!   Service's ClusterIPs, as kube-proxy (all families when a manifest gives no ClusterIP).
-//! - Endpoints: every EndpointSlice labelled `kubernetes.io/service-name: <service>` in the
-//!   Service's namespace, of the front door's address family. A Service port matches the
-//!   slice port of the same name and protocol (so named `targetPort`s resolve per
-//!   endpoint); the backend port is the slice port's number. Every address of an endpoint
-//!   is a backend.
-//! - Endpoint choice is kube-proxy's `CategorizeEndpoints`: ready endpoints; if there are
-//!   none, the serving-and-terminating ones. `externalTrafficPolicy: Local` (NodePort,
-//!   ExternalIP and LoadBalancer front doors) and `internalTrafficPolicy: Local`
-//!   (ClusterIP front doors) keep only endpoints whose `nodeName` is the gateway's node,
-//!   with the same fallback among those. No endpoint left: the front door has no
-//!   backends and rejects (ICMP port unreachable, TCP RST).
+//!   `status.loadBalancer.ingress[].ip` whose `ipMode` is not `Proxy` — and, when
+//!   [`CompileOptions::load_balancer_class`] is set, only of Services whose
+//!   `spec.loadBalancerClass` is that class (kube-proxy ignores the class; DESIGN.md asks
+//!   to honour it when configured: another implementation owns the other classes'
+//!   load balancers); and, for type NodePort and LoadBalancer, the port's `nodePort` on the
+//!   InternalIP and ExternalIP addresses of the Node named [`CompileOptions::node_name`]
+//!   that [`CompileOptions::node_port_addresses`] selects (kube-proxy's
+//!   `--nodeport-addresses`, `pkg/proxy/util/nodeport_addresses.go`). Only in the address
+//!   families of the Service's ClusterIPs, as kube-proxy (all families when a manifest
+//!   gives no ClusterIP).
+//! - **Endpoints**: every EndpointSlice labelled `kubernetes.io/service-name: <service>` in
+//!   the Service's namespace, of the front door's address family. A Service port matches
+//!   the slice port of the same name and protocol (so named `targetPort`s resolve per
+//!   endpoint); the backend port is the slice port's number. An endpoint's first address
+//!   is its backend (`pkg/proxy/endpointslicecache.go`). Endpoints with addresses the API
+//!   forbids were left out by [`crate::model`].
+//! - **Endpoint choice** is kube-proxy's `CategorizeEndpoints` (`pkg/proxy/topology.go`):
+//!   - Cluster traffic policy: the ready endpoints, narrowed by topology hints when every
+//!     ready endpoint carries hints of a kind and one of them names the gateway: node
+//!     hints (`hints.forNodes`, mode `PreferSameNode`) for the gateway's node first, else
+//!     zone hints (`hints.forZones`, `PreferSameZone`) for the gateway Node's
+//!     `topology.kubernetes.io/zone` label; if no endpoint is ready, the
+//!     serving-and-terminating ones (no topology). kube-proxy's current code applies hints
+//!     whenever they are present, without looking at the Service's `trafficDistribution`
+//!     or `service.kubernetes.io/topology-mode` annotation: the EndpointSlice controller
+//!     only writes hints for Services that ask for them (older kube-proxies checked the
+//!     annotation in `canUseTopology`; that check was removed when the hints graduated).
+//!   - Local traffic policy (`externalTrafficPolicy: Local` for NodePort, ExternalIP and
+//!     LoadBalancer front doors, `internalTrafficPolicy: Local` for ClusterIPs): the ready
+//!     endpoints whose `nodeName` is the gateway's node, else the local
+//!     serving-and-terminating ones; never topology.
+//!   - No endpoint left: the front door has no backends and rejects (ICMP port
+//!     unreachable, TCP RST). kube-proxy rejects too when the Service has no usable
+//!     endpoint at all, but *drops* external traffic when only a `Local` policy leaves none
+//!     (`pkg/proxy/iptables/proxier.go`, "externalTrafficFilterTarget = DROP": the cloud
+//!     load balancer's health check on the `healthCheckNodePort` steers clients to nodes
+//!     with local endpoints, and a drop lets a misrouted SYN be retried). torii rejects in
+//!     both cases: a gateway is not behind such a health check (it serves no
+//!     `healthCheckNodePort`), so a drop would only make clients wait for their timeout.
 //! - `sessionAffinity: ClientIP` gives the backend set an affinity timeout.
 //! - Two Services claiming one front door (address, protocol, port): the Service that
 //!   sorts first by namespace/name keeps it; the other loses that front door, with an
 //!   error naming both.
 //!
-//! Not yet: topology hints, `nodePortAddresses`, `loadBalancerSourceRanges`,
-//! `service.kubernetes.io/service-proxy-name` and `loadBalancerClass` filtering, and
-//! kube-proxy's drop-versus-reject distinction for `Local` policies without local endpoints.
+//! Not yet: `loadBalancerSourceRanges`.
 
-use std::collections::{BTreeMap, BTreeSet};
+mod incremental;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 
 use serde::{Serialize, Serializer};
+pub use torii_gateway::config::NodePortAddresses;
 use torii_gateway::table::{BackendSpec, FrontendKind, FrontendSpec, Protocol, ServiceSpec, TableSpec};
 
-use crate::model::{EndpointSlice, IpMode, Objects, Service, ServicePort, ServiceType, TargetPort, TrafficPolicy};
+pub use incremental::{Change, Compiler, CompilerStats};
 
-/// What the compiler needs to know about the gateway it compiles for.
-#[derive(Clone, Debug, PartialEq, Eq)]
+use crate::model::{
+    EndpointSlice, IpMode, Node, Objects, Service, ServiceKey, ServicePort, ServiceType, TargetPort, TrafficPolicy,
+};
+
+/// The label that assigns a Service to a proxy implementation (kube-proxy serves only the
+/// Services without it).
+pub const SERVICE_PROXY_NAME_LABEL: &str = "service.kubernetes.io/service-proxy-name";
+
+/// What the compiler needs to know about the gateway it compiles for. `Default` is a
+/// gateway with an empty node name and every other option off (kube-proxy's defaults), so
+/// that callers can write `CompileOptions { node_name, ..Default::default() }`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CompileOptions {
-    /// The Kubernetes Node this gateway is: NodePorts are served on its addresses, and
-    /// `Local` traffic policies keep the endpoints on it.
+    /// The Kubernetes Node this gateway is: NodePorts are served on its addresses, `Local`
+    /// traffic policies keep the endpoints on it, and topology hints are matched against
+    /// its name and its `topology.kubernetes.io/zone` label.
     pub node_name: String,
     /// Serve ClusterIPs as front doors too.
     pub cluster_ips: bool,
+    /// Serve only the Services labelled `service.kubernetes.io/service-proxy-name: <this>`;
+    /// `None`: only the Services without that label (configuration key
+    /// `[control] proxy_name`).
+    pub proxy_name: Option<String>,
+    /// Serve load-balancer front doors only of Services with `spec.loadBalancerClass` equal
+    /// to this; `None`: of every Service (configuration key `[control] load_balancer_class`).
+    pub load_balancer_class: Option<String>,
+    /// Which Node addresses serve NodePorts (configuration key
+    /// `[control] node_port_addresses`).
+    pub node_port_addresses: NodePortAddresses,
 }
 
 /// The compiled table, as `torii-control compile` prints it (JSON, via serde):
@@ -62,7 +115,7 @@ pub struct CompileOptions {
 ///       "ip": "203.0.113.10", "protocol": "TCP", "port": 80, "kind": "ExternalIP",
 ///       "service": "demo/web", "port_name": "http", "target_port": "http",
 ///       "traffic_policy": "Cluster", "session_affinity_timeout_s": null,
-///       "endpoints": "ready",
+///       "endpoints": "ready", "topology": null,
 ///       "backends": [{"ip": "10.70.0.11", "port": 8080}]
 ///     }
 ///   ],
@@ -101,6 +154,16 @@ pub enum EndpointCategory {
     None,
 }
 
+/// How topology hints narrowed a front door's ready endpoints (kube-proxy's topology
+/// modes, named like the `trafficDistribution` values).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum Topology {
+    /// To the endpoints hinted for the gateway's zone (`hints.forZones`).
+    PreferSameZone,
+    /// To the endpoints hinted for the gateway's node (`hints.forNodes`).
+    PreferSameNode,
+}
+
 /// One front door and the backends it forwards to.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Frontend {
@@ -128,9 +191,27 @@ pub struct Frontend {
     pub session_affinity_timeout_s: Option<u32>,
     /// Which endpoints the backends are: `"ready"`, `"serving-terminating"` or `"none"`.
     pub endpoints: EndpointCategory,
+    /// `"PreferSameZone"` or `"PreferSameNode"` when topology hints narrowed the ready
+    /// endpoints to the gateway's zone or node; `null` otherwise.
+    pub topology: Option<Topology>,
     /// Backends, sorted; empty when the front door rejects.
     pub backends: Vec<Backend>,
 }
+
+impl Frontend {
+    /// The front door's identity: (address, protocol, port).
+    pub fn key(&self) -> DoorKey {
+        (self.ip, self.protocol, self.port)
+    }
+
+    /// The name of its backend set in the table: `namespace/name:port-name`.
+    pub fn table_name(&self) -> String {
+        format!("{}:{}", self.service, self.port_name)
+    }
+}
+
+/// A front door's identity: (address, protocol, port).
+pub type DoorKey = (IpAddr, Protocol, u16);
 
 /// A `targetPort` in the JSON output: a number or a name.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -160,6 +241,12 @@ pub struct Backend {
     pub port: u16,
 }
 
+impl From<Backend> for BackendSpec {
+    fn from(b: Backend) -> Self {
+        BackendSpec { addr: b.ip, port: b.port }
+    }
+}
+
 fn ser_protocol<S: Serializer>(p: &Protocol, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(p.as_str())
 }
@@ -173,24 +260,29 @@ fn ser_policy<S: Serializer>(p: &TrafficPolicy, s: S) -> Result<S::Ok, S::Error>
 }
 
 impl Compiled {
-    /// The table the gateway serves: one [`FrontendSpec`] per front door; front doors of
-    /// one Service port with the same backends and affinity share one [`ServiceSpec`]
-    /// (one Maglev ring), named `namespace/name:port-name`.
+    /// The table the gateway serves: one [`FrontendSpec`] per front door, in the order of
+    /// [`Compiled::frontends`]; front doors of one Service port with the same backends and
+    /// affinity share one [`ServiceSpec`] (one Maglev ring), named `namespace/name:port-name`.
+    /// Services are sorted by (name, backends, affinity), an order that adding or removing
+    /// one front door changes only locally ([`Compiler`] maintains the same spec).
     pub fn to_table_spec(&self) -> TableSpec {
-        let mut spec = TableSpec::default();
-        let mut index: BTreeMap<(String, &[Backend], Option<u32>), usize> = BTreeMap::new();
-        for f in &self.frontends {
-            let name = format!("{}:{}", f.service, f.port_name);
-            let key = (name, f.backends.as_slice(), f.session_affinity_timeout_s);
-            let service = *index.entry(key).or_insert_with_key(|(name, backends, affinity)| {
-                spec.services.push(ServiceSpec {
-                    name: name.clone(),
-                    backends: backends.iter().map(|b| BackendSpec { addr: b.ip, port: b.port }).collect(),
-                    affinity_timeout_s: *affinity,
-                });
-                spec.services.len() - 1
+        let mut keys: BTreeMap<ServiceSpecKey<'_>, usize> = BTreeMap::new();
+        let names: Vec<String> = self.frontends.iter().map(Frontend::table_name).collect();
+        for (f, name) in self.frontends.iter().zip(&names) {
+            keys.insert(ServiceSpecKey { name, backends: &f.backends, affinity: f.session_affinity_timeout_s }, 0);
+        }
+        let mut spec = TableSpec { frontends: Vec::with_capacity(self.frontends.len()), services: Vec::new() };
+        for (i, (k, index)) in keys.iter_mut().enumerate() {
+            *index = i;
+            spec.services.push(ServiceSpec {
+                name: k.name.to_owned(),
+                backends: k.backends.iter().map(|&b| b.into()).collect(),
+                affinity_timeout_s: k.affinity,
             });
-            spec.frontends.push(FrontendSpec { addr: f.ip, port: f.port, protocol: f.protocol, kind: f.kind, service });
+        }
+        for (f, name) in self.frontends.iter().zip(&names) {
+            let service = keys[&ServiceSpecKey { name, backends: &f.backends, affinity: f.session_affinity_timeout_s }];
+            spec.frontends.push(frontend_spec(f, service));
         }
         spec
     }
@@ -198,6 +290,98 @@ impl Compiled {
     /// Number of distinct backends (address, port) over all front doors.
     pub fn backend_count(&self) -> usize {
         self.frontends.iter().flat_map(|f| &f.backends).collect::<BTreeSet<_>>().len()
+    }
+}
+
+/// The identity of a [`ServiceSpec`] in [`Compiled::to_table_spec`], in its sort order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct ServiceSpecKey<'a> {
+    name: &'a str,
+    backends: &'a [Backend],
+    affinity: Option<u32>,
+}
+
+/// The table record of front door `f` forwarding to service `service`.
+fn frontend_spec(f: &Frontend, service: usize) -> FrontendSpec {
+    FrontendSpec { addr: f.ip, port: f.port, protocol: f.protocol, kind: f.kind, service }
+}
+
+// ---------------------------------------------------------------------------------------
+// The gateway
+
+/// What the compiler knows about the gateway itself, from its options and its Node object.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Gateway {
+    /// The Node object named `node_name` exists.
+    node_found: bool,
+    /// The Node has InternalIP or ExternalIP addresses.
+    node_has_addresses: bool,
+    /// The addresses NodePorts are served on (after `node_port_addresses`).
+    node_port_ips: Vec<IpAddr>,
+    /// The Node's `topology.kubernetes.io/zone` label.
+    zone: Option<String>,
+}
+
+impl Gateway {
+    fn new(node: Option<&Node>, options: &CompileOptions) -> Self {
+        match node {
+            None => Self::default(),
+            Some(n) => Self {
+                node_found: true,
+                node_has_addresses: !n.internal_ips.is_empty() || !n.external_ips.is_empty(),
+                node_port_ips: options.node_port_addresses.select(&n.internal_ips, &n.external_ips),
+                zone: n.zone.clone().filter(|z| !z.is_empty()),
+            },
+        }
+    }
+
+    /// Why NodePorts cannot be served, when some Service asks for them.
+    fn node_port_warning(&self, options: &CompileOptions) -> Option<String> {
+        if !self.node_found {
+            Some(format!(
+                "no Node object named {:?}: NodePort front doors are not served; add the gateway's Node \
+                 (with its InternalIP/ExternalIP addresses) or set node_name",
+                options.node_name
+            ))
+        } else if !self.node_has_addresses {
+            Some(format!(
+                "Node {}: status.addresses has no InternalIP or ExternalIP: NodePort front doors are not served",
+                options.node_name
+            ))
+        } else if self.node_port_ips.is_empty() {
+            Some(format!(
+                "Node {}: none of its InternalIP/ExternalIP addresses is selected by node_port_addresses \
+                 ({:?}): NodePort front doors are not served",
+                options.node_name, options.node_port_addresses
+            ))
+        } else {
+            None
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Endpoint choice
+
+/// Whether an endpoint carries hints of one kind (zone or node) and whether they name the
+/// gateway.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Hint {
+    /// No hints of this kind.
+    Absent,
+    /// Hints that include the gateway's zone or node.
+    ForUs,
+    /// Hints for other zones or nodes only.
+    ForOthers,
+}
+
+impl Hint {
+    fn of(names: Option<&[String]>, ours: Option<&str>) -> Self {
+        match names {
+            None | Some([]) => Self::Absent,
+            Some(names) if ours.is_some_and(|o| names.iter().any(|n| n == o)) => Self::ForUs,
+            Some(_) => Self::ForOthers,
+        }
     }
 }
 
@@ -211,6 +395,10 @@ struct Candidate {
     terminating: bool,
     /// On the gateway's own node (`nodeName == node_name`).
     local: bool,
+    /// `hints.forZones` against the gateway's zone.
+    zone_hint: Hint,
+    /// `hints.forNodes` against the gateway's node.
+    node_hint: Hint,
 }
 
 /// A chosen backend set.
@@ -218,29 +406,62 @@ struct Candidate {
 struct Selection {
     backends: Vec<Backend>,
     category: EndpointCategory,
+    topology: Option<Topology>,
 }
 
-/// kube-proxy's `CategorizeEndpoints` (pkg/proxy/topology.go), without topology hints:
-/// ready endpoints, else serving-and-terminating ones, among `candidates` filtered by
-/// `keep`.
-fn categorize(candidates: &[Candidate], keep: impl Fn(&Candidate) -> bool) -> Selection {
+/// kube-proxy's `topologyModeFromHints` (pkg/proxy/topology.go): node hints when every
+/// ready endpoint has some and one is for the gateway's node, else zone hints likewise,
+/// else none (also when no endpoint is ready).
+fn topology_mode(candidates: &[Candidate]) -> Option<Topology> {
+    let mut ready = candidates.iter().filter(|c| c.ready).peekable();
+    ready.peek()?;
+    let ready: Vec<&Candidate> = ready.collect();
+    let usable = |hint: fn(&Candidate) -> Hint| {
+        ready.iter().all(|c| hint(c) != Hint::Absent) && ready.iter().any(|c| hint(c) == Hint::ForUs)
+    };
+    if usable(|c| c.node_hint) {
+        Some(Topology::PreferSameNode)
+    } else if usable(|c| c.zone_hint) {
+        Some(Topology::PreferSameZone)
+    } else {
+        None
+    }
+}
+
+/// kube-proxy's `CategorizeEndpoints` for one traffic policy: ready endpoints (narrowed by
+/// topology for the Cluster policy), else serving-and-terminating ones.
+fn categorize(candidates: &[Candidate], policy: TrafficPolicy) -> Selection {
+    let local_only = policy == TrafficPolicy::Local;
+    let topology = if local_only { None } else { topology_mode(candidates) };
     let pick = |pred: &dyn Fn(&Candidate) -> bool| -> Vec<Backend> {
-        let set: BTreeSet<Backend> = candidates.iter().filter(|c| keep(c) && pred(c)).map(|c| c.backend).collect();
+        let set: BTreeSet<Backend> =
+            candidates.iter().filter(|c| (!local_only || c.local) && pred(c)).map(|c| c.backend).collect();
         set.into_iter().collect()
     };
-    let ready = pick(&|c| c.ready);
+    let for_us = |c: &Candidate| match topology {
+        None => true,
+        Some(Topology::PreferSameNode) => c.node_hint == Hint::ForUs,
+        Some(Topology::PreferSameZone) => c.zone_hint == Hint::ForUs,
+    };
+    let ready = pick(&|c| c.ready && for_us(c));
     if !ready.is_empty() {
-        return Selection { backends: ready, category: EndpointCategory::Ready };
+        return Selection { backends: ready, category: EndpointCategory::Ready, topology };
     }
     let draining = pick(&|c| c.serving && c.terminating);
     if !draining.is_empty() {
-        return Selection { backends: draining, category: EndpointCategory::ServingTerminating };
+        return Selection { backends: draining, category: EndpointCategory::ServingTerminating, topology: None };
     }
-    Selection { backends: Vec::new(), category: EndpointCategory::None }
+    Selection { backends: Vec::new(), category: EndpointCategory::None, topology: None }
 }
 
 /// The endpoints of one Service port in one address family.
-fn candidates(slices: &[&EndpointSlice], port: &ServicePort, ipv4: bool, node_name: &str) -> Vec<Candidate> {
+fn candidates(
+    slices: &[&EndpointSlice],
+    port: &ServicePort,
+    ipv4: bool,
+    gw: &Gateway,
+    options: &CompileOptions,
+) -> Vec<Candidate> {
     let mut out = Vec::new();
     for slice in slices {
         // kube-proxy matches by port name and protocol; a port without a number is skipped.
@@ -250,22 +471,26 @@ fn candidates(slices: &[&EndpointSlice], port: &ServicePort, ipv4: bool, node_na
             continue;
         };
         for ep in &slice.endpoints {
-            let local = ep.node_name.as_deref() == Some(node_name);
             // kube-proxy uses only an endpoint's first address (the EndpointSlice API says
             // consumers must use the first; the others are reserved for future use).
-            if let Some(&ip) = ep.addresses.first().filter(|ip| ip.is_ipv4() == ipv4) {
-                out.push(Candidate {
-                    backend: Backend { ip, port: number },
-                    ready: ep.ready,
-                    serving: ep.serving,
-                    terminating: ep.terminating,
-                    local,
-                });
-            }
+            let Some(&ip) = ep.addresses.first().filter(|ip| ip.is_ipv4() == ipv4) else { continue };
+            let hints = ep.hints.as_ref();
+            out.push(Candidate {
+                backend: Backend { ip, port: number },
+                ready: ep.ready,
+                serving: ep.serving,
+                terminating: ep.terminating,
+                local: !options.node_name.is_empty() && ep.node_name.as_deref() == Some(options.node_name.as_str()),
+                zone_hint: Hint::of(hints.map(|h| h.for_zones.as_slice()), gw.zone.as_deref()),
+                node_hint: Hint::of(hints.map(|h| h.for_nodes.as_slice()), Some(options.node_name.as_str())),
+            });
         }
     }
     out
 }
+
+// ---------------------------------------------------------------------------------------
+// One Service: its front doors before ownership (a draft), then after (its output)
 
 /// A front door before endpoint selection.
 struct Door {
@@ -281,9 +506,41 @@ fn in_family(svc: &Service, ip: IpAddr) -> bool {
     svc.cluster_ips.is_empty() || svc.cluster_ips.iter().any(|c| c.is_ipv4() == ip.is_ipv4())
 }
 
+/// Whether `svc` is one this gateway serves at all (see the module documentation).
+fn is_served(svc: &Service, options: &CompileOptions) -> bool {
+    if svc.headless {
+        tracing::debug!(service = %svc.key, "headless Service (clusterIP: None): not proxied");
+        return false;
+    }
+    if svc.type_ == ServiceType::ExternalName {
+        tracing::debug!(service = %svc.key, "ExternalName Service: not proxied");
+        return false;
+    }
+    let label = svc.labels.get(SERVICE_PROXY_NAME_LABEL);
+    if label != options.proxy_name.as_ref() {
+        tracing::debug!(service = %svc.key, ?label, "Service of another proxy ({SERVICE_PROXY_NAME_LABEL}): not proxied");
+        return false;
+    }
+    true
+}
+
+/// Whether the load-balancer ingress of `svc` is served (`load_balancer_class`).
+fn serves_load_balancer(svc: &Service, options: &CompileOptions) -> bool {
+    match &options.load_balancer_class {
+        None => true,
+        Some(class) => svc.load_balancer_class.as_ref() == Some(class),
+    }
+}
+
+/// Whether `svc` asks for NodePorts (and so needs the gateway's Node).
+fn wants_node_ports(svc: &Service) -> bool {
+    matches!(svc.type_, ServiceType::NodePort | ServiceType::LoadBalancer)
+        && svc.ports.iter().any(|p| p.node_port.is_some())
+}
+
 /// The front doors of one Service port, in a fixed order: ClusterIPs, externalIPs,
 /// load-balancer IPs, NodePorts; only in the Service's address families.
-fn doors(svc: &Service, port: &ServicePort, node_ips: &[IpAddr], options: &CompileOptions) -> Vec<Door> {
+fn doors(svc: &Service, port: &ServicePort, gw: &Gateway, options: &CompileOptions) -> Vec<Door> {
     let mut out = Vec::new();
     let mut add = |ip: IpAddr, port: u16, kind| {
         if in_family(svc, ip) {
@@ -298,14 +555,16 @@ fn doors(svc: &Service, port: &ServicePort, node_ips: &[IpAddr], options: &Compi
     for &ip in &svc.external_ips {
         add(ip, port.port, FrontendKind::ExternalIp);
     }
-    for ing in &svc.load_balancer_ingress {
-        if ing.ip_mode == IpMode::Vip {
-            add(ing.ip, port.port, FrontendKind::LoadBalancer);
+    if serves_load_balancer(svc, options) {
+        for ing in &svc.load_balancer_ingress {
+            if ing.ip_mode == IpMode::Vip {
+                add(ing.ip, port.port, FrontendKind::LoadBalancer);
+            }
         }
     }
     if matches!(svc.type_, ServiceType::NodePort | ServiceType::LoadBalancer) {
         if let Some(node_port) = port.node_port {
-            for &ip in node_ips {
+            for &ip in &gw.node_port_ips {
                 add(ip, node_port, FrontendKind::NodePort);
             }
         }
@@ -313,111 +572,51 @@ fn doors(svc: &Service, port: &ServicePort, node_ips: &[IpAddr], options: &Compi
     out
 }
 
-/// Compiles `objects` for the gateway described by `options` (see the module
-/// documentation for the rules). Pure and deterministic.
-pub fn compile(objects: &Objects, options: &CompileOptions) -> Compiled {
-    let mut compiled = Compiled::default();
+/// A served Service's front doors with their backends, before front doors claimed by
+/// several Services are given to one (a pure function of the Service, its slices, the
+/// gateway and the options).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Draft {
+    /// The Service asks for NodePorts.
+    wants_node_ports: bool,
+    /// Addresses not served because of the Service's address families.
+    warnings: Vec<String>,
+    /// Every front door in claim order (ports in order; per port ClusterIPs, externalIPs,
+    /// load-balancer IPs, NodePorts). A key may appear more than once.
+    doors: Vec<Frontend>,
+}
 
-    let node = objects.nodes.iter().find(|n| n.name == options.node_name);
-    let node_ips = node.map(|n| n.node_port_ips()).unwrap_or_default();
-    let wants_node_ports = objects.services.iter().any(|s| {
-        !s.headless
-            && matches!(s.type_, ServiceType::NodePort | ServiceType::LoadBalancer)
-            && s.ports.iter().any(|p| p.node_port.is_some())
-    });
-    if wants_node_ports {
-        match node {
-            None => compiled.warnings.push(format!(
-                "no Node object named {:?}: NodePort front doors are not served; add the gateway's Node \
-                 (with its InternalIP/ExternalIP addresses) or set node_name",
-                options.node_name
-            )),
-            Some(_) if node_ips.is_empty() => compiled.warnings.push(format!(
-                "Node {}: status.addresses has no InternalIP or ExternalIP: NodePort front doors are not served",
-                options.node_name
-            )),
-            Some(_) => {}
-        }
-    }
-
-    let mut slices_by_service: BTreeMap<_, Vec<&EndpointSlice>> = BTreeMap::new();
-    for slice in &objects.endpoint_slices {
-        slices_by_service.entry(&slice.service).or_default().push(slice);
-    }
-
-    // (ip, protocol, port) -> (service, port name, kind) of the front door's owner.
-    let mut owners: BTreeMap<(IpAddr, Protocol, u16), (String, String, FrontendKind)> = BTreeMap::new();
-    let mut frontends = Vec::new();
-
-    // objects.services is sorted by namespace/name, so the first claimant of a front door
-    // is the Service that sorts first.
-    for svc in &objects.services {
-        if svc.headless {
-            tracing::debug!(service = %svc.key, "headless Service (clusterIP: None): not proxied");
-            continue;
-        }
-        if svc.type_ == ServiceType::ExternalName {
-            tracing::debug!(service = %svc.key, "ExternalName Service: not proxied");
-            continue;
+impl Draft {
+    /// The front doors `svc` claims; `None` when the gateway does not serve `svc`.
+    fn new(svc: &Service, slices: &[&EndpointSlice], gw: &Gateway, options: &CompileOptions) -> Option<Self> {
+        if !is_served(svc, options) {
+            return None;
         }
         let service = svc.key.to_string();
-        let foreign = svc
-            .external_ips
-            .iter()
-            .chain(svc.load_balancer_ingress.iter().filter(|i| i.ip_mode == IpMode::Vip).map(|i| &i.ip))
-            .filter(|ip| !in_family(svc, **ip));
-        for ip in foreign {
-            compiled.warnings.push(format!(
+        let mut draft = Self { wants_node_ports: wants_node_ports(svc), ..Self::default() };
+        let lb_ips = svc.load_balancer_ingress.iter().filter(|i| i.ip_mode == IpMode::Vip).map(|i| &i.ip);
+        let lb_ips = lb_ips.filter(|_| serves_load_balancer(svc, options));
+        for ip in svc.external_ips.iter().chain(lb_ips).filter(|ip| !in_family(svc, **ip)) {
+            draft.warnings.push(format!(
                 "Service {service}: {ip} is not served: the Service has no ClusterIP of its address family \
                  (spec.ipFamilies), and kube-proxy proxies a Service only in the families of its ClusterIPs"
             ));
         }
-        let slices = slices_by_service.get(&svc.key).map(Vec::as_slice).unwrap_or_default();
         for port in &svc.ports {
-            // Endpoint sets per address family, computed on first use.
-            let mut sets: BTreeMap<bool, (Selection, Selection)> = BTreeMap::new();
-            for door in doors(svc, port, &node_ips, options) {
-                let key = (door.ip, port.protocol, door.port);
-                if let Some((owner, owner_port, owner_kind)) = owners.get(&key) {
-                    let what = format!(
-                        "{} front door {}:{}/{}",
-                        door.kind.as_str(),
-                        fmt_ip(door.ip),
-                        door.port,
-                        port.protocol.as_str()
-                    );
-                    if *owner == service {
-                        compiled.warnings.push(format!(
-                            "Service {service}: port {:?}: {what} is also its {} front door of port {owner_port:?}; \
-                             served once",
-                            port.name,
-                            owner_kind.as_str()
-                        ));
-                    } else {
-                        compiled.errors.push(format!(
-                            "Service {service}: port {:?}: {what} is already served by Service {owner} port \
-                             {owner_port:?}; skipped (the Service that sorts first by namespace/name keeps it)",
-                            port.name
-                        ));
-                    }
-                    continue;
-                }
-                owners.insert(key, (service.clone(), port.name.clone(), door.kind));
-
+            // Endpoint sets per (address family, policy), computed on first use.
+            let mut sets: BTreeMap<(bool, TrafficPolicy), Selection> = BTreeMap::new();
+            let mut family: BTreeMap<bool, Vec<Candidate>> = BTreeMap::new();
+            for door in doors(svc, port, gw, options) {
                 let ipv4 = door.ip.is_ipv4();
-                let (cluster, local) = sets.entry(ipv4).or_insert_with(|| {
-                    let c = candidates(slices, port, ipv4, &options.node_name);
-                    (categorize(&c, |_| true), categorize(&c, |c| c.local))
-                });
                 let policy = match door.kind {
                     FrontendKind::ClusterIp => svc.internal_traffic_policy,
                     _ => svc.external_traffic_policy,
                 };
-                let chosen = match policy {
-                    TrafficPolicy::Cluster => &*cluster,
-                    TrafficPolicy::Local => &*local,
-                };
-                frontends.push(Frontend {
+                let chosen = sets.entry((ipv4, policy)).or_insert_with(|| {
+                    let c = family.entry(ipv4).or_insert_with(|| candidates(slices, port, ipv4, gw, options));
+                    categorize(c, policy)
+                });
+                draft.doors.push(Frontend {
                     ip: door.ip,
                     protocol: port.protocol,
                     port: door.port,
@@ -428,15 +627,118 @@ pub fn compile(objects: &Objects, options: &CompileOptions) -> Compiled {
                     traffic_policy: policy,
                     session_affinity_timeout_s: svc.session_affinity.timeout_s(),
                     endpoints: chosen.category,
+                    topology: chosen.topology,
                     backends: chosen.backends.clone(),
                 });
             }
         }
+        Some(draft)
     }
-    frontends.sort_by(|a, b| {
-        (a.ip, a.protocol, a.port, &a.service, &a.port_name).cmp(&(b.ip, b.protocol, b.port, &b.service, &b.port_name))
-    });
-    compiled.frontends = frontends;
+
+    /// Each front door key with the port name and kind of its first occurrence here.
+    fn claims(&self) -> impl Iterator<Item = (DoorKey, (&str, FrontendKind))> {
+        let mut seen = BTreeSet::new();
+        self.doors.iter().filter(move |f| seen.insert(f.key())).map(|f| (f.key(), (f.port_name.as_str(), f.kind)))
+    }
+}
+
+/// Who claims each front door: for each key, every claimant with the port name and kind of
+/// its first claim. The owner is the claimant that sorts first.
+type Claims = HashMap<DoorKey, BTreeMap<ServiceKey, (String, FrontendKind)>>;
+
+/// What one Service contributes to [`Compiled`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Output {
+    /// The front doors it owns, in draft order.
+    frontends: Vec<Frontend>,
+    /// Front doors it lost to a Service that sorts first.
+    errors: Vec<String>,
+    /// Its draft's warnings, then front doors it claims twice.
+    warnings: Vec<String>,
+}
+
+impl Output {
+    /// Gives `key`'s draft the front doors it owns according to `claims`.
+    fn resolve(key: &ServiceKey, draft: &Draft, claims: &Claims) -> Self {
+        let mut out = Self { warnings: draft.warnings.clone(), ..Self::default() };
+        let mut served = BTreeSet::new();
+        for f in &draft.doors {
+            let owner = claims.get(&f.key()).and_then(|c| c.first_key_value());
+            let Some((owner, (owner_port, owner_kind))) = owner else { continue };
+            let what = format!("{} front door {}:{}/{}", f.kind.as_str(), fmt_ip(f.ip), f.port, f.protocol.as_str());
+            if owner != key {
+                out.errors.push(format!(
+                    "Service {}: port {:?}: {what} is already served by Service {owner} port {owner_port:?}; \
+                     skipped (the Service that sorts first by namespace/name keeps it)",
+                    f.service, f.port_name
+                ));
+            } else if !served.insert(f.key()) {
+                out.warnings.push(format!(
+                    "Service {}: port {:?}: {what} is also its {} front door of port {owner_port:?}; served once",
+                    f.service,
+                    f.port_name,
+                    owner_kind.as_str()
+                ));
+            } else {
+                out.frontends.push(f.clone());
+            }
+        }
+        out
+    }
+}
+
+/// Adds (or, with `add == false`, removes) the claims of `key`'s draft.
+fn update_claims(claims: &mut Claims, key: &ServiceKey, draft: &Draft, add: bool) {
+    for (door, (port, kind)) in draft.claims() {
+        if add {
+            claims.entry(door).or_default().insert(key.clone(), (port.to_owned(), kind));
+        } else if let Some(c) = claims.get_mut(&door) {
+            c.remove(key);
+            if c.is_empty() {
+                claims.remove(&door);
+            }
+        }
+    }
+}
+
+/// Sorts front doors by (ip, protocol, port): each key has exactly one owner, so this is
+/// the total order [`Compiled::frontends`] promises.
+fn sort_frontends(frontends: &mut [Frontend]) {
+    frontends.sort_by_key(Frontend::key);
+}
+
+/// Compiles `objects` for the gateway described by `options` (see the module
+/// documentation for the rules). Pure and deterministic.
+pub fn compile(objects: &Objects, options: &CompileOptions) -> Compiled {
+    let gw = Gateway::new(objects.nodes.iter().find(|n| n.name == options.node_name), options);
+    let mut slices_by_service: BTreeMap<_, Vec<&EndpointSlice>> = BTreeMap::new();
+    for slice in &objects.endpoint_slices {
+        slices_by_service.entry(&slice.service).or_default().push(slice);
+    }
+    let drafts: Vec<(&ServiceKey, Draft)> = objects
+        .services
+        .iter()
+        .filter_map(|svc| {
+            let slices = slices_by_service.get(&svc.key).map(Vec::as_slice).unwrap_or_default();
+            Draft::new(svc, slices, &gw, options).map(|d| (&svc.key, d))
+        })
+        .collect();
+    let mut claims = Claims::new();
+    for (key, draft) in &drafts {
+        update_claims(&mut claims, key, draft, true);
+    }
+
+    let mut compiled = Compiled::default();
+    if drafts.iter().any(|(_, d)| d.wants_node_ports) {
+        compiled.warnings.extend(gw.node_port_warning(options));
+    }
+    for (key, draft) in &drafts {
+        let mut out = Output::resolve(key, draft, &claims);
+        compiled.frontends.append(&mut out.frontends);
+        compiled.errors.append(&mut out.errors);
+        compiled.warnings.append(&mut out.warnings);
+    }
+    sort_frontends(&mut compiled.frontends);
     compiled
 }
 
@@ -447,7 +749,6 @@ fn fmt_ip(ip: IpAddr) -> String {
         IpAddr::V6(v6) => format!("[{v6}]"),
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -470,7 +771,7 @@ mod tests {
     }
 
     fn opts() -> CompileOptions {
-        CompileOptions { node_name: "gw".into(), cluster_ips: false }
+        CompileOptions { node_name: "gw".into(), ..Default::default() }
     }
 
     fn doors_of(c: &Compiled) -> Vec<String> {
@@ -478,8 +779,9 @@ mod tests {
             .iter()
             .map(|f| {
                 let b: Vec<String> = f.backends.iter().map(|b| format!("{}:{}", fmt_ip(b.ip), b.port)).collect();
+                let topology = f.topology.map(|t| format!(" {t:?}")).unwrap_or_default();
                 format!(
-                    "{} {}:{}/{} {} -> [{}]",
+                    "{} {}:{}/{} {} -> [{}]{topology}",
                     f.kind.as_str(),
                     fmt_ip(f.ip),
                     f.port,
@@ -567,20 +869,25 @@ status: {addresses: [{type: InternalIP, address: 198.51.100.1}, {type: InternalI
     #[test]
     fn categorize_prefers_ready_then_serving_terminating() {
         let b = |n: u8| Backend { ip: IpAddr::from([10, 0, 0, n]), port: 80 };
-        let cand =
-            |n, ready, serving, terminating, local| Candidate { backend: b(n), ready, serving, terminating, local };
+        let cand = |n, ready, serving, terminating, local| Candidate {
+            backend: b(n),
+            ready,
+            serving,
+            terminating,
+            local,
+            zone_hint: Hint::Absent,
+            node_hint: Hint::Absent,
+        };
         let all = [
             cand(3, false, true, true, true),
             cand(1, true, true, false, false),
             cand(2, false, false, true, false),
             cand(1, true, true, false, false),
         ];
-        let s = categorize(&all, |_| true);
-        assert_eq!(s, Selection { backends: vec![b(1)], category: EndpointCategory::Ready });
-        let s = categorize(&all, |c| c.local);
-        assert_eq!(s, Selection { backends: vec![b(3)], category: EndpointCategory::ServingTerminating });
-        let s = categorize(&all[2..3], |_| true);
-        assert_eq!(s, Selection { backends: vec![], category: EndpointCategory::None });
+        let sel = |backends, category| Selection { backends, category, topology: None };
+        assert_eq!(categorize(&all, TrafficPolicy::Cluster), sel(vec![b(1)], EndpointCategory::Ready));
+        assert_eq!(categorize(&all, TrafficPolicy::Local), sel(vec![b(3)], EndpointCategory::ServingTerminating));
+        assert_eq!(categorize(&all[2..3], TrafficPolicy::Cluster), sel(vec![], EndpointCategory::None));
     }
 
     #[test]
@@ -592,5 +899,526 @@ status: {addresses: [{type: InternalIP, address: 198.51.100.1}, {type: InternalI
         assert_eq!(t.services[0].name, "d/web:http");
         assert_eq!(t.frontends[0].service, t.frontends[1].service);
         assert_eq!(c.backend_count(), 2);
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Table tests of the endpoint and Service selection semantics: each case is a small
+    // set of manifests, the options, and the front doors with the backends chosen.
+
+    /// One table-test case.
+    struct Case {
+        /// What it shows.
+        name: &'static str,
+        /// The options, from [`opts`].
+        options: fn() -> CompileOptions,
+        /// Manifests (YAML documents).
+        yaml: &'static str,
+        /// `doors_of` the result.
+        expect: &'static [&'static str],
+    }
+
+    fn run_cases(cases: &[Case]) {
+        for case in cases {
+            let c = compile(&objects(case.yaml), &(case.options)());
+            assert_eq!(doors_of(&c), case.expect, "case {:?}", case.name);
+            assert!(c.errors.is_empty(), "case {:?}: {:?}", case.name, c.errors);
+        }
+    }
+
+    /// The gateway's Node, in zone-a.
+    macro_rules! node_zone_a {
+        () => {
+            "apiVersion: v1\nkind: Node\nmetadata: {name: gw, labels: {topology.kubernetes.io/zone: zone-a}}\n\
+             status: {addresses: [{type: InternalIP, address: 198.51.100.1}]}\n"
+        };
+    }
+
+    /// A Service `t/web` with one externalIP and the given endpoints (YAML flow items).
+    macro_rules! hinted {
+        ($node:expr, $spec_extra:literal, $endpoints:literal) => {
+            concat!(
+                $node,
+                "---\napiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: t}\n",
+                "spec: {clusterIP: 10.96.0.1, externalIPs: [192.0.2.1], ports: [{name: http, port: 80}]",
+                $spec_extra,
+                "}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n",
+                "metadata: {name: web-1, namespace: t, labels: {kubernetes.io/service-name: web}}\n",
+                "addressType: IPv4\nports: [{name: http, port: 8080}]\nendpoints:\n",
+                $endpoints
+            )
+        };
+    }
+
+    fn with_cluster_ips() -> CompileOptions {
+        CompileOptions { cluster_ips: true, ..opts() }
+    }
+
+    #[test]
+    fn topology_hints_like_kube_proxy() {
+        run_cases(&[
+            Case {
+                name: "zone hints narrow the ready endpoints to the gateway's zone (no trafficDistribution needed)",
+                options: opts,
+                yaml: hinted!(
+                    node_zone_a!(),
+                    "",
+                    "- {addresses: [10.0.0.1], hints: {forZones: [{name: zone-a}]}}
+- {addresses: [10.0.0.2], hints: {forZones: [{name: zone-b}]}}
+- {addresses: [10.0.0.3], conditions: {ready: false, serving: true, terminating: true}}
+"
+                ),
+                expect: &["ExternalIP 192.0.2.1:80/TCP t/web -> [10.0.0.1:8080] PreferSameZone"],
+            },
+            Case {
+                name: "one ready endpoint without hints disables topology",
+                options: opts,
+                yaml: hinted!(
+                    node_zone_a!(),
+                    "",
+                    "- {addresses: [10.0.0.1], hints: {forZones: [{name: zone-a}]}}
+- {addresses: [10.0.0.2]}
+"
+                ),
+                expect: &["ExternalIP 192.0.2.1:80/TCP t/web -> [10.0.0.1:8080,10.0.0.2:8080]"],
+            },
+            Case {
+                name: "hints for other zones only are ignored",
+                options: opts,
+                yaml: hinted!(
+                    node_zone_a!(),
+                    "",
+                    "- {addresses: [10.0.0.1], hints: {forZones: [{name: zone-b}]}}
+- {addresses: [10.0.0.2], hints: {forZones: [{name: zone-c}]}}
+"
+                ),
+                expect: &["ExternalIP 192.0.2.1:80/TCP t/web -> [10.0.0.1:8080,10.0.0.2:8080]"],
+            },
+            Case {
+                name: "node hints for the gateway's node come before zone hints",
+                options: opts,
+                yaml: hinted!(
+                    node_zone_a!(),
+                    "",
+                    "- {addresses: [10.0.0.1], hints: {forNodes: [{name: gw}], forZones: [{name: zone-b}]}}
+- {addresses: [10.0.0.2], hints: {forNodes: [{name: n2}], forZones: [{name: zone-a}]}}
+"
+                ),
+                expect: &["ExternalIP 192.0.2.1:80/TCP t/web -> [10.0.0.1:8080] PreferSameNode"],
+            },
+            Case {
+                name: "node hints none of which is for the gateway fall back to zone hints",
+                options: opts,
+                yaml: hinted!(
+                    node_zone_a!(),
+                    "",
+                    "- {addresses: [10.0.0.1], hints: {forNodes: [{name: n1}], forZones: [{name: zone-a}]}}
+- {addresses: [10.0.0.2], hints: {forNodes: [{name: n2}], forZones: [{name: zone-b}]}}
+"
+                ),
+                expect: &["ExternalIP 192.0.2.1:80/TCP t/web -> [10.0.0.1:8080] PreferSameZone"],
+            },
+            Case {
+                name: "Local traffic policy ignores hints; the ClusterIP (internal, Cluster) uses them",
+                options: with_cluster_ips,
+                yaml: hinted!(
+                    node_zone_a!(),
+                    ", externalTrafficPolicy: Local",
+                    "- {addresses: [10.0.0.1], nodeName: gw, hints: {forZones: [{name: zone-b}]}}
+- {addresses: [10.0.0.2], nodeName: n2, hints: {forZones: [{name: zone-a}]}}
+"
+                ),
+                expect: &[
+                    "ClusterIP 10.96.0.1:80/TCP t/web -> [10.0.0.2:8080] PreferSameZone",
+                    "ExternalIP 192.0.2.1:80/TCP t/web -> [10.0.0.1:8080]",
+                ],
+            },
+            Case {
+                name: "a gateway Node without a zone label cannot use zone hints",
+                options: opts,
+                yaml: hinted!(
+                    "apiVersion: v1\nkind: Node\nmetadata: {name: gw}\n",
+                    "",
+                    "- {addresses: [10.0.0.1], hints: {forZones: [{name: zone-a}]}}
+- {addresses: [10.0.0.2], hints: {forZones: [{name: zone-b}]}}
+"
+                ),
+                expect: &["ExternalIP 192.0.2.1:80/TCP t/web -> [10.0.0.1:8080,10.0.0.2:8080]"],
+            },
+            Case {
+                name: "without a Node object the gateway has no zone either",
+                options: opts,
+                yaml: hinted!(
+                    "",
+                    "",
+                    "- {addresses: [10.0.0.1], hints: {forZones: [{name: zone-a}]}}
+- {addresses: [10.0.0.2], hints: {forZones: [{name: zone-b}]}}
+"
+                ),
+                expect: &["ExternalIP 192.0.2.1:80/TCP t/web -> [10.0.0.1:8080,10.0.0.2:8080]"],
+            },
+            Case {
+                name: "no ready endpoint: serving-terminating ones, hints or not",
+                options: opts,
+                yaml: hinted!(
+                    node_zone_a!(),
+                    "",
+                    "- {addresses: [10.0.0.1], conditions: {ready: false, serving: true, terminating: true}, hints: {forZones: [{name: zone-b}]}}
+- {addresses: [10.0.0.2], conditions: {ready: false, serving: true, terminating: true}, hints: {forZones: [{name: zone-a}]}}
+- {addresses: [10.0.0.3], conditions: {ready: false, serving: false, terminating: true}, hints: {forZones: [{name: zone-a}]}}
+"
+                ),
+                expect: &["ExternalIP 192.0.2.1:80/TCP t/web -> [10.0.0.1:8080,10.0.0.2:8080]"],
+            },
+            Case {
+                name: "hints of not-ready endpoints do not count",
+                options: opts,
+                yaml: hinted!(
+                    node_zone_a!(),
+                    "",
+                    "- {addresses: [10.0.0.1], hints: {forZones: [{name: zone-a}]}}
+- {addresses: [10.0.0.2], hints: {forZones: [{name: zone-b}]}}
+- {addresses: [10.0.0.3], conditions: {ready: false}}
+"
+                ),
+                expect: &["ExternalIP 192.0.2.1:80/TCP t/web -> [10.0.0.1:8080] PreferSameZone"],
+            },
+        ]);
+    }
+
+    #[test]
+    fn traffic_policies_like_kube_proxy() {
+        run_cases(&[
+            Case {
+                name: "externalTrafficPolicy: Local keeps local endpoints on external doors, not on the ClusterIP",
+                options: with_cluster_ips,
+                yaml: hinted!(
+                    "",
+                    ", externalTrafficPolicy: Local",
+                    "- {addresses: [10.0.0.1], nodeName: gw}
+- {addresses: [10.0.0.2], nodeName: n2}
+"
+                ),
+                expect: &[
+                    "ClusterIP 10.96.0.1:80/TCP t/web -> [10.0.0.1:8080,10.0.0.2:8080]",
+                    "ExternalIP 192.0.2.1:80/TCP t/web -> [10.0.0.1:8080]",
+                ],
+            },
+            Case {
+                name: "internalTrafficPolicy: Local narrows the ClusterIP only",
+                options: with_cluster_ips,
+                yaml: hinted!(
+                    "",
+                    ", internalTrafficPolicy: Local",
+                    "- {addresses: [10.0.0.1], nodeName: gw}
+- {addresses: [10.0.0.2], nodeName: n2}
+"
+                ),
+                expect: &[
+                    "ClusterIP 10.96.0.1:80/TCP t/web -> [10.0.0.1:8080]",
+                    "ExternalIP 192.0.2.1:80/TCP t/web -> [10.0.0.1:8080,10.0.0.2:8080]",
+                ],
+            },
+            Case {
+                name: "Local without local endpoints: the external door rejects (kube-proxy drops; see module doc)",
+                options: with_cluster_ips,
+                yaml: hinted!(
+                    "",
+                    ", externalTrafficPolicy: Local",
+                    "- {addresses: [10.0.0.2], nodeName: n2}
+"
+                ),
+                expect: &[
+                    "ClusterIP 10.96.0.1:80/TCP t/web -> [10.0.0.2:8080]",
+                    "ExternalIP 192.0.2.1:80/TCP t/web -> []",
+                ],
+            },
+            Case {
+                name: "Local falls back to local serving-terminating endpoints, not to remote ready ones",
+                options: opts,
+                yaml: hinted!(
+                    "",
+                    ", externalTrafficPolicy: Local",
+                    "- {addresses: [10.0.0.1], nodeName: gw, conditions: {ready: false, serving: true, terminating: true}}
+- {addresses: [10.0.0.2], nodeName: n2}
+"
+                ),
+                expect: &["ExternalIP 192.0.2.1:80/TCP t/web -> [10.0.0.1:8080]"],
+            },
+        ]);
+    }
+
+    const PROXY_NAMES: &str = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: plain, namespace: p}
+spec: {externalIPs: [192.0.2.10], ports: [{port: 80}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: ours, namespace: p, labels: {service.kubernetes.io/service-proxy-name: torii}}
+spec: {externalIPs: [192.0.2.11], ports: [{port: 80}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: theirs, namespace: p, labels: {service.kubernetes.io/service-proxy-name: other}}
+spec: {externalIPs: [192.0.2.12], ports: [{port: 80}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: empty, namespace: p, labels: {service.kubernetes.io/service-proxy-name: ""}}
+spec: {externalIPs: [192.0.2.13], ports: [{port: 80}]}
+"#;
+
+    #[test]
+    fn service_proxy_name_like_kube_proxy() {
+        run_cases(&[
+            Case {
+                name: "no proxy name: only Services without the label (an empty value is a label too)",
+                options: opts,
+                yaml: PROXY_NAMES,
+                expect: &["ExternalIP 192.0.2.10:80/TCP p/plain -> []"],
+            },
+            Case {
+                name: "proxy name torii: only the Services labelled torii",
+                options: || CompileOptions { proxy_name: Some("torii".into()), ..opts() },
+                yaml: PROXY_NAMES,
+                expect: &["ExternalIP 192.0.2.11:80/TCP p/ours -> []"],
+            },
+        ]);
+    }
+
+    const LB_CLASSES: &str = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: a, namespace: l}
+spec: {type: LoadBalancer, loadBalancerClass: example.com/a, externalIPs: [192.0.2.30], ports: [{port: 80}]}
+status: {loadBalancer: {ingress: [{ip: 192.0.2.20}]}}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: b, namespace: l}
+spec: {type: LoadBalancer, loadBalancerClass: example.com/b, ports: [{port: 80}]}
+status: {loadBalancer: {ingress: [{ip: 192.0.2.21}]}}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: none, namespace: l}
+spec: {type: LoadBalancer, ports: [{port: 80}]}
+status: {loadBalancer: {ingress: [{ip: 192.0.2.22}, {ip: 192.0.2.23, ipMode: Proxy}]}}
+"#;
+
+    #[test]
+    fn load_balancer_class_when_configured() {
+        run_cases(&[
+            Case {
+                name: "no class configured: every Service's load-balancer IPs (ipMode Proxy excepted)",
+                options: opts,
+                yaml: LB_CLASSES,
+                expect: &[
+                    "LoadBalancer 192.0.2.20:80/TCP l/a -> []",
+                    "LoadBalancer 192.0.2.21:80/TCP l/b -> []",
+                    "LoadBalancer 192.0.2.22:80/TCP l/none -> []",
+                    "ExternalIP 192.0.2.30:80/TCP l/a -> []",
+                ],
+            },
+            Case {
+                name: "class configured: only that class's load-balancer IPs; externalIPs stay",
+                options: || CompileOptions { load_balancer_class: Some("example.com/a".into()), ..opts() },
+                yaml: LB_CLASSES,
+                expect: &["LoadBalancer 192.0.2.20:80/TCP l/a -> []", "ExternalIP 192.0.2.30:80/TCP l/a -> []"],
+            },
+        ]);
+    }
+
+    const DUAL_STACK_NODE_PORT: &str = r#"
+apiVersion: v1
+kind: Node
+metadata: {name: gw}
+status:
+  addresses:
+  - {type: InternalIP, address: 10.0.0.5}
+  - {type: InternalIP, address: 192.0.2.5}
+  - {type: InternalIP, address: "fd00::5"}
+  - {type: ExternalIP, address: 203.0.113.5}
+  - {type: ExternalIP, address: "2001:db8::5"}
+  - {type: Hostname, address: gw}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: np, namespace: n}
+spec:
+  type: LoadBalancer
+  clusterIPs: [10.96.0.9, "fd00:96::9"]
+  externalIPs: [192.0.2.40, "2001:db8::40"]
+  ports: [{name: http, port: 80, nodePort: 30080}]
+status: {loadBalancer: {ingress: [{ip: 192.0.2.41}, {ip: "2001:db8::41"}]}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: np-4, namespace: n, labels: {kubernetes.io/service-name: np}}
+addressType: IPv4
+ports: [{name: http, port: 8080}]
+endpoints: [{addresses: [10.1.0.1]}, {addresses: [10.1.0.2]}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: np-6, namespace: n, labels: {kubernetes.io/service-name: np}}
+addressType: IPv6
+ports: [{name: http, port: 8080}]
+endpoints: [{addresses: ["fd00:1::1"]}, {addresses: ["fd00:1::2"], conditions: {ready: false}}]
+"#;
+
+    #[test]
+    fn dual_stack_one_front_door_per_family() {
+        run_cases(&[Case {
+            name: "IPv4 doors get the IPv4 slice's endpoints, IPv6 doors the IPv6 slice's",
+            options: with_cluster_ips,
+            yaml: DUAL_STACK_NODE_PORT,
+            expect: &[
+                "NodePort 10.0.0.5:30080/TCP n/np -> [10.1.0.1:8080,10.1.0.2:8080]",
+                "ClusterIP 10.96.0.9:80/TCP n/np -> [10.1.0.1:8080,10.1.0.2:8080]",
+                "NodePort 192.0.2.5:30080/TCP n/np -> [10.1.0.1:8080,10.1.0.2:8080]",
+                "ExternalIP 192.0.2.40:80/TCP n/np -> [10.1.0.1:8080,10.1.0.2:8080]",
+                "LoadBalancer 192.0.2.41:80/TCP n/np -> [10.1.0.1:8080,10.1.0.2:8080]",
+                "NodePort 203.0.113.5:30080/TCP n/np -> [10.1.0.1:8080,10.1.0.2:8080]",
+                "NodePort [2001:db8::5]:30080/TCP n/np -> [[fd00:1::1]:8080]",
+                "ExternalIP [2001:db8::40]:80/TCP n/np -> [[fd00:1::1]:8080]",
+                "LoadBalancer [2001:db8::41]:80/TCP n/np -> [[fd00:1::1]:8080]",
+                "NodePort [fd00::5]:30080/TCP n/np -> [[fd00:1::1]:8080]",
+                "ClusterIP [fd00:96::9]:80/TCP n/np -> [[fd00:1::1]:8080]",
+            ],
+        }]);
+    }
+
+    fn node_ports_of(c: &Compiled) -> Vec<String> {
+        c.frontends.iter().filter(|f| f.kind == FrontendKind::NodePort).map(|f| f.ip.to_string()).collect()
+    }
+
+    #[test]
+    fn node_port_addresses_like_kube_proxy() {
+        use torii_gateway::config::IpCidr;
+        let o = objects(DUAL_STACK_NODE_PORT);
+        let with = |npa: NodePortAddresses| compile(&o, &CompileOptions { node_port_addresses: npa, ..opts() });
+        let cidrs = |list: &[&str]| NodePortAddresses::Cidrs(list.iter().map(|s| IpCidr::parse(s).unwrap()).collect());
+        assert_eq!(
+            node_ports_of(&with(NodePortAddresses::All)),
+            ["10.0.0.5", "192.0.2.5", "203.0.113.5", "2001:db8::5", "fd00::5"],
+            "unset: every InternalIP and ExternalIP"
+        );
+        assert_eq!(
+            node_ports_of(&with(NodePortAddresses::Primary)),
+            ["10.0.0.5", "fd00::5"],
+            "primary: the first InternalIP of each family"
+        );
+        assert_eq!(
+            node_ports_of(&with(cidrs(&["192.0.2.0/24"]))),
+            ["192.0.2.5", "2001:db8::5", "fd00::5"],
+            "an IPv4 CIDR restricts IPv4 only"
+        );
+        assert_eq!(node_ports_of(&with(cidrs(&["10.0.0.0/8", "2001:db8::/32"]))), ["10.0.0.5", "2001:db8::5"],);
+        let none = with(cidrs(&["198.51.100.0/24", "2001:db8:ffff::/48"]));
+        assert_eq!(node_ports_of(&none), Vec::<String>::new());
+        assert_eq!(none.warnings.len(), 1, "{:?}", none.warnings);
+        assert!(
+            none.warnings[0].contains("none of its InternalIP/ExternalIP addresses is selected"),
+            "{:?}",
+            none.warnings
+        );
+    }
+
+    #[test]
+    fn forbidden_endpoint_addresses_skip_only_their_endpoint() {
+        let yaml = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: f}
+spec: {clusterIPs: [10.96.0.1, "fd00:96::1"], externalIPs: [192.0.2.1, "2001:db8::1"], ports: [{name: http, port: 80}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: web-4, namespace: f, labels: {kubernetes.io/service-name: web}}
+addressType: IPv4
+ports: [{name: http, port: 8080}]
+endpoints:
+- {addresses: [10.0.0.1]}
+- {addresses: [127.0.0.1]}
+- {addresses: [169.254.169.254]}
+- {addresses: [224.0.0.1]}
+- {addresses: [0.0.0.0]}
+- {addresses: [10.0.0.2, 127.0.0.2]}
+- {addresses: [255.255.255.255]}
+- {addresses: [10.0.0.3]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: web-6, namespace: f, labels: {kubernetes.io/service-name: web}}
+addressType: IPv6
+ports: [{name: http, port: 8080}]
+endpoints:
+- {addresses: ["::1"]}
+- {addresses: ["fe80::1"]}
+- {addresses: ["ff02::1"]}
+- {addresses: ["::"]}
+- {addresses: ["::ffff:127.0.0.1"]}
+- {addresses: ["fd00::1"]}
+"#;
+        let mut objs = Vec::new();
+        for doc in serde_yaml_ng::Deserializer::from_str(yaml) {
+            let v: serde_json::Value = serde::Deserialize::deserialize(doc).unwrap();
+            objs.push(match v["kind"].as_str().unwrap() {
+                "Service" => KubeObject::Service(Box::new(serde_json::from_value(v).unwrap())),
+                _ => KubeObject::EndpointSlice(Box::new(serde_json::from_value(v).unwrap())),
+            });
+        }
+        let (o, rejected) = Objects::from_kube(&objs);
+        let errors: Vec<String> =
+            rejected.iter().map(|r| format!("{}; {} skipped", r.error, r.skipped.as_str())).collect();
+        let field = |e: &String| e.split(": ").take(2).collect::<Vec<_>>().join(": ");
+        assert_eq!(
+            errors.iter().map(field).collect::<Vec<_>>(),
+            [
+                "EndpointSlice f/web-4: endpoints[1].addresses[0]",
+                "EndpointSlice f/web-4: endpoints[2].addresses[0]",
+                "EndpointSlice f/web-4: endpoints[3].addresses[0]",
+                "EndpointSlice f/web-4: endpoints[4].addresses[0]",
+                "EndpointSlice f/web-4: endpoints[5].addresses[1]",
+                "EndpointSlice f/web-4: endpoints[6].addresses[0]",
+                "EndpointSlice f/web-6: endpoints[0].addresses[0]",
+                "EndpointSlice f/web-6: endpoints[1].addresses[0]",
+                "EndpointSlice f/web-6: endpoints[2].addresses[0]",
+                "EndpointSlice f/web-6: endpoints[3].addresses[0]",
+                "EndpointSlice f/web-6: endpoints[4].addresses[0]",
+            ]
+        );
+        assert_eq!(
+            errors[0],
+            "EndpointSlice f/web-4: endpoints[1].addresses[0]: 127.0.0.1 is in the loopback range 127.0.0.0/8, \
+             which the EndpointSlice API forbids for endpoint addresses; endpoint skipped"
+        );
+        assert!(errors.iter().all(|e| e.ends_with("; endpoint skipped")), "{errors:#?}");
+        assert!(rejected.iter().all(|r| r.skipped == crate::model::Skipped::Endpoint));
+        let c = compile(&o, &opts());
+        assert_eq!(
+            doors_of(&c),
+            [
+                "ExternalIP 192.0.2.1:80/TCP f/web -> [10.0.0.1:8080,10.0.0.3:8080]",
+                "ExternalIP [2001:db8::1]:80/TCP f/web -> [[fd00::1]:8080]",
+            ],
+            "the rest of each slice is served"
+        );
+    }
+
+    #[test]
+    fn table_spec_orders_services_by_name_then_backends() {
+        let c = compile(&objects(DUAL_STACK_NODE_PORT), &with_cluster_ips());
+        let t = c.to_table_spec();
+        assert_eq!(t.frontends.len(), c.frontends.len());
+        let names: Vec<(&str, usize)> = t.services.iter().map(|s| (s.name.as_str(), s.backends.len())).collect();
+        assert_eq!(names, [("n/np:http", 2), ("n/np:http", 1)], "IPv4 backends sort before IPv6 ones");
+        for (f, fs) in c.frontends.iter().zip(&t.frontends) {
+            let s = &t.services[fs.service];
+            assert_eq!(s.backends.len(), f.backends.len());
+            assert_eq!((fs.addr, fs.port), (f.ip, f.port));
+        }
     }
 }

@@ -3,8 +3,9 @@
 //!
 //! The crate is a pure core between two impure edges:
 //! - [`source`]: where objects come from ([`source::files`]: a manifests directory,
-//!   loaded whole and watched). Sources deliver k8s-openapi objects and the errors of
-//!   whatever they skipped.
+//!   loaded whole and watched; [`source::kube`]: the Kubernetes API, listed and watched
+//!   with kube-rs). Sources deliver k8s-openapi objects and the errors of whatever they
+//!   skipped.
 //! - [`model`]: validation into normalised Services, EndpointSlices and Nodes; an invalid
 //!   object is skipped with an error naming it and the field, everything else is served.
 //! - [`compile`]: the pure, deterministic compiler (kube-proxy's semantics) from model to
@@ -12,11 +13,14 @@
 //!   compile` prints and converts to the gateway's
 //!   [`TableSpec`](torii_gateway::table::TableSpec).
 //! - [`publish`]: the only code that writes shared memory.
+//! - [`daemon`]: `torii-control run`'s loop: snapshots in, tables published, the
+//!   gateway's acknowledgements and the network-programming latency measured.
 //!
 //! Failure semantics (DESIGN.md): bad input never stops the others from being served, and
 //! a table that cannot be built or published leaves the last good one in place.
 
 pub mod compile;
+pub mod daemon;
 pub mod model;
 pub mod publish;
 pub mod source;
@@ -34,8 +38,8 @@ pub fn compile_loaded(loaded: &Loaded, options: &CompileOptions) -> Compiled {
     let mut compiled = compile::compile(&objects, options);
     let mut errors: Vec<String> = loaded.errors.iter().map(ToString::to_string).collect();
     errors.extend(rejected.iter().map(|r| match loaded.locations.get(r.index) {
-        Some(location) => format!("{location}: {}; object skipped", r.error),
-        None => format!("{}; object skipped", r.error),
+        Some(location) => format!("{location}: {}; {} skipped", r.error, r.skipped.as_str()),
+        None => format!("{}; {} skipped", r.error, r.skipped.as_str()),
     }));
     errors.append(&mut compiled.errors);
     compiled.errors = errors;

@@ -1,15 +1,20 @@
 //! `torii-control`: compiles Kubernetes Services into torii's table and publishes it.
 //!
-//! - `torii-control compile [--manifests DIR] [--node-name NAME] [--cluster-ips] [--config FILE]`
-//!   prints the compiled table as JSON on stdout (the contract is
-//!   [`torii_control::compile::Compiled`]) and every skipped object on stderr. It exits 0
-//!   even when objects were skipped; non-zero only when the directory (or the
-//!   configuration) cannot be read.
-//! - `torii-control run [--config FILE] [--manifests DIR]` (the default): compiles the
-//!   manifests directory, publishes the table to the gateway through shared memory,
-//!   watches the directory and republishes on every change until SIGINT or SIGTERM. A
-//!   failed publication is logged and retried (on the next change, and with backoff);
-//!   the gateway keeps the last table it adopted meanwhile.
+//! Objects come from a manifests directory (`--manifests DIR`, or `[control] manifests`
+//! of the configuration) or from the Kubernetes API (`--kubeconfig FILE`, or
+//! `--in-cluster` for the Pod's ServiceAccount).
+//!
+//! - `torii-control compile [--manifests DIR | --kubeconfig FILE | --in-cluster]
+//!   [--node-name NAME] [--cluster-ips] [--config FILE]` prints the compiled table as
+//!   JSON on stdout (the contract is [`torii_control::compile::Compiled`]) and every
+//!   skipped object on stderr. It exits 0 even when objects were skipped; non-zero only
+//!   when the directory, the API (a list fails) or the configuration cannot be read.
+//! - `torii-control run [--config FILE] [--manifests DIR | --kubeconfig FILE |
+//!   --in-cluster] [--node-name NAME] [--min-interval-ms N]` (the default): compiles,
+//!   publishes the table to the gateway through shared memory, watches the source and
+//!   republishes on every change until SIGINT or SIGTERM (see
+//!   [`torii_control::daemon`]). A failed publication is logged and retried; the gateway
+//!   keeps the last table it adopted meanwhile.
 //!
 //! Logs go to stderr, filtered by `RUST_LOG` (default `info`).
 
@@ -19,12 +24,14 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
-use tokio::time::Instant;
-use torii_control::compile::{CompileOptions, Compiled};
-use torii_control::publish::Publisher;
+use torii_control::compile::CompileOptions;
+use torii_control::daemon::{self, Source};
 use torii_control::source::files::{DirWatch, DEFAULT_QUIET};
+use torii_control::source::kube::{self as kube_source, ClusterConfig, KubeSettings, KubeWatch};
 use torii_gateway::config::Config;
-use torii_gateway::table::TableSpec;
+
+/// How long `compile --kubeconfig` waits for the API server's lists.
+const LIST_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// torii's control plane: Kubernetes Services in, gateway tables out.
 #[derive(Parser, Debug)]
@@ -36,20 +43,44 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Print the table compiled from a manifests directory as JSON (stdout); skipped
-    /// objects are reported on stderr.
+    /// Print the table compiled from a manifests directory or the Kubernetes API as
+    /// JSON (stdout); skipped objects are reported on stderr.
     Compile(CompileArgs),
-    /// Compile, publish to the gateway, watch the manifests and republish on changes
+    /// Compile, publish to the gateway, watch the source and republish on changes
     /// (the default).
     Run(RunArgs),
 }
 
-#[derive(Args, Debug)]
-struct CompileArgs {
+/// Where objects come from.
+#[derive(Args, Debug, Default)]
+struct SourceArgs {
     /// Directory of Service, EndpointSlice and Node manifests (YAML or JSON). Default:
     /// `[control] manifests` of the configuration.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["kubeconfig", "in_cluster"])]
     manifests: Option<PathBuf>,
+    /// Read Services, EndpointSlices and the gateway's Node from the Kubernetes API of
+    /// this kubeconfig's current context.
+    #[arg(long, value_name = "FILE", conflicts_with = "in_cluster")]
+    kubeconfig: Option<PathBuf>,
+    /// Read them from the Kubernetes API with the Pod's ServiceAccount (in a cluster).
+    #[arg(long)]
+    in_cluster: bool,
+}
+
+impl SourceArgs {
+    fn cluster(&self) -> Option<ClusterConfig> {
+        match (&self.kubeconfig, self.in_cluster) {
+            (Some(path), _) => Some(ClusterConfig::Kubeconfig(path.clone())),
+            (None, true) => Some(ClusterConfig::InCluster),
+            (None, false) => None,
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+struct CompileArgs {
+    #[command(flatten)]
+    source: SourceArgs,
     /// The gateway's Kubernetes Node (NodePorts, traffic policies). Default: `node_name`
     /// of the configuration.
     #[arg(long, value_name = "NAME")]
@@ -68,9 +99,16 @@ struct RunArgs {
     /// Gateway configuration (TOML). Default: the embedded `configs/gateway.toml`.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Manifests directory, overriding `[control] manifests` of the configuration.
-    #[arg(long, value_name = "DIR")]
-    manifests: Option<PathBuf>,
+    #[command(flatten)]
+    source: SourceArgs,
+    /// The gateway's Kubernetes Node, overriding `node_name` of the configuration (in a
+    /// DaemonSet: from the downward API, `spec.nodeName`).
+    #[arg(long, value_name = "NAME")]
+    node_name: Option<String>,
+    /// Kubernetes API source: shortest time between two recompilations (bursts of
+    /// changes are coalesced; this limits the rate under continuous churn).
+    #[arg(long, value_name = "MS", default_value_t = kube_source::DEFAULT_MIN_INTERVAL.as_millis() as u64)]
+    min_interval_ms: u64,
 }
 
 fn main() -> ExitCode {
@@ -106,17 +144,42 @@ fn load_config(path: Option<&Path>) -> anyhow::Result<Config> {
 
 fn manifests_dir(flag: Option<PathBuf>, config: &Config) -> anyhow::Result<PathBuf> {
     flag.or_else(|| config.control.manifests.clone())
-        .context("no manifests directory: pass --manifests DIR or set `manifests` under [control] in the configuration")
+        .context("no manifests directory: pass --manifests DIR (or --kubeconfig FILE, --in-cluster), or set `manifests` under [control] in the configuration")
+}
+
+/// The compiler's options: the configuration's, with the command line's overrides.
+fn compile_options(config: &Config, node_name: Option<String>, cluster_ips: bool) -> CompileOptions {
+    CompileOptions {
+        node_name: node_name.unwrap_or_else(|| config.node_name.clone()),
+        cluster_ips: cluster_ips || config.control.cluster_ips,
+        proxy_name: config.control.proxy_name.clone(),
+        load_balancer_class: config.control.load_balancer_class.clone(),
+        node_port_addresses: config.control.node_port_addresses.clone(),
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")
 }
 
 fn compile(args: CompileArgs) -> anyhow::Result<()> {
     let config = load_config(args.config.as_deref())?;
-    let dir = manifests_dir(args.manifests, &config)?;
-    let options = CompileOptions {
-        node_name: args.node_name.unwrap_or(config.node_name),
-        cluster_ips: args.cluster_ips || config.control.cluster_ips,
+    let options = compile_options(&config, args.node_name, args.cluster_ips);
+    let compiled = match args.source.cluster() {
+        Some(cluster) => {
+            let loaded = runtime()?.block_on(async {
+                tokio::time::timeout(LIST_TIMEOUT, kube_source::load(&cluster, &options.node_name))
+                    .await
+                    .with_context(|| format!("no answer from the Kubernetes API within {} s", LIST_TIMEOUT.as_secs()))
+            })??;
+            torii_control::compile_loaded(&loaded, &options)
+        }
+        None => torii_control::compile_dir(&manifests_dir(args.source.manifests, &config)?, &options)?,
     };
-    let compiled = torii_control::compile_dir(&dir, &options)?;
     for e in &compiled.errors {
         eprintln!("torii-control: error: {e}");
     }
@@ -130,156 +193,58 @@ fn compile(args: CompileArgs) -> anyhow::Result<()> {
 
 fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = load_config(args.config.as_deref())?;
-    let dir = manifests_dir(args.manifests, &config)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the tokio runtime")?;
-    runtime.block_on(serve(config, dir))
-}
-
-/// How often snapshots that every gateway worker has moved past are released.
-const GC_INTERVAL: Duration = Duration::from_secs(5);
-
-/// Shortest and longest wait before retrying a failed publication.
-const RETRY_MIN: Duration = Duration::from_secs(1);
-const RETRY_MAX: Duration = Duration::from_secs(30);
-
-/// The publication side of `run`: the table waiting to be published, the last one that
-/// was, and the retry schedule.
-struct Publishing {
-    shm_dir: PathBuf,
-    publisher: Option<Publisher>,
-    /// A table not yet published, with its front door and backend counts.
-    pending: Option<(TableSpec, usize, usize)>,
-    /// The last table published (the one the gateway has or will adopt).
-    published: Option<TableSpec>,
-    retry_delay: Duration,
-    retry_at: Option<Instant>,
-}
-
-impl Publishing {
-    fn offer(&mut self, compiled: &Compiled) {
-        let spec = compiled.to_table_spec();
-        if self.published.as_ref() == Some(&spec) {
-            tracing::debug!("table unchanged; not republished");
-            self.pending = None;
-            self.retry_at = None;
-            return;
-        }
-        self.pending = Some((spec, compiled.frontends.len(), compiled.backend_count()));
-        self.retry_delay = RETRY_MIN;
-        self.try_publish();
-    }
-
-    fn try_publish(&mut self) {
-        let Some((spec, frontends, backends)) = &self.pending else {
-            self.retry_at = None;
-            return;
-        };
-        let result = match &mut self.publisher {
-            Some(p) => p.publish(spec).map_err(|e| format!("publishing the table failed: {e}")),
-            None => match Publisher::open(&self.shm_dir) {
-                Ok(mut p) => {
-                    let r = p.publish(spec).map_err(|e| format!("publishing the table failed: {e}"));
-                    self.publisher = Some(p);
-                    r
-                }
-                Err(e) => Err(format!("cannot open the shared-memory directory {}: {e}", self.shm_dir.display())),
-            },
-        };
-        match result {
-            Ok(generation) => {
-                tracing::info!(generation, frontends, backends, "published table");
-                self.published = self.pending.take().map(|(s, ..)| s);
-                self.retry_at = None;
-                self.retry_delay = RETRY_MIN;
-            }
-            Err(message) => {
-                tracing::error!(
-                    retry_in_s = self.retry_delay.as_secs(),
-                    "{message}; the gateway keeps the last table it adopted; retrying on the next change or after the delay"
-                );
-                self.retry_at = Some(Instant::now() + self.retry_delay);
-                self.retry_delay = (self.retry_delay * 2).min(RETRY_MAX);
-            }
-        }
-    }
-}
-
-async fn serve(config: Config, dir: PathBuf) -> anyhow::Result<()> {
-    let options = CompileOptions { node_name: config.node_name.clone(), cluster_ips: config.control.cluster_ips };
-    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("installing the SIGTERM handler")?;
-    let mut watch = DirWatch::start(&dir, DEFAULT_QUIET)?;
-    tracing::info!(
-        manifests = %dir.display(),
-        node_name = %options.node_name,
-        cluster_ips = options.cluster_ips,
-        shm_dir = %config.shm_dir.display(),
-        "torii-control running"
-    );
-    let mut publishing = Publishing {
-        shm_dir: config.shm_dir.clone(),
-        publisher: None,
-        pending: None,
-        published: None,
-        retry_delay: RETRY_MIN,
-        retry_at: None,
+    let options = compile_options(&config, args.node_name, false);
+    let cluster = args.source.cluster();
+    let dir = match cluster {
+        Some(_) => None,
+        None => Some(manifests_dir(args.source.manifests, &config)?),
     };
-    let mut gc = tokio::time::interval(GC_INTERVAL);
-    gc.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        let retry_at = publishing.retry_at;
-        tokio::select! {
-            next = watch.next() => match next {
-                None => anyhow::bail!("the manifests watch stopped unexpectedly"),
-                Some(Err(e)) => tracing::error!("{e}; the last table stays published"),
-                Some(Ok(loaded)) => {
-                    let compiled = torii_control::compile_loaded(&loaded, &options);
-                    for e in &compiled.errors {
-                        tracing::error!("{e}");
+    runtime()?.block_on(async {
+        let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .context("installing the SIGTERM handler")?;
+        let source = match (&cluster, &dir) {
+            (Some(cluster), _) => {
+                let (client, url) = kube_source::connect(cluster).await?;
+                let settings = KubeSettings {
+                    min_interval: Duration::from_millis(args.min_interval_ms),
+                    ..KubeSettings::new(options.node_name.clone())
+                };
+                tracing::info!(
+                    api = %url,
+                    config = %cluster,
+                    node_name = %options.node_name,
+                    cluster_ips = options.cluster_ips,
+                    min_interval_ms = args.min_interval_ms,
+                    shm_dir = %config.shm_dir.display(),
+                    "torii-control running"
+                );
+                Source::Kube(Box::new(KubeWatch::start(&client, settings)))
+            }
+            (None, Some(dir)) => {
+                let watch = DirWatch::start(dir, DEFAULT_QUIET)?;
+                tracing::info!(
+                    manifests = %dir.display(),
+                    node_name = %options.node_name,
+                    cluster_ips = options.cluster_ips,
+                    shm_dir = %config.shm_dir.display(),
+                    "torii-control running"
+                );
+                Source::Files(watch)
+            }
+            (None, None) => unreachable!("a manifests directory or a cluster"),
+        };
+        let shutdown = async {
+            tokio::select! {
+                r = tokio::signal::ctrl_c() => {
+                    if let Err(e) = r {
+                        tracing::error!("waiting for SIGINT: {e}");
                     }
-                    for w in &compiled.warnings {
-                        tracing::warn!("{w}");
-                    }
-                    tracing::info!(
-                        objects = loaded.objects.len(),
-                        skipped = compiled.errors.len(),
-                        frontends = compiled.frontends.len(),
-                        backends = compiled.backend_count(),
-                        "compiled manifests"
-                    );
-                    publishing.offer(&compiled);
+                    tracing::info!("SIGINT: stopping");
                 }
-            },
-            () = sleep_until_opt(retry_at), if retry_at.is_some() => publishing.try_publish(),
-            _ = gc.tick() => {
-                if let Some(p) = &publishing.publisher {
-                    let removed = p.collect_garbage();
-                    if removed > 0 {
-                        tracing::debug!(removed, "released table snapshots every gateway worker has moved past");
-                    }
-                }
+                _ = sigterm.recv() => tracing::info!("SIGTERM: stopping"),
             }
-            r = tokio::signal::ctrl_c() => {
-                r.context("waiting for SIGINT")?;
-                tracing::info!("SIGINT: stopping");
-                break;
-            }
-            _ = sigterm.recv() => {
-                tracing::info!("SIGTERM: stopping");
-                break;
-            }
-        }
-    }
-    Ok(())
-}
-
-async fn sleep_until_opt(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
+        };
+        daemon::serve(source, &options, config.shm_dir.clone(), shutdown).await?;
+        Ok(())
+    })
 }

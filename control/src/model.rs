@@ -56,6 +56,15 @@ pub enum KubeObject {
 }
 
 impl KubeObject {
+    /// The object's metadata.
+    pub fn metadata(&self) -> &ObjectMeta {
+        match self {
+            Self::Service(s) => &s.metadata,
+            Self::EndpointSlice(s) => &s.metadata,
+            Self::Node(n) => &n.metadata,
+        }
+    }
+
     /// The object's identity for messages, e.g. `Service demo/web` or `Node gateway-1`.
     pub fn object_ref(&self) -> ObjectRef {
         match self {
@@ -588,8 +597,11 @@ pub struct EndpointSlice {
     pub address_type: AddressType,
     /// `ports`.
     pub ports: Vec<EndpointPort>,
-    /// `endpoints` (empty for `FQDN` slices).
+    /// `endpoints` (empty for `FQDN` slices), without the skipped ones.
     pub endpoints: Vec<Endpoint>,
+    /// Why endpoints were left out of `endpoints` (an address the EndpointSlice API
+    /// forbids, see [`forbidden_endpoint_address`]); the rest of the slice is served.
+    pub skipped_endpoints: Vec<ModelError>,
 }
 
 impl TryFrom<&discovery::EndpointSlice> for EndpointSlice {
@@ -629,8 +641,9 @@ impl TryFrom<&discovery::EndpointSlice> for EndpointSlice {
         }
 
         let mut endpoints = Vec::new();
+        let mut skipped_endpoints = Vec::new();
         if address_type != AddressType::Fqdn {
-            for (i, ep) in slice.endpoints.iter().flatten().enumerate() {
+            'endpoints: for (i, ep) in slice.endpoints.iter().flatten().enumerate() {
                 if ep.addresses.is_empty() {
                     return Err(
                         cx.missing(format!("endpoints[{i}].addresses"), "an endpoint needs at least one address")
@@ -649,6 +662,10 @@ impl TryFrom<&discovery::EndpointSlice> for EndpointSlice {
                         return Err(
                             cx.invalid(field, format!("{ip} does not match addressType {:?}", slice.address_type))
                         );
+                    }
+                    if let Some(why) = forbidden_endpoint_address(ip) {
+                        skipped_endpoints.push(cx.invalid(field, format!("{ip} {why}")));
+                        continue 'endpoints;
                     }
                     addresses.push(ip);
                 }
@@ -676,7 +693,40 @@ impl TryFrom<&discovery::EndpointSlice> for EndpointSlice {
             address_type,
             ports,
             endpoints,
+            skipped_endpoints,
         })
+    }
+}
+
+/// Why `ip` cannot be an endpoint address (a phrase to follow the address in a message),
+/// or `None` when it can.
+///
+/// The EndpointSlice API rejects unspecified, loopback, link-local unicast and link-local
+/// multicast addresses (`ValidateEndpointIP`, `pkg/apis/core/validation` of
+/// kubernetes/kubernetes, applied by `pkg/apis/discovery/validation` to every endpoint
+/// address): they are meaningless as destinations or reserved for node-local purposes
+/// such as metadata services. torii also refuses the other multicast addresses and the
+/// IPv4 broadcast address, which no flow can be translated to (the API lets them through,
+/// which its own comment calls "probably a bug"). An IPv4-mapped IPv6 address is judged as
+/// the IPv4 address it maps, as Go's `net.IP` methods do.
+pub fn forbidden_endpoint_address(ip: IpAddr) -> Option<String> {
+    let api = |why: &str| Some(format!("{why}, which the EndpointSlice API forbids for endpoint addresses"));
+    let unusable = |why: &str| Some(format!("{why}: no flow can be sent to it"));
+    match ip.to_canonical() {
+        IpAddr::V4(v4) if v4.is_unspecified() => api("is unspecified (0.0.0.0)"),
+        IpAddr::V4(v4) if v4.is_loopback() => api("is in the loopback range 127.0.0.0/8"),
+        IpAddr::V4(v4) if v4.is_link_local() => api("is in the link-local range 169.254.0.0/16"),
+        IpAddr::V4(v4) if v4.octets()[..3] == [224, 0, 0] => api("is in the link-local multicast range 224.0.0.0/24"),
+        IpAddr::V4(v4) if v4.is_multicast() => unusable("is a multicast address (224.0.0.0/4)"),
+        IpAddr::V4(v4) if v4.is_broadcast() => unusable("is the broadcast address"),
+        IpAddr::V6(v6) if v6.is_unspecified() => api("is unspecified (::)"),
+        IpAddr::V6(v6) if v6.is_loopback() => api("is the loopback address ::1"),
+        IpAddr::V6(v6) if v6.is_unicast_link_local() => api("is in the link-local range fe80::/10"),
+        IpAddr::V6(v6) if v6.octets()[0] == 0xff && v6.octets()[1] & 0x0f == 0x02 => {
+            api("is a link-local multicast address (ff02::/16)")
+        }
+        IpAddr::V6(v6) if v6.is_multicast() => unusable("is a multicast address (ff00::/8)"),
+        _ => None,
     }
 }
 
@@ -740,7 +790,8 @@ impl TryFrom<&core::Node> for Node {
 // ---------------------------------------------------------------------------------------
 // The whole set
 
-/// An object [`Objects::from_kube`] left out: its position in the input and why.
+/// What [`Objects::from_kube`] left out of one object: its position in the input, why, and
+/// whether the whole object or only one of its parts was left out.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{error}")]
 pub struct Rejected {
@@ -749,6 +800,53 @@ pub struct Rejected {
     /// Why it was left out.
     #[source]
     pub error: ModelError,
+    /// The whole object, or one endpoint of an EndpointSlice (the rest is served).
+    pub skipped: Skipped,
+}
+
+/// What an error made torii leave out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Skipped {
+    /// The whole object.
+    Object,
+    /// One endpoint of an EndpointSlice; the rest of the slice is served.
+    Endpoint,
+}
+
+impl Skipped {
+    /// `"object"` or `"endpoint"`, for messages ending `; object skipped`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Object => "object",
+            Self::Endpoint => "endpoint",
+        }
+    }
+}
+
+/// A validated object, or why it is not one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Validated {
+    /// A valid Service.
+    Service(Service),
+    /// A valid EndpointSlice (maybe without some endpoints, see
+    /// [`EndpointSlice::skipped_endpoints`]).
+    EndpointSlice(EndpointSlice),
+    /// A valid Node.
+    Node(Node),
+}
+
+impl Validated {
+    /// Validates one object.
+    ///
+    /// # Errors
+    /// The [`ModelError`] that makes the whole object unusable.
+    pub fn from_kube(object: &KubeObject) -> Result<Self, ModelError> {
+        Ok(match object {
+            KubeObject::Service(s) => Self::Service(Service::try_from(&**s)?),
+            KubeObject::EndpointSlice(s) => Self::EndpointSlice(EndpointSlice::try_from(&**s)?),
+            KubeObject::Node(n) => Self::Node(Node::try_from(&**n)?),
+        })
+    }
 }
 
 /// Every valid object of one snapshot, each list sorted by identity (the compiler's
@@ -763,10 +861,20 @@ pub struct Objects {
     pub nodes: Vec<Node>,
 }
 
+/// The error for a later definition of an object already defined in the same input.
+pub fn duplicate_error(object: ObjectRef) -> ModelError {
+    ModelError::Invalid {
+        object,
+        field: "metadata.name".into(),
+        message: "defined more than once; the first definition is served".into(),
+    }
+}
+
 impl Objects {
     /// Validates every object; the invalid ones are left out and returned with their
-    /// input index (in input order). Later duplicates of a (kind, namespace, name) are
-    /// left out too.
+    /// input index (in input order), and so are the endpoints an EndpointSlice had to
+    /// leave out ([`Skipped::Endpoint`]). Later duplicates of a (kind, namespace, name)
+    /// are left out too.
     pub fn from_kube<'a>(objects: impl IntoIterator<Item = &'a KubeObject>) -> (Self, Vec<Rejected>) {
         let mut out = Self::default();
         let mut errors = Vec::new();
@@ -774,21 +882,18 @@ impl Objects {
         for (index, obj) in objects.into_iter().enumerate() {
             let r = obj.object_ref();
             if !r.name.is_empty() && !seen.insert(r.clone()) {
-                let error = ModelError::Invalid {
-                    object: r,
-                    field: "metadata.name".into(),
-                    message: "defined more than once; the first definition is served".into(),
-                };
-                errors.push(Rejected { index, error });
+                errors.push(Rejected { index, error: duplicate_error(r), skipped: Skipped::Object });
                 continue;
             }
-            let res = match obj {
-                KubeObject::Service(s) => Service::try_from(&**s).map(|s| out.services.push(s)),
-                KubeObject::EndpointSlice(s) => EndpointSlice::try_from(&**s).map(|s| out.endpoint_slices.push(s)),
-                KubeObject::Node(n) => Node::try_from(&**n).map(|n| out.nodes.push(n)),
-            };
-            if let Err(error) = res {
-                errors.push(Rejected { index, error });
+            match Validated::from_kube(obj) {
+                Ok(Validated::Service(s)) => out.services.push(s),
+                Ok(Validated::EndpointSlice(s)) => {
+                    let parts = s.skipped_endpoints.iter().cloned();
+                    errors.extend(parts.map(|error| Rejected { index, error, skipped: Skipped::Endpoint }));
+                    out.endpoint_slices.push(s);
+                }
+                Ok(Validated::Node(n)) => out.nodes.push(n),
+                Err(error) => errors.push(Rejected { index, error, skipped: Skipped::Object }),
             }
         }
         out.services.sort_by(|a, b| a.key.cmp(&b.key));

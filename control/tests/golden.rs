@@ -6,7 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
-use torii_control::compile::CompileOptions;
+use torii_control::compile::{CompileOptions, Compiler, NodePortAddresses};
+use torii_gateway::config::IpCidr;
 
 fn manifest_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -15,8 +16,17 @@ fn manifest_dir() -> PathBuf {
 /// Compiles `dir` and renders it as `torii-control compile` does, with `dir/` stripped
 /// from error messages so that the golden files do not depend on the checkout's path.
 fn render(dir: &Path, node_name: &str, cluster_ips: bool) -> String {
-    let options = CompileOptions { node_name: node_name.to_owned(), cluster_ips };
-    let compiled = torii_control::compile_dir(dir, &options).expect("fixture directory is readable");
+    render_with(dir, &CompileOptions { node_name: node_name.to_owned(), cluster_ips, ..Default::default() })
+}
+
+/// [`render`] with any options. Also checks that the incremental [`Compiler`] gives the
+/// same result for the same snapshot.
+fn render_with(dir: &Path, options: &CompileOptions) -> String {
+    let compiled = torii_control::compile_dir(dir, options).expect("fixture directory is readable");
+    let loaded = torii_control::source::files::load_dir(dir).unwrap();
+    let mut compiler = Compiler::new(options.clone());
+    assert_eq!(compiler.update(&loaded), &compiled, "{}: the incremental compiler differs", dir.display());
+    assert_eq!(compiler.table_spec(), &compiled.to_table_spec());
     let json = serde_json::to_string_pretty(&compiled).unwrap() + "\n";
     json.replace(&format!("{}/", dir.display()), "")
 }
@@ -53,7 +63,7 @@ fn demo_manifests() {
 #[test]
 fn demo_manifests_are_clean() {
     let dir = manifest_dir().join("../configs/demo");
-    let options = CompileOptions { node_name: "gateway-1".into(), cluster_ips: false };
+    let options = CompileOptions { node_name: "gateway-1".into(), ..Default::default() };
     let c = torii_control::compile_dir(&dir, &options).unwrap();
     assert!(c.errors.is_empty(), "{:#?}", c.errors);
     assert!(c.warnings.is_empty(), "{:#?}", c.warnings);
@@ -116,7 +126,7 @@ fn compile_is_deterministic_whatever_the_input_order() {
     use torii_control::model::Objects;
     use torii_control::source::files::load_dir;
     let mut loaded = load_dir(&fixture("kube-api-1.28")).unwrap();
-    let options = CompileOptions { node_name: "gw-1".into(), cluster_ips: true };
+    let options = CompileOptions { node_name: "gw-1".into(), cluster_ips: true, ..Default::default() };
     let (objects, _) = Objects::from_kube(&loaded.objects);
     let forward = torii_control::compile::compile(&objects, &options);
     loaded.objects.reverse();
@@ -124,4 +134,68 @@ fn compile_is_deterministic_whatever_the_input_order() {
     let reversed = torii_control::compile::compile(&objects, &options);
     assert_eq!(forward, reversed);
     assert_eq!(forward.to_table_spec(), reversed.to_table_spec());
+}
+
+fn gw(options: CompileOptions) -> CompileOptions {
+    CompileOptions { node_name: "gw".into(), ..options }
+}
+
+#[test]
+fn kube_api_fixtures_for_proxy_name_torii() {
+    let options = CompileOptions {
+        node_name: "gw-1".into(),
+        cluster_ips: true,
+        proxy_name: Some("torii".into()),
+        ..Default::default()
+    };
+    check("kube-api-1.28-proxy-name-torii", &render_with(&fixture("kube-api-1.28"), &options));
+}
+
+#[test]
+fn topology_hints() {
+    let dir = fixture("topology-hints");
+    check("topology-hints", &render_with(&dir, &gw(CompileOptions { cluster_ips: true, ..Default::default() })));
+}
+
+#[test]
+fn service_proxy_name_and_load_balancer_class() {
+    let dir = fixture("service-selection");
+    check("service-selection", &render(&dir, "gw", false));
+    check(
+        "service-selection-proxy-name",
+        &render_with(&dir, &gw(CompileOptions { proxy_name: Some("torii".into()), ..Default::default() })),
+    );
+    check(
+        "service-selection-load-balancer-class",
+        &render_with(
+            &dir,
+            &gw(CompileOptions { load_balancer_class: Some("example.com/torii".into()), ..Default::default() }),
+        ),
+    );
+}
+
+#[test]
+fn dual_stack_and_node_port_addresses() {
+    let dir = fixture("node-port-addresses");
+    check("dual-stack", &render(&dir, "gw", true));
+    check(
+        "node-port-addresses-primary",
+        &render_with(
+            &dir,
+            &gw(CompileOptions { node_port_addresses: NodePortAddresses::Primary, ..Default::default() }),
+        ),
+    );
+    let cidrs = ["192.0.2.0/24", "2001:db8::/32"].iter().map(|c| IpCidr::parse(c).unwrap()).collect();
+    check(
+        "node-port-addresses-cidrs",
+        &render_with(
+            &dir,
+            &gw(CompileOptions { node_port_addresses: NodePortAddresses::Cidrs(cidrs), ..Default::default() }),
+        ),
+    );
+}
+
+#[test]
+fn forbidden_endpoint_addresses() {
+    check("forbidden-endpoint-addresses", &render(&fixture("forbidden-endpoint-addresses"), "gw", false));
 }

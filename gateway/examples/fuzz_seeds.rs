@@ -35,7 +35,10 @@ fn main() -> std::io::Result<()> {
             "tcp-flow",
             [
                 record(0, &frames::tcp(to_gw, client, (vip, 80), TcpFlags::SYN, 1, 0, &[], 64)),
-                record(1, &frames::tcp(from_web, (web, 8080), (snat, 1024), TcpFlags::SYN | TcpFlags::ACK, 9, 2, &[], 64)),
+                record(
+                    1,
+                    &frames::tcp(from_web, (web, 8080), (snat, 1024), TcpFlags::SYN | TcpFlags::ACK, 9, 2, &[], 64),
+                ),
                 record(0, &frames::tcp(to_gw, client, (vip, 80), TcpFlags::ACK, 2, 10, b"GET / HTTP/1.1\r\n\r\n", 64)),
                 record(0, &frames::tcp(to_gw, client, (vip, 80), TcpFlags::FIN | TcpFlags::ACK, 20, 10, &[], 64)),
             ]
@@ -43,13 +46,29 @@ fn main() -> std::io::Result<()> {
         ),
         ("udp", record(0, &frames::udp(to_gw, client, (vip, 7), b"ping", 64))),
         ("udp-reject", record(0, &frames::udp(to_gw, client, (Ipv4Addr::new(203, 0, 113, 11), 9), b"x", 64))),
-        ("tcp-reject", record(0, &frames::tcp(to_gw, client, (Ipv4Addr::new(203, 0, 113, 11), 80), TcpFlags::SYN, 5, 0, &[], 64))),
-        ("affinity", record(0, &frames::tcp(to_gw, client, (Ipv4Addr::new(203, 0, 113, 12), 443), TcpFlags::SYN, 5, 0, &[], 64))),
+        (
+            "tcp-reject",
+            record(0, &frames::tcp(to_gw, client, (Ipv4Addr::new(203, 0, 113, 11), 80), TcpFlags::SYN, 5, 0, &[], 64)),
+        ),
+        (
+            "affinity",
+            record(0, &frames::tcp(to_gw, client, (Ipv4Addr::new(203, 0, 113, 12), 443), TcpFlags::SYN, 5, 0, &[], 64)),
+        ),
         ("echo", record(0, &frames::icmp_echo(to_gw, client.0, vip, 1, 1, b"abcdefgh", false))),
         (
             "arp",
             [
-                record(0, &frames::arp(L2 { src: client_mac, dst: MacAddr::BROADCAST }, ArpOperation::Request, client_mac, client.0, MacAddr::UNSPECIFIED, vip)),
+                record(
+                    0,
+                    &frames::arp(
+                        L2 { src: client_mac, dst: MacAddr::BROADCAST },
+                        ArpOperation::Request,
+                        client_mac,
+                        client.0,
+                        MacAddr::UNSPECIFIED,
+                        vip,
+                    ),
+                ),
                 record(1, &frames::arp(from_web, ArpOperation::Reply, web_mac, web, gw_back, snat)),
             ]
             .concat(),
@@ -63,14 +82,35 @@ fn main() -> std::io::Result<()> {
 
     let spec = TableSpec {
         frontends: vec![
-            FrontendSpec { addr: vip.into(), port: 80, protocol: Protocol::Tcp, kind: FrontendKind::ExternalIp, service: 0 },
-            FrontendSpec { addr: vip.into(), port: 7, protocol: Protocol::Udp, kind: FrontendKind::LoadBalancer, service: 1 },
-            FrontendSpec { addr: "2001:db8::10".parse().unwrap(), port: 80, protocol: Protocol::Tcp, kind: FrontendKind::NodePort, service: 0 },
+            FrontendSpec {
+                addr: vip.into(),
+                port: 80,
+                protocol: Protocol::Tcp,
+                kind: FrontendKind::ExternalIp,
+                service: 0,
+            },
+            FrontendSpec {
+                addr: vip.into(),
+                port: 7,
+                protocol: Protocol::Udp,
+                kind: FrontendKind::LoadBalancer,
+                service: 1,
+            },
+            FrontendSpec {
+                addr: "2001:db8::10".parse().unwrap(),
+                port: 80,
+                protocol: Protocol::Tcp,
+                kind: FrontendKind::NodePort,
+                service: 0,
+            },
         ],
         services: vec![
             ServiceSpec {
                 name: "demo/web:http".into(),
-                backends: vec![BackendSpec { addr: web.into(), port: 8080 }, BackendSpec { addr: "10.70.0.12".parse().unwrap(), port: 8080 }],
+                backends: vec![
+                    BackendSpec { addr: web.into(), port: 8080 },
+                    BackendSpec { addr: "10.70.0.12".parse().unwrap(), port: 8080 },
+                ],
                 affinity_timeout_s: Some(10800),
             },
             ServiceSpec { name: "demo/empty:".into(), backends: vec![], affinity_timeout_s: None },

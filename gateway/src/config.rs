@@ -5,7 +5,7 @@
 //! (`interfaces[1].addresses[0]: "10.0.0.1/33" is not an address/prefix`). Unknown keys are
 //! errors too, so a typo never silently falls back to a default.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -80,6 +80,110 @@ impl Ipv4Cidr {
     }
 }
 
+/// An IPv4 or IPv6 prefix, as written `192.0.2.0/24` or `2001:db8::/64`. Host bits are
+/// cleared when parsing (as kube-proxy's `ParseCIDRSloppy` does for `nodePortAddresses`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct IpCidr {
+    /// The network address (host bits zero).
+    pub addr: IpAddr,
+    /// Prefix length: 0..=32 for IPv4, 0..=128 for IPv6.
+    pub prefix_len: u8,
+}
+
+impl IpCidr {
+    /// Parses `address/length`; `None` when either part is malformed or the length is
+    /// too long for the family.
+    pub fn parse(s: &str) -> Option<Self> {
+        let (a, l) = s.trim().split_once('/')?;
+        let addr: IpAddr = a.parse().ok()?;
+        if l.is_empty() || !l.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let prefix_len: u8 = l.parse().ok()?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        (prefix_len <= max).then(|| Self { addr: mask(addr, prefix_len), prefix_len })
+    }
+
+    /// Whether `ip` is inside this prefix (never, when the families differ).
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        ip.is_ipv4() == self.addr.is_ipv4() && mask(ip, self.prefix_len) == self.addr
+    }
+}
+
+impl std::fmt::Display for IpCidr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix_len)
+    }
+}
+
+/// `ip` with every bit after the first `prefix_len` cleared.
+fn mask(ip: IpAddr, prefix_len: u8) -> IpAddr {
+    match ip {
+        IpAddr::V4(v4) => {
+            let m = u32::MAX.checked_shl(32 - u32::from(prefix_len.min(32))).unwrap_or(0);
+            IpAddr::V4(Ipv4Addr::from(u32::from(v4) & m))
+        }
+        IpAddr::V6(v6) => {
+            let m = u128::MAX.checked_shl(128 - u32::from(prefix_len.min(128))).unwrap_or(0);
+            IpAddr::V6(Ipv6Addr::from(u128::from(v6) & m))
+        }
+    }
+}
+
+/// Which of the gateway Node's addresses NodePort front doors are served on: kube-proxy's
+/// `--nodeport-addresses` (`pkg/proxy/util/nodeport_addresses.go`), applied to the
+/// InternalIP and ExternalIP addresses of the gateway's Node object.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum NodePortAddresses {
+    /// No restriction (the key is absent or empty): every InternalIP and ExternalIP.
+    #[default]
+    All,
+    /// `["primary"]`: the Node's primary address of each family, as kube-proxy picks it
+    /// (`GetNodeHostIPs`: the first InternalIP, else the first ExternalIP, of each family).
+    Primary,
+    /// Addresses inside these prefixes. Per address family: a family none of the prefixes
+    /// belongs to is not restricted (kube-proxy adds `0.0.0.0/0` or `::/0` for it).
+    Cidrs(Vec<IpCidr>),
+}
+
+impl NodePortAddresses {
+    /// The addresses of `internal` (InternalIPs, in order) and `external` (ExternalIPs, in
+    /// order) that NodePorts are served on, without duplicates, in that order.
+    pub fn select(&self, internal: &[IpAddr], external: &[IpAddr]) -> Vec<IpAddr> {
+        let mut out: Vec<IpAddr> = Vec::new();
+        let all = internal.iter().chain(external).copied();
+        match self {
+            Self::All => all.for_each(|ip| push_unique(&mut out, ip)),
+            Self::Primary => {
+                for v4 in [true, false] {
+                    if let Some(ip) = internal.iter().chain(external).find(|ip| ip.is_ipv4() == v4) {
+                        push_unique(&mut out, *ip);
+                    }
+                }
+            }
+            Self::Cidrs(cidrs) => {
+                for ip in all {
+                    let mut same_family = cidrs.iter().filter(|c| c.addr.is_ipv4() == ip.is_ipv4()).peekable();
+                    if same_family.peek().is_none() || same_family.any(|c| c.contains(ip)) {
+                        push_unique(&mut out, ip);
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+fn push_unique(out: &mut Vec<IpAddr>, ip: IpAddr) {
+    if !out.contains(&ip) {
+        out.push(ip);
+    }
+}
+
+/// The value of [`NodePortAddresses::Primary`] in the configuration (kube-proxy's
+/// `NodePortAddressesPrimary`).
+pub const NODE_PORT_ADDRESSES_PRIMARY: &str = "primary";
+
 /// Parses `aa:bb:cc:dd:ee:ff`.
 pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
     let mut mac = [0u8; 6];
@@ -100,16 +204,146 @@ pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
 pub enum Driver {
     /// Linux AF_PACKET sockets with TPACKET_V3 rings (any host).
     AfPacket,
+    /// DPDK poll-mode drivers on the interfaces' `device`s (PCI NICs or virtual devices);
+    /// see [`DpdkConfig`]. Needs a gateway built with the `dpdk` feature (the default).
+    Dpdk,
+}
+
+impl Driver {
+    /// The name used in the configuration (`"af_packet"`, `"dpdk"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::AfPacket => "af_packet",
+            Self::Dpdk => "dpdk",
+        }
+    }
+}
+
+/// The DPDK device behind an interface (`interfaces[].device`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DpdkDevice {
+    /// A PCI device, by its address in full form (`0000:01:00.0`): EAL is given `-a ADDR`.
+    Pci(String),
+    /// A virtual device, as EAL's `--vdev` takes it: a name unique in the process (the
+    /// driver name and a number, `net_af_packet0`) and its arguments (`iface=eth1`).
+    Vdev {
+        /// The device (and ethdev port) name, e.g. `net_af_packet0`.
+        name: String,
+        /// The comma-separated arguments after the name (may be empty).
+        args: String,
+    },
+}
+
+impl DpdkDevice {
+    /// Parses `0000:01:00.0` / `01:00.0` (PCI) or `NAME[,ARGS]` (a virtual device whose
+    /// name starts with a letter and holds only letters, digits and `_`).
+    pub fn parse(s: &str) -> Option<Self> {
+        let s = s.trim();
+        if let Some(pci) = parse_pci(s) {
+            return Some(Self::Pci(pci));
+        }
+        let (name, args) = s.split_once(',').unwrap_or((s, ""));
+        let ok_name = name.as_bytes().first().is_some_and(u8::is_ascii_alphabetic)
+            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        let ok_args = args.bytes().all(|b| b.is_ascii_graphic()) && (s.contains(',') != args.is_empty());
+        (ok_name && ok_args).then(|| Self::Vdev { name: name.to_owned(), args: args.to_owned() })
+    }
+
+    /// The ethdev port name DPDK gives the device (the PCI address, or the vdev name).
+    pub fn port_name(&self) -> &str {
+        match self {
+            Self::Pci(addr) => addr,
+            Self::Vdev { name, .. } => name,
+        }
+    }
+
+    /// The EAL arguments that make the device appear: `-a ADDR` or `--vdev NAME,ARGS`.
+    pub fn eal_args(&self) -> [String; 2] {
+        match self {
+            Self::Pci(addr) => ["-a".into(), addr.clone()],
+            Self::Vdev { name, args } if args.is_empty() => ["--vdev".into(), name.clone()],
+            Self::Vdev { name, args } => ["--vdev".into(), format!("{name},{args}")],
+        }
+    }
+}
+
+impl std::fmt::Display for DpdkDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Pci(addr) => f.write_str(addr),
+            Self::Vdev { name, args } if args.is_empty() => f.write_str(name),
+            Self::Vdev { name, args } => write!(f, "{name},{args}"),
+        }
+    }
+}
+
+/// `DDDD:BB:DD.F` or `BB:DD.F` (hex), in full lower-case form.
+fn parse_pci(s: &str) -> Option<String> {
+    let hex = |p: &str, n: usize| p.len() == n && p.bytes().all(|b| b.is_ascii_hexdigit());
+    let parts: Vec<&str> = s.split(':').collect();
+    let (domain, bus, devfn) = match parts.as_slice() {
+        [d, b, df] => (*d, *b, *df),
+        [b, df] => ("0000", *b, *df),
+        _ => return None,
+    };
+    let (dev, func) = devfn.split_once('.')?;
+    let func_ok = func.len() == 1 && func.bytes().all(|b| (b'0'..=b'7').contains(&b));
+    (hex(domain, 4) && hex(bus, 2) && hex(dev, 2) && func_ok)
+        .then(|| format!("{domain}:{bus}:{dev}.{func}").to_ascii_lowercase())
+}
+
+/// The DPDK driver's settings (`[dpdk]`), used when `driver = "dpdk"`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DpdkConfig {
+    /// Extra EAL arguments, after torii's own (`--file-prefix torii-<pid>`, the memory
+    /// options, `-l`, the devices). Giving an option torii would add (`--file-prefix`,
+    /// `-l`/`-c`/`--lcores`/`--main-lcore`, `--no-huge`/`--in-memory`/`-m`/`--socket-mem`,
+    /// `--log-level`, `--no-telemetry`/`--telemetry`) replaces torii's choice for it.
+    pub eal_args: Vec<String>,
+    /// CPUs the workers are pinned to: worker `w` runs on `cpus[w % cpus.len()]`, and
+    /// EAL's main lcore is `cpus[0]`. Empty: the CPUs the process may run on, in order.
+    pub cpus: Vec<usize>,
+    /// Receive descriptors per queue (clamped to what the device allows).
+    pub rx_descriptors: u16,
+    /// Transmit descriptors per queue (clamped to what the device allows).
+    pub tx_descriptors: u16,
+    /// When DPDK cannot start (EAL, a device, a port), run the AF_PACKET driver on the
+    /// interfaces' kernel names instead of exiting, and say so in the startup log line.
+    pub fallback_to_af_packet: bool,
+    /// Let ports that offer it compute IPv4 header and TCP/UDP checksums on transmit.
+    /// Off by default: the pipeline already keeps checksums right with incremental updates
+    /// (RFC 1624), which is cheaper than preparing offload requests per frame.
+    pub tx_checksum_offload: bool,
+    /// How long an idle worker sleeps between polls once it has seen no frame for a
+    /// while, microseconds (0: poll without sleeping, a full core per worker).
+    pub idle_sleep_us: u32,
+}
+
+impl Default for DpdkConfig {
+    fn default() -> Self {
+        Self {
+            eal_args: Vec::new(),
+            cpus: Vec::new(),
+            rx_descriptors: 1024,
+            tx_descriptors: 1024,
+            fallback_to_af_packet: false,
+            tx_checksum_offload: false,
+            idle_sleep_us: 200,
+        }
+    }
 }
 
 /// A network interface the gateway owns.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Interface {
-    /// Kernel interface name (AF_PACKET) .
+    /// Kernel interface name (AF_PACKET); a label in logs under DPDK.
     pub name: String,
     /// The gateway's own addresses on this link, with their prefixes (the connected
     /// subnets used to choose the egress interface).
     pub addresses: Vec<Ipv4Cidr>,
+    /// The DPDK device of this interface (required with `driver = "dpdk"`, ignored by
+    /// AF_PACKET).
+    pub device: Option<DpdkDevice>,
 }
 
 /// The next hop for destinations outside every connected subnet.
@@ -161,6 +395,17 @@ pub struct ControlConfig {
     pub manifests: Option<PathBuf>,
     /// Serve ClusterIP front doors too.
     pub cluster_ips: bool,
+    /// `proxy_name`: serve only the Services whose label
+    /// `service.kubernetes.io/service-proxy-name` equals it. `None`: serve only the
+    /// Services without that label (what kube-proxy does: a labelled Service belongs to
+    /// another proxy).
+    pub proxy_name: Option<String>,
+    /// `load_balancer_class`: only Services whose `spec.loadBalancerClass` equals it get
+    /// load-balancer front doors (`status.loadBalancer.ingress[].ip`). `None`: every
+    /// Service's (kube-proxy ignores the class).
+    pub load_balancer_class: Option<String>,
+    /// `node_port_addresses`: which of the gateway Node's addresses serve NodePorts.
+    pub node_port_addresses: NodePortAddresses,
 }
 
 /// A validated gateway host configuration.
@@ -174,6 +419,8 @@ pub struct Config {
     pub driver: Driver,
     /// Number of worker threads (1..=[`MAX_WORKERS`]).
     pub workers: usize,
+    /// The DPDK driver's settings.
+    pub dpdk: DpdkConfig,
     /// Interfaces, in the order workers index them.
     pub interfaces: Vec<Interface>,
     /// Default next hop, if any.
@@ -200,6 +447,8 @@ struct RawConfig {
     driver: Driver,
     #[serde(default = "default_workers")]
     workers: usize,
+    #[serde(default)]
+    dpdk: RawDpdk,
     interfaces: Vec<RawInterface>,
     router: Option<RawRouter>,
     #[serde(default)]
@@ -226,6 +475,86 @@ fn default_workers() -> usize {
 struct RawInterface {
     name: String,
     addresses: Vec<String>,
+    device: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDpdk {
+    #[serde(default)]
+    eal_args: Vec<String>,
+    #[serde(default)]
+    cpus: Vec<usize>,
+    #[serde(default = "default_descriptors")]
+    rx_descriptors: u16,
+    #[serde(default = "default_descriptors")]
+    tx_descriptors: u16,
+    #[serde(default)]
+    fallback_to_af_packet: bool,
+    #[serde(default)]
+    tx_checksum_offload: bool,
+    #[serde(default = "default_idle_sleep_us")]
+    idle_sleep_us: u32,
+}
+
+impl Default for RawDpdk {
+    fn default() -> Self {
+        let d = DpdkConfig::default();
+        Self {
+            eal_args: d.eal_args,
+            cpus: d.cpus,
+            rx_descriptors: d.rx_descriptors,
+            tx_descriptors: d.tx_descriptors,
+            fallback_to_af_packet: d.fallback_to_af_packet,
+            tx_checksum_offload: d.tx_checksum_offload,
+            idle_sleep_us: d.idle_sleep_us,
+        }
+    }
+}
+
+fn default_descriptors() -> u16 {
+    1024
+}
+fn default_idle_sleep_us() -> u32 {
+    200
+}
+
+/// Most CPUs a `dpdk.cpus` entry may name (`CPU_SETSIZE`).
+const MAX_CPU: usize = 1024;
+
+impl RawDpdk {
+    fn validate(self) -> Result<DpdkConfig, ConfigError> {
+        for (i, a) in self.eal_args.iter().enumerate() {
+            if a.is_empty() || a.contains('\0') {
+                return Err(invalid(format!("dpdk.eal_args[{i}]"), format!("{a:?} is not an EAL argument")));
+            }
+        }
+        for (i, &c) in self.cpus.iter().enumerate() {
+            if c >= MAX_CPU {
+                return Err(invalid(format!("dpdk.cpus[{i}]"), format!("CPU {c} is out of range 0..{MAX_CPU}")));
+            }
+        }
+        for (key, v) in [("dpdk.rx_descriptors", self.rx_descriptors), ("dpdk.tx_descriptors", self.tx_descriptors)] {
+            if !(32..=16384).contains(&v) {
+                return Err(invalid(key, format!("{v} is out of range 32..=16384")));
+            }
+        }
+        if self.idle_sleep_us > 100_000 {
+            return Err(invalid(
+                "dpdk.idle_sleep_us",
+                format!("{} is out of range 0..=100000 (an idle worker would answer too late)", self.idle_sleep_us),
+            ));
+        }
+        Ok(DpdkConfig {
+            eal_args: self.eal_args,
+            cpus: self.cpus,
+            rx_descriptors: self.rx_descriptors,
+            tx_descriptors: self.tx_descriptors,
+            fallback_to_af_packet: self.fallback_to_af_packet,
+            tx_checksum_offload: self.tx_checksum_offload,
+            idle_sleep_us: self.idle_sleep_us,
+        })
+    }
 }
 
 #[derive(Deserialize)]
@@ -278,6 +607,103 @@ impl Default for RawConntrack {
 struct RawControl {
     manifests: Option<PathBuf>,
     cluster_ips: bool,
+    proxy_name: Option<String>,
+    load_balancer_class: Option<String>,
+    node_port_addresses: Vec<String>,
+}
+
+impl RawControl {
+    fn validate(self) -> Result<ControlConfig, ConfigError> {
+        if let Some(name) = &self.proxy_name {
+            if !is_label_value(name) || name.is_empty() {
+                return Err(invalid(
+                    "control.proxy_name",
+                    format!(
+                        "{name:?} is not a label value (1 to 63 letters, digits, '-', '_' or '.', starting and \
+                         ending with a letter or digit), as label service.kubernetes.io/service-proxy-name needs"
+                    ),
+                ));
+            }
+        }
+        if let Some(class) = &self.load_balancer_class {
+            if !is_qualified_name(class) {
+                return Err(invalid(
+                    "control.load_balancer_class",
+                    format!(
+                        "{class:?} is not a label-style name like \"example.com/internal-vip\" (what \
+                         spec.loadBalancerClass accepts)"
+                    ),
+                ));
+            }
+        }
+        let node_port_addresses = if self.node_port_addresses.is_empty() {
+            NodePortAddresses::All
+        } else if self.node_port_addresses.iter().any(|s| s == NODE_PORT_ADDRESSES_PRIMARY) {
+            if self.node_port_addresses.len() > 1 {
+                return Err(invalid(
+                    "control.node_port_addresses",
+                    "\"primary\" must be the only entry (as kube-proxy's --nodeport-addresses requires)",
+                ));
+            }
+            NodePortAddresses::Primary
+        } else {
+            let mut cidrs = Vec::with_capacity(self.node_port_addresses.len());
+            for (i, s) in self.node_port_addresses.iter().enumerate() {
+                let c = IpCidr::parse(s).ok_or_else(|| {
+                    invalid(
+                        format!("control.node_port_addresses[{i}]"),
+                        format!("{s:?} is not a CIDR like \"192.0.2.0/24\" or \"2001:db8::/64\", nor \"primary\""),
+                    )
+                })?;
+                cidrs.push(c);
+            }
+            NodePortAddresses::Cidrs(cidrs)
+        };
+        Ok(ControlConfig {
+            manifests: self.manifests,
+            cluster_ips: self.cluster_ips,
+            proxy_name: self.proxy_name,
+            load_balancer_class: self.load_balancer_class,
+            node_port_addresses,
+        })
+    }
+}
+
+/// A Kubernetes label value: at most 63 characters of `[A-Za-z0-9_.-]`, starting and
+/// ending with a letter or digit (empty is a valid label value).
+fn is_label_value(s: &str) -> bool {
+    s.is_empty() || is_label_name(s)
+}
+
+/// A non-empty label name part: `[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?`.
+fn is_label_name(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+}
+
+/// A Kubernetes qualified name (`spec.loadBalancerClass`, label keys): an optional DNS
+/// subdomain prefix (at most 253 characters, lowercase) and `/`, then a label name.
+fn is_qualified_name(s: &str) -> bool {
+    match s.split_once('/') {
+        None => is_label_name(s),
+        Some((prefix, name)) => {
+            let subdomain_ok = !prefix.is_empty()
+                && prefix.len() <= 253
+                && prefix.split('.').all(|part| {
+                    let b = part.as_bytes();
+                    !b.is_empty()
+                        && b.len() <= 63
+                        && b[0].is_ascii_alphanumeric()
+                        && b[b.len() - 1].is_ascii_alphanumeric()
+                        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+                });
+            subdomain_ok && is_label_name(name)
+        }
+    }
 }
 
 impl Config {
@@ -344,7 +770,42 @@ impl Config {
                 })?;
                 addresses.push(c);
             }
-            interfaces.push(Interface { name: ri.name.clone(), addresses });
+            let device = match &ri.device {
+                None if raw.driver == Driver::Dpdk => {
+                    return Err(invalid(
+                        format!("interfaces[{i}].device"),
+                        "required with driver = \"dpdk\": a PCI address like \"0000:01:00.0\" or a virtual \
+                         device like \"net_af_packet0,iface=eth1\"",
+                    ));
+                }
+                None => None,
+                Some(d) => {
+                    let dev = DpdkDevice::parse(d).ok_or_else(|| {
+                        invalid(
+                            format!("interfaces[{i}].device"),
+                            format!(
+                                "{d:?} is neither a PCI address like \"0000:01:00.0\" nor a virtual device like \
+                                 \"net_af_packet0,iface=eth1\""
+                            ),
+                        )
+                    })?;
+                    if let Some(j) = interfaces
+                        .iter()
+                        .position(|x: &Interface| x.device.as_ref().is_some_and(|o| o.port_name() == dev.port_name()))
+                    {
+                        return Err(invalid(
+                            format!("interfaces[{i}].device"),
+                            format!(
+                                "device name {:?} is already used by interfaces[{j}]: each interface needs its own \
+                                 device (number virtual devices: net_af_packet0, net_af_packet1, …)",
+                                dev.port_name()
+                            ),
+                        ));
+                    }
+                    Some(dev)
+                }
+            };
+            interfaces.push(Interface { name: ri.name.clone(), addresses, device });
         }
         let iface_index = |key: &str, name: &str| {
             interfaces
@@ -421,6 +882,7 @@ impl Config {
             shm_dir: raw.shm_dir,
             driver: raw.driver,
             workers: raw.workers,
+            dpdk: raw.dpdk.validate()?,
             interfaces,
             router,
             neighbours,
@@ -431,7 +893,7 @@ impl Config {
                 tcp_transitory_timeout_s: ct.tcp_transitory_timeout_s,
                 udp_timeout_s: ct.udp_timeout_s,
             },
-            control: ControlConfig { manifests: raw.control.manifests, cluster_ips: raw.control.cluster_ips },
+            control: raw.control.validate()?,
         })
     }
 }
@@ -454,6 +916,166 @@ mod tests {
         let bad = format!("{EMBEDDED_DEFAULT}\nbogus_key = 1\n");
         let e = Config::from_toml(&bad).unwrap_err().to_string();
         assert!(e.contains("bogus_key"), "{e}");
+    }
+
+    fn with_control(lines: &str) -> String {
+        let base = EMBEDDED_DEFAULT.split("\n[control]").next().unwrap().to_owned();
+        format!("{base}\n[control]\n{lines}\n")
+    }
+
+    #[test]
+    fn control_keys() {
+        let c = Config::from_toml(&with_control(
+            "proxy_name = \"torii\"\nload_balancer_class = \"example.com/torii\"\n\
+             node_port_addresses = [\"192.0.2.1/24\", \"2001:db8::/64\"]",
+        ))
+        .unwrap();
+        assert_eq!(c.control.proxy_name.as_deref(), Some("torii"));
+        assert_eq!(c.control.load_balancer_class.as_deref(), Some("example.com/torii"));
+        let NodePortAddresses::Cidrs(cidrs) = &c.control.node_port_addresses else { panic!() };
+        assert_eq!(cidrs[0].to_string(), "192.0.2.0/24", "host bits are cleared");
+        assert_eq!(cidrs[1].to_string(), "2001:db8::/64");
+        let c = Config::from_toml(&with_control("node_port_addresses = [\"primary\"]")).unwrap();
+        assert_eq!(c.control.node_port_addresses, NodePortAddresses::Primary);
+        let c = Config::embedded_default();
+        assert_eq!(c.control.node_port_addresses, NodePortAddresses::All);
+        assert_eq!(c.control.proxy_name, None);
+        assert_eq!(c.control.load_balancer_class, None);
+    }
+
+    #[test]
+    fn control_key_errors_name_the_key() {
+        let err = |lines: &str| Config::from_toml(&with_control(lines)).unwrap_err().to_string();
+        let e = err("proxy_name = \"-bad\"");
+        assert!(e.starts_with("control.proxy_name: \"-bad\" is not a label value"), "{e}");
+        let e = err("proxy_name = \"\"");
+        assert!(e.starts_with("control.proxy_name: "), "{e}");
+        let e = err("load_balancer_class = \"Example.com/x\"");
+        assert!(e.starts_with("control.load_balancer_class: "), "{e}");
+        let e = err("node_port_addresses = [\"192.0.2.0/24\", \"192.0.2.0/33\"]");
+        assert!(e.starts_with("control.node_port_addresses[1]: \"192.0.2.0/33\" is not a CIDR"), "{e}");
+        let e = err("node_port_addresses = [\"primary\", \"192.0.2.0/24\"]");
+        assert!(e.starts_with("control.node_port_addresses: \"primary\" must be the only entry"), "{e}");
+        let e = err("node_port_addresses = [\"10.0.0.1\"]");
+        assert!(e.starts_with("control.node_port_addresses[0]: "), "{e}");
+    }
+
+    #[test]
+    fn node_port_addresses_select_like_kube_proxy() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let internal = [ip("10.0.0.5"), ip("192.0.2.5"), ip("fd00::5")];
+        let external = [ip("203.0.113.5"), ip("10.0.0.5"), ip("2001:db8::5")];
+        let all = NodePortAddresses::All.select(&internal, &external);
+        assert_eq!(all.len(), 5, "duplicates are served once: {all:?}");
+        assert_eq!(
+            NodePortAddresses::Primary.select(&internal, &external),
+            [ip("10.0.0.5"), ip("fd00::5")],
+            "the first address of each family, InternalIPs first"
+        );
+        let v4_only = NodePortAddresses::Cidrs(vec![IpCidr::parse("192.0.2.0/24").unwrap()]);
+        assert_eq!(
+            v4_only.select(&internal, &external),
+            [ip("192.0.2.5"), ip("fd00::5"), ip("2001:db8::5")],
+            "a family without prefixes is not restricted"
+        );
+        let both = NodePortAddresses::Cidrs(vec![
+            IpCidr::parse("10.0.0.0/8").unwrap(),
+            IpCidr::parse("2001:db8::/32").unwrap(),
+        ]);
+        assert_eq!(both.select(&internal, &external), [ip("10.0.0.5"), ip("2001:db8::5")]);
+        let none = NodePortAddresses::Cidrs(vec![IpCidr::parse("198.51.100.0/24").unwrap()]);
+        assert_eq!(none.select(&internal[..2], &[]), Vec::<IpAddr>::new());
+    }
+
+    #[test]
+    fn ip_cidr_parse_and_contains() {
+        assert!(IpCidr::parse("0.0.0.0/0").unwrap().contains("1.2.3.4".parse().unwrap()));
+        assert!(!IpCidr::parse("0.0.0.0/0").unwrap().contains("::1".parse().unwrap()));
+        assert!(IpCidr::parse("::/0").unwrap().contains("2001:db8::1".parse().unwrap()));
+        assert!(IpCidr::parse("2001:db8::1/128").unwrap().contains("2001:db8::1".parse().unwrap()));
+        for bad in ["10.0.0.0", "10.0.0.0/", "10.0.0.0/+8", "::/129", "x/8", "10.0.0.0/8/8"] {
+            assert!(IpCidr::parse(bad).is_none(), "{bad}");
+        }
+    }
+
+    /// The embedded default with `driver` and the `[dpdk]` lines replaced.
+    fn with_driver(driver: &str, dpdk: &str) -> String {
+        let mut out = String::new();
+        let mut in_dpdk = false;
+        for line in EMBEDDED_DEFAULT.lines() {
+            if line.starts_with('[') {
+                in_dpdk = line.trim() == "[dpdk]";
+            }
+            if line.starts_with("driver =") {
+                out.push_str(&format!("driver = \"{driver}\"\n"));
+            } else if !in_dpdk {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        format!("{out}\n[dpdk]\n{dpdk}\n")
+    }
+
+    #[test]
+    fn dpdk_keys() {
+        let c = Config::from_toml(&with_driver(
+            "dpdk",
+            "eal_args = [\"--log-level=*:debug\"]\ncpus = [1, 0]\nrx_descriptors = 512\nidle_sleep_us = 0",
+        ))
+        .unwrap();
+        assert_eq!(c.driver, Driver::Dpdk);
+        assert_eq!(c.dpdk.cpus, [1, 0]);
+        assert_eq!(c.dpdk.rx_descriptors, 512);
+        assert_eq!(c.dpdk.tx_descriptors, 1024);
+        assert_eq!(c.dpdk.idle_sleep_us, 0);
+        assert!(!c.dpdk.fallback_to_af_packet, "fallback is opt-in");
+        let dev = c.interfaces[0].device.as_ref().expect("the embedded default names devices");
+        assert_eq!(dev.port_name(), "net_af_packet0");
+        assert_eq!(dev.eal_args()[0], "--vdev");
+        let c = Config::embedded_default();
+        assert_eq!(c.driver, Driver::Dpdk, "the demo runs on DPDK");
+        assert!(c.dpdk.fallback_to_af_packet, "and falls back to AF_PACKET");
+    }
+
+    #[test]
+    fn dpdk_devices_parse() {
+        assert_eq!(DpdkDevice::parse("01:00.1"), Some(DpdkDevice::Pci("0000:01:00.1".into())));
+        assert_eq!(DpdkDevice::parse("0000:AF:00.0"), Some(DpdkDevice::Pci("0000:af:00.0".into())));
+        let v = DpdkDevice::parse("net_virtio_user0,path=/tmp/vhost.sock,queues=1").unwrap();
+        assert_eq!(v.port_name(), "net_virtio_user0");
+        assert_eq!(v.eal_args(), ["--vdev".to_string(), "net_virtio_user0,path=/tmp/vhost.sock,queues=1".into()]);
+        assert_eq!(v.to_string(), "net_virtio_user0,path=/tmp/vhost.sock,queues=1");
+        assert_eq!(DpdkDevice::parse("net_null0").unwrap().eal_args()[1], "net_null0");
+        for bad in ["", "0net", "net_x,", "net x", "01:00.8", "net_af_packet0,iface=a b", "-a"] {
+            assert_eq!(DpdkDevice::parse(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn dpdk_key_errors_name_the_key() {
+        let err = |text: &str| Config::from_toml(text).unwrap_err().to_string();
+        let no_device: String =
+            with_driver("dpdk", "").lines().filter(|l| !l.starts_with("device")).collect::<Vec<_>>().join("\n");
+        let e = err(&no_device);
+        assert!(e.starts_with("interfaces[0].device: required with driver = \"dpdk\""), "{e}");
+        let e = err(&with_driver("dpdk", "").replacen("net_af_packet1", "net_af_packet0", 1));
+        assert!(e.starts_with("interfaces[1].device: device name \"net_af_packet0\" is already used"), "{e}");
+        let e = err(&with_driver("dpdk", "").replacen("net_af_packet0,iface=tg-front", "net af_packet0", 1));
+        assert!(e.starts_with("interfaces[0].device: \"net af_packet0\" is neither"), "{e}");
+        let e = err(&with_driver("dpdk", "rx_descriptors = 8"));
+        assert!(e.starts_with("dpdk.rx_descriptors: 8 is out of range"), "{e}");
+        let e = err(&with_driver("dpdk", "cpus = [0, 4096]"));
+        assert!(e.starts_with("dpdk.cpus[1]: CPU 4096"), "{e}");
+        let e = err(&with_driver("dpdk", "eal_args = [\"\"]"));
+        assert!(e.starts_with("dpdk.eal_args[0]: "), "{e}");
+        let e = err(&with_driver("dpdk", "idle_sleep_us = 1000000"));
+        assert!(e.starts_with("dpdk.idle_sleep_us: "), "{e}");
+        let e = err(&with_driver("dpdk", "bogus = 1"));
+        assert!(e.contains("bogus"), "{e}");
+        // AF_PACKET ignores devices, and needs none.
+        let c = Config::from_toml(&no_device.replace("driver = \"dpdk\"", "driver = \"af_packet\"")).unwrap();
+        assert_eq!(c.driver, Driver::AfPacket);
+        assert!(c.interfaces.iter().all(|i| i.device.is_none()));
     }
 
     #[test]

@@ -1,4 +1,9 @@
 //! torii-gateway: runs the data plane on the configured interfaces until SIGINT/SIGTERM.
+//!
+//! `driver` in the configuration picks the packet I/O: AF_PACKET sockets, or DPDK
+//! (falling back to AF_PACKET when DPDK cannot start and `dpdk.fallback_to_af_packet` is
+//! set). Either way the same workers run the same pipeline; the startup line says which
+//! driver runs (`torii-gateway running: driver=...`).
 
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
@@ -15,10 +20,11 @@ use torii_gateway::io::af_packet::{AfPacketSocket, RingConfig};
 use torii_gateway::io::af_packet_io::AfPacketIo;
 use torii_gateway::io::fanout;
 use torii_gateway::pipeline::{Shared, WorkerState};
+use torii_gateway::snat::{ReplySteering, SnatPorts};
 use torii_gateway::table::shm::StateRegion;
 use torii_gateway::table::Table;
 use torii_gateway::wire::MacAddr;
-use torii_gateway::worker::{TableHandle, TableWatcher, Worker};
+use torii_gateway::worker::{PacketIo, TableHandle, TableWatcher, Worker};
 
 /// torii's data plane: serves Kubernetes Service front doors with per-flow full NAT.
 #[derive(Parser, Debug)]
@@ -49,11 +55,69 @@ fn main() -> Result<()> {
         return Ok(());
     }
     match config.driver {
-        Driver::AfPacket => run_af_packet(&config),
+        Driver::AfPacket => run_af_packet(&config, "driver=af_packet".into()),
+        Driver::Dpdk => run_dpdk(&config),
     }
 }
 
-fn run_af_packet(config: &Config) -> Result<()> {
+/// What a driver hands the common part of the gateway: how many workers, the interfaces'
+/// MACs, each worker's I/O-to-be (`seeds[w]`, moved into worker `w`'s thread) and, under
+/// RSS, the SNAT port steering.
+struct Plan<S> {
+    /// The startup line's driver part (`driver=...`), which scripts/demo shows.
+    driver_line: String,
+    workers: usize,
+    macs: Vec<MacAddr>,
+    seeds: Vec<S>,
+    steering: Option<Arc<dyn ReplySteering>>,
+}
+
+/// Writes `reason` (an error chain) on one line.
+#[cfg(feature = "dpdk")]
+fn one_line(reason: &str) -> String {
+    reason.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(feature = "dpdk")]
+fn run_dpdk(config: &Config) -> Result<()> {
+    use torii_gateway::io::dpdk::{DpdkDriver, WorkerSeed};
+    match DpdkDriver::start(config) {
+        Ok(mut driver) => {
+            let workers = driver.workers();
+            let seeds = (0..workers).map(|w| driver.take_seed(w).context("worker queues")).collect::<Result<_>>()?;
+            let plan = Plan {
+                driver_line: format!("driver=dpdk ({})", driver.summary()),
+                workers,
+                macs: driver.macs().to_vec(),
+                seeds,
+                steering: driver.steering(),
+            };
+            let result = serve(config, plan, |seed: WorkerSeed| seed.into_io().map_err(anyhow::Error::from));
+            driver.shutdown();
+            result
+        }
+        Err(e) if config.dpdk.fallback_to_af_packet => {
+            let reason = one_line(&format!("{:#}", anyhow::Error::from(e)));
+            tracing::warn!("DPDK could not start, falling back to AF_PACKET (dpdk.fallback_to_af_packet): {reason}");
+            run_af_packet(config, format!("driver=af_packet (DPDK unavailable: {reason})"))
+        }
+        Err(e) => Err(anyhow::Error::from(e)
+            .context("starting the DPDK driver (dpdk.fallback_to_af_packet = true runs AF_PACKET instead)")),
+    }
+}
+
+#[cfg(not(feature = "dpdk"))]
+fn run_dpdk(config: &Config) -> Result<()> {
+    let reason = "this torii-gateway was built without the `dpdk` feature";
+    if config.dpdk.fallback_to_af_packet {
+        tracing::warn!("{reason}: falling back to AF_PACKET (dpdk.fallback_to_af_packet)");
+        run_af_packet(config, format!("driver=af_packet (DPDK unavailable: {reason})"))
+    } else {
+        bail!("driver = \"dpdk\": {reason}; rebuild with default features, or use driver = \"af_packet\"")
+    }
+}
+
+fn run_af_packet(config: &Config, driver_line: String) -> Result<()> {
     let workers = config.workers;
     let program = fanout::steering_program(&config.snat.addresses, config.snat.port_min, config.snat.port_max);
     // Fanout group ids are per network namespace; derive ours from the pid so two gateways
@@ -74,6 +138,20 @@ fn run_af_packet(config: &Config) -> Result<()> {
         sockets.push(per_iface);
     }
     let macs: Vec<MacAddr> = sockets[0].iter().map(|s| MacAddr(s.mac_addr())).collect();
+    let plan = Plan { driver_line, workers, macs, seeds: sockets, steering: None };
+    serve(config, plan, |socks| Ok(AfPacketIo::new(socks)))
+}
+
+/// Runs the gateway on `plan`'s driver until SIGINT/SIGTERM: the table watcher, one
+/// worker thread per seed (`open` turns the seed into the worker's [`PacketIo`] on that
+/// thread), and the counter reports.
+fn serve<S, I, F>(config: &Config, plan: Plan<S>, open: F) -> Result<()>
+where
+    S: Send + 'static,
+    I: PacketIo,
+    F: Fn(S) -> Result<I> + Send + Copy + 'static,
+{
+    let Plan { driver_line, workers, macs, seeds, steering } = plan;
     for (iface, mac) in config.interfaces.iter().zip(&macs) {
         let addrs: Vec<String> = iface.addresses.iter().map(|c| format!("{}/{}", c.addr, c.prefix_len)).collect();
         tracing::info!(interface = %iface.name, %mac, addresses = ?addrs, "interface");
@@ -103,18 +181,28 @@ fn run_af_packet(config: &Config) -> Result<()> {
     // Adopt what is already published before the workers start.
     watcher.poll(&mut 0);
     let epoch = Instant::now();
+    let driver_name = driver_line.split_whitespace().next().unwrap_or_default().trim_start_matches("driver=");
     tracing::info!(
-        driver = "af_packet",
+        driver = driver_name,
         workers,
         snat = ?config.snat.addresses,
         shm_dir = %config.shm_dir.display(),
-        "torii-gateway running: driver=af_packet"
+        "torii-gateway running: {driver_line}"
     );
 
     let exports: Vec<Arc<Mutex<Counters>>> = (0..workers).map(|_| Arc::default()).collect();
     let mut threads = Vec::new();
-    for (w, socks) in sockets.into_iter().enumerate() {
-        let state = WorkerState::new(w, workers, Arc::clone(&host), &shared, config.conntrack.capacity, seed(w));
+    for (w, io_seed) in seeds.into_iter().enumerate() {
+        let mut state = WorkerState::new(w, workers, Arc::clone(&host), &shared, config.conntrack.capacity, seed(w));
+        if let Some(steering) = &steering {
+            state.snat = SnatPorts::steered(
+                w,
+                config.snat.port_min,
+                config.snat.port_max,
+                &config.snat.addresses,
+                Arc::clone(steering),
+            );
+        }
         let worker = Worker {
             state,
             tables: Arc::clone(&tables),
@@ -123,11 +211,18 @@ fn run_af_packet(config: &Config) -> Result<()> {
             export: Arc::clone(&exports[w]),
             epoch,
         };
+        let stop = Arc::clone(&stop);
         let t = std::thread::Builder::new()
             .name(format!("torii-worker-{w}"))
-            .spawn(move || {
-                let mut io = AfPacketIo::new(socks);
-                worker.run(&mut io)
+            .spawn(move || -> Result<Counters> {
+                let mut io = match open(io_seed) {
+                    Ok(io) => io,
+                    Err(e) => {
+                        stop.store(true, Ordering::Relaxed);
+                        return Err(e.context(format!("worker {w}: starting its packet I/O")));
+                    }
+                };
+                Ok(worker.run(&mut io))
             })
             .context("spawning worker")?;
         threads.push(t);
@@ -155,11 +250,16 @@ fn run_af_packet(config: &Config) -> Result<()> {
     }
     tracing::info!("stopping");
     let mut total = Counters::default();
+    let mut failed = None;
     for (w, t) in threads.into_iter().enumerate() {
         match t.join() {
-            Ok(c) => {
+            Ok(Ok(c)) => {
                 tracing::info!(worker = w, "final counters: {c}");
                 total.add(&c);
+            }
+            Ok(Err(e)) => {
+                tracing::error!("{e:#}");
+                failed.get_or_insert(e);
             }
             Err(_) => bail!("worker {w} panicked"),
         }
@@ -167,7 +267,10 @@ fn run_af_packet(config: &Config) -> Result<()> {
     let _ = watcher_thread.join();
     region.unregister_gateway(pid);
     tracing::info!("final counters (all workers): {total}");
-    Ok(())
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 fn totals(exports: &[Arc<Mutex<Counters>>]) -> Counters {

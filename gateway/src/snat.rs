@@ -1,17 +1,52 @@
 //! Per-worker SNAT port allocation.
 //!
-//! Worker `w` of `n` owns the SNAT ports `p` in the configured range with
-//! `p % n == w` ([`crate::io::fanout::owner_of_port`]): the AF_PACKET fanout program
-//! steers a reply addressed to SNAT port `p` to that worker, so both directions of a flow
-//! meet the same conntrack table. Ports are tracked per (SNAT address, protocol) in a bit
-//! set; allocation walks from a rotating cursor so a just-freed port is reused last
-//! (a backend may still hold the old connection in TIME-WAIT).
+//! Two ownership rules, one per way the gateway's packets reach its workers:
+//!
+//! - **Modulo** ([`SnatPorts::new`]): worker `w` of `n` owns the SNAT ports `p` in the
+//!   configured range with `p % n == w` ([`crate::io::fanout::owner_of_port`]): the
+//!   AF_PACKET fanout program steers a reply addressed to SNAT port `p` to that worker,
+//!   so both directions of a flow meet the same conntrack table. A single worker owns
+//!   every port (DPDK with one queue per port).
+//! - **Steered** ([`SnatPorts::steered`]): the NIC's RSS decides where a reply lands, from
+//!   a hash of (endpoint, SNAT address, endpoint port, SNAT port). A [`ReplySteering`]
+//!   (the DPDK driver's `rte_thash` picker) chooses a port whose reply hashes to this
+//!   worker's RX queue; which ports those are depends on the endpoint, so each worker
+//!   keeps a bit set over the whole range and any worker may use any port for some
+//!   endpoint. Allocation needs the endpoint: [`SnatPorts::alloc_for`].
+//!
+//! Ports are tracked per (SNAT address, protocol) in a bit set; allocation walks from a
+//! rotating cursor so a just-freed port is reused last (a backend may still hold the old
+//! connection in TIME-WAIT).
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::Arc;
 
 use bitvec::prelude::*;
 
 /// Protocols with their own port space.
 const PROTOCOLS: [u8; 3] = [6, 17, 132];
 
+/// Chooses SNAT ports whose replies the NIC delivers to a given worker (RSS steering).
+pub trait ReplySteering: Send + Sync + std::fmt::Debug {
+    /// A port `p` in the SNAT range with `usable(p)`, such that a reply
+    /// `endpoint → snat_addr:p` is received by `worker`; the search starts at `start`
+    /// (a port in the range). `None` when no usable port steers to the worker.
+    fn pick(
+        &self,
+        endpoint: SocketAddrV4,
+        snat_addr: Ipv4Addr,
+        worker: usize,
+        start: u16,
+        usable: &mut dyn FnMut(u16) -> bool,
+    ) -> Option<u16>;
+}
+
+#[derive(Debug)]
+struct Steered {
+    steering: Arc<dyn ReplySteering>,
+    worker: usize,
+    addresses: Vec<Ipv4Addr>,
+}
 /// The SNAT ports one worker owns, and which of them are in use.
 #[derive(Debug)]
 pub struct SnatPorts {
@@ -21,6 +56,8 @@ pub struct SnatPorts {
     /// `used[address_index * PROTOCOLS.len() + protocol_index]`.
     used: Vec<BitVec>,
     cursors: Vec<usize>,
+    /// `Some` for the steered rule (then `stride` is 1 and `first` the range's start).
+    steered: Option<Steered>,
 }
 
 fn protocol_index(protocol: u8) -> Option<usize> {
@@ -43,7 +80,35 @@ impl SnatPorts {
             count,
             used: (0..slots).map(|_| bitvec![0; count]).collect(),
             cursors: vec![0; slots],
+            steered: None,
         }
+    }
+
+    /// The steered rule: `worker` may use any port of `[port_min, port_max]` whose reply
+    /// `steering` sends to it, per SNAT address of `addresses` (indexed as in
+    /// [`alloc_for`](Self::alloc_for)).
+    pub fn steered(
+        worker: usize,
+        port_min: u16,
+        port_max: u16,
+        addresses: &[Ipv4Addr],
+        steering: Arc<dyn ReplySteering>,
+    ) -> Self {
+        let count = usize::from(port_max.saturating_sub(port_min)) + 1;
+        let slots = addresses.len().max(1) * PROTOCOLS.len();
+        Self {
+            first: port_min,
+            stride: 1,
+            count,
+            used: (0..slots).map(|_| bitvec![0; count]).collect(),
+            cursors: vec![0; slots],
+            steered: Some(Steered { steering, worker, addresses: addresses.to_vec() }),
+        }
+    }
+
+    /// Whether ports are chosen by RSS steering ([`SnatPorts::steered`]).
+    pub fn is_steered(&self) -> bool {
+        self.steered.is_some()
     }
 
     /// Number of ports this worker owns per (address, protocol).
@@ -51,10 +116,44 @@ impl SnatPorts {
         self.count
     }
 
-    /// Allocates a free port for SNAT address `address` (index) and `protocol`.
-    /// `None` when they are all in use (or the protocol has no ports).
+    /// Allocates a free port for SNAT address `address` (index) and `protocol` under the
+    /// modulo rule. `None` when they are all in use (or the protocol has no ports), and
+    /// always under the steered rule, which needs the endpoint: use
+    /// [`alloc_for`](Self::alloc_for).
     #[inline]
     pub fn alloc(&mut self, address: usize, protocol: u8) -> Option<u16> {
+        if self.steered.is_some() {
+            return None;
+        }
+        self.alloc_modulo(address, protocol)
+    }
+
+    /// Allocates a free port for a flow to `endpoint` leaving from SNAT address `address`
+    /// (index) with `protocol`, under either rule: the reply `endpoint → SNAT
+    /// address:port` reaches this worker. `None` when no such port is free.
+    #[inline]
+    pub fn alloc_for(&mut self, address: usize, protocol: u8, endpoint: SocketAddrV4) -> Option<u16> {
+        match &self.steered {
+            None => self.alloc_modulo(address, protocol),
+            Some(st) => {
+                let snat_addr = *st.addresses.get(address)?;
+                let slot = address * PROTOCOLS.len() + protocol_index(protocol)?;
+                let bits = self.used.get_mut(slot)?;
+                let first = self.first;
+                let start = first.saturating_add(self.cursors[slot] as u16);
+                let port = st.steering.pick(endpoint, snat_addr, st.worker, start, &mut |p| {
+                    p.checked_sub(first).is_some_and(|i| bits.get(usize::from(i)).is_some_and(|b| !*b))
+                })?;
+                let i = usize::from(port - first);
+                bits.set(i, true);
+                self.cursors[slot] = if i + 1 >= self.count { 0 } else { i + 1 };
+                Some(port)
+            }
+        }
+    }
+
+    #[inline]
+    fn alloc_modulo(&mut self, address: usize, protocol: u8) -> Option<u16> {
         let slot = address * PROTOCOLS.len() + protocol_index(protocol)?;
         let bits = self.used.get_mut(slot)?;
         let cursor = self.cursors[slot];
@@ -83,6 +182,68 @@ impl SnatPorts {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stand-in for RSS: the reply of (endpoint, port) lands on worker
+    /// `(port ^ endpoint port) % workers`.
+    #[derive(Debug)]
+    struct XorSteering {
+        workers: usize,
+        range: (u16, u16),
+    }
+
+    impl ReplySteering for XorSteering {
+        fn pick(
+            &self,
+            endpoint: SocketAddrV4,
+            _snat: Ipv4Addr,
+            worker: usize,
+            start: u16,
+            usable: &mut dyn FnMut(u16) -> bool,
+        ) -> Option<u16> {
+            let (min, max) = self.range;
+            (start..=max)
+                .chain(min..start)
+                .find(|&p| usize::from(p ^ endpoint.port()) % self.workers == worker && usable(p))
+        }
+    }
+
+    #[test]
+    fn steered_ports_reach_their_worker_and_are_unique_per_worker() {
+        let workers = 3;
+        let steering: Arc<dyn ReplySteering> = Arc::new(XorSteering { workers, range: (2000, 2099) });
+        let snat = [Ipv4Addr::new(10, 70, 0, 1), Ipv4Addr::new(10, 70, 0, 2)];
+        let endpoint = SocketAddrV4::new(Ipv4Addr::new(10, 70, 0, 11), 8080);
+        let mut total = 0;
+        for w in 0..workers {
+            let mut s = SnatPorts::steered(w, 2000, 2099, &snat, Arc::clone(&steering));
+            assert!(s.is_steered());
+            assert_eq!(s.alloc(0, 6), None, "the steered rule needs the endpoint");
+            let mut mine = std::collections::HashSet::new();
+            while let Some(p) = s.alloc_for(1, 6, endpoint) {
+                assert!((2000..=2099).contains(&p));
+                assert_eq!(usize::from(p ^ 8080) % workers, w, "port {p} steers elsewhere");
+                assert!(mine.insert(p), "port {p} handed out twice");
+            }
+            total += mine.len();
+            // Another endpoint, another protocol or another address: other port spaces.
+            assert!(s.alloc_for(0, 6, endpoint).is_some());
+            assert!(s.alloc_for(1, 17, endpoint).is_some());
+            assert_eq!(s.alloc_for(2, 6, endpoint), None, "no third SNAT address");
+            // Freed ports come back.
+            let p = *mine.iter().next().unwrap();
+            s.free(1, 6, p);
+            assert_eq!(s.alloc_for(1, 6, endpoint), Some(p));
+        }
+        assert_eq!(total, 100, "every port of the range is used by exactly one worker");
+    }
+
+    #[test]
+    fn alloc_for_follows_the_modulo_rule_without_steering() {
+        let mut s = SnatPorts::new(1, 2, 1000, 1009, 1);
+        let e = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 80);
+        let ports: Vec<u16> = std::iter::from_fn(|| s.alloc_for(0, 6, e)).collect();
+        assert_eq!(ports, [1001, 1003, 1005, 1007, 1009]);
+    }
 
     #[test]
     fn ports_belong_to_their_worker_and_are_unique() {

@@ -659,24 +659,42 @@ impl Harness {
         format!("{}-{short}", self.prefix)
     }
 
-    /// Writes the test's configuration: `configs/gateway.toml` with `shm_dir` replaced by
-    /// this harness's and `control.manifests` by a copy of `configs/demo` in the work dir.
+    /// Writes the test's configuration for the AF_PACKET driver: see
+    /// [`write_config_for`](Self::write_config_for).
     ///
     /// # Errors
-    /// When configs/gateway.toml has no `shm_dir` line, or on I/O errors.
+    /// As [`write_config_for`](Self::write_config_for).
     pub fn write_config(&mut self) -> Result<()> {
+        self.write_config_for("af_packet")
+    }
+
+    /// Writes the test's configuration: `configs/gateway.toml` with `shm_dir` replaced by
+    /// this harness's, `control.manifests` by a copy of `configs/demo` in the work dir, and
+    /// `driver` by `driver` (`"af_packet"` or `"dpdk"`). Under DPDK the fallback to
+    /// AF_PACKET is turned off, so a gateway that cannot start DPDK fails the test instead
+    /// of passing it on AF_PACKET.
+    ///
+    /// # Errors
+    /// When configs/gateway.toml has no `shm_dir` or `driver` line, or on I/O errors.
+    pub fn write_config_for(&mut self, driver: &str) -> Result<()> {
         let root = repo_root();
         let manifests = Manifests::copy(&root.join("configs/demo"), &self.workdir.join("manifests"))?;
         let source = root.join("configs/gateway.toml");
         let text = fs::read_to_string(&source).with_context(|| format!("read {}", source.display()))?;
         let quoted = |p: &Path| serde_json::to_string(&p.display().to_string()).expect("string");
         let mut shm_lines = 0;
+        let mut driver_lines = 0;
         let mut out = String::new();
         for line in text.lines() {
             let key = line.split('=').next().unwrap_or_default().trim();
             if key == "shm_dir" {
                 shm_lines += 1;
                 writeln!(out, "shm_dir = {}", quoted(&self.shm_dir))?;
+            } else if key == "driver" {
+                driver_lines += 1;
+                writeln!(out, "driver = {driver:?}")?;
+            } else if key == "fallback_to_af_packet" {
+                writeln!(out, "fallback_to_af_packet = false")?;
             } else if key == "manifests" {
                 writeln!(out, "manifests = {}", quoted(manifests.dir()))?;
             } else {
@@ -689,6 +707,9 @@ impl Harness {
                  processes a private shared-memory directory",
                 source.display()
             );
+        }
+        if driver_lines != 1 {
+            bail!("{} has {driver_lines} `driver = …` lines, expected 1", source.display());
         }
         fs::write(&self.config, out).with_context(|| format!("write {}", self.config.display()))?;
         self.manifests = Some(manifests);

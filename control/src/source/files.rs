@@ -363,6 +363,7 @@ fn push_typed<T: serde::de::DeserializeOwned>(
 /// after every burst of changes (or the error that prevented reading the directory).
 ///
 /// Dropping it stops the watch.
+#[derive(Debug)]
 pub struct DirWatch {
     rx: mpsc::Receiver<Result<Loaded, SourceError>>,
     task: tokio::task::JoinHandle<()>,

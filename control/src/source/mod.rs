@@ -6,13 +6,16 @@
 //! them into a table, whichever source they came from.
 //!
 //! - [`files`]: a directory of YAML/JSON manifests, reloaded whole when it changes.
+//! - [`kube`]: the Kubernetes API, listed and watched through kube-rs.
 //!
-//! Sources are the impure edge: they read files and watch directories; nothing after
-//! them does.
+//! Sources are the impure edge: they read files, watch directories and talk to the API
+//! server; nothing after them does.
 
 pub mod files;
+pub mod kube;
 
 use std::path::PathBuf;
+use std::time::SystemTime;
 
 pub use crate::model::KubeObject;
 
@@ -26,6 +29,45 @@ pub struct Loaded {
     pub locations: Vec<DocumentLocation>,
     /// What was skipped and why; everything else is in `objects`.
     pub errors: Vec<SourceError>,
+}
+
+/// A snapshot handed over by a watching source, and when the changes it carries were
+/// made (for the network-programming latency).
+#[derive(Debug, Default)]
+pub struct Update {
+    /// The snapshot.
+    pub loaded: Loaded,
+    /// The `endpoints.kubernetes.io/last-change-trigger-time`s of the changes since the
+    /// previous snapshot; `None` when no change carried one (and for the files source).
+    pub triggers: Option<TriggerTimes>,
+}
+
+/// The trigger times of a batch of changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TriggerTimes {
+    /// The oldest.
+    pub oldest: SystemTime,
+    /// The newest: where the batch's network-programming latency starts.
+    pub newest: SystemTime,
+    /// How many changes carried one.
+    pub count: usize,
+}
+
+impl TriggerTimes {
+    /// Summarises `times`; `None` when empty.
+    pub fn from_times(times: &[SystemTime]) -> Option<Self> {
+        Some(Self { oldest: *times.iter().min()?, newest: *times.iter().max()?, count: times.len() })
+    }
+
+    /// Merges two batches (a snapshot that was not published joins the next one).
+    #[must_use]
+    pub fn merge(self, other: Self) -> Self {
+        Self {
+            oldest: self.oldest.min(other.oldest),
+            newest: self.newest.max(other.newest),
+            count: self.count + other.count,
+        }
+    }
 }
 
 /// Where in a manifests file an object came from.
@@ -51,8 +93,9 @@ impl std::fmt::Display for DocumentLocation {
     }
 }
 
-/// A source error. Only [`SourceError::ReadDir`] and [`SourceError::Watch`] mean
-/// "nothing could be loaded"; the others name one skipped file or document.
+/// A source error. [`SourceError::ReadDir`], [`SourceError::Watch`],
+/// [`SourceError::KubeConfig`] and [`SourceError::KubeList`] mean "nothing could be
+/// loaded"; the others name one skipped file, document or object.
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
     /// The manifests directory itself cannot be listed.
@@ -114,4 +157,45 @@ pub enum SourceError {
         /// What is wrong.
         message: String,
     },
+    /// An object from the Kubernetes API does not deserialize into its type; it is
+    /// skipped.
+    #[error("{object}: {}{message}; object skipped", field.as_deref().map(|f| format!("{f}: ")).unwrap_or_default())]
+    ApiObject {
+        /// `kind namespace/name`, e.g. `Service demo/web`.
+        object: String,
+        /// Path of the offending field, e.g. `spec.ports[0].port`, when known.
+        field: Option<String>,
+        /// What is wrong.
+        message: String,
+    },
+    /// The kubeconfig (or the in-cluster configuration) cannot be loaded.
+    #[error("cannot use the {config}: {message}")]
+    KubeConfig {
+        /// `kubeconfig PATH` or `in-cluster configuration`.
+        config: String,
+        /// Why.
+        message: String,
+    },
+    /// A list request to the API server failed.
+    #[error("cannot list {resource} from the Kubernetes API at {url}: {source}{}", list_hint(source))]
+    KubeList {
+        /// `services`, `endpointslices` or `nodes`.
+        resource: &'static str,
+        /// The API server.
+        url: String,
+        /// Why.
+        #[source]
+        source: Box<::kube::Error>,
+    },
+}
+
+/// What to do about a failed list.
+fn list_hint(e: &::kube::Error) -> &'static str {
+    match e {
+        ::kube::Error::Api(s) if s.code == 401 => "; the credentials were refused",
+        ::kube::Error::Api(s) if s.code == 403 => {
+            "; grant get/list/watch on services, endpointslices.discovery.k8s.io and nodes (configs/kubernetes/rbac.yaml)"
+        }
+        _ => "",
+    }
 }

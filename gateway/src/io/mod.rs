@@ -15,7 +15,13 @@
 //! - [`af_packet`]: Linux `AF_PACKET` sockets with memory-mapped `TPACKET_V3` rings, one
 //!   socket per (worker, interface), joined into a `PACKET_FANOUT` group per interface;
 //!   [`af_packet_io`] adapts one worker's sockets to the worker loop.
+//! - `dpdk` (feature `dpdk`, on by default): DPDK poll-mode drivers through `torii-dpdk`,
+//!   one RX and one TX queue per (worker, port); replies are kept on their flow's worker
+//!   by RSS with an `rte_thash`-shaped key ([`crate::snat::SnatPorts::steered`]), or by
+//!   running one worker on ports without usable RSS.
 
 pub mod af_packet;
 pub mod af_packet_io;
+#[cfg(feature = "dpdk")]
+pub mod dpdk;
 pub mod fanout;

@@ -1,11 +1,30 @@
 //! [`TableSpec`] → snapshot bytes. Runs in torii-control, never on the packet path.
+//!
+//! [`build`] lays out one snapshot from scratch. [`TableBuilder`] produces exactly the same
+//! bytes but keeps what it built last time — every service's sorted backends and encoded
+//! Maglev ring, and the snapshot buffer itself — so that a table that differs from the
+//! previous one in a few services costs a comparison per service, the rings of the
+//! services that changed, and one pass of CRC-32 over the snapshot:
+//!
+//! - a service equal to the one at the same index last time keeps its ring; any other
+//!   service finds its ring by its sorted backend list (a ring is a pure function of that
+//!   list, see [`maglev::build`]) or has it computed;
+//! - the ring section comes first in the snapshot, so it keeps its place whatever happens
+//!   to front doors and backend counts; when every ring keeps its position and size, only
+//!   the rings that changed are written into the previous buffer, otherwise the section
+//!   is rewritten from the cached rings;
+//! - the other sections (front doors, services, backends, names: a few bytes per front
+//!   door and backend) are encoded again every time.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::Arc;
 
+use zerocopy::byteorder::little_endian::U32;
 use zerocopy::IntoBytes;
 
 use super::layout::{self, section, Backend, Frontend, Header, Section, Service};
-use super::spec::TableSpec;
+use super::spec::{BackendSpec, FrontendSpec, ServiceSpec, TableSpec};
 use crate::maglev;
 
 /// Why a [`TableSpec`] could not be laid out.
@@ -36,24 +55,392 @@ pub enum BuildError {
     TooLarge,
 }
 
-/// Lays out `spec` as snapshot bytes with the given generation: sorted front doors, one
-/// Maglev ring per service (size [`maglev::ring_size_for`]), header and CRC-32.
+/// Lays out `spec` as snapshot bytes with the given generation: rings first, then services,
+/// front doors sorted by (address, protocol, port), backends sorted per service, names;
+/// one Maglev ring per service (size [`maglev::ring_size_for`], entries
+/// [`layout::ring_entry_len_for`] bytes wide); header and CRC-32.
 ///
 /// # Errors
 /// [`BuildError`] for duplicate front doors, dangling service indices or a table over 4 GiB.
 pub fn build(spec: &TableSpec, generation: u64) -> Result<Vec<u8>, BuildError> {
-    let mut frontends = Vec::with_capacity(spec.frontends.len());
-    let mut seen = HashSet::with_capacity(spec.frontends.len());
-    for (index, f) in spec.frontends.iter().enumerate() {
-        if f.service >= spec.services.len() {
-            return Err(BuildError::BadServiceIndex { index, service: f.service, services: spec.services.len() });
+    let mut builder = TableBuilder::new();
+    builder.build(spec, generation)?;
+    Ok(std::mem::take(&mut builder.out))
+}
+
+/// One encoded Maglev ring: `len` entries of `entry_len` bytes.
+#[derive(Debug)]
+struct Ring {
+    entry_len: u8,
+    len: u32,
+    bytes: Box<[u8]>,
+}
+
+/// A service of the previous build: the spec as given (to compare the next one with), its
+/// backends sorted and deduplicated, and its ring.
+#[derive(Clone, Debug)]
+struct Built {
+    spec: ServiceSpec,
+    backends: Arc<[BackendSpec]>,
+    ring: Arc<Ring>,
+}
+
+/// Where one service's parts lie in the snapshot: its first backend record (index in the
+/// backends section), its ring (byte offset in the ring section) and its name (byte
+/// offset in the names section), with their sizes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Place {
+    backends_at: usize,
+    backends: usize,
+    ring_at: usize,
+    ring_len: u32,
+    entry_len: u8,
+    name_at: usize,
+    name_len: usize,
+}
+
+/// Builds snapshots like [`build`] — the same bytes for the same spec and generation —
+/// reusing the rings and the buffer of the previous call (see the module documentation).
+/// Holds about one snapshot's worth of memory plus the rings.
+#[derive(Debug, Default)]
+pub struct TableBuilder {
+    /// The last snapshot; describes `built`, `frontends`, `places` and `sections` while
+    /// `valid`.
+    out: Vec<u8>,
+    valid: bool,
+    /// The services of the last successful build, by index.
+    built: Vec<Built>,
+    /// The front doors of the last successful build, as given.
+    frontends: Vec<FrontendSpec>,
+    /// Where each service of the last build lies.
+    places: Vec<Place>,
+    /// The sections of the last build.
+    sections: [Section; section::COUNT],
+    /// Every ring of the last successful build, by sorted backend list.
+    rings: HashMap<Arc<[BackendSpec]>, Arc<Ring>>,
+    /// The byte ranges of `out` the last build may have changed relative to the build
+    /// before it; `None`: any byte.
+    changed: Option<Vec<Range<usize>>>,
+    stats: BuildStats,
+}
+
+/// Work counters of a [`TableBuilder`], for tests and benchmarks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BuildStats {
+    /// Successful builds.
+    pub builds: u64,
+    /// Maglev rings computed (the others were reused).
+    pub rings_computed: u64,
+    /// Builds that laid the whole snapshot out again; the others only rewrote the records
+    /// of the services and front doors that changed, in place.
+    pub layouts: u64,
+    /// Layouts that rewrote the whole ring section (the others kept every ring in place).
+    pub ring_section_rewrites: u64,
+}
+
+impl TableBuilder {
+    /// A builder with empty caches: its first build does all the work.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Work done so far.
+    pub fn stats(&self) -> BuildStats {
+        self.stats
+    }
+
+    /// The snapshot of the last successful build (empty before the first).
+    pub fn bytes(&self) -> &[u8] {
+        if self.valid {
+            &self.out
+        } else {
+            &[]
         }
-        let addr = layout::addr16(f.addr);
-        if !seen.insert(layout::frontend_key(addr, f.protocol as u8, f.port)) {
-            return Err(BuildError::DuplicateFrontend { addr: f.addr, protocol: f.protocol.as_str(), port: f.port });
+    }
+
+    /// The byte ranges in which the snapshot of the last successful build may differ from
+    /// the snapshot of the successful build before it (sorted, disjoint, within its
+    /// length; the length itself may differ too). `None` when any byte may differ (the
+    /// first build, or one that moved the rings). A publisher that holds a copy of the
+    /// previous snapshot only has to write these ranges.
+    pub fn changed_ranges(&self) -> Option<&[Range<usize>]> {
+        self.changed.as_deref()
+    }
+
+    /// Lays out `spec` with `generation`, exactly as [`build`] would, and returns the
+    /// snapshot bytes (borrowed from the builder until the next call).
+    ///
+    /// # Errors
+    /// As [`build`]. The builder stays usable; its next build lays everything out again.
+    pub fn build(&mut self, spec: &TableSpec, generation: u64) -> Result<&[u8], BuildError> {
+        for (index, f) in spec.frontends.iter().enumerate() {
+            if f.service >= spec.services.len() {
+                return Err(BuildError::BadServiceIndex { index, service: f.service, services: spec.services.len() });
+            }
         }
-        frontends.push(Frontend {
-            addr,
+        let frontends_changed = !self.valid || self.frontends != spec.frontends;
+        let mut records = if frontends_changed { Some(frontend_records(&spec.frontends)?) } else { None };
+
+        // Services: the unchanged ones keep everything, the others find or compute rings.
+        let mut changed: Vec<(usize, Built)> = Vec::new();
+        for (i, s) in spec.services.iter().enumerate() {
+            if self.valid && self.built.get(i).is_some_and(|b| b.spec == *s) {
+                continue;
+            }
+            let mut list = s.backends.clone();
+            list.sort_unstable();
+            list.dedup();
+            let (backends, ring) = match self.rings.get_key_value(list.as_slice()) {
+                Some((b, r)) => (b.clone(), r.clone()),
+                None => {
+                    self.stats.rings_computed += 1;
+                    let backends: Arc<[BackendSpec]> = list.into();
+                    let ring = Arc::new(encode_ring(&backends));
+                    self.rings.insert(backends.clone(), ring.clone());
+                    (backends, ring)
+                }
+            };
+            changed.push((i, Built { spec: s.clone(), backends, ring }));
+        }
+
+        // Same layout (same counts and sizes everywhere): rewrite the changed records in
+        // place. Otherwise lay the whole snapshot out again.
+        let same_layout = self.valid
+            && self.built.len() == spec.services.len()
+            && self.frontends.len() == spec.frontends.len()
+            && changed.iter().all(|(i, b)| {
+                let p = &self.places[*i];
+                p.backends == b.backends.len()
+                    && p.ring_len == b.ring.len
+                    && p.entry_len == b.ring.entry_len
+                    && p.name_len == b.spec.name.len()
+            });
+        if !same_layout && records.is_none() {
+            records = Some(frontend_records(&spec.frontends)?);
+        }
+        // Nothing fails after this point: the builder's state changes.
+        let had_changes = !changed.is_empty();
+        if same_layout {
+            self.patch(changed, records.as_deref(), generation);
+        } else {
+            // Unchanged services keep their entry (same index, same spec); the others are
+            // replaced or appended, in index order.
+            let mut built = std::mem::take(&mut self.built);
+            if !self.valid {
+                built.clear();
+            }
+            built.truncate(spec.services.len());
+            let mut new_rings = Vec::with_capacity(changed.len());
+            for (i, b) in changed {
+                if let Some(old) = built.get_mut(i) {
+                    if !Arc::ptr_eq(&old.ring, &b.ring) {
+                        new_rings.push(i);
+                    }
+                    *old = b;
+                } else {
+                    debug_assert_eq!(i, built.len());
+                    new_rings.push(i);
+                    built.push(b);
+                }
+            }
+            let records = records.unwrap_or_default();
+            if let Err(e) = self.lay_out(&records, &built, &new_rings, generation) {
+                self.valid = false;
+                self.built.clear();
+                self.changed = None;
+                return Err(e);
+            }
+            self.built = built;
+        }
+        if frontends_changed {
+            self.frontends.clone_from(&spec.frontends);
+        }
+        if had_changes {
+            // Keep only the rings this build uses.
+            self.rings.retain(|_, r| Arc::strong_count(r) > 1);
+        }
+        self.valid = true;
+        self.stats.builds += 1;
+        Ok(&self.out)
+    }
+
+    /// Rewrites, in the previous snapshot, the services in `changed` (same sizes and
+    /// places as before) and the front door section when `records` are given; then the
+    /// header.
+    fn patch(&mut self, changed: Vec<(usize, Built)>, records: Option<&[Frontend]>, generation: u64) {
+        let at = |s: &Section| s.offset.get() as usize;
+        let (ring, svcs, bk, names) = (
+            at(&self.sections[section::RING]),
+            at(&self.sections[section::SERVICES]),
+            at(&self.sections[section::BACKENDS]),
+            at(&self.sections[section::NAMES]),
+        );
+        let mut ranges = Vec::with_capacity(8);
+        ranges.push(0..size_of::<Header>());
+        let mut put = |out: &mut Vec<u8>, dst: usize, bytes: &[u8]| {
+            out[dst..dst + bytes.len()].copy_from_slice(bytes);
+            ranges.push(dst..dst + bytes.len());
+        };
+        for (i, b) in changed {
+            let p = self.places[i];
+            put(&mut self.out, svcs + i * size_of::<Service>(), service_record(&b, &p).as_bytes());
+            let records: Vec<Backend> = b.backends.iter().map(backend_record).collect();
+            put(&mut self.out, bk + p.backends_at * size_of::<Backend>(), records.as_bytes());
+            if !Arc::ptr_eq(&b.ring, &self.built[i].ring) {
+                put(&mut self.out, ring + p.ring_at, &b.ring.bytes);
+            }
+            put(&mut self.out, names + p.name_at, b.spec.name.as_bytes());
+            self.built[i] = b;
+        }
+        if let Some(records) = records {
+            put(&mut self.out, at(&self.sections[section::FRONTENDS]), records.as_bytes());
+        }
+        ranges.sort_unstable_by_key(|r| r.start);
+        ranges.dedup_by(|later, earlier| {
+            // Merge touching or overlapping ranges.
+            if later.start <= earlier.end {
+                earlier.end = earlier.end.max(later.end);
+                true
+            } else {
+                false
+            }
+        });
+        self.changed = Some(ranges);
+        self.seal(generation);
+    }
+
+    /// Writes the whole snapshot of `frontends` (sorted records) and `built` into
+    /// `self.out`. When every ring keeps its place, the ring section of the previous
+    /// snapshot stays and only the rings of the services `new_rings` are written.
+    fn lay_out(
+        &mut self,
+        frontends: &[Frontend],
+        built: &[Built],
+        new_rings: &[usize],
+        generation: u64,
+    ) -> Result<(), BuildError> {
+        self.stats.layouts += 1;
+        let hlen = size_of::<Header>();
+
+        // Places: rings at multiples of their entry width, backends and names in order.
+        let mut places = Vec::with_capacity(built.len());
+        let (mut ring_bytes, mut backends_n, mut names_n) = (0usize, 0usize, 0usize);
+        for b in built {
+            let ring_at = ring_bytes.next_multiple_of(usize::from(b.ring.entry_len));
+            places.push(Place {
+                backends_at: backends_n,
+                backends: b.backends.len(),
+                ring_at,
+                ring_len: b.ring.len,
+                entry_len: b.ring.entry_len,
+                name_at: names_n,
+                name_len: b.spec.name.len(),
+            });
+            ring_bytes = ring_at + b.ring.bytes.len();
+            backends_n += b.backends.len();
+            names_n += b.spec.name.len();
+        }
+        let ring_start = hlen.next_multiple_of(8);
+        let ring_end = ring_start + ring_bytes;
+        let rings_in_place = self.valid
+            && self.places.len() == places.len()
+            && self
+                .places
+                .iter()
+                .zip(&places)
+                .all(|(a, b)| (a.ring_at, a.ring_len, a.entry_len) == (b.ring_at, b.ring_len, b.entry_len))
+            && self.out.len() >= ring_end;
+
+        let mut services = Vec::with_capacity(built.len());
+        let mut backends = Vec::with_capacity(backends_n);
+        let mut names = Vec::with_capacity(names_n);
+        for (b, p) in built.iter().zip(&places) {
+            services.push(service_record(b, p));
+            backends.extend(b.backends.iter().map(backend_record));
+            names.extend_from_slice(b.spec.name.as_bytes());
+        }
+
+        let mut sections = [Section::default(); section::COUNT];
+        sections[section::RING] = Section { offset: u32_of(ring_start)?.into(), count: u32_of(ring_bytes)?.into() };
+        let mut end = ring_end;
+        let mut tail: Vec<(usize, &[u8])> = Vec::with_capacity(4);
+        for (idx, bytes, count) in [
+            (section::SERVICES, services.as_bytes(), services.len()),
+            (section::FRONTENDS, frontends.as_bytes(), frontends.len()),
+            (section::BACKENDS, backends.as_bytes(), backends.len()),
+            (section::NAMES, names.as_slice(), names.len()),
+        ] {
+            let at = end.next_multiple_of(8);
+            sections[idx] = Section { offset: u32_of(at)?.into(), count: u32_of(count)?.into() };
+            tail.push((at, bytes));
+            end = at + bytes.len();
+        }
+        u32_of(end)?;
+
+        // The rings: patch the ones that changed, or rewrite the section (padding zeroed).
+        self.out.resize(ring_end, 0);
+        if rings_in_place {
+            let mut ranges = Vec::with_capacity(new_rings.len() + 2);
+            ranges.push(0..ring_start);
+            for &i in new_rings {
+                let (b, p) = (&built[i], &places[i]);
+                let dst = ring_start + p.ring_at;
+                self.out[dst..dst + b.ring.bytes.len()].copy_from_slice(&b.ring.bytes);
+                ranges.push(dst..dst + b.ring.bytes.len());
+            }
+            ranges.push(ring_end..end);
+            self.changed = Some(ranges);
+        } else {
+            self.changed = None;
+            self.stats.ring_section_rewrites += 1;
+            let mut pos = ring_start;
+            for (b, p) in built.iter().zip(&places) {
+                let dst = ring_start + p.ring_at;
+                self.out[pos..dst].fill(0);
+                self.out[dst..dst + b.ring.bytes.len()].copy_from_slice(&b.ring.bytes);
+                pos = dst + b.ring.bytes.len();
+            }
+        }
+        // The other sections, each after zero padding.
+        for (at, bytes) in tail {
+            self.out.resize(at, 0);
+            self.out.extend_from_slice(bytes);
+        }
+        self.out[..hlen].fill(0);
+        self.places = places;
+        self.sections = sections;
+        self.seal(generation);
+        Ok(())
+    }
+
+    /// Writes the header (with `generation`) and the checksum.
+    fn seal(&mut self, generation: u64) {
+        let hlen = size_of::<Header>();
+        let header = Header {
+            magic: layout::MAGIC,
+            abi_version: layout::ABI_VERSION.into(),
+            header_len: (hlen as u32).into(),
+            generation: generation.into(),
+            total_len: (self.out.len() as u64).into(),
+            checksum: 0.into(),
+            flags: 0.into(),
+            sections: self.sections,
+        };
+        self.out[..hlen].copy_from_slice(header.as_bytes());
+        let crc = super::view::checksum(&self.out);
+        self.out[layout::CHECKSUM_OFFSET..layout::CHECKSUM_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
+    }
+}
+
+/// The front door records of `frontends`, sorted by (address, protocol, port).
+///
+/// # Errors
+/// [`BuildError::DuplicateFrontend`] for the smallest key listed twice.
+fn frontend_records(frontends: &[FrontendSpec]) -> Result<Vec<Frontend>, BuildError> {
+    let mut records = Vec::with_capacity(frontends.len());
+    for f in frontends {
+        records.push(Frontend {
+            addr: layout::addr16(f.addr),
             port: f.port.into(),
             protocol: f.protocol as u8,
             kind: f.kind as u8,
@@ -61,76 +448,286 @@ pub fn build(spec: &TableSpec, generation: u64) -> Result<Vec<u8>, BuildError> {
             service: u32_of(f.service + 1)?.into(),
         });
     }
-    frontends.sort_unstable_by_key(|f| layout::frontend_key(f.addr, f.protocol, f.port.get()));
-
-    let mut services = Vec::with_capacity(spec.services.len());
-    let mut backends = Vec::new();
-    let mut ring: Vec<u32> = Vec::new();
-    let mut names = Vec::new();
-    for s in &spec.services {
-        let mut list: Vec<_> = s.backends.clone();
-        list.sort_unstable();
-        list.dedup();
-        let ids: Vec<_> = list.iter().map(|b| (b.addr, b.port)).collect();
-        let (ring_offset, ring_len) = if ids.is_empty() {
-            (ring.len(), 0)
-        } else {
-            let m = maglev::ring_size_for(ids.len());
-            let offset = ring.len();
-            ring.extend(maglev::build(&ids, m).into_iter().map(|i| i + 1));
-            (offset, m as usize)
-        };
-        services.push(Service {
-            backends_offset: u32_of(backends.len())?.into(),
-            backends_count: u32_of(list.len())?.into(),
-            ring_offset: u32_of(ring_offset)?.into(),
-            ring_len: u32_of(ring_len)?.into(),
-            affinity_timeout_s: s.affinity_timeout_s.unwrap_or(0).into(),
-            flags: 0.into(),
-            name_offset: u32_of(names.len())?.into(),
-            name_len: u32_of(s.name.len())?.into(),
-        });
-        names.extend_from_slice(s.name.as_bytes());
-        backends.extend(list.iter().map(|b| Backend {
-            addr: layout::addr16(b.addr),
-            port: b.port.into(),
-            reserved: [0; 2],
-        }));
+    let key = |f: &Frontend| layout::frontend_key(f.addr, f.protocol, f.port.get());
+    if !records.is_sorted_by_key(key) {
+        records.sort_unstable_by_key(key);
     }
+    if let Some(w) = records.windows(2).find(|w| key(&w[0]) == key(&w[1])) {
+        let f = &w[0];
+        let protocol = super::Protocol::from_number(f.protocol).map_or("?", super::Protocol::as_str);
+        return Err(BuildError::DuplicateFrontend { addr: layout::addr_from16(f.addr), protocol, port: f.port.get() });
+    }
+    Ok(records)
+}
 
-    let mut out = vec![0u8; size_of::<Header>()];
-    let mut sections = [Section::default(); section::COUNT];
-    let mut put = |out: &mut Vec<u8>, idx: usize, bytes: &[u8], count: usize| -> Result<(), BuildError> {
-        // Align each section to 8 bytes: not needed by the reader, kind to hexdumps.
-        out.resize(out.len().next_multiple_of(8), 0);
-        sections[idx] = Section { offset: u32_of(out.len())?.into(), count: u32_of(count)?.into() };
-        out.extend_from_slice(bytes);
-        Ok(())
-    };
-    put(&mut out, section::FRONTENDS, frontends.as_bytes(), frontends.len())?;
-    put(&mut out, section::SERVICES, services.as_bytes(), services.len())?;
-    put(&mut out, section::BACKENDS, backends.as_bytes(), backends.len())?;
-    let ring_le: Vec<zerocopy::little_endian::U32> = ring.iter().map(|&r| r.into()).collect();
-    put(&mut out, section::RING, ring_le.as_bytes(), ring.len())?;
-    put(&mut out, section::NAMES, &names, names.len())?;
-    u32_of(out.len())?;
+/// The service record of `b` placed at `p`.
+fn service_record(b: &Built, p: &Place) -> Service {
+    Service {
+        backends_offset: (p.backends_at as u32).into(),
+        backends_count: (p.backends as u32).into(),
+        ring_offset: (p.ring_at as u32).into(),
+        ring_len: p.ring_len.into(),
+        affinity_timeout_s: b.spec.affinity_timeout_s.unwrap_or(0).into(),
+        ring_entry_len: p.entry_len,
+        reserved: [0; 3],
+        name_offset: (p.name_at as u32).into(),
+        name_len: (p.name_len as u32).into(),
+    }
+}
 
-    let header = Header {
-        magic: layout::MAGIC,
-        abi_version: layout::ABI_VERSION.into(),
-        header_len: (size_of::<Header>() as u32).into(),
-        generation: generation.into(),
-        total_len: (out.len() as u64).into(),
-        checksum: 0.into(),
-        flags: 0.into(),
-        sections,
+/// The record of one backend.
+fn backend_record(b: &BackendSpec) -> Backend {
+    Backend { addr: layout::addr16(b.addr), port: b.port.into(), reserved: [0; 2] }
+}
+
+/// The Maglev ring of `backends` (sorted, distinct), encoded as 1-based indices in the
+/// narrowest entry width that holds them.
+fn encode_ring(backends: &[BackendSpec]) -> Ring {
+    let entry_len = layout::ring_entry_len_for(backends.len());
+    if backends.is_empty() {
+        return Ring { entry_len, len: 0, bytes: Box::new([]) };
+    }
+    let ids: Vec<_> = backends.iter().map(|b| (b.addr, b.port)).collect();
+    let m = maglev::ring_size_for(ids.len());
+    let ring = maglev::build(&ids, m);
+    let bytes: Box<[u8]> = match entry_len {
+        1 => ring.iter().map(|&i| (i + 1) as u8).collect(),
+        2 => ring.iter().flat_map(|&i| ((i + 1) as u16).to_le_bytes()).collect(),
+        _ => ring.iter().map(|&i| U32::new(i + 1)).collect::<Vec<_>>().as_bytes().into(),
     };
-    out[..size_of::<Header>()].copy_from_slice(header.as_bytes());
-    let crc = super::view::checksum(&out);
-    out[layout::CHECKSUM_OFFSET..layout::CHECKSUM_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
-    Ok(out)
+    Ring { entry_len, len: m, bytes }
 }
 
 fn u32_of(n: usize) -> Result<u32, BuildError> {
     u32::try_from(n).map_err(|_| BuildError::TooLarge)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{IpAddr, Ipv4Addr};
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::table::{FrontendKind, FrontendSpec, Protocol, Table};
+
+    fn backend(n: u32) -> BackendSpec {
+        BackendSpec { addr: IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + n)), port: 8080 }
+    }
+
+    fn service(name: &str, backends: impl IntoIterator<Item = u32>) -> ServiceSpec {
+        ServiceSpec {
+            name: name.into(),
+            backends: backends.into_iter().map(backend).collect(),
+            affinity_timeout_s: None,
+        }
+    }
+
+    fn frontend(n: u32, service: usize) -> FrontendSpec {
+        FrontendSpec {
+            addr: IpAddr::V4(Ipv4Addr::from(0xcb00_7100 + n)),
+            port: 80,
+            protocol: Protocol::Tcp,
+            kind: FrontendKind::ExternalIp,
+            service,
+        }
+    }
+
+    fn spec(services: Vec<ServiceSpec>) -> TableSpec {
+        let frontends = (0..services.len()).map(|i| frontend(i as u32, i)).collect();
+        TableSpec { frontends, services }
+    }
+
+    #[test]
+    fn ring_entry_width_follows_the_backend_count() {
+        let t = spec(vec![service("a:", 1..=3), service("b:", 1..=300), service("c:", [])]);
+        let table = Table::new(build(&t, 1).unwrap()).unwrap();
+        let a = table.service(0).unwrap();
+        assert_eq!((a.ring.entry_len(), a.ring.len()), (1, maglev::ring_size_for(3) as usize));
+        let b = table.service(1).unwrap();
+        assert_eq!((b.ring.entry_len(), b.ring.len()), (2, maglev::ring_size_for(300) as usize));
+        assert!(b.ring.iter().all(|id| (1..=300).contains(&id)));
+        let seen: std::collections::HashSet<u32> = b.ring.iter().collect();
+        assert_eq!(seen.len(), 300, "every backend owns slots");
+        let c = table.service(2).unwrap();
+        assert!(c.ring.is_empty() && c.pick(7).is_none());
+        assert_eq!(layout::ring_entry_len_for(255), 1);
+        assert_eq!(layout::ring_entry_len_for(256), 2);
+        assert_eq!(layout::ring_entry_len_for(65_535), 2);
+        assert_eq!(layout::ring_entry_len_for(65_536), 4);
+    }
+
+    #[test]
+    fn a_ring_of_wide_entries_reads_back() {
+        let bytes: Vec<u8> = [7u32, 70_000, 1].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let r = crate::table::Ring::new(&bytes, 4);
+        assert_eq!(r.iter().collect::<Vec<_>>(), [7, 70_000, 1]);
+        assert!(r.all_in(70_000) && !r.all_in(69_999));
+        assert!(crate::table::Ring::new(&bytes, 3).is_empty(), "an invalid width reads as empty");
+    }
+
+    #[test]
+    fn the_builder_patches_changed_rings_in_place() {
+        let mut services: Vec<ServiceSpec> = (0..20).map(|i| service(&format!("s{i}:"), i * 10..i * 10 + 5)).collect();
+        let mut b = TableBuilder::new();
+        b.build(&spec(services.clone()), 1).unwrap();
+        assert_eq!(b.stats(), BuildStats { builds: 1, rings_computed: 20, layouts: 1, ring_section_rewrites: 1 });
+        assert!(b.changed_ranges().is_none(), "a first build changes everything");
+        // Replace one endpoint: same counts and sizes, so its records are patched in place.
+        services[7].backends[2] = backend(999);
+        let bytes = b.build(&spec(services.clone()), 2).unwrap().to_vec();
+        assert_eq!(bytes, build(&spec(services.clone()), 2).unwrap());
+        let changed: usize = b.changed_ranges().unwrap().iter().map(|r| r.len()).sum();
+        let ring = maglev::ring_size_for(5) as usize;
+        assert!(changed <= 80 + 32 + 5 * 20 + ring + 4, "{changed} bytes changed");
+        assert_eq!(b.stats(), BuildStats { builds: 2, rings_computed: 21, layouts: 1, ring_section_rewrites: 1 });
+        // Rename a service (same length) and change an affinity: patched too.
+        services[8].name = "s9:".into();
+        services[9].affinity_timeout_s = Some(30);
+        let bytes = b.build(&spec(services.clone()), 3).unwrap().to_vec();
+        assert_eq!(bytes, build(&spec(services.clone()), 3).unwrap());
+        assert_eq!(b.stats().layouts, 1);
+        // Move a front door: only the front door section is rewritten.
+        let mut moved = spec(services.clone());
+        moved.frontends[0].port = 8080;
+        let bytes = b.build(&moved, 4).unwrap().to_vec();
+        assert_eq!(bytes, build(&moved, 4).unwrap());
+        assert_eq!(b.stats().layouts, 1);
+        // Remove an endpoint elsewhere: the ring size stays, the backends section shifts.
+        services[3].backends.pop();
+        let bytes = b.build(&spec(services.clone()), 5).unwrap().to_vec();
+        assert_eq!(bytes, build(&spec(services.clone()), 5).unwrap());
+        assert_eq!((b.stats().layouts, b.stats().ring_section_rewrites), (2, 1));
+        // Insert a service at the front: every position moves, one ring is computed.
+        services.insert(0, service("a-first:", [5000, 5001]));
+        let bytes = b.build(&spec(services.clone()), 6).unwrap().to_vec();
+        assert_eq!(bytes, build(&spec(services.clone()), 6).unwrap());
+        assert_eq!(b.stats().rings_computed, 23);
+        assert_eq!((b.stats().layouts, b.stats().ring_section_rewrites), (3, 2));
+    }
+
+    #[test]
+    fn a_failed_build_leaves_the_builder_usable() {
+        let services: Vec<ServiceSpec> = (0..4).map(|i| service(&format!("s{i}:"), i * 10..i * 10 + 3)).collect();
+        let mut b = TableBuilder::new();
+        b.build(&spec(services.clone()), 1).unwrap();
+        let mut bad = spec(services.clone());
+        bad.frontends.push(bad.frontends[0].clone());
+        assert!(matches!(b.build(&bad, 2), Err(BuildError::DuplicateFrontend { .. })));
+        bad.frontends.pop();
+        bad.frontends[0].service = 9;
+        assert!(matches!(b.build(&bad, 2), Err(BuildError::BadServiceIndex { index: 0, service: 9, .. })));
+        assert_eq!(b.build(&spec(services.clone()), 2).unwrap(), build(&spec(services), 2).unwrap().as_slice());
+    }
+
+    /// One edit of a table spec, for the property test below.
+    #[derive(Clone, Debug)]
+    enum Edit {
+        /// Replace backend `j` of service `i` by backend `n`.
+        Replace(usize, usize, u32),
+        /// Add backend `n` to service `i`.
+        Add(usize, u32),
+        /// Remove backend `j` of service `i`.
+        Remove(usize, usize),
+        /// Insert a service with backends `n..n + k` at `i`.
+        Insert(usize, u32, u32),
+        /// Delete service `i`.
+        Delete(usize),
+        /// Toggle the affinity of service `i`.
+        Affinity(usize),
+        /// Reverse the backend order of service `i` (the table must not change).
+        Reverse(usize),
+        /// Move the front door of service `i` to another port.
+        Port(usize),
+    }
+
+    fn edit() -> impl Strategy<Value = Edit> {
+        prop_oneof![
+            4 => (0..64usize, 0..8usize, 0..400u32).prop_map(|(i, j, n)| Edit::Replace(i, j, n)),
+            2 => (0..64usize, 0..400u32).prop_map(|(i, n)| Edit::Add(i, n)),
+            2 => (0..64usize, 0..8usize).prop_map(|(i, j)| Edit::Remove(i, j)),
+            1 => (0..64usize, 0..400u32, 0..12u32).prop_map(|(i, n, k)| Edit::Insert(i, n, k)),
+            1 => (0..64usize).prop_map(Edit::Delete),
+            1 => (0..64usize).prop_map(Edit::Affinity),
+            1 => (0..64usize).prop_map(Edit::Reverse),
+            1 => (0..64usize).prop_map(Edit::Port),
+        ]
+    }
+
+    fn apply(services: &mut Vec<ServiceSpec>, ports: &mut Vec<u16>, e: &Edit, serial: &mut u32) {
+        let n = services.len();
+        match *e {
+            Edit::Port(i) if n > 0 => ports[i % n] ^= 1,
+            Edit::Replace(i, j, b) if n > 0 => {
+                let s = &mut services[i % n];
+                if !s.backends.is_empty() {
+                    let j = j % s.backends.len();
+                    s.backends[j] = backend(b);
+                }
+            }
+            Edit::Add(i, b) if n > 0 => services[i % n].backends.push(backend(b)),
+            Edit::Remove(i, j) if n > 0 => {
+                let s = &mut services[i % n];
+                if !s.backends.is_empty() {
+                    let j = j % s.backends.len();
+                    s.backends.remove(j);
+                }
+            }
+            Edit::Insert(i, b, k) => {
+                *serial += 1;
+                services.insert(i % (n + 1), service(&format!("new{serial}:"), b..b + k));
+                ports.insert(i % (n + 1), 80);
+            }
+            Edit::Delete(i) if n > 0 => {
+                services.remove(i % n);
+                ports.remove(i % n);
+            }
+            Edit::Affinity(i) if n > 0 => {
+                let s = &mut services[i % n];
+                s.affinity_timeout_s = if s.affinity_timeout_s.is_some() { None } else { Some(60) };
+            }
+            Edit::Reverse(i) if n > 0 => services[i % n].backends.reverse(),
+            _ => {}
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+
+        /// The builder's bytes after any sequence of edits equal a build from scratch.
+        #[test]
+        fn incremental_builds_equal_builds_from_scratch(
+            initial in prop::collection::vec((0..400u32, 0..10u32), 0..24),
+            edits in prop::collection::vec(prop::collection::vec(edit(), 1..4), 1..12),
+        ) {
+            let mut services: Vec<ServiceSpec> =
+                initial.iter().enumerate().map(|(i, &(b, k))| service(&format!("s{i}:"), b..b + k)).collect();
+            let mut ports = vec![80; services.len()];
+            let mut previous: Option<Vec<u8>> = None;
+            let mut serial = 0;
+            let mut builder = TableBuilder::new();
+            for (g, batch) in edits.iter().enumerate() {
+                for e in batch {
+                    apply(&mut services, &mut ports, e, &mut serial);
+                }
+                let mut t = spec(services.clone());
+                for (f, &port) in t.frontends.iter_mut().zip(&ports) {
+                    f.port = port;
+                }
+                let scratch = build(&t, g as u64).unwrap();
+                let incremental = builder.build(&t, g as u64).unwrap();
+                prop_assert!(incremental == scratch.as_slice(), "generation {}", g);
+                // The previous snapshot with the changed ranges written over it is this one.
+                if let (Some(mut patched), Some(ranges)) = (previous.take(), builder.changed_ranges()) {
+                    patched.resize(scratch.len(), 0);
+                    for r in ranges {
+                        patched[r.clone()].copy_from_slice(&scratch[r.clone()]);
+                    }
+                    prop_assert!(patched == scratch, "generation {}: changed ranges {:?}", g, ranges);
+                }
+                previous = Some(scratch.clone());
+                prop_assert!(Table::new(scratch).is_ok());
+            }
+        }
+    }
 }

@@ -1,11 +1,19 @@
 //! The byte layout of a table snapshot: fixed-size records read in place.
 //!
-//! A snapshot is one contiguous byte string:
+//! A snapshot is one contiguous byte string: the header, then the sections it points to,
+//! each starting at a multiple of 8 bytes (padding is zero). The builder writes them in
+//! this order, so that the largest section, the rings, keeps its place when front doors
+//! or endpoints are added (readers go by the offsets in the header, never by the order):
 //!
 //! ```text
-//! Header (80 bytes) | frontends [Frontend; n] | services [Service; n] | backends [Backend; n]
-//!                   | ring [u32 LE; n] | names [u8; n]
+//! Header (80 bytes) | rings [u8; n] | services [Service; n] | frontends [Frontend; n]
+//!                   | backends [Backend; n] | names [u8; n]
 //! ```
+//!
+//! Maglev rings are stored as compactly as their backend counts allow: each entry is a
+//! 1-based backend index, little-endian, 1 byte wide for services with at most 255
+//! backends, 2 bytes for at most 65535, else 4 ([`ring_entry_len_for`]). A service's ring
+//! starts at a multiple of its entry width within the ring section.
 //!
 //! Every record is `#[repr(C)]` with alignment 1 (zerocopy's byte-order integer types), so a
 //! snapshot can be read from any buffer — an mmap'ed file or a `Vec` — without casts that
@@ -25,7 +33,11 @@ pub const MAGIC: [u8; 8] = *b"TORIITBL";
 
 /// ABI version; bumped on every incompatible layout change. A gateway rejects snapshots
 /// of any other version.
-pub const ABI_VERSION: u32 = 1;
+///
+/// - 1: rings of little-endian `u32` entries.
+/// - 2: ring entries 1, 2 or 4 bytes wide per service ([`Service::ring_entry_len`]), the
+///   ring section measured in bytes and written first.
+pub const ABI_VERSION: u32 = 2;
 
 /// Section indices in [`Header::sections`].
 pub mod section {
@@ -35,7 +47,8 @@ pub mod section {
     pub const SERVICES: usize = 1;
     /// [`super::Backend`] records, grouped per service.
     pub const BACKENDS: usize = 2;
-    /// Maglev ring entries: little-endian `u32`, 1-based backend index within the service.
+    /// Maglev ring entries: little-endian, 1-based backend index within the service, each
+    /// service's entries [`super::Service::ring_entry_len`] bytes wide. Counted in bytes.
     pub const RING: usize = 3;
     /// UTF-8 service names, referenced by offset and length.
     pub const NAMES: usize = 4;
@@ -104,14 +117,17 @@ pub struct Service {
     pub backends_offset: U32,
     /// Number of backends; 0 means its front doors reject.
     pub backends_count: U32,
-    /// Index of its first entry in the ring section.
+    /// Byte offset of its first entry in the ring section (a multiple of
+    /// `ring_entry_len`).
     pub ring_offset: U32,
-    /// Ring size M (a prime), 0 when there are no backends.
+    /// Ring size M (a prime) in entries, 0 when there are no backends.
     pub ring_len: U32,
     /// `sessionAffinity: ClientIP` timeout in seconds; 0 without affinity.
     pub affinity_timeout_s: U32,
+    /// Bytes per ring entry: 1, 2 or 4, [`ring_entry_len_for`] the backend count.
+    pub ring_entry_len: u8,
     /// Reserved, zero.
-    pub flags: U32,
+    pub reserved: [u8; 3],
     /// Byte offset of its name in the names section.
     pub name_offset: U32,
     /// Byte length of its name.
@@ -136,6 +152,31 @@ const _: () = assert!(size_of::<Frontend>() == 32);
 const _: () = assert!(size_of::<Service>() == 32);
 const _: () = assert!(size_of::<Backend>() == 20);
 const _: () = assert!(std::mem::offset_of!(Header, checksum) == CHECKSUM_OFFSET);
+
+/// The ring entry width in bytes for a service with `backends` backends: the smallest of
+/// 1, 2 and 4 whose largest value holds the 1-based index of the last backend.
+#[inline]
+pub const fn ring_entry_len_for(backends: usize) -> u8 {
+    if backends <= u8::MAX as usize {
+        1
+    } else if backends <= u16::MAX as usize {
+        2
+    } else {
+        4
+    }
+}
+
+/// The largest backend index an entry of `entry_len` bytes can hold (0 for a width that
+/// is not 1, 2 or 4).
+#[inline]
+pub const fn max_ring_id(entry_len: u8) -> u32 {
+    match entry_len {
+        1 => u8::MAX as u32,
+        2 => u16::MAX as u32,
+        4 => u32::MAX,
+        _ => 0,
+    }
+}
 
 /// The 16-byte form of an address (IPv4 mapped into IPv6).
 #[inline]

@@ -2,7 +2,8 @@
 //!
 //! A table is an immutable snapshot — front doors, backend sets, Maglev rings, names —
 //! laid out for the lookups of the packet path ([`layout`]), produced from a
-//! [`TableSpec`] by [`build`], validated once by [`Table::new`] and then read in place.
+//! [`TableSpec`] by [`build`] (or, reusing the previous build's work, by a
+//! [`TableBuilder`]), validated once by [`Table::new`] and then read in place.
 //! [`shm`] defines the publication protocol in shared memory: snapshot files named by
 //! generation, and a state region holding the published generation and one
 //! acknowledgement slot per worker. torii-control writes; the gateway only reads and acks.
@@ -13,6 +14,6 @@ pub mod shm;
 mod spec;
 mod view;
 
-pub use build::{build, BuildError};
+pub use build::{build, BuildError, BuildStats, TableBuilder};
 pub use spec::*;
-pub use view::{FrontendRef, ServiceRef, Storage, Table, TableError};
+pub use view::{FrontendRef, Ring, ServiceRef, Storage, Table, TableError};

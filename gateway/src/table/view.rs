@@ -7,7 +7,6 @@
 
 use std::net::IpAddr;
 
-use zerocopy::little_endian::U32;
 use zerocopy::FromBytes;
 
 use super::layout::{self, section, Backend, Frontend, Header, Service};
@@ -127,7 +126,7 @@ pub struct ServiceRef<'t> {
     /// Backends in table order (sorted by address, port).
     pub backends: &'t [Backend],
     /// Maglev ring: 1-based indices into `backends`; empty when there are none.
-    pub ring: &'t [U32],
+    pub ring: Ring<'t>,
     /// `sessionAffinity: ClientIP` timeout in seconds, 0 without affinity.
     pub affinity_timeout_s: u32,
 }
@@ -137,12 +136,87 @@ impl ServiceRef<'_> {
     /// backends (its front doors reject).
     #[inline]
     pub fn pick(&self, hash: u64) -> Option<&Backend> {
-        if self.ring.is_empty() {
+        let len = self.ring.len();
+        if len == 0 {
             return None;
         }
-        let slot = (hash % self.ring.len() as u64) as usize;
-        let id = self.ring.get(slot)?.get() as usize;
+        let id = self.ring.get((hash % len as u64) as usize)? as usize;
         self.backends.get(id.wrapping_sub(1))
+    }
+}
+
+/// One service's Maglev ring as stored: little-endian entries of 1, 2 or 4 bytes
+/// ([`layout::ring_entry_len_for`]), each a 1-based index into the service's backends.
+#[derive(Clone, Copy, Debug)]
+pub struct Ring<'t> {
+    bytes: &'t [u8],
+    entry_len: u8,
+}
+
+impl<'t> Ring<'t> {
+    /// A ring over `bytes` with entries `entry_len` bytes wide (1, 2 or 4; any other
+    /// width reads as an empty ring). Trailing bytes that do not make an entry are ignored.
+    pub fn new(bytes: &'t [u8], entry_len: u8) -> Self {
+        match entry_len {
+            1 | 2 | 4 => Self { bytes, entry_len },
+            _ => Self { bytes: &[], entry_len: 1 },
+        }
+    }
+
+    /// Number of entries (the ring size M).
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.bytes.len() / usize::from(self.entry_len)
+    }
+
+    /// Whether the ring has no entries.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes per entry: 1, 2 or 4.
+    #[inline]
+    pub fn entry_len(&self) -> u8 {
+        self.entry_len
+    }
+
+    /// Entry `slot` (a 1-based backend index), `None` past the end.
+    #[inline]
+    pub fn get(&self, slot: usize) -> Option<u32> {
+        let b = self.bytes;
+        match self.entry_len {
+            1 => b.get(slot).map(|&v| u32::from(v)),
+            2 => b.get(slot * 2..slot * 2 + 2).map(|v| u32::from(u16::from_le_bytes([v[0], v[1]]))),
+            _ => b.get(slot * 4..slot * 4 + 4).map(|v| u32::from_le_bytes([v[0], v[1], v[2], v[3]])),
+        }
+    }
+
+    /// Every entry in slot order.
+    pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
+        (0..self.len()).filter_map(|i| self.get(i))
+    }
+
+    /// Whether every entry is in `1..=max`, without decoding entry by entry where the
+    /// width allows (validation runs over every ring of a snapshot).
+    pub(crate) fn all_in(&self, max: u32) -> bool {
+        match self.entry_len {
+            1 => {
+                let max = max.min(u32::from(u8::MAX)) as u8;
+                self.bytes.iter().all(|&v| v != 0 && v <= max)
+            }
+            2 => {
+                let max = max.min(u32::from(u16::MAX)) as u16;
+                self.bytes.chunks_exact(2).all(|v| {
+                    let v = u16::from_le_bytes([v[0], v[1]]);
+                    v != 0 && v <= max
+                })
+            }
+            _ => self.bytes.chunks_exact(4).all(|v| {
+                let v = u32::from_le_bytes([v[0], v[1], v[2], v[3]]);
+                v != 0 && v <= max
+            }),
+        }
     }
 }
 
@@ -188,7 +262,7 @@ impl<B: AsRef<[u8]>> Table<B> {
         if computed != header.checksum.get() {
             return Err(TableError::Checksum { stored: header.checksum.get(), computed });
         }
-        let sizes = [size_of::<Frontend>(), size_of::<Service>(), size_of::<Backend>(), 4, 1];
+        let sizes = [size_of::<Frontend>(), size_of::<Service>(), size_of::<Backend>(), 1, 1];
         let mut sections = [(0, 0); section::COUNT];
         for (i, s) in header.sections.iter().enumerate() {
             let (off, n) = (s.offset.get() as usize, s.count.get() as usize);
@@ -229,18 +303,25 @@ impl<B: AsRef<[u8]>> Table<B> {
             if bo.checked_add(bn).is_none_or(|e| e > backends.len()) {
                 return Err(record("service", i, "backend range out of bounds"));
             }
-            let (ro, rn) = (s.ring_offset.get() as usize, s.ring_len.get() as usize);
-            if ro.checked_add(rn).is_none_or(|e| e > ring.len()) {
-                return Err(record("service", i, "ring range out of bounds"));
+            let (ro, rn, w) = (s.ring_offset.get() as usize, s.ring_len.get() as usize, s.ring_entry_len);
+            if !matches!(w, 1 | 2 | 4) {
+                return Err(record("service", i, format!("ring entry width {w} is not 1, 2 or 4")));
             }
+            if bn > layout::max_ring_id(w) as usize {
+                return Err(record("service", i, format!("{bn} backends do not fit ring entries of {w} bytes")));
+            }
+            let Some(entries) =
+                rn.checked_mul(usize::from(w)).and_then(|n| ro.checked_add(n)).and_then(|e| ring.get(ro..e))
+            else {
+                return Err(record("service", i, "ring range out of bounds"));
+            };
             if (bn == 0) != (rn == 0) {
                 return Err(record("service", i, format!("{bn} backends but a ring of {rn}")));
             }
-            for (j, e) in ring[ro..ro + rn].iter().enumerate() {
-                let id = e.get() as usize;
-                if id == 0 || id > bn {
-                    return Err(record("ring entry", ro + j, format!("backend id {id} is not in 1..={bn}")));
-                }
+            let entries = Ring::new(entries, w);
+            if !entries.all_in(bn as u32) {
+                let (j, id) = entries.iter().enumerate().find(|&(_, id)| id == 0 || id as usize > bn).unwrap_or((0, 0));
+                return Err(record("ring entry", i, format!("slot {j}: backend id {id} is not in 1..={bn}")));
             }
             let (no, nl) = (s.name_offset.get() as usize, s.name_len.get() as usize);
             match no.checked_add(nl).and_then(|e| names.get(no..e)) {
@@ -280,8 +361,9 @@ impl<B: AsRef<[u8]>> Table<B> {
         self.slice(section::BACKENDS)
     }
 
-    fn ring(&self) -> &[U32] {
-        self.slice(section::RING)
+    fn ring(&self) -> &[u8] {
+        let (off, n) = self.sections[section::RING];
+        &self.bytes.as_ref()[off..off + n]
     }
 
     fn names(&self) -> &[u8] {
@@ -322,12 +404,15 @@ impl<B: AsRef<[u8]>> Table<B> {
     pub fn service(&self, id: u32) -> Option<ServiceRef<'_>> {
         let s = self.services().get(id as usize)?;
         let (bo, bn) = (s.backends_offset.get() as usize, s.backends_count.get() as usize);
-        let (ro, rn) = (s.ring_offset.get() as usize, s.ring_len.get() as usize);
+        let (ro, rn, w) = (s.ring_offset.get() as usize, s.ring_len.get() as usize, s.ring_entry_len);
         let (no, nl) = (s.name_offset.get() as usize, s.name_len.get() as usize);
         Some(ServiceRef {
             name: self.names().get(no..no + nl).and_then(|n| std::str::from_utf8(n).ok()).unwrap_or(""),
             backends: self.backends().get(bo..bo + bn).unwrap_or(&[]),
-            ring: self.ring().get(ro..ro + rn).unwrap_or(&[]),
+            ring: Ring::new(
+                self.ring().get(ro..ro.saturating_add(rn.saturating_mul(usize::from(w)))).unwrap_or(&[]),
+                w,
+            ),
             affinity_timeout_s: s.affinity_timeout_s.get(),
         })
     }
@@ -444,6 +529,44 @@ mod tests {
         bytes[layout::CHECKSUM_OFFSET..layout::CHECKSUM_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
         let e = Table::new(bytes).unwrap_err();
         assert!(matches!(e, TableError::Record { what: "ring entry", .. }), "{e}");
+    }
+
+    /// `bytes` with service 0's record patched by `f`, checksum re-sealed.
+    fn with_service_record(mut bytes: Vec<u8>, f: impl FnOnce(&mut Service)) -> Vec<u8> {
+        let t = Table::new(bytes.clone()).unwrap();
+        let at = t.sections[section::SERVICES].0;
+        let mut rec = Service::read_from_bytes(&bytes[at..at + size_of::<Service>()]).unwrap();
+        f(&mut rec);
+        bytes[at..at + size_of::<Service>()].copy_from_slice(zerocopy::IntoBytes::as_bytes(&rec));
+        let crc = checksum(&bytes);
+        bytes[layout::CHECKSUM_OFFSET..layout::CHECKSUM_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
+        bytes
+    }
+
+    #[test]
+    fn ring_widths_and_ranges_are_validated() {
+        let good = build(&spec(), 3).unwrap();
+        let reject = |bytes: Vec<u8>, needle: &str| {
+            let e = Table::new(bytes).unwrap_err().to_string();
+            assert!(e.contains(needle), "{e}");
+        };
+        reject(with_service_record(good.clone(), |s| s.ring_entry_len = 3), "ring entry width 3");
+        reject(with_service_record(good.clone(), |s| s.ring_entry_len = 0), "ring entry width 0");
+        let mut wide = spec();
+        wide.services[0].backends =
+            (0..300u32).map(|n| BackendSpec { addr: IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + n)), port: 80 }).collect();
+        let wide = build(&wide, 3).unwrap();
+        reject(with_service_record(wide, |s| s.ring_entry_len = 1), "300 backends do not fit ring entries of 1 bytes");
+        reject(with_service_record(good.clone(), |s| s.ring_len = u32::MAX.into()), "ring range out of bounds");
+        reject(with_service_record(good.clone(), |s| s.ring_offset = u32::MAX.into()), "ring range out of bounds");
+        // Two-byte entries over a ring written with one-byte entries: ids out of range.
+        reject(
+            with_service_record(good, |s| {
+                s.ring_entry_len = 2;
+                s.ring_len = (s.ring_len.get() / 2).into();
+            }),
+            "is not in 1..=3",
+        );
     }
 
     #[test]

@@ -1,0 +1,404 @@
+//! `torii-control run`: take snapshots from a source, compile them, publish the table,
+//! and measure how long it took the gateway to adopt it.
+//!
+//! One loop serves both sources ([`Source`]): each snapshot is compiled
+//! ([`crate::compile_loaded`]) and, when the table differs from the last one published,
+//! published ([`Publisher`]). A failed publication is logged and retried on the next
+//! snapshot and with backoff ([`RETRY_MIN`] doubling to [`RETRY_MAX`]); the gateway keeps
+//! the last table it adopted meanwhile. Snapshot files every gateway worker has moved
+//! past are released every [`GC_INTERVAL`].
+//!
+//! For every publication it logs, once the last gateway worker acknowledged the new
+//! generation in the shared state region (polled every [`ACK_POLL`], then every
+//! [`ACK_POLL_COARSE`]), one line:
+//!
+//! ```text
+//! INFO torii_control::daemon: table adopted by every gateway worker generation=7 workers=2 compile_ms=0.412
+//!   publish_ms=0.187 ack_ms=1.093 network_programming_latency_ms=63.8 changes=1
+//! ```
+//!
+//! - `compile_ms`: validating and compiling the snapshot, and converting it to the table;
+//! - `publish_ms`: laying out, writing and publishing the snapshot file;
+//! - `ack_ms`: from the publication to the last worker's acknowledgement;
+//! - `network_programming_latency_ms` (Kubernetes API source only, when the batch
+//!   changed an object carrying `endpoints.kubernetes.io/last-change-trigger-time`):
+//!   from the newest such trigger time to the last worker's acknowledgement, wall clock
+//!   (the annotation has the API server's clock and, in v1.28, whole seconds);
+//!   `oldest_change_latency_ms` is the same from the oldest, when the batch had several.
+//!
+//! Without a gateway (no worker registered) the line says `gateway="none"` and has no
+//! acknowledgement times; a generation not acknowledged within [`ACK_TIMEOUT`] is
+//! logged as a warning.
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
+use torii_gateway::table::TableSpec;
+
+use crate::compile::{CompileOptions, Compiled};
+use crate::publish::Publisher;
+use crate::source::files::DirWatch;
+use crate::source::kube::KubeWatch;
+use crate::source::{SourceError, TriggerTimes, Update};
+
+/// How often snapshots that every gateway worker has moved past are released.
+pub const GC_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Shortest wait before retrying a failed publication.
+pub const RETRY_MIN: Duration = Duration::from_secs(1);
+
+/// Longest wait before retrying a failed publication.
+pub const RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// How often the gateway workers' acknowledgements are checked while a publication
+/// waits for them.
+pub const ACK_POLL: Duration = Duration::from_millis(1);
+
+/// How long [`ACK_POLL`] applies after a publication; then [`ACK_POLL_COARSE`].
+pub const ACK_POLL_FINE_FOR: Duration = Duration::from_millis(100);
+
+/// How often acknowledgements are checked once [`ACK_POLL_FINE_FOR`] has passed.
+pub const ACK_POLL_COARSE: Duration = Duration::from_millis(10);
+
+/// How long a publication waits for every worker's acknowledgement before a warning.
+pub const ACK_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Where snapshots come from.
+#[derive(Debug)]
+pub enum Source {
+    /// A manifests directory, watched.
+    Files(DirWatch),
+    /// The Kubernetes API, watched.
+    Kube(Box<KubeWatch>),
+}
+
+impl Source {
+    /// The next snapshot; `None` when the source stopped.
+    async fn next(&mut self) -> Option<Result<Update, SourceError>> {
+        match self {
+            Self::Files(w) => w.next().await.map(|r| r.map(|loaded| Update { loaded, triggers: None })),
+            Self::Kube(w) => Some(Ok(w.next().await)),
+        }
+    }
+
+    fn what(&self) -> &'static str {
+        match self {
+            Self::Files(_) => "manifests",
+            Self::Kube(_) => "API objects",
+        }
+    }
+}
+
+/// Why `run` stopped, other than by a signal.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// The source ended (it never does unless something is badly wrong).
+    #[error("the {0} source stopped unexpectedly")]
+    SourceStopped(&'static str),
+}
+
+/// A table waiting to be published.
+struct Pending {
+    spec: TableSpec,
+    frontends: usize,
+    backends: usize,
+    compile: Duration,
+    triggers: Option<TriggerTimes>,
+}
+
+/// A published generation waiting for every gateway worker's acknowledgement.
+struct Awaiting {
+    generation: u64,
+    compile: Duration,
+    publish: Duration,
+    published_at: Instant,
+    triggers: Option<TriggerTimes>,
+}
+
+/// Milliseconds with microsecond resolution, for log fields.
+fn ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1e3
+}
+
+/// `to - from` in milliseconds, negative when `from` is later (clock skew).
+fn signed_ms(from: SystemTime, to: SystemTime) -> f64 {
+    match to.duration_since(from) {
+        Ok(d) => ms(d),
+        Err(e) => -ms(e.duration()),
+    }
+}
+
+/// The publication side of the loop: the table waiting to be published, the last one
+/// that was, the retry schedule, and the generations awaiting acknowledgement.
+struct Publishing {
+    shm_dir: PathBuf,
+    publisher: Option<Publisher>,
+    pending: Option<Pending>,
+    published: Option<TableSpec>,
+    retry_delay: Duration,
+    retry_at: Option<Instant>,
+    awaiting: Vec<Awaiting>,
+    /// When the last "not acknowledged" warning was logged (at most one per
+    /// [`ACK_TIMEOUT`], however many generations a stuck gateway leaves waiting).
+    last_ack_warning: Option<Instant>,
+}
+
+impl Publishing {
+    fn new(shm_dir: PathBuf) -> Self {
+        Self {
+            shm_dir,
+            publisher: None,
+            pending: None,
+            published: None,
+            retry_delay: RETRY_MIN,
+            retry_at: None,
+            awaiting: Vec::new(),
+            last_ack_warning: None,
+        }
+    }
+
+    /// Publishes `compiled` unless it is the table already published; `compile` is how
+    /// long compiling took, `triggers` when the changes were made.
+    fn offer(&mut self, compiled: &Compiled, compile: Duration, triggers: Option<TriggerTimes>) {
+        let start = Instant::now();
+        let spec = compiled.to_table_spec();
+        let compile = compile + start.elapsed();
+        if self.published.as_ref() == Some(&spec) {
+            tracing::debug!("table unchanged; not republished");
+            self.pending = None;
+            self.retry_at = None;
+            return;
+        }
+        // Changes of a snapshot that never got published are part of this one.
+        let triggers = match (self.pending.take().and_then(|p| p.triggers), triggers) {
+            (Some(a), Some(b)) => Some(a.merge(b)),
+            (a, b) => a.or(b),
+        };
+        self.pending = Some(Pending {
+            spec,
+            frontends: compiled.frontends.len(),
+            backends: compiled.backend_count(),
+            compile,
+            triggers,
+        });
+        self.retry_delay = RETRY_MIN;
+        self.try_publish();
+    }
+
+    fn try_publish(&mut self) {
+        let Some(pending) = &self.pending else {
+            self.retry_at = None;
+            return;
+        };
+        let start = Instant::now();
+        let result = match &mut self.publisher {
+            Some(p) => p.publish(&pending.spec).map_err(|e| format!("publishing the table failed: {e}")),
+            None => match Publisher::open(&self.shm_dir) {
+                Ok(mut p) => {
+                    let r = p.publish(&pending.spec).map_err(|e| format!("publishing the table failed: {e}"));
+                    self.publisher = Some(p);
+                    r
+                }
+                Err(e) => Err(format!("cannot open the shared-memory directory {}: {e}", self.shm_dir.display())),
+            },
+        };
+        let publish = start.elapsed();
+        match result {
+            Ok(generation) => {
+                let Some(p) = self.pending.take() else { return };
+                tracing::info!(generation, frontends = p.frontends, backends = p.backends, "published table");
+                self.awaiting.push(Awaiting {
+                    generation,
+                    compile: p.compile,
+                    publish,
+                    published_at: Instant::now(),
+                    triggers: p.triggers,
+                });
+                self.published = Some(p.spec);
+                self.retry_at = None;
+                self.retry_delay = RETRY_MIN;
+                self.poll_acks();
+            }
+            Err(message) => {
+                tracing::error!(
+                    retry_in_s = self.retry_delay.as_secs(),
+                    "{message}; the gateway keeps the last table it adopted; retrying on the next change or after the delay"
+                );
+                self.retry_at = Some(Instant::now() + self.retry_delay);
+                self.retry_delay = (self.retry_delay * 2).min(RETRY_MAX);
+            }
+        }
+    }
+
+    /// Logs the publications every gateway worker has acknowledged (or that no gateway
+    /// will, or that timed out).
+    fn poll_acks(&mut self) {
+        let Some(p) = &self.publisher else {
+            self.awaiting.clear();
+            return;
+        };
+        let region = p.region();
+        let min_acked = region.min_acked();
+        let workers = region.workers();
+        let now = Instant::now();
+        let wall = SystemTime::now();
+        let last_warning = &mut self.last_ack_warning;
+        self.awaiting.retain(|a| {
+            match min_acked {
+                None => {
+                    tracing::info!(
+                        generation = a.generation,
+                        gateway = "none",
+                        compile_ms = ms(a.compile),
+                        publish_ms = ms(a.publish),
+                        "table published; no gateway is registered, so no acknowledgement or network-programming latency"
+                    );
+                }
+                Some(m) if m >= a.generation => log_adopted(a, workers, now - a.published_at, wall),
+                Some(m) => {
+                    if now < a.published_at + ACK_TIMEOUT {
+                        return true;
+                    }
+                    if last_warning.is_some_and(|w| now < w + ACK_TIMEOUT) {
+                        return false;
+                    }
+                    *last_warning = Some(now);
+                    let rejected = region.rejected_generation();
+                    tracing::warn!(
+                        generation = a.generation,
+                        oldest_acknowledged = m,
+                        rejected_generation = rejected,
+                        "not every gateway worker acknowledged the table within {} s{} (said at most once per {0} s)",
+                        ACK_TIMEOUT.as_secs(),
+                        if rejected >= a.generation { "; the gateway rejected it (see its log)" } else { "" }
+                    );
+                }
+            }
+            false
+        });
+    }
+}
+
+fn log_adopted(a: &Awaiting, workers: usize, ack: Duration, wall: SystemTime) {
+    let (compile_ms, publish_ms, ack_ms) = (ms(a.compile), ms(a.publish), ms(ack));
+    let generation = a.generation;
+    match a.triggers {
+        Some(t) if t.count > 1 => tracing::info!(
+            generation,
+            workers,
+            compile_ms,
+            publish_ms,
+            ack_ms,
+            network_programming_latency_ms = signed_ms(t.newest, wall),
+            oldest_change_latency_ms = signed_ms(t.oldest, wall),
+            changes = t.count,
+            "table adopted by every gateway worker"
+        ),
+        Some(t) => tracing::info!(
+            generation,
+            workers,
+            compile_ms,
+            publish_ms,
+            ack_ms,
+            network_programming_latency_ms = signed_ms(t.newest, wall),
+            changes = t.count,
+            "table adopted by every gateway worker"
+        ),
+        None => {
+            tracing::info!(generation, workers, compile_ms, publish_ms, ack_ms, "table adopted by every gateway worker")
+        }
+    }
+}
+
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Runs the loop until `shutdown` completes: compile every snapshot of `source` for
+/// `options`, publish to `shm_dir`, measure (see the module documentation).
+///
+/// # Errors
+/// [`DaemonError::SourceStopped`] when the source ends.
+pub async fn serve(
+    mut source: Source,
+    options: &CompileOptions,
+    shm_dir: PathBuf,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), DaemonError> {
+    let mut shutdown = std::pin::pin!(shutdown);
+    let mut publishing = Publishing::new(shm_dir);
+    // The API source repeats its errors in every snapshot: log each once while it lasts.
+    let dedupe = matches!(source, Source::Kube(_));
+    let mut logged: BTreeSet<String> = BTreeSet::new();
+    let mut gc = tokio::time::interval(GC_INTERVAL);
+    gc.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let retry_at = publishing.retry_at;
+        // Acknowledgements usually come within milliseconds: poll finely at first.
+        let ack_poll = match publishing.awaiting.first() {
+            Some(a) if a.published_at.elapsed() < ACK_POLL_FINE_FOR => Some(ACK_POLL),
+            Some(_) => Some(ACK_POLL_COARSE),
+            None => None,
+        };
+        tokio::select! {
+            next = source.next() => match next {
+                None => return Err(DaemonError::SourceStopped(source.what())),
+                Some(Err(e)) => tracing::error!("{e}; the last table stays published"),
+                Some(Ok(update)) => {
+                    let started = Instant::now();
+                    let compiled = crate::compile_loaded(&update.loaded, options);
+                    let compile = started.elapsed();
+                    let current: BTreeSet<String> = compiled.errors.iter().cloned().collect();
+                    for e in &compiled.errors {
+                        if !dedupe || !logged.contains(e) {
+                            tracing::error!("{e}");
+                        }
+                    }
+                    logged = current;
+                    for w in &compiled.warnings {
+                        tracing::warn!("{w}");
+                    }
+                    tracing::info!(
+                        objects = update.loaded.objects.len(),
+                        skipped = compiled.errors.len(),
+                        frontends = compiled.frontends.len(),
+                        backends = compiled.backend_count(),
+                        "compiled {}",
+                        source.what()
+                    );
+                    publishing.offer(&compiled, compile, update.triggers);
+                }
+            },
+            () = sleep_until_opt(retry_at), if retry_at.is_some() => publishing.try_publish(),
+            () = tokio::time::sleep(ack_poll.unwrap_or(ACK_POLL)), if ack_poll.is_some() => publishing.poll_acks(),
+            _ = gc.tick() => {
+                if let Some(p) = &publishing.publisher {
+                    let removed = p.collect_garbage();
+                    if removed > 0 {
+                        tracing::debug!(removed, "released table snapshots every gateway worker has moved past");
+                    }
+                }
+            }
+            () = &mut shutdown => return Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn millisecond_fields() {
+        assert!((ms(Duration::from_micros(1234)) - 1.234).abs() < 1e-9);
+        let t = SystemTime::UNIX_EPOCH + Duration::from_secs(10);
+        assert!((signed_ms(t, t + Duration::from_millis(5)) - 5.0).abs() < 1e-9);
+        assert!((signed_ms(t + Duration::from_millis(5), t) + 5.0).abs() < 1e-9);
+    }
+}

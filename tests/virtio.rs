@@ -1,0 +1,197 @@
+//! torii-gateway on DPDK's `net_virtio_user`, against a vhost-user peer: a kernel-free
+//! link between two processes (DPDK's `net_vhost` on one side, virtio-user on the other,
+//! sharing memory over a unix socket).
+//!
+//! The peer is `torii-vhost-peer` (`src/bin/vhost_peer.rs`): it is the vhost-user server,
+//! plays the client and the endpoints of the demo Services on the one link, answers the
+//! gateway's ARP requests, and checks every translated frame (SNAT source, endpoint
+//! destination and MAC, valid checksums) in both directions. torii-control serves
+//! `configs/demo` to the gateway as usual. The gateway runs with
+//! `dpdk.tx_checksum_offload = true`, so when virtio negotiates checksum offload the
+//! frames' checksums are completed on the vhost side — and the peer checks them.
+//!
+//! The two DPDK processes get different CPUs (peer on 0, gateway's worker on 1), their
+//! own file prefixes, and hugepages when enough are free (`--in-memory
+//! --single-file-segments`; scripts/setup reserves 512), else `--no-huge`.
+//! Needs DPDK (skipped, loudly, when it is not installed); not root.
+
+use std::fmt::Write as _;
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use torii_integration::{print_skipped, repo_root, tail, Binaries, Daemon, Manifests};
+
+/// Why DPDK cannot run here, if it cannot.
+fn dpdk_unavailable() -> Option<String> {
+    let ok = Command::new("pkg-config").args(["--exists", "libdpdk"]).status().is_ok_and(|s| s.success());
+    (!ok).then(|| "DPDK is not installed (pkg-config libdpdk failed): run scripts/setup".to_string())
+}
+
+fn free_hugepage_bytes() -> u64 {
+    let meminfo = fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let field = |name: &str| {
+        meminfo.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':')?.split_whitespace().next()?.parse().ok())
+    };
+    field("HugePages_Free").unwrap_or(0u64) * field("Hugepagesize").unwrap_or(0u64) * 1024
+}
+
+/// The gateway's configuration: one interface on virtio-user carrying both the client
+/// subnet and the endpoints' subnet.
+fn gateway_config(shm_dir: &Path, manifests: &Path, socket: &Path, cpu: usize, no_huge: bool) -> String {
+    let q = |p: &Path| format!("{:?}", p.display().to_string());
+    let eal_args = if no_huge { r#"["--no-huge", "-m", "256", "--no-shconf"]"# } else { "[]" };
+    format!(
+        r#"node_name = "gateway-1"
+shm_dir = {shm}
+driver = "dpdk"
+workers = 1
+
+[dpdk]
+eal_args = {eal_args}
+cpus = [{cpu}]
+fallback_to_af_packet = false
+tx_checksum_offload = true
+idle_sleep_us = 100
+
+[[interfaces]]
+name = "virtio0"
+addresses = ["198.51.100.1/24", "10.70.0.1/24"]
+device = "net_virtio_user0,path={socket},queues=1,mac=02:00:00:00:00:01"
+
+[snat]
+addresses = ["10.70.0.1"]
+port_min = 1024
+port_max = 65535
+
+[control]
+manifests = {manifests}
+"#,
+        shm = q(shm_dir),
+        socket = socket.display(),
+        manifests = q(manifests),
+    )
+}
+
+#[test]
+fn gateway_on_virtio_user_translates_both_ways() -> Result<()> {
+    if let Some(reason) = dpdk_unavailable() {
+        print_skipped("gateway_on_virtio_user_translates_both_ways", &reason);
+        return Ok(());
+    }
+    let bins = Binaries::locate()?;
+    let peer_bin = bins.gateway.with_file_name("torii-vhost-peer");
+    if !peer_bin.is_file() {
+        bail!("{} not found: run `cargo build --release --workspace --bins` first", peer_bin.display());
+    }
+    let tag = format!("it{}-vio", std::process::id());
+    let workdir = std::env::temp_dir().join(format!("torii-{tag}"));
+    let _ = fs::remove_dir_all(&workdir);
+    fs::create_dir_all(&workdir)?;
+    let shm_dir = std::path::PathBuf::from(format!("/dev/shm/torii-{tag}"));
+    let manifests = Manifests::copy(&repo_root().join("configs/demo"), &workdir.join("manifests"))?;
+    let socket = workdir.join("vhost.sock");
+    // Both processes need hugepages, or neither gets them.
+    // (TORII_TEST_NO_HUGE=1 forces --no-huge, to try that path by hand.)
+    let no_huge = free_hugepage_bytes() < 512 << 20 || std::env::var_os("TORII_TEST_NO_HUGE").is_some();
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    let (peer_cpu, gateway_cpu) = (0, if cpus > 1 { 1 } else { 0 });
+    let config = workdir.join("gateway.toml");
+    fs::write(&config, gateway_config(&shm_dir, manifests.dir(), &socket, gateway_cpu, no_huge))?;
+    eprintln!(
+        "[virtio] work dir {}; {}; peer on CPU {peer_cpu}, gateway on CPU {gateway_cpu}",
+        workdir.display(),
+        if no_huge { "no hugepages (--no-huge)" } else { "hugepages" }
+    );
+
+    let log_level = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into());
+    let mut control_cmd = Command::new(&bins.control);
+    control_cmd
+        .args(["run", "--config"])
+        .arg(&config)
+        .arg("--manifests")
+        .arg(manifests.dir())
+        .env("RUST_LOG", &log_level)
+        .env("NO_COLOR", "1");
+    let control = Daemon::spawn("torii-control", control_cmd, &workdir.join("control.log"))?;
+
+    let mut peer_cmd = Command::new(&peer_bin);
+    peer_cmd.arg("--socket").arg(&socket).args([
+        "--cpu",
+        &peer_cpu.to_string(),
+        "--tcp-flows",
+        "40",
+        "--udp-flows",
+        "10",
+        "--timeout-s",
+        "45",
+    ]);
+    if no_huge {
+        peer_cmd.arg("--no-huge");
+    }
+    let peer_log = workdir.join("peer.log");
+    let mut peer = Daemon::spawn("torii-vhost-peer", peer_cmd, &peer_log)?;
+    let start = Instant::now();
+    while !socket.exists() {
+        if let Some(status) = peer.exited() {
+            bail!("torii-vhost-peer exited ({status}) before listening:\n{}", tail(&peer_log, 30));
+        }
+        if start.elapsed() > Duration::from_secs(20) {
+            bail!("torii-vhost-peer made no socket at {} in 20 s:\n{}", socket.display(), tail(&peer_log, 30));
+        }
+        sleep(Duration::from_millis(20));
+    }
+
+    let mut gateway_cmd = Command::new(&bins.gateway);
+    gateway_cmd.arg("--config").arg(&config).env("RUST_LOG", &log_level).env("NO_COLOR", "1");
+    let gateway_log = workdir.join("gateway.log");
+    let mut gateway = Daemon::spawn("torii-gateway", gateway_cmd, &gateway_log)?;
+
+    let logs = |workdir: &Path| {
+        let mut s = String::new();
+        for name in ["peer.log", "gateway.log", "control.log"] {
+            let _ = write!(s, "\n----- last 30 lines of {name} -----\n{}\n", tail(&workdir.join(name), 30));
+        }
+        s
+    };
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let status = loop {
+        if let Some(status) = peer.exited() {
+            break status;
+        }
+        if let Some(status) = gateway.exited() {
+            bail!("torii-gateway exited ({status}) during the exchange{}", logs(&workdir));
+        }
+        if Instant::now() > deadline {
+            bail!("torii-vhost-peer did not finish within 90 s{}", logs(&workdir));
+        }
+        sleep(Duration::from_millis(50));
+    };
+    let peer_out = fs::read_to_string(&peer_log).unwrap_or_default();
+    if !status.success() || !peer_out.contains("OK: ") {
+        bail!("torii-vhost-peer failed ({status}){}", logs(&workdir));
+    }
+    let gw_text = torii_integration::strip_ansi(&fs::read_to_string(&gateway_log).unwrap_or_default());
+    let running = gw_text.lines().find(|l| l.contains("torii-gateway running:")).unwrap_or_default().to_string();
+    if !running.contains("driver=dpdk") || !running.contains("net_virtio_user") {
+        bail!("the gateway did not run on DPDK's net_virtio_user: {running:?}{}", logs(&workdir));
+    }
+    for line in peer_out.lines().filter(|l| l.starts_with("OK: ") || l.contains("TCP ")) {
+        eprintln!("[virtio] peer: {line}");
+    }
+    for line in gw_text.lines().filter(|l| l.contains("DPDK port started")).chain([running.as_str()]) {
+        eprintln!("[virtio] gateway: {}", line.split_once("INFO ").map_or(line, |(_, l)| l));
+    }
+
+    let stopped = gateway.stop(Duration::from_secs(5));
+    if !matches!(stopped, Some((s, true)) if s.success()) {
+        bail!("torii-gateway did not exit 0 on SIGTERM: {stopped:?}{}", logs(&workdir));
+    }
+    drop(control);
+    let _ = fs::remove_dir_all(&shm_dir);
+    let _ = fs::remove_dir_all(&workdir);
+    Ok(())
+}
