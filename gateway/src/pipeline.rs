@@ -443,7 +443,8 @@ fn new_flow(
         return Err(Verdict::Drop(DropReason::NoRoute));
     };
     let (snat_index, snat_ip) = st.host.snat_address_for(out);
-    let Some(snat_port) = st.snat.alloc(snat_index, key.protocol) else {
+    let endpoint = std::net::SocketAddrV4::new(backend_ip, backend.port.get());
+    let Some(snat_port) = st.snat.alloc_for(snat_index, key.protocol, endpoint) else {
         return Err(Verdict::Drop(DropReason::SnatExhausted));
     };
     let client_mac = EthernetFrame::new_unchecked(&frame[..eth_len]).src_addr().0;

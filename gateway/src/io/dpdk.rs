@@ -293,10 +293,9 @@ impl DpdkDriver {
             tracing::warn!("restoring the main thread's CPU affinity: {e}");
         }
         // With --in-memory / --no-shconf and no telemetry, EAL leaves its runtime
-        // directory empty and never uses it again.
-        if matches!(memory, Memory::Hugepages | Memory::NoHuge) {
-            let _ = std::fs::remove_dir(eal.runtime_dir());
-        }
+        // directory empty and never uses it again: remove it (a directory EAL does use,
+        // holding its shared config or sockets, is not empty and stays).
+        let _ = std::fs::remove_dir(eal.runtime_dir());
 
         let mut ports = Vec::with_capacity(config.interfaces.len());
         for (i, iface) in config.interfaces.iter().enumerate() {
@@ -597,7 +596,7 @@ impl WorkerSeed {
 /// Counters of what the driver itself dropped (the caller counts refused `tx`s).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct IoStats {
-    /// Frames queued by `tx` that the device did not take after [`TX_RETRIES`] bursts.
+    /// Frames queued by `tx` that the device did not take after a few bursts (4).
     pub tx_dropped: u64,
     /// `tx` calls refused because the mempool was empty.
     pub alloc_failed: u64,
