@@ -160,11 +160,11 @@ impl Publishing {
         }
     }
 
-    /// Publishes `compiled` unless it is the table already published; `compile` is how
-    /// long compiling took, `triggers` when the changes were made.
-    fn offer(&mut self, compiled: &Compiled, compile: Duration, triggers: Option<TriggerTimes>) {
+    /// Publishes `spec` (the table of `compiled`) unless it is the table already
+    /// published; `compile` is how long compiling took, `triggers` when the changes were made.
+    fn offer(&mut self, compiled: &Compiled, spec: &TableSpec, compile: Duration, triggers: Option<TriggerTimes>) {
         let start = Instant::now();
-        let spec = compiled.to_table_spec();
+        let spec = spec.clone();
         let compile = compile + start.elapsed();
         if self.published.as_ref() == Some(&spec) {
             tracing::debug!("table unchanged; not republished");
@@ -336,6 +336,9 @@ pub async fn serve(
     // The API source repeats its errors in every snapshot: log each once while it lasts.
     let dedupe = matches!(source, Source::Kube(_));
     let mut logged: BTreeSet<String> = BTreeSet::new();
+    // Incremental: unchanged objects are not validated again, unchanged Services not
+    // compiled again (the result equals `compile_loaded` of the snapshot).
+    let mut compiler = crate::compile::Compiler::new(options.clone());
     let mut gc = tokio::time::interval(GC_INTERVAL);
     gc.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -352,7 +355,8 @@ pub async fn serve(
                 Some(Err(e)) => tracing::error!("{e}; the last table stays published"),
                 Some(Ok(update)) => {
                     let started = Instant::now();
-                    let compiled = crate::compile_loaded(&update.loaded, options);
+                    compiler.update(&update.loaded);
+                    let compiled = compiler.compiled();
                     let compile = started.elapsed();
                     let current: BTreeSet<String> = compiled.errors.iter().cloned().collect();
                     for e in &compiled.errors {
@@ -372,7 +376,7 @@ pub async fn serve(
                         "compiled {}",
                         source.what()
                     );
-                    publishing.offer(&compiled, compile, update.triggers);
+                    publishing.offer(compiled, compiler.table_spec(), compile, update.triggers);
                 }
             },
             () = sleep_until_opt(retry_at), if retry_at.is_some() => publishing.try_publish(),
