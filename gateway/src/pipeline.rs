@@ -540,8 +540,13 @@ fn neighbour(st: &mut WorkerState, hop: Ipv4Addr, iface: u8, now: u64) -> Option
 }
 
 fn release_snat(st: &mut WorkerState, flow: &Flow) {
-    if let Some(i) = st.host.snat_addresses.iter().position(|a| *a == flow.reply.dst_addr) {
-        st.snat.free(i, flow.reply.protocol, flow.reply.dst_port);
+    free_snat_port(&mut st.snat, &st.host, flow);
+}
+
+/// Returns the SNAT port of `flow` (the reply direction's destination) to the pool.
+fn free_snat_port(snat: &mut SnatPorts, host: &Host, flow: &Flow) {
+    if let Some(i) = host.snat_addresses.iter().position(|a| *a == flow.reply.dst_addr) {
+        snat.free(i, flow.reply.protocol, flow.reply.dst_port);
     }
 }
 
@@ -737,11 +742,7 @@ pub fn poll_transmit(now: u64, buf: &mut [u8], st: &mut WorkerState) -> Option<(
 /// ports. Returns the number of flows removed.
 pub fn poll_expire(now: u64, budget: usize, st: &mut WorkerState) -> usize {
     let WorkerState { conntrack, snat, host, counters, .. } = st;
-    let n = conntrack.expire(now, budget, |flow| {
-        if let Some(i) = host.snat_addresses.iter().position(|a| *a == flow.reply.dst_addr) {
-            snat.free(i, flow.reply.protocol, flow.reply.dst_port);
-        }
-    });
+    let n = conntrack.expire(now, budget, |flow| free_snat_port(snat, host, flow));
     counters.expired_flows += n as u64;
     n
 }
