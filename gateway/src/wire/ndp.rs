@@ -346,7 +346,7 @@ mod tests {
     #[test]
     fn skips_unknown_options() {
         // A 16-byte nonce option (type 14, RFC 3971) before the SLLA option.
-        let mut bytes = vec![0u8; 24 + 16 + 8];
+        let mut bytes = [0u8; 24 + 16 + 8];
         bytes[..24].copy_from_slice(&SOLICIT[..24]);
         bytes[24..26].copy_from_slice(&[14, 2]);
         bytes[40..].copy_from_slice(&SOLICIT[24..]);
