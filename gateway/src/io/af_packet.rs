@@ -110,6 +110,10 @@ pub struct RxFlags {
     /// `TP_STATUS_VLAN_VALID`: the frame carried an 802.1Q tag, which the kernel removed
     /// from the bytes (hardware or software VLAN acceleration); this is its TCI.
     pub vlan_tci: Option<u16>,
+    /// The removed tag's TPID: `tp_vlan_tpid` when the kernel marks it valid
+    /// (`TP_STATUS_VLAN_TPID_VALID`, Linux ≥ 3.14: `0x8100` or `0x88A8`), else `0x8100`;
+    /// 0 without [`Self::vlan_tci`].
+    pub vlan_tpid: u16,
 }
 
 /// Ring sizes derived from a [`RingConfig`] and the page size.
@@ -573,6 +577,11 @@ impl AfPacketSocket {
                     csum_not_ready: h.tp_status & libc::TP_STATUS_CSUMNOTREADY != 0,
                     truncated: h.tp_snaplen < h.tp_len,
                     vlan_tci: (h.tp_status & libc::TP_STATUS_VLAN_VALID != 0).then_some(h.hv1.tp_vlan_tci as u16),
+                    vlan_tpid: match h.tp_status & (libc::TP_STATUS_VLAN_VALID | libc::TP_STATUS_VLAN_TPID_VALID) {
+                        0 => 0,
+                        libc::TP_STATUS_VLAN_VALID => 0x8100,
+                        _ => h.hv1.tp_vlan_tpid,
+                    },
                 };
                 f(data, flags);
                 delivered += 1;

@@ -160,13 +160,9 @@ fn forward(
             )
         }
     };
-    let Some(out) = st.host.interfaces.get(usize::from(out_iface)) else {
-        return Verdict::Drop(DropReason::NoRoute);
-    };
     let l3 = rx.l2_len;
     nat::rewrite_ipv4(&mut frame[l3..l3 + total], &rw, rx.l4_csum_partial);
-    link::address(&mut frame[..l3], dst_mac, out.mac);
-    Verdict::Transmit { iface: out_iface, len: l3 + total }
+    link::transmit(frame, rx, total, out_iface, dst_mac, &st.host)
 }
 
 /// Creates the flow for `key` (a conntrack miss): front door, endpoint, SNAT port.
