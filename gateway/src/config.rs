@@ -881,7 +881,13 @@ impl Config {
                 }
             };
             ports.push(Port { name: ri.name.clone(), device: device.clone() });
-            interfaces.push(Interface { name: ri.name.clone(), addresses, device, vlan: ri.vlan, port: ports.len() - 1 });
+            interfaces.push(Interface {
+                name: ri.name.clone(),
+                addresses,
+                device,
+                vlan: ri.vlan,
+                port: ports.len() - 1,
+            });
         }
         let iface_index = |key: &str, name: &str| {
             interfaces
@@ -1153,6 +1159,66 @@ mod tests {
         let c = Config::from_toml(&no_device.replace("driver = \"dpdk\"", "driver = \"af_packet\"")).unwrap();
         assert_eq!(c.driver, Driver::AfPacket);
         assert!(c.interfaces.iter().all(|i| i.device.is_none()));
+    }
+
+    /// The embedded default with `extra` interfaces (and tables) appended.
+    fn with_vlans(extra: &str) -> Result<Config, String> {
+        Config::from_toml(&format!("{EMBEDDED_DEFAULT}\n{extra}")).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn vlan_interfaces_share_their_port() {
+        let c = with_vlans(
+            "[[interfaces]]\nname = \"tg-front\"\nvlan = 100\naddresses = [\"192.0.2.1/24\"]\n\n\
+             [[interfaces]]\nname = \"tg-back\"\nvlan = 200\naddresses = [\"10.80.0.1/24\"]\n\
+             device = \"net_af_packet1,iface=tg-back\"\n\n\
+             [router]\naddress = \"192.0.2.254\"\ninterface = \"tg-front.100\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.ports.len(), 2);
+        assert_eq!(
+            c.ports[0],
+            Port { name: "tg-front".into(), device: DpdkDevice::parse("net_af_packet0,iface=tg-front") }
+        );
+        let summary: Vec<(String, Option<u16>, usize)> =
+            c.interfaces.iter().map(|i| (i.label(), i.vlan, i.port)).collect();
+        assert_eq!(
+            summary,
+            [
+                ("tg-front".to_string(), None, 0),
+                ("tg-back".to_string(), None, 1),
+                ("tg-front.100".to_string(), Some(100), 0),
+                ("tg-back.200".to_string(), Some(200), 1)
+            ]
+        );
+        // The device is inherited from the port's first interface.
+        assert_eq!(c.interfaces[2].device, c.interfaces[0].device);
+        assert_eq!(c.router.as_ref().map(|r| r.interface), Some(2));
+        // A port may carry only VLAN interfaces.
+        let c = with_vlans("[[interfaces]]\nname = \"tg-trunk\"\nvlan = 7\naddresses = []\ndevice = \"net_tap0\"\n")
+            .unwrap();
+        assert_eq!((c.ports.len(), c.interfaces[2].port, c.interfaces[2].label()), (3, 2, "tg-trunk.7".to_string()));
+    }
+
+    #[test]
+    fn vlan_errors_name_the_key() {
+        for (extra, want) in [
+            ("[[interfaces]]\nname = \"tg-front\"\nvlan = 0\naddresses = []\n", "interfaces[2].vlan: 0 is out of range 1..=4094"),
+            ("[[interfaces]]\nname = \"tg-front\"\nvlan = 4095\naddresses = []\n", "interfaces[2].vlan: 4095 is out of range"),
+            ("[[interfaces]]\nname = \"tg-front\"\naddresses = []\n", "interfaces[2].name: \"tg-front\" is listed twice untagged"),
+            (
+                "[[interfaces]]\nname = \"tg-front\"\nvlan = 5\naddresses = []\n[[interfaces]]\nname = \"tg-front\"\nvlan = 5\naddresses = []\n",
+                "interfaces[3].name: \"tg-front\" is listed twice with vlan 5",
+            ),
+            (
+                "[[interfaces]]\nname = \"tg-front\"\nvlan = 5\naddresses = []\ndevice = \"net_af_packet1,iface=tg-back\"\n",
+                "interfaces[2].device: interfaces[0] puts port \"tg-front\" on another device",
+            ),
+            ("[router]\naddress = \"10.70.0.254\"\ninterface = \"tg-back.9\"\n", "router.interface: \"tg-back.9\" is not one of"),
+        ] {
+            let e = with_vlans(extra).unwrap_err();
+            assert!(e.starts_with(want), "{extra}: {e}");
+        }
     }
 
     #[test]

@@ -263,3 +263,24 @@ impl Worker {
         tracing::debug!(worker = self.state.worker, generation = table.generation(), "worker adopted table");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn received_frames_are_copied_with_their_stripped_tag_restored() {
+        let frame: Vec<u8> = (0u8..60).collect();
+        let mut buf = [0xa5u8; FRAME_BUFFER];
+        assert_eq!(copy_frame(&mut buf, &frame, None), Some(60));
+        assert_eq!(&buf[..60], &frame[..]);
+        assert_eq!(copy_frame(&mut buf, &frame, Some((0x8100, 0x0064))), Some(64));
+        assert_eq!(&buf[..16], &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0x81, 0x00, 0x00, 0x64]);
+        assert_eq!(&buf[16..64], &frame[12..]);
+        // A frame that (with its tag) does not fit is refused, counted oversize by the caller.
+        let big = vec![0u8; FRAME_BUFFER - 2];
+        assert_eq!(copy_frame(&mut buf, &big, None), Some(FRAME_BUFFER - 2));
+        assert_eq!(copy_frame(&mut buf, &big, Some((0x8100, 1))), None);
+        assert_eq!(copy_frame(&mut buf, &[0u8; FRAME_BUFFER + 1], None), None);
+    }
+}

@@ -1103,6 +1103,34 @@ mod tests {
         });
     }
 
+    /// A tagged frame crosses the veth pair; the receiving kernel takes the tag out of the
+    /// bytes into the packet's auxdata (`skb_vlan_untag`), which `rx_burst` reports, and
+    /// [`crate::wire::vlan::copy_tagged`] restores the frame as it was sent (802.1Q and
+    /// 802.1ad TPIDs).
+    #[test]
+    fn stripped_vlan_tags_are_reported() {
+        let Some(ns) = ns_or_skip("afp-vlan") else { return };
+        ns.run(|| {
+            let mut a = AfPacketSocket::open("a", &RingConfig::default()).expect("open a");
+            let mut b = AfPacketSocket::open("b", &RingConfig::default()).expect("open b");
+            let (dst, src) = (a.mac_addr(), b.mac_addr());
+            for (i, (tpid, tci)) in [(0x8100u16, 100u16), (0x8100, (5 << 13) | 42), (0x88a8, 7)].into_iter().enumerate()
+            {
+                let plain = Frame::raw(dst, src, 200, 500 + i as u32);
+                let sent = crate::frames::tagged(&plain, tpid, tci);
+                send_all(&mut b, std::slice::from_ref(&sent));
+                let got = recv_tagged(&mut a, 1, 64, Duration::from_secs(2));
+                assert_eq!(got.len(), 1, "tagged frame {tpid:#x}/{tci} not received");
+                let (bytes, flags) = &got[0];
+                assert_eq!((flags.vlan_tci, flags.vlan_tpid), (Some(tci), tpid));
+                assert_eq!(bytes, &plain, "the kernel removed the tag from the bytes");
+                let mut restored = [0u8; 2048];
+                let n = crate::wire::vlan::copy_tagged(&mut restored, bytes, flags.vlan_tpid, tci).unwrap();
+                assert_eq!(&restored[..n], &sent[..]);
+            }
+        });
+    }
+
     /// More frames than one receive block and than the transmit ring hold, in rounds, with
     /// partial bursts: exercises block hand-back, the saved position inside a block, and
     /// transmit slot reuse.

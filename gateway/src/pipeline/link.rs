@@ -91,7 +91,13 @@ pub(super) fn receive(frame: &[u8], meta: &Meta, host: &Host) -> Result<(Rx, Eth
 /// tagged with `vlan` (PCP 0, DEI 0) when given, carrying `ethertype`. Returns the header
 /// length (14, or 18 with a tag). `frame` must hold it.
 #[inline]
-pub(super) fn write_header(frame: &mut [u8], dst: MacAddr, src: MacAddr, vlan: Option<u16>, ethertype: EtherType) -> usize {
+pub(super) fn write_header(
+    frame: &mut [u8],
+    dst: MacAddr,
+    src: MacAddr,
+    vlan: Option<u16>,
+    ethertype: EtherType,
+) -> usize {
     let mut eth = EthernetFrame::new_unchecked(&mut *frame);
     eth.set_dst_addr(dst);
     eth.set_src_addr(src);

@@ -60,9 +60,10 @@ use crate::table::Table;
 use crate::wire::EtherType;
 
 /// Smallest frame buffer a driver may hand to [`process`]: room for the largest ICMP error
-/// it builds (Ethernet 14 + 802.1Q tag 4 + IPv4 20 + ICMP 8 + quoted IPv4 header up to 60
-/// + 8 bytes). Frames may grow by a tag (4 bytes) when forwarded onto a VLAN: a driver
-/// that wants every frame forwarded leaves 4 bytes beyond the largest frame it receives.
+/// it builds (Ethernet 14, 802.1Q tag 4, IPv4 20, ICMP 8, the quoted IPv4 header up to 60
+/// and 8 bytes of its payload). Frames may grow by a tag (4 bytes) when forwarded onto a
+/// VLAN: a driver that wants every frame forwarded leaves 4 bytes beyond the largest frame
+/// it receives.
 pub const MIN_BUFFER: usize = 14 + 4 + 20 + 8 + 60 + 8;
 
 /// TTL of packets the gateway originates (RST, ICMP, echo replies); Linux's default.
