@@ -1,7 +1,7 @@
-//! Zero-copy views over the headers torii parses and rewrites: Ethernet II, ARP (Ethernet/IPv4),
-//! IPv4, IPv6 (with its extension headers), ICMPv4, ICMPv6, Neighbor Discovery, TCP and UDP,
-//! plus the Internet checksum ([RFC 1071]) with the IPv4 and IPv6 pseudo-headers and its
-//! incremental update ([RFC 1624]).
+//! Zero-copy views over the headers torii parses and rewrites: Ethernet II, 802.1Q VLAN tags,
+//! ARP (Ethernet/IPv4), IPv4, IPv6 (with its extension headers), ICMPv4, ICMPv6, Neighbor
+//! Discovery, TCP and UDP, plus the Internet checksum ([RFC 1071]) with the IPv4 and IPv6
+//! pseudo-headers and its incremental update ([RFC 1624]).
 //!
 //! # Contract
 //!
@@ -40,6 +40,7 @@ pub mod ipv6;
 pub mod ndp;
 pub mod tcp;
 pub mod udp;
+pub mod vlan;
 
 pub use arp::{ArpOperation, ArpPacket};
 pub use ethernet::{EtherType, EthernetFrame, MacAddr};
@@ -50,6 +51,7 @@ pub use ipv6::Ipv6Packet;
 pub use ndp::NdpPacket;
 pub use tcp::{TcpFlags, TcpPacket};
 pub use udp::UdpPacket;
+pub use vlan::VlanTag;
 
 /// A fixed-size header field: the byte range it occupies, counted from the start of its header.
 pub type Field = core::ops::Range<usize>;
