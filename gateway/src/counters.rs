@@ -12,7 +12,7 @@ pub enum DropReason {
     UnknownInterface,
     /// Destination MAC is neither this interface's nor broadcast.
     NotOurMac,
-    /// Neither ARP nor IPv4 (IPv6 and others arrive with later work).
+    /// Neither ARP, IPv4 nor IPv6.
     UnsupportedEtherType,
     /// Tagged with a VLAN (or untagged) for which the receiving port has no interface.
     UnknownVlan,
@@ -23,25 +23,35 @@ pub enum DropReason {
     MalformedArp,
     /// ARP request for an address that is neither ours nor a VIP.
     ArpNotForUs,
+    /// A Neighbor Solicitation or Advertisement that fails RFC 4861 § 7.1 validation (Hop
+    /// Limit not 255, bad checksum, code not 0, bad options, DAD rules).
+    MalformedNdp,
+    /// Neighbor Solicitation for an address that is neither ours nor a VIP.
+    NdpNotForUs,
     /// IPv4 header truncated or malformed (RFC 791 § 3.1).
     MalformedIpv4,
     /// IPv4 header checksum wrong.
     BadIpv4Checksum,
+    /// IPv6 header or extension-header chain truncated or malformed (RFC 8200 § 3, § 4), or
+    /// an IPv6 multicast destination other than for Neighbor Discovery.
+    MalformedIpv6,
     /// An IPv4 fragment (fragment tracking arrives with later work).
     Fragment,
-    /// TTL would reach zero when forwarded.
+    /// TTL (IPv6: Hop Limit) would reach zero when forwarded.
     TtlExceeded,
     /// TCP or UDP header truncated or malformed.
     MalformedL4,
     /// Not TCP, UDP or ICMP.
     UnsupportedProtocol,
-    /// ICMP that is not an echo request to a VIP or own address.
+    /// ICMP or ICMPv6 that is not an echo request to a VIP or own address (nor, for ICMPv6,
+    /// Neighbor Discovery).
     IcmpNotHandled,
     /// No front door for (destination address, protocol, destination port).
     NoFrontend,
     /// A non-SYN-able segment (RST) of an unknown flow.
     NoConntrack,
-    /// The chosen endpoint is not IPv4 (IPv6 arrives with later work).
+    /// The chosen endpoint is of the other address family than the front door (an IPv4
+    /// front door with an IPv6 endpoint or the reverse: full NAT does not translate families).
     UnsupportedFamily,
     /// No interface or router reaches the endpoint.
     NoRoute,
@@ -49,7 +59,8 @@ pub enum DropReason {
     SnatExhausted,
     /// The conntrack table is full.
     ConntrackFull,
-    /// The next hop's MAC address is not resolved yet (an ARP request was queued).
+    /// The next hop's MAC address is not resolved yet (an ARP request or Neighbor
+    /// Solicitation was queued).
     NeighbourUnresolved,
     /// The TX ring had no room (counted by the driver).
     TxRingFull,
@@ -60,7 +71,7 @@ pub enum DropReason {
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 24] = [
+    pub const ALL: [DropReason; 27] = [
         Self::Truncated,
         Self::UnknownInterface,
         Self::NotOurMac,
@@ -69,8 +80,11 @@ impl DropReason {
         Self::VlanStacked,
         Self::MalformedArp,
         Self::ArpNotForUs,
+        Self::MalformedNdp,
+        Self::NdpNotForUs,
         Self::MalformedIpv4,
         Self::BadIpv4Checksum,
+        Self::MalformedIpv6,
         Self::Fragment,
         Self::TtlExceeded,
         Self::MalformedL4,
@@ -98,8 +112,11 @@ impl DropReason {
             Self::VlanStacked => "vlan_stacked",
             Self::MalformedArp => "malformed_arp",
             Self::ArpNotForUs => "arp_not_for_us",
+            Self::MalformedNdp => "malformed_ndp",
+            Self::NdpNotForUs => "ndp_not_for_us",
             Self::MalformedIpv4 => "malformed_ipv4",
             Self::BadIpv4Checksum => "bad_ipv4_checksum",
+            Self::MalformedIpv6 => "malformed_ipv6",
             Self::Fragment => "fragment",
             Self::TtlExceeded => "ttl_exceeded",
             Self::MalformedL4 => "malformed_l4",
@@ -147,6 +164,12 @@ pub struct Counters {
     pub echo_replies: u64,
     /// ARP replies and requests learned from.
     pub arp_learned: u64,
+    /// Neighbor Advertisements sent for own addresses and VIPs (RFC 4861 § 7.2.4).
+    pub nd_advertisements: u64,
+    /// Neighbor Solicitations sent to resolve IPv6 next hops (RFC 4861 § 7.2.2).
+    pub nd_solicitations: u64,
+    /// Neighbor Solicitations and Advertisements learned from.
+    pub nd_learned: u64,
     /// Drops, indexed by `DropReason as usize`.
     pub drops: [u64; DropReason::ALL.len()],
 }
@@ -177,6 +200,9 @@ impl Counters {
         self.arp_requests += other.arp_requests;
         self.echo_replies += other.echo_replies;
         self.arp_learned += other.arp_learned;
+        self.nd_advertisements += other.nd_advertisements;
+        self.nd_solicitations += other.nd_solicitations;
+        self.nd_learned += other.nd_learned;
         for (a, b) in self.drops.iter_mut().zip(other.drops) {
             *a += b;
         }
@@ -187,7 +213,7 @@ impl std::fmt::Display for Counters {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "rx={} tx={} fwd={} rev={} new_flows={} expired={} endpoint_gone={} rejected={} arp_replies={} arp_requests={} echo={}",
+            "rx={} tx={} fwd={} rev={} new_flows={} expired={} endpoint_gone={} rejected={} arp_replies={} arp_requests={} nd_adverts={} nd_solicits={} echo={}",
             self.rx_frames,
             self.tx_frames,
             self.forwarded_original,
@@ -198,6 +224,8 @@ impl std::fmt::Display for Counters {
             self.rejected,
             self.arp_replies,
             self.arp_requests,
+            self.nd_advertisements,
+            self.nd_solicitations,
             self.echo_replies
         )?;
         for r in DropReason::ALL {

@@ -185,7 +185,7 @@ impl Worker {
     pub fn run<I: PacketIo>(mut self, io: &mut I) -> Counters {
         let mut bufs = vec![[0u8; FRAME_BUFFER]; BURST];
         let mut metas = [Meta::default(); BURST];
-        let mut scratch = [0u8; 64];
+        let mut scratch = [0u8; pipeline::POLL_TRANSMIT_LEN];
         let mut table = self.tables.load();
         let mut now = self.now();
         self.adopted(&table, now);

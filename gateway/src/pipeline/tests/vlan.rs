@@ -176,7 +176,7 @@ fn arp_on_a_vlan_is_answered_and_resolved_on_that_vlan() {
     // An endpoint on VLAN 200 is resolved with a tagged request from the VLAN's address.
     let syn = frames::tcp(to_gw(), CLIENT, (VIP, 80), TcpFlags::SYN, 1, 0, &[], 64);
     assert_eq!(run(0, &syn, FRONT, &t, &mut st).0, Verdict::Drop(DropReason::NeighbourUnresolved));
-    let mut buf = [0u8; 64];
+    let mut buf = [0u8; POLL_TRANSMIT_LEN];
     let (port, len) = poll_transmit(0, &mut buf, &mut st).expect("an ARP request");
     let want = tag(
         &frames::arp(
