@@ -5,7 +5,7 @@
 //! (`interfaces[1].addresses[0]: "10.0.0.1/33" is not an address/prefix`). Unknown keys are
 //! errors too, so a typo never silently falls back to a default.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -481,6 +481,16 @@ pub struct Config {
     pub conntrack: ConntrackConfig,
     /// Control plane.
     pub control: ControlConfig,
+    /// The gateway's metrics endpoint.
+    pub metrics: MetricsConfig,
+}
+
+/// `[metrics]`: the gateway's Prometheus `/metrics` and `/healthz` endpoint.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MetricsConfig {
+    /// `listen`: the TCP address to serve on (`"127.0.0.1:9100"`, `"[::]:9100"`); `None`
+    /// (the default, key absent) serves nothing.
+    pub listen: Option<SocketAddr>,
 }
 
 // ---- raw serde shapes, validated into the types above ----
@@ -506,6 +516,14 @@ struct RawConfig {
     conntrack: RawConntrack,
     #[serde(default)]
     control: RawControl,
+    #[serde(default)]
+    metrics: RawMetrics,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawMetrics {
+    listen: Option<String>,
 }
 
 fn default_shm_dir() -> PathBuf {
@@ -977,6 +995,17 @@ impl Config {
                 udp_timeout_s: ct.udp_timeout_s,
             },
             control: raw.control.validate()?,
+            metrics: MetricsConfig {
+                listen: match &raw.metrics.listen {
+                    None => None,
+                    Some(l) => Some(l.parse().map_err(|_| {
+                        invalid(
+                            "metrics.listen",
+                            format!("{l:?} is not an address:port like \"127.0.0.1:9100\" or \"[::]:9100\""),
+                        )
+                    })?),
+                },
+            },
         })
     }
 }
@@ -1219,6 +1248,15 @@ mod tests {
             let e = with_vlans(extra).unwrap_err();
             assert!(e.starts_with(want), "{extra}: {e}");
         }
+    }
+
+    #[test]
+    fn metrics_listen() {
+        assert_eq!(Config::embedded_default().metrics.listen, None, "off unless configured");
+        let c = Config::from_toml(&format!("{EMBEDDED_DEFAULT}\n[metrics]\nlisten = \"127.0.0.1:9100\"\n")).unwrap();
+        assert_eq!(c.metrics.listen, Some("127.0.0.1:9100".parse().unwrap()));
+        let e = Config::from_toml(&format!("{EMBEDDED_DEFAULT}\n[metrics]\nlisten = \"localhost\"\n")).unwrap_err();
+        assert!(e.to_string().starts_with("metrics.listen: \"localhost\" is not an address:port"), "{e}");
     }
 
     #[test]
