@@ -20,7 +20,8 @@
 //!   which indexes both directions of every flow. A hit in the original direction
 //!   (client → VIP) is rewritten to SNAT address:port → endpoint:port and sent to the
 //!   endpoint's next hop; a hit in the reply direction is rewritten back to VIP → client
-//!   and sent to the MAC the client's frames came from. A miss looks up the front door
+//!   and routed to the client's next hop (the client itself on a connected subnet, whose MAC
+//!   a new flow's first frame teaches when ARP has not). A miss looks up the front door
 //!   (destination, protocol, port), picks the endpoint on the Maglev ring of its service
 //!   by the flow's 5-tuple hash, allocates a SNAT port this worker owns, and records the
 //!   flow. A front door without endpoints answers like kube-proxy's REJECT rule: TCP RST
@@ -33,7 +34,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
 use crate::affinity::{self, Affinity, Sticky};
-use crate::conntrack::{Conntrack, Direction, Flow, FlowKey, InsertError};
+use crate::conntrack::{Conntrack, Deadline, Direction, Flow, FlowKey, FlowState, InsertError};
 use crate::counters::{Counters, DropReason};
 use crate::host::Host;
 use crate::maglev;
@@ -91,7 +92,7 @@ pub enum Verdict {
     Drop(DropReason),
 }
 
-/// TCP tracking bits kept in [`Flow::tcp_state`].
+/// TCP tracking bits kept in [`FlowState::tcp_state`].
 mod tcp_state {
     pub const FIN_ORIGINAL: u8 = 1;
     pub const FIN_REPLY: u8 = 2;
@@ -159,7 +160,7 @@ impl WorkerState {
         let snat = SnatPorts::new(worker, workers, min, max, host.snat_addresses.len());
         Self {
             worker,
-            conntrack: Conntrack::new(capacity, seed),
+            conntrack: Conntrack::new(capacity, seed, &host.snat_addresses),
             snat,
             host,
             neighbours: Arc::clone(&shared.neighbours),
@@ -306,7 +307,7 @@ fn handle_ipv4(now: u64, frame: &mut [u8], len: usize, meta: &Meta, table: &Tabl
 
     let mut hit = st.conntrack.lookup(&key);
     if let Some((id, _)) = hit {
-        if st.conntrack.get(id).deadline <= now {
+        if st.conntrack.state(id).deadline.is_due(now) {
             // Idle past its timeout but not reaped yet: it is gone.
             let old = st.conntrack.remove(id);
             release_snat(st, &old);
@@ -314,10 +315,11 @@ fn handle_ipv4(now: u64, frame: &mut [u8], len: usize, meta: &Meta, table: &Tabl
         }
     }
     if let Some((id, Direction::Original)) = hit {
-        let flow = st.conntrack.get(id);
-        if flow.table_generation != table.generation() as u32 {
-            if endpoint_still_serves(table, flow) {
-                st.conntrack.get_mut(id).table_generation = table.generation() as u32;
+        if st.conntrack.state(id).table_generation != table.generation() as u32 {
+            if let Some(frontend) = endpoint_still_serves(table, &st.conntrack.get(id)) {
+                let state = st.conntrack.state_mut(id);
+                state.table_generation = table.generation() as u32;
+                state.frontend = frontend;
             } else {
                 // The endpoint left its Service (DESIGN.md "Failure semantics"): a TCP
                 // client gets a RST so it fails fast instead of hanging; anything else is
@@ -349,7 +351,7 @@ fn handle_ipv4(now: u64, frame: &mut [u8], len: usize, meta: &Meta, table: &Tabl
     }
 
     let timeouts = st.host.timeouts;
-    let flow = st.conntrack.get_mut(id);
+    let flow = st.conntrack.state_mut(id);
     if dir == Direction::Reply {
         flow.seen_reply = true;
     }
@@ -364,11 +366,12 @@ fn handle_ipv4(now: u64, frame: &mut [u8], len: usize, meta: &Meta, table: &Tabl
             || flow.tcp_state & (tcp_state::FIN_ORIGINAL | tcp_state::FIN_REPLY)
                 == (tcp_state::FIN_ORIGINAL | tcp_state::FIN_REPLY);
         let established = flow.seen_reply && !closing;
-        flow.deadline = now + if established { timeouts.tcp_established_ns } else { timeouts.tcp_transitory_ns };
+        flow.deadline =
+            Deadline::after(now, if established { timeouts.tcp_established_ns } else { timeouts.tcp_transitory_ns });
     } else {
-        flow.deadline = now + if flow.seen_reply { timeouts.udp_stream_ns } else { timeouts.udp_ns };
+        flow.deadline = Deadline::after(now, if flow.seen_reply { timeouts.udp_stream_ns } else { timeouts.udp_ns });
     }
-    let flow = *flow;
+    let flow = st.conntrack.get(id);
 
     let (rw, out_iface, dst_mac) = match dir {
         Direction::Original => {
@@ -391,6 +394,13 @@ fn handle_ipv4(now: u64, frame: &mut [u8], len: usize, meta: &Meta, table: &Tabl
             )
         }
         Direction::Reply => {
+            // Routed to the client like any packet (no per-flow MAC: DESIGN.md memory budget).
+            let Some((out, hop)) = st.host.route(flow.original.src_addr) else {
+                return Verdict::Drop(DropReason::NoRoute);
+            };
+            let Some(mac) = neighbour(st, hop, out, now) else {
+                return Verdict::Drop(DropReason::NeighbourUnresolved);
+            };
             st.counters.forwarded_reply += 1;
             (
                 Rewrite {
@@ -399,8 +409,8 @@ fn handle_ipv4(now: u64, frame: &mut [u8], len: usize, meta: &Meta, table: &Tabl
                     dst_addr: flow.original.src_addr,
                     dst_port: flow.original.src_port,
                 },
-                flow.ingress_iface,
-                MacAddr(flow.client_mac),
+                out,
+                mac,
             )
         }
     };
@@ -447,7 +457,7 @@ fn new_flow(
     let Some(snat_port) = st.snat.alloc_for(snat_index, key.protocol, endpoint) else {
         return Err(Verdict::Drop(DropReason::SnatExhausted));
     };
-    let client_mac = EthernetFrame::new_unchecked(&frame[..eth_len]).src_addr().0;
+    learn_on_link_client(now, frame, eth_len, key.src_addr, st);
     let flow = Flow {
         original: key,
         reply: FlowKey {
@@ -457,13 +467,7 @@ fn new_flow(
             dst_addr: snat_ip,
             dst_port: snat_port,
         },
-        client_mac,
-        ingress_iface: meta.iface,
-        service: fe.service,
-        tcp_state: 0,
-        seen_reply: false,
-        table_generation: table.generation() as u32,
-        deadline: now,
+        state: FlowState::new(fe.index, table.generation() as u32, Deadline::at(now)),
     };
     match st.conntrack.insert(flow) {
         Ok(id) => {
@@ -475,8 +479,9 @@ fn new_flow(
             Err(Verdict::Drop(match e {
                 InsertError::Full => DropReason::ConntrackFull,
                 // The reply tuple is taken: only possible if the SNAT bitmap and conntrack
-                // disagree; refuse rather than hijack another flow.
-                InsertError::Exists => DropReason::SnatExhausted,
+                // disagree; refuse rather than hijack another flow. `NotFullNat` cannot
+                // happen: the SNAT address comes from the list the table was built with.
+                InsertError::Exists | InsertError::NotFullNat => DropReason::SnatExhausted,
             }))
         }
     }
@@ -503,15 +508,30 @@ fn choose_backend<'s>(now: u64, service: &'s ServiceRef<'_>, key: &FlowKey, st: 
     Some(backend)
 }
 
-/// Whether the endpoint of `flow` is still an endpoint of the front door the flow entered by.
-fn endpoint_still_serves(table: &Table, flow: &Flow) -> bool {
+/// Whether the endpoint of `flow` is still an endpoint of the front door the flow entered by:
+/// that front door's index in `table` if so.
+fn endpoint_still_serves(table: &Table, flow: &Flow) -> Option<u32> {
     let o = &flow.original;
-    let Some(service) =
-        table.frontend(IpAddr::V4(o.dst_addr), o.protocol, o.dst_port).and_then(|f| table.service(f.service))
-    else {
-        return false;
-    };
-    find_backend(service.backends, layout::addr16(IpAddr::V4(flow.reply.src_addr)), flow.reply.src_port).is_some()
+    let front = table.frontend(IpAddr::V4(o.dst_addr), o.protocol, o.dst_port)?;
+    let service = table.service(front.service)?;
+    find_backend(service.backends, layout::addr16(IpAddr::V4(flow.reply.src_addr)), flow.reply.src_port)
+        .map(|_| front.index)
+}
+
+/// Learns the MAC address of a client on a connected subnet from the first frame of its
+/// flow when the neighbour table does not know it yet, so the replies (routed to the client,
+/// not sent back to a per-flow MAC) need not wait for ARP. A client normally ARPs for the
+/// VIP first, which teaches the same mapping (RFC 826 "merge"); this covers clients that
+/// learned the gateway's MAC otherwise. A known mapping is never overwritten from IP
+/// traffic: only ARP changes it.
+fn learn_on_link_client(now: u64, frame: &[u8], eth_len: usize, client: Ipv4Addr, st: &mut WorkerState) {
+    let on_link = matches!(st.host.route(client), Some((_, hop)) if hop == client);
+    if on_link && st.neighbours.lookup(client).is_none() {
+        let mac = EthernetFrame::new_unchecked(&frame[..eth_len]).src_addr();
+        if mac.is_unicast() {
+            st.neighbours.learn(client, mac, now);
+        }
+    }
 }
 
 /// The endpoint `addr:port` among `backends` (sorted by address, then port, as the table

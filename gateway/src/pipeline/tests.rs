@@ -384,8 +384,8 @@ fn tcp_timeouts_follow_the_handshake_and_close() {
     let to = st.host.timeouts;
     let syn = frames::tcp(to_gw(), CLIENT, (VIP, 80), TcpFlags::SYN, 1, 0, &[], 64);
     run(0, &syn, FRONT, &t, &mut st);
-    let (id, _) = st.conntrack.iter().next().map(|(id, f)| (id, *f)).unwrap();
-    assert_eq!(st.conntrack.get(id).deadline, to.tcp_transitory_ns);
+    let (id, _) = st.conntrack.iter().next().unwrap();
+    assert_eq!(st.conntrack.state(id).deadline, Deadline::after(0, to.tcp_transitory_ns));
     let syn_ack = frames::tcp(
         L2 { src: backend_mac(11), dst: GW_BACK_MAC },
         (ip("10.70.0.11"), 8080),
@@ -397,10 +397,10 @@ fn tcp_timeouts_follow_the_handshake_and_close() {
         64,
     );
     run(SEC, &syn_ack, BACK, &t, &mut st);
-    assert_eq!(st.conntrack.get(id).deadline, SEC + to.tcp_established_ns);
+    assert_eq!(st.conntrack.state(id).deadline, Deadline::after(SEC, to.tcp_established_ns));
     let rst = frames::tcp(to_gw(), CLIENT, (VIP, 80), TcpFlags::RST, 2, 0, &[], 64);
     run(2 * SEC, &rst, FRONT, &t, &mut st);
-    assert_eq!(st.conntrack.get(id).deadline, 2 * SEC + to.tcp_transitory_ns);
+    assert_eq!(st.conntrack.state(id).deadline, Deadline::after(2 * SEC, to.tcp_transitory_ns));
 }
 
 #[test]
