@@ -95,8 +95,13 @@
 //! ```
 
 mod index;
+pub mod tcp;
 #[cfg(test)]
 mod tests;
+mod track;
+
+pub use tcp::TcpState;
+pub use track::{track_tcp, track_udp, Timeouts, Tracked};
 
 use std::fmt;
 use std::hash::Hash;
@@ -116,6 +121,11 @@ pub const MAX_CAPACITY: usize = 1 << 30;
 /// Most SNAT addresses one table accepts: the record keeps the reply destination as a
 /// one-byte index.
 pub const MAX_SNAT_ADDRESSES: usize = 256;
+
+/// Index slots [`Conntrack::early_drop`] examines, from the home slot of the new flow's
+/// tuple: about 12 flows at load 3/4, all in two or three cache lines of index (Linux's
+/// `early_drop` looks at `NF_CT_EVICTION_RANGE` = 8 hash buckets).
+pub const EARLY_DROP_SLOTS: usize = 16;
 
 /// Index slots per flow at capacity, as a fraction: 2 tuples / load factor 3/4 = 8/3.
 const INDEX_SLOTS_PER_FLOW: (usize, usize) = (8, 3);
@@ -289,8 +299,8 @@ pub struct FlowState {
     /// Low 32 bits of the table generation against which the pipeline last checked that
     /// this flow's endpoint is still an endpoint of its front door; opaque to conntrack.
     pub table_generation: u32,
-    /// The pipeline's TCP tracking state; opaque to conntrack.
-    pub tcp_state: u8,
+    /// TCP connection state ([`track_tcp`]); [`TcpState::None`] for other protocols.
+    pub tcp_state: TcpState,
     /// Set once the reply direction has been seen (Linux `IPS_SEEN_REPLY`).
     pub seen_reply: bool,
     /// Set once the flow is worth keeping under pressure (Linux `IPS_ASSURED`: TCP
@@ -303,7 +313,7 @@ impl FlowState {
     /// `table_generation` (low 32 bits), expiring at `deadline`; no TCP state, no reply seen.
     #[must_use]
     pub fn new(frontend: u32, table_generation: u32, deadline: Deadline) -> Self {
-        Self { deadline, frontend, table_generation, tcp_state: 0, seen_reply: false, assured: false }
+        Self { deadline, frontend, table_generation, tcp_state: TcpState::None, seen_reply: false, assured: false }
     }
 }
 
@@ -352,7 +362,7 @@ impl<A: Address> Record<A> {
             deadline: Deadline(0),
             frontend: NO_FREE,
             table_generation: 0,
-            tcp_state: 0,
+            tcp_state: TcpState::None,
             seen_reply: false,
             assured: false,
         },
@@ -517,6 +527,17 @@ impl<A: Address> fmt::Debug for Conntrack<A> {
     }
 }
 
+/// Whether [`Conntrack::early_drop`] may evict a flow in `state` at `now_ns`.
+#[inline]
+fn evictable(state: &FlowState, now_ns: u64) -> bool {
+    state.deadline.is_due(now_ns)
+        || !state.assured
+        || matches!(
+            state.tcp_state,
+            TcpState::FinWait | TcpState::CloseWait | TcpState::LastAck | TcpState::TimeWait | TcpState::Close
+        )
+}
+
 #[inline]
 fn tag(id: FlowId, direction: Direction) -> u32 {
     (id << 1) | u32::from(direction == Direction::Reply)
@@ -652,11 +673,68 @@ impl<A: Address> Conntrack<A> {
     #[inline]
     #[must_use]
     pub fn lookup(&self, key: &FlowKey<A>) -> Option<(FlowId, Direction)> {
+        self.lookup_hashed(key, self.hash(key))
+    }
+
+    /// The table hash of `key` (XXH3-64 under this table's seed), for
+    /// [`Conntrack::lookup_hashed`] and the prefetches: a burst's keys are hashed once,
+    /// their index slots prefetched, then looked up (`pipeline::process_burst`). O(1).
+    #[inline]
+    #[must_use]
+    pub fn hash_key(&self, key: &FlowKey<A>) -> u64 {
+        self.hash(key)
+    }
+
+    /// [`Conntrack::lookup`] with the key's [`Conntrack::hash_key`] already computed. A
+    /// `hash` that is not `key`'s gives a wrong answer (`None`, or a flow whose tuple is
+    /// `key` found by luck), never a panic.
+    #[inline]
+    #[must_use]
+    pub fn lookup_hashed(&self, key: &FlowKey<A>, hash: u64) -> Option<(FlowId, Direction)> {
         let (records, snat) = (&*self.records, &*self.snat);
-        match self.index.find(self.hash(key), |tag| tag_matches(records, snat, tag, key)) {
+        match self.index.find(hash, |tag| tag_matches(records, snat, tag, key)) {
             Probe::Found(tag) => Some(untag(tag)),
             Probe::Vacant(_) => None,
         }
+    }
+
+    /// Starts loading the index slot where a lookup of `hash` begins; changes no result.
+    /// O(1), no memory access beyond the hint.
+    #[inline]
+    pub fn prefetch_index(&self, hash: u64) {
+        self.index.prefetch(hash);
+    }
+
+    /// Reads the index slot where a lookup of `hash` begins (prefetched earlier by
+    /// [`Conntrack::prefetch_index`]) and, if its fingerprint matches, starts loading the
+    /// flow record it names; changes no result. O(1).
+    #[inline]
+    pub fn prefetch_record(&self, hash: u64) {
+        if let Some(tag) = self.index.home_candidate(hash) {
+            index::prefetch(&self.records[untag(tag).0 as usize]);
+        }
+    }
+
+    /// Makes room for a new flow when the table is full, as Linux's `early_drop`
+    /// (`nf_conntrack_core.c`) does: examines the flows indexed in the
+    /// [`EARLY_DROP_SLOTS`] index slots from the home slot of `near` (the new flow's
+    /// original tuple) and removes the first that is worth least — expired, never
+    /// [`assured`](FlowState::assured) (a handshake never completed, a UDP flow never
+    /// answered; Linux's `early_drop` criterion), or a TCP connection already closing
+    /// (FIN_WAIT, CLOSE_WAIT, LAST_ACK, TIME_WAIT, CLOSE: Linux's `tcp_can_early_drop`,
+    /// which its garbage collector evicts when the table is nearly full). Returns the removed
+    /// flow (the caller frees its SNAT port and counts the eviction), or `None` when every
+    /// examined flow is assured and live: then the new flow is refused. O(1): at most
+    /// [`EARLY_DROP_SLOTS`] slots and records.
+    pub fn early_drop(&mut self, near: &FlowKey<A>, now_ns: u64) -> Option<Flow<A>> {
+        let hash = self.hash(near);
+        let records = &self.records;
+        let victim = self
+            .index
+            .tags_near(hash, EARLY_DROP_SLOTS)
+            .map(|tag| untag(tag).0)
+            .find(|&id| evictable(&records[id as usize].state, now_ns))?;
+        Some(self.remove(victim))
     }
 
     /// The flow `id`, unpacked: both tuples and the state. O(1).

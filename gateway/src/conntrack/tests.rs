@@ -136,12 +136,12 @@ fn state_updates_are_seen_by_lookup_and_expiry() {
     {
         let state = ct.state_mut(id);
         state.deadline = Deadline::at(ms(1_000));
-        state.tcp_state = 3;
+        state.tcp_state = TcpState::Established;
         state.seen_reply = true;
         state.frontend = 9;
     }
     let (found, _) = ct.lookup(&f.reply).unwrap();
-    assert_eq!(ct.state(found).tcp_state, 3);
+    assert_eq!(ct.state(found).tcp_state, TcpState::Established);
     assert!(ct.get(found).state.seen_reply);
     assert_eq!(ct.get(found).state.frontend, 9);
     assert_eq!(ct.get(found).reply, f.reply, "the tuples are untouched");
@@ -448,6 +448,72 @@ fn saturated_displacements_are_recomputed_on_delete() {
 }
 
 #[test]
+fn early_drop_evicts_near_the_new_flow_what_is_worth_least() {
+    let capacity = 64;
+    let mut ct = table(capacity, 15);
+    let flows: Vec<_> = (0..capacity as u32).map(|i| similar_flow(i, 1_000)).collect();
+    for f in &flows {
+        let id = ct.insert(*f).unwrap();
+        ct.state_mut(id).assured = true;
+        ct.state_mut(id).tcp_state = TcpState::Established;
+    }
+    let newcomer = similar_flow(500, 1_000);
+    assert_eq!(ct.insert(newcomer), Err(InsertError::Full));
+    // Every flow assured, established and live: nothing may go.
+    assert_eq!(ct.early_drop(&newcomer.original, ms(10)), None);
+    assert_eq!(ct.len(), capacity);
+    // Make every flow a candidate, one reason each in turn, and check that the victim is
+    // one of the flows in the window and that it is removed from the table.
+    let window: HashSet<FlowId> =
+        ct.index.tags_near(ct.hash(&newcomer.original), EARLY_DROP_SLOTS).map(|t| untag(t).0).collect();
+    assert!(!window.is_empty());
+    let reasons: [fn(&mut FlowState); 3] =
+        [|s| s.assured = false, |s| s.tcp_state = TcpState::TimeWait, |s| s.deadline = Deadline::at(0)];
+    for reason in reasons {
+        for &id in &window {
+            reason(ct.state_mut(id));
+        }
+        let victim = ct.early_drop(&newcomer.original, ms(10)).expect("a candidate in the window");
+        let id = flows.iter().position(|f| f.original == victim.original).unwrap() as FlowId;
+        assert!(window.contains(&id), "victim {id} outside the window");
+        assert_eq!(ct.lookup(&victim.original), None);
+        assert_eq!(ct.lookup(&victim.reply), None);
+        assert_eq!(ct.len(), capacity - 1);
+        let new_id = ct.insert(newcomer).unwrap();
+        assert_eq!(new_id, id, "the evicted record is reused");
+        let _ = ct.remove(new_id);
+        let _ = ct.insert(flows[id as usize]).unwrap();
+        ct.state_mut(id).assured = true;
+        ct.state_mut(id).tcp_state = TcpState::Established;
+        for &other in &window {
+            *ct.state_mut(other) = FlowState {
+                assured: true,
+                tcp_state: TcpState::Established,
+                ..FlowState::new(42, 0, Deadline::at(ms(1_000)))
+            };
+        }
+        check_invariants(&ct, index::DISP_CAP);
+    }
+}
+
+#[test]
+fn hashed_lookups_and_prefetches_agree_with_lookup() {
+    let mut ct = table(256, 16);
+    let flows: Vec<_> = (0..200).map(|i| similar_flow(i, 1)).collect();
+    for f in &flows {
+        let _ = ct.insert(*f).unwrap();
+    }
+    for i in 0..300 {
+        let key = similar_flow(i, 1).reply;
+        let hash = ct.hash_key(&key);
+        ct.prefetch_index(hash);
+        ct.prefetch_record(hash);
+        assert_eq!(ct.lookup_hashed(&key, hash), ct.lookup(&key));
+        assert_eq!(ct.lookup(&key).is_some(), i < 200);
+    }
+}
+
+#[test]
 fn seeds_change_the_layout() {
     let mut a = table(64, 1);
     let mut b = table(64, 2);
@@ -516,6 +582,13 @@ fn all_small_keys<A: SmallAddress>() -> Vec<FlowKey<A>> {
 
 #[derive(Debug, Clone)]
 enum Op<A: Address> {
+    /// Marks the `n % len`-th live flow assured, or not.
+    Assure(usize, bool),
+    /// Evicts near a key, at `now_ms`.
+    EarlyDrop {
+        near: FlowKey<A>,
+        now_ms: u64,
+    },
     /// Inserts a flow; `same_protocol` forces the reply's protocol to the original's (else
     /// they may differ, which the table refuses).
     Insert {
@@ -540,6 +613,8 @@ fn op<A: SmallAddress>() -> impl Strategy<Value = Op<A>> {
         4 => (small_key(), small_key(), prop::bool::weighted(0.9), 0u64..20)
             .prop_map(|(original, reply, same_protocol, deadline_ms)| Op::Insert { original, reply, same_protocol, deadline_ms }),
         2 => small_key().prop_map(Op::Lookup),
+        1 => (any::<usize>(), any::<bool>()).prop_map(|(n, a)| Op::Assure(n, a)),
+        1 => (small_key(), 0u64..20).prop_map(|(near, now_ms)| Op::EarlyDrop { near, now_ms }),
         2 => any::<usize>().prop_map(Op::Remove),
         1 => (any::<usize>(), 0u64..20).prop_map(|(n, d)| Op::Touch(n, d)),
         2 => (0u64..20, 0usize..12).prop_map(|(now_ms, budget)| Op::Expire { now_ms, budget }),
@@ -593,7 +668,37 @@ fn run<A: SmallAddress>(capacity: usize, seed: u64, disp_cap: u64, ops: &[Op<A>]
                     model.keys.insert(reply, (id, Direction::Reply));
                 }
             }
-            Op::Lookup(k) => prop_assert_eq!(ct.lookup(&k), model.keys.get(&k).copied()),
+            Op::Lookup(k) => {
+                prop_assert_eq!(ct.lookup(&k), model.keys.get(&k).copied());
+                prop_assert_eq!(ct.lookup_hashed(&k, ct.hash_key(&k)), model.keys.get(&k).copied());
+            }
+            Op::Assure(n, assured) => {
+                if let Some(id) = model.nth_live(n) {
+                    ct.state_mut(id).assured = assured;
+                    model.flows.get_mut(&id).unwrap().state.assured = assured;
+                }
+            }
+            Op::EarlyDrop { near, now_ms } => {
+                // The model does not know the index order: it checks that the victim was live
+                // and evictable, and that nothing is evicted when nothing may be.
+                let evictable = |f: &Flow<A>| f.state.deadline.0 as u64 <= now_ms || !f.state.assured;
+                match ct.early_drop(&near, ms(now_ms)) {
+                    Some(victim) => {
+                        let id = model.keys.get(&victim.original).map(|&(id, _)| id);
+                        prop_assert!(id.is_some(), "evicted an untracked flow");
+                        let id = id.unwrap();
+                        prop_assert_eq!(model.flows[&id], victim);
+                        prop_assert!(evictable(&victim), "evicted an assured live flow");
+                        model.remove(id);
+                    }
+                    None => {
+                        if ct.index.slot_count() <= EARLY_DROP_SLOTS {
+                            // The window covers the whole index.
+                            prop_assert!(!model.flows.values().any(evictable));
+                        }
+                    }
+                }
+            }
             Op::Remove(n) => {
                 if let Some(id) = model.nth_live(n) {
                     prop_assert_eq!(ct.remove(id), model.remove(id));

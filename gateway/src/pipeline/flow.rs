@@ -1,29 +1,28 @@
 //! The conntrack path of TCP and UDP: lookup of the 5-tuple in the worker's conntrack
 //! (both directions indexed), revalidation of a flow against a newer table, creation of a
-//! flow on a miss (front door, endpoint, SNAT port), TCP/UDP idle timeouts in the manner of
-//! Linux conntrack, and the NAT rewrite and MAC addressing of the forwarded frame.
+//! flow on a miss (front door, endpoint, SNAT port; in a full table, Linux's early drop
+//! first), the flow's TCP state and timeouts ([`crate::conntrack::track_tcp`]: a RST before
+//! any reply ends the flow, a client's SYN on a TIME_WAIT or CLOSE flow reopens it with a
+//! new endpoint, segments that do not fit the state are dropped), and the NAT rewrite and
+//! MAC addressing of the forwarded frame.
 
 use std::net::IpAddr;
 
-use super::expire::remove_flow;
+use super::expire::{free_snat_port, remove_flow};
 use super::ipv4::Segment;
 use super::link::{self, Rx};
 use super::reject::reject;
 use super::resolve::neighbour;
 use super::{backend, Verdict, WorkerState};
-use crate::conntrack::{Deadline, Direction, Flow, FlowId, FlowKey, FlowState, InsertError};
+use crate::conntrack::tcp::{self, Segment as TcpSegment};
+use crate::conntrack::{
+    track_tcp, track_udp, Deadline, Direction, Flow, FlowId, FlowKey, FlowState, InsertError, Tracked,
+};
 use crate::counters::DropReason;
 use crate::nat::{self, Rewrite};
 use crate::table::layout;
 use crate::table::Table;
 use crate::wire::{EthernetFrame, IpProtocol, TcpFlags};
-
-/// TCP tracking bits kept in [`FlowState::tcp_state`].
-mod tcp_state {
-    pub const FIN_ORIGINAL: u8 = 1;
-    pub const FIN_REPLY: u8 = 2;
-    pub const RST: u8 = 4;
-}
 
 /// Forwards the TCP or UDP packet `seg` in `frame` along its flow, creating the flow on a
 /// conntrack miss.
@@ -42,8 +41,8 @@ pub(super) fn handle(
         dst_addr: seg.dst,
         dst_port: seg.dport,
     };
-
-    let mut hit = st.conntrack.lookup(&key);
+    let hash = st.conntrack.hash_key(&key);
+    let mut hit = st.conntrack.lookup_hashed(&key, hash);
     if let Some((id, _)) = hit {
         if st.conntrack.state(id).deadline.is_due(now) {
             // Idle past its timeout but not reaped yet: it is gone.
@@ -70,50 +69,49 @@ pub(super) fn handle(
             }
         }
     }
-    let (id, dir) = match hit {
-        Some(h) => h,
-        None => {
-            if seg.ttl <= 1 {
-                return Verdict::Drop(DropReason::TtlExceeded);
-            }
-            match new_flow(now, frame, rx, table, st, key, seg.tcp_flags) {
-                Ok(id) => (id, Direction::Original),
-                Err(v) => return v,
-            }
-        }
-    };
     if seg.ttl <= 1 {
         return Verdict::Drop(DropReason::TtlExceeded);
     }
-    let flow = track(now, st, id, dir, seg);
-    forward(now, frame, rx, st, &flow, dir, seg.total)
+    let (mut id, dir) = match hit {
+        Some(h) => h,
+        None => match new_flow(now, frame, rx, table, st, key, seg.tcp_flags) {
+            Ok(id) => (id, Direction::Original),
+            Err(v) => return v,
+        },
+    };
+    let mut tracked = track(now, st, id, dir, seg);
+    if tracked == Tracked::Reopen {
+        // A new connection on the tuple of a closed one: forget the old flow, choose the
+        // endpoint anew.
+        remove_flow(st, id);
+        id = match new_flow(now, frame, rx, table, st, key, seg.tcp_flags) {
+            Ok(id) => id,
+            Err(v) => return v,
+        };
+        tracked = track(now, st, id, Direction::Original, seg);
+    }
+    if tracked == Tracked::Invalid {
+        return Verdict::Drop(DropReason::TcpInvalid);
+    }
+    let flow = st.conntrack.get(id);
+    let verdict = forward(now, frame, rx, st, &flow, dir, seg.total);
+    if tracked == Tracked::ForwardThenRemove {
+        remove_flow(st, id);
+    }
+    verdict
 }
 
-/// Updates the TCP state bits and the idle deadline of flow `id` for a packet in
-/// direction `dir`; returns a copy of the flow.
-fn track(now: u64, st: &mut WorkerState, id: FlowId, dir: Direction, seg: &Segment) -> Flow {
+/// Applies the packet to flow `id`'s state ([`track_tcp`], [`track_udp`]): TCP state, idle
+/// deadline, `seen_reply`, `assured`.
+fn track(now: u64, st: &mut WorkerState, id: FlowId, dir: Direction, seg: &Segment) -> Tracked {
     let timeouts = st.host.timeouts;
-    let flow = st.conntrack.state_mut(id);
-    if dir == Direction::Reply {
-        flow.seen_reply = true;
-    }
+    let state = st.conntrack.state_mut(id);
     if seg.proto == IpProtocol::Tcp {
-        if seg.tcp_flags.contains(TcpFlags::RST) {
-            flow.tcp_state |= tcp_state::RST;
-        }
-        if seg.tcp_flags.contains(TcpFlags::FIN) {
-            flow.tcp_state |= if dir == Direction::Original { tcp_state::FIN_ORIGINAL } else { tcp_state::FIN_REPLY };
-        }
-        let closing = flow.tcp_state & tcp_state::RST != 0
-            || flow.tcp_state & (tcp_state::FIN_ORIGINAL | tcp_state::FIN_REPLY)
-                == (tcp_state::FIN_ORIGINAL | tcp_state::FIN_REPLY);
-        let established = flow.seen_reply && !closing;
-        flow.deadline =
-            Deadline::after(now, if established { timeouts.tcp_established_ns } else { timeouts.tcp_transitory_ns });
+        track_tcp(state, dir, seg.tcp_flags, now, &timeouts)
     } else {
-        flow.deadline = Deadline::after(now, if flow.seen_reply { timeouts.udp_stream_ns } else { timeouts.udp_ns });
+        track_udp(state, dir, now, &timeouts);
+        Tracked::Forward
     }
-    st.conntrack.get(id)
 }
 
 /// Rewrites the IPv4 packet (`total` bytes after the link-layer header) along `flow` in
@@ -187,7 +185,7 @@ fn new_flow(
     let Some(fe) = table.frontend(IpAddr::V4(key.dst_addr), key.protocol, key.dst_port) else {
         return Err(Verdict::Drop(DropReason::NoFrontend));
     };
-    if key.protocol == u8::from(IpProtocol::Tcp) && tcp_flags.contains(TcpFlags::RST) {
+    if key.protocol == u8::from(IpProtocol::Tcp) && tcp::initial(TcpSegment::of(tcp_flags)).is_none() {
         return Err(Verdict::Drop(DropReason::NoConntrack));
     }
     let service = table.service(fe.service).ok_or(Verdict::Drop(DropReason::NoFrontend))?;
@@ -217,7 +215,16 @@ fn new_flow(
         },
         state: FlowState::new(fe.index, table.generation() as u32, Deadline::at(now)),
     };
-    match st.conntrack.insert(flow) {
+    let mut inserted = st.conntrack.insert(flow);
+    if inserted == Err(InsertError::Full) {
+        // Linux's early drop: evict a flow near this one that is worth less, then retry.
+        if let Some(evicted) = st.conntrack.early_drop(&key, now) {
+            free_snat_port(&mut st.snat, &st.host, &evicted);
+            st.counters.conntrack_evicted += 1;
+            inserted = st.conntrack.insert(flow);
+        }
+    }
+    match inserted {
         Ok(id) => {
             st.counters.new_flows += 1;
             Ok(id)
