@@ -41,7 +41,12 @@ pub(super) fn handle(
         dst_addr: seg.dst,
         dst_port: seg.dport,
     };
-    let hash = st.conntrack.hash_key(&key);
+    // `process_burst` hashed the key ahead (and prefetched its slots); use that hash only
+    // if this full parse found the same key.
+    let hash = match st.flow_hint.take() {
+        Some((hinted, hash)) if hinted == key => hash,
+        _ => st.conntrack.hash_key(&key),
+    };
     let mut hit = st.conntrack.lookup_hashed(&key, hash);
     if let Some((id, _)) = hit {
         if st.conntrack.state(id).deadline.is_due(now) {

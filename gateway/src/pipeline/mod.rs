@@ -38,11 +38,13 @@
 //! # Modules
 //!
 //! `state` holds the per-worker and shared state; each other module holds one step of the
-//! path above. Only [`process`], [`poll_transmit`], [`poll_expire`], the state types and the
-//! driver-facing [`Meta`] / [`Verdict`] are public.
+//! path above; `burst` runs a burst with its lookups' memory latency overlapped. Only
+//! [`process`], [`process_burst`], [`poll_transmit`], [`poll_expire`], the state types and
+//! the driver-facing [`Meta`] / [`Verdict`] are public.
 
 mod arp;
 mod backend;
+mod burst;
 mod expire;
 mod flow;
 mod icmp;
@@ -52,6 +54,7 @@ mod reject;
 mod resolve;
 mod state;
 
+pub use burst::{process_burst, PREFETCH_WINDOW};
 pub use expire::poll_expire;
 pub use resolve::poll_transmit;
 pub use state::{Shared, WorkerState};

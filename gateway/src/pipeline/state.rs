@@ -49,6 +49,9 @@ pub struct WorkerState {
     pub counters: Counters,
     /// Next hops waiting for an ARP answer (see [`super::resolve`]).
     pub(super) pending: [Pending; PENDING_SLOTS],
+    /// The flow key and hash [`super::process_burst`] computed for the frame being
+    /// processed, if any; taken by the flow lookup.
+    pub(super) flow_hint: Option<super::burst::FlowHint>,
 }
 
 impl std::fmt::Debug for WorkerState {
@@ -72,6 +75,7 @@ impl WorkerState {
             affinity: Arc::clone(&shared.affinity),
             counters: Counters::default(),
             pending: [Pending::default(); PENDING_SLOTS],
+            flow_hint: None,
         }
     }
 }

@@ -514,3 +514,6 @@ mod vlan;
 
 /// TCP states and timeouts, UDP timeouts, conntrack full.
 mod conntrack;
+
+/// `process_burst` against `process`.
+mod burst;
