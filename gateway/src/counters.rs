@@ -44,15 +44,20 @@ pub enum DropReason {
     IcmpNotHandled,
     /// No front door for (destination address, protocol, destination port).
     NoFrontend,
-    /// A non-SYN-able segment (RST) of an unknown flow.
+    /// A TCP segment of an unknown flow that cannot open one: only a SYN, or an ACK
+    /// (picked up mid-stream), does (Linux `tcp_new` with `nf_conntrack_tcp_loose=1`).
     NoConntrack,
+    /// A TCP segment whose flags do not fit its flow's state (Linux marks it INVALID in
+    /// `nf_conntrack_tcp_packet`; kube-proxy drops INVALID packets).
+    TcpInvalid,
     /// The chosen endpoint is not IPv4 (IPv6 arrives with later work).
     UnsupportedFamily,
     /// No interface or router reaches the endpoint.
     NoRoute,
     /// Every SNAT port of this worker is in use.
     SnatExhausted,
-    /// The conntrack table is full.
+    /// The conntrack table is full and no flow near the new one could be evicted early
+    /// (all assured and live): the new flow is refused.
     ConntrackFull,
     /// The next hop's MAC address is not resolved yet (an ARP request was queued).
     NeighbourUnresolved,
@@ -65,7 +70,7 @@ pub enum DropReason {
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 24] = [
+    pub const ALL: [DropReason; 25] = [
         Self::Truncated,
         Self::UnknownInterface,
         Self::NotOurMac,
@@ -83,6 +88,7 @@ impl DropReason {
         Self::IcmpNotHandled,
         Self::NoFrontend,
         Self::NoConntrack,
+        Self::TcpInvalid,
         Self::UnsupportedFamily,
         Self::NoRoute,
         Self::SnatExhausted,
@@ -112,6 +118,7 @@ impl DropReason {
             Self::IcmpNotHandled => "icmp_not_handled",
             Self::NoFrontend => "no_frontend",
             Self::NoConntrack => "no_conntrack",
+            Self::TcpInvalid => "tcp_invalid",
             Self::UnsupportedFamily => "unsupported_family",
             Self::NoRoute => "no_route",
             Self::SnatExhausted => "snat_exhausted",
@@ -140,6 +147,9 @@ pub struct Counters {
     pub new_flows: u64,
     /// Flows removed by idle expiry.
     pub expired_flows: u64,
+    /// Flows evicted to make room for a new one in a full conntrack table (Linux
+    /// `early_drop`); the refusals are the `conntrack_full` drops.
+    pub conntrack_evicted: u64,
     /// Flows ended because their endpoint left the Service (TCP: RST sent; UDP: re-steered).
     pub endpoint_gone: u64,
     /// TCP RSTs and ICMP port unreachables sent for front doors without endpoints.
@@ -193,6 +203,7 @@ impl Counters {
         self.forwarded_reply += other.forwarded_reply;
         self.new_flows += other.new_flows;
         self.expired_flows += other.expired_flows;
+        self.conntrack_evicted += other.conntrack_evicted;
         self.endpoint_gone += other.endpoint_gone;
         self.rejected += other.rejected;
         self.arp_replies += other.arp_replies;
@@ -209,13 +220,14 @@ impl std::fmt::Display for Counters {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "rx={} tx={} fwd={} rev={} new_flows={} expired={} endpoint_gone={} rejected={} arp_replies={} arp_requests={} echo={}",
+            "rx={} tx={} fwd={} rev={} new_flows={} expired={} evicted={} endpoint_gone={} rejected={} arp_replies={} arp_requests={} echo={}",
             self.rx_frames,
             self.tx_frames,
             self.forwarded_original,
             self.forwarded_reply,
             self.new_flows,
             self.expired_flows,
+            self.conntrack_evicted,
             self.endpoint_gone,
             self.rejected,
             self.arp_replies,

@@ -1,6 +1,7 @@
 //! The poll loop around the pure core: receive a burst, adopt a newer table at the burst
-//! boundary, run [`pipeline::process`] on every frame, transmit, then do bounded
-//! housekeeping (ARP requests, conntrack expiry, counter export).
+//! boundary, run the burst through [`pipeline::process_burst`] (every frame's
+//! [`pipeline::process`], with the conntrack lookups prefetched together), transmit, then
+//! do bounded housekeeping (ARP requests, conntrack expiry, counter export).
 //!
 //! The loop is written against [`PacketIo`], so every driver (AF_PACKET now, DPDK next)
 //! runs the same code. Table adoption follows DESIGN.md: the gateway's table watcher
@@ -186,6 +187,7 @@ impl Worker {
     pub fn run<I: PacketIo>(mut self, io: &mut I) -> Counters {
         let mut bufs = vec![[0u8; FRAME_BUFFER]; BURST];
         let mut metas = [Meta::default(); BURST];
+        let mut verdicts = [Verdict::Consumed; BURST];
         let mut scratch = [0u8; 64];
         let mut table = self.tables.load();
         let mut now = self.now();
@@ -219,10 +221,9 @@ impl Worker {
                     self.state.counters.drop(DropReason::Oversize);
                 }
                 received += n;
+                pipeline::process_burst(now, &mut bufs[..n], &metas[..n], &table, &mut self.state, &mut verdicts);
                 for k in 0..n {
-                    if let Verdict::Transmit { iface: out, len } =
-                        pipeline::process(now, &mut bufs[k], &metas[k], &table, &mut self.state)
-                    {
+                    if let Verdict::Transmit { iface: out, len } = verdicts[k] {
                         if !io.tx(usize::from(out), &bufs[k][..len]) {
                             self.state.counters.drop(DropReason::TxRingFull);
                         }

@@ -53,6 +53,9 @@ pub struct WorkerState {
     pub frontends: FrontendCounters,
     /// Next hops waiting for an ARP answer (see [`super::resolve`]).
     pub(super) pending: [Pending; PENDING_SLOTS],
+    /// The flow key and hash [`super::process_burst`] computed for the frame being
+    /// processed, if any; taken by the flow lookup.
+    pub(super) flow_hint: Option<super::burst::FlowHint>,
 }
 
 impl std::fmt::Debug for WorkerState {
@@ -69,7 +72,7 @@ impl WorkerState {
         let snat = SnatPorts::new(worker, workers, min, max, host.snat_addresses.len());
         Self {
             worker,
-            conntrack: Conntrack::new(capacity, seed),
+            conntrack: Conntrack::new(capacity, seed, &host.snat_addresses),
             snat,
             host,
             neighbours: Arc::clone(&shared.neighbours),
@@ -77,6 +80,7 @@ impl WorkerState {
             counters: Counters::default(),
             frontends: FrontendCounters::default(),
             pending: [Pending::default(); PENDING_SLOTS],
+            flow_hint: None,
         }
     }
 
