@@ -448,6 +448,18 @@ struct Batch {
     malformed_changed: bool,
 }
 
+impl Batch {
+    /// Hands the batch over and starts the next.
+    fn take(&mut self) -> KubeChanges {
+        let triggers = TriggerTimes::from_times(&std::mem::take(&mut self.triggers));
+        let errors = std::mem::take(&mut self.malformed_changed)
+            .then(|| self.malformed.values().map(Malformed::error).collect());
+        let objects = std::mem::take(&mut self.objects).into_iter().collect();
+        self.first = None;
+        KubeChanges { objects, errors, triggers }
+    }
+}
+
 #[derive(Debug, Default)]
 struct Shared {
     batch: Mutex<Batch>,
@@ -591,14 +603,10 @@ impl KubeWatch {
                     (true, Some(first)) => {
                         let ready = self.last_handover.map_or(first, |t| first.max(t + self.settings.min_interval));
                         if now >= ready {
-                            let triggers = TriggerTimes::from_times(&std::mem::take(&mut b.triggers));
-                            let errors = std::mem::take(&mut b.malformed_changed)
-                                .then(|| b.malformed.values().map(Malformed::error).collect());
-                            let objects = std::mem::take(&mut b.objects).into_iter().collect();
-                            b.first = None;
+                            let changes = b.take();
                             drop(b);
                             self.last_handover = Some(now);
-                            return KubeChanges { objects, errors, triggers };
+                            return changes;
                         }
                         Some(ready)
                     }
@@ -650,10 +658,107 @@ fn versioned(meta: &ObjectMeta) -> ((String, String), Option<String>) {
     ((ns.to_owned(), name.to_owned()), meta.resource_version.clone())
 }
 
-/// One resource's watcher loop: records changes and trigger times in `shared`, logs
-/// errors (the backoff is in the stream). A list (initial, or a relist after 410 Gone or
-/// a failed watch) is handed over when complete, as the objects whose resourceVersion
-/// changed and the deletions of those it no longer has.
+/// One resource's bookkeeping between its watcher's events and the shared batch. A list
+/// (initial, or a relist after 410 Gone or a failed watch) is recorded when complete, as
+/// the objects whose resourceVersion changed and the deletions of those it no longer has.
+#[derive(Debug)]
+struct Tracker<K> {
+    index: usize,
+    /// When the source started: older trigger times do not count.
+    started: SystemTime,
+    /// The last trigger time seen per object: a time counts once.
+    seen: HashMap<(String, String), SystemTime>,
+    /// What the source holds (handed over or pending).
+    current: Versions,
+    /// The list in progress: every object, and the changed ones.
+    listing: Versions,
+    listed: Vec<ApiObject<K>>,
+    listed_triggers: Vec<SystemTime>,
+    lists: u64,
+}
+
+impl<K: Kind> Tracker<K> {
+    fn new(index: usize, started: SystemTime) -> Self {
+        Self {
+            index,
+            started,
+            seen: HashMap::new(),
+            current: HashMap::new(),
+            listing: HashMap::new(),
+            listed: Vec::new(),
+            listed_triggers: Vec::new(),
+            lists: 0,
+        }
+    }
+
+    /// The trigger time of `meta` if it is new.
+    fn new_trigger(&mut self, meta: &ObjectMeta) -> Option<SystemTime> {
+        let t = trigger_time(meta)?;
+        let (ns, name) = sort_key(meta);
+        let previous = self.seen.insert((ns.to_owned(), name.to_owned()), t);
+        (previous != Some(t) && t >= self.started).then_some(t)
+    }
+
+    /// Records one watcher event in `shared`.
+    fn handle(&mut self, event: watcher::Event<ApiObject<K>>, shared: &Shared) {
+        use kube::Resource as _;
+        let resource = RESOURCES[self.index];
+        match event {
+            watcher::Event::Init => {
+                self.listing.clear();
+                self.listed.clear();
+                self.listed_triggers.clear();
+                tracing::debug!(resource, "listing");
+            }
+            watcher::Event::InitApply(o) => {
+                let t = self.new_trigger(o.meta());
+                self.listed_triggers.extend(t);
+                let (key, version) = versioned(o.meta());
+                // Unchanged objects (same resourceVersion) are not handed over again.
+                if version.is_none() || self.current.get(&key) != Some(&version) {
+                    self.listed.push(o);
+                }
+                self.listing.insert(key, version);
+            }
+            watcher::Event::InitDone => {
+                self.lists += 1;
+                let what = if self.lists == 1 { "listed" } else { "relisted" };
+                tracing::info!(
+                    resource,
+                    objects = self.listing.len(),
+                    changed = self.listed.len(),
+                    "{what}; watching for changes"
+                );
+                let mut gone = Vec::new();
+                for (ns, name) in self.current.keys().filter(|k| !self.listing.contains_key(*k)) {
+                    self.seen.remove(&(ns.clone(), name.clone()));
+                    let meta =
+                        ObjectMeta { namespace: Some(ns.clone()), name: Some(name.clone()), ..ObjectMeta::default() };
+                    gone.push(object_ref::<K>(&meta));
+                }
+                self.current = std::mem::take(&mut self.listing);
+                shared.changed(self.index, self.listed.drain(..), gone, true, self.listed_triggers.drain(..));
+            }
+            watcher::Event::Apply(o) => {
+                tracing::debug!(resource, object = ?sort_key(o.meta()), "applied");
+                let t = self.new_trigger(o.meta());
+                let (key, version) = versioned(o.meta());
+                self.current.insert(key, version);
+                shared.changed(self.index, [o], None, false, t);
+            }
+            watcher::Event::Delete(o) => {
+                let (key, _) = versioned(o.meta());
+                tracing::debug!(resource, object = ?key, "deleted");
+                self.seen.remove(&key);
+                self.current.remove(&key);
+                shared.changed::<K>(self.index, None, [object_ref::<K>(o.meta())], false, None);
+            }
+        }
+    }
+}
+
+/// One resource's watcher loop: records changes and trigger times in `shared`
+/// ([`Tracker`]), logs errors (the backoff is in the stream).
 async fn run_watch<K: Kind>(
     api: Api<ApiObject<K>>,
     config: watcher::Config,
@@ -661,80 +766,13 @@ async fn run_watch<K: Kind>(
     shared: Arc<Shared>,
     started: SystemTime,
 ) {
-    use kube::Resource as _;
     let resource = RESOURCES[index];
     let stream = watcher(api, config).default_backoff();
     let mut stream = std::pin::pin!(stream);
-    // The last trigger time seen per object: a time counts once.
-    let mut seen: HashMap<(String, String), SystemTime> = HashMap::new();
-    // What the source holds (handed over or pending), and the list in progress.
-    let mut current: Versions = HashMap::new();
-    let mut listing: Versions = HashMap::new();
-    let mut listed: Vec<ApiObject<K>> = Vec::new();
-    let mut listed_triggers: Vec<SystemTime> = Vec::new();
-    let mut lists = 0u64;
-    let new_trigger = |seen: &mut HashMap<(String, String), SystemTime>, meta: &ObjectMeta| {
-        let t = trigger_time(meta)?;
-        let (ns, name) = sort_key(meta);
-        let previous = seen.insert((ns.to_owned(), name.to_owned()), t);
-        (previous != Some(t) && t >= started).then_some(t)
-    };
+    let mut tracker = Tracker::<K>::new(index, started);
     while let Some(item) = stream.next().await {
         match item {
-            Ok(watcher::Event::Init) => {
-                listing.clear();
-                listed.clear();
-                listed_triggers.clear();
-                tracing::debug!(resource, "listing");
-            }
-            Ok(watcher::Event::InitApply(o)) => {
-                listed_triggers.extend(new_trigger(&mut seen, o.meta()));
-                let (key, version) = versioned(o.meta());
-                // Unchanged objects (same resourceVersion) are not handed over again.
-                if version.is_none() || current.get(&key) != Some(&version) {
-                    listed.push(o);
-                }
-                listing.insert(key, version);
-            }
-            Ok(watcher::Event::InitDone) => {
-                lists += 1;
-                let what = if lists == 1 { "listed" } else { "relisted" };
-                tracing::info!(
-                    resource,
-                    objects = listing.len(),
-                    changed = listed.len(),
-                    "{what}; watching for changes"
-                );
-                let gone: Vec<ObjectRef> = current
-                    .keys()
-                    .filter(|k| !listing.contains_key(*k))
-                    .map(|(ns, name)| {
-                        seen.remove(&(ns.clone(), name.clone()));
-                        let meta = ObjectMeta {
-                            namespace: Some(ns.clone()),
-                            name: Some(name.clone()),
-                            ..ObjectMeta::default()
-                        };
-                        object_ref::<K>(&meta)
-                    })
-                    .collect();
-                current = std::mem::take(&mut listing);
-                shared.changed(index, listed.drain(..), gone, true, listed_triggers.drain(..));
-            }
-            Ok(watcher::Event::Apply(o)) => {
-                tracing::debug!(resource, object = ?sort_key(o.meta()), "applied");
-                let t = new_trigger(&mut seen, o.meta());
-                let (key, version) = versioned(o.meta());
-                current.insert(key, version);
-                shared.changed(index, [o], None, false, t);
-            }
-            Ok(watcher::Event::Delete(o)) => {
-                let (key, _) = versioned(o.meta());
-                tracing::debug!(resource, object = ?key, "deleted");
-                seen.remove(&key);
-                current.remove(&key);
-                shared.changed::<K>(index, None, [object_ref::<K>(o.meta())], false, None);
-            }
+            Ok(event) => tracker.handle(event, &shared),
             Err(watcher::Error::WatchError(status)) if status.code == 410 => {
                 tracing::warn!(resource, "watch expired (410 Gone: {}); relisting", status.message);
             }
@@ -880,5 +918,207 @@ mod tests {
         push_objects(&objects, &mut out);
         let names: Vec<String> = out.objects.iter().map(|o| o.object_ref().to_string()).collect();
         assert_eq!(names, ["Service a/b", "Service a/z", "Service b/a"]);
+    }
+}
+
+/// The watch bookkeeping ([`Tracker`], [`Batch`]) against a from-scratch compile: random
+/// adds, modifications, deletions, malformed objects and relists (after 410 Gone: some
+/// objects changed, deleted or added meanwhile, their events lost) handed over in random
+/// batches to [`crate::compile::Compiler::apply`] end in the table [`crate::compile::compile`]
+/// builds from the objects the API holds.
+#[cfg(test)]
+mod delta_tests {
+    use std::collections::BTreeMap;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::compile::{CompileOptions, Compiler};
+    use crate::model::Objects;
+
+    /// xorshift64*.
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
+        }
+        fn chance(&mut self, percent: u64) -> bool {
+            self.below(100) < percent
+        }
+    }
+
+    /// The API server: objects by identity, as JSON, and the resourceVersion counter.
+    #[derive(Default)]
+    struct Api {
+        services: BTreeMap<String, serde_json::Value>,
+        slices: BTreeMap<String, serde_json::Value>,
+        version: u64,
+    }
+
+    impl Api {
+        fn next_version(&mut self) -> String {
+            self.version += 1;
+            self.version.to_string()
+        }
+
+        fn service(&mut self, rng: &mut Rng, i: u64) -> serde_json::Value {
+            let port = if rng.chance(5) { json!("eighty") } else { json!(80 + rng.below(2)) }; // malformed sometimes
+            let mut spec = json!({"externalIPs": [format!("192.0.2.{}", i % 4)],
+                                  "ports": [{"name": "http", "port": port, "protocol": "TCP"}]});
+            if rng.chance(20) {
+                spec["type"] = json!("NodePort");
+                spec["ports"][0]["nodePort"] = json!(30000 + i);
+            }
+            json!({"apiVersion": "v1", "kind": "Service", "spec": spec,
+                   "metadata": {"name": format!("s{i}"), "namespace": "d", "resourceVersion": self.next_version()}})
+        }
+
+        fn slice(&mut self, rng: &mut Rng, i: u64, j: u64) -> serde_json::Value {
+            let endpoints: Vec<_> = (0..rng.below(4))
+                .map(|_| {
+                    json!({"addresses": [format!("10.0.{i}.{}", 1 + rng.below(6))],
+                           "conditions": {"ready": rng.chance(80)}})
+                })
+                .collect();
+            json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
+                   "metadata": {"name": format!("s{i}-{j}"), "namespace": "d", "resourceVersion": self.next_version(),
+                                "labels": {"kubernetes.io/service-name": format!("s{i}")}},
+                   "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}], "endpoints": endpoints})
+        }
+
+        /// Every valid object, as a from-scratch compile sees it.
+        fn objects(&self) -> Vec<KubeObject> {
+            let services = self.services.values().filter_map(|v| serde_json::from_value(v.clone()).ok());
+            let slices = self.slices.values().filter_map(|v| serde_json::from_value(v.clone()).ok());
+            services
+                .map(|s| KubeObject::Service(Box::new(s)))
+                .chain(slices.map(|s| KubeObject::EndpointSlice(Box::new(s))))
+                .collect()
+        }
+
+        fn malformed(&self) -> usize {
+            self.services.values().filter(|v| serde_json::from_value::<core::Service>((*v).clone()).is_err()).count()
+        }
+    }
+
+    fn lenient<K: Kind>(v: &serde_json::Value) -> ApiObject<K> {
+        serde_json::from_value(v.clone()).unwrap()
+    }
+
+    fn relist<K: Kind>(tracker: &mut Tracker<K>, shared: &Shared, objects: &BTreeMap<String, serde_json::Value>) {
+        tracker.handle(watcher::Event::Init, shared);
+        for v in objects.values() {
+            tracker.handle(watcher::Event::InitApply(lenient(v)), shared);
+        }
+        tracker.handle(watcher::Event::InitDone, shared);
+    }
+
+    #[test]
+    fn changes_and_relists_end_in_the_table_of_a_from_scratch_compile() {
+        let options = CompileOptions { node_name: "gw".into(), ..Default::default() };
+        let mut relists = 0;
+        for seed in 0..48u64 {
+            let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ seed.wrapping_mul(0x1000_0000_01b3) | 1);
+            let shared = Shared::default();
+            let mut services = Tracker::<core::Service>::new(0, UNIX_EPOCH);
+            let mut slices = Tracker::<discovery::EndpointSlice>::new(1, UNIX_EPOCH);
+            let mut nodes = Tracker::<core::Node>::new(2, UNIX_EPOCH);
+            let mut api = Api::default();
+            for i in 0..rng.below(6) {
+                let s = api.service(&mut rng, i);
+                api.services.insert(format!("s{i}"), s);
+                let e = api.slice(&mut rng, i, 0);
+                api.slices.insert(format!("s{i}-0"), e);
+            }
+            relist(&mut services, &shared, &api.services);
+            relist(&mut slices, &shared, &api.slices);
+            relist(&mut nodes, &shared, &BTreeMap::new());
+            let mut compiler = Compiler::new(options.clone());
+            for step in 0..40 {
+                // One event, or a relist that misses some events.
+                let watched = !rng.chance(10);
+                let i = rng.below(8);
+                let j = rng.below(2);
+                match rng.below(6) {
+                    0 | 1 => {
+                        let s = api.service(&mut rng, i);
+                        api.services.insert(format!("s{i}"), s.clone());
+                        if watched {
+                            services.handle(watcher::Event::Apply(lenient(&s)), &shared);
+                        }
+                    }
+                    2 | 3 => {
+                        let e = api.slice(&mut rng, i, j);
+                        api.slices.insert(format!("s{i}-{j}"), e.clone());
+                        if watched {
+                            slices.handle(watcher::Event::Apply(lenient(&e)), &shared);
+                        }
+                    }
+                    4 => {
+                        if let Some(s) = api.services.remove(&format!("s{i}")) {
+                            if watched {
+                                services.handle(watcher::Event::Delete(lenient(&s)), &shared);
+                            }
+                        }
+                    }
+                    _ => {
+                        if let Some(e) = api.slices.remove(&format!("s{i}-{j}")) {
+                            if watched {
+                                slices.handle(watcher::Event::Delete(lenient(&e)), &shared);
+                            }
+                        }
+                    }
+                }
+                if !watched || rng.chance(5) {
+                    // 410 Gone: both resources relist.
+                    relists += 1;
+                    relist(&mut services, &shared, &api.services);
+                    relist(&mut slices, &shared, &api.slices);
+                }
+                if rng.chance(60) {
+                    let batch = shared.lock().take();
+                    if let Some(errors) = &batch.errors {
+                        compiler.set_source_errors(errors.iter().map(ToString::to_string).collect());
+                    }
+                    compiler.apply(batch.changes());
+                    let (objects, _) = Objects::from_kube(&api.objects());
+                    let expected = crate::compile::compile(&objects, &options);
+                    let got = compiler.compiled();
+                    assert_eq!(got.frontends, expected.frontends, "seed {seed} step {step}");
+                    assert_eq!(compiler.table_spec(), &expected.to_table_spec(), "seed {seed} step {step}");
+                    let malformed = got.errors.iter().filter(|e| e.contains("expected i32")).count();
+                    assert_eq!(malformed, api.malformed(), "seed {seed} step {step}: {:?}", got.errors);
+                }
+            }
+        }
+        assert!(relists > 48, "{relists} relists");
+    }
+
+    #[test]
+    fn a_relist_hands_over_only_what_changed() {
+        let shared = Shared::default();
+        let mut tracker = Tracker::<discovery::EndpointSlice>::new(1, UNIX_EPOCH);
+        let mut rng = Rng(7);
+        let mut api = Api::default();
+        for i in 0..4 {
+            let e = api.slice(&mut rng, i, 0);
+            api.slices.insert(format!("s{i}"), e);
+        }
+        relist(&mut tracker, &shared, &api.slices);
+        assert_eq!(shared.lock().take().objects.len(), 4);
+        // Meanwhile: s1 modified, s2 deleted, s9 added; s0 and s3 unchanged.
+        let e = api.slice(&mut rng, 1, 0);
+        api.slices.insert("s1".into(), e);
+        api.slices.remove("s2");
+        let e = api.slice(&mut rng, 9, 0);
+        api.slices.insert("s9".into(), e);
+        relist(&mut tracker, &shared, &api.slices);
+        let batch = shared.lock().take();
+        let got: Vec<(String, bool)> = batch.objects.iter().map(|(r, o)| (r.name.clone(), o.is_some())).collect();
+        assert_eq!(got, [("s1-0".into(), true), ("s2-0".into(), false), ("s9-0".into(), true)]);
     }
 }
