@@ -5,11 +5,16 @@
 //! any reply ends the flow, a client's SYN on a TIME_WAIT or CLOSE flow reopens it with a
 //! new endpoint, segments that do not fit the state are dropped), and the NAT rewrite and
 //! MAC addressing of the forwarded frame.
+//!
+//! One path for IPv4 and IPv6, generic over [`Family`]: each family has its own conntrack
+//! table per worker, its own SNAT addresses and routes; a front door's endpoints are of its
+//! own family (full NAT does not translate between families: a dual-stack Service has one
+//! front door per family, each with the endpoints of that family).
 
-use std::net::IpAddr;
+use std::net::SocketAddr;
 
 use super::expire::{free_snat_port, remove_flow};
-use super::ipv4::Segment;
+use super::family::Family;
 use super::link::{self, Rx};
 use super::reject::reject;
 use super::resolve::neighbour;
@@ -19,20 +24,45 @@ use crate::conntrack::{
     track_tcp, track_udp, Deadline, Direction, Flow, FlowId, FlowKey, FlowState, InsertError, Tracked,
 };
 use crate::counters::DropReason;
-use crate::nat::{self, Rewrite};
+use crate::nat::Rewrite;
 use crate::table::layout;
 use crate::table::Table;
 use crate::wire::{EthernetFrame, IpProtocol, TcpFlags};
 
+/// The fields of a received TCP or UDP packet (IPv4 or IPv6) the flow path uses.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Segment<A> {
+    /// Source address.
+    pub src: A,
+    /// Destination address.
+    pub dst: A,
+    /// TCP or UDP.
+    pub proto: IpProtocol,
+    /// TTL (IPv6: Hop Limit) as received.
+    pub ttl: u8,
+    /// Offset of the transport header from the network header, bytes (IPv4: the header
+    /// length; IPv6: after any extension headers).
+    pub l4_offset: usize,
+    /// Length of the packet from the network header (IPv4 Total Length; IPv6 40 + Payload
+    /// Length), bytes.
+    pub total: usize,
+    /// Transport source port.
+    pub sport: u16,
+    /// Transport destination port.
+    pub dport: u16,
+    /// TCP flags; empty for UDP.
+    pub tcp_flags: TcpFlags,
+}
+
 /// Forwards the TCP or UDP packet `seg` in `frame` along its flow, creating the flow on a
 /// conntrack miss.
-pub(super) fn handle(
+pub(super) fn handle<A: Family>(
     now: u64,
     frame: &mut [u8],
     rx: &Rx,
     table: &Table,
     st: &mut WorkerState,
-    seg: &Segment,
+    seg: &Segment<A>,
 ) -> Verdict {
     let key = FlowKey {
         protocol: u8::from(seg.proto),
@@ -43,29 +73,29 @@ pub(super) fn handle(
     };
     // `process_burst` hashed the key ahead (and prefetched its slots); use that hash only
     // if this full parse found the same key.
-    let hash = match st.flow_hint.take() {
-        Some((hinted, hash)) if hinted == key => hash,
-        _ => st.conntrack.hash_key(&key),
+    let hash = match A::hinted_hash(st, &key) {
+        Some(hash) => hash,
+        None => A::conntrack(st).hash_key(&key),
     };
-    let mut hit = st.conntrack.lookup_hashed(&key, hash);
+    let mut hit = A::conntrack(st).lookup_hashed(&key, hash);
     if let Some((id, _)) = hit {
-        if st.conntrack.state(id).deadline.is_due(now) {
+        if A::conntrack(st).state(id).deadline.is_due(now) {
             // Idle past its timeout but not reaped yet: it is gone.
-            remove_flow(st, id);
+            remove_flow::<A>(st, id);
             hit = None;
         }
     }
     if let Some((id, Direction::Original)) = hit {
-        if st.conntrack.state(id).table_generation != table.generation() as u32 {
-            if let Some(frontend) = backend::still_serves(table, &st.conntrack.get(id)) {
-                let state = st.conntrack.state_mut(id);
+        if A::conntrack(st).state(id).table_generation != table.generation() as u32 {
+            if let Some(frontend) = backend::still_serves(table, &A::conntrack(st).get(id)) {
+                let state = A::conntrack_mut(st).state_mut(id);
                 state.table_generation = table.generation() as u32;
                 state.frontend = frontend;
             } else {
                 // The endpoint left its Service (DESIGN.md "Failure semantics"): a TCP
                 // client gets a RST so it fails fast instead of hanging; anything else is
                 // steered anew by this very packet.
-                remove_flow(st, id);
+                remove_flow::<A>(st, id);
                 st.counters.endpoint_gone += 1;
                 if seg.proto == IpProtocol::Tcp {
                     return reject(frame, rx, st);
@@ -88,7 +118,7 @@ pub(super) fn handle(
     if tracked == Tracked::Reopen {
         // A new connection on the tuple of a closed one: forget the old flow, choose the
         // endpoint anew.
-        remove_flow(st, id);
+        remove_flow::<A>(st, id);
         id = match new_flow(now, frame, rx, table, st, key, seg.tcp_flags) {
             Ok(id) => id,
             Err(v) => return v,
@@ -98,19 +128,19 @@ pub(super) fn handle(
     if tracked == Tracked::Invalid {
         return Verdict::Drop(DropReason::TcpInvalid);
     }
-    let flow = st.conntrack.get(id);
-    let verdict = forward(now, frame, rx, st, &flow, dir, seg.total);
+    let flow = A::conntrack(st).get(id);
+    let verdict = forward(now, frame, rx, st, &flow, dir, seg);
     if tracked == Tracked::ForwardThenRemove {
-        remove_flow(st, id);
+        remove_flow::<A>(st, id);
     }
     verdict
 }
 
 /// Applies the packet to flow `id`'s state ([`track_tcp`], [`track_udp`]): TCP state, idle
 /// deadline, `seen_reply`, `assured`.
-fn track(now: u64, st: &mut WorkerState, id: FlowId, dir: Direction, seg: &Segment) -> Tracked {
+fn track<A: Family>(now: u64, st: &mut WorkerState, id: FlowId, dir: Direction, seg: &Segment<A>) -> Tracked {
     let timeouts = st.host.timeouts;
-    let state = st.conntrack.state_mut(id);
+    let state = A::conntrack_mut(st).state_mut(id);
     if seg.proto == IpProtocol::Tcp {
         track_tcp(state, dir, seg.tcp_flags, now, &timeouts)
     } else {
@@ -119,18 +149,19 @@ fn track(now: u64, st: &mut WorkerState, id: FlowId, dir: Direction, seg: &Segme
     }
 }
 
-/// Rewrites the IPv4 packet (`total` bytes after the link-layer header) along `flow` in
-/// direction `dir` and addresses the frame to its next hop, resolved by ARP: the endpoint's
-/// for the original direction, the client's for replies (the client itself on a connected
-/// subnet, else the router: replies are routed like any packet, no MAC is kept per flow).
-fn forward(
+/// Rewrites the packet `seg` (after the link-layer header) along `flow` in direction `dir`
+/// and addresses the frame to its next hop, resolved by ARP or Neighbor Discovery: the
+/// endpoint's for the original direction, the client's for replies (the client itself on a
+/// connected subnet, else the router: replies are routed like any packet, no MAC is kept
+/// per flow).
+fn forward<A: Family>(
     now: u64,
     frame: &mut [u8],
     rx: &Rx,
     st: &mut WorkerState,
-    flow: &Flow,
+    flow: &Flow<A>,
     dir: Direction,
-    total: usize,
+    seg: &Segment<A>,
 ) -> Verdict {
     let (rw, out_iface, dst_mac) = match dir {
         Direction::Original => {
@@ -173,21 +204,21 @@ fn forward(
         }
     };
     let l3 = rx.l2_len;
-    nat::rewrite_ipv4(&mut frame[l3..l3 + total], &rw, rx.l4_csum_partial);
-    link::transmit(frame, rx, total, out_iface, dst_mac, &st.host)
+    A::rewrite(&mut frame[l3..l3 + seg.total], seg.l4_offset, seg.proto, &rw, rx.l4_csum_partial);
+    link::transmit(frame, rx, seg.total, out_iface, dst_mac, &st.host)
 }
 
 /// Creates the flow for `key` (a conntrack miss): front door, endpoint, SNAT port.
-fn new_flow(
+fn new_flow<A: Family>(
     now: u64,
     frame: &mut [u8],
     rx: &Rx,
     table: &Table,
     st: &mut WorkerState,
-    key: FlowKey,
+    key: FlowKey<A>,
     tcp_flags: TcpFlags,
 ) -> Result<FlowId, Verdict> {
-    let Some(fe) = table.frontend(IpAddr::V4(key.dst_addr), key.protocol, key.dst_port) else {
+    let Some(fe) = table.frontend(key.dst_addr.into(), key.protocol, key.dst_port) else {
         return Err(Verdict::Drop(DropReason::NoFrontend));
     };
     if key.protocol == u8::from(IpProtocol::Tcp) && tcp::initial(TcpSegment::of(tcp_flags)).is_none() {
@@ -197,16 +228,22 @@ fn new_flow(
     let Some(backend) = backend::choose(now, &service, &key, st) else {
         return Err(reject(frame, rx, st));
     };
-    let IpAddr::V4(backend_ip) = layout::addr_from16(backend.addr) else {
+    let Some(backend_ip) = A::from_ip(layout::addr_from16(backend.addr)) else {
         return Err(Verdict::Drop(DropReason::UnsupportedFamily));
     };
     let Some((out, _)) = st.host.route(backend_ip) else {
         return Err(Verdict::Drop(DropReason::NoRoute));
     };
-    let (snat_index, snat_ip) = st.host.snat_address_for(out);
-    let endpoint = std::net::SocketAddrV4::new(backend_ip, backend.port.get());
+    let Some((snat_index, snat_ip)) = st.host.snat_address::<A>(out) else {
+        return Err(Verdict::Drop(DropReason::UnsupportedFamily));
+    };
+    let endpoint = SocketAddr::new(backend_ip.into(), backend.port.get());
     let Some(snat_port) = st.snat.alloc_for(snat_index, key.protocol, endpoint) else {
-        return Err(Verdict::Drop(DropReason::SnatExhausted));
+        return Err(Verdict::Drop(if st.snat.is_steered() && endpoint.is_ipv6() {
+            DropReason::UnsupportedFamily
+        } else {
+            DropReason::SnatExhausted
+        }));
     };
     learn_on_link_client(now, frame, rx, key.src_addr, st);
     let flow = Flow {
@@ -220,13 +257,13 @@ fn new_flow(
         },
         state: FlowState::new(fe.index, table.generation() as u32, Deadline::at(now)),
     };
-    let mut inserted = st.conntrack.insert(flow);
+    let mut inserted = A::conntrack_mut(st).insert(flow);
     if inserted == Err(InsertError::Full) {
         // Linux's early drop: evict a flow near this one that is worth less, then retry.
-        if let Some(evicted) = st.conntrack.early_drop(&key, now) {
+        if let Some(evicted) = A::conntrack_mut(st).early_drop(&key, now) {
             free_snat_port(&mut st.snat, &st.host, &evicted);
             st.counters.conntrack_evicted += 1;
-            inserted = st.conntrack.insert(flow);
+            inserted = A::conntrack_mut(st).insert(flow);
         }
     }
     match inserted {
@@ -250,10 +287,11 @@ fn new_flow(
 /// Learns the MAC address of a client on a connected subnet from the first frame of its
 /// flow when the neighbour table does not know it yet, so the replies (routed to the client,
 /// not sent back to a per-flow MAC) need not wait for ARP. A client normally ARPs for the
-/// VIP first, which teaches the same mapping (RFC 826 "merge"); this covers clients that
-/// learned the gateway's MAC otherwise. A known mapping is never overwritten from IP
-/// traffic: only ARP changes it.
-fn learn_on_link_client(now: u64, frame: &[u8], rx: &Rx, client: std::net::Ipv4Addr, st: &mut WorkerState) {
+/// VIP first (or sends a Neighbor Solicitation for it), which teaches the same mapping (RFC
+/// 826 "merge", RFC 4861 § 7.2.3); this covers clients that learned the gateway's MAC
+/// otherwise. A known mapping is never overwritten from IP traffic: only ARP and NDP change
+/// it.
+fn learn_on_link_client<A: Family>(now: u64, frame: &[u8], rx: &Rx, client: A, st: &mut WorkerState) {
     let on_link = matches!(st.host.route(client), Some((_, hop)) if hop == client);
     if on_link && st.neighbours.lookup(client).is_none() {
         let mac = EthernetFrame::new_unchecked(&frame[..rx.l2_len]).src_addr();

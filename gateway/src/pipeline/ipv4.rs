@@ -2,36 +2,15 @@
 //! fragments), the transport ports are read, and the packet goes to the conntrack path
 //! ([`super::flow`], TCP and UDP) or the ICMP answerer ([`super::icmp`]).
 
-use std::net::Ipv4Addr;
 use std::ops::Range;
 
+use super::flow::{self, Segment};
 use super::link::Rx;
-use super::{flow, icmp, Verdict, WorkerState};
+use super::{icmp, Verdict, WorkerState};
 use crate::conntrack::FlowKey;
 use crate::counters::DropReason;
 use crate::table::Table;
 use crate::wire::{IpProtocol, Ipv4Packet, TcpFlags, TcpPacket, UdpPacket};
-
-/// The fields of a received IPv4 TCP or UDP packet the later steps use.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Segment {
-    /// Source address.
-    pub src: Ipv4Addr,
-    /// Destination address.
-    pub dst: Ipv4Addr,
-    /// TCP or UDP.
-    pub proto: IpProtocol,
-    /// Time to live as received.
-    pub ttl: u8,
-    /// IPv4 total length (header and payload), bytes.
-    pub total: usize,
-    /// Transport source port.
-    pub sport: u16,
-    /// Transport destination port.
-    pub dport: u16,
-    /// TCP flags; empty for UDP.
-    pub tcp_flags: TcpFlags,
-}
 
 /// The flow key of the TCP or UDP packet after the link-layer header of `frame`, read with
 /// checked views but without [`handle`]'s checks (header checksum, TTL): a hint for
@@ -87,6 +66,6 @@ pub(super) fn handle(now: u64, frame: &mut [u8], rx: &Rx, table: &Table, st: &mu
         IpProtocol::Icmp => return icmp::handle(frame, rx, table, st, src, dst, l4),
         _ => return Verdict::Drop(DropReason::UnsupportedProtocol),
     };
-    let seg = Segment { src, dst, proto, ttl, total, sport, dport, tcp_flags };
+    let seg = Segment { src, dst, proto, ttl, l4_offset: ihl, total, sport, dport, tcp_flags };
     flow::handle(now, frame, rx, table, st, &seg)
 }

@@ -6,6 +6,7 @@
 
 use std::net::Ipv6Addr;
 
+use super::flow::{self, Segment};
 use super::link::Rx;
 use super::{icmp, ndp, Verdict, WorkerState};
 use crate::counters::DropReason;
@@ -37,15 +38,27 @@ pub(super) fn handle(now: u64, frame: &mut [u8], rx: &Rx, table: &Table, st: &mu
             Ok(t) => (t.src_port(), t.dst_port(), t.flags()),
             Err(_) => return Verdict::Drop(DropReason::MalformedL4),
         },
+        // RFC 8200 § 8.1: "IPv6 receivers must discard UDP packets containing a zero
+        // checksum"; forwarding one would only move the discard to the endpoint.
         IpProtocol::Udp => match UdpPacket::new_checked(&frame[l4.clone()]) {
-            Ok(u) => (u.src_port(), u.dst_port(), TcpFlags::default()),
-            Err(_) => return Verdict::Drop(DropReason::MalformedL4),
+            Ok(u) if u.checksum() != 0 => (u.src_port(), u.dst_port(), TcpFlags::default()),
+            _ => return Verdict::Drop(DropReason::MalformedL4),
         },
         IpProtocol::Icmpv6 => return handle_icmpv6(now, frame, rx, table, st, (src, dst, hop_limit), l4),
         _ => return Verdict::Drop(DropReason::UnsupportedProtocol),
     };
-    let _seg = (src, dst, hop_limit, sport, dport, tcp_flags);
-    Verdict::Drop(DropReason::UnsupportedFamily)
+    let seg = Segment {
+        src,
+        dst,
+        proto: upper.protocol,
+        ttl: hop_limit,
+        l4_offset: upper.offset,
+        total,
+        sport,
+        dport,
+        tcp_flags,
+    };
+    flow::handle(now, frame, rx, table, st, &seg)
 }
 
 /// ICMPv6 to the gateway: Neighbor Discovery and echo requests; anything else is a counted

@@ -55,6 +55,7 @@ mod arp;
 mod backend;
 mod burst;
 mod expire;
+mod family;
 mod flow;
 mod icmp;
 mod ipv4;

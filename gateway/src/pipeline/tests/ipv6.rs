@@ -11,7 +11,7 @@ use std::net::Ipv6Addr;
 use super::*;
 use crate::wire::ipv6::{multicast_mac, solicited_node, ALL_NODES};
 use crate::wire::ndp::{FLAG_OVERRIDE, FLAG_SOLICITED};
-use crate::wire::Icmpv6Type;
+use crate::wire::{Icmpv6Packet, Icmpv6Type, Ipv6Packet};
 
 fn ip6(s: &str) -> Ipv6Addr {
     s.parse().unwrap()
@@ -55,6 +55,7 @@ fn table6(backends: &[u16], affinity_timeout_s: Option<u32>) -> Table {
     let spec = TableSpec {
         frontends: vec![
             fe(IpAddr::V4(VIP), Protocol::Tcp, 80, 1),
+            fe(IpAddr::V4(VIP), Protocol::Udp, 8080, 0),
             fe(IpAddr::V6(VIP6), Protocol::Tcp, 80, 0),
             fe(IpAddr::V6(VIP6), Protocol::Udp, 80, 0),
             fe(IpAddr::V6(EMPTY_VIP6), Protocol::Tcp, 80, 2),
@@ -266,4 +267,158 @@ fn malformed_ipv6_is_a_counted_drop() {
         assert_eq!(run(0, &frame, FRONT, &t, &mut st).0, Verdict::Drop(reason), "{what}");
     }
     assert_eq!(st.conntrack.len(), 0);
+}
+
+fn to_back(last: u16) -> L2 {
+    L2 { src: backend_mac(last as u8), dst: GW_BACK_MAC }
+}
+
+fn from_back(last: u16) -> L2 {
+    L2 { src: GW_BACK_MAC, dst: backend_mac(last as u8) }
+}
+
+fn backend6_of(frame: &[u8]) -> Ipv6Addr {
+    Ipv6Packet::new_checked(&frame[14..]).unwrap().dst_addr()
+}
+
+#[test]
+fn ipv6_tcp_flow_is_translated_both_ways_to_ipv6_endpoints() {
+    let (t, mut st) = (table6(&[0x11], None), state6());
+    let syn = frames::tcp6(to_gw(), CLIENT6, (VIP6, 80), TcpFlags::SYN, 1000, 0, &[], 64);
+    // Full NAT to the IPv6 SNAT address; Hop Limit decremented; checksum updated.
+    let want = frames::tcp6(from_back(0x11), (SNAT6, 1024), (backend6(0x11), 8080), TcpFlags::SYN, 1000, 0, &[], 63);
+    assert_eq!(run(0, &syn, FRONT, &t, &mut st), (tx(BACK, &want), want));
+    assert_eq!((st.conntrack6.len(), st.conntrack.len()), (1, 0), "in the IPv6 table");
+    let syn_ack = TcpFlags(TcpFlags::SYN.0 | TcpFlags::ACK.0);
+    let reply = frames::tcp6(to_back(0x11), (backend6(0x11), 8080), (SNAT6, 1024), syn_ack, 5000, 1001, &[], 64);
+    // The client is on-link: learned from its SYN, the reply goes straight to it.
+    let want = frames::tcp6(from_gw(), (VIP6, 80), CLIENT6, syn_ack, 5000, 1001, &[], 63);
+    assert_eq!(run(SEC, &reply, BACK, &t, &mut st), (tx(FRONT, &want), want));
+    let data = frames::tcp6(to_gw(), CLIENT6, (VIP6, 80), TcpFlags::ACK, 1001, 5001, b"GET / HTTP/1.1\r\n\r\n", 64);
+    let want = frames::tcp6(
+        from_back(0x11),
+        (SNAT6, 1024),
+        (backend6(0x11), 8080),
+        TcpFlags::ACK,
+        1001,
+        5001,
+        b"GET / HTTP/1.1\r\n\r\n",
+        63,
+    );
+    assert_eq!(run(2 * SEC, &data, FRONT, &t, &mut st), (tx(BACK, &want), want));
+    assert_eq!(st.counters.new_flows, 1);
+    assert_eq!((st.counters.forwarded_original, st.counters.forwarded_reply), (2, 1));
+}
+
+#[test]
+fn ipv6_udp_round_trip_and_extension_headers() {
+    let (t, mut st) = (table6(&[0x11], None), state6());
+    // A Destination Options header before the UDP header: the rewrite finds the ports.
+    let plain = frames::udp6(to_gw(), CLIENT6, (VIP6, 80), b"ping", 64);
+    let mut q = plain[..54].to_vec();
+    q.extend_from_slice(&[17, 0, 1, 4, 0, 0, 0, 0]);
+    q.extend_from_slice(&plain[54..]);
+    q[14 + 6] = 60;
+    q[14 + 4..14 + 6].copy_from_slice(&((plain.len() - 54 + 8) as u16).to_be_bytes());
+    let (v, out) = run(0, &q, FRONT, &t, &mut st);
+    assert_eq!(v, tx(BACK, &out));
+    let mut want = frames::udp6(from_back(0x11), (SNAT6, 1024), (backend6(0x11), 8080), b"ping", 63)[..54].to_vec();
+    want.extend_from_slice(&[17, 0, 1, 4, 0, 0, 0, 0]);
+    want.extend_from_slice(&frames::udp6(from_back(0x11), (SNAT6, 1024), (backend6(0x11), 8080), b"ping", 63)[54..]);
+    want[14 + 6] = 60;
+    want[14 + 4..14 + 6].copy_from_slice(&((plain.len() - 54 + 8) as u16).to_be_bytes());
+    assert_eq!(out, want, "extension header kept, addresses, ports and checksum rewritten");
+    let r = frames::udp6(to_back(0x11), (backend6(0x11), 8080), (SNAT6, 1024), b"echo:ping", 64);
+    let want = frames::udp6(from_gw(), (VIP6, 80), CLIENT6, b"echo:ping", 63);
+    assert_eq!(run(0, &r, BACK, &t, &mut st), (tx(FRONT, &want), want));
+    assert_eq!(st.counters.forwarded_original + st.counters.forwarded_reply, 2);
+    // A zero UDP checksum is invalid over IPv6 (RFC 8200 § 8.1): dropped, not forwarded.
+    let mut zero = frames::udp6(to_gw(), CLIENT6, (VIP6, 80), b"ping", 64);
+    zero[54 + 6..54 + 8].copy_from_slice(&[0, 0]);
+    assert_eq!(run(0, &zero, FRONT, &t, &mut st).0, Verdict::Drop(DropReason::MalformedL4));
+}
+
+#[test]
+fn ipv6_front_door_without_endpoints_rejects() {
+    let (t, mut st) = (table6(&[0x11], None), state6());
+    let syn = frames::tcp6(to_gw(), CLIENT6, (EMPTY_VIP6, 80), TcpFlags::SYN, 1000, 0, &[], 64);
+    let mut rst = frames::tcp6(
+        from_gw(),
+        (EMPTY_VIP6, 80),
+        CLIENT6,
+        TcpFlags(TcpFlags::RST.0 | TcpFlags::ACK.0),
+        0,
+        1001,
+        &[],
+        64,
+    );
+    {
+        let mut t = TcpPacket::new_unchecked(&mut rst[54..]);
+        t.set_window_len(0);
+        t.fill_checksum(EMPTY_VIP6, CLIENT6.0);
+    }
+    assert_eq!(run(0, &syn, FRONT, &t, &mut st), (tx(FRONT, &rst), rst));
+    // UDP: ICMPv6 destination unreachable, code 4 (port unreachable), quoting the packet.
+    let q = frames::udp6(to_gw(), CLIENT6, (EMPTY_VIP6, 9), b"discard me", 64);
+    let quoted = &q[14..];
+    let mut want = frames::icmpv6_echo(from_gw(), EMPTY_VIP6, CLIENT6.0, 0, 0, quoted, false);
+    {
+        let mut icmp = Icmpv6Packet::new_unchecked(&mut want[54..]);
+        icmp.set_msg_type(Icmpv6Type::DstUnreachable);
+        icmp.set_msg_code(4);
+        icmp.set_word(0);
+        icmp.fill_checksum(EMPTY_VIP6, CLIENT6.0);
+    }
+    assert_eq!(run(0, &q, FRONT, &t, &mut st), (tx(FRONT, &want), want));
+    assert_eq!(st.counters.rejected, 2);
+    assert_eq!(st.conntrack6.len(), 0);
+}
+
+#[test]
+fn ipv6_hop_limit_families_and_expiry() {
+    let (t, mut st) = (table6(&[0x11], None), state6());
+    let last_hop = frames::udp6(to_gw(), CLIENT6, (VIP6, 80), b"x", 1);
+    assert_eq!(run(0, &last_hop, FRONT, &t, &mut st).0, Verdict::Drop(DropReason::TtlExceeded));
+    let no_door = frames::udp6(to_gw(), CLIENT6, (VIP6, 81), b"x", 64);
+    assert_eq!(run(0, &no_door, FRONT, &t, &mut st).0, Verdict::Drop(DropReason::NoFrontend));
+    // An IPv4 front door whose Service has only IPv6 endpoints: full NAT keeps the family.
+    let mixed = frames::udp(to_gw(), CLIENT, (VIP, 8080), b"x", 64);
+    assert_eq!(run(0, &mixed, FRONT, &t, &mut st).0, Verdict::Drop(DropReason::UnsupportedFamily));
+    // A flow expires like an IPv4 one and gives its IPv6 SNAT port back.
+    let q = frames::udp6(to_gw(), CLIENT6, (VIP6, 80), b"x", 64);
+    let (_, out) = run(0, &q, FRONT, &t, &mut st);
+    assert_eq!(UdpPacket::new_checked(&out[54..]).unwrap().src_port(), 1024);
+    assert_eq!(poll_expire(40 * SEC, 1 << 20, &mut st), 1);
+    assert_eq!(st.conntrack6.len(), 0);
+    let q2 = frames::udp6(to_gw(), (CLIENT6.0, 40001), (VIP6, 80), b"x", 64);
+    let (_, out) = run(41 * SEC, &q2, FRONT, &t, &mut st);
+    assert_eq!(UdpPacket::new_checked(&out[54..]).unwrap().src_port(), 1025, "the freed port is reused last");
+}
+
+#[test]
+fn ipv6_new_flows_spread_and_client_ip_affinity_holds() {
+    let (t, mut st) = (table6(&[0x11, 0x12, 0x13], None), state6());
+    let mut seen = std::collections::HashMap::new();
+    for port in 0..300u16 {
+        let syn = frames::tcp6(to_gw(), (CLIENT6.0, 20000 + port), (VIP6, 80), TcpFlags::SYN, 1, 0, &[], 64);
+        let (v, out) = run(0, &syn, FRONT, &t, &mut st);
+        assert!(matches!(v, Verdict::Transmit { .. }), "{v:?}");
+        *seen.entry(backend6_of(&out)).or_insert(0) += 1;
+    }
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    assert!(seen.values().all(|&n| n > 50), "{seen:?}");
+    // With sessionAffinity: ClientIP every connection of a client, on any worker, goes to
+    // one endpoint.
+    let t = table6(&[0x11, 0x12, 0x13], Some(600));
+    let mut workers: Vec<WorkerState> = (0..2).map(|_| state6()).collect();
+    let shared = Arc::clone(&workers[0].affinity);
+    workers[1].affinity = Arc::clone(&shared);
+    let mut chosen = std::collections::HashSet::new();
+    for port in 0..40u16 {
+        let syn = frames::tcp6(to_gw(), (CLIENT6.0, 30000 + port), (VIP6, 80), TcpFlags::SYN, 1, 0, &[], 64);
+        let (v, out) = run(u64::from(port) * SEC, &syn, FRONT, &t, &mut workers[usize::from(port % 2)]);
+        assert!(matches!(v, Verdict::Transmit { .. }), "{v:?}");
+        chosen.insert(backend6_of(&out));
+    }
+    assert_eq!(chosen.len(), 1, "{chosen:?}");
 }
