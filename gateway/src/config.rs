@@ -58,13 +58,18 @@ pub struct Ipv4Cidr {
     pub prefix_len: u8,
 }
 
+/// Splits `address/len` into an address of type `A` and a prefix length of at most `max`.
+fn address_and_prefix<A: std::str::FromStr>(s: &str, max: u8) -> Option<(A, u8)> {
+    let (a, l) = s.split_once('/')?;
+    let addr: A = a.trim().parse().ok()?;
+    let prefix_len: u8 = l.trim().parse().ok()?;
+    (prefix_len <= max).then_some((addr, prefix_len))
+}
+
 impl Ipv4Cidr {
     /// Parses `a.b.c.d/len`.
     pub fn parse(s: &str) -> Option<Self> {
-        let (a, l) = s.split_once('/')?;
-        let addr: Ipv4Addr = a.trim().parse().ok()?;
-        let prefix_len: u8 = l.trim().parse().ok()?;
-        (prefix_len <= 32).then_some(Self { addr, prefix_len })
+        address_and_prefix(s, 32).map(|(addr, prefix_len)| Self { addr, prefix_len })
     }
 
     /// The network mask, host order.
@@ -95,10 +100,7 @@ pub struct Ipv6Cidr {
 impl Ipv6Cidr {
     /// Parses `address/len`.
     pub fn parse(s: &str) -> Option<Self> {
-        let (a, l) = s.split_once('/')?;
-        let addr: Ipv6Addr = a.trim().parse().ok()?;
-        let prefix_len: u8 = l.trim().parse().ok()?;
-        (prefix_len <= 128).then_some(Self { addr, prefix_len })
+        address_and_prefix(s, 128).map(|(addr, prefix_len)| Self { addr, prefix_len })
     }
 
     /// The network mask.
