@@ -250,15 +250,6 @@ impl Host {
         Some((A::snat_index_base(self) + n, *a))
     }
 
-    /// The IPv4 SNAT address for flows leaving through `iface` ([`Self::snat_address`]).
-    ///
-    /// # Panics
-    /// If there is no IPv4 SNAT address.
-    #[inline]
-    pub fn snat_address_for(&self, iface: u8) -> (usize, Ipv4Addr) {
-        self.snat_address(iface).expect("an IPv4 SNAT address")
-    }
-
     /// The index among all SNAT addresses of the SNAT address `addr` of `A`'s family.
     #[inline]
     pub fn snat_index<A: HostAddr>(&self, addr: A) -> Option<usize> {
@@ -271,11 +262,6 @@ impl Host {
     pub fn source_address_for<A: HostAddr>(&self, iface: u8, target: A) -> Option<A> {
         let addrs = A::interface_addresses(self.interfaces.get(iface as usize)?);
         addrs.iter().find(|c| c.contains(target)).or_else(|| addrs.first()).map(Prefix::addr)
-    }
-
-    /// The gateway's first IPv4 address on `iface`.
-    pub fn source_address(&self, iface: u8) -> Option<Ipv4Addr> {
-        self.interfaces.get(iface as usize)?.addresses.first().map(|c| c.addr)
     }
 }
 
