@@ -871,6 +871,14 @@ mod tests {
             assert_eq!(m.tx_header_lens(), (14, 20));
             assert_ne!(m.ol_flags(), before);
             drop(m);
+            // The same on a VLAN interface: the tag is part of the link-layer header.
+            let mut m = io.pool.alloc().expect("mbuf");
+            assert!(m.extend_from_slice(&crate::frames::tagged(&syn, 0x8100, 100)));
+            request_tx_checksums(&mut m, TxCsum { ipv4: true, tcp: true, udp: true });
+            assert_eq!(&m.data()[28..30], &[0, 0]);
+            assert_eq!(u16::from_be_bytes([m.data()[54], m.data()[55]]), pseudo);
+            assert_eq!(m.tx_header_lens(), (18, 20));
+            drop(m);
             let mut n = 0;
             io.rx(0, BURST, &mut |f, _| n += usize::from(!f.is_empty()));
             assert_eq!(io.stats(), IoStats::default());
