@@ -1,17 +1,17 @@
-//! [`PacketIo`] over AF_PACKET: one [`AfPacketSocket`] per interface for one worker.
+//! [`PacketIo`] over AF_PACKET: one [`AfPacketSocket`] per port for one worker.
 
 use std::time::Duration;
 
 use super::af_packet::AfPacketSocket;
 use crate::worker::{PacketIo, RxInfo};
 
-/// A worker's AF_PACKET sockets, indexed like the configured interfaces.
+/// A worker's AF_PACKET sockets, indexed like the configured ports ([`crate::config::Config::ports`]).
 pub struct AfPacketIo {
     sockets: Vec<AfPacketSocket>,
 }
 
 impl AfPacketIo {
-    /// Wraps one worker's sockets (`sockets[i]` on interface `i`).
+    /// Wraps one worker's sockets (`sockets[p]` on port `p`).
     pub fn new(sockets: Vec<AfPacketSocket>) -> Self {
         Self { sockets }
     }

@@ -252,7 +252,7 @@ impl ReplySteering for ThashSteering {
 
 /// The running DPDK driver: EAL and the ports, on the control thread.
 pub struct DpdkDriver {
-    /// The ports, indexed like the configured interfaces. Dropped before `eal`.
+    /// The ports, indexed like [`Config::ports`]. Dropped before `eal`.
     ports: Vec<Port>,
     seeds: Vec<Option<WorkerSeed>>,
     macs: Vec<MacAddr>,
@@ -440,7 +440,7 @@ impl DpdkDriver {
         self.workers
     }
 
-    /// The ports' MAC addresses, indexed like the interfaces.
+    /// The ports' MAC addresses, indexed like [`Config::ports`].
     pub fn macs(&self) -> &[MacAddr] {
         &self.macs
     }
