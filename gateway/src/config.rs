@@ -5,7 +5,7 @@
 //! (`interfaces[1].addresses[0]: "10.0.0.1/33" is not an address/prefix`). Unknown keys are
 //! errors too, so a typo never silently falls back to a default.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -497,6 +497,10 @@ pub struct ControlConfig {
     pub load_balancer_class: Option<String>,
     /// `node_port_addresses`: which of the gateway Node's addresses serve NodePorts.
     pub node_port_addresses: NodePortAddresses,
+    /// `min_interval_ms`: shortest time between two publications under churn, in
+    /// milliseconds (kube-proxy's `--min-sync-period`; at most 60 000). `None`:
+    /// torii-control's default.
+    pub min_interval_ms: Option<u64>,
 }
 
 /// A validated gateway host configuration.
@@ -526,6 +530,16 @@ pub struct Config {
     pub conntrack: ConntrackConfig,
     /// Control plane.
     pub control: ControlConfig,
+    /// The gateway's metrics endpoint.
+    pub metrics: MetricsConfig,
+}
+
+/// `[metrics]`: the gateway's Prometheus `/metrics` and `/healthz` endpoint.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MetricsConfig {
+    /// `listen`: the TCP address to serve on (`"127.0.0.1:9100"`, `"[::]:9100"`); `None`
+    /// (the default, key absent) serves nothing.
+    pub listen: Option<SocketAddr>,
 }
 
 // ---- raw serde shapes, validated into the types above ----
@@ -551,6 +565,14 @@ struct RawConfig {
     conntrack: RawConntrack,
     #[serde(default)]
     control: RawControl,
+    #[serde(default)]
+    metrics: RawMetrics,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawMetrics {
+    listen: Option<String>,
 }
 
 fn default_shm_dir() -> PathBuf {
@@ -730,10 +752,14 @@ struct RawControl {
     proxy_name: Option<String>,
     load_balancer_class: Option<String>,
     node_port_addresses: Vec<String>,
+    min_interval_ms: Option<u64>,
 }
 
 impl RawControl {
     fn validate(self) -> Result<ControlConfig, ConfigError> {
+        if let Some(ms) = self.min_interval_ms.filter(|&ms| ms > 60_000) {
+            return Err(invalid("control.min_interval_ms", format!("{ms} is over 60000 (one minute)")));
+        }
         if let Some(name) = &self.proxy_name {
             if !is_label_value(name) || name.is_empty() {
                 return Err(invalid(
@@ -785,6 +811,7 @@ impl RawControl {
             proxy_name: self.proxy_name,
             load_balancer_class: self.load_balancer_class,
             node_port_addresses,
+            min_interval_ms: self.min_interval_ms,
         })
     }
 }
@@ -1085,6 +1112,17 @@ impl Config {
                 udp_stream_timeout_s: ct.udp_stream_timeout_s,
             },
             control: raw.control.validate()?,
+            metrics: MetricsConfig {
+                listen: match &raw.metrics.listen {
+                    None => None,
+                    Some(l) => Some(l.parse().map_err(|_| {
+                        invalid(
+                            "metrics.listen",
+                            format!("{l:?} is not an address:port like \"127.0.0.1:9100\" or \"[::]:9100\""),
+                        )
+                    })?),
+                },
+            },
         })
     }
 }
@@ -1183,6 +1221,11 @@ mod tests {
         assert_eq!(c.control.node_port_addresses, NodePortAddresses::All);
         assert_eq!(c.control.proxy_name, None);
         assert_eq!(c.control.load_balancer_class, None);
+        assert_eq!(c.control.min_interval_ms, None);
+        let c = Config::from_toml(&with_control("min_interval_ms = 0")).unwrap();
+        assert_eq!(c.control.min_interval_ms, Some(0));
+        let e = Config::from_toml(&with_control("min_interval_ms = 60001")).unwrap_err().to_string();
+        assert!(e.starts_with("control.min_interval_ms: 60001 is over 60000"), "{e}");
     }
 
     #[test]
@@ -1378,6 +1421,15 @@ mod tests {
             let e = with_vlans(extra).unwrap_err();
             assert!(e.starts_with(want), "{extra}: {e}");
         }
+    }
+
+    #[test]
+    fn metrics_listen() {
+        assert_eq!(Config::embedded_default().metrics.listen, None, "off unless configured");
+        let c = Config::from_toml(&format!("{EMBEDDED_DEFAULT}\n[metrics]\nlisten = \"127.0.0.1:9100\"\n")).unwrap();
+        assert_eq!(c.metrics.listen, Some("127.0.0.1:9100".parse().unwrap()));
+        let e = Config::from_toml(&format!("{EMBEDDED_DEFAULT}\n[metrics]\nlisten = \"localhost\"\n")).unwrap_err();
+        assert!(e.to_string().starts_with("metrics.listen: \"localhost\" is not an address:port"), "{e}");
     }
 
     #[test]
