@@ -64,11 +64,12 @@ pub(super) fn handle(
                 state.frontend = frontend;
             } else {
                 // The endpoint left its Service (DESIGN.md "Failure semantics"): a TCP
-                // client gets a RST so it fails fast instead of hanging; anything else is
+                // client gets a RST so it fails fast instead of hanging; anything else — a
+                // UDP packet, or a SYN opening a new connection on the old tuple — is
                 // steered anew by this very packet.
                 remove_flow(st, id);
                 st.counters.endpoint_gone += 1;
-                if seg.proto == IpProtocol::Tcp {
+                if seg.proto == IpProtocol::Tcp && TcpSegment::of(seg.tcp_flags) != TcpSegment::Syn {
                     return reject(frame, rx, st);
                 }
                 hit = None;
