@@ -95,6 +95,7 @@
 //! ```
 
 mod index;
+mod memory;
 pub mod tcp;
 #[cfg(test)]
 mod tests;
@@ -583,8 +584,9 @@ impl<A: Address> Conntrack<A> {
     /// A table for up to `capacity` flows (0..=[`MAX_CAPACITY`]) whose reply tuples go to
     /// `snat_addresses` (1..=[`MAX_SNAT_ADDRESSES`] of them, the worker's SNAT addresses of
     /// this family), keys hashed with `seed` (draw it at random per worker). Allocates and
-    /// writes all memory now (see [`Conntrack::memory_bytes`]): O(capacity) time, never again
-    /// afterwards.
+    /// writes all memory now (see [`Conntrack::memory_bytes`]), the records and the index in
+    /// transparent huge pages where the kernel offers them (`memory`): O(capacity) time,
+    /// never again afterwards.
     ///
     /// A capacity of 0 gives a table that refuses every insert with [`InsertError::Full`].
     ///
@@ -606,7 +608,7 @@ impl<A: Address> Conntrack<A> {
         );
         debug_assert!(index.slot_count() > 2 * capacity);
         Self {
-            records: vec![Record::VACANT; capacity].into_boxed_slice(),
+            records: memory::filled(capacity, Record::VACANT),
             live: vec![0; capacity.div_ceil(64)].into_boxed_slice(),
             index,
             snat: snat_addresses.into(),
@@ -711,7 +713,10 @@ impl<A: Address> Conntrack<A> {
     #[inline]
     pub fn prefetch_record(&self, hash: u64) {
         if let Some(tag) = self.index.home_candidate(hash) {
-            index::prefetch(&self.records[untag(tag).0 as usize]);
+            // A record may straddle two cache lines: fetch its first and its last field.
+            let record = &self.records[untag(tag).0 as usize];
+            index::prefetch(&record.state);
+            index::prefetch(&record.snat);
         }
     }
 
