@@ -635,8 +635,9 @@ enum Op<A: Address> {
 
 fn op<A: SmallAddress>() -> impl Strategy<Value = Op<A>> {
     prop_oneof![
-        4 => (small_key(), small_key(), prop::bool::weighted(0.9), 0u64..20)
-            .prop_map(|(original, reply, same_protocol, deadline_ms)| Op::Insert { original, reply, same_protocol, deadline_ms }),
+        4 => (small_key(), small_key(), prop::bool::weighted(0.9), 0u64..20).prop_map(
+            |(original, reply, same_protocol, deadline_ms)| Op::Insert { original, reply, same_protocol, deadline_ms }
+        ),
         2 => small_key().prop_map(Op::Lookup),
         1 => (any::<usize>(), any::<bool>()).prop_map(|(n, a)| Op::Assure(n, a)),
         1 => (small_key(), 0u64..20).prop_map(|(near, now_ms)| Op::EarlyDrop { near, now_ms }),
