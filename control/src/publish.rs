@@ -100,6 +100,16 @@ pub struct PublishStats {
     pub spare_missed: u64,
     /// Snapshot bytes written to files by publications.
     pub bytes_written: u64,
+    /// Of the last publication: laying the table out ([`TableBuilder::build`]), finding a
+    /// file to write into, writing and renaming it, and the rest (storing the
+    /// generation, starting the background job).
+    pub last_build: std::time::Duration,
+    /// See `last_build`.
+    pub last_find: std::time::Duration,
+    /// See `last_build`.
+    pub last_write: std::time::Duration,
+    /// See `last_build`.
+    pub last_rest: std::time::Duration,
 }
 
 /// Name of the pre-allocated file the next snapshot is written into (never a published
@@ -257,7 +267,9 @@ impl Publisher {
         let generation = self.generation.max(self.region.published_generation()) + 1;
         let previous = self.built;
         let previous_len = self.builder.bytes().len();
+        let t0 = std::time::Instant::now();
         self.builder.build(spec, generation)?;
+        let t1 = std::time::Instant::now();
         self.built = Some(generation);
         if self.history.len() == HISTORY {
             self.history.pop_front();
@@ -275,6 +287,7 @@ impl Publisher {
             (s, retired, changed)
         });
         let bytes = self.builder.bytes();
+        let t2 = std::time::Instant::now();
         let mut written = None;
         if let Some((s, retired, changed)) = older {
             let n = changed.as_ref().map_or(bytes.len(), |c| c.iter().map(Range::len).sum());
@@ -292,6 +305,7 @@ impl Publisher {
                 write_new(&path, bytes)?;
             }
         }
+        let t3 = std::time::Instant::now();
         self.region.set_published_generation(generation);
         self.generation = generation;
         if self.spare.is_none() {
@@ -317,6 +331,10 @@ impl Publisher {
                 self.collect_garbage();
             }
         }
+        self.stats.last_build = t1 - t0;
+        self.stats.last_find = t2 - t1;
+        self.stats.last_write = t3 - t2;
+        self.stats.last_rest = t3.elapsed();
         Ok(generation)
     }
 

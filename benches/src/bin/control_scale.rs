@@ -92,6 +92,7 @@ fn main() {
         let mut total = Vec::with_capacity(changes);
         let mut compile = Vec::with_capacity(changes);
         let mut publish = Vec::with_capacity(changes);
+        let mut parts: [Vec<Duration>; 4] = Default::default();
         let before = daemon.publisher.stats();
         for _ in 0..changes {
             serial += 1;
@@ -101,7 +102,19 @@ fn main() {
             total.push(c + p);
             compile.push(c);
             publish.push(p);
+            let s = daemon.publisher.stats();
+            for (v, d) in parts.iter_mut().zip([s.last_build, s.last_find, s.last_write, s.last_rest]) {
+                v.push(d);
+            }
         }
+        let [b, f, w, r] = &mut parts;
+        println!(
+            "  publication's parts, medians: build {}, finding a file {}, writing it {}, the rest {}",
+            ms(median(b)),
+            ms(median(f)),
+            ms(median(w)),
+            ms(median(r))
+        );
 
         let after = daemon.publisher.stats();
         let mut sorted = total.clone();
