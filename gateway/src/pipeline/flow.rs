@@ -1,0 +1,286 @@
+//! The conntrack path of TCP and UDP: lookup of the 5-tuple in the worker's conntrack
+//! (both directions indexed), revalidation of a flow against a newer table, creation of a
+//! flow on a miss (front door, endpoint, SNAT port; in a full table, Linux's early drop
+//! first), the flow's TCP state and timeouts ([`crate::conntrack::track_tcp`]: a RST before
+//! any reply ends the flow, a client's SYN on a TIME_WAIT or CLOSE flow reopens it with a
+//! new endpoint, segments that do not fit the state are dropped), the NAT rewrite and MAC
+//! addressing of the forwarded frame, and the per-front-door counts of what was forwarded
+//! (packets and IPv4 bytes per direction, new flows).
+
+use std::net::IpAddr;
+
+use super::expire::{free_snat_port, remove_flow};
+use super::ipv4::Segment;
+use super::link::{self, Rx};
+use super::reject::reject;
+use super::resolve::neighbour;
+use super::{backend, Verdict, WorkerState};
+use crate::conntrack::tcp::{self, Segment as TcpSegment};
+use crate::conntrack::{
+    track_tcp, track_udp, Deadline, Direction, Flow, FlowId, FlowKey, FlowState, InsertError, Tracked,
+};
+use crate::counters::DropReason;
+use crate::nat::{self, Rewrite};
+use crate::table::layout;
+use crate::table::Table;
+use crate::wire::{EthernetFrame, IpProtocol, TcpFlags};
+
+/// Forwards the TCP or UDP packet `seg` in `frame` along its flow, creating the flow on a
+/// conntrack miss.
+pub(super) fn handle(
+    now: u64,
+    frame: &mut [u8],
+    rx: &Rx,
+    table: &Table,
+    st: &mut WorkerState,
+    seg: &Segment,
+) -> Verdict {
+    let key = FlowKey {
+        protocol: u8::from(seg.proto),
+        src_addr: seg.src,
+        src_port: seg.sport,
+        dst_addr: seg.dst,
+        dst_port: seg.dport,
+    };
+    // `process_burst` hashed the key ahead (and prefetched its slots); use that hash only
+    // if this full parse found the same key.
+    let hash = match st.flow_hint.take() {
+        Some((hinted, hash)) if hinted == key => hash,
+        _ => st.conntrack.hash_key(&key),
+    };
+    let mut hit = st.conntrack.lookup_hashed(&key, hash);
+    if let Some((id, _)) = hit {
+        if st.conntrack.state(id).deadline.is_due(now) {
+            // Idle past its timeout but not reaped yet: it is gone.
+            remove_flow(st, id);
+            hit = None;
+        }
+    }
+    if let Some((id, Direction::Original)) = hit {
+        if st.conntrack.state(id).table_generation != table.generation() as u32 {
+            if let Some(frontend) = backend::still_serves(table, &st.conntrack.get(id)) {
+                let state = st.conntrack.state_mut(id);
+                state.table_generation = table.generation() as u32;
+                state.frontend = frontend;
+            } else {
+                // The endpoint left its Service (DESIGN.md "Failure semantics"): a TCP
+                // client gets a RST so it fails fast instead of hanging; anything else — a
+                // UDP packet, or a SYN opening a new connection on the old tuple — is
+                // steered anew by this very packet.
+                remove_flow(st, id);
+                st.counters.endpoint_gone += 1;
+                if seg.proto == IpProtocol::Tcp && TcpSegment::of(seg.tcp_flags) != TcpSegment::Syn {
+                    return reject(frame, rx, st);
+                }
+                hit = None;
+            }
+        }
+    }
+    if seg.ttl <= 1 {
+        return Verdict::Drop(DropReason::TtlExceeded);
+    }
+    let (mut id, dir) = match hit {
+        Some(h) => h,
+        None => match new_flow(now, frame, rx, table, st, key, seg.tcp_flags) {
+            Ok(id) => (id, Direction::Original),
+            Err(v) => return v,
+        },
+    };
+    let mut tracked = track(now, st, id, dir, seg);
+    if tracked == Tracked::Reopen {
+        // A new connection on the tuple of a closed one: forget the old flow, choose the
+        // endpoint anew.
+        remove_flow(st, id);
+        id = match new_flow(now, frame, rx, table, st, key, seg.tcp_flags) {
+            Ok(id) => id,
+            Err(v) => return v,
+        };
+        tracked = track(now, st, id, Direction::Original, seg);
+    }
+    if tracked == Tracked::Invalid {
+        return Verdict::Drop(DropReason::TcpInvalid);
+    }
+    let flow = st.conntrack.get(id);
+    let verdict = forward(now, frame, rx, st, &flow, dir, seg.total);
+    if matches!(verdict, Verdict::Transmit { .. }) {
+        count_frontend(table, st, &flow, dir, seg.total);
+    }
+    if tracked == Tracked::ForwardThenRemove {
+        remove_flow(st, id);
+    }
+    verdict
+}
+
+/// Counts a forwarded packet of `total` IPv4 bytes on its flow's front door: the index the
+/// flow keeps, when it was (re)validated against this very table; else (a reply that came
+/// before the flow's next original packet under a new table) the index looked up anew.
+#[inline]
+fn count_frontend(table: &Table, st: &mut WorkerState, flow: &Flow, dir: Direction, total: usize) {
+    let index = if flow.state.table_generation == table.generation() as u32 {
+        Some(flow.state.frontend)
+    } else {
+        let o = &flow.original;
+        table.frontend(IpAddr::V4(o.dst_addr), o.protocol, o.dst_port).map(|f| f.index)
+    };
+    if let Some(index) = index {
+        st.frontends.packet(index, dir == Direction::Original, total);
+    }
+}
+
+/// Applies the packet to flow `id`'s state ([`track_tcp`], [`track_udp`]): TCP state, idle
+/// deadline, `seen_reply`, `assured`.
+fn track(now: u64, st: &mut WorkerState, id: FlowId, dir: Direction, seg: &Segment) -> Tracked {
+    let timeouts = st.host.timeouts;
+    let state = st.conntrack.state_mut(id);
+    if seg.proto == IpProtocol::Tcp {
+        track_tcp(state, dir, seg.tcp_flags, now, &timeouts)
+    } else {
+        track_udp(state, dir, now, &timeouts);
+        Tracked::Forward
+    }
+}
+
+/// Rewrites the IPv4 packet (`total` bytes after the link-layer header) along `flow` in
+/// direction `dir` and addresses the frame to its next hop, resolved by ARP: the endpoint's
+/// for the original direction, the client's for replies (the client itself on a connected
+/// subnet, else the router: replies are routed like any packet, no MAC is kept per flow).
+fn forward(
+    now: u64,
+    frame: &mut [u8],
+    rx: &Rx,
+    st: &mut WorkerState,
+    flow: &Flow,
+    dir: Direction,
+    total: usize,
+) -> Verdict {
+    let (rw, out_iface, dst_mac) = match dir {
+        Direction::Original => {
+            let Some((out, hop)) = st.host.route(flow.reply.src_addr) else {
+                return Verdict::Drop(DropReason::NoRoute);
+            };
+            let Some(mac) = neighbour(st, hop, out, now) else {
+                return Verdict::Drop(DropReason::NeighbourUnresolved);
+            };
+            st.counters.forwarded_original += 1;
+            (
+                Rewrite {
+                    src_addr: flow.reply.dst_addr,
+                    src_port: flow.reply.dst_port,
+                    dst_addr: flow.reply.src_addr,
+                    dst_port: flow.reply.src_port,
+                },
+                out,
+                mac,
+            )
+        }
+        Direction::Reply => {
+            let Some((out, hop)) = st.host.route(flow.original.src_addr) else {
+                return Verdict::Drop(DropReason::NoRoute);
+            };
+            let Some(mac) = neighbour(st, hop, out, now) else {
+                return Verdict::Drop(DropReason::NeighbourUnresolved);
+            };
+            st.counters.forwarded_reply += 1;
+            (
+                Rewrite {
+                    src_addr: flow.original.dst_addr,
+                    src_port: flow.original.dst_port,
+                    dst_addr: flow.original.src_addr,
+                    dst_port: flow.original.src_port,
+                },
+                out,
+                mac,
+            )
+        }
+    };
+    let l3 = rx.l2_len;
+    nat::rewrite_ipv4(&mut frame[l3..l3 + total], &rw, rx.l4_csum_partial);
+    link::transmit(frame, rx, total, out_iface, dst_mac, &st.host)
+}
+
+/// Creates the flow for `key` (a conntrack miss): front door, endpoint, SNAT port.
+fn new_flow(
+    now: u64,
+    frame: &mut [u8],
+    rx: &Rx,
+    table: &Table,
+    st: &mut WorkerState,
+    key: FlowKey,
+    tcp_flags: TcpFlags,
+) -> Result<FlowId, Verdict> {
+    let Some(fe) = table.frontend(IpAddr::V4(key.dst_addr), key.protocol, key.dst_port) else {
+        return Err(Verdict::Drop(DropReason::NoFrontend));
+    };
+    if key.protocol == u8::from(IpProtocol::Tcp) && tcp::initial(TcpSegment::of(tcp_flags)).is_none() {
+        return Err(Verdict::Drop(DropReason::NoConntrack));
+    }
+    let service = table.service(fe.service).ok_or(Verdict::Drop(DropReason::NoFrontend))?;
+    let Some(backend) = backend::choose(now, &service, &key, st) else {
+        return Err(reject(frame, rx, st));
+    };
+    let IpAddr::V4(backend_ip) = layout::addr_from16(backend.addr) else {
+        return Err(Verdict::Drop(DropReason::UnsupportedFamily));
+    };
+    let Some((out, _)) = st.host.route(backend_ip) else {
+        return Err(Verdict::Drop(DropReason::NoRoute));
+    };
+    let (snat_index, snat_ip) = st.host.snat_address_for(out);
+    let endpoint = std::net::SocketAddrV4::new(backend_ip, backend.port.get());
+    let Some(snat_port) = st.snat.alloc_for(snat_index, key.protocol, endpoint) else {
+        return Err(Verdict::Drop(DropReason::SnatExhausted));
+    };
+    learn_on_link_client(now, frame, rx, key.src_addr, st);
+    let flow = Flow {
+        original: key,
+        reply: FlowKey {
+            protocol: key.protocol,
+            src_addr: backend_ip,
+            src_port: backend.port.get(),
+            dst_addr: snat_ip,
+            dst_port: snat_port,
+        },
+        state: FlowState::new(fe.index, table.generation() as u32, Deadline::at(now)),
+    };
+    let mut inserted = st.conntrack.insert(flow);
+    if inserted == Err(InsertError::Full) {
+        // Linux's early drop: evict a flow near this one that is worth less, then retry.
+        if let Some(evicted) = st.conntrack.early_drop(&key, now) {
+            free_snat_port(&mut st.snat, &st.host, &evicted);
+            st.counters.conntrack_evicted += 1;
+            inserted = st.conntrack.insert(flow);
+        }
+    }
+    match inserted {
+        Ok(id) => {
+            st.counters.new_flows += 1;
+            st.frontends.new_flow(fe.index);
+            Ok(id)
+        }
+        Err(e) => {
+            st.snat.free(snat_index, key.protocol, snat_port);
+            Err(Verdict::Drop(match e {
+                InsertError::Full => DropReason::ConntrackFull,
+                // The reply tuple is taken: only possible if the SNAT bitmap and conntrack
+                // disagree; refuse rather than hijack another flow. `NotFullNat` cannot
+                // happen: the SNAT address comes from the list the table was built with.
+                InsertError::Exists | InsertError::NotFullNat => DropReason::SnatExhausted,
+            }))
+        }
+    }
+}
+
+/// Learns the MAC address of a client on a connected subnet from the first frame of its
+/// flow when the neighbour table does not know it yet, so the replies (routed to the client,
+/// not sent back to a per-flow MAC) need not wait for ARP. A client normally ARPs for the
+/// VIP first, which teaches the same mapping (RFC 826 "merge"); this covers clients that
+/// learned the gateway's MAC otherwise. A known mapping is never overwritten from IP
+/// traffic: only ARP changes it.
+fn learn_on_link_client(now: u64, frame: &[u8], rx: &Rx, client: std::net::Ipv4Addr, st: &mut WorkerState) {
+    let on_link = matches!(st.host.route(client), Some((_, hop)) if hop == client);
+    if on_link && st.neighbours.lookup(client).is_none() {
+        let mac = EthernetFrame::new_unchecked(&frame[..rx.l2_len]).src_addr();
+        if mac.is_unicast() {
+            st.neighbours.learn(client, mac, now);
+        }
+    }
+}
