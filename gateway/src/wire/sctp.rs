@@ -427,7 +427,7 @@ mod tests {
     #[test]
     fn chunk_walk_stops_on_bad_lengths() {
         // DATA (len 17, padded to 20), then ABORT (len 4), then a chunk claiming 2 bytes.
-        let mut b = vec![0u8; 12 + 20 + 4 + 4];
+        let mut b = [0u8; 12 + 20 + 4 + 4];
         b[12..16].copy_from_slice(&[0, 3, 0, 17]);
         b[32..36].copy_from_slice(&[6, 1, 0, 4]);
         b[36..40].copy_from_slice(&[9, 0, 0, 2]);
@@ -435,7 +435,7 @@ mod tests {
         let types: Vec<_> = p.chunks().map(|c| (c.chunk_type, c.flags)).collect();
         assert_eq!(types, [(SctpChunkType::Data, 3), (SctpChunkType::Abort, 1)]);
         // A chunk longer than the buffer is not yielded.
-        let mut b = vec![0u8; 12 + 8];
+        let mut b = [0u8; 12 + 8];
         b[12..16].copy_from_slice(&[1, 0, 0, 40]);
         assert_eq!(SctpPacket::new_checked(&b[..]).unwrap().chunks().count(), 0);
         // No chunk at all.
