@@ -1,16 +1,19 @@
-//! The conntrack path of TCP and UDP: lookup of the 5-tuple in the worker's conntrack
+//! The conntrack path of TCP, UDP and SCTP: lookup of the 5-tuple in the worker's conntrack
 //! (both directions indexed), revalidation of a flow against a newer table, creation of a
 //! flow on a miss (front door, endpoint, SNAT port), TCP/UDP idle timeouts in the manner of
-//! Linux conntrack, and the NAT rewrite and MAC addressing of the forwarded frame.
+//! Linux conntrack (SCTP's in [`super::sctp`]), and the NAT rewrite and MAC addressing of the
+//! forwarded frame; a first fragment's translation is recorded for the later ones
+//! ([`super::fragment`]).
 
 use std::net::IpAddr;
 
 use super::expire::remove_flow;
+use super::fragment::{self, FragmentTarget};
 use super::ipv4::Segment;
 use super::link::{self, Rx};
 use super::reject::reject;
 use super::resolve::neighbour;
-use super::{backend, Verdict, WorkerState};
+use super::{backend, sctp, Verdict, WorkerState};
 use crate::conntrack::{Direction, Flow, FlowId, FlowKey, InsertError};
 use crate::counters::DropReason;
 use crate::nat::{self, Rewrite};
@@ -23,10 +26,12 @@ mod tcp_state {
     pub const FIN_ORIGINAL: u8 = 1;
     pub const FIN_REPLY: u8 = 2;
     pub const RST: u8 = 4;
+    /// SCTP: an ABORT or SHUTDOWN COMPLETE was seen (see [`super::sctp::timeout_ns`]).
+    pub const SCTP_CLOSED: u8 = 8;
 }
 
-/// Forwards the TCP or UDP packet `seg` in `frame` along its flow, creating the flow on a
-/// conntrack miss.
+/// Forwards the TCP, UDP or SCTP packet `seg` in `frame` along its flow, creating the flow
+/// on a conntrack miss.
 pub(super) fn handle(
     now: u64,
     frame: &mut [u8],
@@ -75,7 +80,11 @@ pub(super) fn handle(
             if seg.ttl <= 1 {
                 return Verdict::Drop(DropReason::TtlExceeded);
             }
-            match new_flow(now, frame, rx, table, st, key, seg.tcp_flags) {
+            // Segments that end a connection never start one: a TCP RST, an SCTP ABORT or
+            // SHUTDOWN COMPLETE of an unknown association.
+            let stray = (seg.proto == IpProtocol::Tcp && seg.tcp_flags.contains(TcpFlags::RST))
+                || (seg.proto == IpProtocol::Sctp && seg.sctp.close);
+            match new_flow(now, frame, rx, table, st, key, stray) {
                 Ok(id) => (id, Direction::Original),
                 Err(v) => return v,
             }
@@ -85,7 +94,7 @@ pub(super) fn handle(
         return Verdict::Drop(DropReason::TtlExceeded);
     }
     let flow = track(now, st, id, dir, seg);
-    forward(now, frame, rx, st, &flow, dir, seg.total)
+    forward(now, frame, rx, st, &flow, dir, seg)
 }
 
 /// Updates the TCP state bits and the idle deadline of flow `id` for a packet in
@@ -108,15 +117,21 @@ fn track(now: u64, st: &mut WorkerState, id: FlowId, dir: Direction, seg: &Segme
                 == (tcp_state::FIN_ORIGINAL | tcp_state::FIN_REPLY);
         let established = flow.seen_reply && !closing;
         flow.deadline = now + if established { timeouts.tcp_established_ns } else { timeouts.tcp_transitory_ns };
+    } else if seg.proto == IpProtocol::Sctp {
+        let (timeout, closed) =
+            sctp::timeout_ns(flow.tcp_state & tcp_state::SCTP_CLOSED != 0, flow.seen_reply, seg.sctp);
+        flow.tcp_state = if closed { tcp_state::SCTP_CLOSED } else { 0 };
+        flow.deadline = now + timeout;
     } else {
         flow.deadline = now + if flow.seen_reply { timeouts.udp_stream_ns } else { timeouts.udp_ns };
     }
     *flow
 }
 
-/// Rewrites the IPv4 packet (`total` bytes after the link-layer header) along `flow` in
-/// direction `dir` and addresses the frame to its next hop: the endpoint's (resolved by
-/// ARP) for the original direction, the client's MAC for replies.
+/// Rewrites the IPv4 packet `seg` along `flow` in direction `dir` and addresses the frame to
+/// its next hop (see [`egress`]). A first fragment's translation is recorded for the later
+/// fragments of its datagram; its transport checksum is always updated incrementally (a
+/// fragment never carries a partial checksum, and a full one would need the whole datagram).
 fn forward(
     now: u64,
     frame: &mut [u8],
@@ -124,17 +139,52 @@ fn forward(
     st: &mut WorkerState,
     flow: &Flow,
     dir: Direction,
-    total: usize,
+    seg: &Segment,
 ) -> Verdict {
-    let (rw, out_iface, dst_mac) = match dir {
+    let (rw, out_iface, dst_mac) = match egress(now, st, flow, dir) {
+        Ok(e) => e,
+        Err(reason) => return Verdict::Drop(reason),
+    };
+    let Some(out) = st.host.interfaces.get(usize::from(out_iface)) else {
+        return Verdict::Drop(DropReason::NoRoute);
+    };
+    let out_mac = out.mac;
+    match dir {
+        Direction::Original => st.counters.forwarded_original += 1,
+        Direction::Reply => st.counters.forwarded_reply += 1,
+    }
+    let l3 = rx.l2_len;
+    let partial = rx.l4_csum_partial && seg.first_fragment.is_none();
+    nat::rewrite_ipv4(&mut frame[l3..l3 + seg.total], &rw, partial);
+    link::address(&mut frame[..l3], dst_mac, out_mac);
+    if let Some(first) = &seg.first_fragment {
+        let target = FragmentTarget { src: rw.src_addr, dst: rw.dst_addr, iface: out_iface, mac: dst_mac };
+        fragment::record(now, st, first, target);
+    }
+    Verdict::Transmit { iface: out_iface, len: l3 + seg.total }
+}
+
+/// Where a packet of `flow` travelling in direction `dir` goes: its new addresses and ports,
+/// the egress interface and the next hop's MAC — the endpoint's next hop (resolved by ARP)
+/// for the original direction, the client's MAC for replies. ICMP errors about the flow
+/// ([`super::icmp_error`]) travel the same way.
+///
+/// # Errors
+/// [`DropReason::NoRoute`], [`DropReason::NeighbourUnresolved`] (a resolution was queued).
+pub(super) fn egress(
+    now: u64,
+    st: &mut WorkerState,
+    flow: &Flow,
+    dir: Direction,
+) -> Result<(Rewrite, u8, MacAddr), DropReason> {
+    Ok(match dir {
         Direction::Original => {
             let Some((out, hop)) = st.host.route(flow.reply.src_addr) else {
-                return Verdict::Drop(DropReason::NoRoute);
+                return Err(DropReason::NoRoute);
             };
             let Some(mac) = neighbour(st, hop, out, now) else {
-                return Verdict::Drop(DropReason::NeighbourUnresolved);
+                return Err(DropReason::NeighbourUnresolved);
             };
-            st.counters.forwarded_original += 1;
             (
                 Rewrite {
                     src_addr: flow.reply.dst_addr,
@@ -146,27 +196,17 @@ fn forward(
                 mac,
             )
         }
-        Direction::Reply => {
-            st.counters.forwarded_reply += 1;
-            (
-                Rewrite {
-                    src_addr: flow.original.dst_addr,
-                    src_port: flow.original.dst_port,
-                    dst_addr: flow.original.src_addr,
-                    dst_port: flow.original.src_port,
-                },
-                flow.ingress_iface,
-                MacAddr(flow.client_mac),
-            )
-        }
-    };
-    let Some(out) = st.host.interfaces.get(usize::from(out_iface)) else {
-        return Verdict::Drop(DropReason::NoRoute);
-    };
-    let l3 = rx.l2_len;
-    nat::rewrite_ipv4(&mut frame[l3..l3 + total], &rw, rx.l4_csum_partial);
-    link::address(&mut frame[..l3], dst_mac, out.mac);
-    Verdict::Transmit { iface: out_iface, len: l3 + total }
+        Direction::Reply => (
+            Rewrite {
+                src_addr: flow.original.dst_addr,
+                src_port: flow.original.dst_port,
+                dst_addr: flow.original.src_addr,
+                dst_port: flow.original.src_port,
+            },
+            flow.ingress_iface,
+            MacAddr(flow.client_mac),
+        ),
+    })
 }
 
 /// Creates the flow for `key` (a conntrack miss): front door, endpoint, SNAT port.
@@ -177,12 +217,12 @@ fn new_flow(
     table: &Table,
     st: &mut WorkerState,
     key: FlowKey,
-    tcp_flags: TcpFlags,
+    stray: bool,
 ) -> Result<FlowId, Verdict> {
     let Some(fe) = table.frontend(IpAddr::V4(key.dst_addr), key.protocol, key.dst_port) else {
         return Err(Verdict::Drop(DropReason::NoFrontend));
     };
-    if key.protocol == u8::from(IpProtocol::Tcp) && tcp_flags.contains(TcpFlags::RST) {
+    if stray {
         return Err(Verdict::Drop(DropReason::NoConntrack));
     }
     let service = table.service(fe.service).ok_or(Verdict::Drop(DropReason::NoFrontend))?;
