@@ -28,8 +28,6 @@ pub(super) fn handle(now: u64, frame: &mut [u8], rx: &Rx, table: &Table, st: &mu
     }
     match op {
         ArpOperation::Request if host.is_own(tpa) || table.is_vip(IpAddr::V4(tpa)) => {
-            // The reply goes to the requester's hardware address (RFC 826 "swap" step).
-            link::address(&mut frame[..rx.l2_len], sha, iface.mac);
             let mut arp = ArpPacket::new_unchecked(&mut frame[rx.l2_len..rx.len]);
             arp.set_operation(ArpOperation::Reply);
             arp.set_sender_hardware_addr(iface.mac);
@@ -37,7 +35,8 @@ pub(super) fn handle(now: u64, frame: &mut [u8], rx: &Rx, table: &Table, st: &mu
             arp.set_target_hardware_addr(sha);
             arp.set_target_protocol_addr(spa);
             st.counters.arp_replies += 1;
-            Verdict::Transmit { iface: rx.iface, len: rx.len }
+            // The reply goes to the requester's hardware address (RFC 826 "swap" step).
+            link::transmit(frame, rx, rx.len - rx.l2_len, rx.iface, sha, host)
         }
         ArpOperation::Request => Verdict::Drop(DropReason::ArpNotForUs),
         _ => Verdict::Consumed,

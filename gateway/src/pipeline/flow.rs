@@ -145,10 +145,6 @@ fn forward(
         Ok(e) => e,
         Err(reason) => return Verdict::Drop(reason),
     };
-    let Some(out) = st.host.interfaces.get(usize::from(out_iface)) else {
-        return Verdict::Drop(DropReason::NoRoute);
-    };
-    let out_mac = out.mac;
     match dir {
         Direction::Original => st.counters.forwarded_original += 1,
         Direction::Reply => st.counters.forwarded_reply += 1,
@@ -156,12 +152,12 @@ fn forward(
     let l3 = rx.l2_len;
     let partial = rx.l4_csum_partial && seg.first_fragment.is_none();
     nat::rewrite_ipv4(&mut frame[l3..l3 + seg.total], &rw, partial);
-    link::address(&mut frame[..l3], dst_mac, out_mac);
-    if let Some(first) = &seg.first_fragment {
+    let verdict = link::transmit(frame, rx, seg.total, out_iface, dst_mac, &st.host);
+    if let (Some(first), Verdict::Transmit { .. }) = (&seg.first_fragment, verdict) {
         let target = FragmentTarget { src: rw.src_addr, dst: rw.dst_addr, iface: out_iface, mac: dst_mac };
         fragment::record(now, st, first, target);
     }
-    Verdict::Transmit { iface: out_iface, len: l3 + seg.total }
+    verdict
 }
 
 /// Where a packet of `flow` travelling in direction `dir` goes: its new addresses and ports,

@@ -92,12 +92,11 @@ pub(super) fn follow(
     else {
         return Verdict::Drop(DropReason::FragmentNoFirst);
     };
-    let Some(out) = st.host.interfaces.get(usize::from(t.iface)) else {
-        return Verdict::Drop(DropReason::NoRoute);
-    };
     let l3 = rx.l2_len;
     nat::rewrite_ipv4_header(&mut frame[l3..l3 + total], t.src, t.dst);
-    link::address(&mut frame[..l3], t.mac, out.mac);
-    st.counters.fragments_followed += 1;
-    Verdict::Transmit { iface: t.iface, len: l3 + total }
+    let verdict = link::transmit(frame, rx, total, t.iface, t.mac, &st.host);
+    if let Verdict::Transmit { .. } = verdict {
+        st.counters.fragments_followed += 1;
+    }
+    verdict
 }

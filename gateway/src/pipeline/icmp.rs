@@ -39,7 +39,6 @@ pub(super) fn handle(
     if !is_echo {
         return Verdict::Drop(DropReason::IcmpNotHandled);
     }
-    link::turn_around(&mut frame[..rx.l2_len], st.host.interfaces[usize::from(rx.iface)].mac);
     {
         let mut ip = Ipv4Packet::new_unchecked(&mut frame[rx.l2_len..l4.end]);
         let proto = u8::from(IpProtocol::Icmp);
@@ -64,5 +63,5 @@ pub(super) fn handle(
     icmp.set_msg_code(0);
     icmp.set_checksum(c);
     st.counters.echo_replies += 1;
-    Verdict::Transmit { iface: rx.iface, len: l4.end }
+    link::answer(frame, rx, l4.end - rx.l2_len, &st.host)
 }

@@ -94,10 +94,6 @@ pub(super) fn handle(
         Ok(e) => e,
         Err(reason) => return Verdict::Drop(reason),
     };
-    let Some(out) = st.host.interfaces.get(usize::from(out_iface)) else {
-        return Verdict::Drop(DropReason::NoRoute);
-    };
-    let out_mac = out.mac;
     // The quote becomes the datagram the peer sent: the flow's tuple in the quote's direction.
     let q = if dir == Direction::Reply { flow.original } else { flow.reply };
     let icmp_buf = &mut frame[l4.clone()];
@@ -105,7 +101,9 @@ pub(super) fn handle(
         .translate(q.src_addr, q.src_port, q.dst_addr, q.dst_port);
     Icmpv4Packet::new_unchecked(icmp_buf).fill_checksum();
     nat::rewrite_ipv4_header(&mut frame[l3..l4.end], rw.src_addr, rw.dst_addr);
-    link::address(&mut frame[..l3], dst_mac, out_mac);
-    st.counters.icmp_errors_translated += 1;
-    Verdict::Transmit { iface: out_iface, len: l4.end }
+    let verdict = link::transmit(frame, rx, l4.end - l3, out_iface, dst_mac, &st.host);
+    if let Verdict::Transmit { .. } = verdict {
+        st.counters.icmp_errors_translated += 1;
+    }
+    verdict
 }

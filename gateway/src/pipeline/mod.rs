@@ -68,8 +68,11 @@ use crate::table::Table;
 use crate::wire::EtherType;
 
 /// Smallest frame buffer a driver may hand to [`process`]: room for the largest ICMP error
-/// it builds (Ethernet 14 + IPv4 20 + ICMP 8 + quoted IPv4 header up to 60 + 8 bytes).
-pub const MIN_BUFFER: usize = 14 + 20 + 8 + 60 + 8;
+/// it builds (Ethernet 14, 802.1Q tag 4, IPv4 20, ICMP 8, the quoted IPv4 header up to 60
+/// and 8 bytes of its payload). Frames may grow by a tag (4 bytes) when forwarded onto a
+/// VLAN: a driver that wants every frame forwarded leaves 4 bytes beyond the largest frame
+/// it receives.
+pub const MIN_BUFFER: usize = 14 + 4 + 20 + 8 + 60 + 8;
 
 /// TTL of packets the gateway originates (RST, ICMP, echo replies); Linux's default.
 const ORIGINATED_TTL: u8 = 64;
@@ -77,7 +80,10 @@ const ORIGINATED_TTL: u8 = 64;
 /// Per-frame metadata from the driver.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Meta {
-    /// Index of the interface the frame arrived on (as in the configuration).
+    /// Index of the port the frame arrived on ([`crate::host::Host::ports`], as
+    /// [`crate::config::Config::ports`]; equal to the interface index when every
+    /// interface has its own port). The frame holds its 802.1Q tag, if it had one: a
+    /// driver whose device stripped it puts it back ([`crate::wire::vlan::copy_tagged`]).
     pub iface: u8,
     /// Length of the received frame in the buffer, bytes.
     pub len: usize,
@@ -89,9 +95,10 @@ pub struct Meta {
 /// What the driver does with the frame after [`process`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
-    /// Send the first `len` bytes of the buffer on interface `iface`.
+    /// Send the first `len` bytes of the buffer on port `iface`.
     Transmit {
-        /// Egress interface index.
+        /// Egress port index (as [`Meta::iface`]); the frame carries the egress
+        /// interface's VLAN tag, if it has one.
         iface: u8,
         /// Frame length, bytes.
         len: usize,

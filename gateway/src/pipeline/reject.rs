@@ -8,27 +8,26 @@ use super::link::{self, Rx};
 use super::{Verdict, WorkerState, ORIGINATED_TTL};
 use crate::counters::DropReason;
 use crate::wire::icmpv4::DST_UNREACHABLE_PORT;
-use crate::wire::{Icmpv4Packet, Icmpv4Type, IpProtocol, Ipv4Packet, MacAddr, TcpFlags, TcpPacket};
+use crate::wire::{Icmpv4Packet, Icmpv4Type, IpProtocol, Ipv4Packet, TcpFlags, TcpPacket};
 
 /// Rejects the IPv4 packet in `frame`. A RST is never answered with a RST (RFC 9293
 /// § 3.10.7.1); such a segment is dropped as [`DropReason::NoConntrack`].
 pub(super) fn reject(frame: &mut [u8], rx: &Rx, st: &mut WorkerState) -> Verdict {
-    let mac = st.host.interfaces[usize::from(rx.iface)].mac;
-    let Some(len) = build(frame, rx.len, mac, rx.l2_len) else {
+    let Some(l3_len) = build(frame, rx.len, rx.l2_len) else {
         return Verdict::Drop(DropReason::NoConntrack);
     };
     st.counters.rejected += 1;
-    Verdict::Transmit { iface: rx.iface, len }
+    link::answer(frame, rx, l3_len, &st.host)
 }
 
-/// Builds the answer over the packet at `eth..len` of `frame`; returns the answer's frame
-/// length, or `None` when none is due (a RST, a malformed packet, a buffer too small).
-fn build(frame: &mut [u8], len: usize, mac: MacAddr, eth: usize) -> Option<usize> {
+/// Builds the answer over the packet at `eth..len` of `frame`, in place at `eth`; returns
+/// the answer's length from `eth`, or `None` when none is due (a RST, a malformed packet,
+/// a buffer too small).
+fn build(frame: &mut [u8], len: usize, eth: usize) -> Option<usize> {
     let (src, dst, proto, ihl, total) = {
         let ip = Ipv4Packet::new_checked(&frame[eth..len]).ok()?;
         (ip.src_addr(), ip.dst_addr(), ip.next_header(), ip.header_len(), usize::from(ip.total_len()))
     };
-    link::turn_around(&mut frame[..eth], mac);
     if proto == IpProtocol::Tcp {
         // RFC 9293 § 3.10.7.1: "If the incoming segment has an ACK field, the reset takes its
         // sequence number from the ACK field of the segment, otherwise the reset has
@@ -58,7 +57,7 @@ fn build(frame: &mut [u8], len: usize, mac: MacAddr, eth: usize) -> Option<usize
         t.set_window_len(0);
         t.set_urgent_at(0);
         t.fill_checksum(dst, src);
-        Some(eth + 40)
+        Some(40)
     } else {
         // RFC 792 / RFC 1812 § 4.3.2.3: quote the IP header and the first 8 data bytes.
         let quoted = (ihl + 8).min(total);
@@ -81,6 +80,6 @@ fn build(frame: &mut [u8], len: usize, mac: MacAddr, eth: usize) -> Option<usize
         icmp.set_echo_ident(0); // the "unused" word
         icmp.set_echo_seq_no(0);
         icmp.fill_checksum();
-        Some(need)
+        Some(need - eth)
     }
 }

@@ -5,10 +5,10 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use super::WorkerState;
+use super::{link, WorkerState};
 use crate::table::layout;
 use crate::table::Table;
-use crate::wire::{ArpOperation, ArpPacket, EtherType, EthernetFrame, MacAddr};
+use crate::wire::{ArpOperation, ArpPacket, EtherType, MacAddr};
 
 /// How long an unanswered ARP request waits before it is repeated, ns.
 const ARP_RETRY_NS: u64 = 1_000_000_000;
@@ -86,12 +86,12 @@ pub(super) fn neighbour(st: &mut WorkerState, hop: Ipv4Addr, iface: u8, now: u64
     }
 }
 
-/// Emits the next due ARP request into `buf` (at least 42 bytes), returning the
-/// interface and frame length; `None` when nothing is due. The worker calls it after each
-/// burst until it returns `None`.
+/// Emits the next due ARP request into `buf` (at least 46 bytes: Ethernet, an 802.1Q tag
+/// when the interface has a VLAN, ARP), returning the port and frame length; `None` when
+/// nothing is due. The worker calls it after each burst until it returns `None`.
 pub fn poll_transmit(now: u64, buf: &mut [u8], st: &mut WorkerState) -> Option<(u8, usize)> {
-    const LEN: usize = 14 + 28;
-    if buf.len() < LEN {
+    const ARP_LEN: usize = 28;
+    if buf.len() < 14 + 4 + ARP_LEN {
         return None;
     }
     for i in 0..PENDING_SLOTS {
@@ -120,23 +120,20 @@ pub fn poll_transmit(now: u64, buf: &mut [u8], st: &mut WorkerState) -> Option<(
             st.pending[i] = Pending::default();
             continue;
         };
-        let frame = &mut buf[..LEN];
-        frame.fill(0);
-        let mut eth = EthernetFrame::new_unchecked(&mut frame[..]);
-        eth.set_dst_addr(MacAddr::BROADCAST);
-        eth.set_src_addr(iface.mac);
-        eth.set_ethertype(EtherType::Arp);
-        let mut arp = ArpPacket::new_unchecked(eth.payload_mut());
+        let l2 = link::write_header(buf, MacAddr::BROADCAST, iface.mac, iface.vlan, EtherType::Arp);
+        let len = l2 + ARP_LEN;
+        let mut arp = ArpPacket::new_unchecked(&mut buf[l2..len]);
         arp.fill_header();
         arp.set_operation(ArpOperation::Request);
         arp.set_sender_hardware_addr(iface.mac);
         arp.set_sender_protocol_addr(spa);
         arp.set_target_hardware_addr(MacAddr::UNSPECIFIED);
         arp.set_target_protocol_addr(ip);
+        let port = iface.port;
         st.pending[i].tries += 1;
         st.pending[i].next_ns = now + ARP_RETRY_NS;
         st.counters.arp_requests += 1;
-        return Some((p.iface, LEN));
+        return Some((port, len));
     }
     None
 }

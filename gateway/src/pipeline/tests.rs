@@ -534,3 +534,6 @@ proptest::proptest! {
         let _ = process(0, &mut buf, &meta, &t, &mut st);
     }
 }
+
+#[cfg(test)]
+mod vlan;

@@ -308,6 +308,13 @@ const TCP_CHECKSUM_AT: usize = 16;
 const UDP_CHECKSUM_AT: usize = 6;
 
 impl<T: AsRef<[u8]>> QuotedIpv4<T> {
+    /// Wraps the quote without checking it; accessors may panic unless it passed
+    /// [`Self::new_checked`] before (as a shorter borrow, say).
+    #[inline]
+    pub const fn new_unchecked(buffer: T) -> Self {
+        QuotedIpv4 { buffer }
+    }
+
     /// Wraps the quote after checking that it holds a whole IPv4 header.
     ///
     /// # Errors
