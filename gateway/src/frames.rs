@@ -102,8 +102,15 @@ pub fn arp(l2: L2, op: ArpOperation, sha: MacAddr, spa: Ipv4Addr, tha: MacAddr, 
 /// (already laid out and padded), CRC32c filled.
 ///
 /// [RFC 9260]: https://www.rfc-editor.org/rfc/rfc9260#section-3
-pub fn sctp(l2: L2, src: (Ipv4Addr, u16), dst: (Ipv4Addr, u16), verification_tag: u32, chunks: &[u8]) -> Vec<u8> {
-    let mut b = ipv4(l2, src.0, dst.0, IpProtocol::Sctp, 12 + chunks.len(), 64);
+pub fn sctp(
+    l2: L2,
+    src: (Ipv4Addr, u16),
+    dst: (Ipv4Addr, u16),
+    verification_tag: u32,
+    chunks: &[u8],
+    ttl: u8,
+) -> Vec<u8> {
+    let mut b = ipv4(l2, src.0, dst.0, IpProtocol::Sctp, 12 + chunks.len(), ttl);
     let mut p = SctpPacket::new_unchecked(&mut b[34..]);
     p.set_src_port(src.1);
     p.set_dst_port(dst.1);

@@ -537,3 +537,7 @@ proptest::proptest! {
 
 #[cfg(test)]
 mod vlan;
+
+mod fragment;
+mod icmp_error;
+mod sctp;
