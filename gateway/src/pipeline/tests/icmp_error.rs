@@ -146,3 +146,42 @@ fn errors_about_nothing_tracked_are_dropped() {
     assert_eq!(st.counters.drops_of(DropReason::IcmpErrorUntracked), 4);
     assert_eq!(st.counters.icmp_errors_translated, 0);
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(1000))]
+    /// No corruption of an ICMP error about a live flow, of a fragment sequence or of an SCTP
+    /// packet makes `process` panic, whatever is left of the frame.
+    #[test]
+    fn corrupted_errors_fragments_and_sctp_never_panic(
+        flips in proptest::collection::vec((0usize..1600, proptest::prelude::any::<u8>()), 0..6),
+        cut in 0usize..1600,
+        kind in 0u8..4,
+    ) {
+        let (t, mut st) = (table(&["10.70.0.11"]), state(0, 1));
+        let q = frames::udp(to_gw(), CLIENT, (VIP, 7), &[7; 40], 64);
+        let sent = forwarded(0, &q, FRONT, &t, &mut st);
+        let from_back = L2 { src: BACK_ROUTER_MAC, dst: GW_BACK_MAC };
+        let inputs: Vec<(u8, Vec<u8>)> = match kind {
+            0 => vec![(BACK, frames::icmp_error(from_back, BACK_ROUTER, SNAT, Icmpv4Type::DstUnreachable, 4, 1400, &sent[14..], 64))],
+            1 => frames::ipv4_fragments(&frames::udp(to_gw(), CLIENT, (VIP, 7), &[9; 3000], 64), 5, 1480)
+                .into_iter()
+                .map(|f| (FRONT, f))
+                .collect(),
+            2 => vec![(FRONT, frames::sctp(to_gw(), CLIENT, (VIP, 80), 0, &frames::sctp_init_chunk(1), 64))],
+            _ => vec![(FRONT, frames::icmp_error(to_gw(), CLIENT.0, VIP, Icmpv4Type::TimeExceeded, 0, 0, &sent[14..], 64))],
+        };
+        for (i, (iface, mut frame)) in inputs.into_iter().enumerate() {
+            if i == 0 {
+                for &(at, x) in &flips {
+                    let n = frame.len();
+                    frame[at % n] ^= x;
+                }
+                frame.truncate(cut.max(14));
+            }
+            let mut buf = vec![0u8; frame.len().max(MIN_BUFFER)];
+            buf[..frame.len()].copy_from_slice(&frame);
+            let meta = Meta { iface, len: frame.len(), l4_csum_partial: false };
+            let _ = process(SEC, &mut buf, &meta, &t, &mut st);
+        }
+    }
+}
