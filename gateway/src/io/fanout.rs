@@ -136,9 +136,11 @@ const FMIX_K2: u32 = 0xc2b2_ae35;
 /// - any fragment (MF set or a non-zero offset), first included, of any protocol: a hash of
 ///   (source address, destination address) — the same for every fragment of a datagram, so
 ///   they all reach one worker and its fragment table (`crate::fragments`) lets the later
-///   ones follow the first. This is what NIC RSS does for fragments too (DPDK's
-///   `RTE_ETH_RSS_IPV4` hashes fragmented IPv4 by addresses only), so both drivers behave
-///   alike. The flow a fragmented datagram belongs to may then live on another worker (its
+///   ones follow the first. NIC RSS cannot read ports in fragments either: DPDK's
+///   `RTE_ETH_RSS_IPV4` (which torii asks for beside the TCP/UDP port hashes) hashes
+///   fragmented IPv4 by its addresses, or — on NICs that classify fragments apart, without
+///   `RTE_ETH_RSS_FRAG_IPV4` — not at all (queue 0); either way a datagram's fragments stay
+///   together, as here. The flow a fragmented datagram belongs to may then live on another worker (its
 ///   unfragmented packets are steered by the 4-tuple or the SNAT port): in the original
 ///   direction the first fragment then creates a flow of its own on this worker (same
 ///   endpoint, as the Maglev choice is a pure function of the tuple; another SNAT port), and
