@@ -36,15 +36,14 @@ pub(super) fn choose<'s>(
     Some(backend)
 }
 
-/// Whether the endpoint of `flow` is still an endpoint of the front door the flow entered by.
-pub(super) fn still_serves(table: &Table, flow: &Flow) -> bool {
+/// Whether the endpoint of `flow` is still an endpoint of the front door the flow entered by:
+/// that front door's index in `table` if so (the flow's new `FlowState::frontend`).
+pub(super) fn still_serves(table: &Table, flow: &Flow) -> Option<u32> {
     let o = &flow.original;
-    let Some(service) =
-        table.frontend(IpAddr::V4(o.dst_addr), o.protocol, o.dst_port).and_then(|f| table.service(f.service))
-    else {
-        return false;
-    };
-    find_backend(service.backends, layout::addr16(IpAddr::V4(flow.reply.src_addr)), flow.reply.src_port).is_some()
+    let front = table.frontend(IpAddr::V4(o.dst_addr), o.protocol, o.dst_port)?;
+    let service = table.service(front.service)?;
+    find_backend(service.backends, layout::addr16(IpAddr::V4(flow.reply.src_addr)), flow.reply.src_port)
+        .map(|_| front.index)
 }
 
 /// The endpoint `addr:port` among `backends` (sorted by address, then port, as the table

@@ -82,10 +82,10 @@ pub(super) fn handle(
     let Some((id, dir)) = st.conntrack.lookup(&quoted_key.reversed()) else {
         return Verdict::Drop(DropReason::IcmpErrorUntracked);
     };
-    let flow = *st.conntrack.get(id);
-    if flow.deadline <= now {
+    if st.conntrack.state(id).deadline.is_due(now) {
         return Verdict::Drop(DropReason::IcmpErrorUntracked);
     }
+    let flow = st.conntrack.get(id);
     if Ipv4Packet::new_unchecked(&frame[l3..l4.end]).hop_limit() <= 1 {
         return Verdict::Drop(DropReason::TtlExceeded);
     }

@@ -5,13 +5,19 @@
 //! recomputed after the rewrite (`crate::nat`); the chunks say when an association ends.
 //!
 //! Idle timeouts follow Linux's SCTP conntrack (`nf_conntrack_proto_sctp.c` since 6.2): until
-//! the endpoint has answered, [`COOKIE_WAIT_NS`] (3 s, `timeout_cookie_wait`); once it has,
-//! [`ESTABLISHED_NS`] (210 s = heartbeat interval × path retransmissions + RTO.max,
+//! the endpoint has answered — its first answer (the INIT ACK) included, as Linux stays in
+//! COOKIE-WAIT then — [`COOKIE_WAIT_NS`] (3 s, `timeout_cookie_wait`); from the next packet
+//! on, [`ESTABLISHED_NS`] (210 s = heartbeat interval × path retransmissions + RTO.max,
 //! `timeout_established`); after an ABORT or SHUTDOWN COMPLETE chunk in either direction,
 //! [`CLOSED_NS`] (10 s, `timeout_closed`), so a torn-down association frees its SNAT port
 //! soon instead of lingering. A later INIT on the same ports starts a new association and
 //! lifts the closed state. The intermediate shutdown states Linux also tracks (3 s each) are
 //! not distinguished: a graceful close ends with SHUTDOWN COMPLETE, which is what matters.
+//!
+//! The closed state is kept in the flow's [`FlowState::tcp_state`] as [`TcpState::Close`]
+//! (unused otherwise by SCTP flows, which stay [`TcpState::None`]): no byte more per flow.
+//! A flow becomes assured (kept under conntrack pressure) once the endpoint has answered and
+//! while the association is open, as Linux's SCTP tracker assures ESTABLISHED entries.
 //!
 //! A packet of an unknown association creates a flow unless it carries ABORT or SHUTDOWN
 //! COMPLETE (like a stray TCP RST, it must not): an association survives a gateway restart
@@ -19,6 +25,8 @@
 //!
 //! [RFC 9260]: https://www.rfc-editor.org/rfc/rfc9260
 
+use crate::conntrack::tcp::TcpState;
+use crate::conntrack::{Deadline, Direction, FlowState};
 use crate::wire::{ParseError, SctpChunkType, SctpPacket};
 
 /// Idle timeout until the endpoint's first answer, ns (Linux `timeout_cookie_wait`).
@@ -63,6 +71,21 @@ pub(super) fn parse(l4: &[u8], csum_partial: bool) -> Result<(u16, u16, Chunks),
         }
     }
     Ok((p.src_port(), p.dst_port(), chunks))
+}
+
+/// Applies an SCTP packet travelling in direction `dir` with `chunks` to a tracked flow at
+/// `now`: closed state, idle deadline, `seen_reply`, `assured`.
+pub(super) fn track(state: &mut FlowState, dir: Direction, chunks: Chunks, now: u64) {
+    let was_closed = state.tcp_state == TcpState::Close;
+    let (timeout, closed) = timeout_ns(was_closed, state.seen_reply, chunks);
+    state.tcp_state = if closed { TcpState::Close } else { TcpState::None };
+    state.deadline = Deadline::after(now, timeout);
+    state.assured = state.seen_reply && !closed;
+    // Like Linux's IPS_SEEN_REPLY: set after the tracker ran, so the first answer still
+    // counts as unanswered for its own timeout.
+    if dir == Direction::Reply {
+        state.seen_reply = true;
+    }
 }
 
 /// The idle timeout after a packet, given whether the association was already closed,

@@ -128,6 +128,9 @@ fn timeouts_follow_the_association_and_abort_shortens_them() {
     let snat_port = SctpPacket::new_checked(&out[34..]).unwrap().src_port();
     let ack = frames::sctp(from_endpoint(), ENDPOINT, (SNAT, snat_port), 7, &init_ack_chunk(8), 64);
     assert!(matches!(run(11 * SEC, &ack, BACK, &t, &mut st).0, Verdict::Transmit { .. }));
+    // The answer itself still counts as unanswered (Linux: COOKIE-WAIT until the cookie).
+    let echo = frames::sctp(to_gw(), CLIENT, (VIP, SIG_PORT), 8, &[10, 0, 0, 8, 0xc0, 0x0c, 0x1e, 0x55], 64);
+    assert!(matches!(run(11 * SEC, &echo, FRONT, &t, &mut st).0, Verdict::Transmit { .. }));
     assert_eq!(poll_expire(11 * SEC + ESTABLISHED_NS - 1, 1024, &mut st), 0);
 
     // An ABORT (from the endpoint here) closes it: 10 s, whatever follows but a new INIT.
