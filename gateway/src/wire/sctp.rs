@@ -14,10 +14,11 @@
 //! The checksum is different in kind: it is CRC32c ([RFC 9260] § 6.8 and Appendix A,
 //! [RFC 3309]) over the whole SCTP packet — common header with the checksum field zero, and
 //! every chunk — with **no** pseudo-header, so addresses do not enter it. It is not a one's
-//! complement sum and has no RFC 1624-style incremental update that is cheaper than
-//! recomputing it (CRC is linear, but shifting a change across the rest of the packet costs
-//! more than the hardware CRC over 1500 bytes); [`SctpPacket::fill_checksum`] recomputes it
-//! with the SSE 4.2 / ARMv8 CRC instructions (crate `crc32c`).
+//! complement sum, and its linearity gives no cheap RFC 1624-style update: carrying a change
+//! of the ports across the rest of the packet is a GF(2) matrix power (`crc32c_combine`,
+//! zlib's method), slower than the hardware CRC over a whole 1500-byte packet.
+//! [`SctpPacket::fill_checksum`] recomputes it with the SSE 4.2 / ARMv8 CRC instructions
+//! (crate `crc32c`).
 //!
 //! The CRC is stored least-significant byte first: [RFC 9260] Appendix A's reference code
 //! reverses the bytes of the reflected CRC before storing it in network order, and Linux stores
