@@ -26,7 +26,7 @@ use std::net::Ipv4Addr;
 use super::link::{self, Rx};
 use super::{Verdict, WorkerState};
 use crate::counters::DropReason;
-use crate::fragments::{FragmentKey, Insert};
+use crate::fragments::{FragmentAddr, FragmentKey, Insert};
 use crate::nat;
 use crate::wire::MacAddr;
 
@@ -35,22 +35,23 @@ use crate::wire::MacAddr;
 pub(super) const FRAGMENT_SLOTS: usize = 1024;
 
 /// What the first fragment of a datagram became: the IP-layer half of its translation and
-/// its next hop.
+/// its next hop. Generic over the address family so that IPv6 fragments (RFC 8200 § 4.5)
+/// can use the same table type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct FragmentTarget {
+pub(crate) struct FragmentTarget<A = Ipv4Addr> {
     /// New source address.
-    pub src: Ipv4Addr,
+    pub src: A,
     /// New destination address.
-    pub dst: Ipv4Addr,
+    pub dst: A,
     /// Egress interface.
     pub iface: u8,
     /// Next hop's MAC address.
     pub mac: MacAddr,
 }
 
-impl Default for FragmentTarget {
+impl<A: FragmentAddr> Default for FragmentTarget<A> {
     fn default() -> Self {
-        Self { src: Ipv4Addr::UNSPECIFIED, dst: Ipv4Addr::UNSPECIFIED, iface: 0, mac: MacAddr::UNSPECIFIED }
+        Self { src: A::UNSPECIFIED, dst: A::UNSPECIFIED, iface: 0, mac: MacAddr::UNSPECIFIED }
     }
 }
 
