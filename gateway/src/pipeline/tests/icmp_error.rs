@@ -111,6 +111,36 @@ fn time_exceeded_from_the_client_side_reaches_the_endpoint() {
 }
 
 #[test]
+fn port_unreachable_from_the_endpoint_itself_reaches_the_client() {
+    // The endpoint has no UDP listener on its port: its kernel answers port unreachable, which
+    // the client must see as coming from the VIP (a UDP socket then reports ECONNREFUSED).
+    let (t, mut st) = (table(&["10.70.0.11"]), state(0, 1));
+    let q = frames::udp(to_gw(), CLIENT, (VIP, 7), b"anyone?", 64);
+    let sent = forwarded(0, &q, FRONT, &t, &mut st);
+    let err = frames::icmp_error(
+        L2 { src: backend_mac(21), dst: GW_BACK_MAC },
+        ECHO.0,
+        SNAT,
+        Icmpv4Type::DstUnreachable,
+        3,
+        0,
+        &sent[14..],
+        64,
+    );
+    let quote = frames::udp(to_gw(), CLIENT, (VIP, 7), b"anyone?", 63);
+    let want = frames::icmp_error(to_client(), VIP, CLIENT.0, Icmpv4Type::DstUnreachable, 3, 0, &quote[14..], 63);
+    assert_eq!(run(SEC, &err, BACK, &t, &mut st), (tx(FRONT, &want), want));
+    // An error whose own TTL runs out here is not forwarded (and, being an error, not answered).
+    let mut last_hop = err.clone();
+    {
+        let mut ip4 = Ipv4Packet::new_unchecked(&mut last_hop[14..]);
+        ip4.set_hop_limit(1);
+        ip4.fill_checksum();
+    }
+    assert_eq!(run(SEC, &last_hop, BACK, &t, &mut st).0, Verdict::Drop(DropReason::TtlExceeded));
+}
+
+#[test]
 fn errors_about_nothing_tracked_are_dropped() {
     let (t, mut st) = (table(&["10.70.0.11"]), state(0, 1));
     let q = frames::udp(to_gw(), CLIENT, (VIP, 7), b"ping", 64);
