@@ -497,6 +497,10 @@ pub struct ControlConfig {
     pub load_balancer_class: Option<String>,
     /// `node_port_addresses`: which of the gateway Node's addresses serve NodePorts.
     pub node_port_addresses: NodePortAddresses,
+    /// `min_interval_ms`: shortest time between two publications under churn, in
+    /// milliseconds (kube-proxy's `--min-sync-period`; at most 60 000). `None`:
+    /// torii-control's default.
+    pub min_interval_ms: Option<u64>,
 }
 
 /// A validated gateway host configuration.
@@ -748,10 +752,14 @@ struct RawControl {
     proxy_name: Option<String>,
     load_balancer_class: Option<String>,
     node_port_addresses: Vec<String>,
+    min_interval_ms: Option<u64>,
 }
 
 impl RawControl {
     fn validate(self) -> Result<ControlConfig, ConfigError> {
+        if let Some(ms) = self.min_interval_ms.filter(|&ms| ms > 60_000) {
+            return Err(invalid("control.min_interval_ms", format!("{ms} is over 60000 (one minute)")));
+        }
         if let Some(name) = &self.proxy_name {
             if !is_label_value(name) || name.is_empty() {
                 return Err(invalid(
@@ -803,6 +811,7 @@ impl RawControl {
             proxy_name: self.proxy_name,
             load_balancer_class: self.load_balancer_class,
             node_port_addresses,
+            min_interval_ms: self.min_interval_ms,
         })
     }
 }
@@ -1212,6 +1221,11 @@ mod tests {
         assert_eq!(c.control.node_port_addresses, NodePortAddresses::All);
         assert_eq!(c.control.proxy_name, None);
         assert_eq!(c.control.load_balancer_class, None);
+        assert_eq!(c.control.min_interval_ms, None);
+        let c = Config::from_toml(&with_control("min_interval_ms = 0")).unwrap();
+        assert_eq!(c.control.min_interval_ms, Some(0));
+        let e = Config::from_toml(&with_control("min_interval_ms = 60001")).unwrap_err().to_string();
+        assert!(e.starts_with("control.min_interval_ms: 60001 is over 60000"), "{e}");
     }
 
     #[test]
