@@ -15,7 +15,7 @@ use crate::conntrack::FlowKey;
 use crate::counters::DropReason;
 use crate::fragments::FragmentKey;
 use crate::table::Table;
-use crate::wire::{IpProtocol, Ipv4Packet, TcpFlags, TcpPacket, UdpPacket};
+use crate::wire::{IpProtocol, Ipv4Packet, SctpPacket, TcpFlags, TcpPacket, UdpPacket};
 
 /// The fields of a received IPv4 TCP, UDP or SCTP packet the later steps use.
 #[derive(Clone, Copy, Debug)]
@@ -42,7 +42,7 @@ pub(super) struct Segment {
     pub first_fragment: Option<Fragment>,
 }
 
-/// The flow key of the TCP or UDP packet after the link-layer header of `frame`, read with
+/// The flow key of the TCP, UDP or SCTP packet after the link-layer header of `frame`, read with
 /// checked views but without [`handle`]'s checks (header checksum, TTL): a hint for
 /// [`super::process_burst`], which `handle` confirms. `None` for anything else, fragments
 /// included.
@@ -57,6 +57,7 @@ pub(super) fn flow_key(frame: &[u8], rx: &Rx) -> Option<FlowKey> {
     let (src_port, dst_port) = match ip.next_header() {
         IpProtocol::Tcp => TcpPacket::new_checked(l4).map(|t| (t.src_port(), t.dst_port())).ok()?,
         IpProtocol::Udp => UdpPacket::new_checked(l4).map(|u| (u.src_port(), u.dst_port())).ok()?,
+        IpProtocol::Sctp => SctpPacket::new_checked(l4).map(|p| (p.src_port(), p.dst_port())).ok()?,
         _ => return None,
     };
     Some(FlowKey {
