@@ -4,8 +4,10 @@
 //! first), the flow's TCP state and timeouts ([`crate::conntrack::track_tcp`]: a RST before
 //! any reply ends the flow, a client's SYN on a TIME_WAIT or CLOSE flow reopens it with a
 //! new endpoint, segments that do not fit the state are dropped; SCTP's in [`super::sctp`]),
-//! and the NAT rewrite and MAC addressing of the forwarded frame; a first fragment's
-//! translation is recorded for the datagram's later fragments ([`super::fragment`]).
+//! the NAT rewrite and MAC addressing of the forwarded frame, and the per-front-door counts
+//! of what was forwarded (packets and IPv4 bytes per direction, new flows); a first
+//! fragment's translation is recorded for the datagram's later fragments
+//! ([`super::fragment`]).
 
 use std::net::IpAddr;
 
@@ -65,11 +67,12 @@ pub(super) fn handle(
                 state.frontend = frontend;
             } else {
                 // The endpoint left its Service (DESIGN.md "Failure semantics"): a TCP
-                // client gets a RST so it fails fast instead of hanging; anything else is
+                // client gets a RST so it fails fast instead of hanging; anything else — a
+                // UDP packet, or a SYN opening a new connection on the old tuple — is
                 // steered anew by this very packet.
                 remove_flow(st, id);
                 st.counters.endpoint_gone += 1;
-                if seg.proto == IpProtocol::Tcp {
+                if seg.proto == IpProtocol::Tcp && TcpSegment::of(seg.tcp_flags) != TcpSegment::Syn {
                     return reject(frame, rx, st);
                 }
                 hit = None;
@@ -101,11 +104,29 @@ pub(super) fn handle(
         return Verdict::Drop(DropReason::TcpInvalid);
     }
     let flow = st.conntrack.get(id);
-    let verdict = forward(now, frame, rx, st, &flow, dir, seg);
+    let frontend = frontend_index(table, &flow);
+    let verdict = forward(now, frame, rx, st, &flow, dir, seg, frontend.map(|i| (i, table.generation() as u32)));
+    if let (Verdict::Transmit { .. }, Some(index)) = (verdict, frontend) {
+        st.frontends.packet(index, dir == Direction::Original, seg.total);
+    }
     if tracked == Tracked::ForwardThenRemove {
         remove_flow(st, id);
     }
     verdict
+}
+
+/// The index in `table` of `flow`'s front door, where its forwarded packets are counted: the
+/// index the flow keeps, when it was (re)validated against this very table; else (a reply
+/// that came before the flow's next original packet under a new table) the index looked up
+/// anew.
+#[inline]
+fn frontend_index(table: &Table, flow: &Flow) -> Option<u32> {
+    if flow.state.table_generation == table.generation() as u32 {
+        Some(flow.state.frontend)
+    } else {
+        let o = &flow.original;
+        table.frontend(IpAddr::V4(o.dst_addr), o.protocol, o.dst_port).map(|f| f.index)
+    }
 }
 
 /// Applies the packet to flow `id`'s state ([`track_tcp`], [`track_udp`], [`sctp::track`]):
@@ -127,7 +148,10 @@ fn track(now: u64, st: &mut WorkerState, id: FlowId, dir: Direction, seg: &Segme
 /// Rewrites the IPv4 packet `seg` along `flow` in direction `dir` and addresses the frame to
 /// its next hop ([`egress`]). A first fragment's translation is recorded for the later
 /// fragments of its datagram; its transport checksum is always updated incrementally (a
-/// fragment never carries a partial checksum, and a full one would need the whole datagram).
+/// fragment never carries a partial checksum, and a full one would need the whole datagram),
+/// with the flow's front-door index under table generation `frontend.1` so the later
+/// fragments are counted there too.
+#[allow(clippy::too_many_arguments)]
 fn forward(
     now: u64,
     frame: &mut [u8],
@@ -136,6 +160,7 @@ fn forward(
     flow: &Flow,
     dir: Direction,
     seg: &Segment,
+    frontend: Option<(u32, u32)>,
 ) -> Verdict {
     let (rw, out_iface, dst_mac) = match egress(now, st, flow, dir) {
         Ok(e) => e,
@@ -150,7 +175,14 @@ fn forward(
     nat::rewrite_ipv4(&mut frame[l3..l3 + seg.total], &rw, partial);
     let verdict = link::transmit(frame, rx, seg.total, out_iface, dst_mac, &st.host);
     if let (Some(first), Verdict::Transmit { .. }) = (&seg.first_fragment, verdict) {
-        let target = FragmentTarget { src: rw.src_addr, dst: rw.dst_addr, iface: out_iface, mac: dst_mac };
+        let target = FragmentTarget {
+            src: rw.src_addr,
+            dst: rw.dst_addr,
+            iface: out_iface,
+            mac: dst_mac,
+            original: dir == Direction::Original,
+            frontend,
+        };
         fragment::record(now, st, first, target);
     }
     verdict
@@ -272,6 +304,7 @@ fn new_flow(
     match inserted {
         Ok(id) => {
             st.counters.new_flows += 1;
+            st.frontends.new_flow(fe.index);
             Ok(id)
         }
         Err(e) => {

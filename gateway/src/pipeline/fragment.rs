@@ -28,6 +28,7 @@ use super::{Verdict, WorkerState};
 use crate::counters::DropReason;
 use crate::fragments::{FragmentAddr, FragmentKey, Insert};
 use crate::nat;
+use crate::table::Table;
 use crate::wire::MacAddr;
 
 /// Capacity of each worker's fragment table: datagrams in flight at once (1024 slots of 48
@@ -47,11 +48,23 @@ pub(crate) struct FragmentTarget<A = Ipv4Addr> {
     pub iface: u8,
     /// Next hop's MAC address.
     pub mac: MacAddr,
+    /// Whether the datagram travels in its flow's original direction (client → endpoint).
+    pub original: bool,
+    /// The flow's front-door index and the (low 32 bits of the) table generation it belongs
+    /// to, for the per-front-door counts of the later fragments.
+    pub frontend: Option<(u32, u32)>,
 }
 
 impl<A: FragmentAddr> Default for FragmentTarget<A> {
     fn default() -> Self {
-        Self { src: A::UNSPECIFIED, dst: A::UNSPECIFIED, iface: 0, mac: MacAddr::UNSPECIFIED }
+        Self {
+            src: A::UNSPECIFIED,
+            dst: A::UNSPECIFIED,
+            iface: 0,
+            mac: MacAddr::UNSPECIFIED,
+            original: false,
+            frontend: None,
+        }
     }
 }
 
@@ -76,11 +89,14 @@ pub(super) fn record(now: u64, st: &mut WorkerState, first: &Fragment, target: F
 }
 
 /// Forwards the later fragment `frag` (IPv4 packet of `total` bytes with TTL `ttl`) along
-/// its datagram's first fragment, or drops it.
+/// its datagram's first fragment, or drops it; counts it on the flow's front door while
+/// `table` is the one the first fragment was counted under.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn follow(
     now: u64,
     frame: &mut [u8],
     rx: &Rx,
+    table: &Table,
     st: &mut WorkerState,
     frag: &Fragment,
     ttl: u8,
@@ -98,6 +114,11 @@ pub(super) fn follow(
     let verdict = link::transmit(frame, rx, total, t.iface, t.mac, &st.host);
     if let Verdict::Transmit { .. } = verdict {
         st.counters.fragments_followed += 1;
+        if let Some((index, generation)) = t.frontend {
+            if generation == table.generation() as u32 {
+                st.frontends.packet(index, t.original, total);
+            }
+        }
     }
     verdict
 }

@@ -96,7 +96,7 @@ pub(super) fn handle(now: u64, frame: &mut [u8], rx: &Rx, table: &Table, st: &mu
             more,
         };
         if offset != 0 {
-            return fragment::follow(now, frame, rx, st, &fragment, ttl, total);
+            return fragment::follow(now, frame, rx, table, st, &fragment, ttl, total);
         }
         first_fragment = Some(fragment);
     }

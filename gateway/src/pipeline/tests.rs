@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::*;
 use crate::config::Config;
+use crate::counters::FrontendCount;
 use crate::frames::{self, L2};
 use crate::host::Host;
 use crate::table::{build, layout, BackendSpec, FrontendKind, FrontendSpec, Protocol, ServiceSpec, TableSpec};
@@ -516,7 +517,7 @@ proptest::proptest! {
     }
 }
 
-#[cfg(test)]
+/// 802.1Q VLAN interfaces.
 mod vlan;
 
 /// TCP states and timeouts, UDP timeouts, conntrack full.
@@ -524,6 +525,9 @@ mod conntrack;
 
 /// `process_burst` against `process`.
 mod burst;
+
+/// Per-front-door counters.
+mod frontends;
 
 mod fragment;
 mod icmp_error;

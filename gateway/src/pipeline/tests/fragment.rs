@@ -25,6 +25,7 @@ fn client_fragments(ttl: u8) -> Vec<Vec<u8>> {
 #[test]
 fn a_fragmented_datagram_follows_its_first_fragment_both_ways() {
     let (t, mut st) = (table(&["10.70.0.11"]), state(0, 1));
+    st.adopt_table(&t, &t, 0);
     let input = client_fragments(64);
     assert_eq!(input.len(), 3);
     // What the endpoint must receive: the translated datagram, fragmented the same way.
@@ -46,6 +47,19 @@ fn a_fragmented_datagram_follows_its_first_fragment_both_ways() {
         assert_eq!(run(SEC, &reply[i], BACK, &t, &mut st), (tx(FRONT, &want[i]), want[i].clone()), "reply {i}");
     }
     assert_eq!(st.counters.fragments_followed, 4);
+    // Every fragment counts on the front door, in its direction, with its IPv4 bytes.
+    let echo = t.frontend(IpAddr::V4(VIP), 17, 7).unwrap().index as usize;
+    let bytes: u64 = input.iter().map(|f| (f.len() - 14) as u64).sum();
+    assert_eq!(
+        st.frontends.as_slice()[echo],
+        crate::counters::FrontendCount {
+            packets_original: 3,
+            bytes_original: bytes,
+            packets_reply: 3,
+            bytes_reply: bytes,
+            new_flows: 1
+        }
+    );
 }
 
 #[test]
