@@ -38,14 +38,30 @@ pub enum DropReason {
     /// IPv4 header checksum wrong.
     BadIpv4Checksum,
     /// IPv6 header or extension-header chain truncated or malformed (RFC 8200 § 3, § 4), or
-    /// an IPv6 multicast destination other than for Neighbor Discovery.
+    /// a multicast source address.
     MalformedIpv6,
-    /// An IPv4 fragment (fragment tracking arrives with later work).
+    /// An IPv4 fragment of a protocol torii does not follow through fragments: anything but
+    /// TCP and UDP (SCTP's CRC32c covers the whole packet and cannot be fixed from its first
+    /// fragment), or a fragmented ICMP message; and every IPv6 fragment (not followed yet).
     Fragment,
+    /// A later IPv4 fragment whose first fragment was not forwarded by this worker (it never
+    /// came, came later — out of order, not buffered — or its fragment-table entry expired
+    /// after 30 s or was evicted).
+    FragmentNoFirst,
     /// TTL (IPv6: Hop Limit) would reach zero when forwarded.
     TtlExceeded,
-    /// TCP or UDP header truncated or malformed.
+    /// TCP, UDP or SCTP header truncated or malformed (a first fragment too short for its
+    /// transport header included, RFC 1858), or an ICMP error whose quote is not an IPv4
+    /// header.
     MalformedL4,
+    /// SCTP packet whose CRC32c is wrong (RFC 9260 § 6.8: discarded; Linux conntrack with
+    /// `nf_conntrack_checksum` does the same).
+    BadSctpChecksum,
+    /// ICMP error message whose checksum is wrong.
+    BadIcmpChecksum,
+    /// ICMP error (unreachable, time exceeded, parameter problem) quoting a datagram of no
+    /// tracked flow, or not addressed to the quoted datagram's sender.
+    IcmpErrorUntracked,
     /// Not TCP, UDP or ICMP.
     UnsupportedProtocol,
     /// ICMP or ICMPv6 that is not an echo request to a VIP or own address (nor, for ICMPv6,
@@ -81,7 +97,7 @@ pub enum DropReason {
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 28] = [
+    pub const ALL: [DropReason; 32] = [
         Self::Truncated,
         Self::UnknownInterface,
         Self::NotOurMac,
@@ -96,8 +112,12 @@ impl DropReason {
         Self::BadIpv4Checksum,
         Self::MalformedIpv6,
         Self::Fragment,
+        Self::FragmentNoFirst,
         Self::TtlExceeded,
         Self::MalformedL4,
+        Self::BadSctpChecksum,
+        Self::BadIcmpChecksum,
+        Self::IcmpErrorUntracked,
         Self::UnsupportedProtocol,
         Self::IcmpNotHandled,
         Self::NoFrontend,
@@ -129,8 +149,12 @@ impl DropReason {
             Self::BadIpv4Checksum => "bad_ipv4_checksum",
             Self::MalformedIpv6 => "malformed_ipv6",
             Self::Fragment => "fragment",
+            Self::FragmentNoFirst => "fragment_no_first",
             Self::TtlExceeded => "ttl_exceeded",
             Self::MalformedL4 => "malformed_l4",
+            Self::BadSctpChecksum => "bad_sctp_checksum",
+            Self::BadIcmpChecksum => "bad_icmp_checksum",
+            Self::IcmpErrorUntracked => "icmp_error_untracked",
             Self::UnsupportedProtocol => "unsupported_protocol",
             Self::IcmpNotHandled => "icmp_not_handled",
             Self::NoFrontend => "no_frontend",
@@ -185,6 +209,12 @@ pub struct Counters {
     pub nd_solicitations: u64,
     /// Neighbor Solicitations and Advertisements learned from.
     pub nd_learned: u64,
+    /// ICMP errors about tracked flows translated and forwarded to the flow's peer.
+    pub icmp_errors_translated: u64,
+    /// Later IPv4 fragments forwarded along their first fragment's translation.
+    pub fragments_followed: u64,
+    /// Fragment-table entries evicted by a newer datagram (their later fragments are dropped).
+    pub fragment_evictions: u64,
     /// Drops, indexed by `DropReason as usize`.
     pub drops: [u64; DropReason::ALL.len()],
 }
@@ -210,12 +240,27 @@ impl Counters {
         f("forwarded_reply", "Frames forwarded endpoint to client.", self.forwarded_reply);
         f("new_flows", "Flows created.", self.new_flows);
         f("expired_flows", "Flows removed by idle expiry.", self.expired_flows);
+        f("conntrack_evicted", "Flows evicted early to make room in a full conntrack table.", self.conntrack_evicted);
         f("endpoint_gone", "Flows ended because their endpoint left the Service.", self.endpoint_gone);
         f("rejected", "TCP RSTs and ICMP port unreachables sent for front doors without endpoints.", self.rejected);
         f("arp_replies", "ARP replies sent for own addresses and VIPs.", self.arp_replies);
         f("arp_requests", "ARP requests sent to resolve next hops.", self.arp_requests);
         f("echo_replies", "ICMP echo replies sent.", self.echo_replies);
         f("arp_learned", "ARP packets learned from.", self.arp_learned);
+        f("nd_advertisements", "Neighbor Advertisements sent for own addresses and VIPs.", self.nd_advertisements);
+        f("nd_solicitations", "Neighbor Solicitations sent to resolve IPv6 next hops.", self.nd_solicitations);
+        f("nd_learned", "Neighbor Solicitations and Advertisements learned from.", self.nd_learned);
+        f(
+            "icmp_errors_translated",
+            "ICMP errors about tracked flows translated and forwarded to the peer.",
+            self.icmp_errors_translated,
+        );
+        f(
+            "fragments_followed",
+            "Later IPv4 fragments forwarded along their first fragment's translation.",
+            self.fragments_followed,
+        );
+        f("fragment_evictions", "Fragment-table entries evicted by newer datagrams.", self.fragment_evictions);
     }
 
     /// Adds `other` into `self` (totals over workers).
@@ -236,6 +281,9 @@ impl Counters {
         self.nd_advertisements += other.nd_advertisements;
         self.nd_solicitations += other.nd_solicitations;
         self.nd_learned += other.nd_learned;
+        self.icmp_errors_translated += other.icmp_errors_translated;
+        self.fragments_followed += other.fragments_followed;
+        self.fragment_evictions += other.fragment_evictions;
         for (a, b) in self.drops.iter_mut().zip(other.drops) {
             *a += b;
         }
@@ -363,5 +411,52 @@ impl FrontendCounters {
     /// The counts, indexed like the table's front doors.
     pub fn as_slice(&self) -> &[FrontendCount] {
         &self.counts
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every field but the drops, each with its own value: a field added to [`Counters`]
+    /// without a place here does not compile, and one missing from
+    /// [`Counters::for_each`] fails.
+    #[test]
+    fn for_each_reports_every_counter_once() {
+        let c = Counters {
+            rx_frames: 1,
+            tx_frames: 2,
+            forwarded_original: 3,
+            forwarded_reply: 4,
+            new_flows: 5,
+            expired_flows: 6,
+            conntrack_evicted: 7,
+            endpoint_gone: 8,
+            rejected: 9,
+            arp_replies: 10,
+            arp_requests: 11,
+            echo_replies: 12,
+            arp_learned: 13,
+            nd_advertisements: 14,
+            nd_solicitations: 15,
+            nd_learned: 16,
+            icmp_errors_translated: 17,
+            fragments_followed: 18,
+            fragment_evictions: 19,
+            drops: [0; DropReason::ALL.len()],
+        };
+        let mut seen = Vec::new();
+        let mut names = std::collections::BTreeSet::new();
+        c.for_each(|name, help, v| {
+            assert!(!help.is_empty() && names.insert(name), "{name}");
+            seen.push(v);
+        });
+        assert_eq!(seen, (1..=19).collect::<Vec<u64>>());
+        let mut total = Counters::default();
+        total.add(&c);
+        total.add(&c);
+        let mut doubled = Vec::new();
+        total.for_each(|_, _, v| doubled.push(v));
+        assert_eq!(doubled, (1..=19).map(|v| 2 * v).collect::<Vec<u64>>(), "add sums every counter");
     }
 }

@@ -7,13 +7,14 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use super::fragment::{self, Fragment, FragmentTarget};
 use super::WorkerState;
 use crate::conntrack::{Address, Conntrack, FlowKey};
 use crate::host::HostAddr;
 use crate::maglev;
 use crate::nat::{self, Rewrite};
 use crate::wire::checksum::PseudoHeaderAddr;
-use crate::wire::IpProtocol;
+use crate::wire::{IpProtocol, MacAddr};
 
 /// An IP address family the flow path serves: see the module documentation.
 pub(super) trait Family: Address + HostAddr + PseudoHeaderAddr + Into<IpAddr> {
@@ -38,6 +39,20 @@ pub(super) trait Family: Address + HostAddr + PseudoHeaderAddr + Into<IpAddr> {
     /// header of `protocol` starts at `l4_offset`: addresses and ports to `rw`, TTL / Hop
     /// Limit decremented, checksums updated ([`nat`]).
     fn rewrite(ip: &mut [u8], l4_offset: usize, protocol: IpProtocol, rw: &Rewrite<Self>, l4_partial: bool);
+
+    /// Records what was done to the first fragment `first` (rewritten to `rw`, sent out
+    /// `egress` = (interface, next-hop MAC), in the flow's original direction or not,
+    /// counted on `frontend`) for the later fragments of its datagram ([`fragment::record`]).
+    /// Only IPv4 fragments reach the flow path; IPv6 ones are dropped before it.
+    fn record_fragment(
+        now: u64,
+        st: &mut WorkerState,
+        first: &Fragment,
+        rw: &Rewrite<Self>,
+        egress: (u8, MacAddr),
+        original: bool,
+        frontend: Option<(u32, u32)>,
+    );
 }
 
 impl Family for Ipv4Addr {
@@ -76,6 +91,20 @@ impl Family for Ipv4Addr {
     fn rewrite(ip: &mut [u8], _l4_offset: usize, _protocol: IpProtocol, rw: &Rewrite<Self>, l4_partial: bool) {
         nat::rewrite_ipv4(ip, rw, l4_partial);
     }
+
+    #[inline]
+    fn record_fragment(
+        now: u64,
+        st: &mut WorkerState,
+        first: &Fragment,
+        rw: &Rewrite<Self>,
+        (iface, mac): (u8, MacAddr),
+        original: bool,
+        frontend: Option<(u32, u32)>,
+    ) {
+        let target = FragmentTarget { src: rw.src_addr, dst: rw.dst_addr, iface, mac, original, frontend };
+        fragment::record(now, st, first, target);
+    }
 }
 
 impl Family for Ipv6Addr {
@@ -110,5 +139,18 @@ impl Family for Ipv6Addr {
     #[inline]
     fn rewrite(ip: &mut [u8], l4_offset: usize, protocol: IpProtocol, rw: &Rewrite<Self>, l4_partial: bool) {
         nat::rewrite_ipv6(ip, l4_offset, protocol, rw, l4_partial);
+    }
+
+    #[inline]
+    fn record_fragment(
+        _now: u64,
+        _st: &mut WorkerState,
+        _first: &Fragment,
+        _rw: &Rewrite<Self>,
+        _egress: (u8, MacAddr),
+        _original: bool,
+        _frontend: Option<(u32, u32)>,
+    ) {
+        // IPv6 fragments are dropped as `DropReason::Fragment` before the flow path.
     }
 }

@@ -1,10 +1,13 @@
-//! The conntrack path of TCP and UDP: lookup of the 5-tuple in the worker's conntrack
+//! The conntrack path of TCP, UDP and SCTP: lookup of the 5-tuple in the worker's conntrack
 //! (both directions indexed), revalidation of a flow against a newer table, creation of a
 //! flow on a miss (front door, endpoint, SNAT port; in a full table, Linux's early drop
 //! first), the flow's TCP state and timeouts ([`crate::conntrack::track_tcp`]: a RST before
 //! any reply ends the flow, a client's SYN on a TIME_WAIT or CLOSE flow reopens it with a
-//! new endpoint, segments that do not fit the state are dropped), and the NAT rewrite and
-//! MAC addressing of the forwarded frame.
+//! new endpoint, segments that do not fit the state are dropped; SCTP's in [`super::sctp`]),
+//! the NAT rewrite and MAC addressing of the forwarded frame, and the per-front-door counts
+//! of what was forwarded (packets and IPv4 bytes per direction, new flows); a first
+//! fragment's translation is recorded for the datagram's later fragments
+//! ([`super::fragment`]).
 //!
 //! One path for IPv4 and IPv6, generic over [`Family`]: each family has its own conntrack
 //! table per worker, its own SNAT addresses and routes; a front door's endpoints are of its
@@ -15,9 +18,11 @@ use std::net::SocketAddr;
 
 use super::expire::{free_snat_port, remove_flow};
 use super::family::Family;
+use super::fragment::Fragment;
 use super::link::{self, Rx};
 use super::reject::reject;
 use super::resolve::neighbour;
+use super::sctp::{self, Chunks};
 use super::{backend, Verdict, WorkerState};
 use crate::conntrack::tcp::{self, Segment as TcpSegment};
 use crate::conntrack::{
@@ -27,16 +32,16 @@ use crate::counters::DropReason;
 use crate::nat::Rewrite;
 use crate::table::layout;
 use crate::table::Table;
-use crate::wire::{EthernetFrame, IpProtocol, TcpFlags};
+use crate::wire::{EthernetFrame, IpProtocol, MacAddr, TcpFlags};
 
-/// The fields of a received TCP or UDP packet (IPv4 or IPv6) the flow path uses.
+/// The fields of a received TCP, UDP or SCTP packet (IPv4 or IPv6) the flow path uses.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Segment<A> {
     /// Source address.
     pub src: A,
     /// Destination address.
     pub dst: A,
-    /// TCP or UDP.
+    /// TCP, UDP or SCTP.
     pub proto: IpProtocol,
     /// TTL (IPv6: Hop Limit) as received.
     pub ttl: u8,
@@ -50,12 +55,17 @@ pub(super) struct Segment<A> {
     pub sport: u16,
     /// Transport destination port.
     pub dport: u16,
-    /// TCP flags; empty for UDP.
+    /// TCP flags; empty for UDP and SCTP.
     pub tcp_flags: TcpFlags,
+    /// SCTP chunks that matter to tracking; empty for TCP and UDP.
+    pub sctp: Chunks,
+    /// Set for the first fragment of a fragmented IPv4 datagram (TCP or UDP only; IPv6
+    /// fragments do not reach the flow path).
+    pub first_fragment: Option<Fragment>,
 }
 
-/// Forwards the TCP or UDP packet `seg` in `frame` along its flow, creating the flow on a
-/// conntrack miss.
+/// Forwards the TCP, UDP or SCTP packet `seg` in `frame` along its flow, creating the flow
+/// on a conntrack miss.
 pub(super) fn handle<A: Family>(
     now: u64,
     frame: &mut [u8],
@@ -93,11 +103,12 @@ pub(super) fn handle<A: Family>(
                 state.frontend = frontend;
             } else {
                 // The endpoint left its Service (DESIGN.md "Failure semantics"): a TCP
-                // client gets a RST so it fails fast instead of hanging; anything else is
+                // client gets a RST so it fails fast instead of hanging; anything else — a
+                // UDP packet, or a SYN opening a new connection on the old tuple — is
                 // steered anew by this very packet.
                 remove_flow::<A>(st, id);
                 st.counters.endpoint_gone += 1;
-                if seg.proto == IpProtocol::Tcp {
+                if seg.proto == IpProtocol::Tcp && TcpSegment::of(seg.tcp_flags) != TcpSegment::Syn {
                     return reject(frame, rx, st);
                 }
                 hit = None;
@@ -109,7 +120,7 @@ pub(super) fn handle<A: Family>(
     }
     let (mut id, dir) = match hit {
         Some(h) => h,
-        None => match new_flow(now, frame, rx, table, st, key, seg.tcp_flags) {
+        None => match new_flow(now, frame, rx, table, st, key, seg) {
             Ok(id) => (id, Direction::Original),
             Err(v) => return v,
         },
@@ -119,7 +130,7 @@ pub(super) fn handle<A: Family>(
         // A new connection on the tuple of a closed one: forget the old flow, choose the
         // endpoint anew.
         remove_flow::<A>(st, id);
-        id = match new_flow(now, frame, rx, table, st, key, seg.tcp_flags) {
+        id = match new_flow(now, frame, rx, table, st, key, seg) {
             Ok(id) => id,
             Err(v) => return v,
         };
@@ -129,31 +140,54 @@ pub(super) fn handle<A: Family>(
         return Verdict::Drop(DropReason::TcpInvalid);
     }
     let flow = A::conntrack(st).get(id);
-    let verdict = forward(now, frame, rx, st, &flow, dir, seg);
+    let frontend = frontend_index(table, &flow);
+    let verdict = forward(now, frame, rx, st, &flow, dir, seg, frontend.map(|i| (i, table.generation() as u32)));
+    if let (Verdict::Transmit { .. }, Some(index)) = (verdict, frontend) {
+        st.frontends.packet(index, dir == Direction::Original, seg.total);
+    }
     if tracked == Tracked::ForwardThenRemove {
         remove_flow::<A>(st, id);
     }
     verdict
 }
 
-/// Applies the packet to flow `id`'s state ([`track_tcp`], [`track_udp`]): TCP state, idle
-/// deadline, `seen_reply`, `assured`.
+/// The index in `table` of `flow`'s front door, where its forwarded packets are counted: the
+/// index the flow keeps, when it was (re)validated against this very table; else (a reply
+/// that came before the flow's next original packet under a new table) the index looked up
+/// anew.
+#[inline]
+fn frontend_index<A: Family>(table: &Table, flow: &Flow<A>) -> Option<u32> {
+    if flow.state.table_generation == table.generation() as u32 {
+        Some(flow.state.frontend)
+    } else {
+        let o = &flow.original;
+        table.frontend(o.dst_addr.into(), o.protocol, o.dst_port).map(|f| f.index)
+    }
+}
+
+/// Applies the packet to flow `id`'s state ([`track_tcp`], [`track_udp`], [`sctp::track`]):
+/// TCP state, idle deadline, `seen_reply`, `assured`.
 fn track<A: Family>(now: u64, st: &mut WorkerState, id: FlowId, dir: Direction, seg: &Segment<A>) -> Tracked {
     let timeouts = st.host.timeouts;
     let state = A::conntrack_mut(st).state_mut(id);
     if seg.proto == IpProtocol::Tcp {
         track_tcp(state, dir, seg.tcp_flags, now, &timeouts)
+    } else if seg.proto == IpProtocol::Sctp {
+        sctp::track(state, dir, seg.sctp, now);
+        Tracked::Forward
     } else {
         track_udp(state, dir, now, &timeouts);
         Tracked::Forward
     }
 }
 
-/// Rewrites the packet `seg` (after the link-layer header) along `flow` in direction `dir`
-/// and addresses the frame to its next hop, resolved by ARP or Neighbor Discovery: the
-/// endpoint's for the original direction, the client's for replies (the client itself on a
-/// connected subnet, else the router: replies are routed like any packet, no MAC is kept
-/// per flow).
+/// Rewrites the packet `seg` along `flow` in direction `dir` and addresses the frame to
+/// its next hop ([`egress`]). A first fragment's translation is recorded for the later
+/// fragments of its datagram; its transport checksum is always updated incrementally (a
+/// fragment never carries a partial checksum, and a full one would need the whole datagram),
+/// with the flow's front-door index under table generation `frontend.1` so the later
+/// fragments are counted there too.
+#[allow(clippy::too_many_arguments)]
 fn forward<A: Family>(
     now: u64,
     frame: &mut [u8],
@@ -162,16 +196,49 @@ fn forward<A: Family>(
     flow: &Flow<A>,
     dir: Direction,
     seg: &Segment<A>,
+    frontend: Option<(u32, u32)>,
 ) -> Verdict {
-    let (rw, out_iface, dst_mac) = match dir {
+    let (rw, out_iface, dst_mac) = match egress(now, st, flow, dir) {
+        Ok(e) => e,
+        Err(reason) => return Verdict::Drop(reason),
+    };
+    match dir {
+        Direction::Original => st.counters.forwarded_original += 1,
+        Direction::Reply => st.counters.forwarded_reply += 1,
+    }
+    let l3 = rx.l2_len;
+    let partial = rx.l4_csum_partial && seg.first_fragment.is_none();
+    A::rewrite(&mut frame[l3..l3 + seg.total], seg.l4_offset, seg.proto, &rw, partial);
+    let verdict = link::transmit(frame, rx, seg.total, out_iface, dst_mac, &st.host);
+    if let (Some(first), Verdict::Transmit { .. }) = (&seg.first_fragment, verdict) {
+        A::record_fragment(now, st, first, &rw, (out_iface, dst_mac), dir == Direction::Original, frontend);
+    }
+    verdict
+}
+
+/// Where a packet of `flow` travelling in direction `dir` goes: its new addresses and ports,
+/// the egress interface and the next hop's MAC, resolved by ARP or Neighbor Discovery — the
+/// endpoint's for the
+/// original direction, the client's for replies (the client itself on a connected subnet,
+/// else the router: replies are routed like any packet, no MAC is kept per flow). ICMP errors
+/// about the flow ([`super::icmp_error`]) travel the same way.
+///
+/// # Errors
+/// [`DropReason::NoRoute`], [`DropReason::NeighbourUnresolved`] (a resolution was queued).
+pub(super) fn egress<A: Family>(
+    now: u64,
+    st: &mut WorkerState,
+    flow: &Flow<A>,
+    dir: Direction,
+) -> Result<(Rewrite<A>, u8, MacAddr), DropReason> {
+    Ok(match dir {
         Direction::Original => {
             let Some((out, hop)) = st.host.route(flow.reply.src_addr) else {
-                return Verdict::Drop(DropReason::NoRoute);
+                return Err(DropReason::NoRoute);
             };
             let Some(mac) = neighbour(st, hop, out, now) else {
-                return Verdict::Drop(DropReason::NeighbourUnresolved);
+                return Err(DropReason::NeighbourUnresolved);
             };
-            st.counters.forwarded_original += 1;
             (
                 Rewrite {
                     src_addr: flow.reply.dst_addr,
@@ -185,12 +252,11 @@ fn forward<A: Family>(
         }
         Direction::Reply => {
             let Some((out, hop)) = st.host.route(flow.original.src_addr) else {
-                return Verdict::Drop(DropReason::NoRoute);
+                return Err(DropReason::NoRoute);
             };
             let Some(mac) = neighbour(st, hop, out, now) else {
-                return Verdict::Drop(DropReason::NeighbourUnresolved);
+                return Err(DropReason::NeighbourUnresolved);
             };
-            st.counters.forwarded_reply += 1;
             (
                 Rewrite {
                     src_addr: flow.original.dst_addr,
@@ -202,10 +268,7 @@ fn forward<A: Family>(
                 mac,
             )
         }
-    };
-    let l3 = rx.l2_len;
-    A::rewrite(&mut frame[l3..l3 + seg.total], seg.l4_offset, seg.proto, &rw, rx.l4_csum_partial);
-    link::transmit(frame, rx, seg.total, out_iface, dst_mac, &st.host)
+    })
 }
 
 /// Creates the flow for `key` (a conntrack miss): front door, endpoint, SNAT port.
@@ -216,12 +279,19 @@ fn new_flow<A: Family>(
     table: &Table,
     st: &mut WorkerState,
     key: FlowKey<A>,
-    tcp_flags: TcpFlags,
+    seg: &Segment<A>,
 ) -> Result<FlowId, Verdict> {
     let Some(fe) = table.frontend(key.dst_addr.into(), key.protocol, key.dst_port) else {
         return Err(Verdict::Drop(DropReason::NoFrontend));
     };
-    if key.protocol == u8::from(IpProtocol::Tcp) && tcp::initial(TcpSegment::of(tcp_flags)).is_none() {
+    // What cannot open a connection creates no flow: a TCP segment no state starts from
+    // (a RST), an SCTP ABORT or SHUTDOWN COMPLETE of an unknown association.
+    let stray = match seg.proto {
+        IpProtocol::Tcp => tcp::initial(TcpSegment::of(seg.tcp_flags)).is_none(),
+        IpProtocol::Sctp => seg.sctp.close,
+        _ => false,
+    };
+    if stray {
         return Err(Verdict::Drop(DropReason::NoConntrack));
     }
     let service = table.service(fe.service).ok_or(Verdict::Drop(DropReason::NoFrontend))?;
@@ -269,6 +339,7 @@ fn new_flow<A: Family>(
     match inserted {
         Ok(id) => {
             st.counters.new_flows += 1;
+            st.frontends.new_flow(fe.index);
             Ok(id)
         }
         Err(e) => {

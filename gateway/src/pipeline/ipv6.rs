@@ -8,6 +8,7 @@ use std::net::Ipv6Addr;
 
 use super::flow::{self, Segment};
 use super::link::Rx;
+use super::sctp::Chunks;
 use super::{icmp, ndp, Verdict, WorkerState};
 use crate::counters::DropReason;
 use crate::table::Table;
@@ -57,6 +58,8 @@ pub(super) fn handle(now: u64, frame: &mut [u8], rx: &Rx, table: &Table, st: &mu
         sport,
         dport,
         tcp_flags,
+        sctp: Chunks::default(),
+        first_fragment: None,
     };
     flow::handle(now, frame, rx, table, st, &seg)
 }

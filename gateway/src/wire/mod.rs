@@ -1,7 +1,8 @@
 //! Zero-copy views over the headers torii parses and rewrites: Ethernet II, 802.1Q VLAN tags,
-//! ARP (Ethernet/IPv4), IPv4, IPv6 (with its extension headers), ICMPv4, ICMPv6, Neighbor
-//! Discovery, TCP and UDP, plus the Internet checksum ([RFC 1071]) with the IPv4 and IPv6
-//! pseudo-headers and its incremental update ([RFC 1624]).
+//! ARP (Ethernet/IPv4), IPv4, IPv6 (with its extension headers), ICMPv4 (with the datagram
+//! an error quotes), ICMPv6, Neighbor Discovery, TCP, UDP and SCTP (CRC32c), plus the
+//! Internet checksum ([RFC 1071]) with the IPv4 and IPv6 pseudo-headers and its incremental
+//! update ([RFC 1624]).
 //!
 //! # Contract
 //!
@@ -38,6 +39,7 @@ pub mod icmpv6;
 pub mod ipv4;
 pub mod ipv6;
 pub mod ndp;
+pub mod sctp;
 pub mod tcp;
 pub mod udp;
 pub mod vlan;
@@ -49,6 +51,7 @@ pub use icmpv6::{Icmpv6Packet, Icmpv6Type};
 pub use ipv4::{IpProtocol, Ipv4Packet};
 pub use ipv6::Ipv6Packet;
 pub use ndp::NdpPacket;
+pub use sctp::{SctpChunkType, SctpPacket};
 pub use tcp::{TcpFlags, TcpPacket};
 pub use udp::UdpPacket;
 pub use vlan::VlanTag;
