@@ -648,7 +648,7 @@ fn kube_api_source_end_to_end() -> Result<()> {
     );
 
     step_gateway_answers(&mut h)?;
-    step_new_connections_spread(&mut h)?;
+    step_new_connections_spread(&mut h, "1 new connections spread over backends", &web_url())?;
     step_endpoint_slice_modified(&mut h, &admin)?;
     step_clean_shutdown(&mut h)?;
     drop(api);
