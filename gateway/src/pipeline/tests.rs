@@ -42,19 +42,23 @@ fn table_with_affinity(web_backends: &[&str], affinity_timeout_s: Option<u32>) -
         name: "demo/web:http".into(),
         backends: web_backends.iter().map(|a| BackendSpec { addr: a.parse().unwrap(), port: 8080 }).collect(),
         affinity_timeout_s,
+        draining: vec![],
     };
     let echo = ServiceSpec {
         name: "demo/echo:echo".into(),
         backends: vec![BackendSpec { addr: "10.70.0.21".parse().unwrap(), port: 7007 }],
         affinity_timeout_s: None,
+        draining: vec![],
     };
-    let empty = ServiceSpec { name: "demo/empty:".into(), backends: vec![], affinity_timeout_s: None };
+    let empty =
+        ServiceSpec { name: "demo/empty:".into(), backends: vec![], affinity_timeout_s: None, draining: vec![] };
     let fe = |a: Ipv4Addr, protocol, port, service| FrontendSpec {
         addr: IpAddr::V4(a),
         port,
         protocol,
         kind: FrontendKind::ExternalIp,
         service,
+        source_ranges: vec![],
     };
     let spec = TableSpec {
         frontends: vec![

@@ -16,4 +16,4 @@ mod view;
 
 pub use build::{build, BuildError, BuildStats, TableBuilder};
 pub use spec::*;
-pub use view::{FrontendRef, Ring, ServiceRef, Storage, Table, TableError};
+pub use view::{FrontendRef, Ring, ServiceRef, SourceRanges, Storage, Table, TableError};
