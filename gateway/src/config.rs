@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::wire::vlan::VID_MAX;
+
 /// The default configuration compiled into both binaries: `configs/gateway.toml`,
 /// which is also the demo's configuration.
 pub const EMBEDDED_DEFAULT: &str = include_str!("../../configs/gateway.toml");
@@ -184,6 +186,21 @@ fn push_unique(out: &mut Vec<IpAddr>, ip: IpAddr) {
 /// `NodePortAddressesPrimary`).
 pub const NODE_PORT_ADDRESSES_PRIMARY: &str = "primary";
 
+/// Parses `interfaces[i].addresses`.
+fn parse_addresses(i: usize, addresses: &[String]) -> Result<Vec<Ipv4Cidr>, ConfigError> {
+    let mut out = Vec::with_capacity(addresses.len());
+    for (j, a) in addresses.iter().enumerate() {
+        let c = Ipv4Cidr::parse(a).ok_or_else(|| {
+            invalid(
+                format!("interfaces[{i}].addresses[{j}]"),
+                format!("{a:?} is not an IPv4 address/prefix like \"198.51.100.1/24\""),
+            )
+        })?;
+        out.push(c);
+    }
+    Ok(out)
+}
+
 /// Parses `aa:bb:cc:dd:ee:ff`.
 pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
     let mut mac = [0u8; 6];
@@ -333,16 +350,45 @@ impl Default for DpdkConfig {
     }
 }
 
-/// A network interface the gateway owns.
+/// A network interface the gateway owns: a link (layer 3) on a port, untagged or on one
+/// 802.1Q VLAN of it. Several interfaces may share a port (`name`, `device`) when their
+/// `vlan`s differ, as Linux VLAN sub-interfaces share their parent.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Interface {
-    /// Kernel interface name (AF_PACKET); a label in logs under DPDK.
+    /// Kernel interface name of the port (AF_PACKET); a label in logs under DPDK.
     pub name: String,
     /// The gateway's own addresses on this link, with their prefixes (the connected
     /// subnets used to choose the egress interface).
     pub addresses: Vec<Ipv4Cidr>,
     /// The DPDK device of this interface (required with `driver = "dpdk"`, ignored by
     /// AF_PACKET).
+    pub device: Option<DpdkDevice>,
+    /// The 802.1Q VLAN identifier (1..=4094) of this link on its port: frames received
+    /// with this tag belong to it, frames sent on it carry it. `None`: untagged (and
+    /// priority-tagged, VID 0) frames.
+    pub vlan: Option<u16>,
+    /// Index into [`Config::ports`] of the port this interface is on.
+    pub port: usize,
+}
+
+impl Interface {
+    /// How the interface is named in keys (`router.interface`) and logs: the port's name,
+    /// with `.VID` for a VLAN interface (`tg-front.100`), as Linux names VLAN devices.
+    pub fn label(&self) -> String {
+        match self.vlan {
+            Some(v) => format!("{}.{v}", self.name),
+            None => self.name.clone(),
+        }
+    }
+}
+
+/// A port: one device (a kernel interface under AF_PACKET, an ethdev port under DPDK)
+/// carrying one or more [`Interface`]s. Drivers open ports; the pipeline sees interfaces.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Port {
+    /// Kernel interface name (AF_PACKET); a label in logs under DPDK.
+    pub name: String,
+    /// The DPDK device (required with `driver = "dpdk"`).
     pub device: Option<DpdkDevice>,
 }
 
@@ -421,8 +467,10 @@ pub struct Config {
     pub workers: usize,
     /// The DPDK driver's settings.
     pub dpdk: DpdkConfig,
-    /// Interfaces, in the order workers index them.
+    /// Interfaces, in the order the pipeline indexes them.
     pub interfaces: Vec<Interface>,
+    /// Ports (devices), in order of their first interface; drivers index them so.
+    pub ports: Vec<Port>,
     /// Default next hop, if any.
     pub router: Option<Router>,
     /// Static neighbours.
@@ -476,6 +524,7 @@ struct RawInterface {
     name: String,
     addresses: Vec<String>,
     device: Option<String>,
+    vlan: Option<u16>,
 }
 
 #[derive(Deserialize)]
@@ -750,6 +799,7 @@ impl Config {
             return Err(invalid("interfaces", "at most 255 interfaces"));
         }
         let mut interfaces = Vec::with_capacity(raw.interfaces.len());
+        let mut ports: Vec<Port> = Vec::new();
         for (i, ri) in raw.interfaces.iter().enumerate() {
             if ri.name.is_empty() || ri.name.len() >= libc::IFNAMSIZ {
                 return Err(invalid(
@@ -757,19 +807,44 @@ impl Config {
                     format!("{:?} is not an interface name", ri.name),
                 ));
             }
-            if interfaces.iter().any(|x: &Interface| x.name == ri.name) {
-                return Err(invalid(format!("interfaces[{i}].name"), format!("{:?} is listed twice", ri.name)));
+            if let Some(v) = ri.vlan {
+                if !(1..=VID_MAX).contains(&v) {
+                    return Err(invalid(
+                        format!("interfaces[{i}].vlan"),
+                        format!("{v} is out of range 1..={VID_MAX} (0 marks priority-tagged frames and 4095 is reserved, IEEE 802.1Q)"),
+                    ));
+                }
             }
-            let mut addresses = Vec::new();
-            for (j, a) in ri.addresses.iter().enumerate() {
-                let c = Ipv4Cidr::parse(a).ok_or_else(|| {
-                    invalid(
-                        format!("interfaces[{i}].addresses[{j}]"),
-                        format!("{a:?} is not an IPv4 address/prefix like \"198.51.100.1/24\""),
-                    )
-                })?;
-                addresses.push(c);
+            // An earlier interface on the same port (kernel interface) fixes its device.
+            let same_port = interfaces.iter().position(|x: &Interface| x.name == ri.name);
+            if let Some(j) = same_port {
+                if interfaces.iter().any(|x: &Interface| x.name == ri.name && x.vlan == ri.vlan) {
+                    return Err(invalid(
+                        format!("interfaces[{i}].name"),
+                        format!(
+                            "{:?} is listed twice{}: interfaces on one port need different vlans",
+                            ri.name,
+                            ri.vlan.map_or(" untagged".to_string(), |v| format!(" with vlan {v}"))
+                        ),
+                    ));
+                }
+                let known = &interfaces[j];
+                if ri.device.as_deref().is_some_and(|d| DpdkDevice::parse(d).as_ref() != known.device.as_ref()) {
+                    return Err(invalid(
+                        format!("interfaces[{i}].device"),
+                        format!(
+                            "interfaces[{j}] puts port {:?} on another device: interfaces on one port share its \
+                             device (omit it here or repeat it)",
+                            ri.name
+                        ),
+                    ));
+                }
+                let (device, port) = (known.device.clone(), known.port);
+                let addresses = parse_addresses(i, &ri.addresses)?;
+                interfaces.push(Interface { name: ri.name.clone(), addresses, device, vlan: ri.vlan, port });
+                continue;
             }
+            let addresses = parse_addresses(i, &ri.addresses)?;
             let device = match &ri.device {
                 None if raw.driver == Driver::Dpdk => {
                     return Err(invalid(
@@ -805,12 +880,19 @@ impl Config {
                     Some(dev)
                 }
             };
-            interfaces.push(Interface { name: ri.name.clone(), addresses, device });
+            ports.push(Port { name: ri.name.clone(), device: device.clone() });
+            interfaces.push(Interface {
+                name: ri.name.clone(),
+                addresses,
+                device,
+                vlan: ri.vlan,
+                port: ports.len() - 1,
+            });
         }
         let iface_index = |key: &str, name: &str| {
             interfaces
                 .iter()
-                .position(|x| x.name == name)
+                .position(|x| x.label() == name)
                 .ok_or_else(|| invalid(key, format!("{name:?} is not one of the configured interfaces")))
         };
         let router = match &raw.router {
@@ -860,8 +942,8 @@ impl Config {
                 format!("range {}..={} is empty or starts at 0", raw.snat.port_min, raw.snat.port_max),
             ));
         }
-        let ports = usize::from(raw.snat.port_max - raw.snat.port_min) + 1;
-        if ports < raw.workers {
+        let snat_ports = usize::from(raw.snat.port_max - raw.snat.port_min) + 1;
+        if snat_ports < raw.workers {
             return Err(invalid("snat.port_max", "the SNAT port range must give every worker at least one port"));
         }
         let ct = raw.conntrack;
@@ -884,6 +966,7 @@ impl Config {
             workers: raw.workers,
             dpdk: raw.dpdk.validate()?,
             interfaces,
+            ports,
             router,
             neighbours,
             snat: Snat { addresses: snat_addrs, port_min: raw.snat.port_min, port_max: raw.snat.port_max },
@@ -1076,6 +1159,66 @@ mod tests {
         let c = Config::from_toml(&no_device.replace("driver = \"dpdk\"", "driver = \"af_packet\"")).unwrap();
         assert_eq!(c.driver, Driver::AfPacket);
         assert!(c.interfaces.iter().all(|i| i.device.is_none()));
+    }
+
+    /// The embedded default with `extra` interfaces (and tables) appended.
+    fn with_vlans(extra: &str) -> Result<Config, String> {
+        Config::from_toml(&format!("{EMBEDDED_DEFAULT}\n{extra}")).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn vlan_interfaces_share_their_port() {
+        let c = with_vlans(
+            "[[interfaces]]\nname = \"tg-front\"\nvlan = 100\naddresses = [\"192.0.2.1/24\"]\n\n\
+             [[interfaces]]\nname = \"tg-back\"\nvlan = 200\naddresses = [\"10.80.0.1/24\"]\n\
+             device = \"net_af_packet1,iface=tg-back\"\n\n\
+             [router]\naddress = \"192.0.2.254\"\ninterface = \"tg-front.100\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.ports.len(), 2);
+        assert_eq!(
+            c.ports[0],
+            Port { name: "tg-front".into(), device: DpdkDevice::parse("net_af_packet0,iface=tg-front") }
+        );
+        let summary: Vec<(String, Option<u16>, usize)> =
+            c.interfaces.iter().map(|i| (i.label(), i.vlan, i.port)).collect();
+        assert_eq!(
+            summary,
+            [
+                ("tg-front".to_string(), None, 0),
+                ("tg-back".to_string(), None, 1),
+                ("tg-front.100".to_string(), Some(100), 0),
+                ("tg-back.200".to_string(), Some(200), 1)
+            ]
+        );
+        // The device is inherited from the port's first interface.
+        assert_eq!(c.interfaces[2].device, c.interfaces[0].device);
+        assert_eq!(c.router.as_ref().map(|r| r.interface), Some(2));
+        // A port may carry only VLAN interfaces.
+        let c = with_vlans("[[interfaces]]\nname = \"tg-trunk\"\nvlan = 7\naddresses = []\ndevice = \"net_tap0\"\n")
+            .unwrap();
+        assert_eq!((c.ports.len(), c.interfaces[2].port, c.interfaces[2].label()), (3, 2, "tg-trunk.7".to_string()));
+    }
+
+    #[test]
+    fn vlan_errors_name_the_key() {
+        for (extra, want) in [
+            ("[[interfaces]]\nname = \"tg-front\"\nvlan = 0\naddresses = []\n", "interfaces[2].vlan: 0 is out of range 1..=4094"),
+            ("[[interfaces]]\nname = \"tg-front\"\nvlan = 4095\naddresses = []\n", "interfaces[2].vlan: 4095 is out of range"),
+            ("[[interfaces]]\nname = \"tg-front\"\naddresses = []\n", "interfaces[2].name: \"tg-front\" is listed twice untagged"),
+            (
+                "[[interfaces]]\nname = \"tg-front\"\nvlan = 5\naddresses = []\n[[interfaces]]\nname = \"tg-front\"\nvlan = 5\naddresses = []\n",
+                "interfaces[3].name: \"tg-front\" is listed twice with vlan 5",
+            ),
+            (
+                "[[interfaces]]\nname = \"tg-front\"\nvlan = 5\naddresses = []\ndevice = \"net_af_packet1,iface=tg-back\"\n",
+                "interfaces[2].device: interfaces[0] puts port \"tg-front\" on another device",
+            ),
+            ("[router]\naddress = \"10.70.0.254\"\ninterface = \"tg-back.9\"\n", "router.interface: \"tg-back.9\" is not one of"),
+        ] {
+            let e = with_vlans(extra).unwrap_err();
+            assert!(e.starts_with(want), "{extra}: {e}");
+        }
     }
 
     #[test]

@@ -12,8 +12,13 @@ pub enum DropReason {
     UnknownInterface,
     /// Destination MAC is neither this interface's nor broadcast.
     NotOurMac,
-    /// Neither ARP nor IPv4 (IPv6, VLAN tags and others arrive with later work).
+    /// Neither ARP nor IPv4 (IPv6 and others arrive with later work).
     UnsupportedEtherType,
+    /// Tagged with a VLAN (or untagged) for which the receiving port has no interface.
+    UnknownVlan,
+    /// Stacked VLAN tags (802.1ad `0x88A8` outer tag, or a tag inside a tag): the gateway
+    /// terminates single 802.1Q VLANs only.
+    VlanStacked,
     /// ARP that is not a well-formed Ethernet/IPv4 ARP packet.
     MalformedArp,
     /// ARP request for an address that is neither ours nor a VIP.
@@ -48,17 +53,20 @@ pub enum DropReason {
     NeighbourUnresolved,
     /// The TX ring had no room (counted by the driver).
     TxRingFull,
-    /// The frame did not fit the RX buffer (counted by the driver).
+    /// The frame did not fit the RX buffer (counted by the driver), or had no room left
+    /// in it for the 802.1Q tag of its egress interface.
     Oversize,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 22] = [
+    pub const ALL: [DropReason; 24] = [
         Self::Truncated,
         Self::UnknownInterface,
         Self::NotOurMac,
         Self::UnsupportedEtherType,
+        Self::UnknownVlan,
+        Self::VlanStacked,
         Self::MalformedArp,
         Self::ArpNotForUs,
         Self::MalformedIpv4,
@@ -86,6 +94,8 @@ impl DropReason {
             Self::UnknownInterface => "unknown_interface",
             Self::NotOurMac => "not_our_mac",
             Self::UnsupportedEtherType => "unsupported_ethertype",
+            Self::UnknownVlan => "unknown_vlan",
+            Self::VlanStacked => "vlan_stacked",
             Self::MalformedArp => "malformed_arp",
             Self::ArpNotForUs => "arp_not_for_us",
             Self::MalformedIpv4 => "malformed_ipv4",

@@ -97,3 +97,11 @@ pub fn arp(l2: L2, op: ArpOperation, sha: MacAddr, spa: Ipv4Addr, tha: MacAddr, 
     a.set_target_protocol_addr(tpa);
     b
 }
+
+/// `frame` with an 802.1Q tag (TPID `tpid`, TCI `tci`) inserted after its MAC addresses,
+/// as a tagged port carries it.
+pub fn tagged(frame: &[u8], tpid: u16, tci: u16) -> Vec<u8> {
+    let mut b = vec![0u8; frame.len() + crate::wire::vlan::TAG_LEN];
+    crate::wire::vlan::copy_tagged(&mut b, frame, tpid, tci).expect("a frame with MAC addresses");
+    b
+}

@@ -125,17 +125,17 @@ fn run_af_packet(config: &Config, driver_line: String) -> Result<()> {
     let group_base = (std::process::id() as u16).wrapping_mul(64);
     let mut sockets: Vec<Vec<AfPacketSocket>> = Vec::with_capacity(workers);
     for w in 0..workers {
-        let mut per_iface = Vec::with_capacity(config.interfaces.len());
-        for (i, iface) in config.interfaces.iter().enumerate() {
-            let s = AfPacketSocket::open(&iface.name, &RingConfig::default())
-                .with_context(|| format!("worker {w}: opening AF_PACKET socket on {}", iface.name))?;
+        let mut per_port = Vec::with_capacity(config.ports.len());
+        for (i, port) in config.ports.iter().enumerate() {
+            let s = AfPacketSocket::open(&port.name, &RingConfig::default())
+                .with_context(|| format!("worker {w}: opening AF_PACKET socket on {}", port.name))?;
             if workers > 1 {
                 s.join_fanout(group_base.wrapping_add(i as u16), &program)
-                    .with_context(|| format!("worker {w}: joining fanout group on {}", iface.name))?;
+                    .with_context(|| format!("worker {w}: joining fanout group on {}", port.name))?;
             }
-            per_iface.push(s);
+            per_port.push(s);
         }
-        sockets.push(per_iface);
+        sockets.push(per_port);
     }
     let macs: Vec<MacAddr> = sockets[0].iter().map(|s| MacAddr(s.mac_addr())).collect();
     let plan = Plan { driver_line, workers, macs, seeds: sockets, steering: None };
@@ -152,9 +152,10 @@ where
     F: Fn(S) -> Result<I> + Send + Copy + 'static,
 {
     let Plan { driver_line, workers, macs, seeds, steering } = plan;
-    for (iface, mac) in config.interfaces.iter().zip(&macs) {
+    for iface in &config.interfaces {
         let addrs: Vec<String> = iface.addresses.iter().map(|c| format!("{}/{}", c.addr, c.prefix_len)).collect();
-        tracing::info!(interface = %iface.name, %mac, addresses = ?addrs, "interface");
+        let mac = macs[iface.port];
+        tracing::info!(interface = %iface.label(), %mac, vlan = ?iface.vlan, addresses = ?addrs, "interface");
     }
     let host = Arc::new(Host::new(config, &macs));
     let shared = Shared::new(4096, config.conntrack.capacity * workers);

@@ -20,6 +20,7 @@ use crate::counters::{Counters, DropReason};
 use crate::pipeline::{self, Meta, Verdict, WorkerState};
 use crate::table::shm::{self, StateRegion};
 use crate::table::Table;
+use crate::wire::vlan;
 
 /// Frames per burst (DPDK's customary 32).
 pub const BURST: usize = 32;
@@ -30,14 +31,26 @@ const EXPIRE_BUDGET: usize = 64;
 /// Empty polls before a worker sleeps in [`PacketIo::wait`].
 const IDLE_SPINS: u32 = 2000;
 
-/// A worker's packet I/O: its RX and TX queues on every interface.
+/// What a driver knows about a received frame besides its bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RxInfo {
+    /// The L4 checksum holds only the pseudo-header sum (see [`Meta::l4_csum_partial`]).
+    pub l4_csum_partial: bool,
+    /// The VLAN tag the device took out of the frame on receive, as (TPID, TCI): Linux
+    /// reports it in the packet's auxdata (`tp_vlan_tci`, `tp_vlan_tpid`), DPDK in
+    /// `mbuf.vlan_tci` with `RTE_MBUF_F_RX_VLAN_STRIPPED`. The worker puts it back, so the
+    /// pipeline sees the frame as it was on the wire.
+    pub stripped_tag: Option<(u16, u16)>,
+}
+
+/// A worker's packet I/O: its RX and TX queues on every port.
 pub trait PacketIo {
-    /// Number of interfaces (indices `0..n` as in the configuration).
+    /// Number of ports (indices `0..n` as in [`crate::config::Config::ports`]).
     fn interfaces(&self) -> usize;
-    /// Receives up to `max` frames from interface `iface`, calling `f(frame, l4_csum_partial)`
-    /// for each. Returns the number received. Never blocks.
-    fn rx(&mut self, iface: usize, max: usize, f: &mut dyn FnMut(&[u8], bool)) -> usize;
-    /// Queues `frame` for transmission on `iface`; false when the queue is full.
+    /// Receives up to `max` frames from port `iface`, calling `f(frame, info)` for each.
+    /// Returns the number received. Never blocks.
+    fn rx(&mut self, iface: usize, max: usize, f: &mut dyn FnMut(&[u8], RxInfo)) -> usize;
+    /// Queues `frame` for transmission on port `iface`; false when the queue is full.
     fn tx(&mut self, iface: usize, frame: &[u8]) -> bool;
     /// Hands queued frames to the NIC.
     fn flush(&mut self);
@@ -154,6 +167,19 @@ pub struct Worker {
     pub epoch: Instant,
 }
 
+/// Copies a received frame into a worker buffer, putting back the VLAN tag its device
+/// stripped. `None` when it does not fit (counted [`DropReason::Oversize`]).
+#[inline]
+fn copy_frame(buf: &mut [u8], frame: &[u8], stripped_tag: Option<(u16, u16)>) -> Option<usize> {
+    match stripped_tag {
+        None => {
+            buf.get_mut(..frame.len())?.copy_from_slice(frame);
+            Some(frame.len())
+        }
+        Some((tpid, tci)) => vlan::copy_tagged(buf, frame, tpid, tci),
+    }
+}
+
 impl Worker {
     /// Runs the poll loop until `stop` is set.
     pub fn run<I: PacketIo>(mut self, io: &mut I) -> Counters {
@@ -177,13 +203,12 @@ impl Worker {
             for iface in 0..ifaces {
                 let mut n = 0;
                 let mut oversize = 0;
-                io.rx(iface, BURST, &mut |frame, partial| {
-                    if frame.len() > FRAME_BUFFER {
+                io.rx(iface, BURST, &mut |frame, info| {
+                    let Some(len) = copy_frame(&mut bufs[n], frame, info.stripped_tag) else {
                         oversize += 1;
                         return;
-                    }
-                    bufs[n][..frame.len()].copy_from_slice(frame);
-                    metas[n] = Meta { iface: iface as u8, len: frame.len(), l4_csum_partial: partial };
+                    };
+                    metas[n] = Meta { iface: iface as u8, len, l4_csum_partial: info.l4_csum_partial };
                     n += 1;
                 });
                 for _ in 0..oversize {
@@ -236,5 +261,26 @@ impl Worker {
         self.region.ack(self.state.worker, table.generation());
         self.state.resolve_table(table, now);
         tracing::debug!(worker = self.state.worker, generation = table.generation(), "worker adopted table");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn received_frames_are_copied_with_their_stripped_tag_restored() {
+        let frame: Vec<u8> = (0u8..60).collect();
+        let mut buf = [0xa5u8; FRAME_BUFFER];
+        assert_eq!(copy_frame(&mut buf, &frame, None), Some(60));
+        assert_eq!(&buf[..60], &frame[..]);
+        assert_eq!(copy_frame(&mut buf, &frame, Some((0x8100, 0x0064))), Some(64));
+        assert_eq!(&buf[..16], &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0x81, 0x00, 0x00, 0x64]);
+        assert_eq!(&buf[16..64], &frame[12..]);
+        // A frame that (with its tag) does not fit is refused, counted oversize by the caller.
+        let big = vec![0u8; FRAME_BUFFER - 2];
+        assert_eq!(copy_frame(&mut buf, &big, None), Some(FRAME_BUFFER - 2));
+        assert_eq!(copy_frame(&mut buf, &big, Some((0x8100, 1))), None);
+        assert_eq!(copy_frame(&mut buf, &[0u8; FRAME_BUFFER + 1], None), None);
     }
 }

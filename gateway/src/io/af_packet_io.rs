@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::af_packet::AfPacketSocket;
-use crate::worker::PacketIo;
+use crate::worker::{PacketIo, RxInfo};
 
 /// A worker's AF_PACKET sockets, indexed like the configured interfaces.
 pub struct AfPacketIo {
@@ -22,11 +22,12 @@ impl PacketIo for AfPacketIo {
         self.sockets.len()
     }
 
-    fn rx(&mut self, iface: usize, max: usize, f: &mut dyn FnMut(&[u8], bool)) -> usize {
+    fn rx(&mut self, iface: usize, max: usize, f: &mut dyn FnMut(&[u8], RxInfo)) -> usize {
         match self.sockets.get_mut(iface) {
             Some(s) => s.rx_burst(max, |frame, flags| {
                 if !flags.truncated {
-                    f(frame, flags.csum_not_ready);
+                    let stripped_tag = flags.vlan_tci.map(|tci| (flags.vlan_tpid, tci));
+                    f(frame, RxInfo { l4_csum_partial: flags.csum_not_ready, stripped_tag });
                 }
             }),
             None => 0,

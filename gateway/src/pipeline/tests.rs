@@ -8,8 +8,12 @@ use std::sync::Arc;
 use super::*;
 use crate::config::Config;
 use crate::frames::{self, L2};
-use crate::table::{build, BackendSpec, FrontendKind, FrontendSpec, Protocol, ServiceSpec, TableSpec};
-use crate::wire::{ArpOperation, TcpFlags};
+use crate::host::Host;
+use crate::table::{build, layout, BackendSpec, FrontendKind, FrontendSpec, Protocol, ServiceSpec, TableSpec};
+use crate::wire::{
+    ArpOperation, EthernetFrame, Icmpv4Packet, Icmpv4Type, IpProtocol, Ipv4Packet, MacAddr, TcpFlags, TcpPacket,
+    UdpPacket,
+};
 
 const FRONT: u8 = 0;
 const BACK: u8 = 1;
@@ -527,3 +531,6 @@ proptest::proptest! {
         let _ = process(0, &mut buf, &meta, &t, &mut st);
     }
 }
+
+#[cfg(test)]
+mod vlan;

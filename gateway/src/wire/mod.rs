@@ -1,5 +1,5 @@
-//! Zero-copy views over the headers torii parses and rewrites: Ethernet II, ARP (Ethernet/IPv4),
-//! IPv4, ICMPv4, TCP and UDP, plus the Internet checksum ([RFC 1071]) and its incremental
+//! Zero-copy views over the headers torii parses and rewrites: Ethernet II, 802.1Q VLAN tags,
+//! ARP (Ethernet/IPv4), IPv4, ICMPv4, TCP and UDP, plus the Internet checksum ([RFC 1071]) and its incremental
 //! update ([RFC 1624]).
 //!
 //! # Contract
@@ -36,6 +36,7 @@ pub mod icmpv4;
 pub mod ipv4;
 pub mod tcp;
 pub mod udp;
+pub mod vlan;
 
 pub use arp::{ArpOperation, ArpPacket};
 pub use ethernet::{EtherType, EthernetFrame, MacAddr};
@@ -43,6 +44,7 @@ pub use icmpv4::{Icmpv4Packet, Icmpv4Type};
 pub use ipv4::{IpProtocol, Ipv4Packet};
 pub use tcp::{TcpFlags, TcpPacket};
 pub use udp::UdpPacket;
+pub use vlan::VlanTag;
 
 /// A fixed-size header field: the byte range it occupies, counted from the start of its header.
 pub type Field = core::ops::Range<usize>;
