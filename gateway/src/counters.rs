@@ -39,6 +39,9 @@ pub enum DropReason {
     IcmpNotHandled,
     /// No front door for (destination address, protocol, destination port).
     NoFrontend,
+    /// A new flow from a client outside the front door's source ranges
+    /// (`loadBalancerSourceRanges`; kube-proxy drops such traffic in its firewall chain).
+    SourceRangeDenied,
     /// A non-SYN-able segment (RST) of an unknown flow.
     NoConntrack,
     /// The chosen endpoint is not IPv4 (IPv6 arrives with later work).
@@ -60,7 +63,7 @@ pub enum DropReason {
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 24] = [
+    pub const ALL: [DropReason; 25] = [
         Self::Truncated,
         Self::UnknownInterface,
         Self::NotOurMac,
@@ -77,6 +80,7 @@ impl DropReason {
         Self::UnsupportedProtocol,
         Self::IcmpNotHandled,
         Self::NoFrontend,
+        Self::SourceRangeDenied,
         Self::NoConntrack,
         Self::UnsupportedFamily,
         Self::NoRoute,
@@ -106,6 +110,7 @@ impl DropReason {
             Self::UnsupportedProtocol => "unsupported_protocol",
             Self::IcmpNotHandled => "icmp_not_handled",
             Self::NoFrontend => "no_frontend",
+            Self::SourceRangeDenied => "source_range_denied",
             Self::NoConntrack => "no_conntrack",
             Self::UnsupportedFamily => "unsupported_family",
             Self::NoRoute => "no_route",

@@ -165,7 +165,14 @@ fn forward(
     link::transmit(frame, rx, total, out_iface, dst_mac, &st.host)
 }
 
-/// Creates the flow for `key` (a conntrack miss): front door, endpoint, SNAT port.
+/// Creates the flow for `key` (a conntrack miss): front door, source-range check, endpoint,
+/// SNAT port.
+///
+/// The source ranges (`loadBalancerSourceRanges`) are checked here only, on a conntrack
+/// miss, so established flows pay nothing for them: one binary search over the front
+/// door's merged ranges, none when it has none. A client outside them is dropped
+/// ([`DropReason::SourceRangeDenied`]), as by kube-proxy's firewall chain, whether or not
+/// the Service has endpoints.
 fn new_flow(
     now: u64,
     frame: &mut [u8],
@@ -178,6 +185,9 @@ fn new_flow(
     let Some(fe) = table.frontend(IpAddr::V4(key.dst_addr), key.protocol, key.dst_port) else {
         return Err(Verdict::Drop(DropReason::NoFrontend));
     };
+    if !fe.source_ranges.admits(IpAddr::V4(key.src_addr)) {
+        return Err(Verdict::Drop(DropReason::SourceRangeDenied));
+    }
     if key.protocol == u8::from(IpProtocol::Tcp) && tcp_flags.contains(TcpFlags::RST) {
         return Err(Verdict::Drop(DropReason::NoConntrack));
     }

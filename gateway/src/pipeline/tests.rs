@@ -533,4 +533,6 @@ proptest::proptest! {
 }
 
 #[cfg(test)]
+mod policy;
+#[cfg(test)]
 mod vlan;
