@@ -369,9 +369,10 @@ pub struct Service {
     /// `spec.loadBalancerClass`.
     pub load_balancer_class: Option<String>,
     /// The client ranges its load-balancer front doors admit: the valid entries of
-    /// `spec.loadBalancerSourceRanges`, or, when that is empty, of the annotation
-    /// [`LOAD_BALANCER_SOURCE_RANGES_ANNOTATION`] (see [`load_balancer_source_ranges`]).
-    /// Empty: every client.
+    /// `spec.loadBalancerSourceRanges`, or, when that is empty, of the comma-separated
+    /// annotation [`LOAD_BALANCER_SOURCE_RANGES_ANNOTATION`] (the cloud providers'
+    /// precedence; kube-proxy reads only the field). Trimmed, host bits cleared; entries
+    /// that are not CIDRs are left out (kube-proxy ignores them too). Empty: every client.
     pub load_balancer_source_ranges: Vec<IpCidr>,
     /// The entries left out of `load_balancer_source_ranges` (not a CIDR); the rest of the
     /// Service is served.
