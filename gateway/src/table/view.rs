@@ -679,25 +679,35 @@ mod tests {
         assert!(matches!(e, TableError::Record { what: "ring entry", .. }), "{e}");
     }
 
-    /// `bytes` with service 0's record patched by `f`, checksum re-sealed.
-    fn with_service_record(mut bytes: Vec<u8>, f: impl FnOnce(&mut Service)) -> Vec<u8> {
-        let t = Table::new(bytes.clone()).unwrap();
-        let at = t.sections[section::SERVICES].0;
-        let mut rec = Service::read_from_bytes(&bytes[at..at + size_of::<Service>()]).unwrap();
+    /// `bytes` with its record of type `T` at byte `at` patched by `f`, checksum re-sealed.
+    fn patched<T: FromBytes + zerocopy::IntoBytes + zerocopy::Immutable>(
+        mut bytes: Vec<u8>,
+        at: usize,
+        f: impl FnOnce(&mut T),
+    ) -> Vec<u8> {
+        let mut rec = T::read_from_bytes(&bytes[at..at + size_of::<T>()]).unwrap();
         f(&mut rec);
-        bytes[at..at + size_of::<Service>()].copy_from_slice(zerocopy::IntoBytes::as_bytes(&rec));
+        bytes[at..at + size_of::<T>()].copy_from_slice(rec.as_bytes());
         let crc = checksum(&bytes);
         bytes[layout::CHECKSUM_OFFSET..layout::CHECKSUM_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
         bytes
     }
 
+    /// `bytes` with service 0's record patched by `f`, checksum re-sealed.
+    fn with_service_record(bytes: Vec<u8>, f: impl FnOnce(&mut Service)) -> Vec<u8> {
+        let at = Table::new(bytes.clone()).unwrap().sections[section::SERVICES].0;
+        patched(bytes, at, f)
+    }
+
+    /// Asserts that `bytes` are rejected with an error containing `needle`.
+    fn reject(bytes: Vec<u8>, needle: &str) {
+        let e = Table::new(bytes).unwrap_err().to_string();
+        assert!(e.contains(needle), "{e}");
+    }
+
     #[test]
     fn ring_widths_and_ranges_are_validated() {
         let good = build(&spec(), 3).unwrap();
-        let reject = |bytes: Vec<u8>, needle: &str| {
-            let e = Table::new(bytes).unwrap_err().to_string();
-            assert!(e.contains(needle), "{e}");
-        };
         reject(with_service_record(good.clone(), |s| s.ring_entry_len = 3), "ring entry width 3");
         reject(with_service_record(good.clone(), |s| s.ring_entry_len = 0), "ring entry width 0");
         let mut wide = spec();
@@ -717,28 +727,10 @@ mod tests {
         );
     }
 
-    /// `bytes` with its record of type `T` at byte `at` patched by `f`, checksum re-sealed.
-    fn patched<T: FromBytes + zerocopy::IntoBytes + zerocopy::Immutable>(
-        mut bytes: Vec<u8>,
-        at: usize,
-        f: impl FnOnce(&mut T),
-    ) -> Vec<u8> {
-        let mut rec = T::read_from_bytes(&bytes[at..at + size_of::<T>()]).unwrap();
-        f(&mut rec);
-        bytes[at..at + size_of::<T>()].copy_from_slice(rec.as_bytes());
-        let crc = checksum(&bytes);
-        bytes[layout::CHECKSUM_OFFSET..layout::CHECKSUM_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
-        bytes
-    }
-
     #[test]
     fn source_ranges_and_draining_are_validated() {
         let good = build(&spec(), 3).unwrap();
         let t = Table::new(good.clone()).unwrap();
-        let reject = |bytes: Vec<u8>, needle: &str| {
-            let e = Table::new(bytes).unwrap_err().to_string();
-            assert!(e.contains(needle), "{e}");
-        };
         let ranges = t.sections[section::SOURCE_RANGES].0;
         let lb = t.frontends().iter().position(|f| f.source_ranges_count.get() > 0).unwrap();
         let lb_at = t.sections[section::FRONTENDS].0 + lb * size_of::<Frontend>();

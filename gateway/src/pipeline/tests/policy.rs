@@ -144,15 +144,7 @@ fn draining_endpoints_keep_their_flows_and_take_no_new_ones() {
     let all = ["10.70.0.11", "10.70.0.12", "10.70.0.13"];
     let t = policy_table(&all, &[], &[]);
     let mut st = state(0, 1);
-    let mut tcp_flows = Vec::new();
-    let mut udp_flows = Vec::new();
-    for port in 0..30u16 {
-        let c = (CLIENT.0, 20000 + port);
-        let (_, out) = run(0, &frames::tcp(to_gw(), c, (VIP, 80), TcpFlags::SYN, 1, 0, &[], 64), FRONT, &t, &mut st);
-        tcp_flows.push((c, backend_of(&out)));
-        let (_, out) = run(0, &frames::udp(to_gw(), c, (VIP, 80), b"a", 64), FRONT, &t, &mut st);
-        udp_flows.push((c, backend_of(&out)));
-    }
+    let (tcp_flows, udp_flows) = open_flows(&t, &mut st);
     let terminating = ip("10.70.0.12");
     assert!(tcp_flows.iter().any(|(_, b)| *b == terminating) && udp_flows.iter().any(|(_, b)| *b == terminating));
 
