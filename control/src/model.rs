@@ -92,11 +92,14 @@ pub struct ObjectRef {
 }
 
 impl ObjectRef {
-    fn namespaced(kind: &'static str, meta: &ObjectMeta) -> Self {
+    /// The identity of a namespaced object of `kind` (namespace defaulted to
+    /// [`DEFAULT_NAMESPACE`], as the API server does).
+    pub fn namespaced(kind: &'static str, meta: &ObjectMeta) -> Self {
         Self { kind, namespace: Some(namespace_of(meta).to_owned()), name: meta.name.clone().unwrap_or_default() }
     }
 
-    fn cluster_scoped(kind: &'static str, meta: &ObjectMeta) -> Self {
+    /// The identity of a cluster-scoped object of `kind`.
+    pub fn cluster_scoped(kind: &'static str, meta: &ObjectMeta) -> Self {
         Self { kind, namespace: None, name: meta.name.clone().unwrap_or_default() }
     }
 }

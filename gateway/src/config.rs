@@ -5,7 +5,7 @@
 //! (`interfaces[1].addresses[0]: "10.0.0.1/33" is not an address/prefix`). Unknown keys are
 //! errors too, so a typo never silently falls back to a default.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -421,17 +421,62 @@ pub struct Snat {
     pub port_max: u16,
 }
 
-/// Connection tracking limits and timeouts.
+/// Connection tracking limits and timeouts (`[conntrack]`). Every timeout is an idle
+/// timeout in seconds, 1..=[`MAX_CONNTRACK_TIMEOUT_S`]; the defaults are kube-proxy's and
+/// Linux's (see [`crate::conntrack::Timeouts`], where each is sourced).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConntrackConfig {
     /// Flows per worker (both directions of a flow count once).
     pub capacity: usize,
-    /// TCP established idle timeout, seconds (kube-proxy/Linux: 86400).
+    /// TCP SYN_SENT (default 120, Linux `nf_conntrack_tcp_timeout_syn_sent`).
+    pub tcp_syn_sent_timeout_s: u32,
+    /// TCP SYN_RECV (default 60, Linux `nf_conntrack_tcp_timeout_syn_recv`).
+    pub tcp_syn_recv_timeout_s: u32,
+    /// TCP ESTABLISHED (default 86400, kube-proxy `--conntrack-tcp-timeout-established`).
     pub tcp_established_timeout_s: u32,
-    /// TCP timeout before the handshake completes or after FIN/RST, seconds.
-    pub tcp_transitory_timeout_s: u32,
-    /// UDP idle timeout, seconds (Linux `nf_conntrack_udp_timeout`: 30).
+    /// TCP FIN_WAIT (default 120, Linux `nf_conntrack_tcp_timeout_fin_wait`).
+    pub tcp_fin_wait_timeout_s: u32,
+    /// TCP CLOSE_WAIT (default 3600, kube-proxy `--conntrack-tcp-timeout-close-wait`).
+    pub tcp_close_wait_timeout_s: u32,
+    /// TCP LAST_ACK (default 30, Linux `nf_conntrack_tcp_timeout_last_ack`).
+    pub tcp_last_ack_timeout_s: u32,
+    /// TCP TIME_WAIT (default 120, Linux `nf_conntrack_tcp_timeout_time_wait`).
+    pub tcp_time_wait_timeout_s: u32,
+    /// TCP CLOSE, after a RST (default 10, Linux `nf_conntrack_tcp_timeout_close`).
+    pub tcp_close_timeout_s: u32,
+    /// TCP picked up mid-stream, until the endpoint answers (default 300, Linux
+    /// `nf_conntrack_tcp_timeout_unacknowledged`).
+    pub tcp_unacknowledged_timeout_s: u32,
+    /// UDP until a reply (default 30, Linux `nf_conntrack_udp_timeout`).
     pub udp_timeout_s: u32,
+    /// UDP once both directions were seen (default 120, Linux
+    /// `nf_conntrack_udp_timeout_stream`).
+    pub udp_stream_timeout_s: u32,
+}
+
+/// Longest conntrack timeout, seconds (about 23.8 days): flow deadlines are 32-bit
+/// milliseconds ([`crate::conntrack::Deadline::MAX_TIMEOUT_NS`]).
+pub const MAX_CONNTRACK_TIMEOUT_S: u32 = (crate::conntrack::Deadline::MAX_TIMEOUT_NS / 1_000_000_000) as u32;
+
+impl ConntrackConfig {
+    /// The timeouts in the form the data path uses.
+    #[must_use]
+    pub fn timeouts(&self) -> crate::conntrack::Timeouts {
+        let ns = |s: u32| u64::from(s) * 1_000_000_000;
+        crate::conntrack::Timeouts {
+            tcp_syn_sent_ns: ns(self.tcp_syn_sent_timeout_s),
+            tcp_syn_recv_ns: ns(self.tcp_syn_recv_timeout_s),
+            tcp_established_ns: ns(self.tcp_established_timeout_s),
+            tcp_fin_wait_ns: ns(self.tcp_fin_wait_timeout_s),
+            tcp_close_wait_ns: ns(self.tcp_close_wait_timeout_s),
+            tcp_last_ack_ns: ns(self.tcp_last_ack_timeout_s),
+            tcp_time_wait_ns: ns(self.tcp_time_wait_timeout_s),
+            tcp_close_ns: ns(self.tcp_close_timeout_s),
+            tcp_unacknowledged_ns: ns(self.tcp_unacknowledged_timeout_s),
+            udp_ns: ns(self.udp_timeout_s),
+            udp_stream_ns: ns(self.udp_stream_timeout_s),
+        }
+    }
 }
 
 /// torii-control's settings.
@@ -452,6 +497,10 @@ pub struct ControlConfig {
     pub load_balancer_class: Option<String>,
     /// `node_port_addresses`: which of the gateway Node's addresses serve NodePorts.
     pub node_port_addresses: NodePortAddresses,
+    /// `min_interval_ms`: shortest time between two publications under churn, in
+    /// milliseconds (kube-proxy's `--min-sync-period`; at most 60 000). `None`:
+    /// torii-control's default.
+    pub min_interval_ms: Option<u64>,
 }
 
 /// A validated gateway host configuration.
@@ -481,6 +530,16 @@ pub struct Config {
     pub conntrack: ConntrackConfig,
     /// Control plane.
     pub control: ControlConfig,
+    /// The gateway's metrics endpoint.
+    pub metrics: MetricsConfig,
+}
+
+/// `[metrics]`: the gateway's Prometheus `/metrics` and `/healthz` endpoint.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MetricsConfig {
+    /// `listen`: the TCP address to serve on (`"127.0.0.1:9100"`, `"[::]:9100"`); `None`
+    /// (the default, key absent) serves nothing.
+    pub listen: Option<SocketAddr>,
 }
 
 // ---- raw serde shapes, validated into the types above ----
@@ -506,6 +565,14 @@ struct RawConfig {
     conntrack: RawConntrack,
     #[serde(default)]
     control: RawControl,
+    #[serde(default)]
+    metrics: RawMetrics,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawMetrics {
+    listen: Option<String>,
 }
 
 fn default_shm_dir() -> PathBuf {
@@ -640,14 +707,40 @@ fn default_port_max() -> u16 {
 #[serde(deny_unknown_fields, default)]
 struct RawConntrack {
     capacity: usize,
+    tcp_syn_sent_timeout_s: u32,
+    tcp_syn_recv_timeout_s: u32,
     tcp_established_timeout_s: u32,
-    tcp_transitory_timeout_s: u32,
+    tcp_fin_wait_timeout_s: u32,
+    tcp_close_wait_timeout_s: u32,
+    tcp_last_ack_timeout_s: u32,
+    tcp_time_wait_timeout_s: u32,
+    tcp_close_timeout_s: u32,
+    tcp_unacknowledged_timeout_s: u32,
     udp_timeout_s: u32,
+    udp_stream_timeout_s: u32,
+    /// Replaced by the per-state TCP timeouts; accepted only to say so.
+    tcp_transitory_timeout_s: Option<u32>,
 }
 
 impl Default for RawConntrack {
     fn default() -> Self {
-        Self { capacity: 65536, tcp_established_timeout_s: 86400, tcp_transitory_timeout_s: 120, udp_timeout_s: 30 }
+        let t = crate::conntrack::Timeouts::DEFAULT;
+        let s = |ns: u64| (ns / 1_000_000_000) as u32;
+        Self {
+            capacity: 65536,
+            tcp_syn_sent_timeout_s: s(t.tcp_syn_sent_ns),
+            tcp_syn_recv_timeout_s: s(t.tcp_syn_recv_ns),
+            tcp_established_timeout_s: s(t.tcp_established_ns),
+            tcp_fin_wait_timeout_s: s(t.tcp_fin_wait_ns),
+            tcp_close_wait_timeout_s: s(t.tcp_close_wait_ns),
+            tcp_last_ack_timeout_s: s(t.tcp_last_ack_ns),
+            tcp_time_wait_timeout_s: s(t.tcp_time_wait_ns),
+            tcp_close_timeout_s: s(t.tcp_close_ns),
+            tcp_unacknowledged_timeout_s: s(t.tcp_unacknowledged_ns),
+            udp_timeout_s: s(t.udp_ns),
+            udp_stream_timeout_s: s(t.udp_stream_ns),
+            tcp_transitory_timeout_s: None,
+        }
     }
 }
 
@@ -659,10 +752,14 @@ struct RawControl {
     proxy_name: Option<String>,
     load_balancer_class: Option<String>,
     node_port_addresses: Vec<String>,
+    min_interval_ms: Option<u64>,
 }
 
 impl RawControl {
     fn validate(self) -> Result<ControlConfig, ConfigError> {
+        if let Some(ms) = self.min_interval_ms.filter(|&ms| ms > 60_000) {
+            return Err(invalid("control.min_interval_ms", format!("{ms} is over 60000 (one minute)")));
+        }
         if let Some(name) = &self.proxy_name {
             if !is_label_value(name) || name.is_empty() {
                 return Err(invalid(
@@ -714,6 +811,7 @@ impl RawControl {
             proxy_name: self.proxy_name,
             load_balancer_class: self.load_balancer_class,
             node_port_addresses,
+            min_interval_ms: self.min_interval_ms,
         })
     }
 }
@@ -922,6 +1020,16 @@ impl Config {
         if raw.snat.addresses.is_empty() {
             return Err(invalid("snat.addresses", "at least one SNAT address is required"));
         }
+        if raw.snat.addresses.len() > crate::conntrack::MAX_SNAT_ADDRESSES {
+            return Err(invalid(
+                "snat.addresses",
+                format!(
+                    "{} addresses; at most {} (conntrack records keep the SNAT address as a one-byte index)",
+                    raw.snat.addresses.len(),
+                    crate::conntrack::MAX_SNAT_ADDRESSES
+                ),
+            ));
+        }
         let mut snat_addrs = Vec::new();
         for (i, a) in raw.snat.addresses.iter().enumerate() {
             let key = format!("snat.addresses[{i}]");
@@ -950,13 +1058,32 @@ impl Config {
         if ct.capacity == 0 || ct.capacity > (1 << 26) {
             return Err(invalid("conntrack.capacity", format!("{} is out of range 1..=67108864", ct.capacity)));
         }
+        if ct.tcp_transitory_timeout_s.is_some() {
+            return Err(invalid(
+                "conntrack.tcp_transitory_timeout_s",
+                "replaced by per-state timeouts (Linux's): set tcp_syn_sent_timeout_s, tcp_syn_recv_timeout_s, \
+                 tcp_fin_wait_timeout_s, tcp_last_ack_timeout_s, tcp_time_wait_timeout_s and tcp_close_timeout_s \
+                 instead, or remove the key for the defaults",
+            ));
+        }
         for (k, v) in [
+            ("conntrack.tcp_syn_sent_timeout_s", ct.tcp_syn_sent_timeout_s),
+            ("conntrack.tcp_syn_recv_timeout_s", ct.tcp_syn_recv_timeout_s),
             ("conntrack.tcp_established_timeout_s", ct.tcp_established_timeout_s),
-            ("conntrack.tcp_transitory_timeout_s", ct.tcp_transitory_timeout_s),
+            ("conntrack.tcp_fin_wait_timeout_s", ct.tcp_fin_wait_timeout_s),
+            ("conntrack.tcp_close_wait_timeout_s", ct.tcp_close_wait_timeout_s),
+            ("conntrack.tcp_last_ack_timeout_s", ct.tcp_last_ack_timeout_s),
+            ("conntrack.tcp_time_wait_timeout_s", ct.tcp_time_wait_timeout_s),
+            ("conntrack.tcp_close_timeout_s", ct.tcp_close_timeout_s),
+            ("conntrack.tcp_unacknowledged_timeout_s", ct.tcp_unacknowledged_timeout_s),
             ("conntrack.udp_timeout_s", ct.udp_timeout_s),
+            ("conntrack.udp_stream_timeout_s", ct.udp_stream_timeout_s),
         ] {
-            if v == 0 {
-                return Err(invalid(k, "must be at least 1 second"));
+            if !(1..=MAX_CONNTRACK_TIMEOUT_S).contains(&v) {
+                return Err(invalid(
+                    k,
+                    format!("{v} is out of range 1..={MAX_CONNTRACK_TIMEOUT_S} seconds (about 23.8 days)"),
+                ));
             }
         }
         Ok(Self {
@@ -972,11 +1099,30 @@ impl Config {
             snat: Snat { addresses: snat_addrs, port_min: raw.snat.port_min, port_max: raw.snat.port_max },
             conntrack: ConntrackConfig {
                 capacity: ct.capacity,
+                tcp_syn_sent_timeout_s: ct.tcp_syn_sent_timeout_s,
+                tcp_syn_recv_timeout_s: ct.tcp_syn_recv_timeout_s,
                 tcp_established_timeout_s: ct.tcp_established_timeout_s,
-                tcp_transitory_timeout_s: ct.tcp_transitory_timeout_s,
+                tcp_fin_wait_timeout_s: ct.tcp_fin_wait_timeout_s,
+                tcp_close_wait_timeout_s: ct.tcp_close_wait_timeout_s,
+                tcp_last_ack_timeout_s: ct.tcp_last_ack_timeout_s,
+                tcp_time_wait_timeout_s: ct.tcp_time_wait_timeout_s,
+                tcp_close_timeout_s: ct.tcp_close_timeout_s,
+                tcp_unacknowledged_timeout_s: ct.tcp_unacknowledged_timeout_s,
                 udp_timeout_s: ct.udp_timeout_s,
+                udp_stream_timeout_s: ct.udp_stream_timeout_s,
             },
             control: raw.control.validate()?,
+            metrics: MetricsConfig {
+                listen: match &raw.metrics.listen {
+                    None => None,
+                    Some(l) => Some(l.parse().map_err(|_| {
+                        invalid(
+                            "metrics.listen",
+                            format!("{l:?} is not an address:port like \"127.0.0.1:9100\" or \"[::]:9100\""),
+                        )
+                    })?),
+                },
+            },
         })
     }
 }
@@ -999,6 +1145,57 @@ mod tests {
         let bad = format!("{EMBEDDED_DEFAULT}\nbogus_key = 1\n");
         let e = Config::from_toml(&bad).unwrap_err().to_string();
         assert!(e.contains("bogus_key"), "{e}");
+    }
+
+    /// The embedded default with its `[conntrack]` table replaced by `lines`.
+    fn with_conntrack(lines: &str) -> String {
+        let (head, rest) = EMBEDDED_DEFAULT.split_once("\n[conntrack]\n").unwrap();
+        let tail = &rest[rest.find("\n[").unwrap()..];
+        format!("{head}\n[conntrack]\n{lines}\n{tail}")
+    }
+
+    #[test]
+    fn conntrack_timeouts_default_to_kube_proxy_and_linux_and_are_configurable() {
+        let c = Config::from_toml(&with_conntrack("")).unwrap();
+        assert_eq!(c.conntrack.timeouts(), crate::conntrack::Timeouts::DEFAULT);
+        assert_eq!(Config::embedded_default().conntrack.timeouts(), crate::conntrack::Timeouts::DEFAULT);
+        let c = Config::from_toml(&with_conntrack(
+            "capacity = 10\ntcp_syn_sent_timeout_s = 1\ntcp_syn_recv_timeout_s = 2\n\
+             tcp_established_timeout_s = 3\ntcp_fin_wait_timeout_s = 4\ntcp_close_wait_timeout_s = 5\n\
+             tcp_last_ack_timeout_s = 6\ntcp_time_wait_timeout_s = 7\ntcp_close_timeout_s = 8\n\
+             tcp_unacknowledged_timeout_s = 9\nudp_timeout_s = 10\nudp_stream_timeout_s = 11",
+        ))
+        .unwrap();
+        let t = c.conntrack.timeouts();
+        let got = [
+            t.tcp_syn_sent_ns,
+            t.tcp_syn_recv_ns,
+            t.tcp_established_ns,
+            t.tcp_fin_wait_ns,
+            t.tcp_close_wait_ns,
+            t.tcp_last_ack_ns,
+            t.tcp_time_wait_ns,
+            t.tcp_close_ns,
+            t.tcp_unacknowledged_ns,
+            t.udp_ns,
+            t.udp_stream_ns,
+        ];
+        assert_eq!(got, std::array::from_fn(|i| (i as u64 + 1) * 1_000_000_000));
+        assert_eq!(c.conntrack.capacity, 10);
+    }
+
+    #[test]
+    fn conntrack_key_errors_name_the_key() {
+        for (lines, key) in [
+            ("tcp_transitory_timeout_s = 120", "conntrack.tcp_transitory_timeout_s: replaced by per-state"),
+            ("tcp_close_wait_timeout_s = 0", "conntrack.tcp_close_wait_timeout_s: 0 is out of range"),
+            ("udp_stream_timeout_s = 2100000", "conntrack.udp_stream_timeout_s: 2100000 is out of range"),
+            ("capacity = 0", "conntrack.capacity"),
+            ("tcp_timeout_s = 5", "tcp_timeout_s"),
+        ] {
+            let e = Config::from_toml(&with_conntrack(lines)).unwrap_err().to_string();
+            assert!(e.contains(key), "{lines}: {e}");
+        }
     }
 
     fn with_control(lines: &str) -> String {
@@ -1024,6 +1221,11 @@ mod tests {
         assert_eq!(c.control.node_port_addresses, NodePortAddresses::All);
         assert_eq!(c.control.proxy_name, None);
         assert_eq!(c.control.load_balancer_class, None);
+        assert_eq!(c.control.min_interval_ms, None);
+        let c = Config::from_toml(&with_control("min_interval_ms = 0")).unwrap();
+        assert_eq!(c.control.min_interval_ms, Some(0));
+        let e = Config::from_toml(&with_control("min_interval_ms = 60001")).unwrap_err().to_string();
+        assert!(e.starts_with("control.min_interval_ms: 60001 is over 60000"), "{e}");
     }
 
     #[test]
@@ -1219,6 +1421,15 @@ mod tests {
             let e = with_vlans(extra).unwrap_err();
             assert!(e.starts_with(want), "{extra}: {e}");
         }
+    }
+
+    #[test]
+    fn metrics_listen() {
+        assert_eq!(Config::embedded_default().metrics.listen, None, "off unless configured");
+        let c = Config::from_toml(&format!("{EMBEDDED_DEFAULT}\n[metrics]\nlisten = \"127.0.0.1:9100\"\n")).unwrap();
+        assert_eq!(c.metrics.listen, Some("127.0.0.1:9100".parse().unwrap()));
+        let e = Config::from_toml(&format!("{EMBEDDED_DEFAULT}\n[metrics]\nlisten = \"localhost\"\n")).unwrap_err();
+        assert!(e.to_string().starts_with("metrics.listen: \"localhost\" is not an address:port"), "{e}");
     }
 
     #[test]

@@ -1,6 +1,11 @@
 //! Per-worker counters: every drop under a named reason, plus what was forwarded and
-//! answered. Plain integers owned by one worker (no atomics on the packet path); the
-//! worker copies them out periodically for reporting.
+//! answered ([`Counters`]), and per front door packets, bytes and new flows
+//! ([`FrontendCounters`]). Plain integers owned by one worker (no atomics on the packet
+//! path); the worker copies them out about once a second for reporting
+//! ([`crate::metrics`]).
+
+use crate::table::layout::{self, Frontend};
+use crate::table::Table;
 
 /// Why a frame was not forwarded. One counter each; `Copy`, no allocation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -42,15 +47,20 @@ pub enum DropReason {
     /// A new flow from a client outside the front door's source ranges
     /// (`loadBalancerSourceRanges`; kube-proxy drops such traffic in its firewall chain).
     SourceRangeDenied,
-    /// A non-SYN-able segment (RST) of an unknown flow.
+    /// A TCP segment of an unknown flow that cannot open one: only a SYN, or an ACK
+    /// (picked up mid-stream), does (Linux `tcp_new` with `nf_conntrack_tcp_loose=1`).
     NoConntrack,
+    /// A TCP segment whose flags do not fit its flow's state (Linux marks it INVALID in
+    /// `nf_conntrack_tcp_packet`; kube-proxy drops INVALID packets).
+    TcpInvalid,
     /// The chosen endpoint is not IPv4 (IPv6 arrives with later work).
     UnsupportedFamily,
     /// No interface or router reaches the endpoint.
     NoRoute,
     /// Every SNAT port of this worker is in use.
     SnatExhausted,
-    /// The conntrack table is full.
+    /// The conntrack table is full and no flow near the new one could be evicted early
+    /// (all assured and live): the new flow is refused.
     ConntrackFull,
     /// The next hop's MAC address is not resolved yet (an ARP request was queued).
     NeighbourUnresolved,
@@ -63,7 +73,7 @@ pub enum DropReason {
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 25] = [
+    pub const ALL: [DropReason; 26] = [
         Self::Truncated,
         Self::UnknownInterface,
         Self::NotOurMac,
@@ -82,6 +92,7 @@ impl DropReason {
         Self::NoFrontend,
         Self::SourceRangeDenied,
         Self::NoConntrack,
+        Self::TcpInvalid,
         Self::UnsupportedFamily,
         Self::NoRoute,
         Self::SnatExhausted,
@@ -112,6 +123,7 @@ impl DropReason {
             Self::NoFrontend => "no_frontend",
             Self::SourceRangeDenied => "source_range_denied",
             Self::NoConntrack => "no_conntrack",
+            Self::TcpInvalid => "tcp_invalid",
             Self::UnsupportedFamily => "unsupported_family",
             Self::NoRoute => "no_route",
             Self::SnatExhausted => "snat_exhausted",
@@ -140,6 +152,9 @@ pub struct Counters {
     pub new_flows: u64,
     /// Flows removed by idle expiry.
     pub expired_flows: u64,
+    /// Flows evicted to make room for a new one in a full conntrack table (Linux
+    /// `early_drop`); the refusals are the `conntrack_full` drops.
+    pub conntrack_evicted: u64,
     /// Flows ended because their endpoint left the Service (TCP: RST sent; UDP: re-steered).
     pub endpoint_gone: u64,
     /// TCP RSTs and ICMP port unreachables sent for front doors without endpoints.
@@ -168,6 +183,23 @@ impl Counters {
         self.drops[reason as usize]
     }
 
+    /// Calls `f(name, help, value)` for every counter but the drops (which
+    /// [`DropReason::ALL`] enumerates), in declaration order: the one list reports use.
+    pub fn for_each(&self, mut f: impl FnMut(&'static str, &'static str, u64)) {
+        f("rx_frames", "Frames handed to the pipeline.", self.rx_frames);
+        f("tx_frames", "Frames transmitted (forwarded or answered).", self.tx_frames);
+        f("forwarded_original", "Frames forwarded client to endpoint.", self.forwarded_original);
+        f("forwarded_reply", "Frames forwarded endpoint to client.", self.forwarded_reply);
+        f("new_flows", "Flows created.", self.new_flows);
+        f("expired_flows", "Flows removed by idle expiry.", self.expired_flows);
+        f("endpoint_gone", "Flows ended because their endpoint left the Service.", self.endpoint_gone);
+        f("rejected", "TCP RSTs and ICMP port unreachables sent for front doors without endpoints.", self.rejected);
+        f("arp_replies", "ARP replies sent for own addresses and VIPs.", self.arp_replies);
+        f("arp_requests", "ARP requests sent to resolve next hops.", self.arp_requests);
+        f("echo_replies", "ICMP echo replies sent.", self.echo_replies);
+        f("arp_learned", "ARP packets learned from.", self.arp_learned);
+    }
+
     /// Adds `other` into `self` (totals over workers).
     pub fn add(&mut self, other: &Counters) {
         self.rx_frames += other.rx_frames;
@@ -176,6 +208,7 @@ impl Counters {
         self.forwarded_reply += other.forwarded_reply;
         self.new_flows += other.new_flows;
         self.expired_flows += other.expired_flows;
+        self.conntrack_evicted += other.conntrack_evicted;
         self.endpoint_gone += other.endpoint_gone;
         self.rejected += other.rejected;
         self.arp_replies += other.arp_replies;
@@ -192,13 +225,14 @@ impl std::fmt::Display for Counters {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "rx={} tx={} fwd={} rev={} new_flows={} expired={} endpoint_gone={} rejected={} arp_replies={} arp_requests={} echo={}",
+            "rx={} tx={} fwd={} rev={} new_flows={} expired={} evicted={} endpoint_gone={} rejected={} arp_replies={} arp_requests={} echo={}",
             self.rx_frames,
             self.tx_frames,
             self.forwarded_original,
             self.forwarded_reply,
             self.new_flows,
             self.expired_flows,
+            self.conntrack_evicted,
             self.endpoint_gone,
             self.rejected,
             self.arp_replies,
@@ -212,5 +246,99 @@ impl std::fmt::Display for Counters {
             }
         }
         Ok(())
+    }
+}
+
+/// One front door's counts on one worker.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FrontendCount {
+    /// Packets forwarded client → endpoint (the flow's original direction).
+    pub packets_original: u64,
+    /// IPv4 bytes (total length) of those packets.
+    pub bytes_original: u64,
+    /// Packets forwarded endpoint → client (the reply direction).
+    pub packets_reply: u64,
+    /// IPv4 bytes of those packets.
+    pub bytes_reply: u64,
+    /// Flows created through the front door.
+    pub new_flows: u64,
+}
+
+impl FrontendCount {
+    /// Whether nothing was counted.
+    pub fn is_zero(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// Adds `other` into `self`.
+    pub fn add(&mut self, other: &FrontendCount) {
+        self.packets_original += other.packets_original;
+        self.bytes_original += other.bytes_original;
+        self.packets_reply += other.packets_reply;
+        self.bytes_reply += other.bytes_reply;
+        self.new_flows += other.new_flows;
+    }
+}
+
+/// One worker's per-front-door counts, indexed like the front doors of the table the worker
+/// uses ([`Table::frontends`], the index conntrack keeps per flow). Sized when the worker
+/// adopts a table ([`Self::adopt`], which allocates); counting never allocates, and an index
+/// outside the table is ignored rather than a panic.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FrontendCounters {
+    counts: Vec<FrontendCount>,
+}
+
+impl FrontendCounters {
+    /// Re-indexes the counts from the front doors of `old` to those of `new`: a front door
+    /// in both (same address, protocol and port) keeps its counts, one that left drops them
+    /// (its series ends), a new one starts at zero. A merge of the two sorted front door
+    /// lists, O(old + new). Allocates; called at the burst boundary where the worker
+    /// switches tables, never on the packet path.
+    pub fn adopt(&mut self, old: &Table, new: &Table) {
+        let key = |f: &Frontend| layout::frontend_key(f.addr, f.protocol, f.port.get());
+        let mut counts = vec![FrontendCount::default(); new.frontends().len()];
+        let (olds, news) = (old.frontends(), new.frontends());
+        let (mut i, mut j) = (0, 0);
+        while i < olds.len().min(self.counts.len()) && j < news.len() {
+            match key(&olds[i]).cmp(&key(&news[j])) {
+                std::cmp::Ordering::Less => i += 1,
+                std::cmp::Ordering::Greater => j += 1,
+                std::cmp::Ordering::Equal => {
+                    counts[j] = self.counts[i];
+                    i += 1;
+                    j += 1;
+                }
+            }
+        }
+        self.counts = counts;
+    }
+
+    /// Counts a packet of `ip_bytes` forwarded through front door `index`, in the flow's
+    /// original direction or not.
+    #[inline]
+    pub fn packet(&mut self, index: u32, original: bool, ip_bytes: usize) {
+        if let Some(c) = self.counts.get_mut(index as usize) {
+            if original {
+                c.packets_original += 1;
+                c.bytes_original += ip_bytes as u64;
+            } else {
+                c.packets_reply += 1;
+                c.bytes_reply += ip_bytes as u64;
+            }
+        }
+    }
+
+    /// Counts a flow created through front door `index`.
+    #[inline]
+    pub fn new_flow(&mut self, index: u32) {
+        if let Some(c) = self.counts.get_mut(index as usize) {
+            c.new_flows += 1;
+        }
+    }
+
+    /// The counts, indexed like the table's front doors.
+    pub fn as_slice(&self) -> &[FrontendCount] {
+        &self.counts
     }
 }

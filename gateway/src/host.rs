@@ -8,6 +8,8 @@ use std::net::Ipv4Addr;
 use crate::config::{Config, Ipv4Cidr};
 use crate::wire::MacAddr;
 
+pub use crate::conntrack::Timeouts;
+
 /// One interface (a link): its port, VLAN, link-layer address and the gateway's addresses
 /// on it.
 #[derive(Clone, Debug)]
@@ -37,19 +39,6 @@ pub struct HostPort {
     pub vlans: Vec<(u16, u8)>,
 }
 
-/// Connection tracking timeouts in nanoseconds.
-#[derive(Clone, Copy, Debug)]
-pub struct Timeouts {
-    /// TCP once both directions were seen and no FIN/RST (Linux: 5 days; kube-proxy sets 24 h).
-    pub tcp_established_ns: u64,
-    /// TCP before the reply direction, and after FIN or RST.
-    pub tcp_transitory_ns: u64,
-    /// UDP until a reply was seen (Linux `nf_conntrack_udp_timeout`: 30 s).
-    pub udp_ns: u64,
-    /// UDP once both directions were seen (Linux `nf_conntrack_udp_timeout_stream`: 120 s).
-    pub udp_stream_ns: u64,
-}
-
 /// Everything the pipeline needs to know about the host.
 #[derive(Clone, Debug)]
 pub struct Host {
@@ -66,8 +55,6 @@ pub struct Host {
     /// Conntrack timeouts.
     pub timeouts: Timeouts,
 }
-
-const NS_PER_S: u64 = 1_000_000_000;
 
 impl Host {
     /// Builds the host view of `config`; `macs[p]` is the MAC address of port `p`
@@ -104,19 +91,13 @@ impl Host {
         for p in &mut ports {
             p.vlans.sort_unstable();
         }
-        let ct = &config.conntrack;
         Self {
             interfaces,
             ports,
             snat_addresses: config.snat.addresses.clone(),
             snat_ports: (config.snat.port_min, config.snat.port_max),
             router: config.router.as_ref().map(|r| (r.address, r.interface as u8)),
-            timeouts: Timeouts {
-                tcp_established_ns: u64::from(ct.tcp_established_timeout_s) * NS_PER_S,
-                tcp_transitory_ns: u64::from(ct.tcp_transitory_timeout_s) * NS_PER_S,
-                udp_ns: u64::from(ct.udp_timeout_s) * NS_PER_S,
-                udp_stream_ns: u64::from(ct.udp_timeout_s.max(120)) * NS_PER_S,
-            },
+            timeouts: config.conntrack.timeouts(),
         }
     }
 

@@ -8,7 +8,7 @@
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -19,6 +19,7 @@ use torii_gateway::host::Host;
 use torii_gateway::io::af_packet::{AfPacketSocket, RingConfig};
 use torii_gateway::io::af_packet_io::AfPacketIo;
 use torii_gateway::io::fanout;
+use torii_gateway::metrics::{ReportSlot, Server as MetricsServer, Source as MetricsSource};
 use torii_gateway::pipeline::{Shared, WorkerState};
 use torii_gateway::snat::{ReplySteering, SnatPorts};
 use torii_gateway::table::shm::StateRegion;
@@ -191,7 +192,17 @@ where
         "torii-gateway running: {driver_line}"
     );
 
-    let exports: Vec<Arc<Mutex<Counters>>> = (0..workers).map(|_| Arc::default()).collect();
+    let exports: Vec<ReportSlot> = (0..workers).map(|_| Arc::default()).collect();
+    let metrics = match config.metrics.listen {
+        None => None,
+        Some(listen) => {
+            let source = Arc::new(MetricsSource { reports: exports.clone(), watcher: Arc::clone(&watcher), epoch });
+            let server = MetricsServer::start(listen, source, Arc::clone(&stop))
+                .with_context(|| format!("metrics.listen: serving /metrics on {listen}"))?;
+            tracing::info!(addr = %server.addr, "serving /metrics and /healthz");
+            Some(server)
+        }
+    };
     let mut threads = Vec::new();
     for (w, io_seed) in seeds.into_iter().enumerate() {
         let mut state = WorkerState::new(w, workers, Arc::clone(&host), &shared, config.conntrack.capacity, seed(w));
@@ -266,6 +277,9 @@ where
         }
     }
     let _ = watcher_thread.join();
+    if let Some(m) = metrics {
+        m.join();
+    }
     region.unregister_gateway(pid);
     tracing::info!("final counters (all workers): {total}");
     match failed {
@@ -274,11 +288,11 @@ where
     }
 }
 
-fn totals(exports: &[Arc<Mutex<Counters>>]) -> Counters {
+fn totals(exports: &[ReportSlot]) -> Counters {
     let mut total = Counters::default();
     for e in exports {
-        if let Ok(c) = e.lock() {
-            total.add(&c);
+        if let Ok(r) = e.lock() {
+            total.add(&r.counters);
         }
     }
     total

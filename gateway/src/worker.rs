@@ -1,6 +1,7 @@
 //! The poll loop around the pure core: receive a burst, adopt a newer table at the burst
-//! boundary, run [`pipeline::process`] on every frame, transmit, then do bounded
-//! housekeeping (ARP requests, conntrack expiry, counter export).
+//! boundary, run the burst through [`pipeline::process_burst`] (every frame's
+//! [`pipeline::process`], with the conntrack lookups prefetched together), transmit, then
+//! do bounded housekeeping (ARP requests, conntrack expiry, counter export).
 //!
 //! The loop is written against [`PacketIo`], so every driver (AF_PACKET now, DPDK next)
 //! runs the same code. Table adoption follows DESIGN.md: the gateway's table watcher
@@ -11,12 +12,13 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 
 use crate::counters::{Counters, DropReason};
+use crate::metrics::{ReportSlot, WorkerReport};
 use crate::pipeline::{self, Meta, Verdict, WorkerState};
 use crate::table::shm::{self, StateRegion};
 use crate::table::Table;
@@ -162,7 +164,7 @@ pub struct Worker {
     /// Set to stop the loop.
     pub stop: Arc<AtomicBool>,
     /// Where the worker copies its counters about once a second.
-    pub export: Arc<Mutex<Counters>>,
+    pub export: ReportSlot,
     /// The process's monotonic clock origin.
     pub epoch: Instant,
 }
@@ -185,10 +187,14 @@ impl Worker {
     pub fn run<I: PacketIo>(mut self, io: &mut I) -> Counters {
         let mut bufs = vec![[0u8; FRAME_BUFFER]; BURST];
         let mut metas = [Meta::default(); BURST];
+        let mut verdicts = [Verdict::Consumed; BURST];
         let mut scratch = [0u8; 64];
         let mut table = self.tables.load();
         let mut now = self.now();
-        self.adopted(&table, now);
+        self.adopted(&table, &table, now);
+        if let Ok(mut r) = self.export.lock() {
+            self.report(&mut r, &table, now);
+        }
         let mut idle = 0u32;
         let mut last_export = now;
         let ifaces = io.interfaces();
@@ -196,8 +202,8 @@ impl Worker {
             now = self.now();
             // Burst boundary: the quiescent point where a new table may be adopted.
             if self.tables.generation() != table.generation() {
-                table = self.tables.load();
-                self.adopted(&table, now);
+                let old = std::mem::replace(&mut table, self.tables.load());
+                self.adopted(&old, &table, now);
             }
             let mut received = 0;
             for iface in 0..ifaces {
@@ -215,10 +221,9 @@ impl Worker {
                     self.state.counters.drop(DropReason::Oversize);
                 }
                 received += n;
+                pipeline::process_burst(now, &mut bufs[..n], &metas[..n], &table, &mut self.state, &mut verdicts);
                 for k in 0..n {
-                    if let Verdict::Transmit { iface: out, len } =
-                        pipeline::process(now, &mut bufs[k], &metas[k], &table, &mut self.state)
-                    {
+                    if let Verdict::Transmit { iface: out, len } = verdicts[k] {
                         if !io.tx(usize::from(out), &bufs[k][..len]) {
                             self.state.counters.drop(DropReason::TxRingFull);
                         }
@@ -234,8 +239,8 @@ impl Worker {
             pipeline::poll_expire(now, EXPIRE_BUDGET, &mut self.state);
             if now - last_export > 1_000_000_000 {
                 last_export = now;
-                if let Ok(mut c) = self.export.try_lock() {
-                    c.clone_from(&self.state.counters);
+                if let Ok(mut r) = self.export.try_lock() {
+                    self.report(&mut r, &table, now);
                 }
             }
             if received == 0 {
@@ -247,8 +252,8 @@ impl Worker {
                 idle = 0;
             }
         }
-        if let Ok(mut c) = self.export.lock() {
-            c.clone_from(&self.state.counters);
+        if let Ok(mut r) = self.export.lock() {
+            self.report(&mut r, &table, now);
         }
         self.state.counters
     }
@@ -257,9 +262,21 @@ impl Worker {
         self.epoch.elapsed().as_nanos() as u64
     }
 
-    fn adopted(&mut self, table: &Table, now: u64) {
+    /// Copies the worker's counters into its report slot (no allocation once the slot's
+    /// vectors have grown to the table's size).
+    fn report(&self, r: &mut WorkerReport, table: &Arc<Table>, now: u64) {
+        r.counters.clone_from(&self.state.counters);
+        r.frontends.clone_from(&self.state.frontends);
+        if !r.table.as_ref().is_some_and(|t| Arc::ptr_eq(t, table)) {
+            r.table = Some(Arc::clone(table));
+        }
+        r.flows = self.state.conntrack.len() as u64;
+        r.at_ns = now;
+    }
+
+    fn adopted(&mut self, old: &Table, table: &Table, now: u64) {
         self.region.ack(self.state.worker, table.generation());
-        self.state.resolve_table(table, now);
+        self.state.adopt_table(old, table, now);
         tracing::debug!(worker = self.state.worker, generation = table.generation(), "worker adopted table");
     }
 }

@@ -10,7 +10,9 @@
 
 use std::time::Duration;
 
-use torii_benches::{cluster, from_scratch, median, one_endpoint_changed, shm_tempdir, Daemon, ENDPOINTS, SERVICES};
+use torii_benches::{
+    cluster, from_scratch, median, one_endpoint_changed, shm_tempdir, Daemon, SimulatedGateway, ENDPOINTS, SERVICES,
+};
 
 fn arg(n: usize, default: usize) -> usize {
     std::env::args().nth(n).and_then(|a| a.parse().ok()).unwrap_or(default)
@@ -76,9 +78,17 @@ fn main() {
     let dir = shm_tempdir();
     let mut daemon = Daemon::start(&objects, dir.path());
     let mut serial = 0;
-    for (label, pause) in
-        [("isolated changes, 25 ms apart", Duration::from_millis(25)), ("back to back", Duration::ZERO)]
-    {
+    let mut gateway = None;
+    for (label, pause, with_gateway) in [
+        ("isolated changes, 25 ms apart", Duration::from_millis(25), false),
+        ("back to back", Duration::ZERO, false),
+        ("isolated changes, 25 ms apart, simulated gateway", Duration::from_millis(25), true),
+        ("back to back, simulated gateway", Duration::ZERO, true),
+    ] {
+        if with_gateway && gateway.is_none() {
+            gateway = Some(SimulatedGateway::start(dir.path(), Duration::from_millis(2)));
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let mut total = Vec::with_capacity(changes);
         let mut compile = Vec::with_capacity(changes);
         let mut publish = Vec::with_capacity(changes);
@@ -98,11 +108,13 @@ fn main() {
         sorted.sort_unstable();
         let p90 = sorted[(sorted.len() * 9 / 10).min(sorted.len() - 1)];
         let (hits, misses) = (after.spare_used - before.spare_used, after.spare_missed - before.spare_missed);
+        let retired = after.retired_used - before.retired_used;
         // A publication into a new file writes the whole snapshot; one into the prepared copy
         // its changes when the copy is of the previous snapshot, else the whole snapshot.
         let into_copy = (after.bytes_written - before.bytes_written).saturating_sub(misses * table_len as u64);
         println!(
-            "  ({hits} written into a prepared copy, {:.1} KiB each on average; {misses} into new files)",
+            "  ({hits} written into an older snapshot's file ({retired} retired ones), {:.1} KiB each on average; \
+             {misses} into new files)",
             into_copy as f64 / hits.max(1) as f64 / 1024.0,
         );
         println!(
@@ -114,6 +126,9 @@ fn main() {
             ms(p90),
             ms(sorted[sorted.len() - 1]),
         );
+    }
+    if let Some(g) = gateway.take() {
+        println!("  (the simulated gateway adopted {} tables)", g.stop());
     }
     let stats = daemon.compiler.stats();
     println!("compiler: {} drafts for {} updates, {} full rebuilds", stats.drafts, stats.updates, stats.full_rebuilds);

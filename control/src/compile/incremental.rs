@@ -123,6 +123,8 @@ pub struct Compiler {
     spec: TableSpec,
     /// Front doors per `spec.services` entry.
     spec_refs: Vec<usize>,
+    /// Counts the changes of `spec`.
+    spec_version: u64,
     stats: CompilerStats,
 }
 
@@ -150,6 +152,7 @@ impl Compiler {
             compiled: Compiled::default(),
             spec: TableSpec::default(),
             spec_refs: Vec::new(),
+            spec_version: 0,
             stats: CompilerStats::default(),
         }
     }
@@ -167,6 +170,13 @@ impl Compiler {
     /// The current table, equal to `self.compiled().to_table_spec()`.
     pub fn table_spec(&self) -> &TableSpec {
         &self.spec
+    }
+
+    /// A number that changes whenever [`Compiler::table_spec`] does (and, rarely, when
+    /// it does not): equal numbers mean equal tables, so a daemon need not compare or
+    /// keep a copy of the table it published.
+    pub fn table_version(&self) -> u64 {
+        self.spec_version
     }
 
     /// Work done so far.
@@ -222,6 +232,13 @@ impl Compiler {
         self.source_errors = loaded.errors.iter().map(ToString::to_string).collect();
         self.flush();
         &self.compiled
+    }
+
+    /// Replaces the source's own errors (objects it could not read, e.g. ones that do not
+    /// deserialize), which lead [`Compiled::errors`]; they take effect with the next
+    /// [`Compiler::apply`] (an [`Compiler::update`] replaces them with its snapshot's).
+    pub fn set_source_errors(&mut self, errors: Vec<String>) {
+        self.source_errors = errors;
     }
 
     /// Applies watch events and returns the new result.
@@ -393,7 +410,11 @@ impl Compiler {
         }
         sort_frontends(&mut frontends);
         self.compiled.frontends = frontends;
-        self.spec = self.compiled.to_table_spec();
+        let spec = self.compiled.to_table_spec();
+        if spec != self.spec {
+            self.spec = spec;
+            self.spec_version += 1;
+        }
         self.spec_refs = vec![0; self.spec.services.len()];
         for f in &self.spec.frontends {
             self.spec_refs[f.service] += 1;
@@ -473,6 +494,7 @@ impl Compiler {
             let found = self.compiled.frontends.binary_search_by_key(&f.key(), Frontend::key);
             if let Some(i) = found.ok().filter(|&i| self.compiled.frontends[i] == *f) {
                 self.compiled.frontends.remove(i);
+                self.spec_version += 1;
                 let s = self.spec.frontends.remove(i).service;
                 self.release(s);
             }
@@ -483,6 +505,7 @@ impl Compiler {
                     if self.compiled.frontends[i] == *f {
                         continue;
                     }
+                    self.spec_version += 1;
                     let s = self.acquire(f);
                     let previous = self.spec.frontends[i].service;
                     self.compiled.frontends[i] = f.clone();
@@ -490,6 +513,7 @@ impl Compiler {
                     self.release(previous);
                 }
                 Err(i) => {
+                    self.spec_version += 1;
                     let s = self.acquire(f);
                     self.compiled.frontends.insert(i, f.clone());
                     self.spec.frontends.insert(i, frontend_spec(f, s));

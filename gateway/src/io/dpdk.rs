@@ -310,8 +310,7 @@ impl DpdkDriver {
         if workers > 1 {
             for (i, p) in ports.iter().enumerate() {
                 if let Some(why) = rss_unusable(p, workers) {
-                    single_reason =
-                        Some(format!("ports[{i}] ({}, pmd {}): {why}", p.name(), p.info().driver_name));
+                    single_reason = Some(format!("ports[{i}] ({}, pmd {}): {why}", p.name(), p.info().driver_name));
                     break;
                 }
             }

@@ -38,16 +38,14 @@ pub(super) fn choose<'s>(
 }
 
 /// Whether the endpoint of `flow` is still an endpoint of the front door the flow entered
-/// by: one of its service's ring backends, or a draining endpoint (serving but not taking
-/// new flows — kube-proxy lets connections to those finish, and clears conntrack entries
-/// only of endpoints that stopped serving). The front door's source ranges are not looked
-/// at: they apply to new flows only, as kube-proxy's firewall matches `ctstate NEW`.
-pub(super) fn still_serves(table: &Table, flow: &Flow) -> bool {
+/// by — one of its service's ring backends, or a draining endpoint (serving but not taking
+/// new flows: kube-proxy lets connections to those finish, and clears conntrack entries
+/// only of endpoints that stopped serving): that front door's index in `table` if so (the
+/// flow's new `FlowState::frontend`). The front door's source ranges are not looked at:
+/// they apply to new flows only, as kube-proxy's firewall matches `ctstate NEW`.
+pub(super) fn still_serves(table: &Table, flow: &Flow) -> Option<u32> {
     let o = &flow.original;
-    let Some(service) =
-        table.frontend(IpAddr::V4(o.dst_addr), o.protocol, o.dst_port).and_then(|f| table.service(f.service))
-    else {
-        return false;
-    };
-    service.serves(layout::addr16(IpAddr::V4(flow.reply.src_addr)), flow.reply.src_port)
+    let front = table.frontend(IpAddr::V4(o.dst_addr), o.protocol, o.dst_port)?;
+    let service = table.service(front.service)?;
+    service.serves(layout::addr16(IpAddr::V4(flow.reply.src_addr)), flow.reply.src_port).then_some(front.index)
 }

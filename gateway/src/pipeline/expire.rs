@@ -23,7 +23,7 @@ pub(super) fn remove_flow(st: &mut WorkerState, id: FlowId) {
 }
 
 /// Returns the SNAT port of `flow` (the reply direction's destination) to the pool.
-fn free_snat_port(snat: &mut SnatPorts, host: &Host, flow: &Flow) {
+pub(super) fn free_snat_port(snat: &mut SnatPorts, host: &Host, flow: &Flow) {
     if let Some(i) = host.snat_addresses.iter().position(|a| *a == flow.reply.dst_addr) {
         snat.free(i, flow.reply.protocol, flow.reply.dst_port);
     }

@@ -1,29 +1,28 @@
 //! The conntrack path of TCP and UDP: lookup of the 5-tuple in the worker's conntrack
 //! (both directions indexed), revalidation of a flow against a newer table, creation of a
-//! flow on a miss (front door, endpoint, SNAT port), TCP/UDP idle timeouts in the manner of
-//! Linux conntrack, and the NAT rewrite and MAC addressing of the forwarded frame.
+//! flow on a miss (front door, endpoint, SNAT port; in a full table, Linux's early drop
+//! first), the flow's TCP state and timeouts ([`crate::conntrack::track_tcp`]: a RST before
+//! any reply ends the flow, a client's SYN on a TIME_WAIT or CLOSE flow reopens it with a
+//! new endpoint, segments that do not fit the state are dropped), and the NAT rewrite and
+//! MAC addressing of the forwarded frame.
 
 use std::net::IpAddr;
 
-use super::expire::remove_flow;
+use super::expire::{free_snat_port, remove_flow};
 use super::ipv4::Segment;
 use super::link::{self, Rx};
 use super::reject::reject;
 use super::resolve::neighbour;
 use super::{backend, Verdict, WorkerState};
-use crate::conntrack::{Direction, Flow, FlowId, FlowKey, InsertError};
+use crate::conntrack::tcp::{self, Segment as TcpSegment};
+use crate::conntrack::{
+    track_tcp, track_udp, Deadline, Direction, Flow, FlowId, FlowKey, FlowState, InsertError, Tracked,
+};
 use crate::counters::DropReason;
 use crate::nat::{self, Rewrite};
 use crate::table::layout;
 use crate::table::Table;
-use crate::wire::{EthernetFrame, IpProtocol, MacAddr, TcpFlags};
-
-/// TCP tracking bits kept in [`Flow::tcp_state`].
-mod tcp_state {
-    pub const FIN_ORIGINAL: u8 = 1;
-    pub const FIN_REPLY: u8 = 2;
-    pub const RST: u8 = 4;
-}
+use crate::wire::{EthernetFrame, IpProtocol, TcpFlags};
 
 /// Forwards the TCP or UDP packet `seg` in `frame` along its flow, creating the flow on a
 /// conntrack miss.
@@ -42,20 +41,26 @@ pub(super) fn handle(
         dst_addr: seg.dst,
         dst_port: seg.dport,
     };
-
-    let mut hit = st.conntrack.lookup(&key);
+    // `process_burst` hashed the key ahead (and prefetched its slots); use that hash only
+    // if this full parse found the same key.
+    let hash = match st.flow_hint.take() {
+        Some((hinted, hash)) if hinted == key => hash,
+        _ => st.conntrack.hash_key(&key),
+    };
+    let mut hit = st.conntrack.lookup_hashed(&key, hash);
     if let Some((id, _)) = hit {
-        if st.conntrack.get(id).deadline <= now {
+        if st.conntrack.state(id).deadline.is_due(now) {
             // Idle past its timeout but not reaped yet: it is gone.
             remove_flow(st, id);
             hit = None;
         }
     }
     if let Some((id, Direction::Original)) = hit {
-        let flow = st.conntrack.get(id);
-        if flow.table_generation != table.generation() as u32 {
-            if backend::still_serves(table, flow) {
-                st.conntrack.get_mut(id).table_generation = table.generation() as u32;
+        if st.conntrack.state(id).table_generation != table.generation() as u32 {
+            if let Some(frontend) = backend::still_serves(table, &st.conntrack.get(id)) {
+                let state = st.conntrack.state_mut(id);
+                state.table_generation = table.generation() as u32;
+                state.frontend = frontend;
             } else {
                 // The endpoint left its Service (DESIGN.md "Failure semantics"): a TCP
                 // client gets a RST so it fails fast instead of hanging; anything else is
@@ -69,54 +74,55 @@ pub(super) fn handle(
             }
         }
     }
-    let (id, dir) = match hit {
-        Some(h) => h,
-        None => {
-            if seg.ttl <= 1 {
-                return Verdict::Drop(DropReason::TtlExceeded);
-            }
-            match new_flow(now, frame, rx, table, st, key, seg.tcp_flags) {
-                Ok(id) => (id, Direction::Original),
-                Err(v) => return v,
-            }
-        }
-    };
     if seg.ttl <= 1 {
         return Verdict::Drop(DropReason::TtlExceeded);
     }
-    let flow = track(now, st, id, dir, seg);
-    forward(now, frame, rx, st, &flow, dir, seg.total)
+    let (mut id, dir) = match hit {
+        Some(h) => h,
+        None => match new_flow(now, frame, rx, table, st, key, seg.tcp_flags) {
+            Ok(id) => (id, Direction::Original),
+            Err(v) => return v,
+        },
+    };
+    let mut tracked = track(now, st, id, dir, seg);
+    if tracked == Tracked::Reopen {
+        // A new connection on the tuple of a closed one: forget the old flow, choose the
+        // endpoint anew.
+        remove_flow(st, id);
+        id = match new_flow(now, frame, rx, table, st, key, seg.tcp_flags) {
+            Ok(id) => id,
+            Err(v) => return v,
+        };
+        tracked = track(now, st, id, Direction::Original, seg);
+    }
+    if tracked == Tracked::Invalid {
+        return Verdict::Drop(DropReason::TcpInvalid);
+    }
+    let flow = st.conntrack.get(id);
+    let verdict = forward(now, frame, rx, st, &flow, dir, seg.total);
+    if tracked == Tracked::ForwardThenRemove {
+        remove_flow(st, id);
+    }
+    verdict
 }
 
-/// Updates the TCP state bits and the idle deadline of flow `id` for a packet in
-/// direction `dir`; returns a copy of the flow.
-fn track(now: u64, st: &mut WorkerState, id: FlowId, dir: Direction, seg: &Segment) -> Flow {
+/// Applies the packet to flow `id`'s state ([`track_tcp`], [`track_udp`]): TCP state, idle
+/// deadline, `seen_reply`, `assured`.
+fn track(now: u64, st: &mut WorkerState, id: FlowId, dir: Direction, seg: &Segment) -> Tracked {
     let timeouts = st.host.timeouts;
-    let flow = st.conntrack.get_mut(id);
-    if dir == Direction::Reply {
-        flow.seen_reply = true;
-    }
+    let state = st.conntrack.state_mut(id);
     if seg.proto == IpProtocol::Tcp {
-        if seg.tcp_flags.contains(TcpFlags::RST) {
-            flow.tcp_state |= tcp_state::RST;
-        }
-        if seg.tcp_flags.contains(TcpFlags::FIN) {
-            flow.tcp_state |= if dir == Direction::Original { tcp_state::FIN_ORIGINAL } else { tcp_state::FIN_REPLY };
-        }
-        let closing = flow.tcp_state & tcp_state::RST != 0
-            || flow.tcp_state & (tcp_state::FIN_ORIGINAL | tcp_state::FIN_REPLY)
-                == (tcp_state::FIN_ORIGINAL | tcp_state::FIN_REPLY);
-        let established = flow.seen_reply && !closing;
-        flow.deadline = now + if established { timeouts.tcp_established_ns } else { timeouts.tcp_transitory_ns };
+        track_tcp(state, dir, seg.tcp_flags, now, &timeouts)
     } else {
-        flow.deadline = now + if flow.seen_reply { timeouts.udp_stream_ns } else { timeouts.udp_ns };
+        track_udp(state, dir, now, &timeouts);
+        Tracked::Forward
     }
-    *flow
 }
 
 /// Rewrites the IPv4 packet (`total` bytes after the link-layer header) along `flow` in
-/// direction `dir` and addresses the frame to its next hop: the endpoint's (resolved by
-/// ARP) for the original direction, the client's MAC for replies.
+/// direction `dir` and addresses the frame to its next hop, resolved by ARP: the endpoint's
+/// for the original direction, the client's for replies (the client itself on a connected
+/// subnet, else the router: replies are routed like any packet, no MAC is kept per flow).
 fn forward(
     now: u64,
     frame: &mut [u8],
@@ -147,6 +153,12 @@ fn forward(
             )
         }
         Direction::Reply => {
+            let Some((out, hop)) = st.host.route(flow.original.src_addr) else {
+                return Verdict::Drop(DropReason::NoRoute);
+            };
+            let Some(mac) = neighbour(st, hop, out, now) else {
+                return Verdict::Drop(DropReason::NeighbourUnresolved);
+            };
             st.counters.forwarded_reply += 1;
             (
                 Rewrite {
@@ -155,8 +167,8 @@ fn forward(
                     dst_addr: flow.original.src_addr,
                     dst_port: flow.original.src_port,
                 },
-                flow.ingress_iface,
-                MacAddr(flow.client_mac),
+                out,
+                mac,
             )
         }
     };
@@ -188,7 +200,7 @@ fn new_flow(
     if !fe.source_ranges.admits(IpAddr::V4(key.src_addr)) {
         return Err(Verdict::Drop(DropReason::SourceRangeDenied));
     }
-    if key.protocol == u8::from(IpProtocol::Tcp) && tcp_flags.contains(TcpFlags::RST) {
+    if key.protocol == u8::from(IpProtocol::Tcp) && tcp::initial(TcpSegment::of(tcp_flags)).is_none() {
         return Err(Verdict::Drop(DropReason::NoConntrack));
     }
     let service = table.service(fe.service).ok_or(Verdict::Drop(DropReason::NoFrontend))?;
@@ -206,7 +218,7 @@ fn new_flow(
     let Some(snat_port) = st.snat.alloc_for(snat_index, key.protocol, endpoint) else {
         return Err(Verdict::Drop(DropReason::SnatExhausted));
     };
-    let client_mac = EthernetFrame::new_unchecked(&frame[..rx.l2_len]).src_addr().0;
+    learn_on_link_client(now, frame, rx, key.src_addr, st);
     let flow = Flow {
         original: key,
         reply: FlowKey {
@@ -216,15 +228,18 @@ fn new_flow(
             dst_addr: snat_ip,
             dst_port: snat_port,
         },
-        client_mac,
-        ingress_iface: rx.iface,
-        service: fe.service,
-        tcp_state: 0,
-        seen_reply: false,
-        table_generation: table.generation() as u32,
-        deadline: now,
+        state: FlowState::new(fe.index, table.generation() as u32, Deadline::at(now)),
     };
-    match st.conntrack.insert(flow) {
+    let mut inserted = st.conntrack.insert(flow);
+    if inserted == Err(InsertError::Full) {
+        // Linux's early drop: evict a flow near this one that is worth less, then retry.
+        if let Some(evicted) = st.conntrack.early_drop(&key, now) {
+            free_snat_port(&mut st.snat, &st.host, &evicted);
+            st.counters.conntrack_evicted += 1;
+            inserted = st.conntrack.insert(flow);
+        }
+    }
+    match inserted {
         Ok(id) => {
             st.counters.new_flows += 1;
             Ok(id)
@@ -234,9 +249,26 @@ fn new_flow(
             Err(Verdict::Drop(match e {
                 InsertError::Full => DropReason::ConntrackFull,
                 // The reply tuple is taken: only possible if the SNAT bitmap and conntrack
-                // disagree; refuse rather than hijack another flow.
-                InsertError::Exists => DropReason::SnatExhausted,
+                // disagree; refuse rather than hijack another flow. `NotFullNat` cannot
+                // happen: the SNAT address comes from the list the table was built with.
+                InsertError::Exists | InsertError::NotFullNat => DropReason::SnatExhausted,
             }))
+        }
+    }
+}
+
+/// Learns the MAC address of a client on a connected subnet from the first frame of its
+/// flow when the neighbour table does not know it yet, so the replies (routed to the client,
+/// not sent back to a per-flow MAC) need not wait for ARP. A client normally ARPs for the
+/// VIP first, which teaches the same mapping (RFC 826 "merge"); this covers clients that
+/// learned the gateway's MAC otherwise. A known mapping is never overwritten from IP
+/// traffic: only ARP changes it.
+fn learn_on_link_client(now: u64, frame: &[u8], rx: &Rx, client: std::net::Ipv4Addr, st: &mut WorkerState) {
+    let on_link = matches!(st.host.route(client), Some((_, hop)) if hop == client);
+    if on_link && st.neighbours.lookup(client).is_none() {
+        let mac = EthernetFrame::new_unchecked(&frame[..rx.l2_len]).src_addr();
+        if mac.is_unicast() {
+            st.neighbours.learn(client, mac, now);
         }
     }
 }

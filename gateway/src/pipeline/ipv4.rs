@@ -7,6 +7,7 @@ use std::ops::Range;
 
 use super::link::Rx;
 use super::{flow, icmp, Verdict, WorkerState};
+use crate::conntrack::FlowKey;
 use crate::counters::DropReason;
 use crate::table::Table;
 use crate::wire::{IpProtocol, Ipv4Packet, TcpFlags, TcpPacket, UdpPacket};
@@ -30,6 +31,32 @@ pub(super) struct Segment {
     pub dport: u16,
     /// TCP flags; empty for UDP.
     pub tcp_flags: TcpFlags,
+}
+
+/// The flow key of the TCP or UDP packet after the link-layer header of `frame`, read with
+/// checked views but without [`handle`]'s checks (header checksum, TTL): a hint for
+/// [`super::process_burst`], which `handle` confirms. `None` for anything else, fragments
+/// included.
+#[inline]
+pub(super) fn flow_key(frame: &[u8], rx: &Rx) -> Option<FlowKey> {
+    let l3 = rx.l2_len;
+    let ip = Ipv4Packet::new_checked(&frame[l3..rx.len]).ok()?;
+    if ip.is_fragment() {
+        return None;
+    }
+    let l4 = &frame[l3 + ip.header_len()..l3 + usize::from(ip.total_len())];
+    let (src_port, dst_port) = match ip.next_header() {
+        IpProtocol::Tcp => TcpPacket::new_checked(l4).map(|t| (t.src_port(), t.dst_port())).ok()?,
+        IpProtocol::Udp => UdpPacket::new_checked(l4).map(|u| (u.src_port(), u.dst_port())).ok()?,
+        _ => return None,
+    };
+    Some(FlowKey {
+        protocol: u8::from(ip.next_header()),
+        src_addr: ip.src_addr(),
+        src_port,
+        dst_addr: ip.dst_addr(),
+        dst_port,
+    })
 }
 
 /// Handles the IPv4 packet after the link-layer header of `frame`.

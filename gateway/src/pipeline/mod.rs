@@ -22,7 +22,8 @@
 //!   worker's conntrack, which indexes both directions of every flow. A hit in the original
 //!   direction (client → VIP) is rewritten to SNAT address:port → endpoint:port and sent to
 //!   the endpoint's next hop; a hit in the reply direction is rewritten back to VIP → client
-//!   and sent to the MAC the client's frames came from. A miss looks up the front door
+//!   and routed to the client's next hop (the client itself on a connected subnet, whose MAC
+//!   a new flow's first frame teaches when ARP has not). A miss looks up the front door
 //!   (destination, protocol, port), picks the endpoint on the Maglev ring of its service
 //!   by the flow's 5-tuple hash (`backend`), allocates a SNAT port this worker owns, and
 //!   records the flow. A front door without endpoints answers like kube-proxy's REJECT rule
@@ -37,11 +38,13 @@
 //! # Modules
 //!
 //! `state` holds the per-worker and shared state; each other module holds one step of the
-//! path above. Only [`process`], [`poll_transmit`], [`poll_expire`], the state types and the
-//! driver-facing [`Meta`] / [`Verdict`] are public.
+//! path above; `burst` runs a burst with its lookups' memory latency overlapped. Only
+//! [`process`], [`process_burst`], [`poll_transmit`], [`poll_expire`], the state types and
+//! the driver-facing [`Meta`] / [`Verdict`] are public.
 
 mod arp;
 mod backend;
+mod burst;
 mod expire;
 mod flow;
 mod icmp;
@@ -51,6 +54,7 @@ mod reject;
 mod resolve;
 mod state;
 
+pub use burst::{process_burst, PREFETCH_WINDOW};
 pub use expire::poll_expire;
 pub use resolve::poll_transmit;
 pub use state::{Shared, WorkerState};

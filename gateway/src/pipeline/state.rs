@@ -8,10 +8,11 @@ use std::sync::Arc;
 use super::resolve::{Pending, PENDING_SLOTS};
 use crate::affinity::Affinity;
 use crate::conntrack::Conntrack;
-use crate::counters::Counters;
+use crate::counters::{Counters, FrontendCounters};
 use crate::host::Host;
 use crate::neighbour::Neighbours;
 use crate::snat::SnatPorts;
+use crate::table::Table;
 
 /// The state all workers share: written rarely (ARP traffic, new flows of Services with
 /// session affinity), read without locks where it is on every packet's path.
@@ -47,8 +48,14 @@ pub struct WorkerState {
     pub snat: SnatPorts,
     /// This worker's counters.
     pub counters: Counters,
+    /// This worker's per-front-door counts, indexed like the front doors of the table it
+    /// uses (sized by [`WorkerState::adopt_table`]).
+    pub frontends: FrontendCounters,
     /// Next hops waiting for an ARP answer (see [`super::resolve`]).
     pub(super) pending: [Pending; PENDING_SLOTS],
+    /// The flow key and hash [`super::process_burst`] computed for the frame being
+    /// processed, if any; taken by the flow lookup.
+    pub(super) flow_hint: Option<super::burst::FlowHint>,
 }
 
 impl std::fmt::Debug for WorkerState {
@@ -65,13 +72,24 @@ impl WorkerState {
         let snat = SnatPorts::new(worker, workers, min, max, host.snat_addresses.len());
         Self {
             worker,
-            conntrack: Conntrack::new(capacity, seed),
+            conntrack: Conntrack::new(capacity, seed, &host.snat_addresses),
             snat,
             host,
             neighbours: Arc::clone(&shared.neighbours),
             affinity: Arc::clone(&shared.affinity),
             counters: Counters::default(),
+            frontends: FrontendCounters::default(),
             pending: [Pending::default(); PENDING_SLOTS],
+            flow_hint: None,
         }
+    }
+
+    /// Switches the worker's state from table `old` to table `new` (the same table at the
+    /// first adoption): per-front-door counts are re-indexed (allocates) and the next hops
+    /// of `new`'s endpoints are queued for resolution. Called at a burst boundary, never
+    /// from [`super::process`].
+    pub fn adopt_table(&mut self, old: &Table, new: &Table, now: u64) {
+        self.frontends.adopt(old, new);
+        self.resolve_table(new, now);
     }
 }

@@ -114,6 +114,10 @@ impl<B: AsRef<[u8]>> std::fmt::Debug for Table<B> {
 /// A front door found by [`Table::frontend`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FrontendRef<'t> {
+    /// 0-based position of the front door in [`Table::frontends`] (sorted by address,
+    /// protocol, port): an id valid for this table generation only (per-front-door counters;
+    /// conntrack's `FlowState::frontend`).
+    pub index: u32,
     /// 0-based index of its service (see [`Table::service`]).
     pub service: u32,
     /// Which Service field it comes from.
@@ -480,6 +484,8 @@ impl<B: AsRef<[u8]>> Table<B> {
         let f = &fronts[i];
         let (ro, rn) = (f.source_ranges_offset.get() as usize, f.source_ranges_count.get() as usize);
         Some(FrontendRef {
+            // The section header counts front doors in 32 bits (`layout::Section::count`).
+            index: i as u32,
             service: f.service.get() - 1,
             kind: FrontendKind::from_number(f.kind).unwrap_or(FrontendKind::ExternalIp),
             source_ranges: SourceRanges { ranges: self.source_ranges().get(ro..ro.saturating_add(rn)).unwrap_or(&[]) },
@@ -580,6 +586,8 @@ mod tests {
         let t = table();
         assert_eq!(t.generation(), 9);
         let f = t.frontend(ip("203.0.113.10"), 6, 80).unwrap();
+        let door = &t.frontends()[f.index as usize];
+        assert_eq!((door.protocol, door.port.get()), (6, 80), "the index names the front door found");
         let s = t.service(f.service).unwrap();
         assert_eq!(s.name, "demo/web:http");
         assert_eq!(s.backends.len(), 3);

@@ -82,6 +82,30 @@ fn forwarded_syn(snat_port: u16) -> Vec<u8> {
     )
 }
 
+/// Opens a TCP connection from `client` to `vip:80` with a full handshake (SYN, the
+/// endpoint's SYN-ACK; client sequence numbers from 1000, the endpoint's from 5000), so
+/// that the client's next ACK is valid in conntrack; returns its endpoint and SNAT port.
+fn handshake(t: &Table, st: &mut WorkerState, client: (Ipv4Addr, u16), vip: Ipv4Addr) -> (Ipv4Addr, u16) {
+    let syn = frames::tcp(to_gw(), client, (vip, 80), TcpFlags::SYN, 1000, 0, &[], 64);
+    let (v, out) = run(0, &syn, FRONT, t, st);
+    assert!(matches!(v, Verdict::Transmit { iface: BACK, .. }), "SYN from {client:?}: {v:?}");
+    let backend = backend_of(&out);
+    let snat_port = TcpPacket::new_checked(&out[34..]).unwrap().src_port();
+    let syn_ack = frames::tcp(
+        L2 { src: backend_mac(backend.octets()[3]), dst: GW_BACK_MAC },
+        (backend, 8080),
+        (SNAT, snat_port),
+        TcpFlags(TcpFlags::SYN.0 | TcpFlags::ACK.0),
+        5000,
+        1001,
+        &[],
+        64,
+    );
+    let (v, _) = run(0, &syn_ack, BACK, t, st);
+    assert!(matches!(v, Verdict::Transmit { iface: FRONT, .. }), "SYN-ACK to {client:?}: {v:?}");
+    (backend, snat_port)
+}
+
 #[test]
 fn source_ranges_admit_new_flows_from_their_clients_only() {
     let (t, mut st) = (policy_table(&["10.70.0.11"], &[], &RANGES), state(0, 1));
@@ -117,20 +141,19 @@ fn source_ranges_admit_new_flows_from_their_clients_only() {
 #[test]
 fn source_ranges_apply_to_new_flows_only() {
     let (t, mut st) = (policy_table(&["10.70.0.11"], &[], &RANGES), state(0, 1));
-    let syn = frames::tcp(to_gw(), CLIENT, (LB_VIP, 80), TcpFlags::SYN, 1000, 0, &[], 64);
-    assert!(matches!(run(0, &syn, FRONT, &t, &mut st).0, Verdict::Transmit { iface: BACK, .. }));
+    assert_eq!(handshake(&t, &mut st, CLIENT, LB_VIP), (ip("10.70.0.11"), 1024));
 
     // The ranges change and no longer admit the client: its established flow goes on
     // (kube-proxy's firewall matches new connections only); its new flows are dropped.
     let t2 = policy_table(&["10.70.0.11"], &[], &["192.0.2.0/24"]);
-    let data = frames::tcp(to_gw(), CLIENT, (LB_VIP, 80), TcpFlags::ACK, 1001, 1, b"GET /", 64);
+    let data = frames::tcp(to_gw(), CLIENT, (LB_VIP, 80), TcpFlags::ACK, 1001, 5001, b"GET /", 64);
     let want = frames::tcp(
         L2 { src: GW_BACK_MAC, dst: backend_mac(11) },
         (SNAT, 1024),
         (ip("10.70.0.11"), 8080),
         TcpFlags::ACK,
         1001,
-        1,
+        5001,
         b"GET /",
         63,
     );
@@ -202,14 +225,13 @@ fn client_ip_affinity_does_not_send_new_flows_to_a_draining_endpoint() {
     let all = ["10.70.0.11", "10.70.0.12", "10.70.0.13"];
     let mut st = state(0, 1);
     let syn = |port| frames::tcp(to_gw(), (CLIENT.0, port), (VIP, 80), TcpFlags::SYN, 1, 0, &[], 64);
-    let (_, out) = run(0, &syn(20000), FRONT, &spec_with(&all, &[]), &mut st);
-    let sticky = backend_of(&out);
+    let (sticky, _) = handshake(&spec_with(&all, &[]), &mut st, (CLIENT.0, 20000), VIP);
     // The client's endpoint drains: its open connection stays, its next one goes elsewhere
     // (and sticks there).
     let rest: Vec<String> = all.iter().filter(|a| **a != sticky.to_string()).map(|a| a.to_string()).collect();
     let rest: Vec<&str> = rest.iter().map(String::as_str).collect();
     let t2 = spec_with(&rest, &[&sticky.to_string()]);
-    let ack = frames::tcp(to_gw(), (CLIENT.0, 20000), (VIP, 80), TcpFlags::ACK, 2, 9, b"x", 64);
+    let ack = frames::tcp(to_gw(), (CLIENT.0, 20000), (VIP, 80), TcpFlags::ACK, 1001, 5001, b"x", 64);
     assert_eq!(backend_of(&run(SEC, &ack, FRONT, &t2, &mut st).1), sticky);
     let (_, out) = run(SEC, &syn(20001), FRONT, &t2, &mut st);
     let next = backend_of(&out);
