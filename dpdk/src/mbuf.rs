@@ -461,6 +461,17 @@ mod tests {
     }
 
     #[test]
+    fn a_stripped_vlan_tag_is_read_only_with_its_flag() {
+        let p = pool("t_mbuf_vlan", 15);
+        let mut m = p.alloc().unwrap();
+        assert_eq!(m.rx_vlan_stripped(), None);
+        m.raw_mut().vlan_tci = 100;
+        assert_eq!(m.rx_vlan_stripped(), None, "vlan_tci without RTE_MBUF_F_RX_VLAN_STRIPPED");
+        m.raw_mut().ol_flags |= u64::from(ffi::RTE_MBUF_F_RX_VLAN) | u64::from(ffi::RTE_MBUF_F_RX_VLAN_STRIPPED);
+        assert_eq!(m.rx_vlan_stripped(), Some(100));
+    }
+
+    #[test]
     fn tx_checksum_requests_set_flags_and_header_lengths() {
         let p = pool("t_mbuf_txck", 15);
         let mut m = p.alloc().unwrap();

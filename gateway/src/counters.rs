@@ -192,6 +192,7 @@ impl Counters {
         f("forwarded_reply", "Frames forwarded endpoint to client.", self.forwarded_reply);
         f("new_flows", "Flows created.", self.new_flows);
         f("expired_flows", "Flows removed by idle expiry.", self.expired_flows);
+        f("conntrack_evicted", "Flows evicted early to make room in a full conntrack table.", self.conntrack_evicted);
         f("endpoint_gone", "Flows ended because their endpoint left the Service.", self.endpoint_gone);
         f("rejected", "TCP RSTs and ICMP port unreachables sent for front doors without endpoints.", self.rejected);
         f("arp_replies", "ARP replies sent for own addresses and VIPs.", self.arp_replies);
@@ -340,5 +341,46 @@ impl FrontendCounters {
     /// The counts, indexed like the table's front doors.
     pub fn as_slice(&self) -> &[FrontendCount] {
         &self.counts
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every field but the drops, each with its own value: a field added to [`Counters`]
+    /// without a place here does not compile, and one missing from
+    /// [`Counters::for_each`] fails.
+    #[test]
+    fn for_each_reports_every_counter_once() {
+        let c = Counters {
+            rx_frames: 1,
+            tx_frames: 2,
+            forwarded_original: 3,
+            forwarded_reply: 4,
+            new_flows: 5,
+            expired_flows: 6,
+            conntrack_evicted: 7,
+            endpoint_gone: 8,
+            rejected: 9,
+            arp_replies: 10,
+            arp_requests: 11,
+            echo_replies: 12,
+            arp_learned: 13,
+            drops: [0; DropReason::ALL.len()],
+        };
+        let mut seen = Vec::new();
+        let mut names = std::collections::BTreeSet::new();
+        c.for_each(|name, help, v| {
+            assert!(!help.is_empty() && names.insert(name), "{name}");
+            seen.push(v);
+        });
+        assert_eq!(seen, (1..=13).collect::<Vec<u64>>());
+        let mut total = Counters::default();
+        total.add(&c);
+        total.add(&c);
+        let mut doubled = Vec::new();
+        total.for_each(|_, _, v| doubled.push(v));
+        assert_eq!(doubled, (1..=13).map(|v| 2 * v).collect::<Vec<u64>>(), "add sums every counter");
     }
 }

@@ -252,7 +252,7 @@ impl ReplySteering for ThashSteering {
 
 /// The running DPDK driver: EAL and the ports, on the control thread.
 pub struct DpdkDriver {
-    /// The ports, indexed like the configured interfaces. Dropped before `eal`.
+    /// The ports, indexed like [`Config::ports`]. Dropped before `eal`.
     ports: Vec<Port>,
     seeds: Vec<Option<WorkerSeed>>,
     macs: Vec<MacAddr>,
@@ -440,7 +440,7 @@ impl DpdkDriver {
         self.workers
     }
 
-    /// The ports' MAC addresses, indexed like the interfaces.
+    /// The ports' MAC addresses, indexed like [`Config::ports`].
     pub fn macs(&self) -> &[MacAddr] {
         &self.macs
     }
@@ -870,6 +870,14 @@ mod tests {
             assert_eq!(u16::from_be_bytes([m.data()[50], m.data()[51]]), pseudo);
             assert_eq!(m.tx_header_lens(), (14, 20));
             assert_ne!(m.ol_flags(), before);
+            drop(m);
+            // The same on a VLAN interface: the tag is part of the link-layer header.
+            let mut m = io.pool.alloc().expect("mbuf");
+            assert!(m.extend_from_slice(&crate::frames::tagged(&syn, 0x8100, 100)));
+            request_tx_checksums(&mut m, TxCsum { ipv4: true, tcp: true, udp: true });
+            assert_eq!(&m.data()[28..30], &[0, 0]);
+            assert_eq!(u16::from_be_bytes([m.data()[54], m.data()[55]]), pseudo);
+            assert_eq!(m.tx_header_lens(), (18, 20));
             drop(m);
             let mut n = 0;
             io.rx(0, BURST, &mut |f, _| n += usize::from(!f.is_empty()));

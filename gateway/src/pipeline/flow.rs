@@ -3,8 +3,9 @@
 //! flow on a miss (front door, endpoint, SNAT port; in a full table, Linux's early drop
 //! first), the flow's TCP state and timeouts ([`crate::conntrack::track_tcp`]: a RST before
 //! any reply ends the flow, a client's SYN on a TIME_WAIT or CLOSE flow reopens it with a
-//! new endpoint, segments that do not fit the state are dropped), and the NAT rewrite and
-//! MAC addressing of the forwarded frame.
+//! new endpoint, segments that do not fit the state are dropped), the NAT rewrite and MAC
+//! addressing of the forwarded frame, and the per-front-door counts of what was forwarded
+//! (packets and IPv4 bytes per direction, new flows).
 
 use std::net::IpAddr;
 
@@ -63,11 +64,12 @@ pub(super) fn handle(
                 state.frontend = frontend;
             } else {
                 // The endpoint left its Service (DESIGN.md "Failure semantics"): a TCP
-                // client gets a RST so it fails fast instead of hanging; anything else is
+                // client gets a RST so it fails fast instead of hanging; anything else — a
+                // UDP packet, or a SYN opening a new connection on the old tuple — is
                 // steered anew by this very packet.
                 remove_flow(st, id);
                 st.counters.endpoint_gone += 1;
-                if seg.proto == IpProtocol::Tcp {
+                if seg.proto == IpProtocol::Tcp && TcpSegment::of(seg.tcp_flags) != TcpSegment::Syn {
                     return reject(frame, rx, st);
                 }
                 hit = None;
@@ -100,10 +102,29 @@ pub(super) fn handle(
     }
     let flow = st.conntrack.get(id);
     let verdict = forward(now, frame, rx, st, &flow, dir, seg.total);
+    if matches!(verdict, Verdict::Transmit { .. }) {
+        count_frontend(table, st, &flow, dir, seg.total);
+    }
     if tracked == Tracked::ForwardThenRemove {
         remove_flow(st, id);
     }
     verdict
+}
+
+/// Counts a forwarded packet of `total` IPv4 bytes on its flow's front door: the index the
+/// flow keeps, when it was (re)validated against this very table; else (a reply that came
+/// before the flow's next original packet under a new table) the index looked up anew.
+#[inline]
+fn count_frontend(table: &Table, st: &mut WorkerState, flow: &Flow, dir: Direction, total: usize) {
+    let index = if flow.state.table_generation == table.generation() as u32 {
+        Some(flow.state.frontend)
+    } else {
+        let o = &flow.original;
+        table.frontend(IpAddr::V4(o.dst_addr), o.protocol, o.dst_port).map(|f| f.index)
+    };
+    if let Some(index) = index {
+        st.frontends.packet(index, dir == Direction::Original, total);
+    }
 }
 
 /// Applies the packet to flow `id`'s state ([`track_tcp`], [`track_udp`]): TCP state, idle
@@ -242,6 +263,7 @@ fn new_flow(
     match inserted {
         Ok(id) => {
             st.counters.new_flows += 1;
+            st.frontends.new_flow(fe.index);
             Ok(id)
         }
         Err(e) => {

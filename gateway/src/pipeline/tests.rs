@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::*;
 use crate::config::Config;
+use crate::counters::FrontendCount;
 use crate::frames::{self, L2};
 use crate::host::Host;
 use crate::table::{build, layout, BackendSpec, FrontendKind, FrontendSpec, Protocol, ServiceSpec, TableSpec};
@@ -522,9 +523,10 @@ proptest::proptest! {
     }
 }
 
-#[cfg(test)]
+/// `loadBalancerSourceRanges` and draining endpoints.
 mod policy;
-#[cfg(test)]
+
+/// 802.1Q VLAN interfaces.
 mod vlan;
 
 /// TCP states and timeouts, UDP timeouts, conntrack full.
@@ -532,3 +534,6 @@ mod conntrack;
 
 /// `process_burst` against `process`.
 mod burst;
+
+/// Per-front-door counters.
+mod frontends;

@@ -4,7 +4,7 @@
 //! bytes but keeps what it built last time — every service's sorted backends and encoded
 //! Maglev ring, and the snapshot buffer itself — so that a table that differs from the
 //! previous one in a few services costs a comparison per service, the rings of the
-//! services that changed, and one pass of CRC-32 over the snapshot:
+//! services that changed, and the CRC-32 of the changed bytes only:
 //!
 //! - a service equal to the one at the same index last time keeps its ring; any other
 //!   service finds its ring by its sorted backend list (a ring is a pure function of that
@@ -14,7 +14,12 @@
 //!   the rings that changed are written into the previous buffer, otherwise the section
 //!   is rewritten from the cached rings;
 //! - the other sections (front doors, their source ranges, services, backends, names: a
-//!   few bytes per front door and backend) are encoded again every time.
+//!   few bytes per front door and backend) are encoded again when the layout changes; when
+//!   it does not, only the changed records are written in place;
+//! - when records are written in place, the checksum is updated from the old and new
+//!   bytes of the ranges they touch (CRC-32 is affine: zlib's `crc32_combine`), not
+//!   computed again over the whole snapshot. The bytes, checksum included, are those of
+//!   [`build`] all the same.
 //!
 //! A front door's source ranges (`loadBalancerSourceRanges`) are laid out as sorted,
 //! disjoint address ranges: CIDRs are turned into ranges, overlapping and adjacent ones
@@ -299,26 +304,28 @@ impl TableBuilder {
             at(&self.sections[section::BACKENDS]),
             at(&self.sections[section::NAMES]),
         );
-        let mut ranges = Vec::with_capacity(8);
-        ranges.push(0..size_of::<Header>());
-        let mut put = |out: &mut Vec<u8>, dst: usize, bytes: &[u8]| {
-            out[dst..dst + bytes.len()].copy_from_slice(bytes);
-            ranges.push(dst..dst + bytes.len());
-        };
+        // The writes, first: the checksum is updated from the old and new bytes of the
+        // ranges they touch.
+        let mut writes: Vec<(usize, Vec<u8>)> = Vec::with_capacity(4 * changed.len() + 1);
         for (i, b) in changed {
             let p = self.places[i];
-            put(&mut self.out, svcs + i * size_of::<Service>(), service_record(&b, &p).as_bytes());
-            put(&mut self.out, bk + p.backends_at * size_of::<Backend>(), b.backend_records().as_bytes());
+            writes.push((svcs + i * size_of::<Service>(), service_record(&b, &p).as_bytes().to_vec()));
+            writes.push((bk + p.backends_at * size_of::<Backend>(), b.backend_records().as_bytes().to_vec()));
             if !Arc::ptr_eq(&b.ring, &self.built[i].ring) {
-                put(&mut self.out, ring + p.ring_at, &b.ring.bytes);
+                writes.push((ring + p.ring_at, b.ring.bytes.to_vec()));
             }
-            put(&mut self.out, names + p.name_at, b.spec.name.as_bytes());
+            writes.push((names + p.name_at, b.spec.name.as_bytes().to_vec()));
             self.built[i] = b;
         }
         if let Some(records) = records {
-            put(&mut self.out, at(&self.sections[section::FRONTENDS]), records.frontends.as_bytes());
-            put(&mut self.out, at(&self.sections[section::SOURCE_RANGES]), records.ranges.as_bytes());
+            writes.push((at(&self.sections[section::FRONTENDS]), records.frontends.as_bytes().to_vec()));
+            if !records.ranges.is_empty() {
+                writes.push((at(&self.sections[section::SOURCE_RANGES]), records.ranges.as_bytes().to_vec()));
+            }
         }
+        let mut ranges = Vec::with_capacity(writes.len() + 1);
+        ranges.push(0..size_of::<Header>());
+        ranges.extend(writes.iter().map(|(dst, bytes)| *dst..dst + bytes.len()));
         ranges.sort_unstable_by_key(|r| r.start);
         ranges.dedup_by(|later, earlier| {
             // Merge touching or overlapping ranges.
@@ -329,8 +336,24 @@ impl TableBuilder {
                 false
             }
         });
+        // CRC-32 is affine in the message: for messages of one length, crc(new) =
+        // crc(old) ^ the CRC register of (old ^ new) with the init and final XOR left out,
+        // and a range's share of it is the register of (crc(old range) ^ crc(new range))
+        // carried through the bytes after the range (zlib's crc32_combine).
+        let len = self.out.len();
+        let stored = layout::CHECKSUM_OFFSET..layout::CHECKSUM_OFFSET + 4;
+        let mut crc = u32::from_le_bytes(self.out[stored.clone()].try_into().unwrap_or_default());
+        let parts: Vec<u32> = ranges.iter().map(|r| checksum_part(&self.out, r.clone())).collect();
+        for (dst, bytes) in &writes {
+            self.out[*dst..dst + bytes.len()].copy_from_slice(bytes);
+        }
+        self.write_header(generation);
+        for (r, old) in ranges.iter().zip(parts) {
+            let delta = old ^ checksum_part(&self.out, r.clone());
+            crc ^= crc32_shift(delta, len - r.end);
+        }
+        self.out[stored].copy_from_slice(&crc.to_le_bytes());
         self.changed = Some(ranges);
-        self.seal(generation);
     }
 
     /// Writes the whole snapshot of `frontends` (sorted records) and `built` into
@@ -441,6 +464,13 @@ impl TableBuilder {
 
     /// Writes the header (with `generation`) and the checksum.
     fn seal(&mut self, generation: u64) {
+        self.write_header(generation);
+        let crc = super::view::checksum(&self.out);
+        self.out[layout::CHECKSUM_OFFSET..layout::CHECKSUM_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
+    }
+
+    /// Writes the header with `generation` and a zero checksum.
+    fn write_header(&mut self, generation: u64) {
         let hlen = size_of::<Header>();
         let header = Header {
             magic: layout::MAGIC,
@@ -453,9 +483,57 @@ impl TableBuilder {
             sections: self.sections,
         };
         self.out[..hlen].copy_from_slice(header.as_bytes());
-        let crc = super::view::checksum(&self.out);
-        self.out[layout::CHECKSUM_OFFSET..layout::CHECKSUM_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
     }
+}
+
+/// CRC-32 (IEEE) of `snapshot[range]`, with the bytes of the checksum field taken as zero.
+fn checksum_part(snapshot: &[u8], range: Range<usize>) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    let field = layout::CHECKSUM_OFFSET..layout::CHECKSUM_OFFSET + 4;
+    let mut at = range.start;
+    if at < field.end && field.start < range.end {
+        h.update(&snapshot[at..field.start.max(at)]);
+        h.update(&[0; 4][..field.end.min(range.end) - field.start.max(at)]);
+        at = field.end.min(range.end);
+    }
+    h.update(&snapshot[at..range.end]);
+    h.finalize()
+}
+
+/// The reflected CRC-32 polynomial (IEEE 802.3).
+const CRC32_POLY: u32 = 0xedb8_8320;
+
+/// `a * b` modulo the CRC-32 polynomial, in the reflected bit order (zlib's `multmodp`).
+fn crc32_multmodp(a: u32, mut b: u32) -> u32 {
+    let mut m = 1u32 << 31;
+    let mut p = 0;
+    loop {
+        if a & m != 0 {
+            p ^= b;
+            if a & (m - 1) == 0 {
+                return p;
+            }
+        }
+        m >>= 1;
+        b = if b & 1 != 0 { (b >> 1) ^ CRC32_POLY } else { b >> 1 };
+    }
+}
+
+/// The CRC-32 register `register` (no initial or final XOR) carried through `zeros` zero
+/// bytes: `register * x^(8 * zeros)` modulo the polynomial (zlib's `x2nmodp`).
+fn crc32_shift(register: u32, zeros: usize) -> u32 {
+    // x^(2^k) for k = 3.. (x^8 is one zero byte), squared step by step.
+    let mut power = 1u32 << (31 - 8); // x^8
+    let mut p = 1u32 << 31; // x^0
+    let mut n = zeros;
+    while n != 0 {
+        if n & 1 != 0 {
+            p = crc32_multmodp(power, p);
+        }
+        power = crc32_multmodp(power, power);
+        n >>= 1;
+    }
+    crc32_multmodp(p, register)
 }
 
 /// The front door section and the source range section of a snapshot.

@@ -113,7 +113,9 @@ pub struct FrontendSpec {
 ///
 /// Several front doors of one Service port share a `ServiceSpec` when they forward to the
 /// same endpoints (they differ when `externalTrafficPolicy: Local` narrows the external ones).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// `Default` is an unnamed service without endpoints or affinity, for
+/// `ServiceSpec { name, backends, ..Default::default() }`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ServiceSpec {
     /// `namespace/name:port-name` (port name may be empty), for logs and counters.
     pub name: String,

@@ -247,3 +247,35 @@ fn unknown_and_stacked_vlans_are_counted_drops() {
     assert_eq!(st.counters.drops_of(DropReason::VlanStacked), 2);
     assert_eq!(st.conntrack.len(), 0);
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(1000))]
+    /// No tagged input makes `process` panic on a gateway with VLAN interfaces, whatever the
+    /// tag, the corruption and the room left in the buffer; what it transmits fits the
+    /// buffer.
+    #[test]
+    fn arbitrary_tagged_frames_never_panic(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..120),
+                                           flips in proptest::collection::vec((0usize..80, proptest::prelude::any::<u8>()), 0..4),
+                                           tci in proptest::prelude::any::<u16>(), tpid in 0u8..3, port in 0u8..3,
+                                           kind in 0u8..4, room in 0usize..8) {
+        let (t, mut st) = (table(&[TAGGED_BACKEND, "10.70.0.11"]), vlan_state());
+        let inner = match kind {
+            0 => bytes.clone(),
+            1 => frames::udp(to_gw(), TAGGED_CLIENT, (VIP, 80), &bytes, 64),
+            2 => frames::udp(to_gw(), TAGGED_CLIENT, (EMPTY_VIP, 9), &bytes, 64),
+            _ => frames::icmp_echo(to_gw(), TAGGED_CLIENT.0, VIP, 1, 1, &bytes, false),
+        };
+        let tpid = [0x8100, 0x88a8, 0x0800][usize::from(tpid)];
+        let mut frame = if inner.len() >= 12 { frames::tagged(&inner, tpid, tci) } else { inner };
+        for (at, x) in flips {
+            if let Some(b) = frame.get_mut(at) { *b ^= x; }
+        }
+        // Sometimes no room for a tag to be added, sometimes no room for an ICMP error.
+        let mut buf = vec![0u8; frame.len() + room];
+        buf[..frame.len()].copy_from_slice(&frame);
+        let meta = Meta { iface: port, len: frame.len(), l4_csum_partial: false };
+        if let Verdict::Transmit { len, .. } = process(0, &mut buf, &meta, &t, &mut st) {
+            proptest::prop_assert!(len <= buf.len());
+        }
+    }
+}
