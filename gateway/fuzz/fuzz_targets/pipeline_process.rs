@@ -37,6 +37,7 @@ fn table() -> Table {
             fe([203, 0, 113, 11], Protocol::Tcp, 80, 2),
             fe([203, 0, 113, 11], Protocol::Udp, 9, 2),
             fe([203, 0, 113, 12], Protocol::Tcp, 443, 3),
+            fe([203, 0, 113, 10], Protocol::Sctp, 38412, 0),
             // A load-balancer front door admitting only part of the client range.
             FrontendSpec {
                 kind: FrontendKind::LoadBalancer,

@@ -302,13 +302,20 @@ fn malformed_and_unwanted_frames_are_counted_drops() {
     let mut other_mac = good.clone();
     other_mac[0..6].copy_from_slice(&[2, 9, 9, 9, 9, 9]);
     cases.push(("someone else's MAC", other_mac, DropReason::NotOurMac));
-    let mut frag = good.clone();
+    let mut frag = frames::icmp_echo(to_gw(), CLIENT.0, VIP, 1, 1, b"ping", false);
     {
         let mut p = Ipv4Packet::new_unchecked(&mut frag[14..]);
         p.set_more_frags(true);
         p.fill_checksum();
     }
-    cases.push(("fragment", frag, DropReason::Fragment));
+    cases.push(("fragmented ICMP", frag, DropReason::Fragment));
+    let mut later = good.clone();
+    {
+        let mut p = Ipv4Packet::new_unchecked(&mut later[14..]);
+        p.set_frag_offset(1480);
+        p.fill_checksum();
+    }
+    cases.push(("later fragment without its first", later, DropReason::FragmentNoFirst));
     cases.push(("no front door", frames::udp(to_gw(), CLIENT, (VIP, 8), b"x", 64), DropReason::NoFrontend));
     cases.push(("TTL 1", frames::udp(to_gw(), CLIENT, (VIP, 7), b"x", 1), DropReason::TtlExceeded));
     let mut short_udp = good.clone();
@@ -537,3 +544,7 @@ mod burst;
 
 /// Per-front-door counters.
 mod frontends;
+
+mod fragment;
+mod icmp_error;
+mod sctp;
