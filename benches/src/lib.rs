@@ -14,6 +14,12 @@
 //! - **one endpoint changed**: a warm [`Compiler`] and [`Publisher`] receive one
 //!   EndpointSlice whose endpoint was replaced (a watch event), recompile and publish —
 //!   what every endpoint change costs in the daemon.
+//!
+//! The data plane's workloads are in [`dataplane`] (the pipeline benchmarks) and
+//! [`maglev`] (ring balance and disruption).
+
+pub mod dataplane;
+pub mod maglev;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -378,6 +378,7 @@ mod tests {
             protocol,
             kind: FrontendKind::ExternalIp,
             service,
+            source_ranges: vec![],
         };
         let mut frontends = vec![fe(80, Protocol::Tcp, 0)];
         if with_dns {
@@ -390,8 +391,14 @@ mod tests {
                     name: "demo/web:http".into(),
                     backends: vec![BackendSpec { addr: "10.70.0.11".parse().unwrap(), port: 8080 }],
                     affinity_timeout_s: None,
+                    draining: vec![],
                 },
-                ServiceSpec { name: "kube-system/\"dns\":dns".into(), backends: vec![], affinity_timeout_s: None },
+                ServiceSpec {
+                    name: "kube-system/\"dns\":dns".into(),
+                    backends: vec![],
+                    affinity_timeout_s: None,
+                    draining: vec![],
+                },
             ],
         };
         Table::new(Storage::Owned(build(&spec, generation).unwrap())).unwrap()

@@ -92,6 +92,7 @@ fn main() {
         let mut total = Vec::with_capacity(changes);
         let mut compile = Vec::with_capacity(changes);
         let mut publish = Vec::with_capacity(changes);
+        let mut parts: [Vec<Duration>; 4] = Default::default();
         let before = daemon.publisher.stats();
         for _ in 0..changes {
             serial += 1;
@@ -101,20 +102,31 @@ fn main() {
             total.push(c + p);
             compile.push(c);
             publish.push(p);
+            let s = daemon.publisher.stats();
+            for (v, d) in parts.iter_mut().zip([s.last_build, s.last_find, s.last_write, s.last_rest]) {
+                v.push(d);
+            }
         }
+        let [b, f, w, r] = &mut parts;
+        println!(
+            "  publication's parts, medians: build {}, finding a file {}, writing it {}, the rest {}",
+            ms(median(b)),
+            ms(median(f)),
+            ms(median(w)),
+            ms(median(r))
+        );
 
         let after = daemon.publisher.stats();
         let mut sorted = total.clone();
         sorted.sort_unstable();
         let p90 = sorted[(sorted.len() * 9 / 10).min(sorted.len() - 1)];
         let (hits, misses) = (after.spare_used - before.spare_used, after.spare_missed - before.spare_missed);
-        let retired = after.retired_used - before.retired_used;
         // A publication into a new file writes the whole snapshot; one into the prepared copy
         // its changes when the copy is of the previous snapshot, else the whole snapshot.
         let into_copy = (after.bytes_written - before.bytes_written).saturating_sub(misses * table_len as u64);
         println!(
-            "  ({hits} written into an older snapshot's file ({retired} retired ones), {:.1} KiB each on average; \
-             {misses} into new files)",
+            "  ({hits} written into a prepared copy of an earlier snapshot, {:.1} KiB each on average; {misses} into \
+             new files)",
             into_copy as f64 / hits.max(1) as f64 / 1024.0,
         );
         println!(

@@ -14,13 +14,8 @@
 //! generation (an unlinked file that is still mapped stays readable, so this ordering is
 //! about not deleting what a restarting gateway may still need, not about memory safety).
 //!
-//! A snapshot file is never modified while a worker may use it: that discipline is what
-//! makes mapping them safe (a file truncated under a live mapping would fault on access).
-//! torii-control may reuse the file of a snapshot older than every generation the
-//! registered gateway's workers acknowledged (renamed away from its published name, then
-//! patched into a newer snapshot); so a worker drops its previous table before it
-//! acknowledges the next, nothing else in the gateway keeps a table it replaced, and a
-//! starting gateway registers (resetting the acknowledgements) before it maps anything.
+//! Published snapshot files are never modified in place: that discipline is what makes
+//! mapping them safe (a file truncated under a live mapping would fault on access).
 
 #![allow(unsafe_code)] // mapping files and atomics over shared memory; see the SAFETY comments
 
@@ -222,9 +217,8 @@ pub fn load_table(dir: &Path, generation: u64) -> Result<Table, LoadError> {
         Storage::Owned(Vec::new())
     } else {
         // SAFETY: snapshot files are written completely under a temporary name and renamed;
-        // a file is written or truncated again only once every worker acknowledged a newer
-        // generation, after this mapping is gone (module doc), so the mapped bytes do not
-        // change under us. They are only read through `Table`, which
+        // once published they are never written or truncated again (module doc), so the
+        // mapped bytes do not change under us. They are only read through `Table`, which
         // validates bounds first.
         Storage::Mapped(unsafe { MmapOptions::new().map(&file) }.map_err(io_err)?)
     };

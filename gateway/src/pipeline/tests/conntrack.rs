@@ -256,6 +256,24 @@ fn a_client_syn_reopens_a_time_wait_flow_with_the_endpoint_chosen_anew() {
 }
 
 #[test]
+fn a_syn_on_the_tuple_of_a_flow_whose_endpoint_left_opens_a_new_flow_instead_of_a_rst() {
+    let mut c = Conn::new(1024);
+    c.establish();
+    c.client(3 * SEC, FIN_ACK);
+    c.endpoint(4 * SEC, ACK);
+    c.endpoint(5 * SEC, FIN_ACK);
+    c.client(6 * SEC, ACK);
+    // The endpoint leaves; the client reuses its port for a new connection.
+    c.t = table(&["10.70.0.12"]);
+    let syn = frames::tcp(to_gw(), c.client, (VIP, 80), SYN, 1, 0, &[], 64);
+    let (v, out) = run(7 * SEC, &syn, FRONT, &c.t, &mut c.st);
+    assert!(matches!(v, Verdict::Transmit { iface: BACK, .. }), "{v:?}");
+    assert_eq!(backend_of(&out), ip("10.70.0.12"));
+    assert_eq!((c.st.counters.endpoint_gone, c.st.counters.rejected, c.st.counters.new_flows), (1, 0, 2));
+    c.expect(TcpState::SynSent, 7 * SEC, T.tcp_syn_sent_ns);
+}
+
+#[test]
 fn segments_that_do_not_fit_are_dropped_and_unknown_flows_open_only_on_syn_or_ack() {
     let mut c = Conn::new(1024);
     // Only a SYN opens a flow, or an ACK (mid-stream pickup); nothing else creates state.
