@@ -23,17 +23,22 @@
 //! - `udp_original` and `udp_reply`: datagrams of established UDP flows (a UDP fixture with
 //!   as many UDP flows).
 //!
+//! Times are the benchmark thread's CPU time (`support/cpu_time.rs`): the machine is shared.
+//!
 //! Each benchmark checks afterwards from the worker's counters that it measured what it
 //! says: no drops, and new flows only in `tcp_syn_new_flow`, one per packet.
 
 // `criterion_group!` defines an undocumented public function.
 #![allow(missing_docs)]
 
+#[path = "support/cpu_time.rs"]
+mod cpu_time;
+
 use std::hint::black_box;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use criterion::measurement::WallTime;
+use cpu_time::ThreadCpuTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion, Throughput};
 use torii_benches::dataplane::{Fixture, Gateway, Kind, Stream, Transport, BUFFER_LEN};
 use torii_gateway::counters::DropReason;
@@ -47,7 +52,7 @@ fn stream_len(flows: usize) -> usize {
 }
 
 /// Runs one benchmark of `kind` packets from `stream` and checks the counters afterwards.
-fn established(g: &mut BenchmarkGroup<'_, WallTime>, name: &str, fx: &mut Fixture, mut stream: Stream) {
+fn established(g: &mut BenchmarkGroup<'_, ThreadCpuTime>, name: &str, fx: &mut Fixture, mut stream: Stream) {
     let mut buf = vec![0u8; BUFFER_LEN];
     let before = fx.state.counters.clone();
     g.bench_with_input(BenchmarkId::new(name, fx.flows()), &(), |b, ()| {
@@ -64,7 +69,7 @@ fn established(g: &mut BenchmarkGroup<'_, WallTime>, name: &str, fx: &mut Fixtur
     }
 }
 
-fn syn(g: &mut BenchmarkGroup<'_, WallTime>, fx: &mut Fixture) {
+fn syn(g: &mut BenchmarkGroup<'_, ThreadCpuTime>, fx: &mut Fixture) {
     let mut buf = vec![0u8; BUFFER_LEN];
     let mut stream = fx.stream(Kind::Syn, 1 << 16, 0);
     let before = fx.state.counters.clone();
@@ -76,13 +81,13 @@ fn syn(g: &mut BenchmarkGroup<'_, WallTime>, fx: &mut Fixture) {
             while left > 0 {
                 let n = left.min(BATCH);
                 let first = stream.position();
-                let t = Instant::now();
+                let t = cpu_time::now();
                 for _ in 0..n {
                     let v = fx.process(&mut stream, &mut buf);
                     black_box(&mut buf);
                     black_box(v);
                 }
-                timed += t.elapsed();
+                timed += cpu_time::now() - t;
                 for k in 0..n as usize {
                     assert!(fx.forget(&stream, (first + k) % stream.len()), "every SYN opens a flow");
                 }
@@ -100,7 +105,7 @@ fn syn(g: &mut BenchmarkGroup<'_, WallTime>, fx: &mut Fixture) {
     }
 }
 
-fn pipeline(c: &mut Criterion) {
+fn pipeline(c: &mut Criterion<ThreadCpuTime>) {
     let gateway = Arc::new(Gateway::new());
     let mut g = c.benchmark_group("pipeline");
     g.throughput(Throughput::Elements(1));
@@ -133,5 +138,9 @@ fn pipeline(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, pipeline);
+criterion_group! {
+    name = benches;
+    config = Criterion::default().with_measurement(ThreadCpuTime);
+    targets = pipeline
+}
 criterion_main!(benches);

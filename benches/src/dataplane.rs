@@ -144,11 +144,12 @@ pub fn table_spec() -> TableSpec {
                 protocol,
                 kind: FrontendKind::LoadBalancer,
                 service: spec.services.len(),
+                source_ranges: vec![],
             });
             spec.services.push(ServiceSpec {
                 name: format!("bench/svc-{v:05}:{name}"),
                 backends: backends(target).collect(),
-                affinity_timeout_s: None,
+                ..Default::default()
             });
         }
     }

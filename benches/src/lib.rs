@@ -309,6 +309,13 @@ pub fn shm_tempdir() -> tempfile::TempDir {
         .expect("a temporary directory")
 }
 
+/// The calling thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`): on a machine shared with
+/// other work, unlike wall-clock time it leaves out the time the scheduler gives others.
+pub fn thread_cpu_time() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(t.tv_sec.try_into().unwrap_or(0), t.tv_nsec.try_into().unwrap_or(0))
+}
+
 /// The median of `samples` (the upper median for an even count).
 pub fn median(samples: &mut [Duration]) -> Duration {
     samples.sort_unstable();

@@ -7,7 +7,7 @@ use std::net::Ipv4Addr;
 use std::path::Path;
 
 use torii_gateway::frames::{self, L2};
-use torii_gateway::table::{build, BackendSpec, FrontendKind, FrontendSpec, Protocol, ServiceSpec, TableSpec};
+use torii_gateway::table::{build, BackendSpec, FrontendKind, FrontendSpec, IpCidr, Protocol, ServiceSpec, TableSpec};
 use torii_gateway::wire::{ArpOperation, Icmpv4Type, MacAddr, TcpFlags};
 
 fn record(iface: u8, frame: &[u8]) -> Vec<u8> {
@@ -28,6 +28,8 @@ fn main() -> std::io::Result<()> {
     let vip = Ipv4Addr::new(203, 0, 113, 10);
     let snat = Ipv4Addr::new(10, 70, 0, 1);
     let web = Ipv4Addr::new(10, 70, 0, 11);
+    let lb_vip = Ipv4Addr::new(203, 0, 113, 13);
+    let outsider = (Ipv4Addr::new(198, 51, 100, 200), 40001);
 
     let seeds: Vec<(&str, Vec<u8>)> = vec![
         ("tcp-syn", record(0, &frames::tcp(to_gw, client, (vip, 80), TcpFlags::SYN, 1, 0, &[], 64))),
@@ -45,6 +47,15 @@ fn main() -> std::io::Result<()> {
             .concat(),
         ),
         ("udp", record(0, &frames::udp(to_gw, client, (vip, 7), b"ping", 64))),
+        // The fuzz table's load-balancer front door 203.0.113.13:80 admits 198.51.100.0/25.
+        (
+            "tcp-syn-source-ranges",
+            [
+                record(0, &frames::tcp(to_gw, client, (lb_vip, 80), TcpFlags::SYN, 1, 0, &[], 64)),
+                record(0, &frames::tcp(to_gw, outsider, (lb_vip, 80), TcpFlags::SYN, 1, 0, &[], 64)),
+            ]
+            .concat(),
+        ),
         ("udp-reject", record(0, &frames::udp(to_gw, client, (Ipv4Addr::new(203, 0, 113, 11), 9), b"x", 64))),
         (
             "tcp-reject",
@@ -136,6 +147,7 @@ fn main() -> std::io::Result<()> {
                 protocol: Protocol::Tcp,
                 kind: FrontendKind::ExternalIp,
                 service: 0,
+                source_ranges: vec![],
             },
             FrontendSpec {
                 addr: vip.into(),
@@ -143,6 +155,10 @@ fn main() -> std::io::Result<()> {
                 protocol: Protocol::Udp,
                 kind: FrontendKind::LoadBalancer,
                 service: 1,
+                source_ranges: ["198.51.100.0/24", "192.0.2.0/25", "2001:db8::/32"]
+                    .iter()
+                    .map(|c| IpCidr::parse(c).expect("seed CIDR"))
+                    .collect(),
             },
             FrontendSpec {
                 addr: "2001:db8::10".parse().unwrap(),
@@ -150,6 +166,7 @@ fn main() -> std::io::Result<()> {
                 protocol: Protocol::Tcp,
                 kind: FrontendKind::NodePort,
                 service: 0,
+                source_ranges: vec![],
             },
         ],
         services: vec![
@@ -160,8 +177,9 @@ fn main() -> std::io::Result<()> {
                     BackendSpec { addr: "10.70.0.12".parse().unwrap(), port: 8080 },
                 ],
                 affinity_timeout_s: Some(10800),
+                draining: vec![BackendSpec { addr: "10.70.0.13".parse().unwrap(), port: 8080 }],
             },
-            ServiceSpec { name: "demo/empty:".into(), backends: vec![], affinity_timeout_s: None },
+            ServiceSpec { name: "demo/empty:".into(), backends: vec![], affinity_timeout_s: None, draining: vec![] },
         ],
     };
     let table = build(&spec, 7).expect("seed table builds");

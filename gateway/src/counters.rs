@@ -69,6 +69,9 @@ pub enum DropReason {
     IcmpNotHandled,
     /// No front door for (destination address, protocol, destination port).
     NoFrontend,
+    /// A new flow from a client outside the front door's source ranges
+    /// (`loadBalancerSourceRanges`; kube-proxy drops such traffic in its firewall chain).
+    SourceRangeDenied,
     /// A TCP segment of an unknown flow that cannot open one: only a SYN, or an ACK
     /// (picked up mid-stream), does (Linux `tcp_new` with `nf_conntrack_tcp_loose=1`).
     NoConntrack,
@@ -97,7 +100,7 @@ pub enum DropReason {
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 32] = [
+    pub const ALL: [DropReason; 33] = [
         Self::Truncated,
         Self::UnknownInterface,
         Self::NotOurMac,
@@ -121,6 +124,7 @@ impl DropReason {
         Self::UnsupportedProtocol,
         Self::IcmpNotHandled,
         Self::NoFrontend,
+        Self::SourceRangeDenied,
         Self::NoConntrack,
         Self::TcpInvalid,
         Self::UnsupportedFamily,
@@ -158,6 +162,7 @@ impl DropReason {
             Self::UnsupportedProtocol => "unsupported_protocol",
             Self::IcmpNotHandled => "icmp_not_handled",
             Self::NoFrontend => "no_frontend",
+            Self::SourceRangeDenied => "source_range_denied",
             Self::NoConntrack => "no_conntrack",
             Self::TcpInvalid => "tcp_invalid",
             Self::UnsupportedFamily => "unsupported_family",
@@ -174,7 +179,7 @@ impl DropReason {
 const _: () = assert!(DropReason::ALL.len() == DropReason::Oversize as usize + 1);
 
 /// One worker's counters.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Counters {
     /// Frames handed to the pipeline.
     pub rx_frames: u64,
@@ -217,6 +222,34 @@ pub struct Counters {
     pub fragment_evictions: u64,
     /// Drops, indexed by `DropReason as usize`.
     pub drops: [u64; DropReason::ALL.len()],
+}
+
+// Written out: `Default` is not derived for arrays longer than 32 (the drop counters).
+impl Default for Counters {
+    fn default() -> Self {
+        Self {
+            rx_frames: 0,
+            tx_frames: 0,
+            forwarded_original: 0,
+            forwarded_reply: 0,
+            new_flows: 0,
+            expired_flows: 0,
+            conntrack_evicted: 0,
+            endpoint_gone: 0,
+            rejected: 0,
+            arp_replies: 0,
+            arp_requests: 0,
+            echo_replies: 0,
+            arp_learned: 0,
+            nd_advertisements: 0,
+            nd_solicitations: 0,
+            nd_learned: 0,
+            icmp_errors_translated: 0,
+            fragments_followed: 0,
+            fragment_evictions: 0,
+            drops: [0; DropReason::ALL.len()],
+        }
+    }
 }
 
 impl Counters {

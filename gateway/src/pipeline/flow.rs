@@ -271,7 +271,14 @@ pub(super) fn egress<A: Family>(
     })
 }
 
-/// Creates the flow for `key` (a conntrack miss): front door, endpoint, SNAT port.
+/// Creates the flow for `key` (a conntrack miss): front door, source-range check, endpoint,
+/// SNAT port.
+///
+/// The source ranges (`loadBalancerSourceRanges`) are checked here only, on a conntrack
+/// miss, so established flows pay nothing for them: one binary search over the front
+/// door's merged ranges, none when it has none. A client outside them is dropped
+/// ([`DropReason::SourceRangeDenied`]), as by kube-proxy's firewall chain, whether or not
+/// the Service has endpoints.
 fn new_flow<A: Family>(
     now: u64,
     frame: &mut [u8],
@@ -284,6 +291,9 @@ fn new_flow<A: Family>(
     let Some(fe) = table.frontend(key.dst_addr.into(), key.protocol, key.dst_port) else {
         return Err(Verdict::Drop(DropReason::NoFrontend));
     };
+    if !fe.source_ranges.admits(key.src_addr.into()) {
+        return Err(Verdict::Drop(DropReason::SourceRangeDenied));
+    }
     // What cannot open a connection creates no flow: a TCP segment no state starts from
     // (a RST), an SCTP ABORT or SHUTDOWN COMPLETE of an unknown association.
     let stray = match seg.proto {

@@ -47,19 +47,23 @@ fn table_with_affinity(web_backends: &[&str], affinity_timeout_s: Option<u32>) -
         name: "demo/web:http".into(),
         backends: web_backends.iter().map(|a| BackendSpec { addr: a.parse().unwrap(), port: 8080 }).collect(),
         affinity_timeout_s,
+        draining: vec![],
     };
     let echo = ServiceSpec {
         name: "demo/echo:echo".into(),
         backends: vec![BackendSpec { addr: "10.70.0.21".parse().unwrap(), port: 7007 }],
         affinity_timeout_s: None,
+        draining: vec![],
     };
-    let empty = ServiceSpec { name: "demo/empty:".into(), backends: vec![], affinity_timeout_s: None };
+    let empty =
+        ServiceSpec { name: "demo/empty:".into(), backends: vec![], affinity_timeout_s: None, draining: vec![] };
     let fe = |a: Ipv4Addr, protocol, port, service| FrontendSpec {
         addr: IpAddr::V4(a),
         port,
         protocol,
         kind: FrontendKind::ExternalIp,
         service,
+        source_ranges: vec![],
     };
     let spec = TableSpec {
         frontends: vec![
@@ -453,21 +457,30 @@ fn client_ip_affinity_holds_across_connections_and_workers_until_it_times_out() 
     assert!(shared.affinity.lookup(skey, c16, 81 * SEC).is_none());
 }
 
-#[test]
-fn a_removed_endpoint_resets_tcp_and_resteers_udp() {
-    let t = table(&["10.70.0.11", "10.70.0.12", "10.70.0.13"]);
-    let mut st = state(0, 1);
-    // One TCP and one UDP flow per client port; remember their endpoints. (The TCP flows
-    // are picked up mid-stream, so they are ESTABLISHED without a handshake.)
+/// A flow's client address and port, and the endpoint it was steered to.
+type Steered = ((Ipv4Addr, u16), Ipv4Addr);
+
+/// Opens one TCP and one UDP flow to [`VIP`]:80 from each of 30 client ports; returns
+/// both lists with their endpoints. (The TCP flows are picked up mid-stream, so they are
+/// ESTABLISHED without a handshake.)
+fn open_flows(t: &Table, st: &mut WorkerState) -> (Vec<Steered>, Vec<Steered>) {
     let mut tcp_flows = Vec::new();
     let mut udp_flows = Vec::new();
     for port in 0..30u16 {
         let c = (CLIENT.0, 20000 + port);
-        let (_, out) = run(0, &frames::tcp(to_gw(), c, (VIP, 80), TcpFlags::ACK, 1, 0, &[], 64), FRONT, &t, &mut st);
+        let (_, out) = run(0, &frames::tcp(to_gw(), c, (VIP, 80), TcpFlags::ACK, 1, 0, &[], 64), FRONT, t, st);
         tcp_flows.push((c, backend_of(&out)));
-        let (_, out) = run(0, &frames::udp(to_gw(), c, (VIP, 80), b"a", 64), FRONT, &t, &mut st);
+        let (_, out) = run(0, &frames::udp(to_gw(), c, (VIP, 80), b"a", 64), FRONT, t, st);
         udp_flows.push((c, backend_of(&out)));
     }
+    (tcp_flows, udp_flows)
+}
+
+#[test]
+fn a_removed_endpoint_resets_tcp_and_resteers_udp() {
+    let t = table(&["10.70.0.11", "10.70.0.12", "10.70.0.13"]);
+    let mut st = state(0, 1);
+    let (tcp_flows, udp_flows) = open_flows(&t, &mut st);
     let gone = ip("10.70.0.12");
     let t2 = table(&["10.70.0.11", "10.70.0.13"]);
     for (c, b) in tcp_flows {
@@ -522,6 +535,8 @@ proptest::proptest! {
 
 /// IPv6: Neighbor Discovery, ICMPv6 echo, IPv6 flows.
 mod ipv6;
+/// `loadBalancerSourceRanges` and draining endpoints.
+mod policy;
 
 /// 802.1Q VLAN interfaces.
 mod vlan;

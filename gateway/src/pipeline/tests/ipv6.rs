@@ -38,19 +38,23 @@ fn table6(backends: &[u16], affinity_timeout_s: Option<u32>) -> Table {
         name: "demo/web6:http".into(),
         backends: backends.iter().map(|&b| BackendSpec { addr: IpAddr::V6(backend6(b)), port: 8080 }).collect(),
         affinity_timeout_s,
+        draining: vec![],
     };
     let web4 = ServiceSpec {
         name: "demo/web:http".into(),
         backends: vec![BackendSpec { addr: "10.70.0.11".parse().unwrap(), port: 8080 }],
         affinity_timeout_s: None,
+        draining: vec![],
     };
-    let empty = ServiceSpec { name: "demo/empty:".into(), backends: vec![], affinity_timeout_s: None };
+    let empty =
+        ServiceSpec { name: "demo/empty:".into(), backends: vec![], affinity_timeout_s: None, draining: vec![] };
     let fe = |addr: IpAddr, protocol, port, service| FrontendSpec {
         addr,
         port,
         protocol,
         kind: FrontendKind::ExternalIp,
         service,
+        source_ranges: vec![],
     };
     let spec = TableSpec {
         frontends: vec![

@@ -20,6 +20,7 @@ fn sctp_table() -> Table {
                 protocol: Protocol::Sctp,
                 kind: FrontendKind::LoadBalancer,
                 service: 0,
+                source_ranges: vec![],
             },
             FrontendSpec {
                 addr: IpAddr::V4(EMPTY_VIP),
@@ -27,15 +28,16 @@ fn sctp_table() -> Table {
                 protocol: Protocol::Sctp,
                 kind: FrontendKind::LoadBalancer,
                 service: 1,
+                source_ranges: vec![],
             },
         ],
         services: vec![
             ServiceSpec {
                 name: "demo/amf:ngap".into(),
                 backends: vec![BackendSpec { addr: IpAddr::V4(ENDPOINT.0), port: ENDPOINT.1 }],
-                affinity_timeout_s: None,
+                ..Default::default()
             },
-            ServiceSpec { name: "demo/none:diameter".into(), backends: vec![], affinity_timeout_s: None },
+            ServiceSpec { name: "demo/none:diameter".into(), ..Default::default() },
         ],
     };
     Table::new(crate::table::Storage::Owned(build(&spec, 1).unwrap())).unwrap()
