@@ -23,8 +23,8 @@ use anyhow::{bail, Context, Result};
 use serde_json::Value;
 use torii_integration::{
     curl_get, curl_get_timeout, netns_unavailable, output_with_timeout, print_skipped, repo_root, require_tools,
-    tcp_connect_timed, udp_connected, Binaries, Harness, HttpConn, ECHO_BACKEND, NODE_IP, NODE_PORT, REJECT_VIP,
-    WEB_BACKENDS, WEB_VIP,
+    tcp_connect_timed, udp_connected, Binaries, Harness, HttpConn, ECHO_BACKEND, METRICS_LISTEN, NODE_IP, NODE_PORT,
+    REJECT_VIP, WEB_BACKENDS, WEB_VIP,
 };
 
 /// How long the gateway may take, after start, to serve its first request.
@@ -97,6 +97,7 @@ fn demo_scenario(test: &str, driver: &str, prefix: &str) -> Result<()> {
     step_reject_without_endpoints(&mut h)?;
     step_manifest_edit_while_connected(&mut h, &mut pinned, &pinned_backend)?;
     step_nodeport(&mut h)?;
+    step_metrics(&mut h)?;
     drop(pinned);
     step_clean_shutdown(&mut h)?;
 
@@ -401,6 +402,39 @@ fn step_nodeport(h: &mut Harness) -> Result<()> {
     let url = format!("http://{NODE_IP}:{NODE_PORT}/");
     let answers = new_connection_requests(h, STEP, &url, 5)?;
     progress(STEP, format!("5/5 HTTP 200 from {url}: {:?}", distribution(&answers)));
+    Ok(())
+}
+
+/// Step 6b: the gateway's `/healthz` is ok and its `/metrics` counted the steps' traffic on
+/// the demo/web front door (at least the 30 new connections of step 2, both directions).
+fn step_metrics(h: &mut Harness) -> Result<()> {
+    const STEP: &str = "6b metrics";
+    let ns = h.ns("gw");
+    let health = curl_get(&ns, &format!("http://{METRICS_LISTEN}/healthz")).map_err(|e| h.fail(STEP, e))?;
+    if health.status != 200 {
+        return Err(h.fail(STEP, format!("/healthz answered {}: {}", health.status, health.body)));
+    }
+    // Workers report their counters about once a second.
+    sleep(Duration::from_millis(1500));
+    let metrics = curl_get(&ns, &format!("http://{METRICS_LISTEN}/metrics")).map_err(|e| h.fail(STEP, e))?;
+    let web = format!("service=\"demo/web:http\",vip=\"{WEB_VIP}\",protocol=\"TCP\",port=\"80\"");
+    let sample = |name: &str, labels: &str| {
+        let prefix = format!("torii_gateway_{name}{{{labels}}} ");
+        metrics.body.lines().find_map(|l| l.strip_prefix(prefix.as_str())?.parse::<u64>().ok()).unwrap_or(0)
+    };
+    let flows = sample("frontend_new_flows_total", &web);
+    let original = sample("frontend_packets_total", &format!("{web},direction=\"original\""));
+    let reply = sample("frontend_packets_total", &format!("{web},direction=\"reply\""));
+    if metrics.status != 200 || flows < 30 || original <= flows || reply == 0 {
+        return Err(h.fail(
+            STEP,
+            format!(
+                "/metrics ({}): demo/web front door new flows {flows}, packets {original} original / {reply} reply:\n{}",
+                metrics.status, metrics.body
+            ),
+        ));
+    }
+    progress(STEP, format!("/healthz: {}; demo/web:http: {flows} new flows, {original}/{reply} packets", health.body));
     Ok(())
 }
 

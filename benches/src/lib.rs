@@ -14,6 +14,12 @@
 //! - **one endpoint changed**: a warm [`Compiler`] and [`Publisher`] receive one
 //!   EndpointSlice whose endpoint was replaced (a watch event), recompile and publish —
 //!   what every endpoint change costs in the daemon.
+//!
+//! The data plane's workloads are in [`dataplane`] (the pipeline benchmarks) and
+//! [`maglev`] (ring balance and disruption).
+
+pub mod dataplane;
+pub mod maglev;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -311,6 +317,13 @@ pub fn shm_tempdir() -> tempfile::TempDir {
         .tempdir_in("/dev/shm")
         .or_else(|_| tempfile::tempdir())
         .expect("a temporary directory")
+}
+
+/// The calling thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`): on a machine shared with
+/// other work, unlike wall-clock time it leaves out the time the scheduler gives others.
+pub fn thread_cpu_time() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(t.tv_sec.try_into().unwrap_or(0), t.tv_nsec.try_into().unwrap_or(0))
 }
 
 /// The median of `samples` (the upper median for an even count).

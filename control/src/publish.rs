@@ -409,11 +409,13 @@ mod tests {
                 protocol: Protocol::Tcp,
                 kind: FrontendKind::ExternalIp,
                 service: 0,
+                source_ranges: vec![],
             }],
             services: vec![ServiceSpec {
                 name: "demo/web:http".into(),
                 backends: vec![BackendSpec { addr: "10.70.0.11".parse().unwrap(), port: 8080 }],
                 affinity_timeout_s: None,
+                draining: vec![],
             }],
         }
     }

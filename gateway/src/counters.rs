@@ -32,18 +32,37 @@ pub enum DropReason {
     MalformedIpv4,
     /// IPv4 header checksum wrong.
     BadIpv4Checksum,
-    /// An IPv4 fragment (fragment tracking arrives with later work).
+    /// An IPv4 fragment of a protocol torii does not follow through fragments: anything but
+    /// TCP and UDP (SCTP's CRC32c covers the whole packet and cannot be fixed from its first
+    /// fragment), or a fragmented ICMP message.
     Fragment,
+    /// A later IPv4 fragment whose first fragment was not forwarded by this worker (it never
+    /// came, came later — out of order, not buffered — or its fragment-table entry expired
+    /// after 30 s or was evicted).
+    FragmentNoFirst,
     /// TTL would reach zero when forwarded.
     TtlExceeded,
-    /// TCP or UDP header truncated or malformed.
+    /// TCP, UDP or SCTP header truncated or malformed (a first fragment too short for its
+    /// transport header included, RFC 1858), or an ICMP error whose quote is not an IPv4
+    /// header.
     MalformedL4,
+    /// SCTP packet whose CRC32c is wrong (RFC 9260 § 6.8: discarded; Linux conntrack with
+    /// `nf_conntrack_checksum` does the same).
+    BadSctpChecksum,
+    /// ICMP error message whose checksum is wrong.
+    BadIcmpChecksum,
+    /// ICMP error (unreachable, time exceeded, parameter problem) quoting a datagram of no
+    /// tracked flow, or not addressed to the quoted datagram's sender.
+    IcmpErrorUntracked,
     /// Not TCP, UDP or ICMP.
     UnsupportedProtocol,
     /// ICMP that is not an echo request to a VIP or own address.
     IcmpNotHandled,
     /// No front door for (destination address, protocol, destination port).
     NoFrontend,
+    /// A new flow from a client outside the front door's source ranges
+    /// (`loadBalancerSourceRanges`; kube-proxy drops such traffic in its firewall chain).
+    SourceRangeDenied,
     /// A TCP segment of an unknown flow that cannot open one: only a SYN, or an ACK
     /// (picked up mid-stream), does (Linux `tcp_new` with `nf_conntrack_tcp_loose=1`).
     NoConntrack,
@@ -70,7 +89,7 @@ pub enum DropReason {
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 25] = [
+    pub const ALL: [DropReason; 30] = [
         Self::Truncated,
         Self::UnknownInterface,
         Self::NotOurMac,
@@ -82,11 +101,16 @@ impl DropReason {
         Self::MalformedIpv4,
         Self::BadIpv4Checksum,
         Self::Fragment,
+        Self::FragmentNoFirst,
         Self::TtlExceeded,
         Self::MalformedL4,
+        Self::BadSctpChecksum,
+        Self::BadIcmpChecksum,
+        Self::IcmpErrorUntracked,
         Self::UnsupportedProtocol,
         Self::IcmpNotHandled,
         Self::NoFrontend,
+        Self::SourceRangeDenied,
         Self::NoConntrack,
         Self::TcpInvalid,
         Self::UnsupportedFamily,
@@ -112,11 +136,16 @@ impl DropReason {
             Self::MalformedIpv4 => "malformed_ipv4",
             Self::BadIpv4Checksum => "bad_ipv4_checksum",
             Self::Fragment => "fragment",
+            Self::FragmentNoFirst => "fragment_no_first",
             Self::TtlExceeded => "ttl_exceeded",
             Self::MalformedL4 => "malformed_l4",
+            Self::BadSctpChecksum => "bad_sctp_checksum",
+            Self::BadIcmpChecksum => "bad_icmp_checksum",
+            Self::IcmpErrorUntracked => "icmp_error_untracked",
             Self::UnsupportedProtocol => "unsupported_protocol",
             Self::IcmpNotHandled => "icmp_not_handled",
             Self::NoFrontend => "no_frontend",
+            Self::SourceRangeDenied => "source_range_denied",
             Self::NoConntrack => "no_conntrack",
             Self::TcpInvalid => "tcp_invalid",
             Self::UnsupportedFamily => "unsupported_family",
@@ -162,6 +191,12 @@ pub struct Counters {
     pub echo_replies: u64,
     /// ARP replies and requests learned from.
     pub arp_learned: u64,
+    /// ICMP errors about tracked flows translated and forwarded to the flow's peer.
+    pub icmp_errors_translated: u64,
+    /// Later IPv4 fragments forwarded along their first fragment's translation.
+    pub fragments_followed: u64,
+    /// Fragment-table entries evicted by a newer datagram (their later fragments are dropped).
+    pub fragment_evictions: u64,
     /// Drops, indexed by `DropReason as usize`.
     pub drops: [u64; DropReason::ALL.len()],
 }
@@ -194,6 +229,17 @@ impl Counters {
         f("arp_requests", "ARP requests sent to resolve next hops.", self.arp_requests);
         f("echo_replies", "ICMP echo replies sent.", self.echo_replies);
         f("arp_learned", "ARP packets learned from.", self.arp_learned);
+        f(
+            "icmp_errors_translated",
+            "ICMP errors about tracked flows translated and forwarded to the peer.",
+            self.icmp_errors_translated,
+        );
+        f(
+            "fragments_followed",
+            "Later IPv4 fragments forwarded along their first fragment's translation.",
+            self.fragments_followed,
+        );
+        f("fragment_evictions", "Fragment-table entries evicted by newer datagrams.", self.fragment_evictions);
     }
 
     /// Adds `other` into `self` (totals over workers).
@@ -211,6 +257,9 @@ impl Counters {
         self.arp_requests += other.arp_requests;
         self.echo_replies += other.echo_replies;
         self.arp_learned += other.arp_learned;
+        self.icmp_errors_translated += other.icmp_errors_translated;
+        self.fragments_followed += other.fragments_followed;
+        self.fragment_evictions += other.fragment_evictions;
         for (a, b) in self.drops.iter_mut().zip(other.drops) {
             *a += b;
         }
@@ -362,6 +411,9 @@ mod tests {
             arp_requests: 11,
             echo_replies: 12,
             arp_learned: 13,
+            icmp_errors_translated: 14,
+            fragments_followed: 15,
+            fragment_evictions: 16,
             drops: [0; DropReason::ALL.len()],
         };
         let mut seen = Vec::new();
@@ -370,12 +422,12 @@ mod tests {
             assert!(!help.is_empty() && names.insert(name), "{name}");
             seen.push(v);
         });
-        assert_eq!(seen, (1..=13).collect::<Vec<u64>>());
+        assert_eq!(seen, (1..=16).collect::<Vec<u64>>());
         let mut total = Counters::default();
         total.add(&c);
         total.add(&c);
         let mut doubled = Vec::new();
         total.for_each(|_, _, v| doubled.push(v));
-        assert_eq!(doubled, (1..=13).map(|v| 2 * v).collect::<Vec<u64>>(), "add sums every counter");
+        assert_eq!(doubled, (1..=16).map(|v| 2 * v).collect::<Vec<u64>>(), "add sums every counter");
     }
 }

@@ -7,6 +7,7 @@
 //!   validates and adopts (layout, builder, validated view, publication files).
 //! - [`maglev`]: Maglev consistent-hash rings (Eisenbud et al., NSDI 2016, §3.4).
 //! - [`conntrack`]: the per-worker flow table (both directions, fixed capacity, idle expiry).
+//! - [`fragments`]: the per-worker table that lets later IP fragments follow their first.
 //! - [`pipeline`]: `process(now, frame, meta, table, worker_state) -> Verdict`, the one
 //!   function every packet goes through, whatever driver received it.
 //! - [`io`] and [`worker`]: the drivers (AF_PACKET) and the poll loop around the core.
@@ -18,6 +19,7 @@ pub mod affinity;
 pub mod config;
 pub mod conntrack;
 pub mod counters;
+pub mod fragments;
 pub mod frames;
 pub mod host;
 pub mod io;

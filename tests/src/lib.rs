@@ -44,6 +44,10 @@ pub const WEB_BACKENDS: [(&str, Ipv4Addr); 3] = [
 /// The echo backend of demo/echo: it answers `echo:` + the datagram, on UDP 7007.
 pub const ECHO_BACKEND: (&str, Ipv4Addr) = ("echo", Ipv4Addr::new(10, 70, 0, 21));
 
+/// Where the test configuration has torii-gateway serve `/metrics` and `/healthz`, in the
+/// gateway's namespace ([`Harness::write_config_for`]).
+pub const METRICS_LISTEN: &str = "127.0.0.1:9100";
+
 /// The repository root (the workspace this crate belongs to).
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
@@ -701,6 +705,8 @@ impl Harness {
                 writeln!(out, "{line}")?;
             }
         }
+        // The gateway's metrics endpoint, on its namespace's loopback.
+        writeln!(out, "\n[metrics]\nlisten = {METRICS_LISTEN:?}")?;
         if shm_lines != 1 {
             bail!(
                 "{} has {shm_lines} `shm_dir = …` lines, expected 1: the test cannot give its \

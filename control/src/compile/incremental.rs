@@ -21,10 +21,11 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use torii_gateway::table::{BackendSpec, ServiceSpec, TableSpec};
+use torii_gateway::table::TableSpec;
 
 use super::{
     frontend_spec, sort_frontends, update_claims, Claims, CompileOptions, Compiled, Draft, Frontend, Gateway, Output,
+    ServiceSpecKey,
 };
 use crate::model::{
     duplicate_error, EndpointSlice, KubeObject, ModelError, Node, ObjectRef, Service, ServiceKey, Skipped, Validated,
@@ -273,15 +274,13 @@ impl Compiler {
         self.stats.validated += 1;
         let r = r.clone();
         self.problems.remove(&r);
-        match Validated::from_kube(object) {
+        let valid = Validated::from_kube(object);
+        if let Some(parts) = valid.as_ref().map(Validated::skipped_parts).ok().filter(|p| !p.is_empty()) {
+            self.problems.insert(r.clone(), parts);
+        }
+        match valid {
             Ok(Validated::Service(s)) => self.store_service(&r, Some(s)),
-            Ok(Validated::EndpointSlice(s)) => {
-                if !s.skipped_endpoints.is_empty() {
-                    let parts = s.skipped_endpoints.iter().map(|e| (e.clone(), Skipped::Endpoint)).collect();
-                    self.problems.insert(r.clone(), parts);
-                }
-                self.store_slice(&r, Some(s));
-            }
+            Ok(Validated::EndpointSlice(s)) => self.store_slice(&r, Some(s)),
             Ok(Validated::Node(n)) => self.store_node(&r, Some(n)),
             Err(e) => {
                 // The previous valid version, if any, is not served any more.
@@ -527,22 +526,14 @@ impl Compiler {
     /// new; counts one more reference to it.
     fn acquire(&mut self, f: &Frontend) -> usize {
         let name = f.table_name();
-        let backends: Vec<BackendSpec> = f.backends.iter().map(|&b| b.into()).collect();
-        let affinity = f.session_affinity_timeout_s;
-        let found = self.spec.services.binary_search_by(|s| {
-            (s.name.as_str(), s.backends.as_slice(), s.affinity_timeout_s).cmp(&(
-                name.as_str(),
-                backends.as_slice(),
-                affinity,
-            ))
-        });
-        match found {
+        let key = ServiceSpecKey::of(f, &name);
+        match self.spec.services.binary_search_by(|s| key.cmp_spec(s)) {
             Ok(i) => {
                 self.spec_refs[i] += 1;
                 i
             }
             Err(i) => {
-                self.spec.services.insert(i, ServiceSpec { name, backends, affinity_timeout_s: affinity });
+                self.spec.services.insert(i, key.to_spec());
                 self.spec_refs.insert(i, 1);
                 for fs in &mut self.spec.frontends {
                     if fs.service >= i {
@@ -687,6 +678,10 @@ mod tests {
         }
         if rng.chance(20) {
             spec["loadBalancerClass"] = json!(rng.pick(&["x/a", "x/b"]));
+        }
+        if rng.chance(25) {
+            let ranges = rng.pick(&["198.51.100.0/24", "2001:db8::/32,10.0.0.0/8", "bogus,192.0.2.0/25"]);
+            spec["loadBalancerSourceRanges"] = json!(ranges.split(',').collect::<Vec<_>>());
         }
         let mut meta = json!({"name": format!("s{i}"), "namespace": ns});
         if rng.chance(15) {

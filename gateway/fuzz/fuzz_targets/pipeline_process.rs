@@ -15,7 +15,9 @@ use libfuzzer_sys::fuzz_target;
 use torii_gateway::config::Config;
 use torii_gateway::host::Host;
 use torii_gateway::pipeline::{self, Meta, Shared, Verdict, WorkerState, MIN_BUFFER};
-use torii_gateway::table::{build, BackendSpec, FrontendKind, FrontendSpec, Protocol, ServiceSpec, Storage, Table, TableSpec};
+use torii_gateway::table::{
+    build, BackendSpec, FrontendKind, FrontendSpec, IpCidr, Protocol, ServiceSpec, Storage, Table, TableSpec,
+};
 use torii_gateway::wire::MacAddr;
 
 fn table() -> Table {
@@ -26,6 +28,7 @@ fn table() -> Table {
         protocol,
         kind: FrontendKind::ExternalIp,
         service,
+        source_ranges: vec![],
     };
     let spec = TableSpec {
         frontends: vec![
@@ -34,19 +37,33 @@ fn table() -> Table {
             fe([203, 0, 113, 11], Protocol::Tcp, 80, 2),
             fe([203, 0, 113, 11], Protocol::Udp, 9, 2),
             fe([203, 0, 113, 12], Protocol::Tcp, 443, 3),
+            fe([203, 0, 113, 10], Protocol::Sctp, 38412, 0),
+            // A load-balancer front door admitting only part of the client range.
+            FrontendSpec {
+                kind: FrontendKind::LoadBalancer,
+                source_ranges: vec![IpCidr::parse("198.51.100.0/25").unwrap()],
+                ..fe([203, 0, 113, 13], Protocol::Tcp, 80, 0)
+            },
         ],
         services: vec![
             ServiceSpec {
                 name: "demo/web:http".into(),
                 backends: vec![be("10.70.0.11", 8080), be("10.70.0.12", 8080), be("10.70.0.13", 8080)],
                 affinity_timeout_s: None,
+                draining: vec![be("10.70.0.14", 8080)],
             },
-            ServiceSpec { name: "demo/echo:echo".into(), backends: vec![be("10.70.0.21", 7007)], affinity_timeout_s: None },
-            ServiceSpec { name: "demo/empty:".into(), backends: vec![], affinity_timeout_s: None },
+            ServiceSpec {
+                name: "demo/echo:echo".into(),
+                backends: vec![be("10.70.0.21", 7007)],
+                affinity_timeout_s: None,
+                draining: vec![],
+            },
+            ServiceSpec { name: "demo/empty:".into(), backends: vec![], affinity_timeout_s: None, draining: vec![] },
             ServiceSpec {
                 name: "demo/sticky:https".into(),
                 backends: vec![be("10.70.0.11", 8443), be("10.70.0.50", 8443)],
                 affinity_timeout_s: Some(10),
+                draining: vec![],
             },
         ],
     };

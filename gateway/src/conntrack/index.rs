@@ -64,7 +64,7 @@ impl Index {
     pub(super) fn with_displacement_cap(slots: usize, disp_cap: u64) -> Self {
         assert!((1..=DISP_CAP).contains(&disp_cap));
         assert!(slots >= 1 && slots as u64 <= 1 << 32, "index size {slots} out of range");
-        Self { slots: vec![EMPTY; slots].into_boxed_slice(), disp_cap }
+        Self { slots: super::memory::filled(slots, EMPTY), disp_cap }
     }
 
     /// Number of slots.

@@ -15,8 +15,15 @@
 //! - Capacity is fixed by [`Conntrack::new`], which allocates and touches all memory; after
 //!   it returns nothing allocates, reallocates or frees: the record slab, the occupancy
 //!   bitmap and the index are boxed slices, which cannot grow. A full table refuses new
-//!   flows with [`InsertError::Full`] (the pipeline then falls back to the stateless Maglev
-//!   choice, see DESIGN.md "Failure semantics").
+//!   flows with [`InsertError::Full`]; [`Conntrack::early_drop`] then makes room, as Linux
+//!   does, by evicting a flow near the new one that is worth less (expired, not assured,
+//!   or a closing TCP connection), and the pipeline retries once or refuses the flow
+//!   (full NAT has no stateless fallback: the reply needs the record; README, "A full
+//!   conntrack table").
+//! - The TCP state machine ([`tcp`], Linux's `tcp_conntracks`) and the per-packet update
+//!   of a flow's state and deadline ([`track_tcp`], [`track_udp`], [`Timeouts`]) are pure
+//!   functions over [`FlowState`]; the table stores their result and knows nothing of them
+//!   beyond `assured` and the closing states, which early drop reads.
 //! - Nothing here reads a clock. Every flow carries a [`Deadline`] (32-bit milliseconds of
 //!   the caller's monotonic clock, compared with wrap-around as Linux compares its 32-bit
 //!   `nf_conn.timeout` with `nfct_time_stamp`); [`Conntrack::expire`] reaps flows whose
@@ -95,6 +102,7 @@
 //! ```
 
 mod index;
+mod memory;
 pub mod tcp;
 #[cfg(test)]
 mod tests;
@@ -581,16 +589,18 @@ fn tag_matches<A: Address>(records: &[Record<A>], snat: &[A], tag: u32, key: &Fl
 
 impl<A: Address> Conntrack<A> {
     /// A table for up to `capacity` flows (0..=[`MAX_CAPACITY`]) whose reply tuples go to
-    /// `snat_addresses` (1..=[`MAX_SNAT_ADDRESSES`] of them, the worker's SNAT addresses of
-    /// this family), keys hashed with `seed` (draw it at random per worker). Allocates and
-    /// writes all memory now (see [`Conntrack::memory_bytes`]): O(capacity) time, never again
-    /// afterwards.
+    /// `snat_addresses` (at most [`MAX_SNAT_ADDRESSES`], the worker's SNAT addresses of this
+    /// family; none gives a table that refuses every flow with [`InsertError::NotFullNat`],
+    /// for a family without SNAT addresses), keys hashed with `seed` (draw it at random per worker). Allocates and
+    /// writes all memory now (see [`Conntrack::memory_bytes`]), the records and the index in
+    /// transparent huge pages where the kernel offers them (`memory`): O(capacity) time,
+    /// never again afterwards.
     ///
     /// A capacity of 0 gives a table that refuses every insert with [`InsertError::Full`].
     ///
     /// # Panics
     ///
-    /// If `capacity > MAX_CAPACITY`, if `snat_addresses` is empty or longer than
+    /// If `capacity > MAX_CAPACITY`, if `snat_addresses` is longer than
     /// [`MAX_SNAT_ADDRESSES`], or if the allocation fails.
     #[must_use]
     pub fn new(capacity: usize, seed: u64, snat_addresses: &[A]) -> Self {
@@ -600,13 +610,13 @@ impl<A: Address> Conntrack<A> {
 
     fn with_index(capacity: usize, seed: u64, snat_addresses: &[A], index: Index) -> Self {
         assert!(
-            (1..=MAX_SNAT_ADDRESSES).contains(&snat_addresses.len()),
-            "conntrack needs 1..={MAX_SNAT_ADDRESSES} SNAT addresses, got {}",
+            snat_addresses.len() <= MAX_SNAT_ADDRESSES,
+            "conntrack takes at most {MAX_SNAT_ADDRESSES} SNAT addresses, got {}",
             snat_addresses.len()
         );
         debug_assert!(index.slot_count() > 2 * capacity);
         Self {
-            records: vec![Record::VACANT; capacity].into_boxed_slice(),
+            records: memory::filled(capacity, Record::VACANT),
             live: vec![0; capacity.div_ceil(64)].into_boxed_slice(),
             index,
             snat: snat_addresses.into(),
@@ -711,7 +721,10 @@ impl<A: Address> Conntrack<A> {
     #[inline]
     pub fn prefetch_record(&self, hash: u64) {
         if let Some(tag) = self.index.home_candidate(hash) {
-            index::prefetch(&self.records[untag(tag).0 as usize]);
+            // A record may straddle two cache lines: fetch its first and its last field.
+            let record = &self.records[untag(tag).0 as usize];
+            index::prefetch(&record.state);
+            index::prefetch(&record.snat);
         }
     }
 

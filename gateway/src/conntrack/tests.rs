@@ -353,9 +353,34 @@ fn capacity_above_the_maximum_is_refused() {
 }
 
 #[test]
-#[should_panic(expected = "SNAT addresses")]
-fn a_table_without_snat_addresses_is_refused() {
-    let _ = Conntrack::<Ipv4Addr>::new(4, 0, &[]);
+fn a_table_without_snat_addresses_tracks_nothing() {
+    let mut ct = Conntrack::<Ipv6Addr>::new(4, 0, &[]);
+    let f = flow(
+        FlowKey {
+            protocol: TCP,
+            src_addr: Ipv6Addr::LOCALHOST,
+            src_port: 1,
+            dst_addr: Ipv6Addr::LOCALHOST,
+            dst_port: 2,
+        },
+        FlowKey {
+            protocol: TCP,
+            src_addr: Ipv6Addr::LOCALHOST,
+            src_port: 3,
+            dst_addr: Ipv6Addr::LOCALHOST,
+            dst_port: 4,
+        },
+        1,
+    );
+    assert_eq!(ct.insert(f), Err(InsertError::NotFullNat));
+    assert!(ct.is_empty());
+}
+
+#[test]
+#[should_panic(expected = "at most 256 SNAT addresses")]
+fn more_than_256_snat_addresses_are_refused() {
+    let many: Vec<Ipv4Addr> = (0..257u32).map(|i| Ipv4Addr::from(0x0a00_0000 + i)).collect();
+    let _ = Conntrack::new(4, 0, &many);
 }
 
 #[test]
@@ -610,8 +635,9 @@ enum Op<A: Address> {
 
 fn op<A: SmallAddress>() -> impl Strategy<Value = Op<A>> {
     prop_oneof![
-        4 => (small_key(), small_key(), prop::bool::weighted(0.9), 0u64..20)
-            .prop_map(|(original, reply, same_protocol, deadline_ms)| Op::Insert { original, reply, same_protocol, deadline_ms }),
+        4 => (small_key(), small_key(), prop::bool::weighted(0.9), 0u64..20).prop_map(
+            |(original, reply, same_protocol, deadline_ms)| Op::Insert { original, reply, same_protocol, deadline_ms }
+        ),
         2 => small_key().prop_map(Op::Lookup),
         1 => (any::<usize>(), any::<bool>()).prop_map(|(n, a)| Op::Assure(n, a)),
         1 => (small_key(), 0u64..20).prop_map(|(near, now_ms)| Op::EarlyDrop { near, now_ms }),

@@ -15,9 +15,11 @@ const NS_PER_S: u64 = 1_000_000_000;
 /// Idle timeouts per protocol state, nanoseconds. A flow's deadline is set to `now +` the
 /// timeout of its state after every packet that refreshes it.
 ///
-/// Defaults ([`Timeouts::DEFAULT`]) are Linux's `tcp_timeouts` (`nf_conntrack_proto_tcp.c`)
-/// and `udp_timeouts` (`nf_conntrack_proto_udp.c`), except where kube-proxy overrides the
-/// sysctls (`--conntrack-tcp-timeout-established`, default 24h0m0s, and
+/// Defaults ([`Timeouts::DEFAULT`]) are Linux's `tcp_timeouts`
+/// (`net/netfilter/nf_conntrack_proto_tcp.c`) and `udp_timeouts`
+/// (`nf_conntrack_proto_udp.c`; the `nf_conntrack_*_timeout_*` sysctls,
+/// <https://docs.kernel.org/networking/nf_conntrack-sysctl.html>), except where kube-proxy
+/// overrides the sysctls (`--conntrack-tcp-timeout-established`, default 24h0m0s, and
 /// `--conntrack-tcp-timeout-close-wait`, default 1h0m0s:
 /// <https://kubernetes.io/docs/reference/command-line-tools-reference/kube-proxy/>).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,7 +46,8 @@ pub struct Timeouts {
     pub tcp_unacknowledged_ns: u64,
     /// UDP until a reply was seen: Linux `nf_conntrack_udp_timeout`, 30 s.
     pub udp_ns: u64,
-    /// UDP once both directions were seen: Linux `nf_conntrack_udp_timeout_stream`, 120 s.
+    /// UDP once both directions were seen: Linux `nf_conntrack_udp_timeout_stream`, 120 s
+    /// (180 s before Linux 5.0, commit 294304e4c522 "udp: set stream timeout to 2 minutes").
     pub udp_stream_ns: u64,
 }
 
@@ -169,8 +172,8 @@ pub fn track_tcp(
 /// reply has been seen the deadline is [`Timeouts::udp_ns`] away; a packet after the first
 /// reply sets it [`Timeouts::udp_stream_ns`] away and makes the flow assured (Linux
 /// `nf_conntrack_udp_packet`: "If we've seen traffic both ways, this is some kind of UDP
-/// stream"; Linux ≥ 5.8 also waits until the flow is 2 s old, which needs a creation time
-/// torii does not keep).
+/// stream"; since Linux 5.0 it also waits until the flow is 2 s old, which needs a creation
+/// time torii does not keep).
 pub fn track_udp(state: &mut FlowState, direction: Direction, now_ns: u64, timeouts: &Timeouts) {
     if state.seen_reply {
         state.deadline = Deadline::after(now_ns, timeouts.udp_stream_ns);

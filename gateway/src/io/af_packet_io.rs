@@ -89,11 +89,13 @@ mod tests {
                 protocol: Protocol::Udp,
                 kind: FrontendKind::ExternalIp,
                 service: 0,
+                source_ranges: vec![],
             }],
             services: vec![ServiceSpec {
                 name: "demo/echo:echo".into(),
                 backends: vec![BackendSpec { addr: "198.51.100.20".parse().unwrap(), port: 7007 }],
                 affinity_timeout_s: None,
+                draining: vec![],
             }],
         };
         Table::new(Storage::Owned(build(&spec, 1).unwrap())).unwrap()

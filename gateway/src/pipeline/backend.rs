@@ -1,5 +1,6 @@
 //! Endpoint choice for new flows (Maglev, with `sessionAffinity: ClientIP`) and the check
-//! that a tracked flow's endpoint still serves its front door after a table change.
+//! that a tracked flow's endpoint still serves its front door after a table change (as a
+//! ring backend or as a draining endpoint).
 
 use std::net::IpAddr;
 
@@ -28,28 +29,23 @@ pub(super) fn choose<'s>(
     let client = IpAddr::V4(key.src_addr);
     let client16 = layout::addr16(client);
     let skey = affinity::service_key(service.name);
-    let remembered =
-        st.affinity.lookup(skey, client16, now).and_then(|s| find_backend(service.backends, s.addr, s.port));
+    // A remembered endpoint that now only drains takes no new flows: the ring decides.
+    let remembered = st.affinity.lookup(skey, client16, now).and_then(|s| service.backend(s.addr, s.port));
     let backend = remembered.or_else(|| service.pick(maglev::client_hash(client)))?;
     let expires_ns = now.saturating_add(u64::from(service.affinity_timeout_s) * 1_000_000_000);
     st.affinity.record(skey, client16, Sticky { addr: backend.addr, port: backend.port.get(), expires_ns }, now);
     Some(backend)
 }
 
-/// Whether the endpoint of `flow` is still an endpoint of the front door the flow entered by:
-/// that front door's index in `table` if so (the flow's new `FlowState::frontend`).
+/// Whether the endpoint of `flow` is still an endpoint of the front door the flow entered
+/// by — one of its service's ring backends, or a draining endpoint (serving but not taking
+/// new flows: kube-proxy lets connections to those finish, and clears conntrack entries
+/// only of endpoints that stopped serving): that front door's index in `table` if so (the
+/// flow's new `FlowState::frontend`). The front door's source ranges are not looked at:
+/// they apply to new flows only, as kube-proxy's firewall matches `ctstate NEW`.
 pub(super) fn still_serves(table: &Table, flow: &Flow) -> Option<u32> {
     let o = &flow.original;
     let front = table.frontend(IpAddr::V4(o.dst_addr), o.protocol, o.dst_port)?;
     let service = table.service(front.service)?;
-    find_backend(service.backends, layout::addr16(IpAddr::V4(flow.reply.src_addr)), flow.reply.src_port)
-        .map(|_| front.index)
-}
-
-/// The endpoint `addr:port` among `backends` (sorted by address, then port, as the table
-/// builder lays them out).
-#[inline]
-fn find_backend(backends: &[Backend], addr: [u8; 16], port: u16) -> Option<&Backend> {
-    let key = (u128::from_be_bytes(addr), port);
-    backends.binary_search_by_key(&key, |b| (u128::from_be_bytes(b.addr), b.port.get())).ok().map(|i| &backends[i])
+    service.serves(layout::addr16(IpAddr::V4(flow.reply.src_addr)), flow.reply.src_port).then_some(front.index)
 }

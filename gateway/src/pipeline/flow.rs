@@ -1,20 +1,23 @@
-//! The conntrack path of TCP and UDP: lookup of the 5-tuple in the worker's conntrack
+//! The conntrack path of TCP, UDP and SCTP: lookup of the 5-tuple in the worker's conntrack
 //! (both directions indexed), revalidation of a flow against a newer table, creation of a
 //! flow on a miss (front door, endpoint, SNAT port; in a full table, Linux's early drop
 //! first), the flow's TCP state and timeouts ([`crate::conntrack::track_tcp`]: a RST before
 //! any reply ends the flow, a client's SYN on a TIME_WAIT or CLOSE flow reopens it with a
-//! new endpoint, segments that do not fit the state are dropped), the NAT rewrite and MAC
-//! addressing of the forwarded frame, and the per-front-door counts of what was forwarded
-//! (packets and IPv4 bytes per direction, new flows).
+//! new endpoint, segments that do not fit the state are dropped; SCTP's in [`super::sctp`]),
+//! the NAT rewrite and MAC addressing of the forwarded frame, and the per-front-door counts
+//! of what was forwarded (packets and IPv4 bytes per direction, new flows); a first
+//! fragment's translation is recorded for the datagram's later fragments
+//! ([`super::fragment`]).
 
 use std::net::IpAddr;
 
 use super::expire::{free_snat_port, remove_flow};
+use super::fragment::{self, FragmentTarget};
 use super::ipv4::Segment;
 use super::link::{self, Rx};
 use super::reject::reject;
 use super::resolve::neighbour;
-use super::{backend, Verdict, WorkerState};
+use super::{backend, sctp, Verdict, WorkerState};
 use crate::conntrack::tcp::{self, Segment as TcpSegment};
 use crate::conntrack::{
     track_tcp, track_udp, Deadline, Direction, Flow, FlowId, FlowKey, FlowState, InsertError, Tracked,
@@ -23,10 +26,10 @@ use crate::counters::DropReason;
 use crate::nat::{self, Rewrite};
 use crate::table::layout;
 use crate::table::Table;
-use crate::wire::{EthernetFrame, IpProtocol, TcpFlags};
+use crate::wire::{EthernetFrame, IpProtocol, MacAddr};
 
-/// Forwards the TCP or UDP packet `seg` in `frame` along its flow, creating the flow on a
-/// conntrack miss.
+/// Forwards the TCP, UDP or SCTP packet `seg` in `frame` along its flow, creating the flow
+/// on a conntrack miss.
 pub(super) fn handle(
     now: u64,
     frame: &mut [u8],
@@ -81,7 +84,7 @@ pub(super) fn handle(
     }
     let (mut id, dir) = match hit {
         Some(h) => h,
-        None => match new_flow(now, frame, rx, table, st, key, seg.tcp_flags) {
+        None => match new_flow(now, frame, rx, table, st, key, seg) {
             Ok(id) => (id, Direction::Original),
             Err(v) => return v,
         },
@@ -91,7 +94,7 @@ pub(super) fn handle(
         // A new connection on the tuple of a closed one: forget the old flow, choose the
         // endpoint anew.
         remove_flow(st, id);
-        id = match new_flow(now, frame, rx, table, st, key, seg.tcp_flags) {
+        id = match new_flow(now, frame, rx, table, st, key, seg) {
             Ok(id) => id,
             Err(v) => return v,
         };
@@ -101,9 +104,10 @@ pub(super) fn handle(
         return Verdict::Drop(DropReason::TcpInvalid);
     }
     let flow = st.conntrack.get(id);
-    let verdict = forward(now, frame, rx, st, &flow, dir, seg.total);
-    if matches!(verdict, Verdict::Transmit { .. }) {
-        count_frontend(table, st, &flow, dir, seg.total);
+    let frontend = frontend_index(table, &flow);
+    let verdict = forward(now, frame, rx, st, &flow, dir, seg, frontend.map(|i| (i, table.generation() as u32)));
+    if let (Verdict::Transmit { .. }, Some(index)) = (verdict, frontend) {
+        st.frontends.packet(index, dir == Direction::Original, seg.total);
     }
     if tracked == Tracked::ForwardThenRemove {
         remove_flow(st, id);
@@ -111,39 +115,43 @@ pub(super) fn handle(
     verdict
 }
 
-/// Counts a forwarded packet of `total` IPv4 bytes on its flow's front door: the index the
-/// flow keeps, when it was (re)validated against this very table; else (a reply that came
-/// before the flow's next original packet under a new table) the index looked up anew.
+/// The index in `table` of `flow`'s front door, where its forwarded packets are counted: the
+/// index the flow keeps, when it was (re)validated against this very table; else (a reply
+/// that came before the flow's next original packet under a new table) the index looked up
+/// anew.
 #[inline]
-fn count_frontend(table: &Table, st: &mut WorkerState, flow: &Flow, dir: Direction, total: usize) {
-    let index = if flow.state.table_generation == table.generation() as u32 {
+fn frontend_index(table: &Table, flow: &Flow) -> Option<u32> {
+    if flow.state.table_generation == table.generation() as u32 {
         Some(flow.state.frontend)
     } else {
         let o = &flow.original;
         table.frontend(IpAddr::V4(o.dst_addr), o.protocol, o.dst_port).map(|f| f.index)
-    };
-    if let Some(index) = index {
-        st.frontends.packet(index, dir == Direction::Original, total);
     }
 }
 
-/// Applies the packet to flow `id`'s state ([`track_tcp`], [`track_udp`]): TCP state, idle
-/// deadline, `seen_reply`, `assured`.
+/// Applies the packet to flow `id`'s state ([`track_tcp`], [`track_udp`], [`sctp::track`]):
+/// TCP state, idle deadline, `seen_reply`, `assured`.
 fn track(now: u64, st: &mut WorkerState, id: FlowId, dir: Direction, seg: &Segment) -> Tracked {
     let timeouts = st.host.timeouts;
     let state = st.conntrack.state_mut(id);
     if seg.proto == IpProtocol::Tcp {
         track_tcp(state, dir, seg.tcp_flags, now, &timeouts)
+    } else if seg.proto == IpProtocol::Sctp {
+        sctp::track(state, dir, seg.sctp, now);
+        Tracked::Forward
     } else {
         track_udp(state, dir, now, &timeouts);
         Tracked::Forward
     }
 }
 
-/// Rewrites the IPv4 packet (`total` bytes after the link-layer header) along `flow` in
-/// direction `dir` and addresses the frame to its next hop, resolved by ARP: the endpoint's
-/// for the original direction, the client's for replies (the client itself on a connected
-/// subnet, else the router: replies are routed like any packet, no MAC is kept per flow).
+/// Rewrites the IPv4 packet `seg` along `flow` in direction `dir` and addresses the frame to
+/// its next hop ([`egress`]). A first fragment's translation is recorded for the later
+/// fragments of its datagram; its transport checksum is always updated incrementally (a
+/// fragment never carries a partial checksum, and a full one would need the whole datagram),
+/// with the flow's front-door index under table generation `frontend.1` so the later
+/// fragments are counted there too.
+#[allow(clippy::too_many_arguments)]
 fn forward(
     now: u64,
     frame: &mut [u8],
@@ -151,17 +159,57 @@ fn forward(
     st: &mut WorkerState,
     flow: &Flow,
     dir: Direction,
-    total: usize,
+    seg: &Segment,
+    frontend: Option<(u32, u32)>,
 ) -> Verdict {
-    let (rw, out_iface, dst_mac) = match dir {
+    let (rw, out_iface, dst_mac) = match egress(now, st, flow, dir) {
+        Ok(e) => e,
+        Err(reason) => return Verdict::Drop(reason),
+    };
+    match dir {
+        Direction::Original => st.counters.forwarded_original += 1,
+        Direction::Reply => st.counters.forwarded_reply += 1,
+    }
+    let l3 = rx.l2_len;
+    let partial = rx.l4_csum_partial && seg.first_fragment.is_none();
+    nat::rewrite_ipv4(&mut frame[l3..l3 + seg.total], &rw, partial);
+    let verdict = link::transmit(frame, rx, seg.total, out_iface, dst_mac, &st.host);
+    if let (Some(first), Verdict::Transmit { .. }) = (&seg.first_fragment, verdict) {
+        let target = FragmentTarget {
+            src: rw.src_addr,
+            dst: rw.dst_addr,
+            iface: out_iface,
+            mac: dst_mac,
+            original: dir == Direction::Original,
+            frontend,
+        };
+        fragment::record(now, st, first, target);
+    }
+    verdict
+}
+
+/// Where a packet of `flow` travelling in direction `dir` goes: its new addresses and ports,
+/// the egress interface and the next hop's MAC, resolved by ARP — the endpoint's for the
+/// original direction, the client's for replies (the client itself on a connected subnet,
+/// else the router: replies are routed like any packet, no MAC is kept per flow). ICMP errors
+/// about the flow ([`super::icmp_error`]) travel the same way.
+///
+/// # Errors
+/// [`DropReason::NoRoute`], [`DropReason::NeighbourUnresolved`] (a resolution was queued).
+pub(super) fn egress(
+    now: u64,
+    st: &mut WorkerState,
+    flow: &Flow,
+    dir: Direction,
+) -> Result<(Rewrite, u8, MacAddr), DropReason> {
+    Ok(match dir {
         Direction::Original => {
             let Some((out, hop)) = st.host.route(flow.reply.src_addr) else {
-                return Verdict::Drop(DropReason::NoRoute);
+                return Err(DropReason::NoRoute);
             };
             let Some(mac) = neighbour(st, hop, out, now) else {
-                return Verdict::Drop(DropReason::NeighbourUnresolved);
+                return Err(DropReason::NeighbourUnresolved);
             };
-            st.counters.forwarded_original += 1;
             (
                 Rewrite {
                     src_addr: flow.reply.dst_addr,
@@ -175,12 +223,11 @@ fn forward(
         }
         Direction::Reply => {
             let Some((out, hop)) = st.host.route(flow.original.src_addr) else {
-                return Verdict::Drop(DropReason::NoRoute);
+                return Err(DropReason::NoRoute);
             };
             let Some(mac) = neighbour(st, hop, out, now) else {
-                return Verdict::Drop(DropReason::NeighbourUnresolved);
+                return Err(DropReason::NeighbourUnresolved);
             };
-            st.counters.forwarded_reply += 1;
             (
                 Rewrite {
                     src_addr: flow.original.dst_addr,
@@ -192,13 +239,17 @@ fn forward(
                 mac,
             )
         }
-    };
-    let l3 = rx.l2_len;
-    nat::rewrite_ipv4(&mut frame[l3..l3 + total], &rw, rx.l4_csum_partial);
-    link::transmit(frame, rx, total, out_iface, dst_mac, &st.host)
+    })
 }
 
-/// Creates the flow for `key` (a conntrack miss): front door, endpoint, SNAT port.
+/// Creates the flow for `key` (a conntrack miss): front door, source-range check, endpoint,
+/// SNAT port.
+///
+/// The source ranges (`loadBalancerSourceRanges`) are checked here only, on a conntrack
+/// miss, so established flows pay nothing for them: one binary search over the front
+/// door's merged ranges, none when it has none. A client outside them is dropped
+/// ([`DropReason::SourceRangeDenied`]), as by kube-proxy's firewall chain, whether or not
+/// the Service has endpoints.
 fn new_flow(
     now: u64,
     frame: &mut [u8],
@@ -206,12 +257,22 @@ fn new_flow(
     table: &Table,
     st: &mut WorkerState,
     key: FlowKey,
-    tcp_flags: TcpFlags,
+    seg: &Segment,
 ) -> Result<FlowId, Verdict> {
     let Some(fe) = table.frontend(IpAddr::V4(key.dst_addr), key.protocol, key.dst_port) else {
         return Err(Verdict::Drop(DropReason::NoFrontend));
     };
-    if key.protocol == u8::from(IpProtocol::Tcp) && tcp::initial(TcpSegment::of(tcp_flags)).is_none() {
+    if !fe.source_ranges.admits(IpAddr::V4(key.src_addr)) {
+        return Err(Verdict::Drop(DropReason::SourceRangeDenied));
+    }
+    // What cannot open a connection creates no flow: a TCP segment no state starts from
+    // (a RST), an SCTP ABORT or SHUTDOWN COMPLETE of an unknown association.
+    let stray = match seg.proto {
+        IpProtocol::Tcp => tcp::initial(TcpSegment::of(seg.tcp_flags)).is_none(),
+        IpProtocol::Sctp => seg.sctp.close,
+        _ => false,
+    };
+    if stray {
         return Err(Verdict::Drop(DropReason::NoConntrack));
     }
     let service = table.service(fe.service).ok_or(Verdict::Drop(DropReason::NoFrontend))?;

@@ -1,18 +1,22 @@
-//! ICMP addressed to the gateway (RFC 792): echo requests to a VIP or an own address are
-//! answered in place with an echo reply; any other ICMP is a counted drop.
+//! ICMP addressed to the gateway (RFC 792): errors (unreachable, time exceeded, parameter
+//! problem) about tracked flows are translated and forwarded ([`super::icmp_error`]); echo
+//! requests to a VIP or an own address are answered in place with an echo reply; any other
+//! ICMP is a counted drop.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::ops::Range;
 
 use super::link::{self, Rx};
-use super::{Verdict, WorkerState, ORIGINATED_TTL};
+use super::{icmp_error, Verdict, WorkerState, ORIGINATED_TTL};
 use crate::counters::DropReason;
 use crate::table::Table;
 use crate::wire::checksum;
 use crate::wire::{Icmpv4Packet, Icmpv4Type, IpProtocol, Ipv4Packet};
 
 /// Handles the ICMP message at `l4` of the IPv4 packet `src` → `dst` in `frame`.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn handle(
+    now: u64,
     frame: &mut [u8],
     rx: &Rx,
     table: &Table,
@@ -21,9 +25,14 @@ pub(super) fn handle(
     dst: Ipv4Addr,
     l4: Range<usize>,
 ) -> Verdict {
+    let Ok(msg_type) = Icmpv4Packet::new_checked(&frame[l4.clone()]).map(|p| p.msg_type()) else {
+        return Verdict::Drop(DropReason::IcmpNotHandled);
+    };
+    if msg_type.is_error() {
+        return icmp_error::handle(now, frame, rx, st, dst, l4);
+    }
     let for_us = st.host.is_own(dst) || table.is_vip(IpAddr::V4(dst));
-    let is_echo =
-        matches!(Icmpv4Packet::new_checked(&frame[l4.clone()]), Ok(p) if p.msg_type() == Icmpv4Type::EchoRequest);
+    let is_echo = msg_type == Icmpv4Type::EchoRequest;
     if !for_us {
         return Verdict::Drop(DropReason::NoFrontend);
     }

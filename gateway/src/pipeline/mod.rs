@@ -18,7 +18,7 @@
 //!   length it found.
 //! - ARP (RFC 826, `arp`): requests for the gateway's own addresses and for VIPs are
 //!   answered in place; the sender's mapping is learned when it is on a connected subnet.
-//! - IPv4 (RFC 791, `ipv4`) with TCP or UDP (`flow`): the 5-tuple is looked up in this
+//! - IPv4 (RFC 791, `ipv4`) with TCP, UDP or SCTP (`flow`, `sctp`): the 5-tuple is looked up in this
 //!   worker's conntrack, which indexes both directions of every flow. A hit in the original
 //!   direction (client → VIP) is rewritten to SNAT address:port → endpoint:port and sent to
 //!   the endpoint's next hop; a hit in the reply direction is rewritten back to VIP → client
@@ -30,6 +30,11 @@
 //!   (`reject`): TCP RST (RFC 9293 § 3.10.7.1), else ICMP port unreachable (RFC 792,
 //!   RFC 1812 § 4.3.2.3).
 //! - ICMP echo requests (RFC 792, `icmp`) to a VIP or own address are answered in place.
+//!   ICMP errors quoting a packet of a tracked flow (`icmp_error`) are translated — outer
+//!   and quoted headers — and forwarded to the flow's other end, so path-MTU discovery
+//!   works through the gateway.
+//! - IPv4 fragments (`fragment`): the first fragment of a TCP or UDP datagram goes through
+//!   its flow; the later ones follow it through a per-worker fragment table.
 //! - Next hops are resolved by ARP requests the worker emits through [`poll_transmit`]
 //!   (`resolve`).
 //! - Flows time out after idle periods following Linux conntrack's defaults; expiry runs
@@ -47,11 +52,14 @@ mod backend;
 mod burst;
 mod expire;
 mod flow;
+mod fragment;
 mod icmp;
+mod icmp_error;
 mod ipv4;
 mod link;
 mod reject;
 mod resolve;
+mod sctp;
 mod state;
 
 pub use burst::{process_burst, PREFETCH_WINDOW};

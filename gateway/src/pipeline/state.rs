@@ -1,14 +1,17 @@
 //! The state the pipeline works on: [`WorkerState`], private to one worker (conntrack, SNAT
-//! ports, counters, pending ARP resolutions), and [`Shared`], the state all workers share
+//! ports, counters, fragment table, pending ARP resolutions), and [`Shared`], the state all workers share
 //! (neighbours, session affinity). Everything is allocated here, before the packet path
 //! runs.
 
+use std::net::Ipv4Addr;
 use std::sync::Arc;
 
+use super::fragment::{FragmentTarget, FRAGMENT_SLOTS};
 use super::resolve::{Pending, PENDING_SLOTS};
 use crate::affinity::Affinity;
 use crate::conntrack::Conntrack;
 use crate::counters::{Counters, FrontendCounters};
+use crate::fragments::{self, FragmentTable};
 use crate::host::Host;
 use crate::neighbour::Neighbours;
 use crate::snat::SnatPorts;
@@ -48,6 +51,9 @@ pub struct WorkerState {
     pub snat: SnatPorts,
     /// This worker's counters.
     pub counters: Counters,
+    /// Where the later fragments of datagrams whose first fragment this worker forwarded go
+    /// (see [`super::fragment`]).
+    pub(super) fragments: FragmentTable<Ipv4Addr, FragmentTarget>,
     /// This worker's per-front-door counts, indexed like the front doors of the table it
     /// uses (sized by [`WorkerState::adopt_table`]).
     pub frontends: FrontendCounters,
@@ -78,6 +84,7 @@ impl WorkerState {
             neighbours: Arc::clone(&shared.neighbours),
             affinity: Arc::clone(&shared.affinity),
             counters: Counters::default(),
+            fragments: FragmentTable::new(FRAGMENT_SLOTS, fragments::DEFAULT_TIMEOUT_NS, seed ^ 0xf4a6_0000_f4a6),
             frontends: FrontendCounters::default(),
             pending: [Pending::default(); PENDING_SLOTS],
             flow_hint: None,

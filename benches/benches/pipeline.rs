@@ -1,0 +1,146 @@
+//! Criterion benchmarks of the data plane's core, `pipeline::process`, without I/O: ns per
+//! packet with 10 000 front doors and 1 K or 1 M active flows in the worker's
+//! conntrack (see `torii_benches::dataplane` for the gateway, the flows and the streams).
+//!
+//! ```sh
+//! cargo bench -p torii-benches --bench pipeline
+//! cargo bench -p torii-benches --bench pipeline -- 1000000     # only the 1 M flows cases
+//! ```
+//!
+//! Benchmarks, each once with 1 000 and once with 1 000 000 active flows
+//! (`pipeline/<name>/<flows>`); every packet is copied from its receive slot into the
+//! working buffer first, since `process` rewrites it in place:
+//!
+//! - `frame_copy`: that copy alone (the baseline to subtract);
+//! - `tcp_established_original`: client → VIP ACK segments of pseudo-randomly chosen
+//!   established flows (conntrack hit, DNAT + SNAT, next hop);
+//! - `tcp_established_reply`: endpoint → SNAT address ACK segments (hit on the reply
+//!   tuple, reverse NAT back to the client);
+//! - `tcp_syn_new_flow`: SYNs with fresh tuples: conntrack miss, front door lookup among
+//!   the 10 000, Maglev choice, SNAT port, insert. The active flows stay constant: the
+//!   flows are timed in batches of [`BATCH`] and, untimed after each batch, removed again
+//!   as expiry would remove them (`Fixture::forget`), so the table neither fills nor grows;
+//! - `udp_original` and `udp_reply`: datagrams of established UDP flows (a UDP fixture with
+//!   as many UDP flows).
+//!
+//! Times are the benchmark thread's CPU time (`support/cpu_time.rs`): the machine is shared.
+//!
+//! Each benchmark checks afterwards from the worker's counters that it measured what it
+//! says: no drops, and new flows only in `tcp_syn_new_flow`, one per packet.
+
+// `criterion_group!` defines an undocumented public function.
+#![allow(missing_docs)]
+
+#[path = "support/cpu_time.rs"]
+mod cpu_time;
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cpu_time::ThreadCpuTime;
+use criterion::{criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion, Throughput};
+use torii_benches::dataplane::{Fixture, Gateway, Kind, Stream, Transport, BUFFER_LEN};
+use torii_gateway::counters::DropReason;
+
+/// SYNs per timed batch in `tcp_syn_new_flow`.
+const BATCH: u64 = 1024;
+
+/// Receive slots of the established streams: 64 Ki for 1 K flows, 1 Mi (64 MiB) for 1 M.
+fn stream_len(flows: usize) -> usize {
+    (flows.next_power_of_two()).clamp(1 << 16, 1 << 20)
+}
+
+/// Runs one benchmark of `kind` packets from `stream` and checks the counters afterwards.
+fn established(g: &mut BenchmarkGroup<'_, ThreadCpuTime>, name: &str, fx: &mut Fixture, mut stream: Stream) {
+    let mut buf = vec![0u8; BUFFER_LEN];
+    let before = fx.state.counters.clone();
+    g.bench_with_input(BenchmarkId::new(name, fx.flows()), &(), |b, ()| {
+        b.iter(|| {
+            let v = fx.process(&mut stream, &mut buf);
+            black_box(&mut buf);
+            black_box(v)
+        });
+    });
+    let after = &fx.state.counters;
+    assert_eq!(after.new_flows, before.new_flows, "{name}: every packet must hit an active flow");
+    for r in DropReason::ALL {
+        assert_eq!(after.drops_of(r), before.drops_of(r), "{name}: dropped as {}", r.name());
+    }
+}
+
+fn syn(g: &mut BenchmarkGroup<'_, ThreadCpuTime>, fx: &mut Fixture) {
+    let mut buf = vec![0u8; BUFFER_LEN];
+    let mut stream = fx.stream(Kind::Syn, 1 << 16, 0);
+    let before = fx.state.counters.clone();
+    let mut packets = 0;
+    g.bench_with_input(BenchmarkId::new("tcp_syn_new_flow", fx.flows()), &(), |b, ()| {
+        b.iter_custom(|iters| {
+            let mut timed = Duration::ZERO;
+            let mut left = iters;
+            while left > 0 {
+                let n = left.min(BATCH);
+                let first = stream.position();
+                let t = cpu_time::now();
+                for _ in 0..n {
+                    let v = fx.process(&mut stream, &mut buf);
+                    black_box(&mut buf);
+                    black_box(v);
+                }
+                timed += cpu_time::now() - t;
+                for k in 0..n as usize {
+                    assert!(fx.forget(&stream, (first + k) % stream.len()), "every SYN opens a flow");
+                }
+                left -= n;
+            }
+            packets += iters;
+            timed
+        });
+    });
+    let after = &fx.state.counters;
+    assert_eq!(after.new_flows - before.new_flows, packets, "one new flow per SYN");
+    assert_eq!(fx.state.conntrack.len(), fx.flows());
+    for r in DropReason::ALL {
+        assert_eq!(after.drops_of(r), before.drops_of(r), "tcp_syn_new_flow: dropped as {}", r.name());
+    }
+}
+
+fn pipeline(c: &mut Criterion<ThreadCpuTime>) {
+    let gateway = Arc::new(Gateway::new());
+    let mut g = c.benchmark_group("pipeline");
+    g.throughput(Throughput::Elements(1));
+    for flows in [1_000, 1_000_000] {
+        let len = stream_len(flows);
+        let mut fx = Fixture::new(Arc::clone(&gateway), Transport::Tcp, flows);
+        let mut copy = fx.stream(Kind::Original, len, 1);
+        let mut buf = vec![0u8; BUFFER_LEN];
+        g.bench_with_input(BenchmarkId::new("frame_copy", flows), &(), |b, ()| {
+            b.iter(|| {
+                let loaded = copy.load(&mut buf);
+                black_box(&mut buf);
+                black_box(loaded)
+            });
+        });
+        drop(copy);
+        let original = fx.stream(Kind::Original, len, 1);
+        established(&mut g, "tcp_established_original", &mut fx, original);
+        let reply = fx.stream(Kind::Reply, len, 2);
+        established(&mut g, "tcp_established_reply", &mut fx, reply);
+        syn(&mut g, &mut fx);
+        drop(fx);
+
+        let mut fx = Fixture::new(Arc::clone(&gateway), Transport::Udp, flows);
+        let original = fx.stream(Kind::Original, len, 3);
+        established(&mut g, "udp_original", &mut fx, original);
+        let reply = fx.stream(Kind::Reply, len, 4);
+        established(&mut g, "udp_reply", &mut fx, reply);
+    }
+    g.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().with_measurement(ThreadCpuTime);
+    targets = pipeline
+}
+criterion_main!(benches);
