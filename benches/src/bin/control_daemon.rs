@@ -79,9 +79,12 @@ fn simulated_gateway(dir: std::path::PathBuf, expected: Arc<Mutex<Vec<Expected>>
                     adopted += 1;
                     let t = table.as_ref().expect("just stored");
                     for e in expected.lock().expect("lock").iter_mut().filter(|e| e.adopted_after.is_none()) {
-                        let has = t.frontend(e.external_ip, 6, 80).and_then(|f| t.service(f.service)).is_some_and(|s| {
-                            s.backends.iter().any(|b| torii_gateway::table::layout::addr_from16(b.addr) == e.backend)
-                        });
+                        let has =
+                            t.frontend(e.external_ip, 6, 80).and_then(|f| t.service(f.service)).is_some_and(|s| {
+                                s.backends
+                                    .iter()
+                                    .any(|b| torii_gateway::table::layout::addr_from16(b.addr) == e.backend)
+                            });
                         if has {
                             e.published_after = Some(seen.saturating_duration_since(e.written_at));
                             e.adopted_after = Some(now - e.written_at);
