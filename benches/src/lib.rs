@@ -21,6 +21,8 @@
 pub mod dataplane;
 pub mod maglev;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1 as core;
@@ -30,6 +32,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use torii_control::compile::{self, Change, CompileOptions, Compiled, Compiler};
 use torii_control::model::{KubeObject, Objects};
 use torii_control::publish::Publisher;
+use torii_gateway::table::shm::{self, StateRegion};
 use torii_gateway::table::TableSpec;
 
 /// Services in the target workload.
@@ -226,6 +229,70 @@ impl Daemon {
         let t1 = Instant::now();
         self.publisher.publish(self.compiler.table_spec()).expect("publish");
         (t1 - t0, t1.elapsed())
+    }
+}
+
+/// A gateway with one worker, simulated in a thread: it registers in the state region,
+/// then, like torii-gateway's table watcher and worker, polls the published generation,
+/// maps and validates each new snapshot ([`shm::load_table`]: bounds and CRC-32),
+/// drops the previous table and acknowledges the new generation. Stops when dropped.
+pub struct SimulatedGateway {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<u64>>,
+}
+
+impl SimulatedGateway {
+    /// Registers a gateway of one worker in `shm_dir` and starts polling every `poll`
+    /// (torii-gateway polls every 2 ms; `Duration::ZERO` spins).
+    ///
+    /// # Panics
+    /// When the state region cannot be opened.
+    pub fn start(shm_dir: &std::path::Path, poll: Duration) -> Self {
+        let region = StateRegion::open(shm_dir).expect("state region");
+        region.register_gateway(std::process::id(), 1);
+        let stop = Arc::new(AtomicBool::new(false));
+        let dir = shm_dir.to_owned();
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("simulated-gateway".into())
+            .spawn(move || {
+                let mut table = None;
+                let mut adopted = 0;
+                while !flag.load(Ordering::Relaxed) {
+                    let g = region.published_generation();
+                    if g != 0 && table.as_ref().is_none_or(|t: &torii_gateway::table::Table| t.generation() != g) {
+                        if let Ok(t) = shm::load_table(&dir, g) {
+                            table = Some(t); // the previous table is dropped before the ack
+                            region.ack(0, g);
+                            adopted += 1;
+                        }
+                    }
+                    if poll.is_zero() {
+                        std::hint::spin_loop();
+                    } else {
+                        std::thread::sleep(poll);
+                    }
+                }
+                region.unregister_gateway(std::process::id());
+                adopted
+            })
+            .expect("spawning the simulated gateway");
+        Self { stop, thread: Some(thread) }
+    }
+
+    /// Stops it; returns how many tables it adopted.
+    pub fn stop(mut self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take().map_or(0, |t| t.join().unwrap_or(0))
+    }
+}
+
+impl Drop for SimulatedGateway {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }
 

@@ -49,6 +49,16 @@
 //!     LoadBalancer front doors, `internalTrafficPolicy: Local` for ClusterIPs): the ready
 //!     endpoints whose `nodeName` is the gateway's node, else the local
 //!     serving-and-terminating ones; never topology.
+//!   - Draining endpoints: the Service port's other `serving` endpoints of the family —
+//!     terminating ones while ready ones exist, and ready ones a `Local` policy or
+//!     topology leaves out — are carried as `draining`: never chosen for a new flow, but
+//!     flows already steered to them keep them across table changes. This is kube-proxy's
+//!     rule for established flows: conntrack entries (and with them the NAT) outlive rule
+//!     changes, and the only ones it clears are UDP entries to endpoints that are no longer
+//!     `serving`, "not taking traffic policies, topology, or terminating status into
+//!     account" (`pkg/proxy/conntrack/cleanup.go`, `CleanStaleEntries`). An endpoint that
+//!     left the slice, or is `serving: false`, is not carried: its flows end (TCP RST,
+//!     UDP re-steered; DESIGN.md).
 //!   - No endpoint left: the front door has no backends and rejects (ICMP port
 //!     unreachable, TCP RST). kube-proxy rejects too when the Service has no usable
 //!     endpoint at all, but *drops* external traffic when only a `Local` policy leaves none
@@ -58,11 +68,22 @@
 //!     both cases: a gateway is not behind such a health check (it serves no
 //!     `healthCheckNodePort`), so a drop would only make clients wait for their timeout.
 //! - `sessionAffinity: ClientIP` gives the backend set an affinity timeout.
+//! - **`loadBalancerSourceRanges`** (or its deprecated annotation, see
+//!   [`crate::model::Service::load_balancer_source_ranges`]) restricts the clients of the
+//!   Service's LoadBalancer front doors only — not its externalIPs, NodePorts or
+//!   ClusterIPs — as kube-proxy's firewall chain applies to the load-balancer VIPs only
+//!   (`pkg/proxy/iptables/proxier.go`, `usesFWChain`; `pkg/proxy/nftables/proxier.go`,
+//!   the `firewall-ips` set). Each front door gets the ranges of its own address family
+//!   (`MapCIDRsByIPFamily` in `pkg/proxy/serviceport.go`); a family without ranges is not
+//!   restricted (kube-proxy), and a warning says so when the other family is. The data
+//!   plane checks new flows only (kube-proxy's firewall matches `ctstate NEW`), so a
+//!   change of the ranges leaves established flows alone; a denied client is dropped
+//!   silently, also when the Service has no endpoint (kube-proxy would reject it there,
+//!   as its firewall chain exists only with endpoints; torii tells a denied client
+//!   nothing).
 //! - Two Services claiming one front door (address, protocol, port): the Service that
 //!   sorts first by namespace/name keeps it; the other loses that front door, with an
 //!   error naming both.
-//!
-//! Not yet: `loadBalancerSourceRanges`.
 
 mod incremental;
 
@@ -71,7 +92,7 @@ use std::net::IpAddr;
 
 use serde::{Serialize, Serializer};
 pub use torii_gateway::config::NodePortAddresses;
-use torii_gateway::table::{BackendSpec, FrontendKind, FrontendSpec, Protocol, ServiceSpec, TableSpec};
+use torii_gateway::table::{BackendSpec, FrontendKind, FrontendSpec, IpCidr, Protocol, ServiceSpec, TableSpec};
 
 pub use incremental::{Change, Compiler, CompilerStats};
 
@@ -115,8 +136,9 @@ pub struct CompileOptions {
 ///       "ip": "203.0.113.10", "protocol": "TCP", "port": 80, "kind": "ExternalIP",
 ///       "service": "demo/web", "port_name": "http", "target_port": "http",
 ///       "traffic_policy": "Cluster", "session_affinity_timeout_s": null,
-///       "endpoints": "ready", "topology": null,
-///       "backends": [{"ip": "10.70.0.11", "port": 8080}]
+///       "endpoints": "ready", "topology": null, "source_ranges": [],
+///       "backends": [{"ip": "10.70.0.11", "port": 8080}],
+///       "draining": [{"ip": "10.70.0.12", "port": 8080}]
 ///     }
 ///   ],
 ///   "errors": ["…"],
@@ -125,7 +147,8 @@ pub struct CompileOptions {
 /// ```
 ///
 /// `frontends` is sorted by ip (numerically, IPv4 before IPv6), protocol (TCP, UDP, SCTP),
-/// port, then service; `backends` by ip, then port. See [`Frontend`] for each field.
+/// port, then service; `source_ranges` by address, then prefix length; `backends` and
+/// `draining` by ip, then port. See [`Frontend`] for each field.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Compiled {
     /// Every front door, sorted.
@@ -194,8 +217,16 @@ pub struct Frontend {
     /// `"PreferSameZone"` or `"PreferSameNode"` when topology hints narrowed the ready
     /// endpoints to the gateway's zone or node; `null` otherwise.
     pub topology: Option<Topology>,
+    /// The client ranges admitted for new flows (CIDR strings, `"192.0.2.0/24"`), sorted
+    /// and deduplicated: the Service's `loadBalancerSourceRanges` of this front door's
+    /// address family, on LoadBalancer front doors only. Empty: every client.
+    #[serde(serialize_with = "ser_cidrs")]
+    pub source_ranges: Vec<IpCidr>,
     /// Backends, sorted; empty when the front door rejects.
     pub backends: Vec<Backend>,
+    /// Draining endpoints, sorted: serving endpoints that are not backends (see the module
+    /// documentation). New flows never go to them; established flows keep them.
+    pub draining: Vec<Backend>,
 }
 
 impl Frontend {
@@ -259,29 +290,30 @@ fn ser_policy<S: Serializer>(p: &TrafficPolicy, s: S) -> Result<S::Ok, S::Error>
     s.serialize_str(p.as_str())
 }
 
+fn ser_cidrs<S: Serializer>(cidrs: &[IpCidr], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(cidrs.iter().map(ToString::to_string))
+}
+
 impl Compiled {
     /// The table the gateway serves: one [`FrontendSpec`] per front door, in the order of
-    /// [`Compiled::frontends`]; front doors of one Service port with the same backends and
-    /// affinity share one [`ServiceSpec`] (one Maglev ring), named `namespace/name:port-name`.
-    /// Services are sorted by (name, backends, affinity), an order that adding or removing
-    /// one front door changes only locally ([`Compiler`] maintains the same spec).
+    /// [`Compiled::frontends`]; front doors of one Service port with the same backends,
+    /// draining endpoints and affinity share one [`ServiceSpec`] (one Maglev ring), named
+    /// `namespace/name:port-name`. Services are sorted by (name, backends, draining,
+    /// affinity), an order that adding or removing one front door changes only locally
+    /// ([`Compiler`] maintains the same spec).
     pub fn to_table_spec(&self) -> TableSpec {
         let mut keys: BTreeMap<ServiceSpecKey<'_>, usize> = BTreeMap::new();
         let names: Vec<String> = self.frontends.iter().map(Frontend::table_name).collect();
         for (f, name) in self.frontends.iter().zip(&names) {
-            keys.insert(ServiceSpecKey { name, backends: &f.backends, affinity: f.session_affinity_timeout_s }, 0);
+            keys.insert(ServiceSpecKey::of(f, name), 0);
         }
         let mut spec = TableSpec { frontends: Vec::with_capacity(self.frontends.len()), services: Vec::new() };
         for (i, (k, index)) in keys.iter_mut().enumerate() {
             *index = i;
-            spec.services.push(ServiceSpec {
-                name: k.name.to_owned(),
-                backends: k.backends.iter().map(|&b| b.into()).collect(),
-                affinity_timeout_s: k.affinity,
-            });
+            spec.services.push(k.to_spec());
         }
         for (f, name) in self.frontends.iter().zip(&names) {
-            let service = keys[&ServiceSpecKey { name, backends: &f.backends, affinity: f.session_affinity_timeout_s }];
+            let service = keys[&ServiceSpecKey::of(f, name)];
             spec.frontends.push(frontend_spec(f, service));
         }
         spec
@@ -298,12 +330,48 @@ impl Compiled {
 struct ServiceSpecKey<'a> {
     name: &'a str,
     backends: &'a [Backend],
+    draining: &'a [Backend],
     affinity: Option<u32>,
+}
+
+impl<'a> ServiceSpecKey<'a> {
+    /// The backend set of front door `f`, whose table name is `name`.
+    fn of(f: &'a Frontend, name: &'a str) -> Self {
+        Self { name, backends: &f.backends, draining: &f.draining, affinity: f.session_affinity_timeout_s }
+    }
+
+    /// The [`ServiceSpec`] it identifies.
+    fn to_spec(self) -> ServiceSpec {
+        ServiceSpec {
+            name: self.name.to_owned(),
+            backends: self.backends.iter().map(|&b| b.into()).collect(),
+            draining: self.draining.iter().map(|&b| b.into()).collect(),
+            affinity_timeout_s: self.affinity,
+        }
+    }
+
+    /// Orders a [`ServiceSpec`] against this key, as `to_table_spec` sorts them.
+    fn cmp_spec(self, s: &ServiceSpec) -> std::cmp::Ordering {
+        let bk = |b: &Backend| (b.ip, b.port);
+        let sk = |b: &BackendSpec| (b.addr, b.port);
+        (s.name.as_str())
+            .cmp(self.name)
+            .then_with(|| s.backends.iter().map(sk).cmp(self.backends.iter().map(bk)))
+            .then_with(|| s.draining.iter().map(sk).cmp(self.draining.iter().map(bk)))
+            .then_with(|| s.affinity_timeout_s.cmp(&self.affinity))
+    }
 }
 
 /// The table record of front door `f` forwarding to service `service`.
 fn frontend_spec(f: &Frontend, service: usize) -> FrontendSpec {
-    FrontendSpec { addr: f.ip, port: f.port, protocol: f.protocol, kind: f.kind, service }
+    FrontendSpec {
+        addr: f.ip,
+        port: f.port,
+        protocol: f.protocol,
+        kind: f.kind,
+        service,
+        source_ranges: f.source_ranges.clone(),
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -401,12 +469,14 @@ struct Candidate {
     node_hint: Hint,
 }
 
-/// A chosen backend set.
+/// A chosen backend set, and the serving endpoints left out of it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Selection {
     backends: Vec<Backend>,
     category: EndpointCategory,
     topology: Option<Topology>,
+    /// Serving endpoints (any locality, topology or terminating state) not in `backends`.
+    draining: Vec<Backend>,
 }
 
 /// kube-proxy's `topologyModeFromHints` (pkg/proxy/topology.go): node hints when every
@@ -429,8 +499,17 @@ fn topology_mode(candidates: &[Candidate]) -> Option<Topology> {
 }
 
 /// kube-proxy's `CategorizeEndpoints` for one traffic policy: ready endpoints (narrowed by
-/// topology for the Cluster policy), else serving-and-terminating ones.
+/// topology for the Cluster policy), else serving-and-terminating ones; the other serving
+/// endpoints drain (see the module documentation).
 fn categorize(candidates: &[Candidate], policy: TrafficPolicy) -> Selection {
+    let mut selection = choose(candidates, policy);
+    let serving: BTreeSet<Backend> = candidates.iter().filter(|c| c.serving).map(|c| c.backend).collect();
+    selection.draining = serving.into_iter().filter(|b| selection.backends.binary_search(b).is_err()).collect();
+    selection
+}
+
+/// The backends of [`categorize`] (its `draining` left empty).
+fn choose(candidates: &[Candidate], policy: TrafficPolicy) -> Selection {
     let local_only = policy == TrafficPolicy::Local;
     let topology = if local_only { None } else { topology_mode(candidates) };
     let pick = |pred: &dyn Fn(&Candidate) -> bool| -> Vec<Backend> {
@@ -443,15 +522,16 @@ fn categorize(candidates: &[Candidate], policy: TrafficPolicy) -> Selection {
         Some(Topology::PreferSameNode) => c.node_hint == Hint::ForUs,
         Some(Topology::PreferSameZone) => c.zone_hint == Hint::ForUs,
     };
+    let selection = |backends, category, topology| Selection { backends, category, topology, draining: Vec::new() };
     let ready = pick(&|c| c.ready && for_us(c));
     if !ready.is_empty() {
-        return Selection { backends: ready, category: EndpointCategory::Ready, topology };
+        return selection(ready, EndpointCategory::Ready, topology);
     }
-    let draining = pick(&|c| c.serving && c.terminating);
-    if !draining.is_empty() {
-        return Selection { backends: draining, category: EndpointCategory::ServingTerminating, topology: None };
+    let terminating = pick(&|c| c.serving && c.terminating);
+    if !terminating.is_empty() {
+        return selection(terminating, EndpointCategory::ServingTerminating, None);
     }
-    Selection { backends: Vec::new(), category: EndpointCategory::None, topology: None }
+    selection(Vec::new(), EndpointCategory::None, None)
 }
 
 /// The endpoints of one Service port in one address family.
@@ -504,6 +584,12 @@ struct Door {
 /// ClusterIP (a hand-written manifest may leave it out) is served in both.
 fn in_family(svc: &Service, ip: IpAddr) -> bool {
     svc.cluster_ips.is_empty() || svc.cluster_ips.iter().any(|c| c.is_ipv4() == ip.is_ipv4())
+}
+
+/// The ranges of `ranges` in the address family of `ip`, sorted and deduplicated.
+fn source_ranges_for(ranges: &[IpCidr], ip: IpAddr) -> Vec<IpCidr> {
+    let set: BTreeSet<IpCidr> = ranges.iter().filter(|c| c.addr.is_ipv4() == ip.is_ipv4()).copied().collect();
+    set.into_iter().collect()
 }
 
 /// Whether `svc` is one this gateway serves at all (see the module documentation).
@@ -596,11 +682,21 @@ impl Draft {
         let mut draft = Self { wants_node_ports: wants_node_ports(svc), ..Self::default() };
         let lb_ips = svc.load_balancer_ingress.iter().filter(|i| i.ip_mode == IpMode::Vip).map(|i| &i.ip);
         let lb_ips = lb_ips.filter(|_| serves_load_balancer(svc, options));
-        for ip in svc.external_ips.iter().chain(lb_ips).filter(|ip| !in_family(svc, **ip)) {
+        for ip in svc.external_ips.iter().chain(lb_ips.clone()).filter(|ip| !in_family(svc, **ip)) {
             draft.warnings.push(format!(
                 "Service {service}: {ip} is not served: the Service has no ClusterIP of its address family \
                  (spec.ipFamilies), and kube-proxy proxies a Service only in the families of its ClusterIPs"
             ));
+        }
+        let ranges = &svc.load_balancer_source_ranges;
+        let mut open = BTreeSet::new();
+        for ip in lb_ips.filter(|ip| in_family(svc, **ip)) {
+            if !ranges.is_empty() && !ranges.iter().any(|c| c.addr.is_ipv4() == ip.is_ipv4()) && open.insert(*ip) {
+                draft.warnings.push(format!(
+                    "Service {service}: load balancer IP {ip} admits every client: loadBalancerSourceRanges has no \
+                     range of its address family (ranges apply per family, as in kube-proxy)"
+                ));
+            }
         }
         for port in &svc.ports {
             // Endpoint sets per (address family, policy), computed on first use.
@@ -616,6 +712,10 @@ impl Draft {
                     let c = family.entry(ipv4).or_insert_with(|| candidates(slices, port, ipv4, gw, options));
                     categorize(c, policy)
                 });
+                let source_ranges = match door.kind {
+                    FrontendKind::LoadBalancer => source_ranges_for(ranges, door.ip),
+                    _ => Vec::new(),
+                };
                 draft.doors.push(Frontend {
                     ip: door.ip,
                     protocol: port.protocol,
@@ -628,7 +728,9 @@ impl Draft {
                     session_affinity_timeout_s: svc.session_affinity.timeout_s(),
                     endpoints: chosen.category,
                     topology: chosen.topology,
+                    source_ranges,
                     backends: chosen.backends.clone(),
+                    draining: chosen.draining.clone(),
                 });
             }
         }
@@ -884,10 +986,20 @@ status: {addresses: [{type: InternalIP, address: 198.51.100.1}, {type: InternalI
             cand(2, false, false, true, false),
             cand(1, true, true, false, false),
         ];
-        let sel = |backends, category| Selection { backends, category, topology: None };
-        assert_eq!(categorize(&all, TrafficPolicy::Cluster), sel(vec![b(1)], EndpointCategory::Ready));
-        assert_eq!(categorize(&all, TrafficPolicy::Local), sel(vec![b(3)], EndpointCategory::ServingTerminating));
-        assert_eq!(categorize(&all[2..3], TrafficPolicy::Cluster), sel(vec![], EndpointCategory::None));
+        let sel = |backends, category, draining| Selection { backends, category, topology: None, draining };
+        // Endpoint 3 is serving and terminating: it drains while 1 is ready; 2 is not serving.
+        assert_eq!(categorize(&all, TrafficPolicy::Cluster), sel(vec![b(1)], EndpointCategory::Ready, vec![b(3)]));
+        // Local: 1 is not on the gateway's node but still serving, so its flows drain.
+        assert_eq!(
+            categorize(&all, TrafficPolicy::Local),
+            sel(vec![b(3)], EndpointCategory::ServingTerminating, vec![b(1)])
+        );
+        assert_eq!(categorize(&all[2..3], TrafficPolicy::Cluster), sel(vec![], EndpointCategory::None, vec![]));
+        // Only serving-and-terminating endpoints: they are the backends, nothing drains.
+        assert_eq!(
+            categorize(&all[..1], TrafficPolicy::Cluster),
+            sel(vec![b(3)], EndpointCategory::ServingTerminating, vec![])
+        );
     }
 
     #[test]
@@ -1420,5 +1532,100 @@ endpoints:
             assert_eq!(s.backends.len(), f.backends.len());
             assert_eq!((fs.addr, fs.port), (f.ip, f.port));
         }
+    }
+
+    const RANGES: &str = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: lb, namespace: d}
+spec:
+  type: LoadBalancer
+  clusterIP: 10.96.0.9
+  externalIPs: [192.0.2.9]
+  loadBalancerSourceRanges: [198.51.100.0/24, "2001:db8::/32"]
+  ports: [{name: http, port: 80}]
+status: {loadBalancer: {ingress: [{ip: 203.0.113.9}]}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: lb-1, namespace: d, labels: {kubernetes.io/service-name: lb}}
+addressType: IPv4
+ports: [{name: http, port: 8080}]
+endpoints:
+- addresses: [10.0.0.1]
+- addresses: [10.0.0.2]
+  conditions: {ready: false, serving: true, terminating: true}
+- addresses: [10.0.0.3]
+  conditions: {ready: false, serving: false, terminating: true}
+"#;
+
+    /// From manifests to the gateway's table: the load-balancer front door admits only its
+    /// ranges of its family, the externalIP of the same Service everyone; the terminating
+    /// but serving endpoint drains, the one no longer serving is gone.
+    #[test]
+    fn source_ranges_and_draining_reach_the_table() {
+        use torii_gateway::table::{build, Table};
+        let c = compile(&objects(RANGES), &opts());
+        let table = Table::new(build(&c.to_table_spec(), 1).unwrap()).unwrap();
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let lb = table.frontend(ip("203.0.113.9"), 6, 80).unwrap();
+        assert_eq!(lb.kind, FrontendKind::LoadBalancer);
+        assert!(lb.source_ranges.admits(ip("198.51.100.77")));
+        assert!(!lb.source_ranges.admits(ip("192.0.2.200")));
+        let external = table.frontend(ip("192.0.2.9"), 6, 80).unwrap();
+        assert!(external.source_ranges.is_empty() && external.source_ranges.admits(ip("192.0.2.200")));
+        assert_eq!(lb.service, external.service, "one backend set for both front doors");
+        let s = table.service(lb.service).unwrap();
+        let addr16 = |s: &str| torii_gateway::table::layout::addr16(ip(s));
+        assert_eq!(s.backends.len(), 1);
+        assert!(s.backend(addr16("10.0.0.1"), 8080).is_some());
+        assert!(s.serves(addr16("10.0.0.2"), 8080) && s.backend(addr16("10.0.0.2"), 8080).is_none());
+        assert!(!s.serves(addr16("10.0.0.3"), 8080));
+        let json = serde_json::to_value(&c).unwrap();
+        let lb_json = json["frontends"].as_array().unwrap().iter().find(|f| f["kind"] == "LoadBalancer").unwrap();
+        assert_eq!(lb_json["source_ranges"], serde_json::json!(["198.51.100.0/24"]));
+        assert_eq!(lb_json["draining"], serde_json::json!([{"ip": "10.0.0.2", "port": 8080}]));
+    }
+
+    #[test]
+    fn source_range_errors_name_the_service_and_the_field() {
+        let with = |field: &str, annotation: &str| {
+            let yaml = format!(
+                "metadata: {{name: lb, namespace: d, annotations: {{{}: {annotation:?}}}}}\nspec: {{type: LoadBalancer, \
+                 loadBalancerSourceRanges: {field}}}",
+                crate::model::LOAD_BALANCER_SOURCE_RANGES_ANNOTATION
+            );
+            let svc: k8s_openapi::api::core::v1::Service = serde_yaml_ng::from_str(&yaml).unwrap();
+            let s = Service::try_from(&svc).unwrap();
+            let ranges: Vec<String> = s.load_balancer_source_ranges.iter().map(ToString::to_string).collect();
+            let errors: Vec<String> = s.skipped_source_ranges.iter().map(ToString::to_string).collect();
+            (ranges, errors)
+        };
+        // The field wins; the annotation is not looked at.
+        let (ranges, errors) = with("[10.0.0.0/8, 10.0.0.0/40]", "bogus");
+        assert_eq!(ranges, ["10.0.0.0/8"]);
+        assert_eq!(
+            errors,
+            ["Service d/lb: spec.loadBalancerSourceRanges[1]: \"10.0.0.0/40\" is not an IPv4 or IPv6 CIDR \
+              (address/prefix length); the other ranges apply (kube-proxy ignores invalid ranges too)"]
+        );
+        // An empty field: the annotation, entries trimmed, errors naming the entry.
+        let (ranges, errors) = with("[]", " 192.0.2.0/24 ,2001:db8::1/64, x ");
+        assert_eq!(ranges, ["192.0.2.0/24", "2001:db8::/64"]);
+        assert_eq!(errors.len(), 1);
+        assert!(
+            errors[0].starts_with(
+                "Service d/lb: metadata.annotations[service.beta.kubernetes.io/load-balancer-source-ranges]: \
+                 entry 2: \"x\" is not"
+            ),
+            "{}",
+            errors[0]
+        );
+        // Nothing valid: every client is admitted, and the error says so.
+        let (ranges, errors) = with("[nope]", "");
+        assert!(ranges.is_empty());
+        assert!(
+            errors[0].ends_with("no valid range is left, so the load balancer admits every client, as kube-proxy does")
+        );
     }
 }

@@ -1,12 +1,20 @@
-//! `torii-control run`: take snapshots from a source, compile them, publish the table,
+//! `torii-control run`: take changes from a source, compile them, publish the table,
 //! and measure how long it took the gateway to adopt it.
 //!
-//! One loop serves both sources ([`Source`]): each snapshot is compiled
-//! ([`crate::compile_loaded`]) and, when the table differs from the last one published,
-//! published ([`Publisher`]). A failed publication is logged and retried on the next
-//! snapshot and with backoff ([`RETRY_MIN`] doubling to [`RETRY_MAX`]); the gateway keeps
-//! the last table it adopted meanwhile. Snapshot files every gateway worker has moved
-//! past are released every [`GC_INTERVAL`].
+//! One loop serves both sources ([`Source`]), with one incremental
+//! [`Compiler`](crate::compile::Compiler): the Kubernetes API source hands over batches of
+//! changed objects, fed to [`Compiler::apply`](crate::compile::Compiler::apply) (work in
+//! proportion to the change: one changed EndpointSlice recompiles one Service); the
+//! manifests directory hands over whole snapshots, fed to
+//! [`Compiler::update`](crate::compile::Compiler::update) (which validates and compiles
+//! only the objects that changed, but looks at every object). When the table differs
+//! from the last one published, it is published ([`Publisher`]). While a batch is
+//! compiled and published the source keeps collecting, so bursts are coalesced into the
+//! next batch (and the API source waits `--min-interval-ms` between batches). A failed
+//! publication is logged and retried on the next batch and with backoff ([`RETRY_MIN`]
+//! doubling to [`RETRY_MAX`]); the gateway keeps the last table it adopted meanwhile.
+//! Snapshot files every gateway worker has moved past are released every [`GC_INTERVAL`]
+//! (and, mostly, reused by the publisher).
 //!
 //! For every publication it logs, once the last gateway worker acknowledged the new
 //! generation in the shared state region (polled every [`ACK_POLL`], then every
@@ -17,7 +25,7 @@
 //!   publish_ms=0.187 ack_ms=1.093 network_programming_latency_ms=63.8 changes=1
 //! ```
 //!
-//! - `compile_ms`: validating and compiling the snapshot, and converting it to the table;
+//! - `compile_ms`: validating and compiling the changes, and converting them to the table;
 //! - `publish_ms`: laying out, writing and publishing the snapshot file;
 //! - `ack_ms`: from the publication to the last worker's acknowledgement;
 //! - `network_programming_latency_ms` (Kubernetes API source only, when the batch
@@ -38,10 +46,10 @@ use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 use torii_gateway::table::TableSpec;
 
-use crate::compile::{CompileOptions, Compiled};
+use crate::compile::{CompileOptions, Compiled, Compiler};
 use crate::publish::Publisher;
 use crate::source::files::DirWatch;
-use crate::source::kube::KubeWatch;
+use crate::source::kube::{KubeChanges, KubeWatch};
 use crate::source::{SourceError, TriggerTimes, Update};
 
 /// How often snapshots that every gateway worker has moved past are released.
@@ -75,12 +83,50 @@ pub enum Source {
     Kube(Box<KubeWatch>),
 }
 
-impl Source {
-    /// The next snapshot; `None` when the source stopped.
-    async fn next(&mut self) -> Option<Result<Update, SourceError>> {
+/// What a source hands over.
+#[derive(Debug)]
+pub enum Input {
+    /// A whole snapshot (the manifests directory).
+    Snapshot(Update),
+    /// The objects that changed (the Kubernetes API).
+    Changes(KubeChanges),
+}
+
+impl Input {
+    /// Feeds it to `compiler`; returns how many objects it carried.
+    pub fn compile(&self, compiler: &mut Compiler) -> usize {
         match self {
-            Self::Files(w) => w.next().await.map(|r| r.map(|loaded| Update { loaded, triggers: None })),
-            Self::Kube(w) => Some(Ok(w.next().await)),
+            Self::Snapshot(u) => {
+                compiler.update(&u.loaded);
+                u.loaded.objects.len()
+            }
+            Self::Changes(c) => {
+                if let Some(errors) = &c.errors {
+                    compiler.set_source_errors(errors.iter().map(ToString::to_string).collect());
+                }
+                compiler.apply(c.changes());
+                c.objects.len()
+            }
+        }
+    }
+
+    /// When its changes were made.
+    pub fn triggers(&self) -> Option<TriggerTimes> {
+        match self {
+            Self::Snapshot(u) => u.triggers,
+            Self::Changes(c) => c.triggers,
+        }
+    }
+}
+
+impl Source {
+    /// The next snapshot or batch of changes; `None` when the source stopped.
+    async fn next(&mut self) -> Option<Result<Input, SourceError>> {
+        match self {
+            Self::Files(w) => {
+                w.next().await.map(|r| r.map(|loaded| Input::Snapshot(Update { loaded, triggers: None })))
+            }
+            Self::Kube(w) => Some(Ok(Input::Changes(w.next().await))),
         }
     }
 
@@ -100,9 +146,9 @@ pub enum DaemonError {
     SourceStopped(&'static str),
 }
 
-/// A table waiting to be published.
+/// A table waiting to be published (the compiler's current one).
 struct Pending {
-    spec: TableSpec,
+    version: u64,
     frontends: usize,
     backends: usize,
     compile: Duration,
@@ -137,7 +183,8 @@ struct Publishing {
     shm_dir: PathBuf,
     publisher: Option<Publisher>,
     pending: Option<Pending>,
-    published: Option<TableSpec>,
+    /// [`Compiler::table_version`] of the table last published.
+    published: Option<u64>,
     retry_delay: Duration,
     retry_at: Option<Instant>,
     awaiting: Vec<Awaiting>,
@@ -160,13 +207,18 @@ impl Publishing {
         }
     }
 
-    /// Publishes `spec` (the table of `compiled`) unless it is the table already
-    /// published; `compile` is how long compiling took, `triggers` when the changes were made.
-    fn offer(&mut self, compiled: &Compiled, spec: &TableSpec, compile: Duration, triggers: Option<TriggerTimes>) {
-        let start = Instant::now();
-        let spec = spec.clone();
-        let compile = compile + start.elapsed();
-        if self.published.as_ref() == Some(&spec) {
+    /// Publishes `spec` (the table of `compiled`, [`Compiler::table_version`] `version`)
+    /// unless it is the table already published; `compile` is how long compiling took,
+    /// `triggers` when the changes were made.
+    fn offer(
+        &mut self,
+        compiled: &Compiled,
+        spec: &TableSpec,
+        version: u64,
+        compile: Duration,
+        triggers: Option<TriggerTimes>,
+    ) {
+        if self.published == Some(version) {
             tracing::debug!("table unchanged; not republished");
             self.pending = None;
             self.retry_at = None;
@@ -178,27 +230,28 @@ impl Publishing {
             (a, b) => a.or(b),
         };
         self.pending = Some(Pending {
-            spec,
+            version,
             frontends: compiled.frontends.len(),
             backends: compiled.backend_count(),
             compile,
             triggers,
         });
         self.retry_delay = RETRY_MIN;
-        self.try_publish();
+        self.try_publish(spec);
     }
 
-    fn try_publish(&mut self) {
-        let Some(pending) = &self.pending else {
+    /// Publishes the pending table, `spec`.
+    fn try_publish(&mut self, spec: &TableSpec) {
+        if self.pending.is_none() {
             self.retry_at = None;
             return;
-        };
+        }
         let start = Instant::now();
         let result = match &mut self.publisher {
-            Some(p) => p.publish(&pending.spec).map_err(|e| format!("publishing the table failed: {e}")),
+            Some(p) => p.publish(spec).map_err(|e| format!("publishing the table failed: {e}")),
             None => match Publisher::open(&self.shm_dir) {
                 Ok(mut p) => {
-                    let r = p.publish(&pending.spec).map_err(|e| format!("publishing the table failed: {e}"));
+                    let r = p.publish(spec).map_err(|e| format!("publishing the table failed: {e}"));
                     self.publisher = Some(p);
                     r
                 }
@@ -217,7 +270,7 @@ impl Publishing {
                     published_at: Instant::now(),
                     triggers: p.triggers,
                 });
-                self.published = Some(p.spec);
+                self.published = Some(p.version);
                 self.retry_at = None;
                 self.retry_delay = RETRY_MIN;
                 self.poll_acks();
@@ -333,12 +386,12 @@ pub async fn serve(
 ) -> Result<(), DaemonError> {
     let mut shutdown = std::pin::pin!(shutdown);
     let mut publishing = Publishing::new(shm_dir);
-    // The API source repeats its errors in every snapshot: log each once while it lasts.
+    // The API source repeats its errors in every batch: log each once while it lasts.
     let dedupe = matches!(source, Source::Kube(_));
     let mut logged: BTreeSet<String> = BTreeSet::new();
     // Incremental: unchanged objects are not validated again, unchanged Services not
-    // compiled again (the result equals `compile_loaded` of the snapshot).
-    let mut compiler = crate::compile::Compiler::new(options.clone());
+    // compiled again (the result equals `compile_loaded` of the same objects).
+    let mut compiler = Compiler::new(options.clone());
     let mut gc = tokio::time::interval(GC_INTERVAL);
     gc.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -353,33 +406,37 @@ pub async fn serve(
             next = source.next() => match next {
                 None => return Err(DaemonError::SourceStopped(source.what())),
                 Some(Err(e)) => tracing::error!("{e}; the last table stays published"),
-                Some(Ok(update)) => {
+                Some(Ok(input)) => {
                     let started = Instant::now();
-                    compiler.update(&update.loaded);
+                    let objects = input.compile(&mut compiler);
                     let compiled = compiler.compiled();
                     let compile = started.elapsed();
-                    let current: BTreeSet<String> = compiled.errors.iter().cloned().collect();
-                    for e in &compiled.errors {
-                        if !dedupe || !logged.contains(e) {
-                            tracing::error!("{e}");
+                    if !dedupe || compiled.errors.len() != logged.len()
+                        || compiled.errors.iter().any(|e| !logged.contains(e))
+                    {
+                        for e in &compiled.errors {
+                            if !dedupe || !logged.contains(e) {
+                                tracing::error!("{e}");
+                            }
                         }
+                        logged = compiled.errors.iter().cloned().collect();
                     }
-                    logged = current;
                     for w in &compiled.warnings {
                         tracing::warn!("{w}");
                     }
                     tracing::info!(
-                        objects = update.loaded.objects.len(),
+                        objects,
                         skipped = compiled.errors.len(),
                         frontends = compiled.frontends.len(),
                         backends = compiled.backend_count(),
                         "compiled {}",
                         source.what()
                     );
-                    publishing.offer(compiled, compiler.table_spec(), compile, update.triggers);
+                    let version = compiler.table_version();
+                    publishing.offer(compiled, compiler.table_spec(), version, compile, input.triggers());
                 }
             },
-            () = sleep_until_opt(retry_at), if retry_at.is_some() => publishing.try_publish(),
+            () = sleep_until_opt(retry_at), if retry_at.is_some() => publishing.try_publish(compiler.table_spec()),
             () = tokio::time::sleep(ack_poll.unwrap_or(ACK_POLL)), if ack_poll.is_some() => publishing.poll_acks(),
             _ = gc.tick() => {
                 if let Some(p) = &publishing.publisher {

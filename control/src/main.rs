@@ -105,10 +105,12 @@ struct RunArgs {
     /// DaemonSet: from the downward API, `spec.nodeName`).
     #[arg(long, value_name = "NAME")]
     node_name: Option<String>,
-    /// Kubernetes API source: shortest time between two recompilations (bursts of
-    /// changes are coalesced; this limits the rate under continuous churn).
-    #[arg(long, value_name = "MS", default_value_t = kube_source::DEFAULT_MIN_INTERVAL.as_millis() as u64)]
-    min_interval_ms: u64,
+    /// Kubernetes API source: shortest time between two recompilations and publications
+    /// (a change after a quiet period is published at once; bursts are coalesced; this
+    /// limits the rate under continuous churn). Default: `min_interval_ms` of the
+    /// configuration's [control], else 5.
+    #[arg(long, value_name = "MS")]
+    min_interval_ms: Option<u64>,
 }
 
 fn main() -> ExitCode {
@@ -205,16 +207,17 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         let source = match (&cluster, &dir) {
             (Some(cluster), _) => {
                 let (client, url) = kube_source::connect(cluster).await?;
-                let settings = KubeSettings {
-                    min_interval: Duration::from_millis(args.min_interval_ms),
-                    ..KubeSettings::new(options.node_name.clone())
-                };
+                let min_interval = args
+                    .min_interval_ms
+                    .or(config.control.min_interval_ms)
+                    .map_or(kube_source::DEFAULT_MIN_INTERVAL, Duration::from_millis);
+                let settings = KubeSettings { min_interval, ..KubeSettings::new(options.node_name.clone()) };
                 tracing::info!(
                     api = %url,
                     config = %cluster,
                     node_name = %options.node_name,
                     cluster_ips = options.cluster_ips,
-                    min_interval_ms = args.min_interval_ms,
+                    min_interval_ms = min_interval.as_millis() as u64,
                     shm_dir = %config.shm_dir.display(),
                     "torii-control running"
                 );

@@ -25,7 +25,7 @@ use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::discovery::v1 as discovery;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use torii_gateway::table::Protocol;
+use torii_gateway::table::{IpCidr, Protocol};
 
 /// The label that ties an EndpointSlice to its Service (the only link; see the
 /// EndpointSlice documentation, "Ownership").
@@ -43,6 +43,10 @@ pub const MAX_AFFINITY_TIMEOUT_S: u32 = 86_400;
 /// The namespace of a namespaced object that does not name one (as `kubectl apply`
 /// without `-n` would place it).
 pub const DEFAULT_NAMESPACE: &str = "default";
+
+/// The deprecated annotation that predates `spec.loadBalancerSourceRanges`: a
+/// comma-separated list of CIDRs, read when the field is empty (`v1.AnnotationLoadBalancerSourceRangesKey`).
+pub const LOAD_BALANCER_SOURCE_RANGES_ANNOTATION: &str = "service.beta.kubernetes.io/load-balancer-source-ranges";
 
 /// One Kubernetes object as a source delivers it, before validation.
 #[derive(Clone, Debug, PartialEq)]
@@ -88,11 +92,14 @@ pub struct ObjectRef {
 }
 
 impl ObjectRef {
-    fn namespaced(kind: &'static str, meta: &ObjectMeta) -> Self {
+    /// The identity of a namespaced object of `kind` (namespace defaulted to
+    /// [`DEFAULT_NAMESPACE`], as the API server does).
+    pub fn namespaced(kind: &'static str, meta: &ObjectMeta) -> Self {
         Self { kind, namespace: Some(namespace_of(meta).to_owned()), name: meta.name.clone().unwrap_or_default() }
     }
 
-    fn cluster_scoped(kind: &'static str, meta: &ObjectMeta) -> Self {
+    /// The identity of a cluster-scoped object of `kind`.
+    pub fn cluster_scoped(kind: &'static str, meta: &ObjectMeta) -> Self {
         Self { kind, namespace: None, name: meta.name.clone().unwrap_or_default() }
     }
 }
@@ -364,6 +371,15 @@ pub struct Service {
     pub internal_traffic_policy: TrafficPolicy,
     /// `spec.loadBalancerClass`.
     pub load_balancer_class: Option<String>,
+    /// The client ranges its load-balancer front doors admit: the valid entries of
+    /// `spec.loadBalancerSourceRanges`, or, when that is empty, of the comma-separated
+    /// annotation [`LOAD_BALANCER_SOURCE_RANGES_ANNOTATION`] (the cloud providers'
+    /// precedence; kube-proxy reads only the field). Trimmed, host bits cleared; entries
+    /// that are not CIDRs are left out (kube-proxy ignores them too). Empty: every client.
+    pub load_balancer_source_ranges: Vec<IpCidr>,
+    /// The entries left out of `load_balancer_source_ranges` (not a CIDR); the rest of the
+    /// Service is served.
+    pub skipped_source_ranges: Vec<ModelError>,
     /// `metadata.labels` (e.g. `service.kubernetes.io/service-proxy-name`).
     pub labels: BTreeMap<String, String>,
 }
@@ -510,6 +526,7 @@ impl TryFrom<&core::Service> for Service {
         };
         let external_traffic_policy = policy("spec.externalTrafficPolicy", spec.external_traffic_policy.as_deref())?;
         let internal_traffic_policy = policy("spec.internalTrafficPolicy", spec.internal_traffic_policy.as_deref())?;
+        let (load_balancer_source_ranges, skipped_source_ranges) = load_balancer_source_ranges(&cx, svc);
 
         Ok(Self {
             key,
@@ -523,9 +540,70 @@ impl TryFrom<&core::Service> for Service {
             external_traffic_policy,
             internal_traffic_policy,
             load_balancer_class: spec.load_balancer_class.clone().filter(|s| !s.is_empty()),
+            load_balancer_source_ranges,
+            skipped_source_ranges,
             labels: svc.metadata.labels.clone().unwrap_or_default(),
         })
     }
+}
+
+/// The source ranges of `svc` and the errors of the entries that are not CIDRs.
+///
+/// `spec.loadBalancerSourceRanges` when it has entries, else the comma-separated
+/// annotation [`LOAD_BALANCER_SOURCE_RANGES_ANNOTATION`]: the precedence of the API
+/// server's validation and of the cloud providers' `GetLoadBalancerSourceRanges`
+/// (`k8s.io/cloud-provider/service/helpers`). kube-proxy itself reads only the field
+/// (`pkg/proxy/serviceport.go`); torii, serving the load-balancer IPs in place of the
+/// cloud's load balancer, honours the annotation as those load balancers do, so a
+/// Service restricted that way is not opened by moving it to torii.
+///
+/// Entries are trimmed of spaces (the API accepts space-padded entries; kube-proxy trims
+/// them too), and host bits are cleared (`10.0.0.1/8` is `10.0.0.0/8`, as Go's
+/// `ParseCIDR` returns the network). An entry that is not a CIDR is left out with an
+/// error naming the Service and the field, and the others still apply — kube-proxy's
+/// `MapCIDRsByIPFamily` logs "Invalid CIDR ignored" and goes on. As there, a list of
+/// which no entry is valid restricts nothing; the error says so.
+fn load_balancer_source_ranges(cx: &Ctx, svc: &core::Service) -> (Vec<IpCidr>, Vec<ModelError>) {
+    let field = svc.spec.as_ref().and_then(|s| s.load_balancer_source_ranges.as_deref()).unwrap_or_default();
+    let annotation = svc
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(LOAD_BALANCER_SOURCE_RANGES_ANNOTATION))
+        .map(|v| v.trim())
+        .filter(|v| !v.is_empty());
+    let entries: Vec<(String, &str)> = match annotation {
+        Some(value) if field.is_empty() => {
+            let path = format!("metadata.annotations[{LOAD_BALANCER_SOURCE_RANGES_ANNOTATION}]");
+            value.split(',').enumerate().map(|(i, e)| (format!("{path}: entry {i}"), e)).collect()
+        }
+        _ => {
+            field.iter().enumerate().map(|(i, e)| (format!("spec.loadBalancerSourceRanges[{i}]"), e.as_str())).collect()
+        }
+    };
+    let mut ranges = Vec::with_capacity(entries.len());
+    let mut bad = Vec::new();
+    for (path, entry) in &entries {
+        match IpCidr::parse(entry) {
+            Some(c) => ranges.push(c),
+            None => bad.push((path, entry)),
+        }
+    }
+    let consequence = if ranges.is_empty() {
+        "no valid range is left, so the load balancer admits every client, as kube-proxy does"
+    } else {
+        "the other ranges apply (kube-proxy ignores invalid ranges too)"
+    };
+    let skipped = bad
+        .into_iter()
+        .map(|(path, entry)| {
+            cx.invalid(
+                path.as_str(),
+                format!("{:?} is not an IPv4 or IPv6 CIDR (address/prefix length); {consequence}", entry.trim()),
+            )
+        })
+        .collect();
+    (ranges, skipped)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -800,7 +878,7 @@ pub struct Rejected {
     /// Why it was left out.
     #[source]
     pub error: ModelError,
-    /// The whole object, or one endpoint of an EndpointSlice (the rest is served).
+    /// The whole object, or one part of it (the rest is served).
     pub skipped: Skipped,
 }
 
@@ -811,14 +889,17 @@ pub enum Skipped {
     Object,
     /// One endpoint of an EndpointSlice; the rest of the slice is served.
     Endpoint,
+    /// One `loadBalancerSourceRanges` entry of a Service; the rest of the Service is served.
+    SourceRange,
 }
 
 impl Skipped {
-    /// `"object"` or `"endpoint"`, for messages ending `; object skipped`.
+    /// `"object"`, `"endpoint"` or `"source range"`, for messages ending `; object skipped`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Object => "object",
             Self::Endpoint => "endpoint",
+            Self::SourceRange => "source range",
         }
     }
 }
@@ -836,6 +917,17 @@ pub enum Validated {
 }
 
 impl Validated {
+    /// The parts of a valid object that were left out, and what each was
+    /// ([`EndpointSlice::skipped_endpoints`], [`Service::skipped_source_ranges`]).
+    pub fn skipped_parts(&self) -> Vec<(ModelError, Skipped)> {
+        let (errors, what) = match self {
+            Self::Service(s) => (&s.skipped_source_ranges, Skipped::SourceRange),
+            Self::EndpointSlice(s) => (&s.skipped_endpoints, Skipped::Endpoint),
+            Self::Node(_) => return Vec::new(),
+        };
+        errors.iter().map(|e| (e.clone(), what)).collect()
+    }
+
     /// Validates one object.
     ///
     /// # Errors
@@ -872,9 +964,9 @@ pub fn duplicate_error(object: ObjectRef) -> ModelError {
 
 impl Objects {
     /// Validates every object; the invalid ones are left out and returned with their
-    /// input index (in input order), and so are the endpoints an EndpointSlice had to
-    /// leave out ([`Skipped::Endpoint`]). Later duplicates of a (kind, namespace, name)
-    /// are left out too.
+    /// input index (in input order), and so are the parts a valid object had to leave out
+    /// ([`Validated::skipped_parts`]). Later duplicates of a (kind, namespace, name) are
+    /// left out too.
     pub fn from_kube<'a>(objects: impl IntoIterator<Item = &'a KubeObject>) -> (Self, Vec<Rejected>) {
         let mut out = Self::default();
         let mut errors = Vec::new();
@@ -885,15 +977,18 @@ impl Objects {
                 errors.push(Rejected { index, error: duplicate_error(r), skipped: Skipped::Object });
                 continue;
             }
-            match Validated::from_kube(obj) {
-                Ok(Validated::Service(s)) => out.services.push(s),
-                Ok(Validated::EndpointSlice(s)) => {
-                    let parts = s.skipped_endpoints.iter().cloned();
-                    errors.extend(parts.map(|error| Rejected { index, error, skipped: Skipped::Endpoint }));
-                    out.endpoint_slices.push(s);
+            let valid = match Validated::from_kube(obj) {
+                Ok(v) => v,
+                Err(error) => {
+                    errors.push(Rejected { index, error, skipped: Skipped::Object });
+                    continue;
                 }
-                Ok(Validated::Node(n)) => out.nodes.push(n),
-                Err(error) => errors.push(Rejected { index, error, skipped: Skipped::Object }),
+            };
+            errors.extend(valid.skipped_parts().into_iter().map(|(error, skipped)| Rejected { index, error, skipped }));
+            match valid {
+                Validated::Service(s) => out.services.push(s),
+                Validated::EndpointSlice(s) => out.endpoint_slices.push(s),
+                Validated::Node(n) => out.nodes.push(n),
             }
         }
         out.services.sort_by(|a, b| a.key.cmp(&b.key));

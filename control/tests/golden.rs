@@ -81,6 +81,11 @@ fn named_target_port() {
 }
 
 #[test]
+fn load_balancer_source_ranges() {
+    check("source-ranges", &render(&fixture("source-ranges"), "gw", false));
+}
+
+#[test]
 fn serving_terminating_fallback() {
     check("serving-terminating", &render(&fixture("serving-terminating"), "gw", false));
 }

@@ -320,6 +320,16 @@ impl Mbuf {
         Some(unsafe { m.__bindgen_anon_2.hash.rss })
     }
 
+    /// The VLAN tag control information the device took out of the frame on receive
+    /// (`RTE_MBUF_F_RX_VLAN_STRIPPED`: the TCI is in `vlan_tci`, the bytes lack the tag);
+    /// `None` when the frame holds its tag, or had none. (DPDK does not keep the TPID;
+    /// devices strip 802.1Q `0x8100` tags.)
+    #[inline]
+    pub fn rx_vlan_stripped(&self) -> Option<u16> {
+        let m = self.raw();
+        (m.ol_flags & u64::from(ffi::RTE_MBUF_F_RX_VLAN_STRIPPED) != 0).then_some(m.vlan_tci)
+    }
+
     /// IPv4 header checksum status on receive.
     #[inline]
     pub fn rx_ip_cksum(&self) -> RxCksum {
@@ -448,6 +458,17 @@ mod tests {
         assert!(m.set_len(room));
         m.reset();
         assert_eq!((m.len(), m.headroom(), m.ol_flags()), (0, usize::from(HEADROOM), 0));
+    }
+
+    #[test]
+    fn a_stripped_vlan_tag_is_read_only_with_its_flag() {
+        let p = pool("t_mbuf_vlan", 15);
+        let mut m = p.alloc().unwrap();
+        assert_eq!(m.rx_vlan_stripped(), None);
+        m.raw_mut().vlan_tci = 100;
+        assert_eq!(m.rx_vlan_stripped(), None, "vlan_tci without RTE_MBUF_F_RX_VLAN_STRIPPED");
+        m.raw_mut().ol_flags |= u64::from(ffi::RTE_MBUF_F_RX_VLAN) | u64::from(ffi::RTE_MBUF_F_RX_VLAN_STRIPPED);
+        assert_eq!(m.rx_vlan_stripped(), Some(100));
     }
 
     #[test]

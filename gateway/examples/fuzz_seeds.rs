@@ -7,8 +7,8 @@ use std::net::Ipv4Addr;
 use std::path::Path;
 
 use torii_gateway::frames::{self, L2};
-use torii_gateway::table::{build, BackendSpec, FrontendKind, FrontendSpec, Protocol, ServiceSpec, TableSpec};
-use torii_gateway::wire::{ArpOperation, MacAddr, TcpFlags};
+use torii_gateway::table::{build, BackendSpec, FrontendKind, FrontendSpec, IpCidr, Protocol, ServiceSpec, TableSpec};
+use torii_gateway::wire::{ArpOperation, Icmpv4Type, MacAddr, TcpFlags};
 
 fn record(iface: u8, frame: &[u8]) -> Vec<u8> {
     let mut r = vec![iface, (frame.len() >> 8) as u8, frame.len() as u8];
@@ -28,6 +28,8 @@ fn main() -> std::io::Result<()> {
     let vip = Ipv4Addr::new(203, 0, 113, 10);
     let snat = Ipv4Addr::new(10, 70, 0, 1);
     let web = Ipv4Addr::new(10, 70, 0, 11);
+    let lb_vip = Ipv4Addr::new(203, 0, 113, 13);
+    let outsider = (Ipv4Addr::new(198, 51, 100, 200), 40001);
 
     let seeds: Vec<(&str, Vec<u8>)> = vec![
         ("tcp-syn", record(0, &frames::tcp(to_gw, client, (vip, 80), TcpFlags::SYN, 1, 0, &[], 64))),
@@ -45,6 +47,15 @@ fn main() -> std::io::Result<()> {
             .concat(),
         ),
         ("udp", record(0, &frames::udp(to_gw, client, (vip, 7), b"ping", 64))),
+        // The fuzz table's load-balancer front door 203.0.113.13:80 admits 198.51.100.0/25.
+        (
+            "tcp-syn-source-ranges",
+            [
+                record(0, &frames::tcp(to_gw, client, (lb_vip, 80), TcpFlags::SYN, 1, 0, &[], 64)),
+                record(0, &frames::tcp(to_gw, outsider, (lb_vip, 80), TcpFlags::SYN, 1, 0, &[], 64)),
+            ]
+            .concat(),
+        ),
         ("udp-reject", record(0, &frames::udp(to_gw, client, (Ipv4Addr::new(203, 0, 113, 11), 9), b"x", 64))),
         (
             "tcp-reject",
@@ -55,6 +66,54 @@ fn main() -> std::io::Result<()> {
             record(0, &frames::tcp(to_gw, client, (Ipv4Addr::new(203, 0, 113, 12), 443), TcpFlags::SYN, 5, 0, &[], 64)),
         ),
         ("echo", record(0, &frames::icmp_echo(to_gw, client.0, vip, 1, 1, b"abcdefgh", false))),
+        (
+            "sctp-init",
+            [
+                record(0, &frames::sctp(to_gw, client, (vip, 38412), 0, &frames::sctp_init_chunk(0x0102_0304), 64)),
+                record(1, &frames::sctp(from_web, (web, 38412), (snat, 1024), 0x0102_0304, &[6, 0, 0, 4], 64)),
+            ]
+            .concat(),
+        ),
+        (
+            // A UDP flow, then "fragmentation needed" about what the gateway sent (SNAT port
+            // 1024 → the echo endpoint), then time exceeded about the reply to the client.
+            "icmp-errors",
+            {
+                let echo = (Ipv4Addr::new(10, 70, 0, 21), 7007);
+                let sent = frames::udp(L2 { src: gw_back, dst: web_mac }, (snat, 1024), echo, b"ping", 63);
+                let reply = frames::udp(L2 { src: gw_front, dst: client_mac }, (vip, 7), client, b"pong", 63);
+                let router = Ipv4Addr::new(10, 70, 0, 254);
+                [
+                    record(0, &frames::udp(to_gw, client, (vip, 7), b"ping", 64)),
+                    record(
+                        1,
+                        &frames::icmp_error(
+                            from_web,
+                            router,
+                            snat,
+                            Icmpv4Type::DstUnreachable,
+                            4,
+                            1400,
+                            &sent[14..42],
+                            64,
+                        ),
+                    ),
+                    record(
+                        0,
+                        &frames::icmp_error(to_gw, client.0, vip, Icmpv4Type::TimeExceeded, 0, 0, &reply[14..42], 64),
+                    ),
+                ]
+                .concat()
+            },
+        ),
+        (
+            "udp-fragments",
+            frames::ipv4_fragments(&frames::udp(to_gw, client, (vip, 7), &[0x5a; 3000], 64), 0x4d2, 1480)
+                .iter()
+                .map(|f| record(0, f))
+                .collect::<Vec<_>>()
+                .concat(),
+        ),
         (
             "arp",
             [
@@ -88,6 +147,7 @@ fn main() -> std::io::Result<()> {
                 protocol: Protocol::Tcp,
                 kind: FrontendKind::ExternalIp,
                 service: 0,
+                source_ranges: vec![],
             },
             FrontendSpec {
                 addr: vip.into(),
@@ -95,6 +155,10 @@ fn main() -> std::io::Result<()> {
                 protocol: Protocol::Udp,
                 kind: FrontendKind::LoadBalancer,
                 service: 1,
+                source_ranges: ["198.51.100.0/24", "192.0.2.0/25", "2001:db8::/32"]
+                    .iter()
+                    .map(|c| IpCidr::parse(c).expect("seed CIDR"))
+                    .collect(),
             },
             FrontendSpec {
                 addr: "2001:db8::10".parse().unwrap(),
@@ -102,6 +166,7 @@ fn main() -> std::io::Result<()> {
                 protocol: Protocol::Tcp,
                 kind: FrontendKind::NodePort,
                 service: 0,
+                source_ranges: vec![],
             },
         ],
         services: vec![
@@ -112,8 +177,9 @@ fn main() -> std::io::Result<()> {
                     BackendSpec { addr: "10.70.0.12".parse().unwrap(), port: 8080 },
                 ],
                 affinity_timeout_s: Some(10800),
+                draining: vec![BackendSpec { addr: "10.70.0.13".parse().unwrap(), port: 8080 }],
             },
-            ServiceSpec { name: "demo/empty:".into(), backends: vec![], affinity_timeout_s: None },
+            ServiceSpec { name: "demo/empty:".into(), backends: vec![], affinity_timeout_s: None, draining: vec![] },
         ],
     };
     let table = build(&spec, 7).expect("seed table builds");

@@ -5,10 +5,12 @@
 //! (`interfaces[1].addresses[0]: "10.0.0.1/33" is not an address/prefix`). Unknown keys are
 //! errors too, so a typo never silently falls back to a default.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
+
+use crate::wire::vlan::VID_MAX;
 
 /// The default configuration compiled into both binaries: `configs/gateway.toml`,
 /// which is also the demo's configuration.
@@ -184,6 +186,21 @@ fn push_unique(out: &mut Vec<IpAddr>, ip: IpAddr) {
 /// `NodePortAddressesPrimary`).
 pub const NODE_PORT_ADDRESSES_PRIMARY: &str = "primary";
 
+/// Parses `interfaces[i].addresses`.
+fn parse_addresses(i: usize, addresses: &[String]) -> Result<Vec<Ipv4Cidr>, ConfigError> {
+    let mut out = Vec::with_capacity(addresses.len());
+    for (j, a) in addresses.iter().enumerate() {
+        let c = Ipv4Cidr::parse(a).ok_or_else(|| {
+            invalid(
+                format!("interfaces[{i}].addresses[{j}]"),
+                format!("{a:?} is not an IPv4 address/prefix like \"198.51.100.1/24\""),
+            )
+        })?;
+        out.push(c);
+    }
+    Ok(out)
+}
+
 /// Parses `aa:bb:cc:dd:ee:ff`.
 pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
     let mut mac = [0u8; 6];
@@ -333,16 +350,45 @@ impl Default for DpdkConfig {
     }
 }
 
-/// A network interface the gateway owns.
+/// A network interface the gateway owns: a link (layer 3) on a port, untagged or on one
+/// 802.1Q VLAN of it. Several interfaces may share a port (`name`, `device`) when their
+/// `vlan`s differ, as Linux VLAN sub-interfaces share their parent.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Interface {
-    /// Kernel interface name (AF_PACKET); a label in logs under DPDK.
+    /// Kernel interface name of the port (AF_PACKET); a label in logs under DPDK.
     pub name: String,
     /// The gateway's own addresses on this link, with their prefixes (the connected
     /// subnets used to choose the egress interface).
     pub addresses: Vec<Ipv4Cidr>,
     /// The DPDK device of this interface (required with `driver = "dpdk"`, ignored by
     /// AF_PACKET).
+    pub device: Option<DpdkDevice>,
+    /// The 802.1Q VLAN identifier (1..=4094) of this link on its port: frames received
+    /// with this tag belong to it, frames sent on it carry it. `None`: untagged (and
+    /// priority-tagged, VID 0) frames.
+    pub vlan: Option<u16>,
+    /// Index into [`Config::ports`] of the port this interface is on.
+    pub port: usize,
+}
+
+impl Interface {
+    /// How the interface is named in keys (`router.interface`) and logs: the port's name,
+    /// with `.VID` for a VLAN interface (`tg-front.100`), as Linux names VLAN devices.
+    pub fn label(&self) -> String {
+        match self.vlan {
+            Some(v) => format!("{}.{v}", self.name),
+            None => self.name.clone(),
+        }
+    }
+}
+
+/// A port: one device (a kernel interface under AF_PACKET, an ethdev port under DPDK)
+/// carrying one or more [`Interface`]s. Drivers open ports; the pipeline sees interfaces.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Port {
+    /// Kernel interface name (AF_PACKET); a label in logs under DPDK.
+    pub name: String,
+    /// The DPDK device (required with `driver = "dpdk"`).
     pub device: Option<DpdkDevice>,
 }
 
@@ -375,17 +421,62 @@ pub struct Snat {
     pub port_max: u16,
 }
 
-/// Connection tracking limits and timeouts.
+/// Connection tracking limits and timeouts (`[conntrack]`). Every timeout is an idle
+/// timeout in seconds, 1..=[`MAX_CONNTRACK_TIMEOUT_S`]; the defaults are kube-proxy's and
+/// Linux's (see [`crate::conntrack::Timeouts`], where each is sourced).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConntrackConfig {
     /// Flows per worker (both directions of a flow count once).
     pub capacity: usize,
-    /// TCP established idle timeout, seconds (kube-proxy/Linux: 86400).
+    /// TCP SYN_SENT (default 120, Linux `nf_conntrack_tcp_timeout_syn_sent`).
+    pub tcp_syn_sent_timeout_s: u32,
+    /// TCP SYN_RECV (default 60, Linux `nf_conntrack_tcp_timeout_syn_recv`).
+    pub tcp_syn_recv_timeout_s: u32,
+    /// TCP ESTABLISHED (default 86400, kube-proxy `--conntrack-tcp-timeout-established`).
     pub tcp_established_timeout_s: u32,
-    /// TCP timeout before the handshake completes or after FIN/RST, seconds.
-    pub tcp_transitory_timeout_s: u32,
-    /// UDP idle timeout, seconds (Linux `nf_conntrack_udp_timeout`: 30).
+    /// TCP FIN_WAIT (default 120, Linux `nf_conntrack_tcp_timeout_fin_wait`).
+    pub tcp_fin_wait_timeout_s: u32,
+    /// TCP CLOSE_WAIT (default 3600, kube-proxy `--conntrack-tcp-timeout-close-wait`).
+    pub tcp_close_wait_timeout_s: u32,
+    /// TCP LAST_ACK (default 30, Linux `nf_conntrack_tcp_timeout_last_ack`).
+    pub tcp_last_ack_timeout_s: u32,
+    /// TCP TIME_WAIT (default 120, Linux `nf_conntrack_tcp_timeout_time_wait`).
+    pub tcp_time_wait_timeout_s: u32,
+    /// TCP CLOSE, after a RST (default 10, Linux `nf_conntrack_tcp_timeout_close`).
+    pub tcp_close_timeout_s: u32,
+    /// TCP picked up mid-stream, until the endpoint answers (default 300, Linux
+    /// `nf_conntrack_tcp_timeout_unacknowledged`).
+    pub tcp_unacknowledged_timeout_s: u32,
+    /// UDP until a reply (default 30, Linux `nf_conntrack_udp_timeout`).
     pub udp_timeout_s: u32,
+    /// UDP once both directions were seen (default 120, Linux
+    /// `nf_conntrack_udp_timeout_stream`).
+    pub udp_stream_timeout_s: u32,
+}
+
+/// Longest conntrack timeout, seconds (about 23.8 days): flow deadlines are 32-bit
+/// milliseconds ([`crate::conntrack::Deadline::MAX_TIMEOUT_NS`]).
+pub const MAX_CONNTRACK_TIMEOUT_S: u32 = (crate::conntrack::Deadline::MAX_TIMEOUT_NS / 1_000_000_000) as u32;
+
+impl ConntrackConfig {
+    /// The timeouts in the form the data path uses.
+    #[must_use]
+    pub fn timeouts(&self) -> crate::conntrack::Timeouts {
+        let ns = |s: u32| u64::from(s) * 1_000_000_000;
+        crate::conntrack::Timeouts {
+            tcp_syn_sent_ns: ns(self.tcp_syn_sent_timeout_s),
+            tcp_syn_recv_ns: ns(self.tcp_syn_recv_timeout_s),
+            tcp_established_ns: ns(self.tcp_established_timeout_s),
+            tcp_fin_wait_ns: ns(self.tcp_fin_wait_timeout_s),
+            tcp_close_wait_ns: ns(self.tcp_close_wait_timeout_s),
+            tcp_last_ack_ns: ns(self.tcp_last_ack_timeout_s),
+            tcp_time_wait_ns: ns(self.tcp_time_wait_timeout_s),
+            tcp_close_ns: ns(self.tcp_close_timeout_s),
+            tcp_unacknowledged_ns: ns(self.tcp_unacknowledged_timeout_s),
+            udp_ns: ns(self.udp_timeout_s),
+            udp_stream_ns: ns(self.udp_stream_timeout_s),
+        }
+    }
 }
 
 /// torii-control's settings.
@@ -406,6 +497,10 @@ pub struct ControlConfig {
     pub load_balancer_class: Option<String>,
     /// `node_port_addresses`: which of the gateway Node's addresses serve NodePorts.
     pub node_port_addresses: NodePortAddresses,
+    /// `min_interval_ms`: shortest time between two publications under churn, in
+    /// milliseconds (kube-proxy's `--min-sync-period`; at most 60 000). `None`:
+    /// torii-control's default.
+    pub min_interval_ms: Option<u64>,
 }
 
 /// A validated gateway host configuration.
@@ -421,8 +516,10 @@ pub struct Config {
     pub workers: usize,
     /// The DPDK driver's settings.
     pub dpdk: DpdkConfig,
-    /// Interfaces, in the order workers index them.
+    /// Interfaces, in the order the pipeline indexes them.
     pub interfaces: Vec<Interface>,
+    /// Ports (devices), in order of their first interface; drivers index them so.
+    pub ports: Vec<Port>,
     /// Default next hop, if any.
     pub router: Option<Router>,
     /// Static neighbours.
@@ -433,6 +530,16 @@ pub struct Config {
     pub conntrack: ConntrackConfig,
     /// Control plane.
     pub control: ControlConfig,
+    /// The gateway's metrics endpoint.
+    pub metrics: MetricsConfig,
+}
+
+/// `[metrics]`: the gateway's Prometheus `/metrics` and `/healthz` endpoint.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MetricsConfig {
+    /// `listen`: the TCP address to serve on (`"127.0.0.1:9100"`, `"[::]:9100"`); `None`
+    /// (the default, key absent) serves nothing.
+    pub listen: Option<SocketAddr>,
 }
 
 // ---- raw serde shapes, validated into the types above ----
@@ -458,6 +565,14 @@ struct RawConfig {
     conntrack: RawConntrack,
     #[serde(default)]
     control: RawControl,
+    #[serde(default)]
+    metrics: RawMetrics,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawMetrics {
+    listen: Option<String>,
 }
 
 fn default_shm_dir() -> PathBuf {
@@ -476,6 +591,7 @@ struct RawInterface {
     name: String,
     addresses: Vec<String>,
     device: Option<String>,
+    vlan: Option<u16>,
 }
 
 #[derive(Deserialize)]
@@ -591,14 +707,40 @@ fn default_port_max() -> u16 {
 #[serde(deny_unknown_fields, default)]
 struct RawConntrack {
     capacity: usize,
+    tcp_syn_sent_timeout_s: u32,
+    tcp_syn_recv_timeout_s: u32,
     tcp_established_timeout_s: u32,
-    tcp_transitory_timeout_s: u32,
+    tcp_fin_wait_timeout_s: u32,
+    tcp_close_wait_timeout_s: u32,
+    tcp_last_ack_timeout_s: u32,
+    tcp_time_wait_timeout_s: u32,
+    tcp_close_timeout_s: u32,
+    tcp_unacknowledged_timeout_s: u32,
     udp_timeout_s: u32,
+    udp_stream_timeout_s: u32,
+    /// Replaced by the per-state TCP timeouts; accepted only to say so.
+    tcp_transitory_timeout_s: Option<u32>,
 }
 
 impl Default for RawConntrack {
     fn default() -> Self {
-        Self { capacity: 65536, tcp_established_timeout_s: 86400, tcp_transitory_timeout_s: 120, udp_timeout_s: 30 }
+        let t = crate::conntrack::Timeouts::DEFAULT;
+        let s = |ns: u64| (ns / 1_000_000_000) as u32;
+        Self {
+            capacity: 65536,
+            tcp_syn_sent_timeout_s: s(t.tcp_syn_sent_ns),
+            tcp_syn_recv_timeout_s: s(t.tcp_syn_recv_ns),
+            tcp_established_timeout_s: s(t.tcp_established_ns),
+            tcp_fin_wait_timeout_s: s(t.tcp_fin_wait_ns),
+            tcp_close_wait_timeout_s: s(t.tcp_close_wait_ns),
+            tcp_last_ack_timeout_s: s(t.tcp_last_ack_ns),
+            tcp_time_wait_timeout_s: s(t.tcp_time_wait_ns),
+            tcp_close_timeout_s: s(t.tcp_close_ns),
+            tcp_unacknowledged_timeout_s: s(t.tcp_unacknowledged_ns),
+            udp_timeout_s: s(t.udp_ns),
+            udp_stream_timeout_s: s(t.udp_stream_ns),
+            tcp_transitory_timeout_s: None,
+        }
     }
 }
 
@@ -610,10 +752,14 @@ struct RawControl {
     proxy_name: Option<String>,
     load_balancer_class: Option<String>,
     node_port_addresses: Vec<String>,
+    min_interval_ms: Option<u64>,
 }
 
 impl RawControl {
     fn validate(self) -> Result<ControlConfig, ConfigError> {
+        if let Some(ms) = self.min_interval_ms.filter(|&ms| ms > 60_000) {
+            return Err(invalid("control.min_interval_ms", format!("{ms} is over 60000 (one minute)")));
+        }
         if let Some(name) = &self.proxy_name {
             if !is_label_value(name) || name.is_empty() {
                 return Err(invalid(
@@ -665,6 +811,7 @@ impl RawControl {
             proxy_name: self.proxy_name,
             load_balancer_class: self.load_balancer_class,
             node_port_addresses,
+            min_interval_ms: self.min_interval_ms,
         })
     }
 }
@@ -750,6 +897,7 @@ impl Config {
             return Err(invalid("interfaces", "at most 255 interfaces"));
         }
         let mut interfaces = Vec::with_capacity(raw.interfaces.len());
+        let mut ports: Vec<Port> = Vec::new();
         for (i, ri) in raw.interfaces.iter().enumerate() {
             if ri.name.is_empty() || ri.name.len() >= libc::IFNAMSIZ {
                 return Err(invalid(
@@ -757,19 +905,44 @@ impl Config {
                     format!("{:?} is not an interface name", ri.name),
                 ));
             }
-            if interfaces.iter().any(|x: &Interface| x.name == ri.name) {
-                return Err(invalid(format!("interfaces[{i}].name"), format!("{:?} is listed twice", ri.name)));
+            if let Some(v) = ri.vlan {
+                if !(1..=VID_MAX).contains(&v) {
+                    return Err(invalid(
+                        format!("interfaces[{i}].vlan"),
+                        format!("{v} is out of range 1..={VID_MAX} (0 marks priority-tagged frames and 4095 is reserved, IEEE 802.1Q)"),
+                    ));
+                }
             }
-            let mut addresses = Vec::new();
-            for (j, a) in ri.addresses.iter().enumerate() {
-                let c = Ipv4Cidr::parse(a).ok_or_else(|| {
-                    invalid(
-                        format!("interfaces[{i}].addresses[{j}]"),
-                        format!("{a:?} is not an IPv4 address/prefix like \"198.51.100.1/24\""),
-                    )
-                })?;
-                addresses.push(c);
+            // An earlier interface on the same port (kernel interface) fixes its device.
+            let same_port = interfaces.iter().position(|x: &Interface| x.name == ri.name);
+            if let Some(j) = same_port {
+                if interfaces.iter().any(|x: &Interface| x.name == ri.name && x.vlan == ri.vlan) {
+                    return Err(invalid(
+                        format!("interfaces[{i}].name"),
+                        format!(
+                            "{:?} is listed twice{}: interfaces on one port need different vlans",
+                            ri.name,
+                            ri.vlan.map_or(" untagged".to_string(), |v| format!(" with vlan {v}"))
+                        ),
+                    ));
+                }
+                let known = &interfaces[j];
+                if ri.device.as_deref().is_some_and(|d| DpdkDevice::parse(d).as_ref() != known.device.as_ref()) {
+                    return Err(invalid(
+                        format!("interfaces[{i}].device"),
+                        format!(
+                            "interfaces[{j}] puts port {:?} on another device: interfaces on one port share its \
+                             device (omit it here or repeat it)",
+                            ri.name
+                        ),
+                    ));
+                }
+                let (device, port) = (known.device.clone(), known.port);
+                let addresses = parse_addresses(i, &ri.addresses)?;
+                interfaces.push(Interface { name: ri.name.clone(), addresses, device, vlan: ri.vlan, port });
+                continue;
             }
+            let addresses = parse_addresses(i, &ri.addresses)?;
             let device = match &ri.device {
                 None if raw.driver == Driver::Dpdk => {
                     return Err(invalid(
@@ -805,12 +978,19 @@ impl Config {
                     Some(dev)
                 }
             };
-            interfaces.push(Interface { name: ri.name.clone(), addresses, device });
+            ports.push(Port { name: ri.name.clone(), device: device.clone() });
+            interfaces.push(Interface {
+                name: ri.name.clone(),
+                addresses,
+                device,
+                vlan: ri.vlan,
+                port: ports.len() - 1,
+            });
         }
         let iface_index = |key: &str, name: &str| {
             interfaces
                 .iter()
-                .position(|x| x.name == name)
+                .position(|x| x.label() == name)
                 .ok_or_else(|| invalid(key, format!("{name:?} is not one of the configured interfaces")))
         };
         let router = match &raw.router {
@@ -840,6 +1020,16 @@ impl Config {
         if raw.snat.addresses.is_empty() {
             return Err(invalid("snat.addresses", "at least one SNAT address is required"));
         }
+        if raw.snat.addresses.len() > crate::conntrack::MAX_SNAT_ADDRESSES {
+            return Err(invalid(
+                "snat.addresses",
+                format!(
+                    "{} addresses; at most {} (conntrack records keep the SNAT address as a one-byte index)",
+                    raw.snat.addresses.len(),
+                    crate::conntrack::MAX_SNAT_ADDRESSES
+                ),
+            ));
+        }
         let mut snat_addrs = Vec::new();
         for (i, a) in raw.snat.addresses.iter().enumerate() {
             let key = format!("snat.addresses[{i}]");
@@ -860,21 +1050,40 @@ impl Config {
                 format!("range {}..={} is empty or starts at 0", raw.snat.port_min, raw.snat.port_max),
             ));
         }
-        let ports = usize::from(raw.snat.port_max - raw.snat.port_min) + 1;
-        if ports < raw.workers {
+        let snat_ports = usize::from(raw.snat.port_max - raw.snat.port_min) + 1;
+        if snat_ports < raw.workers {
             return Err(invalid("snat.port_max", "the SNAT port range must give every worker at least one port"));
         }
         let ct = raw.conntrack;
         if ct.capacity == 0 || ct.capacity > (1 << 26) {
             return Err(invalid("conntrack.capacity", format!("{} is out of range 1..=67108864", ct.capacity)));
         }
+        if ct.tcp_transitory_timeout_s.is_some() {
+            return Err(invalid(
+                "conntrack.tcp_transitory_timeout_s",
+                "replaced by per-state timeouts (Linux's): set tcp_syn_sent_timeout_s, tcp_syn_recv_timeout_s, \
+                 tcp_fin_wait_timeout_s, tcp_last_ack_timeout_s, tcp_time_wait_timeout_s and tcp_close_timeout_s \
+                 instead, or remove the key for the defaults",
+            ));
+        }
         for (k, v) in [
+            ("conntrack.tcp_syn_sent_timeout_s", ct.tcp_syn_sent_timeout_s),
+            ("conntrack.tcp_syn_recv_timeout_s", ct.tcp_syn_recv_timeout_s),
             ("conntrack.tcp_established_timeout_s", ct.tcp_established_timeout_s),
-            ("conntrack.tcp_transitory_timeout_s", ct.tcp_transitory_timeout_s),
+            ("conntrack.tcp_fin_wait_timeout_s", ct.tcp_fin_wait_timeout_s),
+            ("conntrack.tcp_close_wait_timeout_s", ct.tcp_close_wait_timeout_s),
+            ("conntrack.tcp_last_ack_timeout_s", ct.tcp_last_ack_timeout_s),
+            ("conntrack.tcp_time_wait_timeout_s", ct.tcp_time_wait_timeout_s),
+            ("conntrack.tcp_close_timeout_s", ct.tcp_close_timeout_s),
+            ("conntrack.tcp_unacknowledged_timeout_s", ct.tcp_unacknowledged_timeout_s),
             ("conntrack.udp_timeout_s", ct.udp_timeout_s),
+            ("conntrack.udp_stream_timeout_s", ct.udp_stream_timeout_s),
         ] {
-            if v == 0 {
-                return Err(invalid(k, "must be at least 1 second"));
+            if !(1..=MAX_CONNTRACK_TIMEOUT_S).contains(&v) {
+                return Err(invalid(
+                    k,
+                    format!("{v} is out of range 1..={MAX_CONNTRACK_TIMEOUT_S} seconds (about 23.8 days)"),
+                ));
             }
         }
         Ok(Self {
@@ -884,16 +1093,36 @@ impl Config {
             workers: raw.workers,
             dpdk: raw.dpdk.validate()?,
             interfaces,
+            ports,
             router,
             neighbours,
             snat: Snat { addresses: snat_addrs, port_min: raw.snat.port_min, port_max: raw.snat.port_max },
             conntrack: ConntrackConfig {
                 capacity: ct.capacity,
+                tcp_syn_sent_timeout_s: ct.tcp_syn_sent_timeout_s,
+                tcp_syn_recv_timeout_s: ct.tcp_syn_recv_timeout_s,
                 tcp_established_timeout_s: ct.tcp_established_timeout_s,
-                tcp_transitory_timeout_s: ct.tcp_transitory_timeout_s,
+                tcp_fin_wait_timeout_s: ct.tcp_fin_wait_timeout_s,
+                tcp_close_wait_timeout_s: ct.tcp_close_wait_timeout_s,
+                tcp_last_ack_timeout_s: ct.tcp_last_ack_timeout_s,
+                tcp_time_wait_timeout_s: ct.tcp_time_wait_timeout_s,
+                tcp_close_timeout_s: ct.tcp_close_timeout_s,
+                tcp_unacknowledged_timeout_s: ct.tcp_unacknowledged_timeout_s,
                 udp_timeout_s: ct.udp_timeout_s,
+                udp_stream_timeout_s: ct.udp_stream_timeout_s,
             },
             control: raw.control.validate()?,
+            metrics: MetricsConfig {
+                listen: match &raw.metrics.listen {
+                    None => None,
+                    Some(l) => Some(l.parse().map_err(|_| {
+                        invalid(
+                            "metrics.listen",
+                            format!("{l:?} is not an address:port like \"127.0.0.1:9100\" or \"[::]:9100\""),
+                        )
+                    })?),
+                },
+            },
         })
     }
 }
@@ -916,6 +1145,57 @@ mod tests {
         let bad = format!("{EMBEDDED_DEFAULT}\nbogus_key = 1\n");
         let e = Config::from_toml(&bad).unwrap_err().to_string();
         assert!(e.contains("bogus_key"), "{e}");
+    }
+
+    /// The embedded default with its `[conntrack]` table replaced by `lines`.
+    fn with_conntrack(lines: &str) -> String {
+        let (head, rest) = EMBEDDED_DEFAULT.split_once("\n[conntrack]\n").unwrap();
+        let tail = &rest[rest.find("\n[").unwrap()..];
+        format!("{head}\n[conntrack]\n{lines}\n{tail}")
+    }
+
+    #[test]
+    fn conntrack_timeouts_default_to_kube_proxy_and_linux_and_are_configurable() {
+        let c = Config::from_toml(&with_conntrack("")).unwrap();
+        assert_eq!(c.conntrack.timeouts(), crate::conntrack::Timeouts::DEFAULT);
+        assert_eq!(Config::embedded_default().conntrack.timeouts(), crate::conntrack::Timeouts::DEFAULT);
+        let c = Config::from_toml(&with_conntrack(
+            "capacity = 10\ntcp_syn_sent_timeout_s = 1\ntcp_syn_recv_timeout_s = 2\n\
+             tcp_established_timeout_s = 3\ntcp_fin_wait_timeout_s = 4\ntcp_close_wait_timeout_s = 5\n\
+             tcp_last_ack_timeout_s = 6\ntcp_time_wait_timeout_s = 7\ntcp_close_timeout_s = 8\n\
+             tcp_unacknowledged_timeout_s = 9\nudp_timeout_s = 10\nudp_stream_timeout_s = 11",
+        ))
+        .unwrap();
+        let t = c.conntrack.timeouts();
+        let got = [
+            t.tcp_syn_sent_ns,
+            t.tcp_syn_recv_ns,
+            t.tcp_established_ns,
+            t.tcp_fin_wait_ns,
+            t.tcp_close_wait_ns,
+            t.tcp_last_ack_ns,
+            t.tcp_time_wait_ns,
+            t.tcp_close_ns,
+            t.tcp_unacknowledged_ns,
+            t.udp_ns,
+            t.udp_stream_ns,
+        ];
+        assert_eq!(got, std::array::from_fn(|i| (i as u64 + 1) * 1_000_000_000));
+        assert_eq!(c.conntrack.capacity, 10);
+    }
+
+    #[test]
+    fn conntrack_key_errors_name_the_key() {
+        for (lines, key) in [
+            ("tcp_transitory_timeout_s = 120", "conntrack.tcp_transitory_timeout_s: replaced by per-state"),
+            ("tcp_close_wait_timeout_s = 0", "conntrack.tcp_close_wait_timeout_s: 0 is out of range"),
+            ("udp_stream_timeout_s = 2100000", "conntrack.udp_stream_timeout_s: 2100000 is out of range"),
+            ("capacity = 0", "conntrack.capacity"),
+            ("tcp_timeout_s = 5", "tcp_timeout_s"),
+        ] {
+            let e = Config::from_toml(&with_conntrack(lines)).unwrap_err().to_string();
+            assert!(e.contains(key), "{lines}: {e}");
+        }
     }
 
     fn with_control(lines: &str) -> String {
@@ -941,6 +1221,11 @@ mod tests {
         assert_eq!(c.control.node_port_addresses, NodePortAddresses::All);
         assert_eq!(c.control.proxy_name, None);
         assert_eq!(c.control.load_balancer_class, None);
+        assert_eq!(c.control.min_interval_ms, None);
+        let c = Config::from_toml(&with_control("min_interval_ms = 0")).unwrap();
+        assert_eq!(c.control.min_interval_ms, Some(0));
+        let e = Config::from_toml(&with_control("min_interval_ms = 60001")).unwrap_err().to_string();
+        assert!(e.starts_with("control.min_interval_ms: 60001 is over 60000"), "{e}");
     }
 
     #[test]
@@ -1076,6 +1361,75 @@ mod tests {
         let c = Config::from_toml(&no_device.replace("driver = \"dpdk\"", "driver = \"af_packet\"")).unwrap();
         assert_eq!(c.driver, Driver::AfPacket);
         assert!(c.interfaces.iter().all(|i| i.device.is_none()));
+    }
+
+    /// The embedded default with `extra` interfaces (and tables) appended.
+    fn with_vlans(extra: &str) -> Result<Config, String> {
+        Config::from_toml(&format!("{EMBEDDED_DEFAULT}\n{extra}")).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn vlan_interfaces_share_their_port() {
+        let c = with_vlans(
+            "[[interfaces]]\nname = \"tg-front\"\nvlan = 100\naddresses = [\"192.0.2.1/24\"]\n\n\
+             [[interfaces]]\nname = \"tg-back\"\nvlan = 200\naddresses = [\"10.80.0.1/24\"]\n\
+             device = \"net_af_packet1,iface=tg-back\"\n\n\
+             [router]\naddress = \"192.0.2.254\"\ninterface = \"tg-front.100\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.ports.len(), 2);
+        assert_eq!(
+            c.ports[0],
+            Port { name: "tg-front".into(), device: DpdkDevice::parse("net_af_packet0,iface=tg-front") }
+        );
+        let summary: Vec<(String, Option<u16>, usize)> =
+            c.interfaces.iter().map(|i| (i.label(), i.vlan, i.port)).collect();
+        assert_eq!(
+            summary,
+            [
+                ("tg-front".to_string(), None, 0),
+                ("tg-back".to_string(), None, 1),
+                ("tg-front.100".to_string(), Some(100), 0),
+                ("tg-back.200".to_string(), Some(200), 1)
+            ]
+        );
+        // The device is inherited from the port's first interface.
+        assert_eq!(c.interfaces[2].device, c.interfaces[0].device);
+        assert_eq!(c.router.as_ref().map(|r| r.interface), Some(2));
+        // A port may carry only VLAN interfaces.
+        let c = with_vlans("[[interfaces]]\nname = \"tg-trunk\"\nvlan = 7\naddresses = []\ndevice = \"net_tap0\"\n")
+            .unwrap();
+        assert_eq!((c.ports.len(), c.interfaces[2].port, c.interfaces[2].label()), (3, 2, "tg-trunk.7".to_string()));
+    }
+
+    #[test]
+    fn vlan_errors_name_the_key() {
+        for (extra, want) in [
+            ("[[interfaces]]\nname = \"tg-front\"\nvlan = 0\naddresses = []\n", "interfaces[2].vlan: 0 is out of range 1..=4094"),
+            ("[[interfaces]]\nname = \"tg-front\"\nvlan = 4095\naddresses = []\n", "interfaces[2].vlan: 4095 is out of range"),
+            ("[[interfaces]]\nname = \"tg-front\"\naddresses = []\n", "interfaces[2].name: \"tg-front\" is listed twice untagged"),
+            (
+                "[[interfaces]]\nname = \"tg-front\"\nvlan = 5\naddresses = []\n[[interfaces]]\nname = \"tg-front\"\nvlan = 5\naddresses = []\n",
+                "interfaces[3].name: \"tg-front\" is listed twice with vlan 5",
+            ),
+            (
+                "[[interfaces]]\nname = \"tg-front\"\nvlan = 5\naddresses = []\ndevice = \"net_af_packet1,iface=tg-back\"\n",
+                "interfaces[2].device: interfaces[0] puts port \"tg-front\" on another device",
+            ),
+            ("[router]\naddress = \"10.70.0.254\"\ninterface = \"tg-back.9\"\n", "router.interface: \"tg-back.9\" is not one of"),
+        ] {
+            let e = with_vlans(extra).unwrap_err();
+            assert!(e.starts_with(want), "{extra}: {e}");
+        }
+    }
+
+    #[test]
+    fn metrics_listen() {
+        assert_eq!(Config::embedded_default().metrics.listen, None, "off unless configured");
+        let c = Config::from_toml(&format!("{EMBEDDED_DEFAULT}\n[metrics]\nlisten = \"127.0.0.1:9100\"\n")).unwrap();
+        assert_eq!(c.metrics.listen, Some("127.0.0.1:9100".parse().unwrap()));
+        let e = Config::from_toml(&format!("{EMBEDDED_DEFAULT}\n[metrics]\nlisten = \"localhost\"\n")).unwrap_err();
+        assert!(e.to_string().starts_with("metrics.listen: \"localhost\" is not an address:port"), "{e}");
     }
 
     #[test]

@@ -1,6 +1,11 @@
 //! Per-worker counters: every drop under a named reason, plus what was forwarded and
-//! answered. Plain integers owned by one worker (no atomics on the packet path); the
-//! worker copies them out periodically for reporting.
+//! answered ([`Counters`]), and per front door packets, bytes and new flows
+//! ([`FrontendCounters`]). Plain integers owned by one worker (no atomics on the packet
+//! path); the worker copies them out about once a second for reporting
+//! ([`crate::metrics`]).
+
+use crate::table::layout::{self, Frontend};
+use crate::table::Table;
 
 /// Why a frame was not forwarded. One counter each; `Copy`, no allocation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -12,8 +17,13 @@ pub enum DropReason {
     UnknownInterface,
     /// Destination MAC is neither this interface's nor broadcast.
     NotOurMac,
-    /// Neither ARP nor IPv4 (IPv6, VLAN tags and others arrive with later work).
+    /// Neither ARP nor IPv4 (IPv6 and others arrive with later work).
     UnsupportedEtherType,
+    /// Tagged with a VLAN (or untagged) for which the receiving port has no interface.
+    UnknownVlan,
+    /// Stacked VLAN tags (802.1ad `0x88A8` outer tag, or a tag inside a tag): the gateway
+    /// terminates single 802.1Q VLANs only.
+    VlanStacked,
     /// ARP that is not a well-formed Ethernet/IPv4 ARP packet.
     MalformedArp,
     /// ARP request for an address that is neither ours nor a VIP.
@@ -22,54 +32,87 @@ pub enum DropReason {
     MalformedIpv4,
     /// IPv4 header checksum wrong.
     BadIpv4Checksum,
-    /// An IPv4 fragment (fragment tracking arrives with later work).
+    /// An IPv4 fragment of a protocol torii does not follow through fragments: anything but
+    /// TCP and UDP (SCTP's CRC32c covers the whole packet and cannot be fixed from its first
+    /// fragment), or a fragmented ICMP message.
     Fragment,
+    /// A later IPv4 fragment whose first fragment was not forwarded by this worker (it never
+    /// came, came later — out of order, not buffered — or its fragment-table entry expired
+    /// after 30 s or was evicted).
+    FragmentNoFirst,
     /// TTL would reach zero when forwarded.
     TtlExceeded,
-    /// TCP or UDP header truncated or malformed.
+    /// TCP, UDP or SCTP header truncated or malformed (a first fragment too short for its
+    /// transport header included, RFC 1858), or an ICMP error whose quote is not an IPv4
+    /// header.
     MalformedL4,
+    /// SCTP packet whose CRC32c is wrong (RFC 9260 § 6.8: discarded; Linux conntrack with
+    /// `nf_conntrack_checksum` does the same).
+    BadSctpChecksum,
+    /// ICMP error message whose checksum is wrong.
+    BadIcmpChecksum,
+    /// ICMP error (unreachable, time exceeded, parameter problem) quoting a datagram of no
+    /// tracked flow, or not addressed to the quoted datagram's sender.
+    IcmpErrorUntracked,
     /// Not TCP, UDP or ICMP.
     UnsupportedProtocol,
     /// ICMP that is not an echo request to a VIP or own address.
     IcmpNotHandled,
     /// No front door for (destination address, protocol, destination port).
     NoFrontend,
-    /// A non-SYN-able segment (RST) of an unknown flow.
+    /// A new flow from a client outside the front door's source ranges
+    /// (`loadBalancerSourceRanges`; kube-proxy drops such traffic in its firewall chain).
+    SourceRangeDenied,
+    /// A TCP segment of an unknown flow that cannot open one: only a SYN, or an ACK
+    /// (picked up mid-stream), does (Linux `tcp_new` with `nf_conntrack_tcp_loose=1`).
     NoConntrack,
+    /// A TCP segment whose flags do not fit its flow's state (Linux marks it INVALID in
+    /// `nf_conntrack_tcp_packet`; kube-proxy drops INVALID packets).
+    TcpInvalid,
     /// The chosen endpoint is not IPv4 (IPv6 arrives with later work).
     UnsupportedFamily,
     /// No interface or router reaches the endpoint.
     NoRoute,
     /// Every SNAT port of this worker is in use.
     SnatExhausted,
-    /// The conntrack table is full.
+    /// The conntrack table is full and no flow near the new one could be evicted early
+    /// (all assured and live): the new flow is refused.
     ConntrackFull,
     /// The next hop's MAC address is not resolved yet (an ARP request was queued).
     NeighbourUnresolved,
     /// The TX ring had no room (counted by the driver).
     TxRingFull,
-    /// The frame did not fit the RX buffer (counted by the driver).
+    /// The frame did not fit the RX buffer (counted by the driver), or had no room left
+    /// in it for the 802.1Q tag of its egress interface.
     Oversize,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 22] = [
+    pub const ALL: [DropReason; 30] = [
         Self::Truncated,
         Self::UnknownInterface,
         Self::NotOurMac,
         Self::UnsupportedEtherType,
+        Self::UnknownVlan,
+        Self::VlanStacked,
         Self::MalformedArp,
         Self::ArpNotForUs,
         Self::MalformedIpv4,
         Self::BadIpv4Checksum,
         Self::Fragment,
+        Self::FragmentNoFirst,
         Self::TtlExceeded,
         Self::MalformedL4,
+        Self::BadSctpChecksum,
+        Self::BadIcmpChecksum,
+        Self::IcmpErrorUntracked,
         Self::UnsupportedProtocol,
         Self::IcmpNotHandled,
         Self::NoFrontend,
+        Self::SourceRangeDenied,
         Self::NoConntrack,
+        Self::TcpInvalid,
         Self::UnsupportedFamily,
         Self::NoRoute,
         Self::SnatExhausted,
@@ -86,17 +129,25 @@ impl DropReason {
             Self::UnknownInterface => "unknown_interface",
             Self::NotOurMac => "not_our_mac",
             Self::UnsupportedEtherType => "unsupported_ethertype",
+            Self::UnknownVlan => "unknown_vlan",
+            Self::VlanStacked => "vlan_stacked",
             Self::MalformedArp => "malformed_arp",
             Self::ArpNotForUs => "arp_not_for_us",
             Self::MalformedIpv4 => "malformed_ipv4",
             Self::BadIpv4Checksum => "bad_ipv4_checksum",
             Self::Fragment => "fragment",
+            Self::FragmentNoFirst => "fragment_no_first",
             Self::TtlExceeded => "ttl_exceeded",
             Self::MalformedL4 => "malformed_l4",
+            Self::BadSctpChecksum => "bad_sctp_checksum",
+            Self::BadIcmpChecksum => "bad_icmp_checksum",
+            Self::IcmpErrorUntracked => "icmp_error_untracked",
             Self::UnsupportedProtocol => "unsupported_protocol",
             Self::IcmpNotHandled => "icmp_not_handled",
             Self::NoFrontend => "no_frontend",
+            Self::SourceRangeDenied => "source_range_denied",
             Self::NoConntrack => "no_conntrack",
+            Self::TcpInvalid => "tcp_invalid",
             Self::UnsupportedFamily => "unsupported_family",
             Self::NoRoute => "no_route",
             Self::SnatExhausted => "snat_exhausted",
@@ -125,6 +176,9 @@ pub struct Counters {
     pub new_flows: u64,
     /// Flows removed by idle expiry.
     pub expired_flows: u64,
+    /// Flows evicted to make room for a new one in a full conntrack table (Linux
+    /// `early_drop`); the refusals are the `conntrack_full` drops.
+    pub conntrack_evicted: u64,
     /// Flows ended because their endpoint left the Service (TCP: RST sent; UDP: re-steered).
     pub endpoint_gone: u64,
     /// TCP RSTs and ICMP port unreachables sent for front doors without endpoints.
@@ -137,6 +191,12 @@ pub struct Counters {
     pub echo_replies: u64,
     /// ARP replies and requests learned from.
     pub arp_learned: u64,
+    /// ICMP errors about tracked flows translated and forwarded to the flow's peer.
+    pub icmp_errors_translated: u64,
+    /// Later IPv4 fragments forwarded along their first fragment's translation.
+    pub fragments_followed: u64,
+    /// Fragment-table entries evicted by a newer datagram (their later fragments are dropped).
+    pub fragment_evictions: u64,
     /// Drops, indexed by `DropReason as usize`.
     pub drops: [u64; DropReason::ALL.len()],
 }
@@ -153,6 +213,35 @@ impl Counters {
         self.drops[reason as usize]
     }
 
+    /// Calls `f(name, help, value)` for every counter but the drops (which
+    /// [`DropReason::ALL`] enumerates), in declaration order: the one list reports use.
+    pub fn for_each(&self, mut f: impl FnMut(&'static str, &'static str, u64)) {
+        f("rx_frames", "Frames handed to the pipeline.", self.rx_frames);
+        f("tx_frames", "Frames transmitted (forwarded or answered).", self.tx_frames);
+        f("forwarded_original", "Frames forwarded client to endpoint.", self.forwarded_original);
+        f("forwarded_reply", "Frames forwarded endpoint to client.", self.forwarded_reply);
+        f("new_flows", "Flows created.", self.new_flows);
+        f("expired_flows", "Flows removed by idle expiry.", self.expired_flows);
+        f("conntrack_evicted", "Flows evicted early to make room in a full conntrack table.", self.conntrack_evicted);
+        f("endpoint_gone", "Flows ended because their endpoint left the Service.", self.endpoint_gone);
+        f("rejected", "TCP RSTs and ICMP port unreachables sent for front doors without endpoints.", self.rejected);
+        f("arp_replies", "ARP replies sent for own addresses and VIPs.", self.arp_replies);
+        f("arp_requests", "ARP requests sent to resolve next hops.", self.arp_requests);
+        f("echo_replies", "ICMP echo replies sent.", self.echo_replies);
+        f("arp_learned", "ARP packets learned from.", self.arp_learned);
+        f(
+            "icmp_errors_translated",
+            "ICMP errors about tracked flows translated and forwarded to the peer.",
+            self.icmp_errors_translated,
+        );
+        f(
+            "fragments_followed",
+            "Later IPv4 fragments forwarded along their first fragment's translation.",
+            self.fragments_followed,
+        );
+        f("fragment_evictions", "Fragment-table entries evicted by newer datagrams.", self.fragment_evictions);
+    }
+
     /// Adds `other` into `self` (totals over workers).
     pub fn add(&mut self, other: &Counters) {
         self.rx_frames += other.rx_frames;
@@ -161,12 +250,16 @@ impl Counters {
         self.forwarded_reply += other.forwarded_reply;
         self.new_flows += other.new_flows;
         self.expired_flows += other.expired_flows;
+        self.conntrack_evicted += other.conntrack_evicted;
         self.endpoint_gone += other.endpoint_gone;
         self.rejected += other.rejected;
         self.arp_replies += other.arp_replies;
         self.arp_requests += other.arp_requests;
         self.echo_replies += other.echo_replies;
         self.arp_learned += other.arp_learned;
+        self.icmp_errors_translated += other.icmp_errors_translated;
+        self.fragments_followed += other.fragments_followed;
+        self.fragment_evictions += other.fragment_evictions;
         for (a, b) in self.drops.iter_mut().zip(other.drops) {
             *a += b;
         }
@@ -177,13 +270,14 @@ impl std::fmt::Display for Counters {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "rx={} tx={} fwd={} rev={} new_flows={} expired={} endpoint_gone={} rejected={} arp_replies={} arp_requests={} echo={}",
+            "rx={} tx={} fwd={} rev={} new_flows={} expired={} evicted={} endpoint_gone={} rejected={} arp_replies={} arp_requests={} echo={}",
             self.rx_frames,
             self.tx_frames,
             self.forwarded_original,
             self.forwarded_reply,
             self.new_flows,
             self.expired_flows,
+            self.conntrack_evicted,
             self.endpoint_gone,
             self.rejected,
             self.arp_replies,
@@ -197,5 +291,143 @@ impl std::fmt::Display for Counters {
             }
         }
         Ok(())
+    }
+}
+
+/// One front door's counts on one worker.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FrontendCount {
+    /// Packets forwarded client → endpoint (the flow's original direction).
+    pub packets_original: u64,
+    /// IPv4 bytes (total length) of those packets.
+    pub bytes_original: u64,
+    /// Packets forwarded endpoint → client (the reply direction).
+    pub packets_reply: u64,
+    /// IPv4 bytes of those packets.
+    pub bytes_reply: u64,
+    /// Flows created through the front door.
+    pub new_flows: u64,
+}
+
+impl FrontendCount {
+    /// Whether nothing was counted.
+    pub fn is_zero(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// Adds `other` into `self`.
+    pub fn add(&mut self, other: &FrontendCount) {
+        self.packets_original += other.packets_original;
+        self.bytes_original += other.bytes_original;
+        self.packets_reply += other.packets_reply;
+        self.bytes_reply += other.bytes_reply;
+        self.new_flows += other.new_flows;
+    }
+}
+
+/// One worker's per-front-door counts, indexed like the front doors of the table the worker
+/// uses ([`Table::frontends`], the index conntrack keeps per flow). Sized when the worker
+/// adopts a table ([`Self::adopt`], which allocates); counting never allocates, and an index
+/// outside the table is ignored rather than a panic.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FrontendCounters {
+    counts: Vec<FrontendCount>,
+}
+
+impl FrontendCounters {
+    /// Re-indexes the counts from the front doors of `old` to those of `new`: a front door
+    /// in both (same address, protocol and port) keeps its counts, one that left drops them
+    /// (its series ends), a new one starts at zero. A merge of the two sorted front door
+    /// lists, O(old + new). Allocates; called at the burst boundary where the worker
+    /// switches tables, never on the packet path.
+    pub fn adopt(&mut self, old: &Table, new: &Table) {
+        let key = |f: &Frontend| layout::frontend_key(f.addr, f.protocol, f.port.get());
+        let mut counts = vec![FrontendCount::default(); new.frontends().len()];
+        let (olds, news) = (old.frontends(), new.frontends());
+        let (mut i, mut j) = (0, 0);
+        while i < olds.len().min(self.counts.len()) && j < news.len() {
+            match key(&olds[i]).cmp(&key(&news[j])) {
+                std::cmp::Ordering::Less => i += 1,
+                std::cmp::Ordering::Greater => j += 1,
+                std::cmp::Ordering::Equal => {
+                    counts[j] = self.counts[i];
+                    i += 1;
+                    j += 1;
+                }
+            }
+        }
+        self.counts = counts;
+    }
+
+    /// Counts a packet of `ip_bytes` forwarded through front door `index`, in the flow's
+    /// original direction or not.
+    #[inline]
+    pub fn packet(&mut self, index: u32, original: bool, ip_bytes: usize) {
+        if let Some(c) = self.counts.get_mut(index as usize) {
+            if original {
+                c.packets_original += 1;
+                c.bytes_original += ip_bytes as u64;
+            } else {
+                c.packets_reply += 1;
+                c.bytes_reply += ip_bytes as u64;
+            }
+        }
+    }
+
+    /// Counts a flow created through front door `index`.
+    #[inline]
+    pub fn new_flow(&mut self, index: u32) {
+        if let Some(c) = self.counts.get_mut(index as usize) {
+            c.new_flows += 1;
+        }
+    }
+
+    /// The counts, indexed like the table's front doors.
+    pub fn as_slice(&self) -> &[FrontendCount] {
+        &self.counts
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every field but the drops, each with its own value: a field added to [`Counters`]
+    /// without a place here does not compile, and one missing from
+    /// [`Counters::for_each`] fails.
+    #[test]
+    fn for_each_reports_every_counter_once() {
+        let c = Counters {
+            rx_frames: 1,
+            tx_frames: 2,
+            forwarded_original: 3,
+            forwarded_reply: 4,
+            new_flows: 5,
+            expired_flows: 6,
+            conntrack_evicted: 7,
+            endpoint_gone: 8,
+            rejected: 9,
+            arp_replies: 10,
+            arp_requests: 11,
+            echo_replies: 12,
+            arp_learned: 13,
+            icmp_errors_translated: 14,
+            fragments_followed: 15,
+            fragment_evictions: 16,
+            drops: [0; DropReason::ALL.len()],
+        };
+        let mut seen = Vec::new();
+        let mut names = std::collections::BTreeSet::new();
+        c.for_each(|name, help, v| {
+            assert!(!help.is_empty() && names.insert(name), "{name}");
+            seen.push(v);
+        });
+        assert_eq!(seen, (1..=16).collect::<Vec<u64>>());
+        let mut total = Counters::default();
+        total.add(&c);
+        total.add(&c);
+        let mut doubled = Vec::new();
+        total.for_each(|_, _, v| doubled.push(v));
+        assert_eq!(doubled, (1..=16).map(|v| 2 * v).collect::<Vec<u64>>(), "add sums every counter");
     }
 }

@@ -7,7 +7,7 @@ use std::net::Ipv4Addr;
 
 use crate::wire::{
     ArpOperation, ArpPacket, EtherType, EthernetFrame, Icmpv4Packet, Icmpv4Type, IpProtocol, Ipv4Packet, MacAddr,
-    TcpFlags, TcpPacket, UdpPacket,
+    SctpPacket, TcpFlags, TcpPacket, UdpPacket,
 };
 
 /// Ethernet header fields.
@@ -95,5 +95,99 @@ pub fn arp(l2: L2, op: ArpOperation, sha: MacAddr, spa: Ipv4Addr, tha: MacAddr, 
     a.set_sender_protocol_addr(spa);
     a.set_target_hardware_addr(tha);
     a.set_target_protocol_addr(tpa);
+    b
+}
+
+/// An SCTP packet ([RFC 9260] § 3): common header with `verification_tag`, then `chunks`
+/// (already laid out and padded), CRC32c filled.
+///
+/// [RFC 9260]: https://www.rfc-editor.org/rfc/rfc9260#section-3
+pub fn sctp(
+    l2: L2,
+    src: (Ipv4Addr, u16),
+    dst: (Ipv4Addr, u16),
+    verification_tag: u32,
+    chunks: &[u8],
+    ttl: u8,
+) -> Vec<u8> {
+    let mut b = ipv4(l2, src.0, dst.0, IpProtocol::Sctp, 12 + chunks.len(), ttl);
+    let mut p = SctpPacket::new_unchecked(&mut b[34..]);
+    p.set_src_port(src.1);
+    p.set_dst_port(dst.1);
+    p.set_verification_tag(verification_tag);
+    p.chunk_bytes_mut().copy_from_slice(chunks);
+    p.fill_checksum();
+    b
+}
+
+/// An SCTP INIT chunk ([RFC 9260] § 3.3.2) with no optional parameters: Initiate Tag
+/// `initiate_tag`, a_rwnd 65535, 10 outbound and 65535 inbound streams, initial TSN 1.
+///
+/// [RFC 9260]: https://www.rfc-editor.org/rfc/rfc9260#section-3.3.2
+pub fn sctp_init_chunk(initiate_tag: u32) -> [u8; 20] {
+    let mut c = [0u8; 20];
+    c[..4].copy_from_slice(&[1, 0, 0, 20]);
+    c[4..8].copy_from_slice(&initiate_tag.to_be_bytes());
+    c[8..12].copy_from_slice(&65535u32.to_be_bytes());
+    c[12..16].copy_from_slice(&[0, 10, 0xff, 0xff]);
+    c[16..20].copy_from_slice(&1u32.to_be_bytes());
+    c
+}
+
+/// An ICMP error (`msg_type` 3, 11 or 12, RFC 792) from `src` to `dst` whose data is
+/// `quoted` (the offending datagram's IPv4 header and first bytes), with `rest_of_header` in
+/// bytes 4..8 (the next-hop MTU of "fragmentation needed" in its low half, RFC 1191).
+#[allow(clippy::too_many_arguments)]
+pub fn icmp_error(
+    l2: L2,
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    msg_type: Icmpv4Type,
+    code: u8,
+    rest_of_header: u32,
+    quoted: &[u8],
+    ttl: u8,
+) -> Vec<u8> {
+    let mut b = ipv4(l2, src, dst, IpProtocol::Icmp, 8 + quoted.len(), ttl);
+    let mut i = Icmpv4Packet::new_unchecked(&mut b[34..]);
+    i.set_msg_type(msg_type);
+    i.set_msg_code(code);
+    i.set_rest_of_header(rest_of_header);
+    i.data_mut().copy_from_slice(quoted);
+    i.fill_checksum();
+    b
+}
+
+/// Splits the unfragmented IPv4 frame `frame` (Ethernet + IPv4 without options) into
+/// fragments carrying at most `max_payload` bytes of the datagram's payload each (rounded
+/// down to a multiple of 8, RFC 791 § 3.2), in order: same Identification `ident`, MF set on
+/// all but the last, offsets in 8-byte units, header checksums filled.
+pub fn ipv4_fragments(frame: &[u8], ident: u16, max_payload: usize) -> Vec<Vec<u8>> {
+    let step = (max_payload & !7).max(8);
+    let payload = &frame[34..];
+    let mut out = Vec::new();
+    let mut offset = 0;
+    while offset < payload.len() {
+        let end = (offset + step).min(payload.len());
+        let mut f = frame[..34].to_vec();
+        f.extend_from_slice(&payload[offset..end]);
+        let mut ip = Ipv4Packet::new_unchecked(&mut f[14..]);
+        ip.set_total_len((20 + end - offset) as u16);
+        ip.set_ident(ident);
+        ip.clear_flags();
+        ip.set_frag_offset(offset as u16);
+        ip.set_more_frags(end < payload.len());
+        ip.fill_checksum();
+        out.push(f);
+        offset = end;
+    }
+    out
+}
+
+/// `frame` with an 802.1Q tag (TPID `tpid`, TCI `tci`) inserted after its MAC addresses,
+/// as a tagged port carries it.
+pub fn tagged(frame: &[u8], tpid: u16, tci: u16) -> Vec<u8> {
+    let mut b = vec![0u8; frame.len() + crate::wire::vlan::TAG_LEN];
+    crate::wire::vlan::copy_tagged(&mut b, frame, tpid, tci).expect("a frame with MAC addresses");
     b
 }

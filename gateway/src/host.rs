@@ -1,41 +1,51 @@
-//! The gateway host as the pipeline sees it: its interfaces, own addresses, SNAT
-//! addresses, routes and timeouts. Built once from [`Config`] and the interfaces' MAC
-//! addresses; read-only afterwards and shared by all workers.
+//! The gateway host as the pipeline sees it: its ports and the interfaces on them (untagged
+//! or one 802.1Q VLAN each), own addresses, SNAT addresses, routes and timeouts. Built once
+//! from [`Config`] and the ports' MAC addresses; read-only afterwards and shared by all
+//! workers.
 
 use std::net::Ipv4Addr;
 
 use crate::config::{Config, Ipv4Cidr};
 use crate::wire::MacAddr;
 
-/// One interface: its link-layer address and the gateway's addresses on it.
+pub use crate::conntrack::Timeouts;
+
+/// One interface (a link): its port, VLAN, link-layer address and the gateway's addresses
+/// on it.
 #[derive(Clone, Debug)]
 pub struct HostInterface {
-    /// Kernel name, for logs.
+    /// Kernel name of the port, with `.VID` for a VLAN interface; for logs.
     pub name: String,
-    /// The interface's MAC address (source of every frame sent on it).
+    /// The port's MAC address (source of every frame sent on it).
     pub mac: MacAddr,
     /// Own addresses with their prefixes (connected subnets).
     pub addresses: Vec<Ipv4Cidr>,
+    /// Index into [`Host::ports`] of the port the interface is on.
+    pub port: u8,
+    /// The 802.1Q VLAN identifier its frames carry; `None` for untagged.
+    pub vlan: Option<u16>,
 }
 
-/// Connection tracking timeouts in nanoseconds.
-#[derive(Clone, Copy, Debug)]
-pub struct Timeouts {
-    /// TCP once both directions were seen and no FIN/RST (Linux: 5 days; kube-proxy sets 24 h).
-    pub tcp_established_ns: u64,
-    /// TCP before the reply direction, and after FIN or RST.
-    pub tcp_transitory_ns: u64,
-    /// UDP until a reply was seen (Linux `nf_conntrack_udp_timeout`: 30 s).
-    pub udp_ns: u64,
-    /// UDP once both directions were seen (Linux `nf_conntrack_udp_timeout_stream`: 120 s).
-    pub udp_stream_ns: u64,
+/// One port (device) and the interfaces on it, for classifying received frames.
+#[derive(Clone, Debug)]
+pub struct HostPort {
+    /// Kernel name (AF_PACKET) or label, for logs.
+    pub name: String,
+    /// The port's MAC address.
+    pub mac: MacAddr,
+    /// The interface receiving untagged and priority-tagged frames, if any.
+    pub untagged: Option<u8>,
+    /// `(VID, interface)` of the VLAN interfaces, sorted by VID.
+    pub vlans: Vec<(u16, u8)>,
 }
 
 /// Everything the pipeline needs to know about the host.
 #[derive(Clone, Debug)]
 pub struct Host {
-    /// Interfaces, indexed as in the configuration (the `iface` of frames).
+    /// Interfaces, indexed as in the configuration.
     pub interfaces: Vec<HostInterface>,
+    /// Ports, indexed as in [`Config::ports`] (the `iface` drivers give and take).
+    pub ports: Vec<HostPort>,
     /// SNAT addresses.
     pub snat_addresses: Vec<Ipv4Addr>,
     /// First and last SNAT port (inclusive).
@@ -46,33 +56,60 @@ pub struct Host {
     pub timeouts: Timeouts,
 }
 
-const NS_PER_S: u64 = 1_000_000_000;
-
 impl Host {
-    /// Builds the host view of `config`; `macs[i]` is the MAC address of interface `i`.
+    /// Builds the host view of `config`; `macs[p]` is the MAC address of port `p`
+    /// ([`Config::ports`]).
     ///
     /// # Panics
-    /// If `macs` is shorter than the configured interfaces (a driver bug).
+    /// If `macs` is shorter than the configured ports (a driver bug).
     pub fn new(config: &Config, macs: &[MacAddr]) -> Self {
+        assert_eq!(macs.len(), config.ports.len(), "one MAC per port");
         let interfaces = config
             .interfaces
             .iter()
-            .zip(macs)
-            .map(|(i, &mac)| HostInterface { name: i.name.clone(), mac, addresses: i.addresses.clone() })
+            .map(|i| HostInterface {
+                name: i.label(),
+                mac: macs[i.port],
+                addresses: i.addresses.clone(),
+                port: i.port as u8,
+                vlan: i.vlan,
+            })
             .collect::<Vec<_>>();
-        assert_eq!(interfaces.len(), config.interfaces.len(), "one MAC per interface");
-        let ct = &config.conntrack;
+        let mut ports: Vec<HostPort> = config
+            .ports
+            .iter()
+            .zip(macs)
+            .map(|(p, &mac)| HostPort { name: p.name.clone(), mac, untagged: None, vlans: Vec::new() })
+            .collect();
+        for (n, i) in interfaces.iter().enumerate() {
+            let port = &mut ports[usize::from(i.port)];
+            match i.vlan {
+                Some(vid) => port.vlans.push((vid, n as u8)),
+                None => port.untagged = Some(n as u8),
+            }
+        }
+        for p in &mut ports {
+            p.vlans.sort_unstable();
+        }
         Self {
             interfaces,
+            ports,
             snat_addresses: config.snat.addresses.clone(),
             snat_ports: (config.snat.port_min, config.snat.port_max),
             router: config.router.as_ref().map(|r| (r.address, r.interface as u8)),
-            timeouts: Timeouts {
-                tcp_established_ns: u64::from(ct.tcp_established_timeout_s) * NS_PER_S,
-                tcp_transitory_ns: u64::from(ct.tcp_transitory_timeout_s) * NS_PER_S,
-                udp_ns: u64::from(ct.udp_timeout_s) * NS_PER_S,
-                udp_stream_ns: u64::from(ct.udp_timeout_s.max(120)) * NS_PER_S,
-            },
+            timeouts: config.conntrack.timeouts(),
+        }
+    }
+
+    /// The interface of port `port` that frames with VLAN identifier `vid` belong to
+    /// (`None` or 0: untagged or priority-tagged, IEEE 802.1Q § 6.9.1). `None` when the port
+    /// does not exist or has no such interface.
+    #[inline]
+    pub fn interface_on(&self, port: u8, vid: Option<u16>) -> Option<u8> {
+        let p = self.ports.get(usize::from(port))?;
+        match vid {
+            None | Some(0) => p.untagged,
+            Some(v) => p.vlans.binary_search_by_key(&v, |&(id, _)| id).ok().map(|k| p.vlans[k].1),
         }
     }
 

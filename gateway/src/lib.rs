@@ -1,25 +1,30 @@
 //! torii-gateway: the data plane of torii, a Kubernetes Service gateway.
 //!
 //! The crate is a pure core with drivers around it:
-//! - [`wire`]: checked zero-copy views over Ethernet, ARP, IPv4, ICMPv4, TCP and UDP,
+//! - [`wire`]: checked zero-copy views over Ethernet, 802.1Q tags, ARP, IPv4, ICMPv4, TCP and UDP,
 //!   and Internet checksums (RFC 1071, RFC 1624). No I/O, no allocation.
 //! - [`table`]: the shared-memory table ABI that torii-control publishes and the gateway
 //!   validates and adopts (layout, builder, validated view, publication files).
 //! - [`maglev`]: Maglev consistent-hash rings (Eisenbud et al., NSDI 2016, §3.4).
 //! - [`conntrack`]: the per-worker flow table (both directions, fixed capacity, idle expiry).
+//! - [`fragments`]: the per-worker table that lets later IP fragments follow their first.
 //! - [`pipeline`]: `process(now, frame, meta, table, worker_state) -> Verdict`, the one
 //!   function every packet goes through, whatever driver received it.
 //! - [`io`] and [`worker`]: the drivers (AF_PACKET) and the poll loop around the core.
+//! - [`counters`] and [`metrics`]: per-worker and per-front-door counters, served as
+//!   Prometheus metrics with a health check over HTTP.
 //! - [`config`]: the gateway host's TOML configuration.
 
 pub mod affinity;
 pub mod config;
 pub mod conntrack;
 pub mod counters;
+pub mod fragments;
 pub mod frames;
 pub mod host;
 pub mod io;
 pub mod maglev;
+pub mod metrics;
 pub mod nat;
 pub mod neighbour;
 pub mod pipeline;

@@ -8,7 +8,7 @@
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -19,6 +19,7 @@ use torii_gateway::host::Host;
 use torii_gateway::io::af_packet::{AfPacketSocket, RingConfig};
 use torii_gateway::io::af_packet_io::AfPacketIo;
 use torii_gateway::io::fanout;
+use torii_gateway::metrics::{ReportSlot, Server as MetricsServer, Source as MetricsSource};
 use torii_gateway::pipeline::{Shared, WorkerState};
 use torii_gateway::snat::{ReplySteering, SnatPorts};
 use torii_gateway::table::shm::StateRegion;
@@ -125,17 +126,17 @@ fn run_af_packet(config: &Config, driver_line: String) -> Result<()> {
     let group_base = (std::process::id() as u16).wrapping_mul(64);
     let mut sockets: Vec<Vec<AfPacketSocket>> = Vec::with_capacity(workers);
     for w in 0..workers {
-        let mut per_iface = Vec::with_capacity(config.interfaces.len());
-        for (i, iface) in config.interfaces.iter().enumerate() {
-            let s = AfPacketSocket::open(&iface.name, &RingConfig::default())
-                .with_context(|| format!("worker {w}: opening AF_PACKET socket on {}", iface.name))?;
+        let mut per_port = Vec::with_capacity(config.ports.len());
+        for (i, port) in config.ports.iter().enumerate() {
+            let s = AfPacketSocket::open(&port.name, &RingConfig::default())
+                .with_context(|| format!("worker {w}: opening AF_PACKET socket on {}", port.name))?;
             if workers > 1 {
                 s.join_fanout(group_base.wrapping_add(i as u16), &program)
-                    .with_context(|| format!("worker {w}: joining fanout group on {}", iface.name))?;
+                    .with_context(|| format!("worker {w}: joining fanout group on {}", port.name))?;
             }
-            per_iface.push(s);
+            per_port.push(s);
         }
-        sockets.push(per_iface);
+        sockets.push(per_port);
     }
     let macs: Vec<MacAddr> = sockets[0].iter().map(|s| MacAddr(s.mac_addr())).collect();
     let plan = Plan { driver_line, workers, macs, seeds: sockets, steering: None };
@@ -152,9 +153,10 @@ where
     F: Fn(S) -> Result<I> + Send + Copy + 'static,
 {
     let Plan { driver_line, workers, macs, seeds, steering } = plan;
-    for (iface, mac) in config.interfaces.iter().zip(&macs) {
+    for iface in &config.interfaces {
         let addrs: Vec<String> = iface.addresses.iter().map(|c| format!("{}/{}", c.addr, c.prefix_len)).collect();
-        tracing::info!(interface = %iface.name, %mac, addresses = ?addrs, "interface");
+        let mac = macs[iface.port];
+        tracing::info!(interface = %iface.label(), %mac, vlan = ?iface.vlan, addresses = ?addrs, "interface");
     }
     let host = Arc::new(Host::new(config, &macs));
     let shared = Shared::new(4096, config.conntrack.capacity * workers);
@@ -190,7 +192,17 @@ where
         "torii-gateway running: {driver_line}"
     );
 
-    let exports: Vec<Arc<Mutex<Counters>>> = (0..workers).map(|_| Arc::default()).collect();
+    let exports: Vec<ReportSlot> = (0..workers).map(|_| Arc::default()).collect();
+    let metrics = match config.metrics.listen {
+        None => None,
+        Some(listen) => {
+            let source = Arc::new(MetricsSource { reports: exports.clone(), watcher: Arc::clone(&watcher), epoch });
+            let server = MetricsServer::start(listen, source, Arc::clone(&stop))
+                .with_context(|| format!("metrics.listen: serving /metrics on {listen}"))?;
+            tracing::info!(addr = %server.addr, "serving /metrics and /healthz");
+            Some(server)
+        }
+    };
     let mut threads = Vec::new();
     for (w, io_seed) in seeds.into_iter().enumerate() {
         let mut state = WorkerState::new(w, workers, Arc::clone(&host), &shared, config.conntrack.capacity, seed(w));
@@ -265,6 +277,9 @@ where
         }
     }
     let _ = watcher_thread.join();
+    if let Some(m) = metrics {
+        m.join();
+    }
     region.unregister_gateway(pid);
     tracing::info!("final counters (all workers): {total}");
     match failed {
@@ -273,11 +288,11 @@ where
     }
 }
 
-fn totals(exports: &[Arc<Mutex<Counters>>]) -> Counters {
+fn totals(exports: &[ReportSlot]) -> Counters {
     let mut total = Counters::default();
     for e in exports {
-        if let Ok(c) = e.lock() {
-            total.add(&c);
+        if let Ok(r) = e.lock() {
+            total.add(&r.counters);
         }
     }
     total

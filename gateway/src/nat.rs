@@ -1,4 +1,4 @@
-//! DNAT/SNAT rewrites of IPv4 TCP and UDP packets in place, with incremental checksums
+//! DNAT/SNAT rewrites of IPv4 TCP, UDP and SCTP packets in place, with incremental checksums
 //! (RFC 1624 eqn. 3), as Katran's `csum_helpers.h` and Cilium's `csum_diff` do.
 //!
 //! Callers pass an IPv4 packet that already passed `Ipv4Packet::new_checked` and whose
@@ -8,7 +8,7 @@
 use std::net::Ipv4Addr;
 
 use crate::wire::checksum::{self as csum};
-use crate::wire::{IpProtocol, Ipv4Packet, TcpPacket, UdpPacket};
+use crate::wire::{IpProtocol, Ipv4Packet, SctpPacket, TcpPacket, UdpPacket};
 
 /// The new addresses and ports of a packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,26 +23,20 @@ pub struct Rewrite {
     pub dst_port: u16,
 }
 
-/// Rewrites addresses and ports of the IPv4 TCP/UDP packet `ip_buf`, decrements its TTL
+/// Rewrites addresses and ports of the IPv4 TCP/UDP/SCTP packet `ip_buf`, decrements its TTL
 /// (the gateway is a router hop) and updates the IPv4 header and L4 checksums
 /// incrementally. With `l4_partial` (the L4 checksum field holds only the pseudo-header
 /// sum, Linux `CHECKSUM_PARTIAL` as AF_PACKET reports with `TP_STATUS_CSUMNOTREADY`) the
-/// L4 checksum is computed in full instead. The caller checked TTL > 1.
+/// L4 checksum is computed in full instead. SCTP's CRC32c ([RFC 9260] § 6.8) covers the
+/// whole packet and no pseudo-header: it is recomputed after the port rewrite, which needs
+/// the whole SCTP packet (never a first fragment). The caller checked TTL > 1.
+///
+/// [RFC 9260]: https://www.rfc-editor.org/rfc/rfc9260#section-6.8
 #[inline]
 pub fn rewrite_ipv4(ip_buf: &mut [u8], rw: &Rewrite, l4_partial: bool) {
+    let (old_src, old_dst) = rewrite_ipv4_header(ip_buf, rw.src_addr, rw.dst_addr);
     let mut ip = Ipv4Packet::new_unchecked(&mut *ip_buf);
-    let (old_src, old_dst) = (ip.src_addr(), ip.dst_addr());
-    let ttl = ip.hop_limit();
     let proto = ip.next_header();
-    let proto_n = u8::from(proto);
-    let mut c = ip.checksum();
-    c = csum::update_addr(c, old_src, rw.src_addr);
-    c = csum::update_addr(c, old_dst, rw.dst_addr);
-    c = csum::update16(c, u16::from_be_bytes([ttl, proto_n]), u16::from_be_bytes([ttl.saturating_sub(1), proto_n]));
-    ip.set_src_addr(rw.src_addr);
-    ip.set_dst_addr(rw.dst_addr);
-    ip.set_hop_limit(ttl.saturating_sub(1));
-    ip.set_checksum(c);
     let l4 = ip.payload_mut();
     match proto {
         IpProtocol::Tcp => {
@@ -77,8 +71,38 @@ pub fn rewrite_ipv4(ip_buf: &mut [u8], rw: &Rewrite, l4_partial: bool) {
                 u.set_checksum(c);
             }
         }
+        IpProtocol::Sctp => {
+            let mut p = SctpPacket::new_unchecked(l4);
+            p.set_src_port(rw.src_port);
+            p.set_dst_port(rw.dst_port);
+            p.fill_checksum();
+        }
         _ => {}
     }
+}
+
+/// Rewrites the source and destination addresses of the IPv4 packet `ip_buf` and
+/// decrements its TTL, updating the header checksum incrementally ([RFC 1624]); the payload
+/// is not touched. Returns the old (source, destination). This is the whole translation of a
+/// later fragment (no transport header) and of an ICMP error's outer header. The caller
+/// checked TTL > 1.
+///
+/// [RFC 1624]: https://www.rfc-editor.org/rfc/rfc1624
+#[inline]
+pub fn rewrite_ipv4_header(ip_buf: &mut [u8], src: Ipv4Addr, dst: Ipv4Addr) -> (Ipv4Addr, Ipv4Addr) {
+    let mut ip = Ipv4Packet::new_unchecked(ip_buf);
+    let (old_src, old_dst) = (ip.src_addr(), ip.dst_addr());
+    let ttl = ip.hop_limit();
+    let proto_n = u8::from(ip.next_header());
+    let mut c = ip.checksum();
+    c = csum::update_addr(c, old_src, src);
+    c = csum::update_addr(c, old_dst, dst);
+    c = csum::update16(c, u16::from_be_bytes([ttl, proto_n]), u16::from_be_bytes([ttl.saturating_sub(1), proto_n]));
+    ip.set_src_addr(src);
+    ip.set_dst_addr(dst);
+    ip.set_hop_limit(ttl.saturating_sub(1));
+    ip.set_checksum(c);
+    (old_src, old_dst)
 }
 
 #[cfg(test)]
@@ -140,6 +164,46 @@ mod tests {
                 prop_assert!(u.verify_checksum(rw.src_addr, rw.dst_addr));
             }
         }
+    }
+
+    #[test]
+    fn sctp_ports_rewritten_and_crc_recomputed() {
+        let (client, vip) = (Ipv4Addr::new(198, 51, 100, 10), Ipv4Addr::new(203, 0, 113, 10));
+        let mut b = vec![0u8; 20 + 12 + 20];
+        Ipv4Packet::new_unchecked(&mut b[..]).fill_header(client, vip, IpProtocol::Sctp, 32, 64);
+        b[32..36].copy_from_slice(&[1, 0, 0, 20]); // INIT
+        {
+            let mut p = SctpPacket::new_unchecked(&mut b[20..]);
+            p.set_src_port(40000);
+            p.set_dst_port(5060);
+            p.fill_checksum();
+        }
+        let rw = Rewrite {
+            src_addr: Ipv4Addr::new(10, 70, 0, 1),
+            src_port: 1024,
+            dst_addr: Ipv4Addr::new(10, 70, 0, 31),
+            dst_port: 15060,
+        };
+        rewrite_ipv4(&mut b, &rw, false);
+        let ip = Ipv4Packet::new_checked(&b[..]).unwrap();
+        assert!(ip.verify_checksum());
+        assert_eq!((ip.src_addr(), ip.dst_addr(), ip.hop_limit()), (rw.src_addr, rw.dst_addr, 63));
+        let p = SctpPacket::new_checked(ip.payload()).unwrap();
+        assert_eq!((p.src_port(), p.dst_port()), (1024, 15060));
+        assert!(p.verify_checksum());
+    }
+
+    #[test]
+    fn header_only_rewrite_leaves_the_payload() {
+        let mut b = packet(17, 16, 9);
+        let payload = b[20..].to_vec();
+        let (src, dst) = (Ipv4Addr::new(10, 70, 0, 1), Ipv4Addr::new(10, 70, 0, 21));
+        let old = rewrite_ipv4_header(&mut b, src, dst);
+        assert_eq!(old, (Ipv4Addr::new(198, 51, 100, 10), Ipv4Addr::new(203, 0, 113, 10)));
+        let ip = Ipv4Packet::new_checked(&b[..]).unwrap();
+        assert!(ip.verify_checksum());
+        assert_eq!((ip.src_addr(), ip.dst_addr(), ip.hop_limit()), (src, dst, 8));
+        assert_eq!(ip.payload(), &payload[..]);
     }
 
     #[test]

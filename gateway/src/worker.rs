@@ -1,6 +1,7 @@
 //! The poll loop around the pure core: receive a burst, adopt a newer table at the burst
-//! boundary, run [`pipeline::process`] on every frame, transmit, then do bounded
-//! housekeeping (ARP requests, conntrack expiry, counter export).
+//! boundary, run the burst through [`pipeline::process_burst`] (every frame's
+//! [`pipeline::process`], with the conntrack lookups prefetched together), transmit, then
+//! do bounded housekeeping (ARP requests, conntrack expiry, counter export).
 //!
 //! The loop is written against [`PacketIo`], so every driver (AF_PACKET now, DPDK next)
 //! runs the same code. Table adoption follows DESIGN.md: the gateway's table watcher
@@ -11,15 +12,17 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 
 use crate::counters::{Counters, DropReason};
+use crate::metrics::{ReportSlot, WorkerReport};
 use crate::pipeline::{self, Meta, Verdict, WorkerState};
 use crate::table::shm::{self, StateRegion};
 use crate::table::Table;
+use crate::wire::vlan;
 
 /// Frames per burst (DPDK's customary 32).
 pub const BURST: usize = 32;
@@ -30,14 +33,26 @@ const EXPIRE_BUDGET: usize = 64;
 /// Empty polls before a worker sleeps in [`PacketIo::wait`].
 const IDLE_SPINS: u32 = 2000;
 
-/// A worker's packet I/O: its RX and TX queues on every interface.
+/// What a driver knows about a received frame besides its bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RxInfo {
+    /// The L4 checksum holds only the pseudo-header sum (see [`Meta::l4_csum_partial`]).
+    pub l4_csum_partial: bool,
+    /// The VLAN tag the device took out of the frame on receive, as (TPID, TCI): Linux
+    /// reports it in the packet's auxdata (`tp_vlan_tci`, `tp_vlan_tpid`), DPDK in
+    /// `mbuf.vlan_tci` with `RTE_MBUF_F_RX_VLAN_STRIPPED`. The worker puts it back, so the
+    /// pipeline sees the frame as it was on the wire.
+    pub stripped_tag: Option<(u16, u16)>,
+}
+
+/// A worker's packet I/O: its RX and TX queues on every port.
 pub trait PacketIo {
-    /// Number of interfaces (indices `0..n` as in the configuration).
+    /// Number of ports (indices `0..n` as in [`crate::config::Config::ports`]).
     fn interfaces(&self) -> usize;
-    /// Receives up to `max` frames from interface `iface`, calling `f(frame, l4_csum_partial)`
-    /// for each. Returns the number received. Never blocks.
-    fn rx(&mut self, iface: usize, max: usize, f: &mut dyn FnMut(&[u8], bool)) -> usize;
-    /// Queues `frame` for transmission on `iface`; false when the queue is full.
+    /// Receives up to `max` frames from port `iface`, calling `f(frame, info)` for each.
+    /// Returns the number received. Never blocks.
+    fn rx(&mut self, iface: usize, max: usize, f: &mut dyn FnMut(&[u8], RxInfo)) -> usize;
+    /// Queues `frame` for transmission on port `iface`; false when the queue is full.
     fn tx(&mut self, iface: usize, frame: &[u8]) -> bool;
     /// Hands queued frames to the NIC.
     fn flush(&mut self);
@@ -149,9 +164,22 @@ pub struct Worker {
     /// Set to stop the loop.
     pub stop: Arc<AtomicBool>,
     /// Where the worker copies its counters about once a second.
-    pub export: Arc<Mutex<Counters>>,
+    pub export: ReportSlot,
     /// The process's monotonic clock origin.
     pub epoch: Instant,
+}
+
+/// Copies a received frame into a worker buffer, putting back the VLAN tag its device
+/// stripped. `None` when it does not fit (counted [`DropReason::Oversize`]).
+#[inline]
+fn copy_frame(buf: &mut [u8], frame: &[u8], stripped_tag: Option<(u16, u16)>) -> Option<usize> {
+    match stripped_tag {
+        None => {
+            buf.get_mut(..frame.len())?.copy_from_slice(frame);
+            Some(frame.len())
+        }
+        Some((tpid, tci)) => vlan::copy_tagged(buf, frame, tpid, tci),
+    }
 }
 
 impl Worker {
@@ -159,10 +187,14 @@ impl Worker {
     pub fn run<I: PacketIo>(mut self, io: &mut I) -> Counters {
         let mut bufs = vec![[0u8; FRAME_BUFFER]; BURST];
         let mut metas = [Meta::default(); BURST];
+        let mut verdicts = [Verdict::Consumed; BURST];
         let mut scratch = [0u8; 64];
         let mut table = self.tables.load();
         let mut now = self.now();
-        self.adopted(&table, now);
+        self.adopted(&table, &table, now);
+        if let Ok(mut r) = self.export.lock() {
+            self.report(&mut r, &table, now);
+        }
         let mut idle = 0u32;
         let mut last_export = now;
         let ifaces = io.interfaces();
@@ -170,30 +202,28 @@ impl Worker {
             now = self.now();
             // Burst boundary: the quiescent point where a new table may be adopted.
             if self.tables.generation() != table.generation() {
-                table = self.tables.load();
-                self.adopted(&table, now);
+                let old = std::mem::replace(&mut table, self.tables.load());
+                self.adopted(&old, &table, now);
             }
             let mut received = 0;
             for iface in 0..ifaces {
                 let mut n = 0;
                 let mut oversize = 0;
-                io.rx(iface, BURST, &mut |frame, partial| {
-                    if frame.len() > FRAME_BUFFER {
+                io.rx(iface, BURST, &mut |frame, info| {
+                    let Some(len) = copy_frame(&mut bufs[n], frame, info.stripped_tag) else {
                         oversize += 1;
                         return;
-                    }
-                    bufs[n][..frame.len()].copy_from_slice(frame);
-                    metas[n] = Meta { iface: iface as u8, len: frame.len(), l4_csum_partial: partial };
+                    };
+                    metas[n] = Meta { iface: iface as u8, len, l4_csum_partial: info.l4_csum_partial };
                     n += 1;
                 });
                 for _ in 0..oversize {
                     self.state.counters.drop(DropReason::Oversize);
                 }
                 received += n;
+                pipeline::process_burst(now, &mut bufs[..n], &metas[..n], &table, &mut self.state, &mut verdicts);
                 for k in 0..n {
-                    if let Verdict::Transmit { iface: out, len } =
-                        pipeline::process(now, &mut bufs[k], &metas[k], &table, &mut self.state)
-                    {
+                    if let Verdict::Transmit { iface: out, len } = verdicts[k] {
                         if !io.tx(usize::from(out), &bufs[k][..len]) {
                             self.state.counters.drop(DropReason::TxRingFull);
                         }
@@ -209,8 +239,8 @@ impl Worker {
             pipeline::poll_expire(now, EXPIRE_BUDGET, &mut self.state);
             if now - last_export > 1_000_000_000 {
                 last_export = now;
-                if let Ok(mut c) = self.export.try_lock() {
-                    c.clone_from(&self.state.counters);
+                if let Ok(mut r) = self.export.try_lock() {
+                    self.report(&mut r, &table, now);
                 }
             }
             if received == 0 {
@@ -222,8 +252,8 @@ impl Worker {
                 idle = 0;
             }
         }
-        if let Ok(mut c) = self.export.lock() {
-            c.clone_from(&self.state.counters);
+        if let Ok(mut r) = self.export.lock() {
+            self.report(&mut r, &table, now);
         }
         self.state.counters
     }
@@ -232,9 +262,42 @@ impl Worker {
         self.epoch.elapsed().as_nanos() as u64
     }
 
-    fn adopted(&mut self, table: &Table, now: u64) {
+    /// Copies the worker's counters into its report slot (no allocation once the slot's
+    /// vectors have grown to the table's size).
+    fn report(&self, r: &mut WorkerReport, table: &Arc<Table>, now: u64) {
+        r.counters.clone_from(&self.state.counters);
+        r.frontends.clone_from(&self.state.frontends);
+        if !r.table.as_ref().is_some_and(|t| Arc::ptr_eq(t, table)) {
+            r.table = Some(Arc::clone(table));
+        }
+        r.flows = self.state.conntrack.len() as u64;
+        r.at_ns = now;
+    }
+
+    fn adopted(&mut self, old: &Table, table: &Table, now: u64) {
         self.region.ack(self.state.worker, table.generation());
-        self.state.resolve_table(table, now);
+        self.state.adopt_table(old, table, now);
         tracing::debug!(worker = self.state.worker, generation = table.generation(), "worker adopted table");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn received_frames_are_copied_with_their_stripped_tag_restored() {
+        let frame: Vec<u8> = (0u8..60).collect();
+        let mut buf = [0xa5u8; FRAME_BUFFER];
+        assert_eq!(copy_frame(&mut buf, &frame, None), Some(60));
+        assert_eq!(&buf[..60], &frame[..]);
+        assert_eq!(copy_frame(&mut buf, &frame, Some((0x8100, 0x0064))), Some(64));
+        assert_eq!(&buf[..16], &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0x81, 0x00, 0x00, 0x64]);
+        assert_eq!(&buf[16..64], &frame[12..]);
+        // A frame that (with its tag) does not fit is refused, counted oversize by the caller.
+        let big = vec![0u8; FRAME_BUFFER - 2];
+        assert_eq!(copy_frame(&mut buf, &big, None), Some(FRAME_BUFFER - 2));
+        assert_eq!(copy_frame(&mut buf, &big, Some((0x8100, 1))), None);
+        assert_eq!(copy_frame(&mut buf, &[0u8; FRAME_BUFFER + 1], None), None);
     }
 }

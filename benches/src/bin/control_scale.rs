@@ -10,7 +10,9 @@
 
 use std::time::Duration;
 
-use torii_benches::{cluster, from_scratch, median, one_endpoint_changed, shm_tempdir, Daemon, ENDPOINTS, SERVICES};
+use torii_benches::{
+    cluster, from_scratch, median, one_endpoint_changed, shm_tempdir, Daemon, SimulatedGateway, ENDPOINTS, SERVICES,
+};
 
 fn arg(n: usize, default: usize) -> usize {
     std::env::args().nth(n).and_then(|a| a.parse().ok()).unwrap_or(default)
@@ -76,12 +78,21 @@ fn main() {
     let dir = shm_tempdir();
     let mut daemon = Daemon::start(&objects, dir.path());
     let mut serial = 0;
-    for (label, pause) in
-        [("isolated changes, 25 ms apart", Duration::from_millis(25)), ("back to back", Duration::ZERO)]
-    {
+    let mut gateway = None;
+    for (label, pause, with_gateway) in [
+        ("isolated changes, 25 ms apart", Duration::from_millis(25), false),
+        ("back to back", Duration::ZERO, false),
+        ("isolated changes, 25 ms apart, simulated gateway", Duration::from_millis(25), true),
+        ("back to back, simulated gateway", Duration::ZERO, true),
+    ] {
+        if with_gateway && gateway.is_none() {
+            gateway = Some(SimulatedGateway::start(dir.path(), Duration::from_millis(2)));
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let mut total = Vec::with_capacity(changes);
         let mut compile = Vec::with_capacity(changes);
         let mut publish = Vec::with_capacity(changes);
+        let mut parts: [Vec<Duration>; 4] = Default::default();
         let before = daemon.publisher.stats();
         for _ in 0..changes {
             serial += 1;
@@ -91,7 +102,19 @@ fn main() {
             total.push(c + p);
             compile.push(c);
             publish.push(p);
+            let s = daemon.publisher.stats();
+            for (v, d) in parts.iter_mut().zip([s.last_build, s.last_find, s.last_write, s.last_rest]) {
+                v.push(d);
+            }
         }
+        let [b, f, w, r] = &mut parts;
+        println!(
+            "  publication's parts, medians: build {}, finding a file {}, writing it {}, the rest {}",
+            ms(median(b)),
+            ms(median(f)),
+            ms(median(w)),
+            ms(median(r))
+        );
 
         let after = daemon.publisher.stats();
         let mut sorted = total.clone();
@@ -102,7 +125,8 @@ fn main() {
         // its changes when the copy is of the previous snapshot, else the whole snapshot.
         let into_copy = (after.bytes_written - before.bytes_written).saturating_sub(misses * table_len as u64);
         println!(
-            "  ({hits} written into a prepared copy, {:.1} KiB each on average; {misses} into new files)",
+            "  ({hits} written into a prepared copy of an earlier snapshot, {:.1} KiB each on average; {misses} into \
+             new files)",
             into_copy as f64 / hits.max(1) as f64 / 1024.0,
         );
         println!(
@@ -114,6 +138,9 @@ fn main() {
             ms(p90),
             ms(sorted[sorted.len() - 1]),
         );
+    }
+    if let Some(g) = gateway.take() {
+        println!("  (the simulated gateway adopted {} tables)", g.stop());
     }
     let stats = daemon.compiler.stats();
     println!("compiler: {} drafts for {} updates, {} full rebuilds", stats.drafts, stats.updates, stats.full_rebuilds);

@@ -21,10 +21,11 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use torii_gateway::table::{BackendSpec, ServiceSpec, TableSpec};
+use torii_gateway::table::TableSpec;
 
 use super::{
     frontend_spec, sort_frontends, update_claims, Claims, CompileOptions, Compiled, Draft, Frontend, Gateway, Output,
+    ServiceSpecKey,
 };
 use crate::model::{
     duplicate_error, EndpointSlice, KubeObject, ModelError, Node, ObjectRef, Service, ServiceKey, Skipped, Validated,
@@ -122,6 +123,8 @@ pub struct Compiler {
     spec: TableSpec,
     /// Front doors per `spec.services` entry.
     spec_refs: Vec<usize>,
+    /// Counts the changes of `spec`.
+    spec_version: u64,
     stats: CompilerStats,
 }
 
@@ -149,6 +152,7 @@ impl Compiler {
             compiled: Compiled::default(),
             spec: TableSpec::default(),
             spec_refs: Vec::new(),
+            spec_version: 0,
             stats: CompilerStats::default(),
         }
     }
@@ -166,6 +170,13 @@ impl Compiler {
     /// The current table, equal to `self.compiled().to_table_spec()`.
     pub fn table_spec(&self) -> &TableSpec {
         &self.spec
+    }
+
+    /// A number that changes whenever [`Compiler::table_spec`] does (and, rarely, when
+    /// it does not): equal numbers mean equal tables, so a daemon need not compare or
+    /// keep a copy of the table it published.
+    pub fn table_version(&self) -> u64 {
+        self.spec_version
     }
 
     /// Work done so far.
@@ -223,6 +234,13 @@ impl Compiler {
         &self.compiled
     }
 
+    /// Replaces the source's own errors (objects it could not read, e.g. ones that do not
+    /// deserialize), which lead [`Compiled::errors`]; they take effect with the next
+    /// [`Compiler::apply`] (an [`Compiler::update`] replaces them with its snapshot's).
+    pub fn set_source_errors(&mut self, errors: Vec<String>) {
+        self.source_errors = errors;
+    }
+
     /// Applies watch events and returns the new result.
     pub fn apply<'a>(&mut self, changes: impl IntoIterator<Item = Change<'a>>) -> &Compiled {
         for change in changes {
@@ -256,15 +274,13 @@ impl Compiler {
         self.stats.validated += 1;
         let r = r.clone();
         self.problems.remove(&r);
-        match Validated::from_kube(object) {
+        let valid = Validated::from_kube(object);
+        if let Some(parts) = valid.as_ref().map(Validated::skipped_parts).ok().filter(|p| !p.is_empty()) {
+            self.problems.insert(r.clone(), parts);
+        }
+        match valid {
             Ok(Validated::Service(s)) => self.store_service(&r, Some(s)),
-            Ok(Validated::EndpointSlice(s)) => {
-                if !s.skipped_endpoints.is_empty() {
-                    let parts = s.skipped_endpoints.iter().map(|e| (e.clone(), Skipped::Endpoint)).collect();
-                    self.problems.insert(r.clone(), parts);
-                }
-                self.store_slice(&r, Some(s));
-            }
+            Ok(Validated::EndpointSlice(s)) => self.store_slice(&r, Some(s)),
             Ok(Validated::Node(n)) => self.store_node(&r, Some(n)),
             Err(e) => {
                 // The previous valid version, if any, is not served any more.
@@ -394,7 +410,11 @@ impl Compiler {
         }
         sort_frontends(&mut frontends);
         self.compiled.frontends = frontends;
-        self.spec = self.compiled.to_table_spec();
+        let spec = self.compiled.to_table_spec();
+        if spec != self.spec {
+            self.spec = spec;
+            self.spec_version += 1;
+        }
         self.spec_refs = vec![0; self.spec.services.len()];
         for f in &self.spec.frontends {
             self.spec_refs[f.service] += 1;
@@ -474,6 +494,7 @@ impl Compiler {
             let found = self.compiled.frontends.binary_search_by_key(&f.key(), Frontend::key);
             if let Some(i) = found.ok().filter(|&i| self.compiled.frontends[i] == *f) {
                 self.compiled.frontends.remove(i);
+                self.spec_version += 1;
                 let s = self.spec.frontends.remove(i).service;
                 self.release(s);
             }
@@ -484,6 +505,7 @@ impl Compiler {
                     if self.compiled.frontends[i] == *f {
                         continue;
                     }
+                    self.spec_version += 1;
                     let s = self.acquire(f);
                     let previous = self.spec.frontends[i].service;
                     self.compiled.frontends[i] = f.clone();
@@ -491,6 +513,7 @@ impl Compiler {
                     self.release(previous);
                 }
                 Err(i) => {
+                    self.spec_version += 1;
                     let s = self.acquire(f);
                     self.compiled.frontends.insert(i, f.clone());
                     self.spec.frontends.insert(i, frontend_spec(f, s));
@@ -503,22 +526,14 @@ impl Compiler {
     /// new; counts one more reference to it.
     fn acquire(&mut self, f: &Frontend) -> usize {
         let name = f.table_name();
-        let backends: Vec<BackendSpec> = f.backends.iter().map(|&b| b.into()).collect();
-        let affinity = f.session_affinity_timeout_s;
-        let found = self.spec.services.binary_search_by(|s| {
-            (s.name.as_str(), s.backends.as_slice(), s.affinity_timeout_s).cmp(&(
-                name.as_str(),
-                backends.as_slice(),
-                affinity,
-            ))
-        });
-        match found {
+        let key = ServiceSpecKey::of(f, &name);
+        match self.spec.services.binary_search_by(|s| key.cmp_spec(s)) {
             Ok(i) => {
                 self.spec_refs[i] += 1;
                 i
             }
             Err(i) => {
-                self.spec.services.insert(i, ServiceSpec { name, backends, affinity_timeout_s: affinity });
+                self.spec.services.insert(i, key.to_spec());
                 self.spec_refs.insert(i, 1);
                 for fs in &mut self.spec.frontends {
                     if fs.service >= i {
@@ -663,6 +678,10 @@ mod tests {
         }
         if rng.chance(20) {
             spec["loadBalancerClass"] = json!(rng.pick(&["x/a", "x/b"]));
+        }
+        if rng.chance(25) {
+            let ranges = rng.pick(&["198.51.100.0/24", "2001:db8::/32,10.0.0.0/8", "bogus,192.0.2.0/25"]);
+            spec["loadBalancerSourceRanges"] = json!(ranges.split(',').collect::<Vec<_>>());
         }
         let mut meta = json!({"name": format!("s{i}"), "namespace": ns});
         if rng.chance(15) {

@@ -1,14 +1,13 @@
 //! The Kubernetes API source: Services, `discovery.k8s.io/v1` EndpointSlices and the
 //! gateway's own Node, watched through kube-rs.
 //!
-//! [`KubeWatch`] runs one kube-rs [`watcher()`] per resource, each feeding a
-//! [`reflector`] store: an initial list (`resourceVersion=0`, unpaged, served from the
-//! API server's watch cache: [`watcher::Config::any_semantic`]), then a watch from the list's
-//! resourceVersion with bookmarks on, resumed from the last seen resourceVersion when
-//! the connection drops or times out, and a full relist when the server answers 410 Gone
-//! (the stores are swapped atomically when the relist is complete). Errors are logged
-//! and retried with kube-runtime's default backoff (client-go's: 0.8 s doubling to
-//! 30 s, with jitter); none is fatal.
+//! [`KubeWatch`] runs one kube-rs [`watcher()`] per resource: an initial list
+//! (`resourceVersion=0`, unpaged, served from the API server's watch cache:
+//! [`watcher::Config::any_semantic`]), then a watch from the list's resourceVersion with
+//! bookmarks on, resumed from the last seen resourceVersion when the connection drops or
+//! times out, and a full relist when the server answers 410 Gone. Errors are logged and
+//! retried with kube-runtime's default backoff (client-go's: 0.8 s doubling to 30 s, with
+//! jitter); none is fatal.
 //!
 //! What is watched, as kube-proxy does:
 //! - every Service;
@@ -18,11 +17,18 @@
 //! - the Node named by the gateway's `node_name` (field selector `metadata.name`), for
 //!   NodePort addresses and topology.
 //!
-//! [`KubeWatch::next`] hands over complete snapshots ([`Update`]): the first once every
-//! store has its initial list, then one per batch of changes. A batch ends when no event
-//! arrived for [`QUIET`], or [`MAX_DELAY`] after its first event, and never sooner than
-//! `min_interval` after the previous snapshot ([`KubeSettings`]). A snapshot is built
-//! only when the caller asks for it, so a slow compile never works on stale objects.
+//! [`KubeWatch::next`] hands over changes, not snapshots ([`KubeChanges`]: the latest
+//! state of each object that changed, or its deletion), so that the daemon's work is
+//! proportional to the change, not to the cluster ([`crate::compile::Compiler::apply`]).
+//! The first batch comes once every resource has its initial list. A list (the initial
+//! one, or a relist after 410 Gone) is handed over whole when it is complete: the objects
+//! whose resourceVersion differs from what the source held, and the deletion of every
+//! object the list no longer has. Bursts are coalesced as kube-proxy's
+//! `BoundedFrequencyRunner` does: a change is handed over at once when the previous
+//! batch is at least `min_interval` old ([`KubeSettings`], default
+//! [`DEFAULT_MIN_INTERVAL`]), else at that moment, together with everything else that
+//! arrived meanwhile; the watch tasks keep recording while the daemon compiles and
+//! publishes, so a slow publication also coalesces what arrives during it.
 //!
 //! Objects are read leniently ([`ApiObject`]): one that does not deserialize into its
 //! k8s-openapi type is kept as an error naming the object and the field
@@ -37,7 +43,7 @@
 //! (a relist of unchanged objects adds nothing).
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -49,7 +55,6 @@ use k8s_openapi::api::discovery::v1 as discovery;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::ListParams;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt as _};
 use kube::{Api, Client};
 use serde::de::DeserializeOwned;
@@ -59,7 +64,9 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::{KubeObject, Loaded, SourceError, TriggerTimes, Update};
+use super::{KubeObject, Loaded, SourceError, TriggerTimes};
+use crate::compile::Change;
+use crate::model::ObjectRef;
 
 /// The annotation the EndpointSlice controller sets to the time of the change (a Pod or
 /// Service update) that triggered the slice's update; RFC 3339.
@@ -68,14 +75,9 @@ pub const TRIGGER_TIME_ANNOTATION: &str = "endpoints.kubernetes.io/last-change-t
 /// The EndpointSlices a Service proxy needs (kube-proxy's label selector).
 pub const ENDPOINT_SLICE_SELECTOR: &str = "kubernetes.io/service-name,!service.kubernetes.io/headless";
 
-/// How long the API must stay quiet after an event before a batch ends.
-pub const QUIET: Duration = Duration::from_millis(50);
-
-/// Longest a continuous stream of events postpones a snapshot.
-pub const MAX_DELAY: Duration = Duration::from_millis(500);
-
-/// Default of [`KubeSettings::min_interval`].
-pub const DEFAULT_MIN_INTERVAL: Duration = Duration::from_millis(100);
+/// Default of [`KubeSettings::min_interval`]: at most 200 publications a second under
+/// churn, and at most 5 ms added to a change that follows another closely.
+pub const DEFAULT_MIN_INTERVAL: Duration = Duration::from_millis(5);
 
 /// How long to wait for the initial lists before saying which are missing.
 const SYNC_WARNING: Duration = Duration::from_secs(10);
@@ -228,6 +230,8 @@ impl<K: kube::Resource<DynamicType = ()>> kube::Resource for ApiObject<K> {
 
 /// The kinds this source reads, and how each becomes a [`KubeObject`].
 pub trait Kind: kube::Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static {
+    /// The kind, as `kind` spells it.
+    const KIND: &'static str;
     /// Whether objects of this kind live in a namespace.
     const NAMESPACED: bool = true;
 
@@ -236,18 +240,21 @@ pub trait Kind: kube::Resource<DynamicType = ()> + Clone + Debug + DeserializeOw
 }
 
 impl Kind for core::Service {
+    const KIND: &'static str = "Service";
     fn into_object(self) -> KubeObject {
         KubeObject::Service(Box::new(self))
     }
 }
 
 impl Kind for discovery::EndpointSlice {
+    const KIND: &'static str = "EndpointSlice";
     fn into_object(self) -> KubeObject {
         KubeObject::EndpointSlice(Box::new(self))
     }
 }
 
 impl Kind for core::Node {
+    const KIND: &'static str = "Node";
     const NAMESPACED: bool = false;
 
     fn into_object(self) -> KubeObject {
@@ -268,15 +275,11 @@ fn push_objects<'a, K: Kind>(objects: impl IntoIterator<Item = &'a ApiObject<K>>
     for o in objects {
         match o {
             ApiObject::Valid(k) => out.objects.push(k.clone().into_object()),
-            ApiObject::Invalid(i) => {
-                let kind = K::kind(&());
-                let name = i.metadata.name.as_deref().filter(|n| !n.is_empty()).unwrap_or("<unnamed>");
-                let object = match (K::NAMESPACED, i.metadata.namespace.as_deref()) {
-                    (true, ns) => format!("{kind} {}/{name}", ns.filter(|n| !n.is_empty()).unwrap_or("default")),
-                    (false, _) => format!("{kind} {name}"),
-                };
-                out.errors.push(SourceError::ApiObject { object, field: i.field.clone(), message: i.message.clone() });
-            }
+            ApiObject::Invalid(i) => out.errors.push(SourceError::ApiObject {
+                object: malformed_name::<K>(&i.metadata),
+                field: i.field.clone(),
+                message: i.message.clone(),
+            }),
         }
     }
 }
@@ -374,33 +377,87 @@ fn trigger_time(meta: &ObjectMeta) -> Option<SystemTime> {
 pub struct KubeSettings {
     /// The gateway's Node (only it is watched).
     pub node_name: String,
-    /// Shortest time between two snapshots (rate limit of recompilation and
-    /// publication under churn).
+    /// Shortest time between two hand-overs of changes (the rate limit of recompilation
+    /// and publication under churn, kube-proxy's `--min-sync-period`). A change that
+    /// arrives when the last hand-over is older than this is handed over at once.
     pub min_interval: Duration,
-    /// See [`QUIET`].
-    pub quiet: Duration,
-    /// See [`MAX_DELAY`].
-    pub max_delay: Duration,
 }
 
 impl KubeSettings {
     /// The defaults for the gateway on Node `node_name`.
     pub fn new(node_name: impl Into<String>) -> Self {
-        Self { node_name: node_name.into(), min_interval: DEFAULT_MIN_INTERVAL, quiet: QUIET, max_delay: MAX_DELAY }
+        Self { node_name: node_name.into(), min_interval: DEFAULT_MIN_INTERVAL }
     }
 }
 
-/// Changes not yet handed over in a snapshot.
+/// One batch of changes handed over by [`KubeWatch::next`]: what changed since the
+/// previous batch (the first batch: everything the initial lists returned).
+#[derive(Debug, Default)]
+pub struct KubeChanges {
+    /// The changed objects, each once with its latest state: `Some` when added, modified
+    /// or listed again with another resourceVersion, `None` when deleted (by a watch event,
+    /// or missing from a relist) or when its new version does not deserialize. Sorted by
+    /// identity.
+    pub objects: Vec<(ObjectRef, Option<KubeObject>)>,
+    /// The objects currently skipped because they do not deserialize
+    /// ([`SourceError::ApiObject`], Services then EndpointSlices then Nodes, each by
+    /// namespace/name), when that set changed in this batch; `None`: unchanged.
+    pub errors: Option<Vec<SourceError>>,
+    /// The `endpoints.kubernetes.io/last-change-trigger-time`s of the batch's changes.
+    pub triggers: Option<TriggerTimes>,
+}
+
+impl KubeChanges {
+    /// The batch as the compiler's changes ([`crate::compile::Compiler::apply`]).
+    pub fn changes(&self) -> impl Iterator<Item = Change<'_>> {
+        self.objects.iter().map(|(r, o)| match o {
+            Some(o) => Change::Upsert(o),
+            None => Change::Delete(r.clone()),
+        })
+    }
+}
+
+/// What [`SourceError::ApiObject`] says of an object that does not deserialize.
+#[derive(Clone, Debug)]
+struct Malformed {
+    object: String,
+    field: Option<String>,
+    message: String,
+}
+
+impl Malformed {
+    fn error(&self) -> SourceError {
+        SourceError::ApiObject { object: self.object.clone(), field: self.field.clone(), message: self.message.clone() }
+    }
+}
+
+/// Changes not yet handed over.
 #[derive(Debug, Default)]
 struct Batch {
-    /// Which stores have their initial list (Services, EndpointSlices, Nodes).
+    /// Which resources have their initial list (Services, EndpointSlices, Nodes).
     synced: [bool; 3],
-    /// When the first change of the batch arrived.
+    /// When the first change not yet handed over arrived.
     first: Option<Instant>,
-    /// When the last one arrived.
-    last: Option<Instant>,
     /// Trigger times of the batch's changes.
     triggers: Vec<SystemTime>,
+    /// The latest state of every object changed since the last hand-over.
+    objects: BTreeMap<ObjectRef, Option<KubeObject>>,
+    /// Objects present that do not deserialize, by resource index and identity.
+    malformed: BTreeMap<(usize, ObjectRef), Malformed>,
+    /// Whether `malformed` changed since the last hand-over.
+    malformed_changed: bool,
+}
+
+impl Batch {
+    /// Hands the batch over and starts the next.
+    fn take(&mut self) -> KubeChanges {
+        let triggers = TriggerTimes::from_times(&std::mem::take(&mut self.triggers));
+        let errors = std::mem::take(&mut self.malformed_changed)
+            .then(|| self.malformed.values().map(Malformed::error).collect());
+        let objects = std::mem::take(&mut self.objects).into_iter().collect();
+        self.first = None;
+        KubeChanges { objects, errors, triggers }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -414,32 +471,87 @@ impl Shared {
         self.batch.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn changed(&self, index: usize, synced: bool, triggers: impl IntoIterator<Item = SystemTime>) {
+    /// Records the changes of resource `index`: `upserts` (latest versions), `deletes`
+    /// (identities), whether its list is complete, and trigger times.
+    fn changed<K: Kind>(
+        &self,
+        index: usize,
+        upserts: impl IntoIterator<Item = ApiObject<K>>,
+        deletes: impl IntoIterator<Item = ObjectRef>,
+        synced: bool,
+        triggers: impl IntoIterator<Item = SystemTime>,
+    ) {
         let now = Instant::now();
         let mut b = self.lock();
-        b.synced[index] |= synced;
-        b.first.get_or_insert(now);
-        b.last = Some(now);
+        let b = &mut *b;
+        let mut any = false;
+        for o in upserts {
+            any = true;
+            match o {
+                ApiObject::Valid(k) => {
+                    let r = object_ref::<K>(k.meta());
+                    if b.malformed.remove(&(index, r.clone())).is_some() {
+                        b.malformed_changed = true;
+                    }
+                    b.objects.insert(r, Some(k.into_object()));
+                }
+                ApiObject::Invalid(i) => {
+                    // The previous valid version, if any, is not served any more.
+                    let r = object_ref::<K>(&i.metadata);
+                    let malformed =
+                        Malformed { object: malformed_name::<K>(&i.metadata), field: i.field, message: i.message };
+                    b.malformed.insert((index, r.clone()), malformed);
+                    b.malformed_changed = true;
+                    b.objects.insert(r, None);
+                }
+            }
+        }
+        for r in deletes {
+            any = true;
+            if b.malformed.remove(&(index, r.clone())).is_some() {
+                b.malformed_changed = true;
+            }
+            b.objects.insert(r, None);
+        }
         b.triggers.extend(triggers);
-        drop(b);
-        self.notify.notify_one();
+        let newly_synced = synced && !b.synced[index];
+        b.synced[index] |= synced;
+        if any || newly_synced {
+            b.first.get_or_insert(now);
+            self.notify.notify_one();
+        }
+    }
+}
+
+/// The identity of an object of kind `K`.
+fn object_ref<K: Kind>(meta: &ObjectMeta) -> ObjectRef {
+    if K::NAMESPACED {
+        ObjectRef::namespaced(K::KIND, meta)
+    } else {
+        ObjectRef::cluster_scoped(K::KIND, meta)
+    }
+}
+
+/// How [`SourceError::ApiObject`] names a malformed object of kind `K`.
+fn malformed_name<K: Kind>(meta: &ObjectMeta) -> String {
+    let name = meta.name.as_deref().filter(|n| !n.is_empty()).unwrap_or("<unnamed>");
+    match (K::NAMESPACED, meta.namespace.as_deref()) {
+        (true, ns) => format!("{} {}/{name}", K::KIND, ns.filter(|n| !n.is_empty()).unwrap_or("default")),
+        (false, _) => format!("{} {name}", K::KIND),
     }
 }
 
 const RESOURCES: [&str; 3] = ["services", "endpointslices", "nodes"];
 
-/// Watches the cluster and hands over snapshots (see the module documentation). Dropping
-/// it stops the watches.
+/// Watches the cluster and hands over its changes (see the module documentation).
+/// Dropping it stops the watches.
 #[derive(Debug)]
 pub struct KubeWatch {
     settings: KubeSettings,
     shared: Arc<Shared>,
-    services: Store<ApiObject<core::Service>>,
-    slices: Store<ApiObject<discovery::EndpointSlice>>,
-    nodes: Store<ApiObject<core::Node>>,
     tasks: Vec<JoinHandle<()>>,
     started: Instant,
-    last_snapshot: Option<Instant>,
+    last_handover: Option<Instant>,
     warned_unsynced: bool,
 }
 
@@ -451,14 +563,10 @@ impl KubeWatch {
         // kube-rs sends `resourceVersion=0` only on unpaged lists; the API server serves
         // those from its watch cache, which ignores `limit` anyway.
         let base = watcher::Config { page_size: None, ..watcher::Config::default().any_semantic() };
-        let (services, w_services) = reflector::store();
-        let (slices, w_slices) = reflector::store();
-        let (nodes, w_nodes) = reflector::store();
         let tasks = vec![
             tokio::spawn(run_watch::<core::Service>(
                 Api::all(client.clone()),
                 base.clone(),
-                w_services,
                 0,
                 shared.clone(),
                 started,
@@ -466,7 +574,6 @@ impl KubeWatch {
             tokio::spawn(run_watch::<discovery::EndpointSlice>(
                 Api::all(client.clone()),
                 base.clone().labels(ENDPOINT_SLICE_SELECTOR),
-                w_slices,
                 1,
                 shared.clone(),
                 started,
@@ -474,49 +581,36 @@ impl KubeWatch {
             tokio::spawn(run_watch::<core::Node>(
                 Api::all(client.clone()),
                 base.fields(&format!("metadata.name={}", settings.node_name)),
-                w_nodes,
                 2,
                 shared.clone(),
                 started,
             )),
         ];
-        Self {
-            settings,
-            shared,
-            services,
-            slices,
-            nodes,
-            tasks,
-            started: Instant::now(),
-            last_snapshot: None,
-            warned_unsynced: false,
-        }
+        Self { settings, shared, tasks, started: Instant::now(), last_handover: None, warned_unsynced: false }
     }
 
-    /// The next snapshot: the first once every initial list is complete, then one per
-    /// batch of changes (see the module documentation). Cancel-safe: the batch's state
-    /// lives in `self`, so a `select!` may drop this future at any await.
-    pub async fn next(&mut self) -> Update {
+    /// The next batch of changes: the first once every initial list is complete, then
+    /// whatever changed since the previous batch, as soon as something did and
+    /// `min_interval` has passed since the previous batch (see the module documentation).
+    /// Cancel-safe: the batch lives in the shared state until it is taken.
+    pub async fn next(&mut self) -> KubeChanges {
         loop {
             let now = Instant::now();
             let ready_at = {
                 let mut b = self.shared.lock();
                 let all_synced = b.synced.iter().all(|s| *s);
-                match (all_synced, b.first, b.last) {
-                    (true, Some(first), Some(last)) => {
-                        let settled = (last + self.settings.quiet).min(first + self.settings.max_delay);
-                        let ready = self.last_snapshot.map_or(settled, |t| settled.max(t + self.settings.min_interval));
+                match (all_synced, b.first) {
+                    (true, Some(first)) => {
+                        let ready = self.last_handover.map_or(first, |t| first.max(t + self.settings.min_interval));
                         if now >= ready {
-                            let triggers = TriggerTimes::from_times(&std::mem::take(&mut b.triggers));
-                            b.first = None;
-                            b.last = None;
+                            let changes = b.take();
                             drop(b);
-                            self.last_snapshot = Some(now);
-                            return Update { loaded: self.snapshot(), triggers };
+                            self.last_handover = Some(now);
+                            return changes;
                         }
                         Some(ready)
                     }
-                    (false, ..) if !self.warned_unsynced => {
+                    (false, _) if !self.warned_unsynced => {
                         let missing: Vec<&str> =
                             RESOURCES.iter().zip(b.synced).filter(|(_, s)| !s).map(|(r, _)| *r).collect();
                         if now >= self.started + SYNC_WARNING {
@@ -546,16 +640,6 @@ impl KubeWatch {
             }
         }
     }
-
-    /// The stores' current content, sorted: Services, EndpointSlices, Nodes, each by
-    /// namespace/name.
-    pub fn snapshot(&self) -> Loaded {
-        let mut loaded = Loaded::default();
-        push_objects(self.services.state().iter().map(|a| &**a), &mut loaded);
-        push_objects(self.slices.state().iter().map(|a| &**a), &mut loaded);
-        push_objects(self.nodes.state().iter().map(|a| &**a), &mut loaded);
-        loaded
-    }
 }
 
 impl Drop for KubeWatch {
@@ -566,59 +650,129 @@ impl Drop for KubeWatch {
     }
 }
 
-/// One resource's watcher → reflector loop: records changes and trigger times in
-/// `shared`, logs errors (the backoff is in the stream).
+/// An object's identity within one resource (namespace, name) and its resourceVersion.
+type Versions = HashMap<(String, String), Option<String>>;
+
+fn versioned(meta: &ObjectMeta) -> ((String, String), Option<String>) {
+    let (ns, name) = sort_key(meta);
+    ((ns.to_owned(), name.to_owned()), meta.resource_version.clone())
+}
+
+/// One resource's bookkeeping between its watcher's events and the shared batch. A list
+/// (initial, or a relist after 410 Gone or a failed watch) is recorded when complete, as
+/// the objects whose resourceVersion changed and the deletions of those it no longer has.
+#[derive(Debug)]
+struct Tracker<K> {
+    index: usize,
+    /// When the source started: older trigger times do not count.
+    started: SystemTime,
+    /// The last trigger time seen per object: a time counts once.
+    seen: HashMap<(String, String), SystemTime>,
+    /// What the source holds (handed over or pending).
+    current: Versions,
+    /// The list in progress: every object, and the changed ones.
+    listing: Versions,
+    listed: Vec<ApiObject<K>>,
+    listed_triggers: Vec<SystemTime>,
+    lists: u64,
+}
+
+impl<K: Kind> Tracker<K> {
+    fn new(index: usize, started: SystemTime) -> Self {
+        Self {
+            index,
+            started,
+            seen: HashMap::new(),
+            current: HashMap::new(),
+            listing: HashMap::new(),
+            listed: Vec::new(),
+            listed_triggers: Vec::new(),
+            lists: 0,
+        }
+    }
+
+    /// The trigger time of `meta` if it is new.
+    fn new_trigger(&mut self, meta: &ObjectMeta) -> Option<SystemTime> {
+        let t = trigger_time(meta)?;
+        let (ns, name) = sort_key(meta);
+        let previous = self.seen.insert((ns.to_owned(), name.to_owned()), t);
+        (previous != Some(t) && t >= self.started).then_some(t)
+    }
+
+    /// Records one watcher event in `shared`.
+    fn handle(&mut self, event: watcher::Event<ApiObject<K>>, shared: &Shared) {
+        use kube::Resource as _;
+        let resource = RESOURCES[self.index];
+        match event {
+            watcher::Event::Init => {
+                self.listing.clear();
+                self.listed.clear();
+                self.listed_triggers.clear();
+                tracing::debug!(resource, "listing");
+            }
+            watcher::Event::InitApply(o) => {
+                let t = self.new_trigger(o.meta());
+                self.listed_triggers.extend(t);
+                let (key, version) = versioned(o.meta());
+                // Unchanged objects (same resourceVersion) are not handed over again.
+                if version.is_none() || self.current.get(&key) != Some(&version) {
+                    self.listed.push(o);
+                }
+                self.listing.insert(key, version);
+            }
+            watcher::Event::InitDone => {
+                self.lists += 1;
+                let what = if self.lists == 1 { "listed" } else { "relisted" };
+                tracing::info!(
+                    resource,
+                    objects = self.listing.len(),
+                    changed = self.listed.len(),
+                    "{what}; watching for changes"
+                );
+                let mut gone = Vec::new();
+                for (ns, name) in self.current.keys().filter(|k| !self.listing.contains_key(*k)) {
+                    self.seen.remove(&(ns.clone(), name.clone()));
+                    let meta =
+                        ObjectMeta { namespace: Some(ns.clone()), name: Some(name.clone()), ..ObjectMeta::default() };
+                    gone.push(object_ref::<K>(&meta));
+                }
+                self.current = std::mem::take(&mut self.listing);
+                shared.changed(self.index, self.listed.drain(..), gone, true, self.listed_triggers.drain(..));
+            }
+            watcher::Event::Apply(o) => {
+                tracing::debug!(resource, object = ?sort_key(o.meta()), "applied");
+                let t = self.new_trigger(o.meta());
+                let (key, version) = versioned(o.meta());
+                self.current.insert(key, version);
+                shared.changed(self.index, [o], None, false, t);
+            }
+            watcher::Event::Delete(o) => {
+                let (key, _) = versioned(o.meta());
+                tracing::debug!(resource, object = ?key, "deleted");
+                self.seen.remove(&key);
+                self.current.remove(&key);
+                shared.changed::<K>(self.index, None, [object_ref::<K>(o.meta())], false, None);
+            }
+        }
+    }
+}
+
+/// One resource's watcher loop: records changes and trigger times in `shared`
+/// ([`Tracker`]), logs errors (the backoff is in the stream).
 async fn run_watch<K: Kind>(
     api: Api<ApiObject<K>>,
     config: watcher::Config,
-    writer: reflector::store::Writer<ApiObject<K>>,
     index: usize,
     shared: Arc<Shared>,
     started: SystemTime,
 ) {
-    use kube::Resource as _;
     let resource = RESOURCES[index];
-    let stream = watcher(api, config).default_backoff().reflect(writer);
+    let stream = watcher(api, config).default_backoff();
     let mut stream = std::pin::pin!(stream);
-    // The last trigger time seen per object: a time counts once.
-    let mut seen: HashMap<(String, String), SystemTime> = HashMap::new();
-    let mut listed: Vec<SystemTime> = Vec::new();
-    let mut list_count = 0usize;
-    let mut lists = 0u64;
-    let new_trigger = |seen: &mut HashMap<(String, String), SystemTime>, meta: &ObjectMeta| {
-        let t = trigger_time(meta)?;
-        let (ns, name) = sort_key(meta);
-        let previous = seen.insert((ns.to_owned(), name.to_owned()), t);
-        (previous != Some(t) && t >= started).then_some(t)
-    };
+    let mut tracker = Tracker::<K>::new(index, started);
     while let Some(item) = stream.next().await {
         match item {
-            Ok(watcher::Event::Init) => {
-                listed.clear();
-                list_count = 0;
-                tracing::debug!(resource, "listing");
-            }
-            Ok(watcher::Event::InitApply(o)) => {
-                list_count += 1;
-                listed.extend(new_trigger(&mut seen, o.meta()));
-            }
-            Ok(watcher::Event::InitDone) => {
-                lists += 1;
-                let what = if lists == 1 { "listed" } else { "relisted" };
-                tracing::info!(resource, objects = list_count, "{what}; watching for changes");
-                shared.changed(index, true, listed.drain(..));
-            }
-            Ok(watcher::Event::Apply(o)) => {
-                tracing::debug!(resource, object = ?sort_key(o.meta()), "applied");
-                let t = new_trigger(&mut seen, o.meta());
-                shared.changed(index, false, t);
-            }
-            Ok(watcher::Event::Delete(o)) => {
-                let (ns, name) = sort_key(o.meta());
-                tracing::debug!(resource, object = ?(ns, name), "deleted");
-                seen.remove(&(ns.to_owned(), name.to_owned()));
-                shared.changed(index, false, None);
-            }
+            Ok(event) => tracker.handle(event, &shared),
             Err(watcher::Error::WatchError(status)) if status.code == 410 => {
                 tracing::warn!(resource, "watch expired (410 Gone: {}); relisting", status.message);
             }
@@ -764,5 +918,207 @@ mod tests {
         push_objects(&objects, &mut out);
         let names: Vec<String> = out.objects.iter().map(|o| o.object_ref().to_string()).collect();
         assert_eq!(names, ["Service a/b", "Service a/z", "Service b/a"]);
+    }
+}
+
+/// The watch bookkeeping ([`Tracker`], [`Batch`]) against a from-scratch compile: random
+/// adds, modifications, deletions, malformed objects and relists (after 410 Gone: some
+/// objects changed, deleted or added meanwhile, their events lost) handed over in random
+/// batches to [`crate::compile::Compiler::apply`] end in the table [`crate::compile::compile`]
+/// builds from the objects the API holds.
+#[cfg(test)]
+mod delta_tests {
+    use std::collections::BTreeMap;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::compile::{CompileOptions, Compiler};
+    use crate::model::Objects;
+
+    /// xorshift64*.
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
+        }
+        fn chance(&mut self, percent: u64) -> bool {
+            self.below(100) < percent
+        }
+    }
+
+    /// The API server: objects by identity, as JSON, and the resourceVersion counter.
+    #[derive(Default)]
+    struct Api {
+        services: BTreeMap<String, serde_json::Value>,
+        slices: BTreeMap<String, serde_json::Value>,
+        version: u64,
+    }
+
+    impl Api {
+        fn next_version(&mut self) -> String {
+            self.version += 1;
+            self.version.to_string()
+        }
+
+        fn service(&mut self, rng: &mut Rng, i: u64) -> serde_json::Value {
+            let port = if rng.chance(5) { json!("eighty") } else { json!(80 + rng.below(2)) }; // malformed sometimes
+            let mut spec = json!({"externalIPs": [format!("192.0.2.{}", i % 4)],
+                                  "ports": [{"name": "http", "port": port, "protocol": "TCP"}]});
+            if rng.chance(20) {
+                spec["type"] = json!("NodePort");
+                spec["ports"][0]["nodePort"] = json!(30000 + i);
+            }
+            json!({"apiVersion": "v1", "kind": "Service", "spec": spec,
+                   "metadata": {"name": format!("s{i}"), "namespace": "d", "resourceVersion": self.next_version()}})
+        }
+
+        fn slice(&mut self, rng: &mut Rng, i: u64, j: u64) -> serde_json::Value {
+            let endpoints: Vec<_> = (0..rng.below(4))
+                .map(|_| {
+                    json!({"addresses": [format!("10.0.{i}.{}", 1 + rng.below(6))],
+                           "conditions": {"ready": rng.chance(80)}})
+                })
+                .collect();
+            json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
+                   "metadata": {"name": format!("s{i}-{j}"), "namespace": "d", "resourceVersion": self.next_version(),
+                                "labels": {"kubernetes.io/service-name": format!("s{i}")}},
+                   "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}], "endpoints": endpoints})
+        }
+
+        /// Every valid object, as a from-scratch compile sees it.
+        fn objects(&self) -> Vec<KubeObject> {
+            let services = self.services.values().filter_map(|v| serde_json::from_value(v.clone()).ok());
+            let slices = self.slices.values().filter_map(|v| serde_json::from_value(v.clone()).ok());
+            services
+                .map(|s| KubeObject::Service(Box::new(s)))
+                .chain(slices.map(|s| KubeObject::EndpointSlice(Box::new(s))))
+                .collect()
+        }
+
+        fn malformed(&self) -> usize {
+            self.services.values().filter(|v| serde_json::from_value::<core::Service>((*v).clone()).is_err()).count()
+        }
+    }
+
+    fn lenient<K: Kind>(v: &serde_json::Value) -> ApiObject<K> {
+        serde_json::from_value(v.clone()).unwrap()
+    }
+
+    fn relist<K: Kind>(tracker: &mut Tracker<K>, shared: &Shared, objects: &BTreeMap<String, serde_json::Value>) {
+        tracker.handle(watcher::Event::Init, shared);
+        for v in objects.values() {
+            tracker.handle(watcher::Event::InitApply(lenient(v)), shared);
+        }
+        tracker.handle(watcher::Event::InitDone, shared);
+    }
+
+    #[test]
+    fn changes_and_relists_end_in_the_table_of_a_from_scratch_compile() {
+        let options = CompileOptions { node_name: "gw".into(), ..Default::default() };
+        let mut relists = 0;
+        for seed in 0..48u64 {
+            let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ seed.wrapping_mul(0x1000_0000_01b3) | 1);
+            let shared = Shared::default();
+            let mut services = Tracker::<core::Service>::new(0, UNIX_EPOCH);
+            let mut slices = Tracker::<discovery::EndpointSlice>::new(1, UNIX_EPOCH);
+            let mut nodes = Tracker::<core::Node>::new(2, UNIX_EPOCH);
+            let mut api = Api::default();
+            for i in 0..rng.below(6) {
+                let s = api.service(&mut rng, i);
+                api.services.insert(format!("s{i}"), s);
+                let e = api.slice(&mut rng, i, 0);
+                api.slices.insert(format!("s{i}-0"), e);
+            }
+            relist(&mut services, &shared, &api.services);
+            relist(&mut slices, &shared, &api.slices);
+            relist(&mut nodes, &shared, &BTreeMap::new());
+            let mut compiler = Compiler::new(options.clone());
+            for step in 0..40 {
+                // One event, or a relist that misses some events.
+                let watched = !rng.chance(10);
+                let i = rng.below(8);
+                let j = rng.below(2);
+                match rng.below(6) {
+                    0 | 1 => {
+                        let s = api.service(&mut rng, i);
+                        api.services.insert(format!("s{i}"), s.clone());
+                        if watched {
+                            services.handle(watcher::Event::Apply(lenient(&s)), &shared);
+                        }
+                    }
+                    2 | 3 => {
+                        let e = api.slice(&mut rng, i, j);
+                        api.slices.insert(format!("s{i}-{j}"), e.clone());
+                        if watched {
+                            slices.handle(watcher::Event::Apply(lenient(&e)), &shared);
+                        }
+                    }
+                    4 => {
+                        if let Some(s) = api.services.remove(&format!("s{i}")) {
+                            if watched {
+                                services.handle(watcher::Event::Delete(lenient(&s)), &shared);
+                            }
+                        }
+                    }
+                    _ => {
+                        if let Some(e) = api.slices.remove(&format!("s{i}-{j}")) {
+                            if watched {
+                                slices.handle(watcher::Event::Delete(lenient(&e)), &shared);
+                            }
+                        }
+                    }
+                }
+                if !watched || rng.chance(5) {
+                    // 410 Gone: both resources relist.
+                    relists += 1;
+                    relist(&mut services, &shared, &api.services);
+                    relist(&mut slices, &shared, &api.slices);
+                }
+                if rng.chance(60) {
+                    let batch = shared.lock().take();
+                    if let Some(errors) = &batch.errors {
+                        compiler.set_source_errors(errors.iter().map(ToString::to_string).collect());
+                    }
+                    compiler.apply(batch.changes());
+                    let (objects, _) = Objects::from_kube(&api.objects());
+                    let expected = crate::compile::compile(&objects, &options);
+                    let got = compiler.compiled();
+                    assert_eq!(got.frontends, expected.frontends, "seed {seed} step {step}");
+                    assert_eq!(compiler.table_spec(), &expected.to_table_spec(), "seed {seed} step {step}");
+                    let malformed = got.errors.iter().filter(|e| e.contains("expected i32")).count();
+                    assert_eq!(malformed, api.malformed(), "seed {seed} step {step}: {:?}", got.errors);
+                }
+            }
+        }
+        assert!(relists > 48, "{relists} relists");
+    }
+
+    #[test]
+    fn a_relist_hands_over_only_what_changed() {
+        let shared = Shared::default();
+        let mut tracker = Tracker::<discovery::EndpointSlice>::new(1, UNIX_EPOCH);
+        let mut rng = Rng(7);
+        let mut api = Api::default();
+        for i in 0..4 {
+            let e = api.slice(&mut rng, i, 0);
+            api.slices.insert(format!("s{i}"), e);
+        }
+        relist(&mut tracker, &shared, &api.slices);
+        assert_eq!(shared.lock().take().objects.len(), 4);
+        // Meanwhile: s1 modified, s2 deleted, s9 added; s0 and s3 unchanged.
+        let e = api.slice(&mut rng, 1, 0);
+        api.slices.insert("s1".into(), e);
+        api.slices.remove("s2");
+        let e = api.slice(&mut rng, 9, 0);
+        api.slices.insert("s9".into(), e);
+        relist(&mut tracker, &shared, &api.slices);
+        let batch = shared.lock().take();
+        let got: Vec<(String, bool)> = batch.objects.iter().map(|(r, o)| (r.name.clone(), o.is_some())).collect();
+        assert_eq!(got, [("s1-0".into(), true), ("s2-0".into(), false), ("s9-0".into(), true)]);
     }
 }

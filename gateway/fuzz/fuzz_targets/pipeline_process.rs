@@ -4,7 +4,8 @@
 //! Input: repeated `[iface: u8][len_hi: u8][len_lo: u8][frame: len bytes]` records (the last
 //! record takes what is left), processed in order by one worker, so flows created by one
 //! frame meet replies, ICMP and corruptions in later ones. The clock advances a second per
-//! frame, exercising expiry.
+//! frame, exercising expiry. The demo gateway has a VLAN interface on each port (VLAN 100
+//! on the front, 200 on the back), so tag parsing, insertion and removal are fuzzed too.
 #![no_main]
 
 use std::net::{IpAddr, Ipv4Addr};
@@ -14,7 +15,9 @@ use libfuzzer_sys::fuzz_target;
 use torii_gateway::config::Config;
 use torii_gateway::host::Host;
 use torii_gateway::pipeline::{self, Meta, Shared, Verdict, WorkerState, MIN_BUFFER};
-use torii_gateway::table::{build, BackendSpec, FrontendKind, FrontendSpec, Protocol, ServiceSpec, Storage, Table, TableSpec};
+use torii_gateway::table::{
+    build, BackendSpec, FrontendKind, FrontendSpec, IpCidr, Protocol, ServiceSpec, Storage, Table, TableSpec,
+};
 use torii_gateway::wire::MacAddr;
 
 fn table() -> Table {
@@ -25,6 +28,7 @@ fn table() -> Table {
         protocol,
         kind: FrontendKind::ExternalIp,
         service,
+        source_ranges: vec![],
     };
     let spec = TableSpec {
         frontends: vec![
@@ -33,19 +37,33 @@ fn table() -> Table {
             fe([203, 0, 113, 11], Protocol::Tcp, 80, 2),
             fe([203, 0, 113, 11], Protocol::Udp, 9, 2),
             fe([203, 0, 113, 12], Protocol::Tcp, 443, 3),
+            fe([203, 0, 113, 10], Protocol::Sctp, 38412, 0),
+            // A load-balancer front door admitting only part of the client range.
+            FrontendSpec {
+                kind: FrontendKind::LoadBalancer,
+                source_ranges: vec![IpCidr::parse("198.51.100.0/25").unwrap()],
+                ..fe([203, 0, 113, 13], Protocol::Tcp, 80, 0)
+            },
         ],
         services: vec![
             ServiceSpec {
                 name: "demo/web:http".into(),
                 backends: vec![be("10.70.0.11", 8080), be("10.70.0.12", 8080), be("10.70.0.13", 8080)],
                 affinity_timeout_s: None,
+                draining: vec![be("10.70.0.14", 8080)],
             },
-            ServiceSpec { name: "demo/echo:echo".into(), backends: vec![be("10.70.0.21", 7007)], affinity_timeout_s: None },
-            ServiceSpec { name: "demo/empty:".into(), backends: vec![], affinity_timeout_s: None },
+            ServiceSpec {
+                name: "demo/echo:echo".into(),
+                backends: vec![be("10.70.0.21", 7007)],
+                affinity_timeout_s: None,
+                draining: vec![],
+            },
+            ServiceSpec { name: "demo/empty:".into(), backends: vec![], affinity_timeout_s: None, draining: vec![] },
             ServiceSpec {
                 name: "demo/sticky:https".into(),
                 backends: vec![be("10.70.0.11", 8443), be("10.70.0.50", 8443)],
                 affinity_timeout_s: Some(10),
+                draining: vec![],
             },
         ],
     };
@@ -56,7 +74,10 @@ fuzz_target!(|data: &[u8]| {
     thread_local! {
         static FIXTURE: (Table, Arc<Host>) = {
             let macs = [MacAddr([2, 0, 0, 0, 0xf0, 1]), MacAddr([2, 0, 0, 0, 0xf0, 2])];
-            (table(), Arc::new(Host::new(&Config::embedded_default(), &macs)))
+            let vlans = "\n[[interfaces]]\nname = \"tg-front\"\nvlan = 100\naddresses = [\"192.0.2.1/24\"]\n\
+                         [[interfaces]]\nname = \"tg-back\"\nvlan = 200\naddresses = [\"10.80.0.1/24\"]\n";
+            let config = Config::from_toml(&format!("{}{vlans}", torii_gateway::config::EMBEDDED_DEFAULT)).unwrap();
+            (table(), Arc::new(Host::new(&config, &macs)))
         };
     }
     FIXTURE.with(|(table, host)| {
@@ -64,6 +85,7 @@ fuzz_target!(|data: &[u8]| {
         shared.neighbours.learn(Ipv4Addr::new(10, 70, 0, 11), MacAddr([2, 0, 0, 0, 0xb0, 11]), 0);
         shared.neighbours.learn(Ipv4Addr::new(10, 70, 0, 21), MacAddr([2, 0, 0, 0, 0xb0, 21]), 0);
         let mut st = WorkerState::new(0, 2, Arc::clone(host), &shared, 64, 1);
+        st.adopt_table(table, table, 0);
         let mut buf = vec![0u8; 2048];
         let mut rest = data;
         let mut now = 0u64;
@@ -73,8 +95,9 @@ fuzz_target!(|data: &[u8]| {
             rest = more;
             buf[..len].copy_from_slice(frame);
             let meta = Meta { iface: iface % 3, len, l4_csum_partial: iface & 0x80 != 0 };
-            if let Verdict::Transmit { len, .. } = pipeline::process(now, &mut buf[..len.max(MIN_BUFFER)], &meta, table, &mut st) {
-                assert!(len <= len.max(MIN_BUFFER));
+            let cap = len.max(MIN_BUFFER);
+            if let Verdict::Transmit { len: out, .. } = pipeline::process(now, &mut buf[..cap], &meta, table, &mut st) {
+                assert!(out <= cap, "transmitted {out} bytes of a {cap}-byte buffer");
             }
             let mut arp = [0u8; 64];
             while pipeline::poll_transmit(now, &mut arp, &mut st).is_some() {}

@@ -25,6 +25,12 @@ fuzz_target!(|data: &[u8]| {
         let found = table.frontend(addr, f.protocol, f.port.get()).expect("a listed front door is found");
         let service = table.service(found.service).expect("its service exists");
         let _ = service.pick(u64::from(f.port.get()) * 0x9e37_79b9_7f4a_7c15);
+        for client in [IpAddr::from([198, 51, 100, 10]), IpAddr::from(f.addr), addr] {
+            let _ = found.source_ranges.admits(client);
+        }
+        for b in service.backends.iter().chain(service.draining) {
+            assert!(service.serves(b.addr, b.port.get()), "a listed endpoint serves");
+        }
         let _ = service.name.len();
         assert!(table.is_vip(addr));
     }

@@ -64,7 +64,7 @@ impl Index {
     pub(super) fn with_displacement_cap(slots: usize, disp_cap: u64) -> Self {
         assert!((1..=DISP_CAP).contains(&disp_cap));
         assert!(slots >= 1 && slots as u64 <= 1 << 32, "index size {slots} out of range");
-        Self { slots: vec![EMPTY; slots].into_boxed_slice(), disp_cap }
+        Self { slots: super::memory::filled(slots, EMPTY), disp_cap }
     }
 
     /// Number of slots.
@@ -127,6 +127,32 @@ impl Index {
             }
             pos = self.next(pos);
         }
+    }
+
+    /// The tags of the occupied slots among the `count` slots from the home slot of `hash`
+    /// onwards (wrapping), in probe order. O(count).
+    pub(super) fn tags_near(&self, hash: u64, count: usize) -> impl Iterator<Item = u32> + '_ {
+        let start = self.home(hash);
+        let n = self.slots.len();
+        (0..count.min(n)).filter_map(move |i| {
+            let slot = self.slots[(start + i) % n];
+            (slot != EMPTY).then_some(slot as u32 & TAG_MASK as u32)
+        })
+    }
+
+    /// Asks the CPU to start loading the home slot of `hash` into cache (no effect on
+    /// results; a no-op on targets without a prefetch instruction). O(1).
+    #[inline]
+    pub(super) fn prefetch(&self, hash: u64) {
+        prefetch(&self.slots[self.home(hash)]);
+    }
+
+    /// The tag in the home slot of `hash` when that slot's fingerprint matches the hash's
+    /// (the likely hit of a lookup), for prefetching its record. O(1).
+    #[inline]
+    pub(super) fn home_candidate(&self, hash: u64) -> Option<u32> {
+        let slot = self.slots[self.home(hash)];
+        (slot != EMPTY && slot & FP_FIELD == fingerprint_field(hash)).then_some(slot as u32 & TAG_MASK as u32)
     }
 
     /// Indexes `tag` for a key with hash `hash`, in the first empty slot at or after `start`.
@@ -198,4 +224,21 @@ fn fingerprint_field(hash: u64) -> u64 {
 #[cfg(test)]
 pub(super) fn decode(slot: u64) -> (u32, u32, u64) {
     ((slot & TAG_MASK) as u32, ((slot & FP_FIELD) >> FP_SHIFT) as u32, slot >> DISP_SHIFT)
+}
+
+/// Starts loading the cache line holding `*value` (`_mm_prefetch` with `_MM_HINT_T0`, as
+/// DPDK's `rte_prefetch0`), so a later read of it does not stall; a no-op on targets other
+/// than x86-64. Never faults and changes no result.
+#[inline(always)]
+pub(super) fn prefetch<T>(value: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `_mm_prefetch` is a hint that reads nothing architecturally visible and
+    // cannot fault; the pointer comes from a live reference anyway. SSE, which it needs,
+    // is part of the x86-64 baseline.
+    #[allow(unsafe_code)]
+    unsafe {
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(std::ptr::from_ref(value).cast::<i8>());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = value;
 }

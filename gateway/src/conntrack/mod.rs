@@ -1,21 +1,35 @@
 //! Per-worker connection tracking for full NAT: a fixed-capacity flow table in which every
 //! flow is found in O(1) from either of its two tuples, with idle expiry in bounded work.
+//! One table per address family: [`Conntrack`] (IPv4, the default type parameter) and
+//! [`Conntrack6`]; both are [`Conntrack<A>`] over the sealed [`Address`] trait.
 //!
 //! # Contract
 //!
 //! - A [`Flow`] has two tuples: [`Flow::original`] (client → VIP:port, as received) and
-//!   [`Flow::reply`] (endpoint:targetPort → SNAT address:port, as it will be received).
-//!   [`Conntrack::insert`] indexes both; [`Conntrack::lookup`] finds the one shared record
-//!   from either and says which [`Direction`] matched; [`Conntrack::remove`] unindexes both.
+//!   [`Flow::reply`] (endpoint:targetPort → SNAT address:port, as it will be received), and a
+//!   [`FlowState`] the pipeline updates. [`Conntrack::insert`] indexes both tuples;
+//!   [`Conntrack::lookup`] finds the one shared record from either and says which
+//!   [`Direction`] matched; [`Conntrack::remove`] unindexes both.
+//! - The reply tuple's destination is always one of the worker's SNAT addresses, given to
+//!   [`Conntrack::new`]; the record stores its index, not the address (see Layout).
 //! - Capacity is fixed by [`Conntrack::new`], which allocates and touches all memory; after
 //!   it returns nothing allocates, reallocates or frees: the record slab, the occupancy
 //!   bitmap and the index are boxed slices, which cannot grow. A full table refuses new
-//!   flows with [`InsertError::Full`] (the pipeline then falls back to the stateless Maglev
-//!   choice, see DESIGN.md "Failure semantics").
-//! - Nothing here reads a clock. Every flow carries a deadline in the caller's monotonic
-//!   nanoseconds; [`Conntrack::expire`] reaps flows whose deadline has passed, examining at
-//!   most `budget` records per call from a rotating cursor, so a sweep of the whole table is
-//!   spread over `capacity / budget` calls and no call ever scans everything.
+//!   flows with [`InsertError::Full`]; [`Conntrack::early_drop`] then makes room, as Linux
+//!   does, by evicting a flow near the new one that is worth less (expired, not assured,
+//!   or a closing TCP connection), and the pipeline retries once or refuses the flow
+//!   (full NAT has no stateless fallback: the reply needs the record; README, "A full
+//!   conntrack table").
+//! - The TCP state machine ([`tcp`], Linux's `tcp_conntracks`) and the per-packet update
+//!   of a flow's state and deadline ([`track_tcp`], [`track_udp`], [`Timeouts`]) are pure
+//!   functions over [`FlowState`]; the table stores their result and knows nothing of them
+//!   beyond `assured` and the closing states, which early drop reads.
+//! - Nothing here reads a clock. Every flow carries a [`Deadline`] (32-bit milliseconds of
+//!   the caller's monotonic clock, compared with wrap-around as Linux compares its 32-bit
+//!   `nf_conn.timeout` with `nfct_time_stamp`); [`Conntrack::expire`] reaps flows whose
+//!   deadline has passed, examining at most `budget` records per call from a rotating
+//!   cursor, so a sweep of the whole table is spread over `capacity / budget` calls and no
+//!   call ever scans everything.
 //! - A lookup does **not** check the deadline: a flow that is expired but not yet reaped is
 //!   still returned, and the pipeline decides (refresh it, or treat the packet as a new flow
 //!   after [`Conntrack::remove`]). This keeps `lookup` free of the clock and keeps one policy
@@ -27,10 +41,21 @@
 //! # Layout
 //!
 //! ```text
-//!  flows: [Flow; capacity]        56 B per flow: both tuples, NAT state, deadline
-//!  live:  [u64; ⌈capacity / 64⌉]  1 bit per flow: record in use
-//!  index: [u64; ⌈8·capacity/3⌉]   one slot per tuple (2 per flow), load ≤ 3/4 at capacity
-//!          slot = tag (id << 1 | direction) | 24-bit fingerprint | 8-bit displacement
+//!  records: [Record<A>; capacity]   40 B (IPv4) / 76 B (IPv6) per flow, see below
+//!  live:    [u64; ⌈capacity / 64⌉]  1 bit per flow: record in use
+//!  index:   [u64; ⌈8·capacity/3⌉]   one slot per tuple (2 per flow), load ≤ 3/4 at capacity
+//!           slot = tag (id << 1 | direction) | 24-bit fingerprint | 8-bit displacement
+//!
+//!  Record<A> (repr(C)):
+//!    state              FlowState: deadline u32 ms, frontend u32, table_generation u32,
+//!                       tcp_state u8, seen_reply, assured            16 B
+//!    original src, dst  A, A                                          8 B / 32 B
+//!    reply src          A (the endpoint)                              4 B / 16 B
+//!    ports              original src, dst; reply src, dst (SNAT)      8 B
+//!    protocol           one byte for both tuples (NAT keeps it)       1 B
+//!    snat               index of the reply destination among the
+//!                       worker's SNAT addresses                       1 B
+//!                                                         padding     2 B / 2 B
 //! ```
 //!
 //! Keys are hashed with XXH3-64 under the per-table seed given to [`Conntrack::new`], so a
@@ -40,21 +65,21 @@
 //! record only on a (almost certain) match. Free records are chained through their own
 //! storage, so the free list costs no memory.
 //!
-//! Memory per flow at capacity: 56 B record + 8 · 8/3 ≈ 21.3 B of index + 1 bit ≈ 77.5 B
-//! ([`Conntrack::memory_bytes`] gives the exact figure). The index slot is already 8 bytes
-//! for both directions together with the flow id; reaching 64 B per IPv4 flow is a matter of
-//! a denser record (the reply tuple's protocol duplicates the original's, its destination is
-//! the worker's SNAT address, and deadlines fit 32 bits at a coarser unit), not of a
-//! different index.
+//! Memory per flow at capacity ([`Conntrack::memory_bytes`] gives the exact figure): for
+//! IPv4, a 40 B record, 8 · 8/3 ≈ 21.3 B of index and 1 bit ≈ **61.5 B**; for IPv6, 76 B,
+//! 21.3 B and 1 bit ≈ 97.5 B. The client's MAC address is not kept per flow: replies are
+//! routed to the client like any other packet (next hop and neighbour table), as a Linux
+//! router does.
 //!
 //! Expected cost at load ≤ 3/4 (Knuth, TAOCP vol. 3, § 6.4): a hit probes ≈ 2.5 slots, a
 //! miss ≈ 8.5 slots (about two cache lines of index), one record read per hit.
 //!
 //! ```
 //! use std::net::Ipv4Addr;
-//! use torii_gateway::conntrack::{Conntrack, Direction, Flow, FlowKey};
+//! use torii_gateway::conntrack::{Conntrack, Deadline, Direction, Flow, FlowKey, FlowState};
 //!
-//! let mut ct = Conntrack::new(1024, 0x5eed);
+//! let snat = Ipv4Addr::new(192, 0, 2, 1);
+//! let mut ct = Conntrack::new(1024, 0x5eed, &[snat]);
 //! let original = FlowKey {
 //!     protocol: 6,
 //!     src_addr: Ipv4Addr::new(198, 51, 100, 7),
@@ -66,33 +91,30 @@
 //!     protocol: 6,
 //!     src_addr: Ipv4Addr::new(10, 1, 2, 3),
 //!     src_port: 8443,
-//!     dst_addr: Ipv4Addr::new(192, 0, 2, 1),
+//!     dst_addr: snat,
 //!     dst_port: 61000,
 //! };
-//! let flow = Flow {
-//!     original,
-//!     reply,
-//!     client_mac: [2, 0, 0, 0, 0, 1],
-//!     ingress_iface: 0,
-//!     service: 7,
-//!     tcp_state: 0,
-//!     seen_reply: false,
-//!     table_generation: 0,
-//!     deadline: 30_000_000_000,
-//! };
-//! let id = ct.insert(flow).unwrap();
+//! let state = FlowState::new(7, 0, Deadline::at(30_000_000_000));
+//! let id = ct.insert(Flow { original, reply, state }).unwrap();
 //! assert_eq!(ct.lookup(&reply), Some((id, Direction::Reply)));
-//! assert_eq!(ct.expire(30_000_000_000, 64, |f| assert_eq!(f.service, 7)), 1);
+//! assert_eq!(ct.expire(30_000_000_000, 64, |f| assert_eq!(f.state.frontend, 7)), 1);
 //! assert_eq!(ct.lookup(&original), None);
 //! ```
 
 mod index;
+mod memory;
+pub mod tcp;
 #[cfg(test)]
 mod tests;
+mod track;
+
+pub use tcp::TcpState;
+pub use track::{track_tcp, track_udp, Timeouts, Tracked};
 
 use std::fmt;
+use std::hash::Hash;
 use std::mem::size_of;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use index::{Index, Probe};
 
@@ -100,43 +122,95 @@ use index::{Index, Probe};
 /// the flow is removed (see the module documentation).
 pub type FlowId = u32;
 
-/// Largest capacity [`Conntrack::new`] accepts: 2^30 flows (≈ 77 GiB). Flow ids and the
-/// direction bit share 31 bits of an index slot.
+/// Largest capacity [`Conntrack::new`] accepts: 2^30 flows. Flow ids and the direction bit
+/// share 31 bits of an index slot.
 pub const MAX_CAPACITY: usize = 1 << 30;
+
+/// Most SNAT addresses one table accepts: the record keeps the reply destination as a
+/// one-byte index.
+pub const MAX_SNAT_ADDRESSES: usize = 256;
+
+/// Index slots [`Conntrack::early_drop`] examines, from the home slot of the new flow's
+/// tuple: about 12 flows at load 3/4, all in two or three cache lines of index (Linux's
+/// `early_drop` looks at `NF_CT_EVICTION_RANGE` = 8 hash buckets).
+pub const EARLY_DROP_SLOTS: usize = 16;
 
 /// Index slots per flow at capacity, as a fraction: 2 tuples / load factor 3/4 = 8/3.
 const INDEX_SLOTS_PER_FLOW: (usize, usize) = (8, 3);
 
-/// Chains free records through [`Flow::service`]; `NO_FREE` ends the chain.
+/// Chains free records through [`FlowState::frontend`]; `NO_FREE` ends the chain.
 const NO_FREE: u32 = u32::MAX;
 
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for std::net::Ipv4Addr {}
+    impl Sealed for std::net::Ipv6Addr {}
+}
+
+/// An IP address family conntrack can track: [`Ipv4Addr`] or [`Ipv6Addr`] (sealed). Both
+/// are plain octet arrays (alignment 1), so records pack them without padding.
+pub trait Address: sealed::Sealed + Copy + Eq + Hash + fmt::Debug + Send + Sync + 'static {
+    /// Address length in octets: 4 or 16.
+    const LEN: usize;
+    /// The all-zeros address (`0.0.0.0`, `::`).
+    const UNSPECIFIED: Self;
+    /// The address in network byte order, written to `out[..Self::LEN]`.
+    fn write_octets(&self, out: &mut [u8]);
+}
+
+impl Address for Ipv4Addr {
+    const LEN: usize = 4;
+    const UNSPECIFIED: Self = Ipv4Addr::UNSPECIFIED;
+    #[inline]
+    fn write_octets(&self, out: &mut [u8]) {
+        out[..4].copy_from_slice(&self.octets());
+    }
+}
+
+impl Address for Ipv6Addr {
+    const LEN: usize = 16;
+    const UNSPECIFIED: Self = Ipv6Addr::UNSPECIFIED;
+    #[inline]
+    fn write_octets(&self, out: &mut [u8]) {
+        out[..16].copy_from_slice(&self.octets());
+    }
+}
+
 /// One direction of a flow as it appears on the wire: IP protocol number (IANA "Assigned
-/// Internet Protocol Numbers": 6 TCP, 17 UDP, 132 SCTP, 1 ICMP), addresses, and transport
-/// ports (host byte order; for ICMP echo, the identifier in one port and 0 in the other).
-/// 14 bytes.
+/// Internet Protocol Numbers": 6 TCP, 17 UDP, 132 SCTP, 1 ICMP, 58 ICMPv6), addresses, and
+/// transport ports (host byte order; for ICMP echo, the identifier in one port and 0 in the
+/// other). `A` is the address family, IPv4 unless said otherwise.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct FlowKey {
-    /// IP protocol number (IPv4 header "Protocol", [RFC 791 § 3.1]).
+pub struct FlowKey<A: Address = Ipv4Addr> {
+    /// IP protocol number (IPv4 "Protocol", [RFC 791 § 3.1]; IPv6 upper-layer "Next Header"
+    /// after any extension headers, [RFC 8200 § 3]).
     ///
     /// [RFC 791 § 3.1]: https://www.rfc-editor.org/rfc/rfc791#section-3.1
+    /// [RFC 8200 § 3]: https://www.rfc-editor.org/rfc/rfc8200#section-3
     pub protocol: u8,
-    /// IPv4 source address.
-    pub src_addr: Ipv4Addr,
+    /// Source address.
+    pub src_addr: A,
     /// Transport source port, host byte order.
     pub src_port: u16,
-    /// IPv4 destination address.
-    pub dst_addr: Ipv4Addr,
+    /// Destination address.
+    pub dst_addr: A,
     /// Transport destination port, host byte order.
     pub dst_port: u16,
 }
 
-impl FlowKey {
+/// An IPv6 [`FlowKey`].
+pub type FlowKey6 = FlowKey<Ipv6Addr>;
+
+/// Longest [`FlowKey::hash_input`]: protocol, two IPv6 addresses, two ports.
+const MAX_HASH_INPUT: usize = 1 + 2 * 16 + 2 * 2;
+
+impl<A: Address> FlowKey<A> {
     /// The same tuple seen from the other end: source and destination (address and port)
     /// swapped, protocol kept. For a full-NAT flow, `flow.reply.reversed()` is the tuple the
     /// gateway sends towards the endpoint.
     #[must_use]
-    pub fn reversed(&self) -> FlowKey {
-        FlowKey {
+    pub fn reversed(&self) -> Self {
+        Self {
             protocol: self.protocol,
             src_addr: self.dst_addr,
             src_port: self.dst_port,
@@ -146,14 +220,18 @@ impl FlowKey {
     }
 
     /// The key's bytes in a fixed order (protocol, source address, source port, destination
-    /// address, destination port; ports big-endian), the input of the table hash.
+    /// address, destination port; addresses and ports in network order) in the first
+    /// `5 + 2 · A::LEN` bytes of the returned buffer, the input of the table hash.
     #[inline]
-    fn hash_input(&self) -> [u8; 13] {
-        let s = self.src_addr.octets();
-        let d = self.dst_addr.octets();
-        let sp = self.src_port.to_be_bytes();
-        let dp = self.dst_port.to_be_bytes();
-        [self.protocol, s[0], s[1], s[2], s[3], sp[0], sp[1], d[0], d[1], d[2], d[3], dp[0], dp[1]]
+    fn hash_input(&self) -> ([u8; MAX_HASH_INPUT], usize) {
+        let mut b = [0u8; MAX_HASH_INPUT];
+        let n = A::LEN;
+        b[0] = self.protocol;
+        self.src_addr.write_octets(&mut b[1..]);
+        b[1 + n..3 + n].copy_from_slice(&self.src_port.to_be_bytes());
+        self.dst_addr.write_octets(&mut b[3 + n..]);
+        b[3 + 2 * n..5 + 2 * n].copy_from_slice(&self.dst_port.to_be_bytes());
+        (b, 5 + 2 * n)
     }
 }
 
@@ -166,56 +244,229 @@ pub enum Direction {
     Reply,
 }
 
-/// One tracked full-NAT flow. 56 bytes.
+const NS_PER_MS: u64 = 1_000_000;
+
+/// When an idle flow expires: milliseconds of the caller's monotonic clock, kept in 32 bits
+/// and compared with wrap-around, as Linux keeps `nf_conn.timeout` in 32-bit jiffies and
+/// tests `(s32)(timeout - nfct_time_stamp) <= 0` (`nf_ct_is_expired`,
+/// `include/net/netfilter/nf_conntrack.h`). A deadline is meaningful while it lies less than
+/// 2^31 ms (≈ 24.8 days) from the clock: timeouts are capped at [`Deadline::MAX_TIMEOUT_NS`],
+/// and expiry sweeps the table far more often than that.
 ///
-/// The keys are fixed once inserted (the index is derived from them); the pipeline may
-/// update [`deadline`](Flow::deadline), [`tcp_state`](Flow::tcp_state) and
-/// [`seen_reply`](Flow::seen_reply) through [`Conntrack::get_mut`].
+/// A deadline is rounded up to the next millisecond and the clock down, so a flow never
+/// expires early and at most 1 ms late.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Deadline(u32);
+
+impl Deadline {
+    /// Longest timeout [`Deadline::after`] honours, ns: 2^31 − 1 ms minus a day of margin for
+    /// flows reaped late (about 23.8 days). Configuration rejects longer timeouts.
+    pub const MAX_TIMEOUT_NS: u64 = ((1 << 31) - 1 - 86_400_000) * NS_PER_MS;
+
+    /// The deadline at `t_ns` (monotonic ns).
+    #[inline]
+    #[must_use]
+    pub fn at(t_ns: u64) -> Self {
+        Deadline(t_ns.div_ceil(NS_PER_MS) as u32)
+    }
+
+    /// The deadline `timeout_ns` after `now_ns` (the timeout capped at
+    /// [`Deadline::MAX_TIMEOUT_NS`]).
+    #[inline]
+    #[must_use]
+    pub fn after(now_ns: u64, timeout_ns: u64) -> Self {
+        Self::at(now_ns.saturating_add(timeout_ns.min(Self::MAX_TIMEOUT_NS)))
+    }
+
+    /// Whether the deadline has passed at `now_ns`: `now ≥ deadline`, modulo 2^32 ms.
+    #[inline]
+    #[must_use]
+    pub fn is_due(self, now_ns: u64) -> bool {
+        ((now_ns / NS_PER_MS) as u32).wrapping_sub(self.0) as i32 >= 0
+    }
+
+    /// Milliseconds from `now_ns` until the deadline, 0 once it is due (diagnostics, tests).
+    #[must_use]
+    pub fn remaining_ms(self, now_ns: u64) -> u32 {
+        let left = self.0.wrapping_sub((now_ns / NS_PER_MS) as u32) as i32;
+        left.max(0) as u32
+    }
+}
+
+/// The part of a flow the pipeline updates while it lives, stored verbatim in the record
+/// ([`Conntrack::state`], [`Conntrack::state_mut`]). 16 bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Flow {
-    /// Client → VIP:port, as received.
-    pub original: FlowKey,
-    /// Endpoint:targetPort → SNAT address:port, as the reply will be received. The endpoint
-    /// is stored here by address and port, not by table index, so the flow survives table
-    /// changes (DESIGN.md "The table and how it is published").
-    pub reply: FlowKey,
-    /// Ethernet source address of the original direction: where replies are sent.
-    pub client_mac: [u8; 6],
-    /// Index of the interface the original direction arrived on.
-    pub ingress_iface: u8,
-    /// Table service id, informational (counters, logs).
-    pub service: u32,
-    /// The pipeline's TCP tracking state; opaque to conntrack.
-    pub tcp_state: u8,
-    /// Set by the pipeline once the reply direction has been seen.
-    pub seen_reply: bool,
+#[repr(C)]
+pub struct FlowState {
+    /// When the flow expires unless refreshed.
+    pub deadline: Deadline,
+    /// Index of the flow's front door in the table of generation
+    /// [`table_generation`](FlowState::table_generation) (per-front-door counters); the
+    /// pipeline refreshes it when it revalidates the flow against a newer table.
+    pub frontend: u32,
     /// Low 32 bits of the table generation against which the pipeline last checked that
     /// this flow's endpoint is still an endpoint of its front door; opaque to conntrack.
     pub table_generation: u32,
-    /// Idle deadline, nanoseconds of the caller's monotonic clock: the flow is expired when
-    /// `now >= deadline`.
-    pub deadline: u64,
+    /// TCP connection state ([`track_tcp`]); [`TcpState::None`] for other protocols.
+    pub tcp_state: TcpState,
+    /// Set once the reply direction has been seen (Linux `IPS_SEEN_REPLY`).
+    pub seen_reply: bool,
+    /// Set once the flow is worth keeping under pressure (Linux `IPS_ASSURED`: TCP
+    /// established, UDP traffic after a reply); not-assured flows may be evicted early.
+    pub assured: bool,
 }
 
-const UNSPECIFIED_KEY: FlowKey =
-    FlowKey { protocol: 0, src_addr: Ipv4Addr::UNSPECIFIED, src_port: 0, dst_addr: Ipv4Addr::UNSPECIFIED, dst_port: 0 };
+impl FlowState {
+    /// The state of a new flow: entered by front door `frontend` under table generation
+    /// `table_generation` (low 32 bits), expiring at `deadline`; no TCP state, no reply seen.
+    #[must_use]
+    pub fn new(frontend: u32, table_generation: u32, deadline: Deadline) -> Self {
+        Self { deadline, frontend, table_generation, tcp_state: TcpState::None, seen_reply: false, assured: false }
+    }
+}
 
-/// Contents of a record that was never used.
-const VACANT_FLOW: Flow = Flow {
-    original: UNSPECIFIED_KEY,
-    reply: UNSPECIFIED_KEY,
-    client_mac: [0; 6],
-    ingress_iface: 0,
-    service: NO_FREE,
-    tcp_state: 0,
-    seen_reply: false,
-    table_generation: 0,
-    deadline: 0,
-};
+/// One tracked full-NAT flow, as inserted and as read back ([`Conntrack::get`]); the table
+/// stores it denser (see the module documentation).
+///
+/// The keys are fixed once inserted (the index is derived from them); the pipeline updates
+/// the [`FlowState`] through [`Conntrack::state_mut`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Flow<A: Address = Ipv4Addr> {
+    /// Client → VIP:port, as received.
+    pub original: FlowKey<A>,
+    /// Endpoint:targetPort → SNAT address:port, as the reply will be received. The endpoint
+    /// is stored here by address and port, not by table index, so the flow survives table
+    /// changes (DESIGN.md "The table and how it is published"). Same protocol as
+    /// [`Flow::original`]; the destination is one of the table's SNAT addresses.
+    pub reply: FlowKey<A>,
+    /// What changes while the flow lives.
+    pub state: FlowState,
+}
 
-const _: () = assert!(size_of::<FlowKey>() == 14);
-const _: () = assert!(size_of::<Flow>() == 56);
-const _: () = assert!(size_of::<Flow>() <= 64, "one flow record per cache line");
+/// An IPv6 [`Flow`].
+pub type Flow6 = Flow<Ipv6Addr>;
+
+/// A flow as stored: see the module documentation, "Layout".
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+struct Record<A: Address> {
+    state: FlowState,
+    original_src: A,
+    original_dst: A,
+    reply_src: A,
+    original_src_port: u16,
+    original_dst_port: u16,
+    reply_src_port: u16,
+    reply_dst_port: u16,
+    protocol: u8,
+    /// Index of the reply destination in [`Conntrack::snat`].
+    snat: u8,
+}
+
+impl<A: Address> Record<A> {
+    /// Contents of a record that was never used.
+    const VACANT: Self = Record {
+        state: FlowState {
+            deadline: Deadline(0),
+            frontend: NO_FREE,
+            table_generation: 0,
+            tcp_state: TcpState::None,
+            seen_reply: false,
+            assured: false,
+        },
+        original_src: A::UNSPECIFIED,
+        original_dst: A::UNSPECIFIED,
+        reply_src: A::UNSPECIFIED,
+        original_src_port: 0,
+        original_dst_port: 0,
+        reply_src_port: 0,
+        reply_dst_port: 0,
+        protocol: 0,
+        snat: 0,
+    };
+
+    #[inline]
+    fn pack(flow: &Flow<A>, snat: u8) -> Self {
+        Record {
+            state: flow.state,
+            original_src: flow.original.src_addr,
+            original_dst: flow.original.dst_addr,
+            reply_src: flow.reply.src_addr,
+            original_src_port: flow.original.src_port,
+            original_dst_port: flow.original.dst_port,
+            reply_src_port: flow.reply.src_port,
+            reply_dst_port: flow.reply.dst_port,
+            protocol: flow.original.protocol,
+            snat,
+        }
+    }
+
+    #[inline]
+    fn original(&self) -> FlowKey<A> {
+        FlowKey {
+            protocol: self.protocol,
+            src_addr: self.original_src,
+            src_port: self.original_src_port,
+            dst_addr: self.original_dst,
+            dst_port: self.original_dst_port,
+        }
+    }
+
+    #[inline]
+    fn reply(&self, snat: &[A]) -> FlowKey<A> {
+        FlowKey {
+            protocol: self.protocol,
+            src_addr: self.reply_src,
+            src_port: self.reply_src_port,
+            dst_addr: snat[usize::from(self.snat)],
+            dst_port: self.reply_dst_port,
+        }
+    }
+
+    #[inline]
+    fn unpack(&self, snat: &[A]) -> Flow<A> {
+        Flow { original: self.original(), reply: self.reply(snat), state: self.state }
+    }
+
+    /// Whether tuple `direction` of this record is `key`, without building the tuple.
+    #[inline]
+    fn matches(&self, direction: Direction, key: &FlowKey<A>, snat: &[A]) -> bool {
+        self.protocol == key.protocol
+            && match direction {
+                Direction::Original => {
+                    self.original_src_port == key.src_port
+                        && self.original_dst_port == key.dst_port
+                        && self.original_src == key.src_addr
+                        && self.original_dst == key.dst_addr
+                }
+                Direction::Reply => {
+                    self.reply_dst_port == key.dst_port
+                        && self.reply_src_port == key.src_port
+                        && self.reply_src == key.src_addr
+                        && snat[usize::from(self.snat)] == key.dst_addr
+                }
+            }
+    }
+}
+
+/// An IPv6 [`Conntrack`].
+pub type Conntrack6 = Conntrack<Ipv6Addr>;
+
+const _: () = assert!(size_of::<Deadline>() == 4);
+const _: () = assert!(size_of::<FlowState>() == 16);
+const _: () = assert!(size_of::<Record<Ipv4Addr>>() == 40, "IPv4 record: see Layout");
+const _: () = assert!(size_of::<Record<Ipv6Addr>>() == 76, "IPv6 record: see Layout");
+/// Bytes of table per flow at capacity, times 24 (to stay in integers): the record, its
+/// index slots (8 B each) and its bit of the occupancy bitmap.
+const fn bytes_per_flow_x24(record: usize) -> usize {
+    24 * record + 24 * 8 * INDEX_SLOTS_PER_FLOW.0 / INDEX_SLOTS_PER_FLOW.1 + 3
+}
+const _: () = assert!(
+    bytes_per_flow_x24(size_of::<Record<Ipv4Addr>>()) <= 24 * 64,
+    "at most 64 B of conntrack state per IPv4 flow at capacity"
+);
+const _: () = assert!(bytes_per_flow_x24(size_of::<Record<Ipv4Addr>>()) == 1475, "61.46 B per IPv4 flow");
+const _: () = assert!(bytes_per_flow_x24(size_of::<Record<Ipv6Addr>>()) == 2339, "97.46 B per IPv6 flow");
 const _: () = assert!(MAX_CAPACITY <= 1 << 30, "flow id << 1 | direction must fit 31 bits");
 const _: () = assert!(
     (MAX_CAPACITY as u64 * INDEX_SLOTS_PER_FLOW.0 as u64).div_ceil(INDEX_SLOTS_PER_FLOW.1 as u64) <= 1 << 32,
@@ -223,13 +474,16 @@ const _: () = assert!(
 );
 const _: () = assert!(INDEX_SLOTS_PER_FLOW.0 > 2 * INDEX_SLOTS_PER_FLOW.1, "the index always keeps an empty slot");
 
-/// Why [`Conntrack::insert`] refused a flow. In both cases the table is unchanged.
+/// Why [`Conntrack::insert`] refused a flow. In every case the table is unchanged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InsertError {
     /// Every record is in use ([`Conntrack::len`] == [`Conntrack::capacity`]).
     Full,
     /// The original or the reply tuple is already indexed (or the two are equal).
     Exists,
+    /// The reply tuple's destination is not one of the table's SNAT addresses, or its
+    /// protocol differs from the original's (a caller bug: full NAT keeps the protocol).
+    NotFullNat,
 }
 
 impl fmt::Display for InsertError {
@@ -237,21 +491,27 @@ impl fmt::Display for InsertError {
         f.write_str(match self {
             InsertError::Full => "conntrack table full: expire flows sooner or configure a larger capacity",
             InsertError::Exists => "conntrack already tracks the original or the reply tuple of this flow",
+            InsertError::NotFullNat => {
+                "conntrack tracks full-NAT flows only: the reply must go to a SNAT address, with the same protocol"
+            }
         })
     }
 }
 
 impl std::error::Error for InsertError {}
 
-/// A per-worker connection tracking table: see the module documentation. Not shared, not
-/// locked; owned by one worker.
-pub struct Conntrack {
-    /// Flow records; `capacity` long. Free records hold the free-list link in `service`.
-    flows: Box<[Flow]>,
+/// A per-worker connection tracking table for one address family (IPv4 by default): see
+/// the module documentation. Not shared, not locked; owned by one worker.
+pub struct Conntrack<A: Address = Ipv4Addr> {
+    /// Flow records; `capacity` long. Free records hold the free-list link in
+    /// `state.frontend`.
+    records: Box<[Record<A>]>,
     /// Bit `id % 64` of word `id / 64` is set iff record `id` holds a live flow.
     live: Box<[u64]>,
     /// Both tuples of every live flow.
     index: Index,
+    /// The SNAT addresses reply tuples go to; records hold an index into it.
+    snat: Box<[A]>,
     /// XXH3 seed for this table.
     seed: u64,
     /// Live flows.
@@ -264,7 +524,7 @@ pub struct Conntrack {
     expire_cursor: usize,
 }
 
-impl fmt::Debug for Conntrack {
+impl<A: Address> fmt::Debug for Conntrack<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Conntrack")
             .field("capacity", &self.capacity())
@@ -273,6 +533,17 @@ impl fmt::Debug for Conntrack {
             .field("expire_cursor", &self.expire_cursor)
             .finish_non_exhaustive()
     }
+}
+
+/// Whether [`Conntrack::early_drop`] may evict a flow in `state` at `now_ns`.
+#[inline]
+fn evictable(state: &FlowState, now_ns: u64) -> bool {
+    state.deadline.is_due(now_ns)
+        || !state.assured
+        || matches!(
+            state.tcp_state,
+            TcpState::FinWait | TcpState::CloseWait | TcpState::LastAck | TcpState::TimeWait | TcpState::Close
+        )
 }
 
 #[inline]
@@ -293,43 +564,62 @@ fn index_slots(capacity: usize) -> usize {
 
 /// The table hash of a key: XXH3-64 of its [`FlowKey::hash_input`] under the table's seed.
 #[inline]
-fn hash_with(seed: u64, key: &FlowKey) -> u64 {
-    xxhash_rust::xxh3::xxh3_64_with_seed(&key.hash_input(), seed)
+fn hash_with<A: Address>(seed: u64, key: &FlowKey<A>) -> u64 {
+    let (bytes, n) = key.hash_input();
+    xxhash_rust::xxh3::xxh3_64_with_seed(&bytes[..n], seed)
 }
 
-/// The tuple of `flows` a tag refers to.
+/// The tuple of `records` a tag refers to.
 #[inline]
-fn key_of(flows: &[Flow], tag: u32) -> &FlowKey {
-    let flow = &flows[(tag >> 1) as usize];
-    if tag & 1 == 0 {
-        &flow.original
-    } else {
-        &flow.reply
+fn key_of<A: Address>(records: &[Record<A>], snat: &[A], tag: u32) -> FlowKey<A> {
+    let (id, direction) = untag(tag);
+    let record = &records[id as usize];
+    match direction {
+        Direction::Original => record.original(),
+        Direction::Reply => record.reply(snat),
     }
 }
 
-impl Conntrack {
-    /// A table for up to `capacity` flows (0..=[`MAX_CAPACITY`]), keys hashed with `seed`
-    /// (draw it at random per worker). Allocates and writes all memory now, about 77.5 bytes
-    /// per flow (see [`Conntrack::memory_bytes`]): O(capacity) time, never again afterwards.
+/// Whether the tuple `tag` refers to is `key`.
+#[inline]
+fn tag_matches<A: Address>(records: &[Record<A>], snat: &[A], tag: u32, key: &FlowKey<A>) -> bool {
+    let (id, direction) = untag(tag);
+    records[id as usize].matches(direction, key, snat)
+}
+
+impl<A: Address> Conntrack<A> {
+    /// A table for up to `capacity` flows (0..=[`MAX_CAPACITY`]) whose reply tuples go to
+    /// `snat_addresses` (at most [`MAX_SNAT_ADDRESSES`], the worker's SNAT addresses of this
+    /// family; none gives a table that refuses every flow with [`InsertError::NotFullNat`],
+    /// for a family without SNAT addresses), keys hashed with `seed` (draw it at random per worker). Allocates and
+    /// writes all memory now (see [`Conntrack::memory_bytes`]), the records and the index in
+    /// transparent huge pages where the kernel offers them (`memory`): O(capacity) time,
+    /// never again afterwards.
     ///
     /// A capacity of 0 gives a table that refuses every insert with [`InsertError::Full`].
     ///
     /// # Panics
     ///
-    /// If `capacity > MAX_CAPACITY`, or if the allocation fails.
+    /// If `capacity > MAX_CAPACITY`, if `snat_addresses` is longer than
+    /// [`MAX_SNAT_ADDRESSES`], or if the allocation fails.
     #[must_use]
-    pub fn new(capacity: usize, seed: u64) -> Self {
+    pub fn new(capacity: usize, seed: u64, snat_addresses: &[A]) -> Self {
         assert!(capacity <= MAX_CAPACITY, "conntrack capacity {capacity} exceeds the maximum {MAX_CAPACITY}");
-        Self::with_index(capacity, seed, Index::new(index_slots(capacity)))
+        Self::with_index(capacity, seed, snat_addresses, Index::new(index_slots(capacity)))
     }
 
-    fn with_index(capacity: usize, seed: u64, index: Index) -> Self {
+    fn with_index(capacity: usize, seed: u64, snat_addresses: &[A], index: Index) -> Self {
+        assert!(
+            snat_addresses.len() <= MAX_SNAT_ADDRESSES,
+            "conntrack takes at most {MAX_SNAT_ADDRESSES} SNAT addresses, got {}",
+            snat_addresses.len()
+        );
         debug_assert!(index.slot_count() > 2 * capacity);
         Self {
-            flows: vec![VACANT_FLOW; capacity].into_boxed_slice(),
+            records: memory::filled(capacity, Record::VACANT),
             live: vec![0; capacity.div_ceil(64)].into_boxed_slice(),
             index,
+            snat: snat_addresses.into(),
             seed,
             len: 0,
             free_head: NO_FREE,
@@ -341,7 +631,7 @@ impl Conntrack {
     /// Maximum number of flows, fixed at construction.
     #[must_use]
     pub fn capacity(&self) -> usize {
-        self.flows.len()
+        self.records.len()
     }
 
     /// Number of live flows (inserted, not yet removed or expired; possibly past their
@@ -357,42 +647,110 @@ impl Conntrack {
         self.len == 0
     }
 
-    /// Bytes of heap memory the table holds (records, occupancy bitmap, index), fixed at
-    /// construction: about 77.5 × capacity.
+    /// The SNAT addresses reply tuples go to, as given to [`Conntrack::new`].
+    #[must_use]
+    pub fn snat_addresses(&self) -> &[A] {
+        &self.snat
+    }
+
+    /// Bytes of heap memory the table holds (records, occupancy bitmap, index, SNAT
+    /// addresses), fixed at construction: at capacity about 61.5 B per IPv4 flow and 97.5 B
+    /// per IPv6 flow (module documentation, "Layout").
     #[must_use]
     pub fn memory_bytes(&self) -> usize {
-        self.flows.len() * size_of::<Flow>()
+        self.records.len() * size_of::<Record<A>>()
             + self.live.len() * size_of::<u64>()
             + self.index.slot_count() * size_of::<u64>()
+            + self.snat.len() * size_of::<A>()
     }
 
     #[inline]
-    fn hash(&self, key: &FlowKey) -> u64 {
+    fn hash(&self, key: &FlowKey<A>) -> u64 {
         hash_with(self.seed, key)
     }
 
     #[inline]
     fn is_live(&self, id: FlowId) -> bool {
         let id = id as usize;
-        id < self.flows.len() && self.live[id / 64] & (1 << (id % 64)) != 0
+        id < self.records.len() && self.live[id / 64] & (1 << (id % 64)) != 0
     }
 
     /// The flow one of whose tuples is `key`, and which tuple it is. Expected O(1): one hash,
     /// a few index slots, one record read on a hit.
     ///
     /// The deadline is not checked: an expired flow that [`Conntrack::expire`] has not reaped
-    /// yet is returned, and the caller compares [`Flow::deadline`] with its clock.
+    /// yet is returned, and the caller compares [`FlowState::deadline`] with its clock.
     #[inline]
     #[must_use]
-    pub fn lookup(&self, key: &FlowKey) -> Option<(FlowId, Direction)> {
-        let flows = &self.flows;
-        match self.index.find(self.hash(key), |tag| key_of(flows, tag) == key) {
+    pub fn lookup(&self, key: &FlowKey<A>) -> Option<(FlowId, Direction)> {
+        self.lookup_hashed(key, self.hash(key))
+    }
+
+    /// The table hash of `key` (XXH3-64 under this table's seed), for
+    /// [`Conntrack::lookup_hashed`] and the prefetches: a burst's keys are hashed once,
+    /// their index slots prefetched, then looked up (`pipeline::process_burst`). O(1).
+    #[inline]
+    #[must_use]
+    pub fn hash_key(&self, key: &FlowKey<A>) -> u64 {
+        self.hash(key)
+    }
+
+    /// [`Conntrack::lookup`] with the key's [`Conntrack::hash_key`] already computed. A
+    /// `hash` that is not `key`'s gives a wrong answer (`None`, or a flow whose tuple is
+    /// `key` found by luck), never a panic.
+    #[inline]
+    #[must_use]
+    pub fn lookup_hashed(&self, key: &FlowKey<A>, hash: u64) -> Option<(FlowId, Direction)> {
+        let (records, snat) = (&*self.records, &*self.snat);
+        match self.index.find(hash, |tag| tag_matches(records, snat, tag, key)) {
             Probe::Found(tag) => Some(untag(tag)),
             Probe::Vacant(_) => None,
         }
     }
 
-    /// The flow record `id`. O(1).
+    /// Starts loading the index slot where a lookup of `hash` begins; changes no result.
+    /// O(1), no memory access beyond the hint.
+    #[inline]
+    pub fn prefetch_index(&self, hash: u64) {
+        self.index.prefetch(hash);
+    }
+
+    /// Reads the index slot where a lookup of `hash` begins (prefetched earlier by
+    /// [`Conntrack::prefetch_index`]) and, if its fingerprint matches, starts loading the
+    /// flow record it names; changes no result. O(1).
+    #[inline]
+    pub fn prefetch_record(&self, hash: u64) {
+        if let Some(tag) = self.index.home_candidate(hash) {
+            // A record may straddle two cache lines: fetch its first and its last field.
+            let record = &self.records[untag(tag).0 as usize];
+            index::prefetch(&record.state);
+            index::prefetch(&record.snat);
+        }
+    }
+
+    /// Makes room for a new flow when the table is full, as Linux's `early_drop`
+    /// (`nf_conntrack_core.c`) does: examines the flows indexed in the
+    /// [`EARLY_DROP_SLOTS`] index slots from the home slot of `near` (the new flow's
+    /// original tuple) and removes the first that is worth least — expired, never
+    /// [`assured`](FlowState::assured) (a handshake never completed, a UDP flow never
+    /// answered; Linux's `early_drop` criterion), or a TCP connection already closing
+    /// (FIN_WAIT, CLOSE_WAIT, LAST_ACK, TIME_WAIT, CLOSE: Linux's `tcp_can_early_drop`,
+    /// which its garbage collector evicts when the table is nearly full). Returns the removed
+    /// flow (the caller frees its SNAT port and counts the eviction), or `None` when every
+    /// examined flow is assured and live: then the new flow is refused. O(1): at most
+    /// [`EARLY_DROP_SLOTS`] slots and records.
+    pub fn early_drop(&mut self, near: &FlowKey<A>, now_ns: u64) -> Option<Flow<A>> {
+        let hash = self.hash(near);
+        let records = &self.records;
+        let victim = self
+            .index
+            .tags_near(hash, EARLY_DROP_SLOTS)
+            .map(|tag| untag(tag).0)
+            .find(|&id| evictable(&records[id as usize].state, now_ns))?;
+        Some(self.remove(victim))
+    }
+
+    /// The flow `id`, unpacked: both tuples and the state. O(1).
     ///
     /// `id` must come from [`Conntrack::lookup`] or [`Conntrack::insert`] and the flow must not
     /// have been removed or expired since. A stale id panics in debug builds; in release builds
@@ -403,24 +761,34 @@ impl Conntrack {
     /// If `id >= capacity` (always), or if `id` is not live (debug builds).
     #[inline]
     #[must_use]
-    pub fn get(&self, id: FlowId) -> &Flow {
+    pub fn get(&self, id: FlowId) -> Flow<A> {
         debug_assert!(self.is_live(id), "conntrack: flow id {id} is not live");
-        &self.flows[id as usize]
+        self.records[id as usize].unpack(&self.snat)
     }
 
-    /// The flow record `id`, mutable, with the same contract as [`Conntrack::get`]. Callers may
-    /// update `deadline`, `tcp_state`, `seen_reply` (and the informational fields), but must
-    /// not change `original` or `reply`: the index is derived from them, and a changed key
-    /// would make the flow unfindable and corrupt later removals. To re-key a flow, remove it
-    /// and insert the new one.
+    /// The state of flow `id`, with the same contract as [`Conntrack::get`]; no copying.
     ///
     /// # Panics
     ///
     /// If `id >= capacity` (always), or if `id` is not live (debug builds).
     #[inline]
-    pub fn get_mut(&mut self, id: FlowId) -> &mut Flow {
+    #[must_use]
+    pub fn state(&self, id: FlowId) -> &FlowState {
         debug_assert!(self.is_live(id), "conntrack: flow id {id} is not live");
-        &mut self.flows[id as usize]
+        &self.records[id as usize].state
+    }
+
+    /// The state of flow `id`, mutable, with the same contract as [`Conntrack::get`]. The
+    /// tuples cannot change: the index is derived from them; to re-key a flow, remove it and
+    /// insert the new one.
+    ///
+    /// # Panics
+    ///
+    /// If `id >= capacity` (always), or if `id` is not live (debug builds).
+    #[inline]
+    pub fn state_mut(&mut self, id: FlowId) -> &mut FlowState {
+        debug_assert!(self.is_live(id), "conntrack: flow id {id} is not live");
+        &mut self.records[id as usize].state
     }
 
     /// Tracks `flow`, indexing both [`Flow::original`] and [`Flow::reply`], and returns its id.
@@ -428,26 +796,38 @@ impl Conntrack {
     ///
     /// # Errors
     ///
+    /// - [`InsertError::NotFullNat`] if the reply's destination is not a SNAT address of this
+    ///   table or its protocol differs from the original's;
     /// - [`InsertError::Exists`] if either tuple is already indexed, or if the two tuples are
-    ///   equal (checked first: an existing flow is reported even when the table is full);
+    ///   equal (checked before fullness: an existing flow is reported even when the table is
+    ///   full);
     /// - [`InsertError::Full`] if [`Conntrack::len`] == [`Conntrack::capacity`].
     ///
     /// On error the table is unchanged.
-    pub fn insert(&mut self, flow: Flow) -> Result<FlowId, InsertError> {
+    pub fn insert(&mut self, flow: Flow<A>) -> Result<FlowId, InsertError> {
+        let snat = self.snat.iter().position(|a| *a == flow.reply.dst_addr).ok_or(InsertError::NotFullNat)?;
+        if flow.reply.protocol != flow.original.protocol {
+            return Err(InsertError::NotFullNat);
+        }
         if flow.original == flow.reply {
             return Err(InsertError::Exists);
         }
         let original_hash = self.hash(&flow.original);
         let reply_hash = self.hash(&flow.reply);
-        let flows = &self.flows;
-        let Probe::Vacant(original_pos) = self.index.find(original_hash, |t| *key_of(flows, t) == flow.original) else {
+        let (records, snat_addrs) = (&*self.records, &*self.snat);
+        let Probe::Vacant(original_pos) =
+            self.index.find(original_hash, |t| tag_matches(records, snat_addrs, t, &flow.original))
+        else {
             return Err(InsertError::Exists);
         };
-        let Probe::Vacant(reply_pos) = self.index.find(reply_hash, |t| *key_of(flows, t) == flow.reply) else {
+        let Probe::Vacant(reply_pos) =
+            self.index.find(reply_hash, |t| tag_matches(records, snat_addrs, t, &flow.reply))
+        else {
             return Err(InsertError::Exists);
         };
         let id = self.allocate().ok_or(InsertError::Full)?;
-        self.flows[id as usize] = flow;
+        // `snat < MAX_SNAT_ADDRESSES`, checked in `new`.
+        self.records[id as usize] = Record::pack(&flow, snat as u8);
         self.live[id as usize / 64] |= 1 << (id % 64);
         self.len += 1;
         self.index.place(original_pos, original_hash, tag(id, Direction::Original));
@@ -462,9 +842,9 @@ impl Conntrack {
     fn allocate(&mut self) -> Option<FlowId> {
         if self.free_head != NO_FREE {
             let id = self.free_head;
-            self.free_head = self.flows[id as usize].service;
+            self.free_head = self.records[id as usize].state.frontend;
             Some(id)
-        } else if (self.never_used as usize) < self.flows.len() {
+        } else if (self.never_used as usize) < self.records.len() {
             self.never_used += 1;
             Some(self.never_used - 1)
         } else {
@@ -479,35 +859,35 @@ impl Conntrack {
     ///
     /// If `id` is not live (a stale or out-of-range id), in every build: freeing a record
     /// twice would corrupt the table.
-    pub fn remove(&mut self, id: FlowId) -> Flow {
+    pub fn remove(&mut self, id: FlowId) -> Flow<A> {
         assert!(self.is_live(id), "conntrack: remove of flow id {id}, which is not live");
-        let flow = self.flows[id as usize];
+        let flow = self.records[id as usize].unpack(&self.snat);
         let original_hash = self.hash(&flow.original);
         let reply_hash = self.hash(&flow.reply);
         // `erase` needs the home slot of another entry only when that entry's stored
         // displacement saturated; then it is re-hashed from its record.
-        let (flows, seed, slots) = (&self.flows, self.seed, self.index.slot_count());
-        let home = |t: u32| index::home(slots, hash_with(seed, key_of(flows, t)));
+        let (records, snat, seed, slots) = (&self.records, &self.snat, self.seed, self.index.slot_count());
+        let home = |t: u32| index::home(slots, hash_with(seed, &key_of(records, snat, t)));
         self.index.erase(original_hash, tag(id, Direction::Original), home);
         self.index.erase(reply_hash, tag(id, Direction::Reply), home);
         self.live[id as usize / 64] &= !(1 << (id % 64));
-        self.flows[id as usize].service = self.free_head;
+        self.records[id as usize].state.frontend = self.free_head;
         self.free_head = id;
         self.len -= 1;
         flow
     }
 
     /// Reaps idle flows: examines the next `min(budget, capacity)` records from a rotating
-    /// cursor, removes every live flow among them with `deadline <= now`, calls `on_expired`
-    /// once with each removed flow (after it has been removed; the caller frees its SNAT
-    /// port), and returns how many it removed.
+    /// cursor, removes every live flow among them whose deadline is due at `now_ns`, calls
+    /// `on_expired` once with each removed flow (after it has been removed; the caller frees
+    /// its SNAT port), and returns how many it removed.
     ///
     /// Work is O(budget) record examinations (free records cost a bit test, and runs of free
     /// records are skipped a 64-bit word at a time) plus O(1) expected per removal. Calling it
     /// `⌈capacity / budget⌉` times sweeps the whole table, so a flow is reaped at most one sweep
     /// after its deadline. `budget == 0` does nothing.
-    pub fn expire(&mut self, now: u64, budget: usize, mut on_expired: impl FnMut(&Flow)) -> usize {
-        let capacity = self.flows.len();
+    pub fn expire(&mut self, now_ns: u64, budget: usize, mut on_expired: impl FnMut(&Flow<A>)) -> usize {
+        let capacity = self.records.len();
         let mut left = budget.min(capacity);
         let mut removed = 0;
         while left > 0 {
@@ -519,7 +899,7 @@ impl Conntrack {
             while candidates != 0 {
                 let id = first + candidates.trailing_zeros() as usize;
                 candidates &= candidates - 1;
-                if self.flows[id].deadline <= now {
+                if self.records[id].state.deadline.is_due(now_ns) {
                     let flow = self.remove(id as FlowId);
                     on_expired(&flow);
                     removed += 1;
@@ -533,7 +913,7 @@ impl Conntrack {
 
     /// Every live flow with its id, in id order. O(capacity); for tests and diagnostics, not
     /// for the packet path.
-    pub fn iter(&self) -> impl Iterator<Item = (FlowId, &Flow)> + '_ {
-        (0..self.never_used).filter(|&id| self.is_live(id)).map(|id| (id, &self.flows[id as usize]))
+    pub fn iter(&self) -> impl Iterator<Item = (FlowId, Flow<A>)> + '_ {
+        (0..self.never_used).filter(|&id| self.is_live(id)).map(|id| (id, self.records[id as usize].unpack(&self.snat)))
     }
 }

@@ -110,6 +110,10 @@ pub struct RxFlags {
     /// `TP_STATUS_VLAN_VALID`: the frame carried an 802.1Q tag, which the kernel removed
     /// from the bytes (hardware or software VLAN acceleration); this is its TCI.
     pub vlan_tci: Option<u16>,
+    /// The removed tag's TPID: `tp_vlan_tpid` when the kernel marks it valid
+    /// (`TP_STATUS_VLAN_TPID_VALID`, Linux ≥ 3.14: `0x8100` or `0x88A8`), else `0x8100`;
+    /// 0 without [`Self::vlan_tci`].
+    pub vlan_tpid: u16,
 }
 
 /// Ring sizes derived from a [`RingConfig`] and the page size.
@@ -573,6 +577,11 @@ impl AfPacketSocket {
                     csum_not_ready: h.tp_status & libc::TP_STATUS_CSUMNOTREADY != 0,
                     truncated: h.tp_snaplen < h.tp_len,
                     vlan_tci: (h.tp_status & libc::TP_STATUS_VLAN_VALID != 0).then_some(h.hv1.tp_vlan_tci as u16),
+                    vlan_tpid: match h.tp_status & (libc::TP_STATUS_VLAN_VALID | libc::TP_STATUS_VLAN_TPID_VALID) {
+                        0 => 0,
+                        libc::TP_STATUS_VLAN_VALID => 0x8100,
+                        _ => h.hv1.tp_vlan_tpid,
+                    },
                 };
                 f(data, flags);
                 delivered += 1;
@@ -1091,6 +1100,34 @@ mod tests {
             assert!(!a.tx_send(&[0u8; 13]));
             a.tx_flush().expect("flush with nothing pending");
             assert!(!a.wait_readable(0).expect("poll"));
+        });
+    }
+
+    /// A tagged frame crosses the veth pair; the receiving kernel takes the tag out of the
+    /// bytes into the packet's auxdata (`skb_vlan_untag`), which `rx_burst` reports, and
+    /// [`crate::wire::vlan::copy_tagged`] restores the frame as it was sent (802.1Q and
+    /// 802.1ad TPIDs).
+    #[test]
+    fn stripped_vlan_tags_are_reported() {
+        let Some(ns) = ns_or_skip("afp-vlan") else { return };
+        ns.run(|| {
+            let mut a = AfPacketSocket::open("a", &RingConfig::default()).expect("open a");
+            let mut b = AfPacketSocket::open("b", &RingConfig::default()).expect("open b");
+            let (dst, src) = (a.mac_addr(), b.mac_addr());
+            for (i, (tpid, tci)) in [(0x8100u16, 100u16), (0x8100, (5 << 13) | 42), (0x88a8, 7)].into_iter().enumerate()
+            {
+                let plain = Frame::raw(dst, src, 200, 500 + i as u32);
+                let sent = crate::frames::tagged(&plain, tpid, tci);
+                send_all(&mut b, std::slice::from_ref(&sent));
+                let got = recv_tagged(&mut a, 1, 64, Duration::from_secs(2));
+                assert_eq!(got.len(), 1, "tagged frame {tpid:#x}/{tci} not received");
+                let (bytes, flags) = &got[0];
+                assert_eq!((flags.vlan_tci, flags.vlan_tpid), (Some(tci), tpid));
+                assert_eq!(bytes, &plain, "the kernel removed the tag from the bytes");
+                let mut restored = [0u8; 2048];
+                let n = crate::wire::vlan::copy_tagged(&mut restored, bytes, flags.vlan_tpid, tci).unwrap();
+                assert_eq!(&restored[..n], &sent[..]);
+            }
         });
     }
 

@@ -1,17 +1,17 @@
-//! [`PacketIo`] over AF_PACKET: one [`AfPacketSocket`] per interface for one worker.
+//! [`PacketIo`] over AF_PACKET: one [`AfPacketSocket`] per port for one worker.
 
 use std::time::Duration;
 
 use super::af_packet::AfPacketSocket;
-use crate::worker::PacketIo;
+use crate::worker::{PacketIo, RxInfo};
 
-/// A worker's AF_PACKET sockets, indexed like the configured interfaces.
+/// A worker's AF_PACKET sockets, indexed like the configured ports ([`crate::config::Config::ports`]).
 pub struct AfPacketIo {
     sockets: Vec<AfPacketSocket>,
 }
 
 impl AfPacketIo {
-    /// Wraps one worker's sockets (`sockets[i]` on interface `i`).
+    /// Wraps one worker's sockets (`sockets[p]` on port `p`).
     pub fn new(sockets: Vec<AfPacketSocket>) -> Self {
         Self { sockets }
     }
@@ -22,11 +22,12 @@ impl PacketIo for AfPacketIo {
         self.sockets.len()
     }
 
-    fn rx(&mut self, iface: usize, max: usize, f: &mut dyn FnMut(&[u8], bool)) -> usize {
+    fn rx(&mut self, iface: usize, max: usize, f: &mut dyn FnMut(&[u8], RxInfo)) -> usize {
         match self.sockets.get_mut(iface) {
             Some(s) => s.rx_burst(max, |frame, flags| {
                 if !flags.truncated {
-                    f(frame, flags.csum_not_ready);
+                    let stripped_tag = flags.vlan_tci.map(|tci| (flags.vlan_tpid, tci));
+                    f(frame, RxInfo { l4_csum_partial: flags.csum_not_ready, stripped_tag });
                 }
             }),
             None => 0,
@@ -55,5 +56,148 @@ impl PacketIo for AfPacketIo {
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{Ipv4Addr, UdpSocket};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    use super::*;
+    use crate::config::Config;
+    use crate::frames;
+    use crate::host::Host;
+    use crate::io::af_packet::test_net::{self, VethNs};
+    use crate::io::af_packet::RingConfig;
+    use crate::pipeline::{Shared, WorkerState};
+    use crate::table::shm::StateRegion;
+    use crate::table::{
+        build, BackendSpec, FrontendKind, FrontendSpec, Protocol, ServiceSpec, Storage, Table, TableSpec,
+    };
+    use crate::wire::{Ipv4Packet, MacAddr, UdpPacket};
+    use crate::worker::{TableHandle, Worker};
+
+    /// The VIP 203.0.113.10 UDP 7 → the endpoint 198.51.100.20:7007.
+    fn table() -> Table {
+        let spec = TableSpec {
+            frontends: vec![FrontendSpec {
+                addr: "203.0.113.10".parse().unwrap(),
+                port: 7,
+                protocol: Protocol::Udp,
+                kind: FrontendKind::ExternalIp,
+                service: 0,
+                source_ranges: vec![],
+            }],
+            services: vec![ServiceSpec {
+                name: "demo/echo:echo".into(),
+                backends: vec![BackendSpec { addr: "198.51.100.20".parse().unwrap(), port: 7007 }],
+                affinity_timeout_s: None,
+                draining: vec![],
+            }],
+        };
+        Table::new(Storage::Owned(build(&spec, 1).unwrap())).unwrap()
+    }
+
+    /// A worker on AF_PACKET port `b` serves a client on VLAN 100 (tagged frames sent
+    /// and read on `a` through an AF_PACKET socket: this kernel may lack 802.1Q devices)
+    /// and a kernel endpoint untagged on `a`. The receiving kernel strips the client's tags
+    /// into auxdata, the worker restores them; the datagram is translated from VLAN 100 to
+    /// the untagged link, the endpoint's echo back onto VLAN 100, with the gateway
+    /// resolving the endpoint by ARP on the untagged link.
+    #[test]
+    fn a_client_on_a_vlan_reaches_a_kernel_endpoint_through_the_worker() {
+        let ns = match VethNs::create("afp-vlan-e2e") {
+            Ok(ns) => ns,
+            Err(reason) => return test_net::skip(&reason),
+        };
+        ns.must(&["addr", "add", "198.51.100.20/24", "dev", "a"]);
+        let dir = std::env::temp_dir().join(format!("torii-vlan-e2e-{}", std::process::id()));
+        let config = Config::from_toml(&format!(
+            "node_name = \"t\"\nshm_dir = {dir:?}\ndriver = \"af_packet\"\n\
+             [[interfaces]]\nname = \"b\"\naddresses = [\"198.51.100.1/24\"]\n\
+             [[interfaces]]\nname = \"b\"\nvlan = 100\naddresses = [\"192.0.2.1/24\"]\n\
+             [snat]\naddresses = [\"198.51.100.1\"]\n"
+        ))
+        .unwrap();
+        assert_eq!(config.ports.len(), 1);
+        let client: (Ipv4Addr, u16) = (Ipv4Addr::new(192, 0, 2, 10), 40000);
+        let vip: (Ipv4Addr, u16) = (Ipv4Addr::new(203, 0, 113, 10), 7);
+        let (counters, reply) = ns.run(|| {
+            let socket = AfPacketSocket::open("b", &RingConfig::default()).expect("open b");
+            let mut peer = AfPacketSocket::open("a", &RingConfig::default()).expect("open a");
+            let (gw_mac, client_mac) = (MacAddr(socket.mac_addr()), MacAddr(peer.mac_addr()));
+            let host = Arc::new(Host::new(&config, &[gw_mac]));
+            let shared = Shared::new(16, 16);
+            let stop = Arc::new(AtomicBool::new(false));
+            let worker = Worker {
+                state: WorkerState::new(0, 1, host, &shared, 1024, 1),
+                tables: Arc::new(TableHandle::new(table())),
+                region: Arc::new(StateRegion::open(&dir).expect("state region")),
+                stop: Arc::clone(&stop),
+                export: Arc::default(),
+                epoch: Instant::now(),
+            };
+            // Threads spawned here inherit this thread's network namespace.
+            std::thread::scope(|s| {
+                let running = s.spawn(move || worker.run(&mut AfPacketIo::new(vec![socket])));
+                let endpoint = UdpSocket::bind("198.51.100.20:7007").unwrap();
+                endpoint.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+                let echo = s.spawn(move || {
+                    let mut buf = [0u8; 1500];
+                    let mut peers = Vec::new();
+                    while let Ok((n, from)) = endpoint.recv_from(&mut buf) {
+                        endpoint.send_to(&buf[..n], from).unwrap();
+                        peers.push(from);
+                    }
+                    peers
+                });
+                let l2 = frames::L2 { src: client_mac, dst: gw_mac };
+                let datagram = frames::tagged(&frames::udp(l2, client, vip, b"over VLAN 100", 64), 0x8100, 100);
+                let mut reply = None;
+                // The first datagrams may wait on ARP for the endpoint: resend until answered.
+                for _ in 0..10 {
+                    assert!(peer.tx_send(&datagram) && peer.tx_flush().is_ok());
+                    let deadline = Instant::now() + Duration::from_millis(300);
+                    while reply.is_none() && Instant::now() < deadline {
+                        peer.rx_burst(64, |f, flags| {
+                            let tagged = flags.vlan_tci.map(|tci| frames::tagged(f, flags.vlan_tpid, tci));
+                            if let Some(f) =
+                                tagged.filter(|f| f.len() >= 18 + 20 && f[18 + 16..18 + 20] == [192, 0, 2, 10])
+                            {
+                                reply = Some(f);
+                            }
+                        });
+                        let _ = peer.wait_readable(10);
+                    }
+                    if reply.is_some() {
+                        break;
+                    }
+                }
+                stop.store(true, Ordering::Relaxed);
+                let counters = running.join().unwrap();
+                let peers = echo.join().unwrap();
+                // The endpoint saw the SNAT address.
+                assert!(!peers.is_empty() && peers.iter().all(|p| p.ip().to_string() == "198.51.100.1"), "{peers:?}");
+                (counters, reply)
+            })
+        });
+        let _ = std::fs::remove_dir_all(&dir);
+        let reply = reply.unwrap_or_else(|| panic!("no echo through the gateway: {counters}"));
+        // Tagged for VLAN 100, from the VIP to the client, TTL decremented, checksums
+        // right (the IPv4 identification is the endpoint kernel's).
+        assert_eq!(&reply[12..18], &[0x81, 0x00, 0x00, 100, 0x08, 0x00]);
+        let ip = Ipv4Packet::new_checked(&reply[18..]).unwrap();
+        assert!(ip.verify_checksum());
+        assert_eq!((ip.src_addr(), ip.dst_addr(), ip.hop_limit()), (vip.0, client.0, 63));
+        let udp = UdpPacket::new_checked(ip.payload()).unwrap();
+        assert!(udp.verify_checksum(vip.0, client.0));
+        assert_eq!((udp.src_port(), udp.dst_port(), udp.payload()), (vip.1, client.1, &b"over VLAN 100"[..]));
+        assert!(counters.forwarded_original >= 1 && counters.forwarded_reply >= 1, "{counters}");
+        // The gateway resolved the endpoint (the endpoint's kernel learned the SNAT address
+        // from that request, RFC 826, so it needed no ARP of its own).
+        assert!(counters.arp_requests >= 1, "{counters}");
     }
 }

@@ -59,7 +59,7 @@ use torii_dpdk::{
 use crate::config::{Config, DpdkDevice};
 use crate::snat::ReplySteering;
 use crate::wire::{checksum, MacAddr};
-use crate::worker::{PacketIo, BURST};
+use crate::worker::{PacketIo, RxInfo, BURST};
 
 /// What went wrong starting or running the DPDK driver.
 #[derive(Debug, thiserror::Error)]
@@ -169,7 +169,7 @@ pub fn eal_args(config: &Config, pid: u32, hugepage_bytes: u64, main_cpu: usize)
     if !has_option(user, &["--log-level"], &[]) {
         args.push("--log-level=*:notice".into());
     }
-    let devices: Vec<&DpdkDevice> = config.interfaces.iter().filter_map(|i| i.device.as_ref()).collect();
+    let devices: Vec<&DpdkDevice> = config.ports.iter().filter_map(|p| p.device.as_ref()).collect();
     if !devices.iter().any(|d| matches!(d, DpdkDevice::Pci(_)))
         && !has_option(user, &["--no-pci", "--allow", "--block"], &['a', 'b'])
     {
@@ -252,7 +252,7 @@ impl ReplySteering for ThashSteering {
 
 /// The running DPDK driver: EAL and the ports, on the control thread.
 pub struct DpdkDriver {
-    /// The ports, indexed like the configured interfaces. Dropped before `eal`.
+    /// The ports, indexed like [`Config::ports`]. Dropped before `eal`.
     ports: Vec<Port>,
     seeds: Vec<Option<WorkerSeed>>,
     macs: Vec<MacAddr>,
@@ -282,7 +282,7 @@ impl DpdkDriver {
         let (args, memory) = eal_args(config, std::process::id(), free_hugepage_bytes(&meminfo), main_cpu);
         for (i, iface) in config.interfaces.iter().enumerate() {
             if iface.device.is_none() {
-                return Err(DpdkError::Config(format!("interfaces[{i}] ({}) has no device", iface.name)));
+                return Err(DpdkError::Config(format!("ports[{i}] ({}) has no device", iface.label())));
             }
         }
         tracing::info!(eal_args = %args.join(" "), ?memory, "initialising DPDK {}", Eal::version());
@@ -297,11 +297,10 @@ impl DpdkDriver {
         // holding its shared config or sockets, is not empty and stays).
         let _ = std::fs::remove_dir(eal.runtime_dir());
 
-        let mut ports = Vec::with_capacity(config.interfaces.len());
-        for (i, iface) in config.interfaces.iter().enumerate() {
-            let dev = iface.device.as_ref().map(DpdkDevice::port_name).unwrap_or_default();
-            let port =
-                Port::by_name(&eal, dev).map_err(dpdk(format!("interfaces[{i}] ({}): device {dev}", iface.name)))?;
+        let mut ports = Vec::with_capacity(config.ports.len());
+        for p in &config.ports {
+            let dev = p.device.as_ref().map(DpdkDevice::port_name).unwrap_or_default();
+            let port = Port::by_name(&eal, dev).map_err(dpdk(format!("port {}: device {dev}", p.name)))?;
             ports.push(port);
         }
 
@@ -311,8 +310,7 @@ impl DpdkDriver {
         if workers > 1 {
             for (i, p) in ports.iter().enumerate() {
                 if let Some(why) = rss_unusable(p, workers) {
-                    single_reason =
-                        Some(format!("interfaces[{i}] ({}, pmd {}): {why}", p.name(), p.info().driver_name));
+                    single_reason = Some(format!("ports[{i}] ({}, pmd {}): {why}", p.name(), p.info().driver_name));
                     break;
                 }
             }
@@ -344,7 +342,7 @@ impl DpdkDriver {
 
         let mut tx_csum = Vec::with_capacity(ports.len());
         for (i, port) in ports.iter_mut().enumerate() {
-            let ctx = format!("interfaces[{i}] ({}, pmd {})", port.name(), port.info().driver_name);
+            let ctx = format!("ports[{i}] ({}, pmd {})", port.name(), port.info().driver_name);
             let wanted_tx = if config.dpdk.tx_checksum_offload {
                 TxOffloads::IPV4_CKSUM | TxOffloads::TCP_CKSUM | TxOffloads::UDP_CKSUM
             } else {
@@ -377,7 +375,7 @@ impl DpdkDriver {
             tx_csum.push(csum);
             let link = port.link().map_err(dpdk(format!("{ctx}: link")))?;
             tracing::info!(
-                interface = %config.interfaces[i].name,
+                interface = %config.ports[i].name,
                 device = %port.name(),
                 pmd = %info.driver_name,
                 queues,
@@ -396,7 +394,7 @@ impl DpdkDriver {
 
         let mut macs = Vec::with_capacity(ports.len());
         for (i, p) in ports.iter().enumerate() {
-            macs.push(MacAddr(p.mac_addr().map_err(dpdk(format!("interfaces[{i}] ({}): MAC address", p.name())))?));
+            macs.push(MacAddr(p.mac_addr().map_err(dpdk(format!("ports[{i}] ({}): MAC address", p.name())))?));
         }
 
         let mut seeds = Vec::with_capacity(workers);
@@ -405,8 +403,8 @@ impl DpdkDriver {
             let mut rx = Vec::with_capacity(ports.len());
             let mut tx = Vec::with_capacity(ports.len());
             for (i, p) in ports.iter().enumerate() {
-                rx.push(p.rx_queue(q).map_err(dpdk(format!("interfaces[{i}] ({}): RX queue {q}", p.name())))?);
-                tx.push(p.tx_queue(q).map_err(dpdk(format!("interfaces[{i}] ({}): TX queue {q}", p.name())))?);
+                rx.push(p.rx_queue(q).map_err(dpdk(format!("ports[{i}] ({}): RX queue {q}", p.name())))?);
+                tx.push(p.tx_queue(q).map_err(dpdk(format!("ports[{i}] ({}): TX queue {q}", p.name())))?);
             }
             seeds.push(Some(WorkerSeed {
                 worker: w,
@@ -442,7 +440,7 @@ impl DpdkDriver {
         self.workers
     }
 
-    /// The ports' MAC addresses, indexed like the interfaces.
+    /// The ports' MAC addresses, indexed like [`Config::ports`].
     pub fn macs(&self) -> &[MacAddr] {
         &self.macs
     }
@@ -665,7 +663,7 @@ impl PacketIo for DpdkIo {
     }
 
     #[inline]
-    fn rx(&mut self, iface: usize, max: usize, f: &mut dyn FnMut(&[u8], bool)) -> usize {
+    fn rx(&mut self, iface: usize, max: usize, f: &mut dyn FnMut(&[u8], RxInfo)) -> usize {
         let Some(q) = self.rx.get_mut(iface) else { return 0 };
         let n = q.rx_burst(&mut self.rx_batch, max);
         for m in self.rx_batch.drain(..) {
@@ -673,7 +671,8 @@ impl PacketIo for DpdkIo {
                 self.stats.rx_chained += 1;
                 continue;
             }
-            f(m.data(), m.rx_l4_cksum() == RxCksum::None);
+            let stripped_tag = m.rx_vlan_stripped().map(|tci| (0x8100, tci));
+            f(m.data(), RxInfo { l4_csum_partial: m.rx_l4_cksum() == RxCksum::None, stripped_tag });
         }
         n
     }
@@ -716,26 +715,28 @@ impl PacketIo for DpdkIo {
     }
 }
 
-/// Hands the checksums of an IPv4 TCP/UDP frame (without VLAN tag or fragmentation) to
-/// the device, as DPDK requires: IPv4 header checksum field zero, L4 checksum field the
+/// Hands the checksums of an IPv4 TCP/UDP frame (untagged or with one 802.1Q tag, not a
+/// fragment) to the device, as DPDK requires: IPv4 header checksum field zero, L4 checksum field the
 /// pseudo-header sum (not complemented). Other frames, and UDP without a checksum, keep
 /// the checksums the pipeline computed.
 fn request_tx_checksums(m: &mut Mbuf, csum: TxCsum) {
-    const ETH: usize = 14;
     let d = m.data_mut();
-    if d.len() < ETH + 20 || d[12..14] != [0x08, 0x00] || d[ETH] >> 4 != 4 {
+    // The link-layer header: Ethernet, and the tag of a VLAN interface (`l2_len` tells the
+    // device where IPv4 starts).
+    let eth = if d.get(12..14) == Some(&[0x81, 0x00]) { 18 } else { 14 };
+    if d.len() < eth + 20 || d[eth - 2..eth] != [0x08, 0x00] || d[eth] >> 4 != 4 {
         return;
     }
-    let ihl = usize::from(d[ETH] & 0x0f) * 4;
-    let total = usize::from(u16::from_be_bytes([d[ETH + 2], d[ETH + 3]]));
-    let fragment = u16::from_be_bytes([d[ETH + 6], d[ETH + 7]]) & 0x3fff != 0;
-    if ihl < 20 || total < ihl || ETH + total > d.len() || fragment {
+    let ihl = usize::from(d[eth] & 0x0f) * 4;
+    let total = usize::from(u16::from_be_bytes([d[eth + 2], d[eth + 3]]));
+    let fragment = u16::from_be_bytes([d[eth + 6], d[eth + 7]]) & 0x3fff != 0;
+    if ihl < 20 || total < ihl || eth + total > d.len() || fragment {
         return;
     }
-    let protocol = d[ETH + 9];
-    let src = Ipv4Addr::new(d[ETH + 12], d[ETH + 13], d[ETH + 14], d[ETH + 15]);
-    let dst = Ipv4Addr::new(d[ETH + 16], d[ETH + 17], d[ETH + 18], d[ETH + 19]);
-    let l4 = ETH + ihl;
+    let protocol = d[eth + 9];
+    let src = Ipv4Addr::new(d[eth + 12], d[eth + 13], d[eth + 14], d[eth + 15]);
+    let dst = Ipv4Addr::new(d[eth + 16], d[eth + 17], d[eth + 18], d[eth + 19]);
+    let l4 = eth + ihl;
     let l4_len = total - ihl;
     let field = match protocol {
         6 if csum.tcp && l4_len >= 20 => Some((l4 + 16, TxL4::Tcp)),
@@ -747,11 +748,11 @@ fn request_tx_checksums(m: &mut Mbuf, csum: TxCsum) {
         d[at..at + 2].copy_from_slice(&pseudo.to_be_bytes());
     }
     if csum.ipv4 {
-        d[ETH + 10..ETH + 12].copy_from_slice(&[0, 0]);
+        d[eth + 10..eth + 12].copy_from_slice(&[0, 0]);
     }
     let l4_kind = field.map_or(TxL4::None, |(_, k)| k);
     if l4_kind != TxL4::None || csum.ipv4 {
-        m.request_tx_cksum(TxL3::Ipv4 { header_cksum: csum.ipv4 }, l4_kind, ETH as u8, ihl as u16);
+        m.request_tx_cksum(TxL3::Ipv4 { header_cksum: csum.ipv4 }, l4_kind, eth as u8, ihl as u16);
     }
 }
 
@@ -869,6 +870,14 @@ mod tests {
             assert_eq!(u16::from_be_bytes([m.data()[50], m.data()[51]]), pseudo);
             assert_eq!(m.tx_header_lens(), (14, 20));
             assert_ne!(m.ol_flags(), before);
+            drop(m);
+            // The same on a VLAN interface: the tag is part of the link-layer header.
+            let mut m = io.pool.alloc().expect("mbuf");
+            assert!(m.extend_from_slice(&crate::frames::tagged(&syn, 0x8100, 100)));
+            request_tx_checksums(&mut m, TxCsum { ipv4: true, tcp: true, udp: true });
+            assert_eq!(&m.data()[28..30], &[0, 0]);
+            assert_eq!(u16::from_be_bytes([m.data()[54], m.data()[55]]), pseudo);
+            assert_eq!(m.tx_header_lens(), (18, 20));
             drop(m);
             let mut n = 0;
             io.rx(0, BURST, &mut |f, _| n += usize::from(!f.is_empty()));

@@ -65,6 +65,8 @@ mod ipv4 {
     pub const DST_ADDR: u32 = 16;
     /// The fragment offset bits of the flags/fragment-offset half-word.
     pub const FRAG_OFF_MASK: u32 = 0x1fff;
+    /// The MF ("more fragments") flag of the same half-word.
+    pub const MF: u32 = 0x2000;
 }
 
 /// Transport header offsets shared by TCP, UDP and SCTP: source port then destination port.
@@ -81,6 +83,7 @@ const LD_W_IND: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_IND) as u16;
 const LD_H_IND: u16 = (libc::BPF_LD | libc::BPF_H | libc::BPF_IND) as u16;
 const LD_B_IND: u16 = (libc::BPF_LD | libc::BPF_B | libc::BPF_IND) as u16;
 const LD_MEM: u16 = (libc::BPF_LD | libc::BPF_MEM) as u16;
+const LD_IMM: u16 = (libc::BPF_LD | libc::BPF_IMM) as u16;
 const LDX_B_MSH: u16 = (libc::BPF_LDX | libc::BPF_B | libc::BPF_MSH) as u16;
 const LDX_MEM: u16 = (libc::BPF_LDX | libc::BPF_MEM) as u16;
 const ST: u16 = libc::BPF_ST as u16;
@@ -130,10 +133,27 @@ const FMIX_K2: u32 = 0xc2b2_ae35;
 ///
 /// Returned value, for a frame whose `skb->protocol` is IPv4 (the kernel takes it modulo
 /// the number of sockets in the group):
-/// - TCP, UDP or SCTP, not a non-first fragment, destination address in `snat_addrs` and
+/// - any fragment (MF set or a non-zero offset), first included, of any protocol: a hash of
+///   (source address, destination address) — the same for every fragment of a datagram, so
+///   they all reach one worker and its fragment table (`crate::fragments`) lets the later
+///   ones follow the first. NIC RSS cannot read ports in fragments either: DPDK's
+///   `RTE_ETH_RSS_IPV4` (which torii asks for beside the TCP/UDP port hashes) hashes
+///   fragmented IPv4 by its addresses, or — on NICs that classify fragments apart, without
+///   `RTE_ETH_RSS_FRAG_IPV4` — not at all (queue 0); either way a datagram's fragments stay
+///   together, as here. The flow a fragmented datagram belongs to may then live on another worker (its
+///   unfragmented packets are steered by the 4-tuple or the SNAT port): in the original
+///   direction the first fragment then creates a flow of its own on this worker (same
+///   endpoint, as the Maglev choice is a pure function of the tuple; another SNAT port), and
+///   the datagram is still translated consistently; fragmented *replies* to a SNAT port reach
+///   the flow's owner only by chance (1 in n workers) and are otherwise dropped as untracked —
+///   no stateless classifier can find the SNAT port's owner from a fragment without ports.
+///   Endpoints behind the gateway normally do path-MTU discovery (DF set), which the gateway
+///   keeps working by translating ICMP "fragmentation needed" errors, so replies are rarely
+///   fragmented; with one worker everything works;
+/// - TCP, UDP or SCTP, not a fragment, destination address in `snat_addrs` and
 ///   destination port in `port_min..=port_max` (a reply to a SNAT port): **the destination
 ///   port**, so the reply reaches worker [`owner_of_port`]`(port, n)`;
-/// - any other TCP, UDP or SCTP packet that is not a non-first fragment (the original
+/// - any other TCP, UDP or SCTP packet that is not a fragment (the original
 ///   direction, and everything else with ports): a hash of
 ///   (source address, destination address, source port, destination port), the same for
 ///   every packet of a flow;
@@ -143,8 +163,7 @@ const FMIX_K2: u32 = 0xc2b2_ae35;
 ///   flow"): sent to a SNAT address and quoting a SNAT source port in range → that port;
 ///   otherwise the hash of the quoted datagram's reverse (client, service) tuple, which
 ///   equals the hash of the original-direction flow it answers;
-/// - any other IPv4 packet (other ICMP, other protocols, non-first fragments, which carry
-///   no ports): the source address.
+/// - any other IPv4 packet (other ICMP, other protocols): the source address.
 ///
 /// Every non-IPv4 frame (ARP, IPv6, …) returns 0: it goes to worker 0. For IPv6 that keeps
 /// both directions of a flow on one worker until the program learns IPv6 SNAT; ARP and
@@ -168,9 +187,9 @@ pub fn steering_program(snat_addrs: &[Ipv4Addr], port_min: u16, port_max: u16) -
     a.stmt(LD_W_ABS, AD_PROTOCOL);
     a.cond(JMP_JEQ_K, ETH_P_IP, Skip1, Next);
     a.stmt(RET_K, 0);
-    // Non-first fragments carry no transport header → source address.
+    // Fragments, first included → hash of the addresses (see above).
     a.stmt(LD_H_ABS, net(ipv4::FLAGS_FRAG_OFF));
-    a.cond(JMP_JSET_K, ipv4::FRAG_OFF_MASK, To(ReturnSrc), Next);
+    a.cond(JMP_JSET_K, ipv4::MF | ipv4::FRAG_OFF_MASK, To(Fragment), Next);
     a.stmt(LD_B_ABS, net(ipv4::PROTOCOL));
     a.cond(JMP_JEQ_K, IPPROTO_TCP, To(Ports), Next);
     a.cond(JMP_JEQ_K, IPPROTO_UDP, To(Ports), Next);
@@ -179,6 +198,16 @@ pub fn steering_program(snat_addrs: &[Ipv4Addr], port_min: u16, port_max: u16) -
     a.ja(Icmp);
     a.label(ReturnSrc);
     a.return_src();
+
+    // Fragment: (client, service, ports) = (source, destination, 0).
+    a.label(Fragment);
+    a.stmt(LD_W_ABS, net(ipv4::SRC_ADDR));
+    a.stmt(ST, M_CLIENT_ADDR);
+    a.stmt(LD_W_ABS, net(ipv4::DST_ADDR));
+    a.stmt(ST, M_SERVICE_ADDR);
+    a.stmt(LD_IMM, 0);
+    a.stmt(ST, M_PORTS);
+    a.ja(Hash);
 
     // TCP/UDP/SCTP: X = IHL * 4.
     a.label(Ports);
@@ -276,6 +305,7 @@ pub fn steering_program(snat_addrs: &[Ipv4Addr], port_min: u16, port_max: u16) -
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Label {
     ReturnSrc,
+    Fragment,
     Ports,
     SnatAddr,
     Flow,
@@ -451,6 +481,7 @@ mod tests {
                     None => return 0,
                 },
                 LD_MEM => a = mem[k as usize],
+                LD_IMM => a = k,
                 LDX_MEM => x = mem[k as usize],
                 ST => mem[k as usize] = a,
                 ALU_AND_K => a &= k,
@@ -548,9 +579,8 @@ mod tests {
                 assert_eq!(verdict(&p, &pkt), u32::from(port), "proto {proto} port {port}");
             }
         }
-        // IP options move the transport header; the first fragment (MF set, offset 0) has ports.
+        // IP options move the transport header.
         assert_eq!(verdict(&p, &ipv4(17, ENDPOINT, SNAT, 53, 5000, 0, 3)), 5000);
-        assert_eq!(verdict(&p, &ipv4(17, ENDPOINT, SNAT, 53, 5001, 0x2000, 0)), 5001);
     }
 
     #[test]
@@ -622,8 +652,25 @@ mod tests {
     #[test]
     fn fragments_other_protocols_and_non_ipv4() {
         let p = prog();
-        // Non-first fragment to a SNAT address: no ports → source address.
-        assert_eq!(verdict(&p, &ipv4(17, ENDPOINT, SNAT, 1, 5000, 0x0010, 0)), u32::from(ENDPOINT));
+        // Every fragment of a datagram, first (MF, offset 0) or later, whatever its ports and
+        // protocol, gets the hash of its addresses; other address pairs spread.
+        let first = verdict(&p, &ipv4(17, CLIENT, VIP, 40000, 53, 0x2000, 0));
+        for (proto, sport, dport, frag) in
+            [(17u8, 1, 2, 0x0010u16), (17, 7, 7, 0x00b9), (6, 40000, 80, 0x2000), (1, 0, 0, 0x20b9)]
+        {
+            assert_eq!(verdict(&p, &ipv4(proto, CLIENT, VIP, sport, dport, frag, 0)), first);
+        }
+        let unfragmented = verdict(&p, &ipv4(17, CLIENT, VIP, 40000, 53, 0, 0));
+        assert_ne!(first, unfragmented, "fragments ignore the ports");
+        let mut spread = [0usize; 4];
+        for i in 0..256u32 {
+            spread[(verdict(&p, &ipv4(17, Ipv4Addr::from(0xc633_6400 + i), VIP, 1, 2, 0x0010, 0)) % 4) as usize] += 1;
+        }
+        assert!(spread.iter().all(|&c| c > 32), "poor spread of fragments over 4 workers: {spread:?}");
+        // A fragmented reply to a SNAT port has no port to steer by: addresses as well.
+        let reply_first = verdict(&p, &ipv4(17, ENDPOINT, SNAT, 53, 5001, 0x2000, 0));
+        assert_ne!(reply_first, 5001);
+        assert_eq!(verdict(&p, &ipv4(17, ENDPOINT, SNAT, 1, 5000, 0x0010, 0)), reply_first);
         assert_eq!(verdict(&p, &ipv4(47, CLIENT, VIP, 0, 0, 0, 0)), u32::from(CLIENT)); // GRE
         let arp = eth(&[0u8; 28], 0x0806);
         assert_eq!(run(&p, &Skb { frame: &arp, net_off: 14, protocol: 0x0806 }), 0);
@@ -808,6 +855,30 @@ mod tests {
                 }
                 let used: std::collections::BTreeSet<_> = socket_of_flow.iter().flatten().collect();
                 assert_eq!(used.len(), n, "25 flows should use all {n} sockets: {socket_of_flow:?}");
+
+                // Fragmented datagrams: the first fragment (with ports) and the later ones
+                // (without) of one datagram on one socket, in either direction.
+                let mut frames = Vec::new();
+                let mut datagram_of = Vec::new();
+                for d in 0..16u16 {
+                    let (src, dst, sport, dport) = if d % 4 == 3 {
+                        (ENDPOINT, SNAT, 8080, 1024 + d)
+                    } else {
+                        (Ipv4Addr::new(198, 51, 100, 1 + d as u8), VIP, 40000 + d, 53)
+                    };
+                    for frag in [0x2000u16, 0x20b9, 0x0172] {
+                        let l3 = ipv4(17, src, dst, sport, dport, frag, 0);
+                        frames.push(Frame::ipv4(dst_mac, src_mac, &l3, frames.len() as u32));
+                        datagram_of.push(usize::from(d));
+                    }
+                }
+                let arrived = deliver(&mut rx, &mut tx, &frames);
+                let mut socket_of_datagram = vec![None; 16];
+                for (i, got) in arrived.iter().enumerate() {
+                    assert_eq!(got.len(), 1, "fragment {i} arrived {} times", got.len());
+                    let s = socket_of_datagram[datagram_of[i]].get_or_insert(got[0]);
+                    assert_eq!(*s, got[0], "datagram {} split across sockets", datagram_of[i]);
+                }
 
                 // Members of the group do not read back what a member transmits, nor what
                 // anyone else sends on the interface (PACKET_FANOUT_FLAG_IGNORE_OUTGOING).

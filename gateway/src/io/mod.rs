@@ -13,7 +13,7 @@
 //!
 //! Drivers:
 //! - [`af_packet`]: Linux `AF_PACKET` sockets with memory-mapped `TPACKET_V3` rings, one
-//!   socket per (worker, interface), joined into a `PACKET_FANOUT` group per interface;
+//!   socket per (worker, port), joined into a `PACKET_FANOUT` group per port;
 //!   [`af_packet_io`] adapts one worker's sockets to the worker loop.
 //! - `dpdk` (feature `dpdk`, on by default): DPDK poll-mode drivers through `torii-dpdk`,
 //!   one RX and one TX queue per (worker, port); replies are kept on their flow's worker

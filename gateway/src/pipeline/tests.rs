@@ -7,9 +7,14 @@ use std::sync::Arc;
 
 use super::*;
 use crate::config::Config;
+use crate::counters::FrontendCount;
 use crate::frames::{self, L2};
-use crate::table::{build, BackendSpec, FrontendKind, FrontendSpec, Protocol, ServiceSpec, TableSpec};
-use crate::wire::{ArpOperation, TcpFlags};
+use crate::host::Host;
+use crate::table::{build, layout, BackendSpec, FrontendKind, FrontendSpec, Protocol, ServiceSpec, TableSpec};
+use crate::wire::{
+    ArpOperation, EthernetFrame, Icmpv4Packet, Icmpv4Type, IpProtocol, Ipv4Packet, MacAddr, TcpFlags, TcpPacket,
+    UdpPacket,
+};
 
 const FRONT: u8 = 0;
 const BACK: u8 = 1;
@@ -42,19 +47,23 @@ fn table_with_affinity(web_backends: &[&str], affinity_timeout_s: Option<u32>) -
         name: "demo/web:http".into(),
         backends: web_backends.iter().map(|a| BackendSpec { addr: a.parse().unwrap(), port: 8080 }).collect(),
         affinity_timeout_s,
+        draining: vec![],
     };
     let echo = ServiceSpec {
         name: "demo/echo:echo".into(),
         backends: vec![BackendSpec { addr: "10.70.0.21".parse().unwrap(), port: 7007 }],
         affinity_timeout_s: None,
+        draining: vec![],
     };
-    let empty = ServiceSpec { name: "demo/empty:".into(), backends: vec![], affinity_timeout_s: None };
+    let empty =
+        ServiceSpec { name: "demo/empty:".into(), backends: vec![], affinity_timeout_s: None, draining: vec![] };
     let fe = |a: Ipv4Addr, protocol, port, service| FrontendSpec {
         addr: IpAddr::V4(a),
         port,
         protocol,
         kind: FrontendKind::ExternalIp,
         service,
+        source_ranges: vec![],
     };
     let spec = TableSpec {
         frontends: vec![
@@ -73,13 +82,18 @@ fn table_with_affinity(web_backends: &[&str], affinity_timeout_s: Option<u32>) -
 }
 
 fn state(worker: usize, workers: usize) -> WorkerState {
+    state_with_capacity(worker, workers, 1024)
+}
+
+/// [`state`] with a conntrack of `capacity` flows.
+fn state_with_capacity(worker: usize, workers: usize, capacity: usize) -> WorkerState {
     let config = Config::embedded_default();
     let host = Arc::new(Host::new(&config, &[GW_FRONT_MAC, GW_BACK_MAC]));
     let shared = Shared::new(64, 1024);
     for last in [11u8, 12, 13, 21] {
         shared.neighbours.learn(Ipv4Addr::new(10, 70, 0, last), backend_mac(last), 0);
     }
-    WorkerState::new(worker, workers, host, &shared, 1024, 7)
+    WorkerState::new(worker, workers, host, &shared, capacity, 7)
 }
 
 /// Runs `process` on `input`, returning the verdict and the output frame.
@@ -288,13 +302,20 @@ fn malformed_and_unwanted_frames_are_counted_drops() {
     let mut other_mac = good.clone();
     other_mac[0..6].copy_from_slice(&[2, 9, 9, 9, 9, 9]);
     cases.push(("someone else's MAC", other_mac, DropReason::NotOurMac));
-    let mut frag = good.clone();
+    let mut frag = frames::icmp_echo(to_gw(), CLIENT.0, VIP, 1, 1, b"ping", false);
     {
         let mut p = Ipv4Packet::new_unchecked(&mut frag[14..]);
         p.set_more_frags(true);
         p.fill_checksum();
     }
-    cases.push(("fragment", frag, DropReason::Fragment));
+    cases.push(("fragmented ICMP", frag, DropReason::Fragment));
+    let mut later = good.clone();
+    {
+        let mut p = Ipv4Packet::new_unchecked(&mut later[14..]);
+        p.set_frag_offset(1480);
+        p.fill_checksum();
+    }
+    cases.push(("later fragment without its first", later, DropReason::FragmentNoFirst));
     cases.push(("no front door", frames::udp(to_gw(), CLIENT, (VIP, 8), b"x", 64), DropReason::NoFrontend));
     cases.push(("TTL 1", frames::udp(to_gw(), CLIENT, (VIP, 7), b"x", 1), DropReason::TtlExceeded));
     let mut short_udp = good.clone();
@@ -379,31 +400,6 @@ fn snat_ports_follow_the_worker() {
 }
 
 #[test]
-fn tcp_timeouts_follow_the_handshake_and_close() {
-    let (t, mut st) = (table(&["10.70.0.11"]), state(0, 1));
-    let to = st.host.timeouts;
-    let syn = frames::tcp(to_gw(), CLIENT, (VIP, 80), TcpFlags::SYN, 1, 0, &[], 64);
-    run(0, &syn, FRONT, &t, &mut st);
-    let (id, _) = st.conntrack.iter().next().map(|(id, f)| (id, *f)).unwrap();
-    assert_eq!(st.conntrack.get(id).deadline, to.tcp_transitory_ns);
-    let syn_ack = frames::tcp(
-        L2 { src: backend_mac(11), dst: GW_BACK_MAC },
-        (ip("10.70.0.11"), 8080),
-        (SNAT, 1024),
-        TcpFlags(TcpFlags::SYN.0 | TcpFlags::ACK.0),
-        1,
-        2,
-        &[],
-        64,
-    );
-    run(SEC, &syn_ack, BACK, &t, &mut st);
-    assert_eq!(st.conntrack.get(id).deadline, SEC + to.tcp_established_ns);
-    let rst = frames::tcp(to_gw(), CLIENT, (VIP, 80), TcpFlags::RST, 2, 0, &[], 64);
-    run(2 * SEC, &rst, FRONT, &t, &mut st);
-    assert_eq!(st.conntrack.get(id).deadline, 2 * SEC + to.tcp_transitory_ns);
-}
-
-#[test]
 fn client_ip_affinity_holds_across_connections_and_workers_until_it_times_out() {
     let t = table_with_affinity(&["10.70.0.11", "10.70.0.12", "10.70.0.13"], Some(60));
     let shared = Shared::new(64, 1024);
@@ -458,20 +454,30 @@ fn client_ip_affinity_holds_across_connections_and_workers_until_it_times_out() 
     assert!(shared.affinity.lookup(skey, c16, 81 * SEC).is_none());
 }
 
-#[test]
-fn a_removed_endpoint_resets_tcp_and_resteers_udp() {
-    let t = table(&["10.70.0.11", "10.70.0.12", "10.70.0.13"]);
-    let mut st = state(0, 1);
-    // One TCP and one UDP flow per client port; remember their endpoints.
+/// A flow's client address and port, and the endpoint it was steered to.
+type Steered = ((Ipv4Addr, u16), Ipv4Addr);
+
+/// Opens one TCP and one UDP flow to [`VIP`]:80 from each of 30 client ports; returns
+/// both lists with their endpoints. (The TCP flows are picked up mid-stream, so they are
+/// ESTABLISHED without a handshake.)
+fn open_flows(t: &Table, st: &mut WorkerState) -> (Vec<Steered>, Vec<Steered>) {
     let mut tcp_flows = Vec::new();
     let mut udp_flows = Vec::new();
     for port in 0..30u16 {
         let c = (CLIENT.0, 20000 + port);
-        let (_, out) = run(0, &frames::tcp(to_gw(), c, (VIP, 80), TcpFlags::SYN, 1, 0, &[], 64), FRONT, &t, &mut st);
+        let (_, out) = run(0, &frames::tcp(to_gw(), c, (VIP, 80), TcpFlags::ACK, 1, 0, &[], 64), FRONT, t, st);
         tcp_flows.push((c, backend_of(&out)));
-        let (_, out) = run(0, &frames::udp(to_gw(), c, (VIP, 80), b"a", 64), FRONT, &t, &mut st);
+        let (_, out) = run(0, &frames::udp(to_gw(), c, (VIP, 80), b"a", 64), FRONT, t, st);
         udp_flows.push((c, backend_of(&out)));
     }
+    (tcp_flows, udp_flows)
+}
+
+#[test]
+fn a_removed_endpoint_resets_tcp_and_resteers_udp() {
+    let t = table(&["10.70.0.11", "10.70.0.12", "10.70.0.13"]);
+    let mut st = state(0, 1);
+    let (tcp_flows, udp_flows) = open_flows(&t, &mut st);
     let gone = ip("10.70.0.12");
     let t2 = table(&["10.70.0.11", "10.70.0.13"]);
     for (c, b) in tcp_flows {
@@ -523,3 +529,22 @@ proptest::proptest! {
         let _ = process(0, &mut buf, &meta, &t, &mut st);
     }
 }
+
+/// `loadBalancerSourceRanges` and draining endpoints.
+mod policy;
+
+/// 802.1Q VLAN interfaces.
+mod vlan;
+
+/// TCP states and timeouts, UDP timeouts, conntrack full.
+mod conntrack;
+
+/// `process_burst` against `process`.
+mod burst;
+
+/// Per-front-door counters.
+mod frontends;
+
+mod fragment;
+mod icmp_error;
+mod sctp;

@@ -4,7 +4,7 @@
 //! bytes but keeps what it built last time — every service's sorted backends and encoded
 //! Maglev ring, and the snapshot buffer itself — so that a table that differs from the
 //! previous one in a few services costs a comparison per service, the rings of the
-//! services that changed, and one pass of CRC-32 over the snapshot:
+//! services that changed, and the CRC-32 of the changed bytes only:
 //!
 //! - a service equal to the one at the same index last time keeps its ring; any other
 //!   service finds its ring by its sorted backend list (a ring is a pure function of that
@@ -13,8 +13,18 @@
 //!   to front doors and backend counts; when every ring keeps its position and size, only
 //!   the rings that changed are written into the previous buffer, otherwise the section
 //!   is rewritten from the cached rings;
-//! - the other sections (front doors, services, backends, names: a few bytes per front
-//!   door and backend) are encoded again every time.
+//! - the other sections (front doors, their source ranges, services, backends, names: a
+//!   few bytes per front door and backend) are encoded again when the layout changes; when
+//!   it does not, only the changed records are written in place;
+//! - when records are written in place, the checksum is updated from the old and new
+//!   bytes of the ranges they touch (CRC-32 is affine: zlib's `crc32_combine`), not
+//!   computed again over the whole snapshot. The bytes, checksum included, are those of
+//!   [`build`] all the same.
+//!
+//! A front door's source ranges (`loadBalancerSourceRanges`) are laid out as sorted,
+//! disjoint address ranges: CIDRs are turned into ranges, overlapping and adjacent ones
+//! merged, so that the data plane decides with one binary search; front doors with the
+//! same merged list share its records.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -23,8 +33,8 @@ use std::sync::Arc;
 use zerocopy::byteorder::little_endian::U32;
 use zerocopy::IntoBytes;
 
-use super::layout::{self, section, Backend, Frontend, Header, Section, Service};
-use super::spec::{BackendSpec, FrontendSpec, ServiceSpec, TableSpec};
+use super::layout::{self, section, Backend, Frontend, Header, Section, Service, SourceRange};
+use super::spec::{BackendSpec, FrontendSpec, IpCidr, ServiceSpec, TableSpec};
 use crate::maglev;
 
 /// Why a [`TableSpec`] could not be laid out.
@@ -56,7 +66,8 @@ pub enum BuildError {
 }
 
 /// Lays out `spec` as snapshot bytes with the given generation: rings first, then services,
-/// front doors sorted by (address, protocol, port), backends sorted per service, names;
+/// front doors sorted by (address, protocol, port), their source ranges, backends sorted
+/// per service (ring backends, then draining endpoints), names;
 /// one Maglev ring per service (size [`maglev::ring_size_for`], entries
 /// [`layout::ring_entry_len_for`] bytes wide); header and CRC-32.
 ///
@@ -77,12 +88,21 @@ struct Ring {
 }
 
 /// A service of the previous build: the spec as given (to compare the next one with), its
-/// backends sorted and deduplicated, and its ring.
+/// backends sorted and deduplicated, its ring, and its draining endpoints sorted,
+/// deduplicated and without its backends.
 #[derive(Clone, Debug)]
 struct Built {
     spec: ServiceSpec,
     backends: Arc<[BackendSpec]>,
     ring: Arc<Ring>,
+    draining: Vec<BackendSpec>,
+}
+
+impl Built {
+    /// The backend records of this service: ring backends, then draining endpoints.
+    fn backend_records(&self) -> Vec<Backend> {
+        self.backends.iter().chain(&self.draining).map(backend_record).collect()
+    }
 }
 
 /// Where one service's parts lie in the snapshot: its first backend record (index in the
@@ -92,6 +112,7 @@ struct Built {
 struct Place {
     backends_at: usize,
     backends: usize,
+    draining: usize,
     ring_at: usize,
     ring_len: u32,
     entry_len: u8,
@@ -200,7 +221,11 @@ impl TableBuilder {
                     (backends, ring)
                 }
             };
-            changed.push((i, Built { spec: s.clone(), backends, ring }));
+            let mut draining = s.draining.clone();
+            draining.sort_unstable();
+            draining.dedup();
+            draining.retain(|d| backends.binary_search(d).is_err());
+            changed.push((i, Built { spec: s.clone(), backends, ring, draining }));
         }
 
         // Same layout (same counts and sizes everywhere): rewrite the changed records in
@@ -208,9 +233,13 @@ impl TableBuilder {
         let same_layout = self.valid
             && self.built.len() == spec.services.len()
             && self.frontends.len() == spec.frontends.len()
+            && records
+                .as_ref()
+                .is_none_or(|r| r.ranges.len() == self.sections[section::SOURCE_RANGES].count.get() as usize)
             && changed.iter().all(|(i, b)| {
                 let p = &self.places[*i];
                 p.backends == b.backends.len()
+                    && p.draining == b.draining.len()
                     && p.ring_len == b.ring.len
                     && p.entry_len == b.ring.entry_len
                     && p.name_len == b.spec.name.len()
@@ -221,7 +250,7 @@ impl TableBuilder {
         // Nothing fails after this point: the builder's state changes.
         let had_changes = !changed.is_empty();
         if same_layout {
-            self.patch(changed, records.as_deref(), generation);
+            self.patch(changed, records.as_ref(), generation);
         } else {
             // Unchanged services keep their entry (same index, same spec); the others are
             // replaced or appended, in index order.
@@ -265,9 +294,9 @@ impl TableBuilder {
     }
 
     /// Rewrites, in the previous snapshot, the services in `changed` (same sizes and
-    /// places as before) and the front door section when `records` are given; then the
-    /// header.
-    fn patch(&mut self, changed: Vec<(usize, Built)>, records: Option<&[Frontend]>, generation: u64) {
+    /// places as before) and the front door and source range sections when `records` are
+    /// given; then the header.
+    fn patch(&mut self, changed: Vec<(usize, Built)>, records: Option<&FrontendRecords>, generation: u64) {
         let at = |s: &Section| s.offset.get() as usize;
         let (ring, svcs, bk, names) = (
             at(&self.sections[section::RING]),
@@ -275,26 +304,28 @@ impl TableBuilder {
             at(&self.sections[section::BACKENDS]),
             at(&self.sections[section::NAMES]),
         );
-        let mut ranges = Vec::with_capacity(8);
-        ranges.push(0..size_of::<Header>());
-        let mut put = |out: &mut Vec<u8>, dst: usize, bytes: &[u8]| {
-            out[dst..dst + bytes.len()].copy_from_slice(bytes);
-            ranges.push(dst..dst + bytes.len());
-        };
+        // The writes, first: the checksum is updated from the old and new bytes of the
+        // ranges they touch.
+        let mut writes: Vec<(usize, Vec<u8>)> = Vec::with_capacity(4 * changed.len() + 1);
         for (i, b) in changed {
             let p = self.places[i];
-            put(&mut self.out, svcs + i * size_of::<Service>(), service_record(&b, &p).as_bytes());
-            let records: Vec<Backend> = b.backends.iter().map(backend_record).collect();
-            put(&mut self.out, bk + p.backends_at * size_of::<Backend>(), records.as_bytes());
+            writes.push((svcs + i * size_of::<Service>(), service_record(&b, &p).as_bytes().to_vec()));
+            writes.push((bk + p.backends_at * size_of::<Backend>(), b.backend_records().as_bytes().to_vec()));
             if !Arc::ptr_eq(&b.ring, &self.built[i].ring) {
-                put(&mut self.out, ring + p.ring_at, &b.ring.bytes);
+                writes.push((ring + p.ring_at, b.ring.bytes.to_vec()));
             }
-            put(&mut self.out, names + p.name_at, b.spec.name.as_bytes());
+            writes.push((names + p.name_at, b.spec.name.as_bytes().to_vec()));
             self.built[i] = b;
         }
         if let Some(records) = records {
-            put(&mut self.out, at(&self.sections[section::FRONTENDS]), records.as_bytes());
+            writes.push((at(&self.sections[section::FRONTENDS]), records.frontends.as_bytes().to_vec()));
+            if !records.ranges.is_empty() {
+                writes.push((at(&self.sections[section::SOURCE_RANGES]), records.ranges.as_bytes().to_vec()));
+            }
         }
+        let mut ranges = Vec::with_capacity(writes.len() + 1);
+        ranges.push(0..size_of::<Header>());
+        ranges.extend(writes.iter().map(|(dst, bytes)| *dst..dst + bytes.len()));
         ranges.sort_unstable_by_key(|r| r.start);
         ranges.dedup_by(|later, earlier| {
             // Merge touching or overlapping ranges.
@@ -305,8 +336,24 @@ impl TableBuilder {
                 false
             }
         });
+        // CRC-32 is affine in the message: for messages of one length, crc(new) =
+        // crc(old) ^ the CRC register of (old ^ new) with the init and final XOR left out,
+        // and a range's share of it is the register of (crc(old range) ^ crc(new range))
+        // carried through the bytes after the range (zlib's crc32_combine).
+        let len = self.out.len();
+        let stored = layout::CHECKSUM_OFFSET..layout::CHECKSUM_OFFSET + 4;
+        let mut crc = u32::from_le_bytes(self.out[stored.clone()].try_into().unwrap_or_default());
+        let parts: Vec<u32> = ranges.iter().map(|r| checksum_part(&self.out, r.clone())).collect();
+        for (dst, bytes) in &writes {
+            self.out[*dst..dst + bytes.len()].copy_from_slice(bytes);
+        }
+        self.write_header(generation);
+        for (r, old) in ranges.iter().zip(parts) {
+            let delta = old ^ checksum_part(&self.out, r.clone());
+            crc ^= crc32_shift(delta, len - r.end);
+        }
+        self.out[stored].copy_from_slice(&crc.to_le_bytes());
         self.changed = Some(ranges);
-        self.seal(generation);
     }
 
     /// Writes the whole snapshot of `frontends` (sorted records) and `built` into
@@ -314,7 +361,7 @@ impl TableBuilder {
     /// snapshot stays and only the rings of the services `new_rings` are written.
     fn lay_out(
         &mut self,
-        frontends: &[Frontend],
+        records: &FrontendRecords,
         built: &[Built],
         new_rings: &[usize],
         generation: u64,
@@ -330,6 +377,7 @@ impl TableBuilder {
             places.push(Place {
                 backends_at: backends_n,
                 backends: b.backends.len(),
+                draining: b.draining.len(),
                 ring_at,
                 ring_len: b.ring.len,
                 entry_len: b.ring.entry_len,
@@ -337,7 +385,7 @@ impl TableBuilder {
                 name_len: b.spec.name.len(),
             });
             ring_bytes = ring_at + b.ring.bytes.len();
-            backends_n += b.backends.len();
+            backends_n += b.backends.len() + b.draining.len();
             names_n += b.spec.name.len();
         }
         let ring_start = hlen.next_multiple_of(8);
@@ -356,17 +404,18 @@ impl TableBuilder {
         let mut names = Vec::with_capacity(names_n);
         for (b, p) in built.iter().zip(&places) {
             services.push(service_record(b, p));
-            backends.extend(b.backends.iter().map(backend_record));
+            backends.extend(b.backend_records());
             names.extend_from_slice(b.spec.name.as_bytes());
         }
 
         let mut sections = [Section::default(); section::COUNT];
         sections[section::RING] = Section { offset: u32_of(ring_start)?.into(), count: u32_of(ring_bytes)?.into() };
         let mut end = ring_end;
-        let mut tail: Vec<(usize, &[u8])> = Vec::with_capacity(4);
+        let mut tail: Vec<(usize, &[u8])> = Vec::with_capacity(5);
         for (idx, bytes, count) in [
             (section::SERVICES, services.as_bytes(), services.len()),
-            (section::FRONTENDS, frontends.as_bytes(), frontends.len()),
+            (section::FRONTENDS, records.frontends.as_bytes(), records.frontends.len()),
+            (section::SOURCE_RANGES, records.ranges.as_bytes(), records.ranges.len()),
             (section::BACKENDS, backends.as_bytes(), backends.len()),
             (section::NAMES, names.as_slice(), names.len()),
         ] {
@@ -415,6 +464,13 @@ impl TableBuilder {
 
     /// Writes the header (with `generation`) and the checksum.
     fn seal(&mut self, generation: u64) {
+        self.write_header(generation);
+        let crc = super::view::checksum(&self.out);
+        self.out[layout::CHECKSUM_OFFSET..layout::CHECKSUM_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
+    }
+
+    /// Writes the header with `generation` and a zero checksum.
+    fn write_header(&mut self, generation: u64) {
         let hlen = size_of::<Header>();
         let header = Header {
             magic: layout::MAGIC,
@@ -427,37 +483,137 @@ impl TableBuilder {
             sections: self.sections,
         };
         self.out[..hlen].copy_from_slice(header.as_bytes());
-        let crc = super::view::checksum(&self.out);
-        self.out[layout::CHECKSUM_OFFSET..layout::CHECKSUM_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
     }
 }
 
-/// The front door records of `frontends`, sorted by (address, protocol, port).
+/// CRC-32 (IEEE) of `snapshot[range]`, with the bytes of the checksum field taken as zero.
+fn checksum_part(snapshot: &[u8], range: Range<usize>) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    let field = layout::CHECKSUM_OFFSET..layout::CHECKSUM_OFFSET + 4;
+    let mut at = range.start;
+    if at < field.end && field.start < range.end {
+        h.update(&snapshot[at..field.start.max(at)]);
+        h.update(&[0; 4][..field.end.min(range.end) - field.start.max(at)]);
+        at = field.end.min(range.end);
+    }
+    h.update(&snapshot[at..range.end]);
+    h.finalize()
+}
+
+/// The reflected CRC-32 polynomial (IEEE 802.3).
+const CRC32_POLY: u32 = 0xedb8_8320;
+
+/// `a * b` modulo the CRC-32 polynomial, in the reflected bit order (zlib's `multmodp`).
+fn crc32_multmodp(a: u32, mut b: u32) -> u32 {
+    let mut m = 1u32 << 31;
+    let mut p = 0;
+    loop {
+        if a & m != 0 {
+            p ^= b;
+            if a & (m - 1) == 0 {
+                return p;
+            }
+        }
+        m >>= 1;
+        b = if b & 1 != 0 { (b >> 1) ^ CRC32_POLY } else { b >> 1 };
+    }
+}
+
+/// The CRC-32 register `register` (no initial or final XOR) carried through `zeros` zero
+/// bytes: `register * x^(8 * zeros)` modulo the polynomial (zlib's `x2nmodp`).
+fn crc32_shift(register: u32, zeros: usize) -> u32 {
+    // x^(2^k) for k = 3.. (x^8 is one zero byte), squared step by step.
+    let mut power = 1u32 << (31 - 8); // x^8
+    let mut p = 1u32 << 31; // x^0
+    let mut n = zeros;
+    while n != 0 {
+        if n & 1 != 0 {
+            p = crc32_multmodp(power, p);
+        }
+        power = crc32_multmodp(power, power);
+        n >>= 1;
+    }
+    crc32_multmodp(p, register)
+}
+
+/// The front door section and the source range section of a snapshot.
+#[derive(Debug, Default)]
+struct FrontendRecords {
+    /// Sorted by (address, protocol, port).
+    frontends: Vec<Frontend>,
+    /// Each front door's merged ranges; front doors with equal lists share one copy, in
+    /// the order of their first front door.
+    ranges: Vec<SourceRange>,
+}
+
+/// The front door records of `frontends`, sorted by (address, protocol, port), and their
+/// source ranges ([`merge_ranges`]).
 ///
 /// # Errors
-/// [`BuildError::DuplicateFrontend`] for the smallest key listed twice.
-fn frontend_records(frontends: &[FrontendSpec]) -> Result<Vec<Frontend>, BuildError> {
-    let mut records = Vec::with_capacity(frontends.len());
-    for f in frontends {
-        records.push(Frontend {
+/// [`BuildError::DuplicateFrontend`] for the smallest key listed twice;
+/// [`BuildError::TooLarge`] past 32-bit counts.
+fn frontend_records(frontends: &[FrontendSpec]) -> Result<FrontendRecords, BuildError> {
+    let key = |f: &FrontendSpec| layout::frontend_key(layout::addr16(f.addr), f.protocol as u8, f.port);
+    let mut order: Vec<&FrontendSpec> = frontends.iter().collect();
+    if !order.is_sorted_by_key(|f| key(f)) {
+        order.sort_unstable_by_key(|f| key(f));
+    }
+    if let Some(w) = order.windows(2).find(|w| key(w[0]) == key(w[1])) {
+        let f = w[0];
+        return Err(BuildError::DuplicateFrontend { addr: f.addr, protocol: f.protocol.as_str(), port: f.port });
+    }
+    let mut out = FrontendRecords { frontends: Vec::with_capacity(order.len()), ranges: Vec::new() };
+    let mut shared: HashMap<Vec<SourceRange>, usize> = HashMap::new();
+    for f in order {
+        let ranges = merge_ranges(&f.source_ranges);
+        let offset = match shared.get(&ranges) {
+            Some(&at) => at,
+            None if ranges.is_empty() => 0,
+            None => {
+                let at = out.ranges.len();
+                out.ranges.extend_from_slice(&ranges);
+                shared.insert(ranges.clone(), at);
+                at
+            }
+        };
+        out.frontends.push(Frontend {
             addr: layout::addr16(f.addr),
             port: f.port.into(),
             protocol: f.protocol as u8,
             kind: f.kind as u8,
-            reserved: [0; 8],
+            source_ranges_offset: u32_of(offset)?.into(),
+            source_ranges_count: u32_of(ranges.len())?.into(),
             service: u32_of(f.service + 1)?.into(),
         });
     }
-    let key = |f: &Frontend| layout::frontend_key(f.addr, f.protocol, f.port.get());
-    if !records.is_sorted_by_key(key) {
-        records.sort_unstable_by_key(key);
+    u32_of(out.ranges.len())?;
+    Ok(out)
+}
+
+/// `cidrs` as address ranges in 16-byte form, sorted, with overlapping and adjacent ranges
+/// merged (so the result is strictly increasing with gaps between ranges).
+fn merge_ranges(cidrs: &[IpCidr]) -> Vec<SourceRange> {
+    let mut spans: Vec<(u128, u128)> = cidrs
+        .iter()
+        .map(|c| {
+            let bits = u32::from(c.prefix_len) + if c.addr.is_ipv4() { 96 } else { 0 };
+            let host = u128::MAX.checked_shr(bits.min(128)).unwrap_or(0);
+            let first = u128::from_be_bytes(layout::addr16(c.addr)) & !host;
+            (first, first | host)
+        })
+        .collect();
+    spans.sort_unstable();
+    let mut merged: Vec<(u128, u128)> = Vec::with_capacity(spans.len());
+    for (first, last) in spans {
+        match merged.last_mut() {
+            Some(prev) if first <= prev.1.saturating_add(1) => prev.1 = prev.1.max(last),
+            _ => merged.push((first, last)),
+        }
     }
-    if let Some(w) = records.windows(2).find(|w| key(&w[0]) == key(&w[1])) {
-        let f = &w[0];
-        let protocol = super::Protocol::from_number(f.protocol).map_or("?", super::Protocol::as_str);
-        return Err(BuildError::DuplicateFrontend { addr: layout::addr_from16(f.addr), protocol, port: f.port.get() });
-    }
-    Ok(records)
+    merged
+        .into_iter()
+        .map(|(first, last)| SourceRange { first: first.to_be_bytes(), last: last.to_be_bytes() })
+        .collect()
 }
 
 /// The service record of `b` placed at `p`.
@@ -465,11 +621,12 @@ fn service_record(b: &Built, p: &Place) -> Service {
     Service {
         backends_offset: (p.backends_at as u32).into(),
         backends_count: (p.backends as u32).into(),
+        draining_count: (p.draining as u32).into(),
         ring_offset: (p.ring_at as u32).into(),
         ring_len: p.ring_len.into(),
         affinity_timeout_s: b.spec.affinity_timeout_s.unwrap_or(0).into(),
         ring_entry_len: p.entry_len,
-        reserved: [0; 3],
+        reserved: [0; 7],
         name_offset: (p.name_at as u32).into(),
         name_len: (p.name_len as u32).into(),
     }
@@ -520,6 +677,7 @@ mod tests {
             name: name.into(),
             backends: backends.into_iter().map(backend).collect(),
             affinity_timeout_s: None,
+            draining: Vec::new(),
         }
     }
 
@@ -530,6 +688,7 @@ mod tests {
             protocol: Protocol::Tcp,
             kind: FrontendKind::ExternalIp,
             service,
+            source_ranges: Vec::new(),
         }
     }
 
@@ -579,7 +738,8 @@ mod tests {
         assert_eq!(bytes, build(&spec(services.clone()), 2).unwrap());
         let changed: usize = b.changed_ranges().unwrap().iter().map(|r| r.len()).sum();
         let ring = maglev::ring_size_for(5) as usize;
-        assert!(changed <= 80 + 32 + 5 * 20 + ring + 4, "{changed} bytes changed");
+        let records = size_of::<Header>() + size_of::<Service>() + 5 * size_of::<Backend>();
+        assert!(changed <= records + ring + 4, "{changed} bytes changed");
         assert_eq!(b.stats(), BuildStats { builds: 2, rings_computed: 21, layouts: 1, ring_section_rewrites: 1 });
         // Rename a service (same length) and change an affinity: patched too.
         services[8].name = "s9:".into();
@@ -604,6 +764,64 @@ mod tests {
         assert_eq!(bytes, build(&spec(services.clone()), 6).unwrap());
         assert_eq!(b.stats().rings_computed, 23);
         assert_eq!((b.stats().layouts, b.stats().ring_section_rewrites), (3, 2));
+    }
+
+    fn cidr(s: &str) -> IpCidr {
+        IpCidr::parse(s).unwrap()
+    }
+
+    #[test]
+    fn source_ranges_are_merged_sorted_and_shared() {
+        let ranges = |list: &[&str]| -> Vec<(IpAddr, IpAddr)> {
+            merge_ranges(&list.iter().map(|s| cidr(s)).collect::<Vec<_>>())
+                .iter()
+                .map(|r| (layout::addr_from16(r.first), layout::addr_from16(r.last)))
+                .collect()
+        };
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(
+            ranges(&["10.1.0.0/16", "10.0.0.0/16", "192.0.2.7/32", "10.0.128.0/17"]),
+            [(ip("10.0.0.0"), ip("10.1.255.255")), (ip("192.0.2.7"), ip("192.0.2.7"))],
+            "overlapping and adjacent prefixes merge"
+        );
+        assert_eq!(ranges(&["0.0.0.0/0"]), [(ip("0.0.0.0"), ip("255.255.255.255"))]);
+        assert_eq!(ranges(&["::/0"]), [(ip("::"), ip("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"))]);
+        assert_eq!(
+            ranges(&["2001:db8::/127", "198.51.100.0/31"]),
+            [(ip("198.51.100.0"), ip("198.51.100.1")), (ip("2001:db8::"), ip("2001:db8::1"))],
+            "IPv4 (mapped) sorts before IPv6 and the two never merge"
+        );
+        assert!(ranges(&[]).is_empty());
+
+        // Two front doors with the same list share its records; one without has none.
+        let mut t = spec(vec![service("a:", 1..=2), service("b:", 3..=4), service("c:", 5..=6)]);
+        t.frontends[0].source_ranges = vec![cidr("198.51.100.0/24"), cidr("203.0.113.0/25")];
+        t.frontends[2].source_ranges = vec![cidr("203.0.113.0/25"), cidr("198.51.100.0/24")];
+        let table = Table::new(build(&t, 1).unwrap()).unwrap();
+        let fe = |i: usize| table.frontend(t.frontends[i].addr, 6, 80).unwrap();
+        assert_eq!(fe(0).source_ranges.as_slice().len(), 2);
+        assert_eq!(fe(0).source_ranges.as_slice().as_ptr(), fe(2).source_ranges.as_slice().as_ptr());
+        assert!(fe(1).source_ranges.is_empty());
+        assert_eq!(table.frontends().iter().map(|f| f.source_ranges_count.get()).sum::<u32>(), 4);
+    }
+
+    #[test]
+    fn draining_endpoints_follow_the_ring_backends() {
+        let mut s = service("a:", [3, 1, 2]);
+        s.draining = vec![backend(9), backend(2), backend(7), backend(9)];
+        let table = Table::new(build(&spec(vec![s.clone()]), 1).unwrap()).unwrap();
+        let svc = table.service(0).unwrap();
+        let addrs = |b: &[Backend]| b.iter().map(|b| layout::addr_from16(b.addr)).collect::<Vec<_>>();
+        assert_eq!(addrs(svc.backends), [1, 2, 3].map(|n| backend(n).addr));
+        assert_eq!(addrs(svc.draining), [7, 9].map(|n| backend(n).addr), "sorted, deduplicated, not a backend");
+        assert!(svc.ring.all_in(3), "the ring names ring backends only");
+        let key = |n: u32| (layout::addr16(backend(n).addr), 8080);
+        assert!(svc.serves(key(7).0, key(7).1) && svc.backend(key(7).0, key(7).1).is_none());
+        assert!(svc.serves(key(2).0, key(2).1) && svc.backend(key(2).0, key(2).1).is_some());
+        assert!(!svc.serves(key(8).0, key(8).1));
+        // The ring is the same with or without draining endpoints.
+        let plain = Table::new(build(&spec(vec![service("a:", [1, 2, 3])]), 1).unwrap()).unwrap();
+        assert!(plain.service(0).unwrap().ring.iter().eq(svc.ring.iter()));
     }
 
     #[test]
@@ -639,6 +857,12 @@ mod tests {
         Reverse(usize),
         /// Move the front door of service `i` to another port.
         Port(usize),
+        /// Add draining endpoint `n` to service `i`.
+        Drain(usize, u32),
+        /// Remove the draining endpoints of service `i`.
+        Undrain(usize),
+        /// Give the front door of service `i` source range `n` (0: none).
+        Ranges(usize, u8),
     }
 
     fn edit() -> impl Strategy<Value = Edit> {
@@ -651,13 +875,29 @@ mod tests {
             1 => (0..64usize).prop_map(Edit::Affinity),
             1 => (0..64usize).prop_map(Edit::Reverse),
             1 => (0..64usize).prop_map(Edit::Port),
+            2 => (0..64usize, 0..400u32).prop_map(|(i, n)| Edit::Drain(i, n)),
+            1 => (0..64usize).prop_map(Edit::Undrain),
+            2 => (0..64usize, 0..4u8).prop_map(|(i, n)| Edit::Ranges(i, n)),
         ]
     }
 
-    fn apply(services: &mut Vec<ServiceSpec>, ports: &mut Vec<u16>, e: &Edit, serial: &mut u32) {
+    /// Source range lists for [`Edit::Ranges`].
+    fn ranges_of(n: u8) -> Vec<IpCidr> {
+        match n {
+            0 => vec![],
+            1 => vec![cidr("198.51.100.0/24")],
+            2 => vec![cidr("198.51.100.0/25"), cidr("2001:db8::/32")],
+            _ => vec![cidr("10.0.0.0/8"), cidr("192.0.2.0/24"), cidr("192.0.2.128/25")],
+        }
+    }
+
+    fn apply(services: &mut Vec<ServiceSpec>, doors: &mut Vec<(u16, u8)>, e: &Edit, serial: &mut u32) {
         let n = services.len();
         match *e {
-            Edit::Port(i) if n > 0 => ports[i % n] ^= 1,
+            Edit::Port(i) if n > 0 => doors[i % n].0 ^= 1,
+            Edit::Ranges(i, r) if n > 0 => doors[i % n].1 = r,
+            Edit::Drain(i, b) if n > 0 => services[i % n].draining.push(backend(b)),
+            Edit::Undrain(i) if n > 0 => services[i % n].draining.clear(),
             Edit::Replace(i, j, b) if n > 0 => {
                 let s = &mut services[i % n];
                 if !s.backends.is_empty() {
@@ -676,11 +916,11 @@ mod tests {
             Edit::Insert(i, b, k) => {
                 *serial += 1;
                 services.insert(i % (n + 1), service(&format!("new{serial}:"), b..b + k));
-                ports.insert(i % (n + 1), 80);
+                doors.insert(i % (n + 1), (80, 0));
             }
             Edit::Delete(i) if n > 0 => {
                 services.remove(i % n);
-                ports.remove(i % n);
+                doors.remove(i % n);
             }
             Edit::Affinity(i) if n > 0 => {
                 let s = &mut services[i % n];
@@ -702,17 +942,18 @@ mod tests {
         ) {
             let mut services: Vec<ServiceSpec> =
                 initial.iter().enumerate().map(|(i, &(b, k))| service(&format!("s{i}:"), b..b + k)).collect();
-            let mut ports = vec![80; services.len()];
+            let mut doors = vec![(80, 0); services.len()];
             let mut previous: Option<Vec<u8>> = None;
             let mut serial = 0;
             let mut builder = TableBuilder::new();
             for (g, batch) in edits.iter().enumerate() {
                 for e in batch {
-                    apply(&mut services, &mut ports, e, &mut serial);
+                    apply(&mut services, &mut doors, e, &mut serial);
                 }
                 let mut t = spec(services.clone());
-                for (f, &port) in t.frontends.iter_mut().zip(&ports) {
+                for (f, &(port, ranges)) in t.frontends.iter_mut().zip(&doors) {
                     f.port = port;
+                    f.source_ranges = ranges_of(ranges);
                 }
                 let scratch = build(&t, g as u64).unwrap();
                 let incremental = builder.build(&t, g as u64).unwrap();

@@ -6,8 +6,8 @@
 //! or endpoints are added (readers go by the offsets in the header, never by the order):
 //!
 //! ```text
-//! Header (80 bytes) | rings [u8; n] | services [Service; n] | frontends [Frontend; n]
-//!                   | backends [Backend; n] | names [u8; n]
+//! Header (88 bytes) | rings [u8; n] | services [Service; n] | frontends [Frontend; n]
+//!                   | source ranges [SourceRange; n] | backends [Backend; n] | names [u8; n]
 //! ```
 //!
 //! Maglev rings are stored as compactly as their backend counts allow: each entry is a
@@ -37,7 +37,13 @@ pub const MAGIC: [u8; 8] = *b"TORIITBL";
 /// - 1: rings of little-endian `u32` entries.
 /// - 2: ring entries 1, 2 or 4 bytes wide per service ([`Service::ring_entry_len`]), the
 ///   ring section measured in bytes and written first.
-pub const ABI_VERSION: u32 = 2;
+/// - 3: `loadBalancerSourceRanges` and draining endpoints. A sixth section,
+///   [`section::SOURCE_RANGES`], holds each front door's admitted client address ranges
+///   ([`Frontend::source_ranges_offset`], [`Frontend::source_ranges_count`], in place of
+///   the reserved bytes); each service's backend records are followed by its draining
+///   endpoints ([`Service::draining_count`]; the service record grows to 40 bytes, the
+///   header to 88).
+pub const ABI_VERSION: u32 = 3;
 
 /// Section indices in [`Header::sections`].
 pub mod section {
@@ -52,8 +58,10 @@ pub mod section {
     pub const RING: usize = 3;
     /// UTF-8 service names, referenced by offset and length.
     pub const NAMES: usize = 4;
+    /// [`super::SourceRange`] records: per front door, sorted and disjoint.
+    pub const SOURCE_RANGES: usize = 5;
     /// Number of sections.
-    pub const COUNT: usize = 5;
+    pub const COUNT: usize = 6;
 }
 
 /// Where a section lies: byte offset from the start of the snapshot and record count.
@@ -103,20 +111,29 @@ pub struct Frontend {
     pub protocol: u8,
     /// [`crate::table::FrontendKind`] as a number.
     pub kind: u8,
-    /// Reserved, zero.
-    pub reserved: [u8; 8],
+    /// Index of its first [`SourceRange`] in the source-range section.
+    pub source_ranges_offset: U32,
+    /// Number of its source ranges; 0 admits every client (`loadBalancerSourceRanges`
+    /// empty or not applicable). Front doors with the same list may share its records.
+    pub source_ranges_count: U32,
     /// 1-based index of the [`Service`] it forwards to.
     pub service: U32,
 }
 
 /// One backend set (a Service port with its chosen endpoints) and its Maglev ring.
+///
+/// Its backend records are `backends_count` ring backends followed by `draining_count`
+/// draining endpoints, each group sorted by (address, port): draining endpoints are not
+/// on the ring and take no new flows, but flows already steered to them keep them.
 #[derive(Clone, Copy, Debug, FromBytes, IntoBytes, Immutable, KnownLayout, Unaligned)]
 #[repr(C)]
 pub struct Service {
     /// Index of its first record in the backends section.
     pub backends_offset: U32,
-    /// Number of backends; 0 means its front doors reject.
+    /// Number of backends on the ring; 0 means its front doors reject.
     pub backends_count: U32,
+    /// Number of draining endpoints, after the ring backends.
+    pub draining_count: U32,
     /// Byte offset of its first entry in the ring section (a multiple of
     /// `ring_entry_len`).
     pub ring_offset: U32,
@@ -127,7 +144,7 @@ pub struct Service {
     /// Bytes per ring entry: 1, 2 or 4, [`ring_entry_len_for`] the backend count.
     pub ring_entry_len: u8,
     /// Reserved, zero.
-    pub reserved: [u8; 3],
+    pub reserved: [u8; 7],
     /// Byte offset of its name in the names section.
     pub name_offset: U32,
     /// Byte length of its name.
@@ -146,11 +163,27 @@ pub struct Backend {
     pub reserved: [u8; 2],
 }
 
+/// One range of client addresses a front door admits: every address from `first` to
+/// `last` inclusive, 16-byte form, compared as 128-bit big-endian numbers. A CIDR
+/// `a/n` is the range from its network address to its last address; an IPv4 prefix
+/// covers IPv4-mapped addresses only, so it never admits an IPv6 client. A front door's
+/// ranges are sorted by `first` and disjoint (`last` < the next `first`), so one binary
+/// search decides ([`crate::table::SourceRanges::admits`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, FromBytes, IntoBytes, Immutable, KnownLayout, Unaligned)]
+#[repr(C)]
+pub struct SourceRange {
+    /// First address of the range, 16-byte form.
+    pub first: [u8; 16],
+    /// Last address of the range (inclusive), 16-byte form.
+    pub last: [u8; 16],
+}
+
 const _: () = assert!(size_of::<Section>() == 8);
-const _: () = assert!(size_of::<Header>() == 80);
+const _: () = assert!(size_of::<Header>() == 88);
 const _: () = assert!(size_of::<Frontend>() == 32);
-const _: () = assert!(size_of::<Service>() == 32);
+const _: () = assert!(size_of::<Service>() == 40);
 const _: () = assert!(size_of::<Backend>() == 20);
+const _: () = assert!(size_of::<SourceRange>() == 32);
 const _: () = assert!(std::mem::offset_of!(Header, checksum) == CHECKSUM_OFFSET);
 
 /// The ring entry width in bytes for a service with `backends` backends: the smallest of

@@ -1,7 +1,8 @@
 //! The table ABI: how torii-control hands the data plane its service tables.
 //!
-//! A table is an immutable snapshot — front doors, backend sets, Maglev rings, names —
-//! laid out for the lookups of the packet path ([`layout`]), produced from a
+//! A table is an immutable snapshot — front doors with the client ranges they admit
+//! (`loadBalancerSourceRanges`), backend sets with their draining endpoints, Maglev
+//! rings, names — laid out for the lookups of the packet path ([`layout`]), produced from a
 //! [`TableSpec`] by [`build`] (or, reusing the previous build's work, by a
 //! [`TableBuilder`]), validated once by [`Table::new`] and then read in place.
 //! [`shm`] defines the publication protocol in shared memory: snapshot files named by
@@ -16,4 +17,4 @@ mod view;
 
 pub use build::{build, BuildError, BuildStats, TableBuilder};
 pub use spec::*;
-pub use view::{FrontendRef, Ring, ServiceRef, Storage, Table, TableError};
+pub use view::{FrontendRef, Ring, ServiceRef, SourceRanges, Storage, Table, TableError};

@@ -6,6 +6,8 @@
 
 use std::net::IpAddr;
 
+pub use crate::config::IpCidr;
+
 /// Transport protocol of a front door, numbered as in the IANA protocol registry
 /// (the IPv4 `protocol` / IPv6 `next header` field).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -100,19 +102,33 @@ pub struct FrontendSpec {
     pub kind: FrontendKind,
     /// Index into [`TableSpec::services`].
     pub service: usize,
+    /// The client address ranges admitted for new flows (the Service's
+    /// `loadBalancerSourceRanges` of this front door's address family); empty admits every
+    /// client. Any order, overlaps allowed: the builder merges them into sorted, disjoint
+    /// ranges.
+    pub source_ranges: Vec<IpCidr>,
 }
 
 /// A Service port with the endpoints chosen for it: one Maglev ring.
 ///
 /// Several front doors of one Service port share a `ServiceSpec` when they forward to the
 /// same endpoints (they differ when `externalTrafficPolicy: Local` narrows the external ones).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// `Default` is an unnamed service without endpoints or affinity, for
+/// `ServiceSpec { name, backends, ..Default::default() }`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ServiceSpec {
     /// `namespace/name:port-name` (port name may be empty), for logs and counters.
     pub name: String,
     /// Endpoints; any order (the Maglev ring depends only on their identities).
     /// Empty means the front doors reject (ICMP port unreachable, TCP RST).
     pub backends: Vec<BackendSpec>,
+    /// Draining endpoints: serving endpoints of the Service port that are not in
+    /// `backends` (terminating ones, or ones a traffic policy or topology leaves out).
+    /// They take no new flows and are not on the ring, but flows already steered to them
+    /// keep them across table changes (kube-proxy clears conntrack entries only of
+    /// endpoints that stopped serving). Any order; an endpoint also in `backends` is
+    /// ignored here.
+    pub draining: Vec<BackendSpec>,
     /// `sessionAffinity: ClientIP` timeout in seconds, `None` without affinity.
     pub affinity_timeout_s: Option<u32>,
 }

@@ -2,14 +2,16 @@
 //!
 //! [`Table::new`] checks everything once — magic, ABI version, lengths, CRC-32, every
 //! section in bounds, front doors strictly sorted, every id and range in bounds, every
-//! ring entry naming a backend of its own service, names UTF-8 — so that afterwards no
-//! lookup can panic or read out of bounds, whatever bytes were published.
+//! front door's source ranges sorted and disjoint, every service's backends and draining
+//! endpoints sorted, every ring entry naming a backend of its own service, names UTF-8 —
+//! so that afterwards no lookup can panic or read out of bounds, and every binary search
+//! is over sorted records, whatever bytes were published.
 
 use std::net::IpAddr;
 
 use zerocopy::FromBytes;
 
-use super::layout::{self, section, Backend, Frontend, Header, Service};
+use super::layout::{self, section, Backend, Frontend, Header, Service, SourceRange};
 use super::spec::{FrontendKind, Protocol};
 
 /// Why a snapshot was rejected. The gateway logs it, counts it and keeps its last good table.
@@ -111,11 +113,52 @@ impl<B: AsRef<[u8]>> std::fmt::Debug for Table<B> {
 
 /// A front door found by [`Table::frontend`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FrontendRef {
+pub struct FrontendRef<'t> {
+    /// 0-based position of the front door in [`Table::frontends`] (sorted by address,
+    /// protocol, port): an id valid for this table generation only (per-front-door counters;
+    /// conntrack's `FlowState::frontend`).
+    pub index: u32,
     /// 0-based index of its service (see [`Table::service`]).
     pub service: u32,
     /// Which Service field it comes from.
     pub kind: FrontendKind,
+    /// The client addresses it admits for new flows.
+    pub source_ranges: SourceRanges<'t>,
+}
+
+/// The client address ranges a front door admits for new flows (its Service's
+/// `loadBalancerSourceRanges`): sorted, disjoint [`SourceRange`]s; none admits everyone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SourceRanges<'t> {
+    ranges: &'t [SourceRange],
+}
+
+impl<'t> SourceRanges<'t> {
+    /// Ranges as stored (sorted by first address and disjoint, as [`Table::new`] checked).
+    pub fn as_slice(&self) -> &'t [SourceRange] {
+        self.ranges
+    }
+
+    /// Whether the front door restricts nothing (no ranges).
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.ranges.is_empty()
+    }
+
+    /// Whether a new flow from `client` may enter: always when there are no ranges
+    /// (kube-proxy: an empty `loadBalancerSourceRanges` allows all sources), else when a
+    /// range contains it. One binary search: O(log n) in the number of merged ranges (a
+    /// handful of comparisons for the usual list of a few CIDRs; 12 for 4096 disjoint
+    /// ones), no allocation.
+    #[inline]
+    pub fn admits(&self, client: IpAddr) -> bool {
+        if self.ranges.is_empty() {
+            return true;
+        }
+        let a = u128::from_be_bytes(layout::addr16(client));
+        let i = self.ranges.partition_point(|r| u128::from_be_bytes(r.first) <= a);
+        i > 0 && a <= u128::from_be_bytes(self.ranges[i - 1].last)
+    }
 }
 
 /// A service's backends and ring, borrowed from the table.
@@ -125,13 +168,16 @@ pub struct ServiceRef<'t> {
     pub name: &'t str,
     /// Backends in table order (sorted by address, port).
     pub backends: &'t [Backend],
+    /// Draining endpoints (sorted by address, port): not on the ring, chosen for no new
+    /// flow, but still endpoints for the flows already steered to them.
+    pub draining: &'t [Backend],
     /// Maglev ring: 1-based indices into `backends`; empty when there are none.
     pub ring: Ring<'t>,
     /// `sessionAffinity: ClientIP` timeout in seconds, 0 without affinity.
     pub affinity_timeout_s: u32,
 }
 
-impl ServiceRef<'_> {
+impl<'t> ServiceRef<'t> {
     /// The backend that ring slot `hash % M` names; `None` when the service has no
     /// backends (its front doors reject).
     #[inline]
@@ -143,6 +189,34 @@ impl ServiceRef<'_> {
         let id = self.ring.get((hash % len as u64) as usize)? as usize;
         self.backends.get(id.wrapping_sub(1))
     }
+
+    /// The ring backend `addr:port` (16-byte address form), by binary search; `None` when
+    /// it is not one (a draining endpoint is not).
+    #[inline]
+    pub fn backend(&self, addr: [u8; 16], port: u16) -> Option<&'t Backend> {
+        find_backend(self.backends, addr, port)
+    }
+
+    /// Whether `addr:port` is still an endpoint for established flows: a ring backend or a
+    /// draining endpoint. Two binary searches.
+    #[inline]
+    pub fn serves(&self, addr: [u8; 16], port: u16) -> bool {
+        self.backend(addr, port).is_some() || find_backend(self.draining, addr, port).is_some()
+    }
+}
+
+/// Sort key of a backend record: (address, port), the order of each group of a service's
+/// records.
+#[inline]
+fn backend_key(b: &Backend) -> (u128, u16) {
+    (u128::from_be_bytes(b.addr), b.port.get())
+}
+
+/// The endpoint `addr:port` among `backends` (sorted by [`backend_key`]).
+#[inline]
+fn find_backend(backends: &[Backend], addr: [u8; 16], port: u16) -> Option<&Backend> {
+    let key = (u128::from_be_bytes(addr), port);
+    backends.binary_search_by_key(&key, backend_key).ok().map(|i| &backends[i])
 }
 
 /// One service's Maglev ring as stored: little-endian entries of 1, 2 or 4 bytes
@@ -262,7 +336,7 @@ impl<B: AsRef<[u8]>> Table<B> {
         if computed != header.checksum.get() {
             return Err(TableError::Checksum { stored: header.checksum.get(), computed });
         }
-        let sizes = [size_of::<Frontend>(), size_of::<Service>(), size_of::<Backend>(), 1, 1];
+        let sizes = [size_of::<Frontend>(), size_of::<Service>(), size_of::<Backend>(), 1, 1, size_of::<SourceRange>()];
         let mut sections = [(0, 0); section::COUNT];
         for (i, s) in header.sections.iter().enumerate() {
             let (off, n) = (s.offset.get() as usize, s.count.get() as usize);
@@ -279,7 +353,7 @@ impl<B: AsRef<[u8]>> Table<B> {
 
     fn check_records(&self) -> Result<(), TableError> {
         let (fronts, services, backends, ring) = (self.frontends(), self.services(), self.backends(), self.ring());
-        let names = self.names();
+        let (names, source_ranges) = (self.names(), self.source_ranges());
         let mut prev = None;
         for (i, f) in fronts.iter().enumerate() {
             let key = layout::frontend_key(f.addr, f.protocol, f.port.get());
@@ -297,11 +371,31 @@ impl<B: AsRef<[u8]>> Table<B> {
             if s == 0 || s > services.len() {
                 return Err(record("front door", i, format!("service id {s} is not in 1..={}", services.len())));
             }
+            let (ro, rn) = (f.source_ranges_offset.get() as usize, f.source_ranges_count.get() as usize);
+            let Some(ranges) = ro.checked_add(rn).and_then(|e| source_ranges.get(ro..e)) else {
+                return Err(record("front door", i, "source range list out of bounds"));
+            };
+            let mut prev_last = None;
+            for r in ranges {
+                let (first, last) = (u128::from_be_bytes(r.first), u128::from_be_bytes(r.last));
+                if first > last || prev_last.is_some_and(|p| p >= first) {
+                    return Err(record("front door", i, "source ranges not sorted, disjoint and non-empty"));
+                }
+                prev_last = Some(last);
+            }
         }
         for (i, s) in services.iter().enumerate() {
-            let (bo, bn) = (s.backends_offset.get() as usize, s.backends_count.get() as usize);
-            if bo.checked_add(bn).is_none_or(|e| e > backends.len()) {
+            let (bo, bn, dn) =
+                (s.backends_offset.get() as usize, s.backends_count.get() as usize, s.draining_count.get() as usize);
+            let Some(records) = bn.checked_add(dn).and_then(|n| bo.checked_add(n)).and_then(|e| backends.get(bo..e))
+            else {
                 return Err(record("service", i, "backend range out of bounds"));
+            };
+            let (ring_backends, draining) = records.split_at(bn);
+            for group in [ring_backends, draining] {
+                if !group.windows(2).all(|w| backend_key(&w[0]) < backend_key(&w[1])) {
+                    return Err(record("service", i, "backends not strictly sorted by (address, port)"));
+                }
             }
             let (ro, rn, w) = (s.ring_offset.get() as usize, s.ring_len.get() as usize, s.ring_entry_len);
             if !matches!(w, 1 | 2 | 4) {
@@ -371,6 +465,10 @@ impl<B: AsRef<[u8]>> Table<B> {
         &self.bytes.as_ref()[off..off + n]
     }
 
+    fn source_ranges(&self) -> &[SourceRange] {
+        self.slice(section::SOURCE_RANGES)
+    }
+
     /// Number of services (backend sets).
     pub fn service_count(&self) -> usize {
         self.services().len()
@@ -379,14 +477,18 @@ impl<B: AsRef<[u8]>> Table<B> {
     /// The front door for (destination address, IANA protocol, destination port), by
     /// binary search: O(log n).
     #[inline]
-    pub fn frontend(&self, addr: IpAddr, protocol: u8, port: u16) -> Option<FrontendRef> {
+    pub fn frontend(&self, addr: IpAddr, protocol: u8, port: u16) -> Option<FrontendRef<'_>> {
         let key = layout::frontend_key(layout::addr16(addr), protocol, port);
         let fronts = self.frontends();
         let i = fronts.binary_search_by_key(&key, |f| layout::frontend_key(f.addr, f.protocol, f.port.get())).ok()?;
         let f = &fronts[i];
+        let (ro, rn) = (f.source_ranges_offset.get() as usize, f.source_ranges_count.get() as usize);
         Some(FrontendRef {
+            // The section header counts front doors in 32 bits (`layout::Section::count`).
+            index: i as u32,
             service: f.service.get() - 1,
             kind: FrontendKind::from_number(f.kind).unwrap_or(FrontendKind::ExternalIp),
+            source_ranges: SourceRanges { ranges: self.source_ranges().get(ro..ro.saturating_add(rn)).unwrap_or(&[]) },
         })
     }
 
@@ -404,11 +506,13 @@ impl<B: AsRef<[u8]>> Table<B> {
     pub fn service(&self, id: u32) -> Option<ServiceRef<'_>> {
         let s = self.services().get(id as usize)?;
         let (bo, bn) = (s.backends_offset.get() as usize, s.backends_count.get() as usize);
+        let (do_, dn) = (bo.saturating_add(bn), s.draining_count.get() as usize);
         let (ro, rn, w) = (s.ring_offset.get() as usize, s.ring_len.get() as usize, s.ring_entry_len);
         let (no, nl) = (s.name_offset.get() as usize, s.name_len.get() as usize);
         Some(ServiceRef {
             name: self.names().get(no..no + nl).and_then(|n| std::str::from_utf8(n).ok()).unwrap_or(""),
-            backends: self.backends().get(bo..bo + bn).unwrap_or(&[]),
+            backends: self.backends().get(bo..bo.saturating_add(bn)).unwrap_or(&[]),
+            draining: self.backends().get(do_..do_.saturating_add(dn)).unwrap_or(&[]),
             ring: Ring::new(
                 self.ring().get(ro..ro.saturating_add(rn.saturating_mul(usize::from(w)))).unwrap_or(&[]),
                 w,
@@ -437,14 +541,29 @@ mod tests {
                 .map(|a| BackendSpec { addr: ip(a), port: 8080 })
                 .collect(),
             affinity_timeout_s: None,
+            draining: vec![BackendSpec { addr: ip("10.70.0.14"), port: 8080 }],
         };
-        let empty = ServiceSpec { name: "demo/empty:".into(), backends: vec![], affinity_timeout_s: Some(10800) };
+        let empty = ServiceSpec {
+            name: "demo/empty:".into(),
+            backends: vec![],
+            affinity_timeout_s: Some(10800),
+            draining: vec![],
+        };
         let fe = |a: &str, protocol, port, service| FrontendSpec {
             addr: ip(a),
             port,
             protocol,
             kind: FrontendKind::ExternalIp,
             service,
+            source_ranges: vec![],
+        };
+        let lb = FrontendSpec {
+            kind: FrontendKind::LoadBalancer,
+            source_ranges: ["198.51.100.0/24", "192.0.2.128/25", "2001:db8:1::/48"]
+                .iter()
+                .map(|c| crate::config::IpCidr::parse(c).unwrap())
+                .collect(),
+            ..fe("203.0.113.20", Protocol::Tcp, 443, 0)
         };
         TableSpec {
             frontends: vec![
@@ -452,6 +571,7 @@ mod tests {
                 fe("203.0.113.10", Protocol::Tcp, 80, 0),
                 fe("203.0.113.10", Protocol::Udp, 80, 1),
                 fe("2001:db8::10", Protocol::Tcp, 80, 0),
+                lb,
             ],
             services: vec![web, empty],
         }
@@ -466,6 +586,8 @@ mod tests {
         let t = table();
         assert_eq!(t.generation(), 9);
         let f = t.frontend(ip("203.0.113.10"), 6, 80).unwrap();
+        let door = &t.frontends()[f.index as usize];
+        assert_eq!((door.protocol, door.port.get()), (6, 80), "the index names the front door found");
         let s = t.service(f.service).unwrap();
         assert_eq!(s.name, "demo/web:http");
         assert_eq!(s.backends.len(), 3);
@@ -483,6 +605,40 @@ mod tests {
         assert!(t.is_vip(ip("2001:db8::10")));
         assert!(!t.is_vip(ip("203.0.113.12")));
         assert!(!t.is_vip(IpAddr::V4(Ipv4Addr::UNSPECIFIED)));
+    }
+
+    #[test]
+    fn source_ranges_admit_only_their_clients() {
+        let t = table();
+        let lb = t.frontend(ip("203.0.113.20"), 6, 443).unwrap();
+        assert_eq!(lb.kind, FrontendKind::LoadBalancer);
+        assert_eq!(lb.source_ranges.as_slice().len(), 3);
+        for yes in
+            ["198.51.100.0", "198.51.100.255", "192.0.2.128", "192.0.2.255", "2001:db8:1::", "2001:db8:1:ffff::9"]
+        {
+            assert!(lb.source_ranges.admits(ip(yes)), "{yes}");
+        }
+        for no in ["198.51.101.0", "198.51.99.255", "192.0.2.127", "193.0.0.0", "0.0.0.0", "2001:db8:2::", "::ffff:0:0"]
+        {
+            assert!(!lb.source_ranges.admits(ip(no)), "{no}");
+        }
+        // An IPv4 range never admits the IPv6 address with the same bits, and vice versa.
+        assert!(!lb.source_ranges.admits(ip("::c633:6401")));
+        let open = t.frontend(ip("203.0.113.10"), 6, 80).unwrap();
+        assert!(open.source_ranges.is_empty() && open.source_ranges.admits(ip("192.0.2.1")));
+    }
+
+    #[test]
+    fn draining_endpoints_serve_established_flows_only() {
+        let t = table();
+        let s = t.service(t.frontend(ip("203.0.113.10"), 6, 80).unwrap().service).unwrap();
+        let draining = layout::addr16(ip("10.70.0.14"));
+        assert_eq!(s.draining.len(), 1);
+        assert!(s.serves(draining, 8080));
+        assert!(!s.serves(draining, 8081));
+        assert!(s.backend(draining, 8080).is_none());
+        assert!((0..1000u64).all(|h| s.pick(h.wrapping_mul(0x9e37_79b9_7f4a_7c15)).unwrap().addr != draining));
+        assert!(s.serves(layout::addr16(ip("10.70.0.11")), 8080));
     }
 
     #[test]
@@ -531,25 +687,35 @@ mod tests {
         assert!(matches!(e, TableError::Record { what: "ring entry", .. }), "{e}");
     }
 
-    /// `bytes` with service 0's record patched by `f`, checksum re-sealed.
-    fn with_service_record(mut bytes: Vec<u8>, f: impl FnOnce(&mut Service)) -> Vec<u8> {
-        let t = Table::new(bytes.clone()).unwrap();
-        let at = t.sections[section::SERVICES].0;
-        let mut rec = Service::read_from_bytes(&bytes[at..at + size_of::<Service>()]).unwrap();
+    /// `bytes` with its record of type `T` at byte `at` patched by `f`, checksum re-sealed.
+    fn patched<T: FromBytes + zerocopy::IntoBytes + zerocopy::Immutable>(
+        mut bytes: Vec<u8>,
+        at: usize,
+        f: impl FnOnce(&mut T),
+    ) -> Vec<u8> {
+        let mut rec = T::read_from_bytes(&bytes[at..at + size_of::<T>()]).unwrap();
         f(&mut rec);
-        bytes[at..at + size_of::<Service>()].copy_from_slice(zerocopy::IntoBytes::as_bytes(&rec));
+        bytes[at..at + size_of::<T>()].copy_from_slice(rec.as_bytes());
         let crc = checksum(&bytes);
         bytes[layout::CHECKSUM_OFFSET..layout::CHECKSUM_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
         bytes
     }
 
+    /// `bytes` with service 0's record patched by `f`, checksum re-sealed.
+    fn with_service_record(bytes: Vec<u8>, f: impl FnOnce(&mut Service)) -> Vec<u8> {
+        let at = Table::new(bytes.clone()).unwrap().sections[section::SERVICES].0;
+        patched(bytes, at, f)
+    }
+
+    /// Asserts that `bytes` are rejected with an error containing `needle`.
+    fn reject(bytes: Vec<u8>, needle: &str) {
+        let e = Table::new(bytes).unwrap_err().to_string();
+        assert!(e.contains(needle), "{e}");
+    }
+
     #[test]
     fn ring_widths_and_ranges_are_validated() {
         let good = build(&spec(), 3).unwrap();
-        let reject = |bytes: Vec<u8>, needle: &str| {
-            let e = Table::new(bytes).unwrap_err().to_string();
-            assert!(e.contains(needle), "{e}");
-        };
         reject(with_service_record(good.clone(), |s| s.ring_entry_len = 3), "ring entry width 3");
         reject(with_service_record(good.clone(), |s| s.ring_entry_len = 0), "ring entry width 0");
         let mut wide = spec();
@@ -566,6 +732,34 @@ mod tests {
                 s.ring_len = (s.ring_len.get() / 2).into();
             }),
             "is not in 1..=3",
+        );
+    }
+
+    #[test]
+    fn source_ranges_and_draining_are_validated() {
+        let good = build(&spec(), 3).unwrap();
+        let t = Table::new(good.clone()).unwrap();
+        let ranges = t.sections[section::SOURCE_RANGES].0;
+        let lb = t.frontends().iter().position(|f| f.source_ranges_count.get() > 0).unwrap();
+        let lb_at = t.sections[section::FRONTENDS].0 + lb * size_of::<Frontend>();
+        reject(
+            patched::<Frontend>(good.clone(), lb_at, |f| f.source_ranges_count = 4.into()),
+            "source range list out of bounds",
+        );
+        reject(
+            patched::<Frontend>(good.clone(), lb_at, |f| f.source_ranges_offset = u32::MAX.into()),
+            "source range list out of bounds",
+        );
+        // The first range made to overlap the second; then made empty (first > last).
+        let second = SourceRange::read_from_bytes(&good[ranges + 32..ranges + 64]).unwrap();
+        reject(patched::<SourceRange>(good.clone(), ranges, |r| r.last = second.first), "not sorted, disjoint");
+        reject(patched::<SourceRange>(good.clone(), ranges, |r| r.first = [0xff; 16]), "not sorted, disjoint");
+        // Draining endpoints past the backends section, or unsorted ring backends.
+        reject(with_service_record(good.clone(), |s| s.draining_count = 99.into()), "backend range out of bounds");
+        let backends = t.sections[section::BACKENDS].0;
+        reject(
+            patched::<Backend>(good, backends, |b| b.addr = layout::addr16(ip("10.70.0.99"))),
+            "backends not strictly sorted",
         );
     }
 

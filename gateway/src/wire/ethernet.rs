@@ -2,7 +2,8 @@
 //! header of destination address, source address and EtherType, then the payload.
 //!
 //! The view covers the frame as handed over by the NIC: no preamble, no FCS. An 802.1Q tag shows
-//! up as [`EtherType::Vlan`]; the 4-byte tag is then the first bytes of [`EthernetFrame::payload`].
+//! up as [`EtherType::Vlan`] (an 802.1ad service tag as [`EtherType::ServiceVlan`]); the 4-byte
+//! tag is then the first bytes of [`EthernetFrame::payload`], read with [`super::vlan::VlanTag`].
 //! `new_checked` only requires the 14-byte header; after it succeeds nothing panics.
 //!
 //! [RFC 894]: https://www.rfc-editor.org/rfc/rfc894
@@ -87,8 +88,10 @@ pub enum EtherType {
     Arp,
     /// IPv6, `0x86DD`.
     Ipv6,
-    /// An IEEE 802.1Q VLAN tag, `0x8100`.
+    /// An IEEE 802.1Q VLAN tag (C-TAG), `0x8100`.
     Vlan,
+    /// An IEEE 802.1ad service VLAN tag (S-TAG, the outer tag of "QinQ"), `0x88A8`.
+    ServiceVlan,
     /// Any other value.
     Unknown(u16),
 }
@@ -101,6 +104,7 @@ impl From<u16> for EtherType {
             0x0806 => EtherType::Arp,
             0x86dd => EtherType::Ipv6,
             0x8100 => EtherType::Vlan,
+            0x88a8 => EtherType::ServiceVlan,
             other => EtherType::Unknown(other),
         }
     }
@@ -114,6 +118,7 @@ impl From<EtherType> for u16 {
             EtherType::Arp => 0x0806,
             EtherType::Ipv6 => 0x86dd,
             EtherType::Vlan => 0x8100,
+            EtherType::ServiceVlan => 0x88a8,
             EtherType::Unknown(other) => other,
         }
     }
@@ -271,6 +276,7 @@ mod tests {
             (0x0806, EtherType::Arp),
             (0x86dd, EtherType::Ipv6),
             (0x8100, EtherType::Vlan),
+            (0x88a8, EtherType::ServiceVlan),
             (0x88cc, EtherType::Unknown(0x88cc)),
         ] {
             assert_eq!(EtherType::from(value), ty);

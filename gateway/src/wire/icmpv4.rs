@@ -16,7 +16,9 @@
 //!
 //! [RFC 792]: https://www.rfc-editor.org/rfc/rfc792
 
-use super::{checksum, read, ParseError};
+use std::net::Ipv4Addr;
+
+use super::{checksum, read, IpProtocol, Ipv4Packet, ParseError, SctpPacket};
 
 mod field {
     use crate::wire::{Field, Rest};
@@ -72,6 +74,8 @@ pub enum Icmpv4Type {
     EchoRequest,
     /// Time Exceeded, 11.
     TimeExceeded,
+    /// Parameter Problem, 12.
+    ParamProblem,
     /// Any other type.
     Unknown(u8),
 }
@@ -84,6 +88,7 @@ impl From<u8> for Icmpv4Type {
             3 => Icmpv4Type::DstUnreachable,
             8 => Icmpv4Type::EchoRequest,
             11 => Icmpv4Type::TimeExceeded,
+            12 => Icmpv4Type::ParamProblem,
             other => Icmpv4Type::Unknown(other),
         }
     }
@@ -97,8 +102,23 @@ impl From<Icmpv4Type> for u8 {
             Icmpv4Type::DstUnreachable => 3,
             Icmpv4Type::EchoRequest => 8,
             Icmpv4Type::TimeExceeded => 11,
+            Icmpv4Type::ParamProblem => 12,
             Icmpv4Type::Unknown(other) => other,
         }
+    }
+}
+
+impl Icmpv4Type {
+    /// Whether messages of this type are errors that quote the offending datagram (its IPv4
+    /// header and at least the first 8 bytes of its payload, [RFC 792]; routers quote as much
+    /// as fits in 576 bytes, [RFC 1812] § 4.3.2.3): Destination Unreachable, Time Exceeded and
+    /// Parameter Problem. [`QuotedIpv4`] views the quote.
+    ///
+    /// [RFC 792]: https://www.rfc-editor.org/rfc/rfc792
+    /// [RFC 1812]: https://www.rfc-editor.org/rfc/rfc1812#section-4.3.2.3
+    #[inline]
+    pub fn is_error(self) -> bool {
+        matches!(self, Icmpv4Type::DstUnreachable | Icmpv4Type::TimeExceeded | Icmpv4Type::ParamProblem)
     }
 }
 
@@ -259,6 +279,176 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Icmpv4Packet<T> {
     }
 }
 
+/// The datagram an ICMP error quotes (the [`Icmpv4Packet::data`] of a message whose type
+/// [`is_error`](Icmpv4Type::is_error)): its IPv4 header, complete with options, then the first
+/// bytes of its payload — at least 8 ([RFC 792]), as many as fit in 576 bytes from routers
+/// following [RFC 1812] § 4.3.2.3. The quoted Total Length usually claims more than the quote
+/// holds, so [`Ipv4Packet::new_checked`] would refuse it; this view checks only what it reads.
+///
+/// `new_checked` accepts a buffer that holds an IPv4 header (version 4, IHL ≥ 5, IHL × 4 bytes
+/// present); after it succeeds no accessor or setter panics. [`Self::ports`] is `None` unless the
+/// quote holds the first 4 bytes of a transport header (a first fragment or unfragmented
+/// datagram).
+///
+/// A NAT translating the error translates the quote as the inverse of what it did to the
+/// datagram ([RFC 5508] § 4.2 for ICMP through NATs; Linux `nf_nat_icmp_reply_translation`):
+/// [`Self::translate`] rewrites addresses and ports and keeps every checksum the quote carries
+/// consistent.
+///
+/// [RFC 792]: https://www.rfc-editor.org/rfc/rfc792
+/// [RFC 1812]: https://www.rfc-editor.org/rfc/rfc1812#section-4.3.2.3
+/// [RFC 5508]: https://www.rfc-editor.org/rfc/rfc5508#section-4.2
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuotedIpv4<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+/// Offsets of the checksum field in the quoted transport header.
+const TCP_CHECKSUM_AT: usize = 16;
+const UDP_CHECKSUM_AT: usize = 6;
+
+impl<T: AsRef<[u8]>> QuotedIpv4<T> {
+    /// Wraps the quote without checking it; accessors may panic unless it passed
+    /// [`Self::new_checked`] before (as a shorter borrow, say).
+    #[inline]
+    pub const fn new_unchecked(buffer: T) -> Self {
+        QuotedIpv4 { buffer }
+    }
+
+    /// Wraps the quote after checking that it holds a whole IPv4 header.
+    ///
+    /// # Errors
+    ///
+    /// - [`ParseError::Truncated`] if the buffer is shorter than 20 bytes or than IHL × 4;
+    /// - [`ParseError::Malformed`] if the version is not 4 or IHL is below 5.
+    #[inline]
+    pub fn new_checked(buffer: T) -> Result<Self, ParseError> {
+        let data = buffer.as_ref();
+        if data.len() < Ipv4Packet::<&[u8]>::HEADER_LEN {
+            return Err(ParseError::Truncated);
+        }
+        let ip = Ipv4Packet::new_unchecked(data);
+        if ip.version() != 4 || ip.header_len() < Ipv4Packet::<&[u8]>::HEADER_LEN {
+            return Err(ParseError::Malformed);
+        }
+        if ip.header_len() > data.len() {
+            return Err(ParseError::Truncated);
+        }
+        Ok(QuotedIpv4 { buffer })
+    }
+
+    /// The quoted IPv4 header as a view: its fixed fields (addresses, protocol, identification,
+    /// fragment fields) are complete; its payload accessors stop at the end of the quote.
+    #[inline]
+    pub fn header(&self) -> Ipv4Packet<&[u8]> {
+        Ipv4Packet::new_unchecked(self.buffer.as_ref())
+    }
+
+    /// The quoted datagram's source address.
+    #[inline]
+    pub fn src_addr(&self) -> Ipv4Addr {
+        self.header().src_addr()
+    }
+
+    /// The quoted datagram's destination address.
+    #[inline]
+    pub fn dst_addr(&self) -> Ipv4Addr {
+        self.header().dst_addr()
+    }
+
+    /// The quoted datagram's protocol.
+    #[inline]
+    pub fn next_header(&self) -> IpProtocol {
+        self.header().next_header()
+    }
+
+    /// The quoted bytes after the IPv4 header: the start of the transport header (for a first
+    /// fragment or an unfragmented datagram), at most up to the quoted Total Length.
+    #[inline]
+    pub fn transport(&self) -> &[u8] {
+        let data = self.buffer.as_ref();
+        let ip = self.header();
+        let end = usize::from(ip.total_len()).min(data.len());
+        &data[ip.header_len().min(end)..end]
+    }
+
+    /// The quoted (source, destination) ports of TCP, UDP or SCTP — all three keep them in the
+    /// first 4 bytes — when the quote holds them: `None` for a quoted non-first fragment (no
+    /// transport header), another protocol, or a quote shorter than 4 transport bytes.
+    #[inline]
+    pub fn ports(&self) -> Option<(u16, u16)> {
+        if self.header().frag_offset() != 0
+            || !matches!(self.next_header(), IpProtocol::Tcp | IpProtocol::Udp | IpProtocol::Sctp)
+        {
+            return None;
+        }
+        match self.transport() {
+            [a, b, c, d, ..] => Some((u16::from_be_bytes([*a, *b]), u16::from_be_bytes([*c, *d]))),
+            _ => None,
+        }
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> QuotedIpv4<T> {
+    /// Rewrites the quoted datagram to `src:src_port → dst:dst_port` — the caller checked that
+    /// [`Self::ports`] is `Some` — and keeps its checksums consistent:
+    ///
+    /// - the quoted IPv4 header checksum, updated incrementally ([RFC 1624]), so a quote that
+    ///   arrived with a wrong checksum keeps a wrong one;
+    /// - the quoted TCP checksum (bytes 16..18) when the quote reaches it, and the UDP checksum
+    ///   (bytes 6..8, a zero "none" kept) — both cover the pseudo-header, so the address change
+    ///   enters them as well as the ports;
+    /// - the SCTP CRC32c, recomputed, only when the whole SCTP packet is quoted (it covers the
+    ///   whole packet; a truncated quote's CRC cannot be checked by anyone and is left alone).
+    ///
+    /// [RFC 1624]: https://www.rfc-editor.org/rfc/rfc1624
+    pub fn translate(&mut self, src: Ipv4Addr, src_port: u16, dst: Ipv4Addr, dst_port: u16) {
+        let (old_src, old_dst, protocol, ihl, total) = {
+            let ip = self.header();
+            (ip.src_addr(), ip.dst_addr(), ip.next_header(), ip.header_len(), usize::from(ip.total_len()))
+        };
+        let Some((old_sport, old_dport)) = self.ports() else { return };
+        let data = self.buffer.as_mut();
+        let (header, rest) = data.split_at_mut(ihl);
+        let mut ip = Ipv4Packet::new_unchecked(&mut *header);
+        let mut c = ip.checksum();
+        c = checksum::update_addr(c, old_src, src);
+        c = checksum::update_addr(c, old_dst, dst);
+        ip.set_src_addr(src);
+        ip.set_dst_addr(dst);
+        ip.set_checksum(c);
+        let quoted_len = rest.len().min(total.saturating_sub(ihl));
+        let l4 = &mut rest[..quoted_len];
+        l4[0..2].copy_from_slice(&src_port.to_be_bytes());
+        l4[2..4].copy_from_slice(&dst_port.to_be_bytes());
+        let update = |c: u16| {
+            let c = checksum::update_addr(c, old_src, src);
+            let c = checksum::update_addr(c, old_dst, dst);
+            let c = checksum::update16(c, old_sport, src_port);
+            checksum::update16(c, old_dport, dst_port)
+        };
+        match protocol {
+            IpProtocol::Tcp if l4.len() >= TCP_CHECKSUM_AT + 2 => {
+                let at = TCP_CHECKSUM_AT..TCP_CHECKSUM_AT + 2;
+                let c = update(u16::from_be_bytes(read(l4, at.clone())));
+                l4[at].copy_from_slice(&c.to_be_bytes());
+            }
+            IpProtocol::Udp if l4.len() >= UDP_CHECKSUM_AT + 2 => {
+                let at = UDP_CHECKSUM_AT..UDP_CHECKSUM_AT + 2;
+                let old = u16::from_be_bytes(read(l4, at.clone()));
+                let c = if old == 0 { 0 } else { checksum::udp_transmitted(update(old)) };
+                l4[at].copy_from_slice(&c.to_be_bytes());
+            }
+            IpProtocol::Sctp if ihl + l4.len() == total => {
+                if let Ok(mut sctp) = SctpPacket::new_checked(l4) {
+                    sctp.fill_checksum();
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
 impl<T: AsRef<[u8]>> AsRef<[u8]> for Icmpv4Packet<T> {
     fn as_ref(&self) -> &[u8] {
         self.buffer.as_ref()
@@ -364,6 +554,141 @@ mod tests {
         assert_eq!(Icmpv4Type::from(3), Icmpv4Type::DstUnreachable);
         assert_eq!(Icmpv4Type::from(8), Icmpv4Type::EchoRequest);
         assert_eq!(Icmpv4Type::from(11), Icmpv4Type::TimeExceeded);
+        assert_eq!(Icmpv4Type::from(12), Icmpv4Type::ParamProblem);
         assert_eq!(Icmpv4Type::from(5), Icmpv4Type::Unknown(5));
+        let errors: Vec<u8> = (0..=u8::MAX).filter(|&t| Icmpv4Type::from(t).is_error()).collect();
+        assert_eq!(errors, [3, 11, 12]);
+    }
+
+    use crate::wire::{SctpPacket, TcpPacket, UdpPacket};
+
+    const SNAT: (Ipv4Addr, u16) = (Ipv4Addr::new(10, 70, 0, 1), 1025);
+    const ENDPOINT: (Ipv4Addr, u16) = (Ipv4Addr::new(10, 70, 0, 21), 7007);
+    const CLIENT: (Ipv4Addr, u16) = (Ipv4Addr::new(198, 51, 100, 10), 40000);
+    const VIP: (Ipv4Addr, u16) = (Ipv4Addr::new(203, 0, 113, 10), 7);
+
+    /// A whole IPv4 datagram of `protocol` from `src` to `dst` with `payload_len` bytes after a
+    /// transport header, every checksum filled.
+    fn datagram(protocol: IpProtocol, src: (Ipv4Addr, u16), dst: (Ipv4Addr, u16), payload_len: usize) -> Vec<u8> {
+        let l4_len = match protocol {
+            IpProtocol::Tcp => 20,
+            IpProtocol::Sctp => 12,
+            _ => 8,
+        } + payload_len;
+        let mut b = vec![0u8; 20 + l4_len];
+        Ipv4Packet::new_unchecked(&mut b[..]).fill_header(src.0, dst.0, protocol, l4_len as u16, 63);
+        for (i, x) in b[20..].iter_mut().enumerate() {
+            *x = (i * 13 + 5) as u8;
+        }
+        b[20..22].copy_from_slice(&src.1.to_be_bytes());
+        b[22..24].copy_from_slice(&dst.1.to_be_bytes());
+        match protocol {
+            IpProtocol::Tcp => {
+                let mut t = TcpPacket::new_unchecked(&mut b[20..]);
+                t.set_header_len(20);
+                t.fill_checksum(src.0, dst.0);
+            }
+            IpProtocol::Udp => {
+                let mut u = UdpPacket::new_unchecked(&mut b[20..]);
+                u.set_len(l4_len as u16);
+                u.fill_checksum(src.0, dst.0);
+            }
+            _ => SctpPacket::new_unchecked(&mut b[20..]).fill_checksum(),
+        }
+        b
+    }
+
+    #[test]
+    fn quote_translates_to_the_datagram_the_peer_sent() {
+        // What the gateway sent to the endpoint (SNAT → endpoint), quoted as routers do, is
+        // rewritten into what the client sent (client → VIP): byte for byte the same quote.
+        for (protocol, quote_len) in [
+            (IpProtocol::Udp, 28),  // RFC 792 minimum: header + 8 bytes (UDP checksum inside)
+            (IpProtocol::Tcp, 28),  // TCP checksum not quoted
+            (IpProtocol::Tcp, 60),  // RFC 1812: the whole segment
+            (IpProtocol::Sctp, 40), // SCTP CRC quoted, its packet not: left alone
+            (IpProtocol::Sctp, 52), // the whole SCTP packet: CRC recomputed
+        ] {
+            let sent = datagram(protocol, SNAT, ENDPOINT, 20);
+            let want = datagram(protocol, CLIENT, VIP, 20);
+            let mut quote = sent[..quote_len].to_vec();
+            let mut q = QuotedIpv4::new_checked(&mut quote[..]).unwrap();
+            assert_eq!(q.ports(), Some((SNAT.1, ENDPOINT.1)));
+            assert_eq!((q.src_addr(), q.dst_addr(), q.next_header()), (SNAT.0, ENDPOINT.0, protocol));
+            q.translate(CLIENT.0, CLIENT.1, VIP.0, VIP.1);
+            if protocol == IpProtocol::Sctp && quote_len < want.len() {
+                // Everything but the (unchanged, uncheckable) CRC matches.
+                assert_eq!(&quote[..28], &want[..28]);
+                assert_eq!(&quote[28..32], &sent[28..32]);
+                assert_eq!(&quote[32..], &want[32..quote_len]);
+            } else {
+                assert_eq!(quote, &want[..quote_len], "{protocol:?} quoting {quote_len} bytes");
+            }
+            let q = QuotedIpv4::new_checked(&quote[..]).unwrap();
+            assert!(q.header().verify_checksum());
+            assert_eq!(q.ports(), Some((CLIENT.1, VIP.1)));
+        }
+    }
+
+    #[test]
+    fn quoted_udp_without_checksum_stays_without() {
+        let mut quote = datagram(IpProtocol::Udp, SNAT, ENDPOINT, 4)[..28].to_vec();
+        quote[26..28].fill(0);
+        QuotedIpv4::new_checked(&mut quote[..]).unwrap().translate(CLIENT.0, CLIENT.1, VIP.0, VIP.1);
+        assert_eq!(&quote[26..28], &[0, 0]);
+    }
+
+    #[test]
+    fn quote_without_ports() {
+        let full = datagram(IpProtocol::Udp, SNAT, ENDPOINT, 20);
+        // A quoted non-first fragment carries no transport header.
+        let mut frag = full[..28].to_vec();
+        Ipv4Packet::new_unchecked(&mut frag[..]).set_frag_offset(1480);
+        let mut q = QuotedIpv4::new_checked(&mut frag[..]).unwrap();
+        assert_eq!(q.ports(), None);
+        let before = q.buffer.to_vec();
+        q.translate(CLIENT.0, CLIENT.1, VIP.0, VIP.1);
+        assert_eq!(q.buffer, &before[..], "nothing to translate without ports");
+        // Fewer than 4 transport bytes, or a protocol without ports.
+        assert_eq!(QuotedIpv4::new_checked(&full[..23]).unwrap().ports(), None);
+        let mut icmp = full[..28].to_vec();
+        icmp[9] = 1;
+        assert_eq!(QuotedIpv4::new_checked(&icmp[..]).unwrap().ports(), None);
+        // The transport part stops at the quoted Total Length (a router's padding is not in it).
+        let mut short = datagram(IpProtocol::Udp, SNAT, ENDPOINT, 0);
+        short.extend_from_slice(&[0xee; 4]);
+        assert_eq!(QuotedIpv4::new_checked(&short[..]).unwrap().transport().len(), 8);
+    }
+
+    #[test]
+    fn quote_rejects_what_it_cannot_read() {
+        let full = datagram(IpProtocol::Udp, SNAT, ENDPOINT, 20);
+        for len in 0..20 {
+            assert_eq!(QuotedIpv4::new_checked(&full[..len]), Err(ParseError::Truncated));
+        }
+        let mut options = full.clone();
+        options[0] = 0x46; // IHL 6: 24 bytes of header
+        assert_eq!(QuotedIpv4::new_checked(&options[..23]), Err(ParseError::Truncated));
+        assert!(QuotedIpv4::new_checked(&options[..24]).is_ok());
+        let mut v6 = full.clone();
+        v6[0] = 0x65;
+        assert_eq!(QuotedIpv4::new_checked(&v6[..]), Err(ParseError::Malformed));
+        let mut ihl4 = full;
+        ihl4[0] = 0x44;
+        assert_eq!(QuotedIpv4::new_checked(&ihl4[..]), Err(ParseError::Malformed));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn quote_never_panics(mut bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..96),
+                              a in proptest::prelude::any::<u32>(), p in proptest::prelude::any::<u16>()) {
+            if !bytes.is_empty() {
+                bytes[0] = 0x45 | (bytes[0] & 0x0f);
+            }
+            if let Ok(mut q) = QuotedIpv4::new_checked(&mut bytes[..]) {
+                let _ = (q.src_addr(), q.dst_addr(), q.next_header(), q.transport().len(), q.ports());
+                q.translate(Ipv4Addr::from(a), p, Ipv4Addr::from(!a), !p);
+            }
+        }
     }
 }

@@ -1,5 +1,6 @@
-//! Zero-copy views over the headers torii parses and rewrites: Ethernet II, ARP (Ethernet/IPv4),
-//! IPv4, ICMPv4, TCP and UDP, plus the Internet checksum ([RFC 1071]) and its incremental
+//! Zero-copy views over the headers torii parses and rewrites: Ethernet II, 802.1Q VLAN tags,
+//! ARP (Ethernet/IPv4), IPv4, ICMPv4 (with the datagram an error quotes), TCP, UDP and SCTP
+//! (CRC32c), plus the Internet checksum ([RFC 1071]) and its incremental
 //! update ([RFC 1624]).
 //!
 //! # Contract
@@ -34,15 +35,19 @@ pub mod checksum;
 pub mod ethernet;
 pub mod icmpv4;
 pub mod ipv4;
+pub mod sctp;
 pub mod tcp;
 pub mod udp;
+pub mod vlan;
 
 pub use arp::{ArpOperation, ArpPacket};
 pub use ethernet::{EtherType, EthernetFrame, MacAddr};
 pub use icmpv4::{Icmpv4Packet, Icmpv4Type};
 pub use ipv4::{IpProtocol, Ipv4Packet};
+pub use sctp::{SctpChunkType, SctpPacket};
 pub use tcp::{TcpFlags, TcpPacket};
 pub use udp::UdpPacket;
+pub use vlan::VlanTag;
 
 /// A fixed-size header field: the byte range it occupies, counted from the start of its header.
 pub type Field = core::ops::Range<usize>;

@@ -1,0 +1,61 @@
+//! Allocation of the table's large arrays, backed by transparent huge pages where the
+//! kernel offers them.
+//!
+//! A conntrack lookup touches one random index slot and one random record: with 4 KiB pages
+//! a table of a million flows (about 64 MB) misses the TLB on nearly every lookup, and in a
+//! virtual machine each miss is a two-dimensional page walk. DPDK keeps its memory in huge
+//! pages for this reason; the conntrack arrays live on the ordinary heap, so they ask for
+//! transparent huge pages with `madvise(MADV_HUGEPAGE)` before their pages are first
+//! written (Linux `Documentation/admin-guide/mm/transhuge.rst`: with `enabled=madvise`, the
+//! common default, only advised regions get huge pages, and with `defrag=madvise` a fault
+//! in an advised region allocates a huge page directly). The advice is a hint: where the
+//! kernel refuses it (no THP, another OS) the arrays are simply built of small pages.
+
+/// Transparent huge page size on x86-64 and most arm64 kernels.
+const HUGE_PAGE: usize = 2 << 20;
+
+/// A boxed slice of `len` copies of `value`, its whole 2-MiB-aligned interior advised for
+/// transparent huge pages before it is written. Allocates and writes `len` elements:
+/// O(len); every page is touched now, so the packet path never takes a first-touch fault.
+///
+/// # Panics
+/// If the allocation fails (as `vec!` does).
+pub(super) fn filled<T: Copy>(len: usize, value: T) -> Box<[T]> {
+    let mut v: Vec<T> = Vec::with_capacity(len);
+    advise_huge_pages(v.as_mut_ptr().cast::<u8>(), len * std::mem::size_of::<T>());
+    v.resize(len, value);
+    v.into_boxed_slice()
+}
+
+/// Advises the huge-page-aligned part of `[start, start + bytes)` for transparent huge
+/// pages; does nothing when that part is empty, or off Linux.
+fn advise_huge_pages(start: *mut u8, bytes: usize) {
+    let begin = (start as usize).next_multiple_of(HUGE_PAGE);
+    let end = (start as usize + bytes) / HUGE_PAGE * HUGE_PAGE;
+    if end <= begin {
+        return;
+    }
+    #[cfg(target_os = "linux")]
+    // SAFETY: `madvise` with MADV_HUGEPAGE changes no memory contents and no mapping the
+    // program relies on: it marks the range, which lies inside the allocation `start` points
+    // to (rounded inwards to huge-page boundaries), as eligible for huge pages. An error
+    // (EINVAL without THP support) leaves the range as it was, and is ignored on purpose.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::madvise(begin as *mut libc::c_void, end - begin, libc::MADV_HUGEPAGE);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filled_slices_hold_the_value_at_every_size() {
+        for len in [0, 1, 7, 4096, (HUGE_PAGE / 8) * 3 + 5] {
+            let s = filled(len, 0xa5a5_u64);
+            assert_eq!(s.len(), len);
+            assert!(s.iter().all(|&x| x == 0xa5a5));
+        }
+    }
+}

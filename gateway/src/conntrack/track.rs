@@ -1,0 +1,347 @@
+//! What one forwarded packet does to its flow's [`FlowState`]: the TCP state machine with
+//! Linux's rules around [`tcp::transition`], UDP's two timeouts, the `seen_reply` and
+//! `assured` bits, and the deadline. Pure functions of (state, direction, flags, now,
+//! timeouts); the pipeline calls them on every packet of a tracked flow.
+//!
+//! The timeouts default to kube-proxy's and Linux's ([`Timeouts::DEFAULT`]); each is
+//! configurable under `[conntrack]` in the gateway's configuration.
+
+use super::tcp::{self, Segment, TcpState, Transition};
+use super::{Deadline, Direction, FlowState};
+use crate::wire::TcpFlags;
+
+const NS_PER_S: u64 = 1_000_000_000;
+
+/// Idle timeouts per protocol state, nanoseconds. A flow's deadline is set to `now +` the
+/// timeout of its state after every packet that refreshes it.
+///
+/// Defaults ([`Timeouts::DEFAULT`]) are Linux's `tcp_timeouts`
+/// (`net/netfilter/nf_conntrack_proto_tcp.c`) and `udp_timeouts`
+/// (`nf_conntrack_proto_udp.c`; the `nf_conntrack_*_timeout_*` sysctls,
+/// <https://docs.kernel.org/networking/nf_conntrack-sysctl.html>), except where kube-proxy
+/// overrides the sysctls (`--conntrack-tcp-timeout-established`, default 24h0m0s, and
+/// `--conntrack-tcp-timeout-close-wait`, default 1h0m0s:
+/// <https://kubernetes.io/docs/reference/command-line-tools-reference/kube-proxy/>).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    /// SYN_SENT: Linux `nf_conntrack_tcp_timeout_syn_sent`, 120 s.
+    pub tcp_syn_sent_ns: u64,
+    /// SYN_RECV (and SYN_SENT2): Linux `nf_conntrack_tcp_timeout_syn_recv`, 60 s.
+    pub tcp_syn_recv_ns: u64,
+    /// ESTABLISHED: Linux 5 days; kube-proxy sets 24 h.
+    pub tcp_established_ns: u64,
+    /// FIN_WAIT: Linux `nf_conntrack_tcp_timeout_fin_wait`, 120 s.
+    pub tcp_fin_wait_ns: u64,
+    /// CLOSE_WAIT: Linux 60 s; kube-proxy sets 1 h (kubernetes/kubernetes#32551: idle
+    /// half-closed connections were cut).
+    pub tcp_close_wait_ns: u64,
+    /// LAST_ACK: Linux `nf_conntrack_tcp_timeout_last_ack`, 30 s.
+    pub tcp_last_ack_ns: u64,
+    /// TIME_WAIT: Linux `nf_conntrack_tcp_timeout_time_wait`, 120 s (2·MSL).
+    pub tcp_time_wait_ns: u64,
+    /// CLOSE, and any flow a RST refreshed: Linux `nf_conntrack_tcp_timeout_close`, 10 s.
+    pub tcp_close_ns: u64,
+    /// Cap on a connection picked up mid-stream (ESTABLISHED without a reply yet): Linux
+    /// `nf_conntrack_tcp_timeout_unacknowledged`, 300 s.
+    pub tcp_unacknowledged_ns: u64,
+    /// UDP until a reply was seen: Linux `nf_conntrack_udp_timeout`, 30 s.
+    pub udp_ns: u64,
+    /// UDP once both directions were seen: Linux `nf_conntrack_udp_timeout_stream`, 120 s
+    /// (180 s before Linux 5.0, commit 294304e4c522 "udp: set stream timeout to 2 minutes").
+    pub udp_stream_ns: u64,
+}
+
+impl Timeouts {
+    /// kube-proxy's and Linux's defaults (see the type's documentation).
+    pub const DEFAULT: Timeouts = Timeouts {
+        tcp_syn_sent_ns: 120 * NS_PER_S,
+        tcp_syn_recv_ns: 60 * NS_PER_S,
+        tcp_established_ns: 86_400 * NS_PER_S,
+        tcp_fin_wait_ns: 120 * NS_PER_S,
+        tcp_close_wait_ns: 3_600 * NS_PER_S,
+        tcp_last_ack_ns: 30 * NS_PER_S,
+        tcp_time_wait_ns: 120 * NS_PER_S,
+        tcp_close_ns: 10 * NS_PER_S,
+        tcp_unacknowledged_ns: 300 * NS_PER_S,
+        udp_ns: 30 * NS_PER_S,
+        udp_stream_ns: 120 * NS_PER_S,
+    };
+
+    /// The idle timeout of TCP state `state`, ns (Linux's `timeouts[state]`; SYN_SENT2 has
+    /// SYN_SENT's, NONE none: 0).
+    #[must_use]
+    pub const fn tcp(&self, state: TcpState) -> u64 {
+        match state {
+            TcpState::None => 0,
+            TcpState::SynSent | TcpState::SynSent2 => self.tcp_syn_sent_ns,
+            TcpState::SynRecv => self.tcp_syn_recv_ns,
+            TcpState::Established => self.tcp_established_ns,
+            TcpState::FinWait => self.tcp_fin_wait_ns,
+            TcpState::CloseWait => self.tcp_close_wait_ns,
+            TcpState::LastAck => self.tcp_last_ack_ns,
+            TcpState::TimeWait => self.tcp_time_wait_ns,
+            TcpState::Close => self.tcp_close_ns,
+        }
+    }
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+/// What the pipeline does with a TCP segment of a tracked flow, after [`track_tcp`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tracked {
+    /// Forward it with the flow's translation.
+    Forward,
+    /// Forward it, then stop tracking the flow: a RST before the endpoint ever answered
+    /// (Linux kills such an entry at once: "If only reply is a RST, we can consider
+    /// ourselves not to have an established connection").
+    ForwardThenRemove,
+    /// Stop tracking the flow and handle the segment as the first of a new connection,
+    /// whose endpoint is chosen anew: a SYN from the client on a TIME_WAIT or CLOSE flow
+    /// (RFC 1122 § 4.2.2.13; Linux deletes the entry and looks the packet up again).
+    Reopen,
+    /// Drop it and leave the flow as it was (Linux: INVALID, which kube-proxy drops).
+    Invalid,
+}
+
+/// Applies TCP segment `flags`, travelling in `direction`, to a tracked flow at `now_ns`:
+/// moves [`FlowState::tcp_state`] by [`tcp::transition`] and Linux's rules around it
+/// (`nf_conntrack_tcp_packet`), refreshes the deadline, and sets `seen_reply` and `assured`.
+///
+/// - A state change (or a repeat) refreshes the deadline to the new state's timeout; a RST
+///   gets the CLOSE timeout (10 s by default) and ends the flow at once if no reply was ever
+///   seen ([`Tracked::ForwardThenRemove`]).
+/// - Before any reply, a retransmitted SYN does not extend SYN_SENT (so a client reusing
+///   its port cannot keep a dead entry alive), and a connection picked up mid-stream gets
+///   at most [`Timeouts::tcp_unacknowledged_ns`].
+/// - The flow becomes assured (not evicted early when the table is full) when an ACK
+///   completes the handshake (SYN_RECV or ESTABLISHED → ESTABLISHED after a reply).
+/// - Ignored segments change nothing, not even the deadline; invalid ones are dropped.
+///
+/// Not modelled, as in Linux with `nf_conntrack_tcp_be_liberal=1`: sequence-window checks,
+/// and the retransmission and zero-window timeouts that depend on them.
+pub fn track_tcp(
+    state: &mut FlowState,
+    direction: Direction,
+    flags: TcpFlags,
+    now_ns: u64,
+    timeouts: &Timeouts,
+) -> Tracked {
+    let old = state.tcp_state;
+    let segment = Segment::of(flags);
+    let new = match tcp::transition(old, direction, segment) {
+        Transition::Invalid => return Tracked::Invalid,
+        Transition::Ignore => {
+            mark_seen(state, direction);
+            return Tracked::Forward;
+        }
+        Transition::To(TcpState::SynSent) if matches!(old, TcpState::TimeWait | TcpState::Close) => {
+            // A client's SYN reopens; an endpoint's SYN to a closed flow opens nothing
+            // through the gateway (only clients open connections through a front door).
+            return if direction == Direction::Original { Tracked::Reopen } else { Tracked::Invalid };
+        }
+        Transition::To(new) => new,
+    };
+    state.tcp_state = new;
+    let mut timeout = if segment == Segment::Rst { timeouts.tcp_close_ns } else { timeouts.tcp(new) };
+    if !state.seen_reply {
+        if segment == Segment::Rst {
+            return Tracked::ForwardThenRemove;
+        }
+        if segment == Segment::Syn && old == TcpState::SynSent {
+            mark_seen(state, direction);
+            return Tracked::Forward;
+        }
+        if new == TcpState::Established {
+            timeout = timeout.min(timeouts.tcp_unacknowledged_ns);
+        }
+    } else if !state.assured && matches!(old, TcpState::SynRecv | TcpState::Established) && new == TcpState::Established
+    {
+        state.assured = true;
+    }
+    state.deadline = Deadline::after(now_ns, timeout);
+    mark_seen(state, direction);
+    Tracked::Forward
+}
+
+/// Applies a UDP datagram travelling in `direction` to a tracked flow at `now_ns`: until a
+/// reply has been seen the deadline is [`Timeouts::udp_ns`] away; a packet after the first
+/// reply sets it [`Timeouts::udp_stream_ns`] away and makes the flow assured (Linux
+/// `nf_conntrack_udp_packet`: "If we've seen traffic both ways, this is some kind of UDP
+/// stream"; since Linux 5.0 it also waits until the flow is 2 s old, which needs a creation
+/// time torii does not keep).
+pub fn track_udp(state: &mut FlowState, direction: Direction, now_ns: u64, timeouts: &Timeouts) {
+    if state.seen_reply {
+        state.deadline = Deadline::after(now_ns, timeouts.udp_stream_ns);
+        state.assured = true;
+    } else {
+        state.deadline = Deadline::after(now_ns, timeouts.udp_ns);
+    }
+    mark_seen(state, direction);
+}
+
+/// Sets `seen_reply` for a packet of the reply direction (Linux `IPS_SEEN_REPLY`, set after
+/// the protocol's handler, so the first reply is still handled as unreplied).
+#[inline]
+fn mark_seen(state: &mut FlowState, direction: Direction) {
+    if direction == Direction::Reply {
+        state.seen_reply = true;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Direction::{Original as O, Reply as R};
+
+    const S: u64 = NS_PER_S;
+    const T: Timeouts = Timeouts::DEFAULT;
+    const SYN: TcpFlags = TcpFlags::SYN;
+    const SYN_ACK: TcpFlags = TcpFlags(TcpFlags::SYN.0 | TcpFlags::ACK.0);
+    const ACK: TcpFlags = TcpFlags::ACK;
+    const FIN_ACK: TcpFlags = TcpFlags(TcpFlags::FIN.0 | TcpFlags::ACK.0);
+    const RST: TcpFlags = TcpFlags::RST;
+
+    fn fresh() -> FlowState {
+        FlowState::new(0, 0, Deadline::at(0))
+    }
+
+    /// Runs `steps` (direction, flags, at seconds) and checks state, verdict and deadline
+    /// after each.
+    fn walk(state: &mut FlowState, steps: &[(Direction, TcpFlags, u64, Tracked, TcpState, u64)]) {
+        for &(direction, flags, at_s, verdict, tcp_state, timeout_s) in steps {
+            let got = track_tcp(state, direction, flags, at_s * S, &T);
+            assert_eq!(got, verdict, "{direction:?} {flags:?} at {at_s} s");
+            assert_eq!(state.tcp_state, tcp_state, "{direction:?} {flags:?} at {at_s} s");
+            assert_eq!(state.deadline, Deadline::after(at_s * S, timeout_s * S), "{direction:?} {flags:?}");
+        }
+    }
+
+    #[test]
+    fn defaults_are_kube_proxy_and_linux() {
+        let secs = |ns: u64| ns / S;
+        assert_eq!(secs(T.tcp(TcpState::SynSent)), 120);
+        assert_eq!(secs(T.tcp(TcpState::SynRecv)), 60);
+        assert_eq!(secs(T.tcp(TcpState::Established)), 86_400);
+        assert_eq!(secs(T.tcp(TcpState::FinWait)), 120);
+        assert_eq!(secs(T.tcp(TcpState::CloseWait)), 3_600);
+        assert_eq!(secs(T.tcp(TcpState::LastAck)), 30);
+        assert_eq!(secs(T.tcp(TcpState::TimeWait)), 120);
+        assert_eq!(secs(T.tcp(TcpState::Close)), 10);
+        assert_eq!(secs(T.tcp(TcpState::SynSent2)), 120);
+        assert_eq!((secs(T.tcp_unacknowledged_ns), secs(T.udp_ns), secs(T.udp_stream_ns)), (300, 30, 120));
+    }
+
+    #[test]
+    fn handshake_data_and_client_close() {
+        let mut st = fresh();
+        walk(
+            &mut st,
+            &[
+                (O, SYN, 0, Tracked::Forward, TcpState::SynSent, 120),
+                (R, SYN_ACK, 1, Tracked::Forward, TcpState::SynRecv, 60),
+            ],
+        );
+        assert!(st.seen_reply && !st.assured);
+        walk(&mut st, &[(O, ACK, 2, Tracked::Forward, TcpState::Established, 86_400)]);
+        assert!(st.assured, "the handshake's ACK assures the flow");
+        walk(
+            &mut st,
+            &[
+                (R, ACK, 3, Tracked::Forward, TcpState::Established, 86_400),
+                (O, FIN_ACK, 4, Tracked::Forward, TcpState::FinWait, 120),
+                (R, ACK, 5, Tracked::Forward, TcpState::CloseWait, 3_600),
+                (R, FIN_ACK, 6, Tracked::Forward, TcpState::LastAck, 30),
+                (O, ACK, 7, Tracked::Forward, TcpState::TimeWait, 120),
+                (O, ACK, 8, Tracked::Forward, TcpState::TimeWait, 120),
+            ],
+        );
+    }
+
+    #[test]
+    fn a_syn_retransmitted_before_any_reply_does_not_extend_the_deadline() {
+        let mut st = fresh();
+        assert_eq!(track_tcp(&mut st, O, SYN, 0, &T), Tracked::Forward);
+        assert_eq!(track_tcp(&mut st, O, SYN, 50 * S, &T), Tracked::Forward);
+        assert_eq!(st.deadline, Deadline::after(0, T.tcp_syn_sent_ns));
+    }
+
+    #[test]
+    fn rst_before_a_reply_ends_the_flow_and_after_one_closes_it() {
+        let mut st = fresh();
+        track_tcp(&mut st, O, SYN, 0, &T);
+        assert_eq!(track_tcp(&mut st, O, RST, S, &T), Tracked::ForwardThenRemove);
+        let mut st = fresh();
+        track_tcp(&mut st, O, SYN, 0, &T);
+        // The endpoint refuses: its RST is the first reply.
+        assert_eq!(track_tcp(&mut st, R, TcpFlags(RST.0 | ACK.0), S, &T), Tracked::ForwardThenRemove);
+        let mut st = fresh();
+        walk(
+            &mut st,
+            &[
+                (O, SYN, 0, Tracked::Forward, TcpState::SynSent, 120),
+                (R, SYN_ACK, 0, Tracked::Forward, TcpState::SynRecv, 60),
+                (O, ACK, 0, Tracked::Forward, TcpState::Established, 86_400),
+                (R, RST, 9, Tracked::Forward, TcpState::Close, 10),
+                (O, ACK, 10, Tracked::Forward, TcpState::Close, 10),
+            ],
+        );
+    }
+
+    #[test]
+    fn a_client_syn_reopens_time_wait_and_close_but_an_endpoint_syn_does_not() {
+        for closed in [TcpState::TimeWait, TcpState::Close] {
+            let mut st = FlowState { tcp_state: closed, seen_reply: true, assured: true, ..fresh() };
+            let before = st;
+            assert_eq!(track_tcp(&mut st, O, SYN, S, &T), Tracked::Reopen);
+            assert_eq!(st, before, "the caller removes the flow; the state is untouched");
+            assert_eq!(track_tcp(&mut st, R, SYN, S, &T), Tracked::Invalid);
+            assert_eq!(st, before);
+        }
+    }
+
+    #[test]
+    fn ignored_segments_change_nothing_and_invalid_ones_are_refused() {
+        let mut st = fresh();
+        track_tcp(&mut st, O, SYN, 0, &T);
+        track_tcp(&mut st, R, SYN_ACK, 0, &T);
+        let before = st;
+        assert_eq!(track_tcp(&mut st, R, SYN_ACK, 30 * S, &T), Tracked::Forward, "retransmitted SYN+ACK");
+        assert_eq!(st, before);
+        assert_eq!(track_tcp(&mut st, O, TcpFlags::EMPTY, 31 * S, &T), Tracked::Invalid);
+        assert_eq!(track_tcp(&mut st, R, SYN, 31 * S, &T), Tracked::Invalid);
+        assert_eq!(st, before);
+    }
+
+    #[test]
+    fn a_mid_stream_pickup_is_capped_until_the_endpoint_answers() {
+        let mut st = fresh();
+        walk(
+            &mut st,
+            &[
+                (O, ACK, 0, Tracked::Forward, TcpState::Established, 300),
+                (O, ACK, 1, Tracked::Forward, TcpState::Established, 300),
+                (R, ACK, 2, Tracked::Forward, TcpState::Established, 300),
+                (O, ACK, 3, Tracked::Forward, TcpState::Established, 86_400),
+            ],
+        );
+        assert!(st.assured, "a valid answer to a picked-up connection assures it");
+    }
+
+    #[test]
+    fn udp_is_short_until_traffic_follows_a_reply() {
+        let mut st = fresh();
+        track_udp(&mut st, O, 0, &T);
+        assert_eq!(st.deadline, Deadline::after(0, T.udp_ns));
+        track_udp(&mut st, R, S, &T);
+        assert!(st.seen_reply && !st.assured);
+        assert_eq!(st.deadline, Deadline::after(S, T.udp_ns), "the first reply is handled as unreplied");
+        track_udp(&mut st, O, 2 * S, &T);
+        assert!(st.assured);
+        assert_eq!(st.deadline, Deadline::after(2 * S, T.udp_stream_ns));
+    }
+}

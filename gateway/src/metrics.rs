@@ -1,0 +1,548 @@
+//! The gateway's HTTP endpoint: Prometheus metrics (`GET /metrics`, text exposition format
+//! 0.0.4) and health (`GET /healthz`), served by hyper on a thread of its own (a
+//! single-threaded tokio runtime), never on a worker.
+//!
+//! # Where the numbers come from
+//!
+//! Workers own their counters as plain integers and copy them, about once a second, into
+//! their [`WorkerReport`] slot (a mutex the worker only `try_lock`s, so a scrape never
+//! stalls the packet path). A scrape takes a [`Snapshot`] of every slot and renders it;
+//! the figures are therefore up to about a second old.
+//!
+//! # Metrics (all prefixed `torii_gateway_`)
+//!
+//! - per worker (`worker="0"`): every [`Counters`] field as `<name>_total`, drops as
+//!   `drops_total{reason}` for every [`DropReason`] (zeros included), `flows` (gauge:
+//!   tracked flows), `worker_table_generation` (gauge: the table the worker uses);
+//! - per front door, summed over workers and labelled `service` (`namespace/name:port`),
+//!   `vip`, `protocol` (`TCP`/`UDP`/`SCTP`) and `port`: `frontend_packets_total` and
+//!   `frontend_bytes_total` (IPv4 bytes) with `direction` (`original`: client → endpoint,
+//!   `reply`), and `frontend_new_flows_total`. Every front door of the current table is
+//!   listed, at zero until used; one that left the table with counts is listed until the
+//!   workers drop it at their next table switch;
+//! - `table_generation` (gauge: the table the gateway holds) and `tables_rejected_total`.
+//!
+//! # Health
+//!
+//! `/healthz` answers `200 ok` when every worker reported within the last
+//! [`STALE_AFTER_NS`] and uses the table generation the gateway holds; otherwise `503` and
+//! what is wrong (a stuck worker, or one still on an older table).
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::fmt::Write as _;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Method, Request, Response, StatusCode};
+
+use crate::counters::{Counters, DropReason, FrontendCount, FrontendCounters};
+use crate::table::{layout, Protocol, Table};
+use crate::worker::TableWatcher;
+
+/// A worker that has not reported for this long (ns) is unhealthy (it reports every second).
+pub const STALE_AFTER_NS: u64 = 5_000_000_000;
+
+/// What one worker publishes for reporting, about once a second.
+#[derive(Clone, Debug, Default)]
+pub struct WorkerReport {
+    /// Its counters.
+    pub counters: Counters,
+    /// Its per-front-door counts, indexed like `table`'s front doors.
+    pub frontends: FrontendCounters,
+    /// The table the worker uses (`None` before its first report).
+    pub table: Option<Arc<Table>>,
+    /// Flows in its conntrack.
+    pub flows: u64,
+    /// When it reported: ns since the gateway's clock origin.
+    pub at_ns: u64,
+}
+
+/// A worker's report slot, shared with the metrics thread.
+pub type ReportSlot = Arc<Mutex<WorkerReport>>;
+
+/// Everything the endpoint reads: the workers' slots and the table watcher.
+pub struct Source {
+    /// One slot per worker, by worker index.
+    pub reports: Vec<ReportSlot>,
+    /// The gateway's table watcher (current table, rejected publications).
+    pub watcher: Arc<TableWatcher>,
+    /// The gateway's clock origin (as the workers').
+    pub epoch: Instant,
+}
+
+/// A consistent copy of what the endpoint reports.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    /// The workers' reports, by worker index.
+    pub workers: Vec<WorkerReport>,
+    /// The table the gateway holds.
+    pub table: Arc<Table>,
+    /// Publications the gateway rejected as invalid.
+    pub tables_rejected: u64,
+    /// When the snapshot was taken, ns since the clock origin.
+    pub now_ns: u64,
+}
+
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Source").field("workers", &self.reports.len()).finish()
+    }
+}
+
+impl Source {
+    /// Copies every worker's last report (holding each lock only for the copy).
+    pub fn snapshot(&self) -> Snapshot {
+        let workers = self.reports.iter().map(|r| r.lock().map(|r| r.clone()).unwrap_or_default()).collect();
+        Snapshot {
+            workers,
+            table: self.watcher.handle.load(),
+            tables_rejected: self.watcher.rejected.load(Ordering::Relaxed),
+            now_ns: self.epoch.elapsed().as_nanos() as u64,
+        }
+    }
+}
+
+/// A front door as labelled in the metrics, ordered as the table sorts front doors.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct DoorKey {
+    addr: [u8; 16],
+    protocol: u8,
+    port: u16,
+}
+
+/// Renders `s` in the Prometheus text exposition format (version 0.0.4).
+pub fn render(s: &Snapshot) -> String {
+    let mut out = String::with_capacity(4096);
+    let family = |out: &mut String, name: &str, kind: &str, help: &str| {
+        let _ = writeln!(out, "# HELP torii_gateway_{name} {help}\n# TYPE torii_gateway_{name} {kind}");
+    };
+    // Per worker: every counter, one family each.
+    let rows: Vec<Vec<(&str, &str, u64)>> = s
+        .workers
+        .iter()
+        .map(|r| {
+            let mut row = Vec::new();
+            r.counters.for_each(|name, help, value| row.push((name, help, value)));
+            row
+        })
+        .collect();
+    if let Some(first) = rows.first() {
+        for (k, &(name, help, _)) in first.iter().enumerate() {
+            family(&mut out, &format!("{name}_total"), "counter", help);
+            for (w, row) in rows.iter().enumerate() {
+                let _ = writeln!(out, "torii_gateway_{name}_total{{worker=\"{w}\"}} {}", row[k].2);
+            }
+        }
+    }
+    family(&mut out, "drops_total", "counter", "Frames dropped, by reason.");
+    for (w, r) in s.workers.iter().enumerate() {
+        for reason in DropReason::ALL {
+            let _ = writeln!(
+                out,
+                "torii_gateway_drops_total{{worker=\"{w}\",reason=\"{}\"}} {}",
+                reason.name(),
+                r.counters.drops_of(reason)
+            );
+        }
+    }
+    family(&mut out, "flows", "gauge", "Flows in the worker's connection tracking table.");
+    for (w, r) in s.workers.iter().enumerate() {
+        let _ = writeln!(out, "torii_gateway_flows{{worker=\"{w}\"}} {}", r.flows);
+    }
+    family(&mut out, "worker_table_generation", "gauge", "Generation of the table the worker uses.");
+    for (w, r) in s.workers.iter().enumerate() {
+        let g = r.table.as_ref().map_or(0, |t| t.generation());
+        let _ = writeln!(out, "torii_gateway_worker_table_generation{{worker=\"{w}\"}} {g}");
+    }
+    family(&mut out, "table_generation", "gauge", "Generation of the table the gateway holds.");
+    let _ = writeln!(out, "torii_gateway_table_generation {}", s.table.generation());
+    family(&mut out, "tables_rejected_total", "counter", "Published tables rejected as invalid.");
+    let _ = writeln!(out, "torii_gateway_tables_rejected_total {}", s.tables_rejected);
+
+    // Per front door, summed over workers by (address, protocol, port).
+    let doors = frontend_totals(s);
+    family(&mut out, "frontend_packets_total", "counter", "Packets forwarded through the front door.");
+    for (labels, c) in &doors {
+        let _ = writeln!(
+            out,
+            "torii_gateway_frontend_packets_total{{{labels},direction=\"original\"}} {}",
+            c.packets_original
+        );
+        let _ =
+            writeln!(out, "torii_gateway_frontend_packets_total{{{labels},direction=\"reply\"}} {}", c.packets_reply);
+    }
+    family(&mut out, "frontend_bytes_total", "counter", "IPv4 bytes forwarded through the front door.");
+    for (labels, c) in &doors {
+        let _ =
+            writeln!(out, "torii_gateway_frontend_bytes_total{{{labels},direction=\"original\"}} {}", c.bytes_original);
+        let _ = writeln!(out, "torii_gateway_frontend_bytes_total{{{labels},direction=\"reply\"}} {}", c.bytes_reply);
+    }
+    family(&mut out, "frontend_new_flows_total", "counter", "Flows created through the front door.");
+    for (labels, c) in &doors {
+        let _ = writeln!(out, "torii_gateway_frontend_new_flows_total{{{labels}}} {}", c.new_flows);
+    }
+    out
+}
+
+/// Every front door of the current table (at zero until counted) and every front door a
+/// worker has counts for, with its label set and counts summed over workers.
+fn frontend_totals(s: &Snapshot) -> Vec<(String, FrontendCount)> {
+    let mut doors: BTreeMap<DoorKey, (String, FrontendCount)> = BTreeMap::new();
+    let mut visit = |table: &Table, counts: Option<&[FrontendCount]>| {
+        for (i, f) in table.frontends().iter().enumerate() {
+            let c = counts.and_then(|c| c.get(i)).copied().unwrap_or_default();
+            if counts.is_some() && c.is_zero() {
+                continue;
+            }
+            let key = DoorKey { addr: f.addr, protocol: f.protocol, port: f.port.get() };
+            let entry = doors.entry(key).or_insert_with(|| (labels(table, f), FrontendCount::default()));
+            entry.1.add(&c);
+        }
+    };
+    visit(&s.table, None);
+    for r in &s.workers {
+        if let Some(t) = &r.table {
+            visit(t, Some(r.frontends.as_slice()));
+        }
+    }
+    doors.into_values().collect()
+}
+
+/// `service="…",vip="…",protocol="…",port="…"` for front door `f` of `table`.
+fn labels(table: &Table, f: &layout::Frontend) -> String {
+    let service = table.service(f.service.get().wrapping_sub(1)).map_or("", |s| s.name);
+    let vip: IpAddr = layout::addr_from16(f.addr);
+    let protocol = Protocol::from_number(f.protocol).map_or("unknown", Protocol::as_str);
+    format!("service=\"{}\",vip=\"{vip}\",protocol=\"{protocol}\",port=\"{}\"", escape(service), f.port.get())
+}
+
+/// A label value escaped as the exposition format requires: `\`, `"` and newlines.
+fn escape(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The health verdict of `s`: `Ok(text)` when every worker reported recently and uses the
+/// table the gateway holds, else `Err(what is wrong)`.
+pub fn health(s: &Snapshot) -> Result<String, String> {
+    let want = s.table.generation();
+    let mut problems = Vec::new();
+    for (w, r) in s.workers.iter().enumerate() {
+        if r.table.is_none() || s.now_ns.saturating_sub(r.at_ns) > STALE_AFTER_NS {
+            problems.push(format!("worker {w} has not reported for over {} s", STALE_AFTER_NS / 1_000_000_000));
+        } else if let Some(t) = r.table.as_ref().filter(|t| t.generation() != want) {
+            problems.push(format!("worker {w} uses table generation {}, the gateway holds {want}", t.generation()));
+        }
+    }
+    if problems.is_empty() {
+        Ok(format!("ok: {} worker(s), table generation {want}\n", s.workers.len()))
+    } else {
+        Err(problems.join("\n") + "\n")
+    }
+}
+
+/// The response to one request.
+fn respond(source: &Source, method: &Method, path: &str) -> Response<Full<Bytes>> {
+    let reply = |status: StatusCode, content_type: &str, body: String| {
+        let mut r = Response::new(Full::new(Bytes::from(if method == Method::HEAD { String::new() } else { body })));
+        *r.status_mut() = status;
+        if let Ok(v) = content_type.parse() {
+            r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+        }
+        r
+    };
+    const TEXT: &str = "text/plain; charset=utf-8";
+    if method != Method::GET && method != Method::HEAD {
+        return reply(StatusCode::METHOD_NOT_ALLOWED, TEXT, "only GET and HEAD\n".into());
+    }
+    match path {
+        "/metrics" => reply(StatusCode::OK, "text/plain; version=0.0.4; charset=utf-8", render(&source.snapshot())),
+        "/healthz" => match health(&source.snapshot()) {
+            Ok(text) => reply(StatusCode::OK, TEXT, text),
+            Err(text) => reply(StatusCode::SERVICE_UNAVAILABLE, TEXT, text),
+        },
+        _ => reply(StatusCode::NOT_FOUND, TEXT, "not found: try /metrics or /healthz\n".into()),
+    }
+}
+
+/// The running endpoint: its address and thread.
+#[derive(Debug)]
+pub struct Server {
+    /// The address it listens on (the port the system chose for a `:0` listen).
+    pub addr: SocketAddr,
+    thread: JoinHandle<()>,
+}
+
+impl Server {
+    /// Binds `listen` and serves `source` on a new thread (`torii-metrics`) until `stop` is
+    /// set (checked every 200 ms).
+    ///
+    /// # Errors
+    /// Binding the address or starting the runtime failed (e.g. the port is in use).
+    pub fn start(listen: SocketAddr, source: Arc<Source>, stop: Arc<AtomicBool>) -> io::Result<Self> {
+        let std_listener = std::net::TcpListener::bind(listen)?;
+        std_listener.set_nonblocking(true)?;
+        let addr = std_listener.local_addr()?;
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build()?;
+        let thread = std::thread::Builder::new().name("torii-metrics".into()).spawn(move || {
+            runtime.block_on(async move {
+                let listener = match tokio::net::TcpListener::from_std(std_listener) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        tracing::error!("metrics endpoint on {addr}: {e}");
+                        return;
+                    }
+                };
+                while !stop.load(Ordering::Relaxed) {
+                    let Ok(accepted) = tokio::time::timeout(Duration::from_millis(200), listener.accept()).await else {
+                        continue;
+                    };
+                    let stream = match accepted {
+                        Ok((stream, _)) => stream,
+                        Err(e) => {
+                            tracing::warn!("metrics endpoint on {addr}: accept: {e}");
+                            continue;
+                        }
+                    };
+                    let source = Arc::clone(&source);
+                    let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                        let response = respond(&source, req.method(), req.uri().path());
+                        async move { Ok::<_, Infallible>(response) }
+                    });
+                    tokio::spawn(async move {
+                        let io = hyper_util::rt::TokioIo::new(stream);
+                        if let Err(e) = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await {
+                            tracing::debug!("metrics connection: {e}");
+                        }
+                    });
+                }
+            });
+        })?;
+        Ok(Self { addr, thread })
+    }
+
+    /// Waits for the thread to end (after `stop` was set).
+    pub fn join(self) {
+        let _ = self.thread.join();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::net::Ipv4Addr;
+    use std::sync::atomic::AtomicU64;
+
+    use super::*;
+    use crate::table::shm::StateRegion;
+    use crate::table::{build, BackendSpec, FrontendKind, FrontendSpec, ServiceSpec, Storage, TableSpec};
+    use crate::worker::TableHandle;
+
+    /// Generation `generation` with the front doors 203.0.113.10 TCP 80 (`demo/web:http`)
+    /// and, `with_dns`, UDP 53 (a name that needs escaping).
+    fn table_of(generation: u64, with_dns: bool) -> Table {
+        let fe = |port, protocol, service| FrontendSpec {
+            addr: IpAddr::V4(Ipv4Addr::new(203, 0, 113, 10)),
+            port,
+            protocol,
+            kind: FrontendKind::ExternalIp,
+            service,
+            source_ranges: vec![],
+        };
+        let mut frontends = vec![fe(80, Protocol::Tcp, 0)];
+        if with_dns {
+            frontends.push(fe(53, Protocol::Udp, 1));
+        }
+        let spec = TableSpec {
+            frontends,
+            services: vec![
+                ServiceSpec {
+                    name: "demo/web:http".into(),
+                    backends: vec![BackendSpec { addr: "10.70.0.11".parse().unwrap(), port: 8080 }],
+                    affinity_timeout_s: None,
+                    draining: vec![],
+                },
+                ServiceSpec {
+                    name: "kube-system/\"dns\":dns".into(),
+                    backends: vec![],
+                    affinity_timeout_s: None,
+                    draining: vec![],
+                },
+            ],
+        };
+        Table::new(Storage::Owned(build(&spec, generation).unwrap())).unwrap()
+    }
+
+    fn table(generation: u64) -> Table {
+        table_of(generation, true)
+    }
+
+    /// Two workers on generation 7; worker 0 counted on the web front door, worker 1 on
+    /// both.
+    fn snapshot() -> Snapshot {
+        let t = Arc::new(table(7));
+        // Front doors sort by (address, protocol, port): TCP 80 (6) before UDP 53 (17).
+        let report = |w: u64| {
+            let mut counters = Counters { rx_frames: 10 + w, new_flows: 1, ..Counters::default() };
+            counters.drop(DropReason::NoFrontend);
+            let mut frontends = FrontendCounters::default();
+            frontends.adopt(&t, &t);
+            frontends.new_flow(0);
+            frontends.packet(0, true, 60);
+            frontends.packet(0, false, 40 + w as usize);
+            if w == 1 {
+                frontends.packet(1, true, 100);
+            }
+            WorkerReport { counters, frontends, table: Some(Arc::clone(&t)), flows: 3, at_ns: 1_000 }
+        };
+        Snapshot { workers: vec![report(0), report(1)], table: t, tables_rejected: 2, now_ns: 2_000 }
+    }
+
+    #[test]
+    fn text_rendering() {
+        let text = render(&snapshot());
+        let web = "service=\"demo/web:http\",vip=\"203.0.113.10\",protocol=\"TCP\",port=\"80\"";
+        let dns = "service=\"kube-system/\\\"dns\\\":dns\",vip=\"203.0.113.10\",protocol=\"UDP\",port=\"53\"";
+        for line in [
+            "# TYPE torii_gateway_rx_frames_total counter".to_string(),
+            "torii_gateway_rx_frames_total{worker=\"0\"} 10".into(),
+            "torii_gateway_rx_frames_total{worker=\"1\"} 11".into(),
+            "torii_gateway_new_flows_total{worker=\"1\"} 1".into(),
+            "torii_gateway_drops_total{worker=\"0\",reason=\"no_frontend\"} 1".into(),
+            "torii_gateway_drops_total{worker=\"1\",reason=\"unknown_vlan\"} 0".into(),
+            "# TYPE torii_gateway_flows gauge".into(),
+            "torii_gateway_flows{worker=\"0\"} 3".into(),
+            "torii_gateway_worker_table_generation{worker=\"1\"} 7".into(),
+            "torii_gateway_table_generation 7".into(),
+            "torii_gateway_tables_rejected_total 2".into(),
+            format!("torii_gateway_frontend_packets_total{{{web},direction=\"original\"}} 2"),
+            format!("torii_gateway_frontend_packets_total{{{web},direction=\"reply\"}} 2"),
+            format!("torii_gateway_frontend_bytes_total{{{web},direction=\"original\"}} 120"),
+            format!("torii_gateway_frontend_bytes_total{{{web},direction=\"reply\"}} 81"),
+            format!("torii_gateway_frontend_new_flows_total{{{web}}} 2"),
+            format!("torii_gateway_frontend_packets_total{{{dns},direction=\"original\"}} 1"),
+            format!("torii_gateway_frontend_new_flows_total{{{dns}}} 0"),
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+        }
+        // Every sample line is `name{labels} value` or `name value`, every family declared once.
+        for l in text.lines().filter(|l| !l.starts_with('#')) {
+            let (_, value) = l.rsplit_once(' ').unwrap();
+            value.parse::<u64>().unwrap_or_else(|_| panic!("bad sample {l:?}"));
+        }
+        let types = text.lines().filter(|l| l.starts_with("# TYPE")).count();
+        let families: std::collections::BTreeSet<&str> =
+            text.lines().filter_map(|l| l.strip_prefix("# TYPE ")).map(|l| l.split(' ').next().unwrap()).collect();
+        assert_eq!(types, families.len());
+        assert_eq!(
+            text.lines().filter(|l| l.starts_with("torii_gateway_drops_total")).count(),
+            2 * DropReason::ALL.len()
+        );
+    }
+
+    #[test]
+    fn front_door_counts_survive_a_table_switch() {
+        let (old, new) = (table(1), table(2));
+        let mut c = FrontendCounters::default();
+        c.adopt(&old, &old);
+        c.packet(1, true, 100);
+        c.adopt(&old, &new);
+        assert_eq!(c.as_slice()[1].bytes_original, 100);
+        c.packet(0, false, 40);
+        // A table without the UDP front door drops its counts and keeps the web door's; an
+        // index out of range is ignored.
+        c.adopt(&new, &table_of(3, false));
+        c.packet(99, true, 1);
+        assert_eq!(c.as_slice().len(), 1);
+        assert_eq!((c.as_slice()[0].bytes_reply, c.as_slice()[0].bytes_original), (40, 0));
+    }
+
+    #[test]
+    fn health_needs_fresh_reports_on_the_current_table() {
+        let mut s = snapshot();
+        assert_eq!(health(&s), Ok("ok: 2 worker(s), table generation 7\n".into()));
+        s.workers[1].table = Some(Arc::new(table(6)));
+        assert_eq!(health(&s), Err("worker 1 uses table generation 6, the gateway holds 7\n".into()));
+        s.now_ns = STALE_AFTER_NS + 2_000;
+        let e = health(&s).unwrap_err();
+        assert!(e.starts_with("worker 0 has not reported for over 5 s"), "{e}");
+    }
+
+    fn get(addr: SocketAddr, method: &str, path: &str) -> (u16, String) {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        write!(s, "{method} {path} HTTP/1.1\r\nHost: torii\r\nConnection: close\r\n\r\n").unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        let status = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+        (status, text)
+    }
+
+    #[test]
+    fn the_endpoint_serves_metrics_and_health() {
+        let dir = tempfile_dir();
+        let region = Arc::new(StateRegion::open(&dir).unwrap());
+        let watcher = Arc::new(TableWatcher {
+            dir: dir.clone(),
+            region,
+            handle: Arc::new(TableHandle::new(table(7))),
+            rejected: AtomicU64::new(0),
+        });
+        let epoch = Instant::now();
+        let s = snapshot();
+        let reports: Vec<ReportSlot> = s
+            .workers
+            .into_iter()
+            .map(|mut r| {
+                r.at_ns = epoch.elapsed().as_nanos() as u64;
+                Arc::new(Mutex::new(r))
+            })
+            .collect();
+        let source = Arc::new(Source { reports: reports.clone(), watcher, epoch });
+        let stop = Arc::new(AtomicBool::new(false));
+        let server = Server::start("127.0.0.1:0".parse().unwrap(), source, Arc::clone(&stop)).unwrap();
+
+        let (status, text) = get(server.addr, "GET", "/metrics");
+        assert_eq!(status, 200, "{text}");
+        assert!(text.contains("content-type: text/plain; version=0.0.4; charset=utf-8"), "{text}");
+        assert!(text.contains("\r\n\r\n# HELP torii_gateway_rx_frames_total"), "{text}");
+        assert!(text.contains("torii_gateway_frontend_new_flows_total{service=\"demo/web:http\""), "{text}");
+
+        assert_eq!(get(server.addr, "GET", "/healthz").0, 200);
+        reports[0].lock().unwrap().table = Some(Arc::new(table(6)));
+        let (status, text) = get(server.addr, "GET", "/healthz");
+        assert_eq!(status, 503);
+        assert!(text.ends_with("worker 0 uses table generation 6, the gateway holds 7\n"), "{text}");
+        assert_eq!(get(server.addr, "GET", "/nope").0, 404);
+        assert_eq!(get(server.addr, "POST", "/metrics").0, 405);
+        let (status, text) = get(server.addr, "HEAD", "/metrics");
+        assert_eq!(status, 200);
+        assert!(text.ends_with("\r\n\r\n"), "HEAD has no body: {text}");
+
+        stop.store(true, Ordering::Relaxed);
+        server.join();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A fresh directory for the state region.
+    fn tempfile_dir() -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("torii-metrics-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+}

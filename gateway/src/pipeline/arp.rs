@@ -1,0 +1,44 @@
+//! ARP (RFC 826) arriving at the gateway: requests for its own addresses and for VIPs are
+//! answered in place; the sender's mapping is learned when it sits on a connected subnet of
+//! the receiving interface. Requests the gateway sends itself live in [`super::resolve`].
+
+use std::net::IpAddr;
+
+use super::link::{self, Rx};
+use super::{Verdict, WorkerState};
+use crate::counters::DropReason;
+use crate::table::Table;
+use crate::wire::{ArpOperation, ArpPacket};
+
+/// Handles the ARP packet after the link-layer header of `frame`.
+pub(super) fn handle(now: u64, frame: &mut [u8], rx: &Rx, table: &Table, st: &mut WorkerState) -> Verdict {
+    let host = &*st.host;
+    let iface = &host.interfaces[usize::from(rx.iface)];
+    let (op, sha, spa, tpa) = {
+        let Ok(arp) = ArpPacket::new_checked(&frame[rx.l2_len..rx.len]) else {
+            return Verdict::Drop(DropReason::MalformedArp);
+        };
+        (arp.operation(), arp.sender_hardware_addr(), arp.sender_protocol_addr(), arp.target_protocol_addr())
+    };
+    // Learn the sender when it sits on this link (RFC 826 "merge" step), never from
+    // broadcast or zero addresses.
+    if sha.is_unicast() && !spa.is_unspecified() && iface.addresses.iter().any(|c| c.contains(spa)) {
+        st.neighbours.learn(spa, sha, now);
+        st.counters.arp_learned += 1;
+    }
+    match op {
+        ArpOperation::Request if host.is_own(tpa) || table.is_vip(IpAddr::V4(tpa)) => {
+            let mut arp = ArpPacket::new_unchecked(&mut frame[rx.l2_len..rx.len]);
+            arp.set_operation(ArpOperation::Reply);
+            arp.set_sender_hardware_addr(iface.mac);
+            arp.set_sender_protocol_addr(tpa);
+            arp.set_target_hardware_addr(sha);
+            arp.set_target_protocol_addr(spa);
+            st.counters.arp_replies += 1;
+            // The reply goes to the requester's hardware address (RFC 826 "swap" step).
+            link::transmit(frame, rx, rx.len - rx.l2_len, rx.iface, sha, host)
+        }
+        ArpOperation::Request => Verdict::Drop(DropReason::ArpNotForUs),
+        _ => Verdict::Consumed,
+    }
+}

@@ -1,0 +1,51 @@
+//! Endpoint choice for new flows (Maglev, with `sessionAffinity: ClientIP`) and the check
+//! that a tracked flow's endpoint still serves its front door after a table change (as a
+//! ring backend or as a draining endpoint).
+
+use std::net::IpAddr;
+
+use super::WorkerState;
+use crate::affinity::{self, Sticky};
+use crate::conntrack::{Flow, FlowKey};
+use crate::maglev;
+use crate::table::layout::{self, Backend};
+use crate::table::{ServiceRef, Table};
+
+/// The endpoint for a new flow: with `sessionAffinity: ClientIP`, the one this client was
+/// last sent to if it is still an endpoint and the affinity has not timed out, else the
+/// ring slot of the client's address (so every worker and every gateway agrees); without
+/// affinity, the ring slot of the flow's 5-tuple hash (Maglev §3.4).
+#[inline]
+pub(super) fn choose<'s>(
+    now: u64,
+    service: &'s ServiceRef<'_>,
+    key: &FlowKey,
+    st: &WorkerState,
+) -> Option<&'s Backend> {
+    if service.affinity_timeout_s == 0 {
+        let hash = maglev::flow_hash_v4(key.protocol, key.src_addr, key.src_port, key.dst_addr, key.dst_port);
+        return service.pick(hash);
+    }
+    let client = IpAddr::V4(key.src_addr);
+    let client16 = layout::addr16(client);
+    let skey = affinity::service_key(service.name);
+    // A remembered endpoint that now only drains takes no new flows: the ring decides.
+    let remembered = st.affinity.lookup(skey, client16, now).and_then(|s| service.backend(s.addr, s.port));
+    let backend = remembered.or_else(|| service.pick(maglev::client_hash(client)))?;
+    let expires_ns = now.saturating_add(u64::from(service.affinity_timeout_s) * 1_000_000_000);
+    st.affinity.record(skey, client16, Sticky { addr: backend.addr, port: backend.port.get(), expires_ns }, now);
+    Some(backend)
+}
+
+/// Whether the endpoint of `flow` is still an endpoint of the front door the flow entered
+/// by — one of its service's ring backends, or a draining endpoint (serving but not taking
+/// new flows: kube-proxy lets connections to those finish, and clears conntrack entries
+/// only of endpoints that stopped serving): that front door's index in `table` if so (the
+/// flow's new `FlowState::frontend`). The front door's source ranges are not looked at:
+/// they apply to new flows only, as kube-proxy's firewall matches `ctstate NEW`.
+pub(super) fn still_serves(table: &Table, flow: &Flow) -> Option<u32> {
+    let o = &flow.original;
+    let front = table.frontend(IpAddr::V4(o.dst_addr), o.protocol, o.dst_port)?;
+    let service = table.service(front.service)?;
+    service.serves(layout::addr16(IpAddr::V4(flow.reply.src_addr)), flow.reply.src_port).then_some(front.index)
+}

@@ -1,0 +1,347 @@
+//! The conntrack path of TCP, UDP and SCTP: lookup of the 5-tuple in the worker's conntrack
+//! (both directions indexed), revalidation of a flow against a newer table, creation of a
+//! flow on a miss (front door, endpoint, SNAT port; in a full table, Linux's early drop
+//! first), the flow's TCP state and timeouts ([`crate::conntrack::track_tcp`]: a RST before
+//! any reply ends the flow, a client's SYN on a TIME_WAIT or CLOSE flow reopens it with a
+//! new endpoint, segments that do not fit the state are dropped; SCTP's in [`super::sctp`]),
+//! the NAT rewrite and MAC addressing of the forwarded frame, and the per-front-door counts
+//! of what was forwarded (packets and IPv4 bytes per direction, new flows); a first
+//! fragment's translation is recorded for the datagram's later fragments
+//! ([`super::fragment`]).
+
+use std::net::IpAddr;
+
+use super::expire::{free_snat_port, remove_flow};
+use super::fragment::{self, FragmentTarget};
+use super::ipv4::Segment;
+use super::link::{self, Rx};
+use super::reject::reject;
+use super::resolve::neighbour;
+use super::{backend, sctp, Verdict, WorkerState};
+use crate::conntrack::tcp::{self, Segment as TcpSegment};
+use crate::conntrack::{
+    track_tcp, track_udp, Deadline, Direction, Flow, FlowId, FlowKey, FlowState, InsertError, Tracked,
+};
+use crate::counters::DropReason;
+use crate::nat::{self, Rewrite};
+use crate::table::layout;
+use crate::table::Table;
+use crate::wire::{EthernetFrame, IpProtocol, MacAddr};
+
+/// Forwards the TCP, UDP or SCTP packet `seg` in `frame` along its flow, creating the flow
+/// on a conntrack miss.
+pub(super) fn handle(
+    now: u64,
+    frame: &mut [u8],
+    rx: &Rx,
+    table: &Table,
+    st: &mut WorkerState,
+    seg: &Segment,
+) -> Verdict {
+    let key = FlowKey {
+        protocol: u8::from(seg.proto),
+        src_addr: seg.src,
+        src_port: seg.sport,
+        dst_addr: seg.dst,
+        dst_port: seg.dport,
+    };
+    // `process_burst` hashed the key ahead (and prefetched its slots); use that hash only
+    // if this full parse found the same key.
+    let hash = match st.flow_hint.take() {
+        Some((hinted, hash)) if hinted == key => hash,
+        _ => st.conntrack.hash_key(&key),
+    };
+    let mut hit = st.conntrack.lookup_hashed(&key, hash);
+    if let Some((id, _)) = hit {
+        if st.conntrack.state(id).deadline.is_due(now) {
+            // Idle past its timeout but not reaped yet: it is gone.
+            remove_flow(st, id);
+            hit = None;
+        }
+    }
+    if let Some((id, Direction::Original)) = hit {
+        if st.conntrack.state(id).table_generation != table.generation() as u32 {
+            if let Some(frontend) = backend::still_serves(table, &st.conntrack.get(id)) {
+                let state = st.conntrack.state_mut(id);
+                state.table_generation = table.generation() as u32;
+                state.frontend = frontend;
+            } else {
+                // The endpoint left its Service (DESIGN.md "Failure semantics"): a TCP
+                // client gets a RST so it fails fast instead of hanging; anything else — a
+                // UDP packet, or a SYN opening a new connection on the old tuple — is
+                // steered anew by this very packet.
+                remove_flow(st, id);
+                st.counters.endpoint_gone += 1;
+                if seg.proto == IpProtocol::Tcp && TcpSegment::of(seg.tcp_flags) != TcpSegment::Syn {
+                    return reject(frame, rx, st);
+                }
+                hit = None;
+            }
+        }
+    }
+    if seg.ttl <= 1 {
+        return Verdict::Drop(DropReason::TtlExceeded);
+    }
+    let (mut id, dir) = match hit {
+        Some(h) => h,
+        None => match new_flow(now, frame, rx, table, st, key, seg) {
+            Ok(id) => (id, Direction::Original),
+            Err(v) => return v,
+        },
+    };
+    let mut tracked = track(now, st, id, dir, seg);
+    if tracked == Tracked::Reopen {
+        // A new connection on the tuple of a closed one: forget the old flow, choose the
+        // endpoint anew.
+        remove_flow(st, id);
+        id = match new_flow(now, frame, rx, table, st, key, seg) {
+            Ok(id) => id,
+            Err(v) => return v,
+        };
+        tracked = track(now, st, id, Direction::Original, seg);
+    }
+    if tracked == Tracked::Invalid {
+        return Verdict::Drop(DropReason::TcpInvalid);
+    }
+    let flow = st.conntrack.get(id);
+    let frontend = frontend_index(table, &flow);
+    let verdict = forward(now, frame, rx, st, &flow, dir, seg, frontend.map(|i| (i, table.generation() as u32)));
+    if let (Verdict::Transmit { .. }, Some(index)) = (verdict, frontend) {
+        st.frontends.packet(index, dir == Direction::Original, seg.total);
+    }
+    if tracked == Tracked::ForwardThenRemove {
+        remove_flow(st, id);
+    }
+    verdict
+}
+
+/// The index in `table` of `flow`'s front door, where its forwarded packets are counted: the
+/// index the flow keeps, when it was (re)validated against this very table; else (a reply
+/// that came before the flow's next original packet under a new table) the index looked up
+/// anew.
+#[inline]
+fn frontend_index(table: &Table, flow: &Flow) -> Option<u32> {
+    if flow.state.table_generation == table.generation() as u32 {
+        Some(flow.state.frontend)
+    } else {
+        let o = &flow.original;
+        table.frontend(IpAddr::V4(o.dst_addr), o.protocol, o.dst_port).map(|f| f.index)
+    }
+}
+
+/// Applies the packet to flow `id`'s state ([`track_tcp`], [`track_udp`], [`sctp::track`]):
+/// TCP state, idle deadline, `seen_reply`, `assured`.
+fn track(now: u64, st: &mut WorkerState, id: FlowId, dir: Direction, seg: &Segment) -> Tracked {
+    let timeouts = st.host.timeouts;
+    let state = st.conntrack.state_mut(id);
+    if seg.proto == IpProtocol::Tcp {
+        track_tcp(state, dir, seg.tcp_flags, now, &timeouts)
+    } else if seg.proto == IpProtocol::Sctp {
+        sctp::track(state, dir, seg.sctp, now);
+        Tracked::Forward
+    } else {
+        track_udp(state, dir, now, &timeouts);
+        Tracked::Forward
+    }
+}
+
+/// Rewrites the IPv4 packet `seg` along `flow` in direction `dir` and addresses the frame to
+/// its next hop ([`egress`]). A first fragment's translation is recorded for the later
+/// fragments of its datagram; its transport checksum is always updated incrementally (a
+/// fragment never carries a partial checksum, and a full one would need the whole datagram),
+/// with the flow's front-door index under table generation `frontend.1` so the later
+/// fragments are counted there too.
+#[allow(clippy::too_many_arguments)]
+fn forward(
+    now: u64,
+    frame: &mut [u8],
+    rx: &Rx,
+    st: &mut WorkerState,
+    flow: &Flow,
+    dir: Direction,
+    seg: &Segment,
+    frontend: Option<(u32, u32)>,
+) -> Verdict {
+    let (rw, out_iface, dst_mac) = match egress(now, st, flow, dir) {
+        Ok(e) => e,
+        Err(reason) => return Verdict::Drop(reason),
+    };
+    match dir {
+        Direction::Original => st.counters.forwarded_original += 1,
+        Direction::Reply => st.counters.forwarded_reply += 1,
+    }
+    let l3 = rx.l2_len;
+    let partial = rx.l4_csum_partial && seg.first_fragment.is_none();
+    nat::rewrite_ipv4(&mut frame[l3..l3 + seg.total], &rw, partial);
+    let verdict = link::transmit(frame, rx, seg.total, out_iface, dst_mac, &st.host);
+    if let (Some(first), Verdict::Transmit { .. }) = (&seg.first_fragment, verdict) {
+        let target = FragmentTarget {
+            src: rw.src_addr,
+            dst: rw.dst_addr,
+            iface: out_iface,
+            mac: dst_mac,
+            original: dir == Direction::Original,
+            frontend,
+        };
+        fragment::record(now, st, first, target);
+    }
+    verdict
+}
+
+/// Where a packet of `flow` travelling in direction `dir` goes: its new addresses and ports,
+/// the egress interface and the next hop's MAC, resolved by ARP — the endpoint's for the
+/// original direction, the client's for replies (the client itself on a connected subnet,
+/// else the router: replies are routed like any packet, no MAC is kept per flow). ICMP errors
+/// about the flow ([`super::icmp_error`]) travel the same way.
+///
+/// # Errors
+/// [`DropReason::NoRoute`], [`DropReason::NeighbourUnresolved`] (a resolution was queued).
+pub(super) fn egress(
+    now: u64,
+    st: &mut WorkerState,
+    flow: &Flow,
+    dir: Direction,
+) -> Result<(Rewrite, u8, MacAddr), DropReason> {
+    Ok(match dir {
+        Direction::Original => {
+            let Some((out, hop)) = st.host.route(flow.reply.src_addr) else {
+                return Err(DropReason::NoRoute);
+            };
+            let Some(mac) = neighbour(st, hop, out, now) else {
+                return Err(DropReason::NeighbourUnresolved);
+            };
+            (
+                Rewrite {
+                    src_addr: flow.reply.dst_addr,
+                    src_port: flow.reply.dst_port,
+                    dst_addr: flow.reply.src_addr,
+                    dst_port: flow.reply.src_port,
+                },
+                out,
+                mac,
+            )
+        }
+        Direction::Reply => {
+            let Some((out, hop)) = st.host.route(flow.original.src_addr) else {
+                return Err(DropReason::NoRoute);
+            };
+            let Some(mac) = neighbour(st, hop, out, now) else {
+                return Err(DropReason::NeighbourUnresolved);
+            };
+            (
+                Rewrite {
+                    src_addr: flow.original.dst_addr,
+                    src_port: flow.original.dst_port,
+                    dst_addr: flow.original.src_addr,
+                    dst_port: flow.original.src_port,
+                },
+                out,
+                mac,
+            )
+        }
+    })
+}
+
+/// Creates the flow for `key` (a conntrack miss): front door, source-range check, endpoint,
+/// SNAT port.
+///
+/// The source ranges (`loadBalancerSourceRanges`) are checked here only, on a conntrack
+/// miss, so established flows pay nothing for them: one binary search over the front
+/// door's merged ranges, none when it has none. A client outside them is dropped
+/// ([`DropReason::SourceRangeDenied`]), as by kube-proxy's firewall chain, whether or not
+/// the Service has endpoints.
+fn new_flow(
+    now: u64,
+    frame: &mut [u8],
+    rx: &Rx,
+    table: &Table,
+    st: &mut WorkerState,
+    key: FlowKey,
+    seg: &Segment,
+) -> Result<FlowId, Verdict> {
+    let Some(fe) = table.frontend(IpAddr::V4(key.dst_addr), key.protocol, key.dst_port) else {
+        return Err(Verdict::Drop(DropReason::NoFrontend));
+    };
+    if !fe.source_ranges.admits(IpAddr::V4(key.src_addr)) {
+        return Err(Verdict::Drop(DropReason::SourceRangeDenied));
+    }
+    // What cannot open a connection creates no flow: a TCP segment no state starts from
+    // (a RST), an SCTP ABORT or SHUTDOWN COMPLETE of an unknown association.
+    let stray = match seg.proto {
+        IpProtocol::Tcp => tcp::initial(TcpSegment::of(seg.tcp_flags)).is_none(),
+        IpProtocol::Sctp => seg.sctp.close,
+        _ => false,
+    };
+    if stray {
+        return Err(Verdict::Drop(DropReason::NoConntrack));
+    }
+    let service = table.service(fe.service).ok_or(Verdict::Drop(DropReason::NoFrontend))?;
+    let Some(backend) = backend::choose(now, &service, &key, st) else {
+        return Err(reject(frame, rx, st));
+    };
+    let IpAddr::V4(backend_ip) = layout::addr_from16(backend.addr) else {
+        return Err(Verdict::Drop(DropReason::UnsupportedFamily));
+    };
+    let Some((out, _)) = st.host.route(backend_ip) else {
+        return Err(Verdict::Drop(DropReason::NoRoute));
+    };
+    let (snat_index, snat_ip) = st.host.snat_address_for(out);
+    let endpoint = std::net::SocketAddrV4::new(backend_ip, backend.port.get());
+    let Some(snat_port) = st.snat.alloc_for(snat_index, key.protocol, endpoint) else {
+        return Err(Verdict::Drop(DropReason::SnatExhausted));
+    };
+    learn_on_link_client(now, frame, rx, key.src_addr, st);
+    let flow = Flow {
+        original: key,
+        reply: FlowKey {
+            protocol: key.protocol,
+            src_addr: backend_ip,
+            src_port: backend.port.get(),
+            dst_addr: snat_ip,
+            dst_port: snat_port,
+        },
+        state: FlowState::new(fe.index, table.generation() as u32, Deadline::at(now)),
+    };
+    let mut inserted = st.conntrack.insert(flow);
+    if inserted == Err(InsertError::Full) {
+        // Linux's early drop: evict a flow near this one that is worth less, then retry.
+        if let Some(evicted) = st.conntrack.early_drop(&key, now) {
+            free_snat_port(&mut st.snat, &st.host, &evicted);
+            st.counters.conntrack_evicted += 1;
+            inserted = st.conntrack.insert(flow);
+        }
+    }
+    match inserted {
+        Ok(id) => {
+            st.counters.new_flows += 1;
+            st.frontends.new_flow(fe.index);
+            Ok(id)
+        }
+        Err(e) => {
+            st.snat.free(snat_index, key.protocol, snat_port);
+            Err(Verdict::Drop(match e {
+                InsertError::Full => DropReason::ConntrackFull,
+                // The reply tuple is taken: only possible if the SNAT bitmap and conntrack
+                // disagree; refuse rather than hijack another flow. `NotFullNat` cannot
+                // happen: the SNAT address comes from the list the table was built with.
+                InsertError::Exists | InsertError::NotFullNat => DropReason::SnatExhausted,
+            }))
+        }
+    }
+}
+
+/// Learns the MAC address of a client on a connected subnet from the first frame of its
+/// flow when the neighbour table does not know it yet, so the replies (routed to the client,
+/// not sent back to a per-flow MAC) need not wait for ARP. A client normally ARPs for the
+/// VIP first, which teaches the same mapping (RFC 826 "merge"); this covers clients that
+/// learned the gateway's MAC otherwise. A known mapping is never overwritten from IP
+/// traffic: only ARP changes it.
+fn learn_on_link_client(now: u64, frame: &[u8], rx: &Rx, client: std::net::Ipv4Addr, st: &mut WorkerState) {
+    let on_link = matches!(st.host.route(client), Some((_, hop)) if hop == client);
+    if on_link && st.neighbours.lookup(client).is_none() {
+        let mac = EthernetFrame::new_unchecked(&frame[..rx.l2_len]).src_addr();
+        if mac.is_unicast() {
+            st.neighbours.learn(client, mac, now);
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! IPv4 fragments through the gateway ([RFC 791] § 3.2): the first fragment (offset 0, MF
+//! set) carries the transport header and goes through the conntrack path like any packet of
+//! its flow; what the pipeline did to its IP header is then recorded in the worker's
+//! [`crate::fragments`] table under the datagram's identity (source, destination, protocol,
+//! Identification), and each later fragment is rewritten the same way at the IP layer only —
+//! addresses, TTL, header checksum — and sent to the same next hop.
+//!
+//! The transport checksum needs no work in later fragments: it sits in the first fragment
+//! and covers the whole datagram, and NAT changes only the pseudo-header addresses and the
+//! ports, which the first fragment's incremental update (RFC 1624) accounted for. Only TCP
+//! and UDP are followed; SCTP's CRC32c covers the whole packet and cannot be recomputed from
+//! one fragment (see [`crate::wire::sctp`]), and fragmented ICMP is not answered: both are
+//! dropped as [`DropReason::Fragment`].
+//!
+//! A later fragment without a recorded first one — it arrived before the first (no
+//! buffering: see [`crate::fragments`]), the first never came, the entry expired (30 s,
+//! Linux `ipfrag_time`) or was evicted — is dropped as [`DropReason::FragmentNoFirst`]. With
+//! several workers, every fragment of a datagram reaches the same worker: the AF_PACKET
+//! steering program and NIC RSS both hash fragments by their addresses only (see
+//! [`crate::io::fanout::steering_program`] for what that means for flows).
+//!
+//! [RFC 791]: https://www.rfc-editor.org/rfc/rfc791#section-3.2
+
+use std::net::Ipv4Addr;
+
+use super::link::{self, Rx};
+use super::{Verdict, WorkerState};
+use crate::counters::DropReason;
+use crate::fragments::{FragmentAddr, FragmentKey, Insert};
+use crate::nat;
+use crate::table::Table;
+use crate::wire::MacAddr;
+
+/// Capacity of each worker's fragment table: datagrams in flight at once (1024 slots of 48
+/// bytes).
+pub(super) const FRAGMENT_SLOTS: usize = 1024;
+
+/// What the first fragment of a datagram became: the IP-layer half of its translation and
+/// its next hop. Generic over the address family so that IPv6 fragments (RFC 8200 § 4.5)
+/// can use the same table type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FragmentTarget<A = Ipv4Addr> {
+    /// New source address.
+    pub src: A,
+    /// New destination address.
+    pub dst: A,
+    /// Egress interface.
+    pub iface: u8,
+    /// Next hop's MAC address.
+    pub mac: MacAddr,
+    /// Whether the datagram travels in its flow's original direction (client → endpoint).
+    pub original: bool,
+    /// The flow's front-door index and the (low 32 bits of the) table generation it belongs
+    /// to, for the per-front-door counts of the later fragments.
+    pub frontend: Option<(u32, u32)>,
+}
+
+impl<A: FragmentAddr> Default for FragmentTarget<A> {
+    fn default() -> Self {
+        Self {
+            src: A::UNSPECIFIED,
+            dst: A::UNSPECIFIED,
+            iface: 0,
+            mac: MacAddr::UNSPECIFIED,
+            original: false,
+            frontend: None,
+        }
+    }
+}
+
+/// A received fragment's place in its datagram.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Fragment {
+    /// The datagram's identity.
+    pub key: FragmentKey<Ipv4Addr>,
+    /// Offset of this fragment's payload in the datagram, bytes.
+    pub offset: u16,
+    /// Payload bytes of this fragment.
+    pub payload_len: u16,
+    /// The MF flag.
+    pub more: bool,
+}
+
+/// Records that the first fragment `first` was forwarded with `target`.
+pub(super) fn record(now: u64, st: &mut WorkerState, first: &Fragment, target: FragmentTarget) {
+    if st.fragments.insert(now, first.key, target, u32::from(first.payload_len)) == Insert::Evicted {
+        st.counters.fragment_evictions += 1;
+    }
+}
+
+/// Forwards the later fragment `frag` (IPv4 packet of `total` bytes with TTL `ttl`) along
+/// its datagram's first fragment, or drops it; counts it on the flow's front door while
+/// `table` is the one the first fragment was counted under.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn follow(
+    now: u64,
+    frame: &mut [u8],
+    rx: &Rx,
+    table: &Table,
+    st: &mut WorkerState,
+    frag: &Fragment,
+    ttl: u8,
+    total: usize,
+) -> Verdict {
+    if ttl <= 1 {
+        return Verdict::Drop(DropReason::TtlExceeded);
+    }
+    let Some(t) = st.fragments.follow(now, &frag.key, u32::from(frag.offset), u32::from(frag.payload_len), frag.more)
+    else {
+        return Verdict::Drop(DropReason::FragmentNoFirst);
+    };
+    let l3 = rx.l2_len;
+    nat::rewrite_ipv4_header(&mut frame[l3..l3 + total], t.src, t.dst);
+    let verdict = link::transmit(frame, rx, total, t.iface, t.mac, &st.host);
+    if let Verdict::Transmit { .. } = verdict {
+        st.counters.fragments_followed += 1;
+        if let Some((index, generation)) = t.frontend {
+            if generation == table.generation() as u32 {
+                st.frontends.packet(index, t.original, total);
+            }
+        }
+    }
+    verdict
+}

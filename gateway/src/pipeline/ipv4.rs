@@ -1,0 +1,129 @@
+//! IPv4 arriving at the gateway (RFC 791): the header is checked (length, checksum), the
+//! transport ports are read, and the packet goes to the conntrack path ([`super::flow`]: TCP,
+//! UDP, SCTP — [`super::sctp`]), the ICMP path ([`super::icmp`]: echo, and errors about
+//! flows, [`super::icmp_error`]), or, for a later fragment, along its first
+//! ([`super::fragment`]).
+
+use std::net::Ipv4Addr;
+use std::ops::Range;
+
+use super::fragment::{self, Fragment};
+use super::link::Rx;
+use super::sctp::{self, Chunks};
+use super::{flow, icmp, Verdict, WorkerState};
+use crate::conntrack::FlowKey;
+use crate::counters::DropReason;
+use crate::fragments::FragmentKey;
+use crate::table::Table;
+use crate::wire::{IpProtocol, Ipv4Packet, SctpPacket, TcpFlags, TcpPacket, UdpPacket};
+
+/// The fields of a received IPv4 TCP, UDP or SCTP packet the later steps use.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Segment {
+    /// Source address.
+    pub src: Ipv4Addr,
+    /// Destination address.
+    pub dst: Ipv4Addr,
+    /// TCP, UDP or SCTP.
+    pub proto: IpProtocol,
+    /// Time to live as received.
+    pub ttl: u8,
+    /// IPv4 total length (header and payload), bytes.
+    pub total: usize,
+    /// Transport source port.
+    pub sport: u16,
+    /// Transport destination port.
+    pub dport: u16,
+    /// TCP flags; empty for UDP and SCTP.
+    pub tcp_flags: TcpFlags,
+    /// SCTP chunks that matter to tracking; empty for TCP and UDP.
+    pub sctp: Chunks,
+    /// Set for the first fragment of a fragmented datagram (TCP or UDP only).
+    pub first_fragment: Option<Fragment>,
+}
+
+/// The flow key of the TCP, UDP or SCTP packet after the link-layer header of `frame`, read with
+/// checked views but without [`handle`]'s checks (header checksum, TTL): a hint for
+/// [`super::process_burst`], which `handle` confirms. `None` for anything else, fragments
+/// included.
+#[inline]
+pub(super) fn flow_key(frame: &[u8], rx: &Rx) -> Option<FlowKey> {
+    let l3 = rx.l2_len;
+    let ip = Ipv4Packet::new_checked(&frame[l3..rx.len]).ok()?;
+    if ip.is_fragment() {
+        return None;
+    }
+    let l4 = &frame[l3 + ip.header_len()..l3 + usize::from(ip.total_len())];
+    let (src_port, dst_port) = match ip.next_header() {
+        IpProtocol::Tcp => TcpPacket::new_checked(l4).map(|t| (t.src_port(), t.dst_port())).ok()?,
+        IpProtocol::Udp => UdpPacket::new_checked(l4).map(|u| (u.src_port(), u.dst_port())).ok()?,
+        IpProtocol::Sctp => SctpPacket::new_checked(l4).map(|p| (p.src_port(), p.dst_port())).ok()?,
+        _ => return None,
+    };
+    Some(FlowKey {
+        protocol: u8::from(ip.next_header()),
+        src_addr: ip.src_addr(),
+        src_port,
+        dst_addr: ip.dst_addr(),
+        dst_port,
+    })
+}
+
+/// Handles the IPv4 packet after the link-layer header of `frame`.
+pub(super) fn handle(now: u64, frame: &mut [u8], rx: &Rx, table: &Table, st: &mut WorkerState) -> Verdict {
+    let l3 = rx.l2_len;
+    let (src, dst, proto, ttl, ihl, total, frag) = {
+        let Ok(ip) = Ipv4Packet::new_checked(&frame[l3..rx.len]) else {
+            return Verdict::Drop(DropReason::MalformedIpv4);
+        };
+        if !ip.verify_checksum() {
+            return Verdict::Drop(DropReason::BadIpv4Checksum);
+        }
+        let frag = ip.is_fragment().then(|| (ip.ident(), ip.frag_offset(), ip.more_frags()));
+        let (ihl, total) = (ip.header_len(), usize::from(ip.total_len()));
+        (ip.src_addr(), ip.dst_addr(), ip.next_header(), ip.hop_limit(), ihl, total, frag)
+    };
+    let l4: Range<usize> = l3 + ihl..l3 + total;
+    let mut first_fragment = None;
+    if let Some((ident, offset, more)) = frag {
+        if !matches!(proto, IpProtocol::Tcp | IpProtocol::Udp) {
+            return Verdict::Drop(DropReason::Fragment);
+        }
+        let fragment = Fragment {
+            key: FragmentKey { src, dst, protocol: u8::from(proto), ident: u32::from(ident) },
+            offset,
+            payload_len: (total - ihl) as u16,
+            more,
+        };
+        if offset != 0 {
+            return fragment::follow(now, frame, rx, table, st, &fragment, ttl, total);
+        }
+        first_fragment = Some(fragment);
+    }
+    let (sport, dport, tcp_flags, chunks) = match proto {
+        IpProtocol::Tcp => match TcpPacket::new_checked(&frame[l4.clone()]) {
+            Ok(t) => (t.src_port(), t.dst_port(), t.flags(), Chunks::default()),
+            Err(_) => return Verdict::Drop(DropReason::MalformedL4),
+        },
+        // A first fragment holds the UDP header but not the Length bytes the header claims.
+        IpProtocol::Udp if first_fragment.is_some() => match &frame[l4.clone()] {
+            [a, b, c, d, _, _, _, _, ..] => {
+                (u16::from_be_bytes([*a, *b]), u16::from_be_bytes([*c, *d]), TcpFlags::default(), Chunks::default())
+            }
+            _ => return Verdict::Drop(DropReason::MalformedL4),
+        },
+        IpProtocol::Udp => match UdpPacket::new_checked(&frame[l4.clone()]) {
+            Ok(u) => (u.src_port(), u.dst_port(), TcpFlags::default(), Chunks::default()),
+            Err(_) => return Verdict::Drop(DropReason::MalformedL4),
+        },
+        IpProtocol::Sctp => match sctp::parse(&frame[l4.clone()], rx.l4_csum_partial) {
+            Ok((sport, dport, chunks)) => (sport, dport, TcpFlags::default(), chunks),
+            Err(sctp::Refused::Malformed) => return Verdict::Drop(DropReason::MalformedL4),
+            Err(sctp::Refused::Checksum) => return Verdict::Drop(DropReason::BadSctpChecksum),
+        },
+        IpProtocol::Icmp => return icmp::handle(now, frame, rx, table, st, src, dst, l4),
+        _ => return Verdict::Drop(DropReason::UnsupportedProtocol),
+    };
+    let seg = Segment { src, dst, proto, ttl, total, sport, dport, tcp_flags, sctp: chunks, first_fragment };
+    flow::handle(now, frame, rx, table, st, &seg)
+}

@@ -1,0 +1,152 @@
+//! The link layer of the pipeline: one parse of a received frame's Ethernet header and
+//! 802.1Q tag into [`Rx`] (which port, which interface, where the network header starts,
+//! which EtherType), and the link-layer header of every frame the pipeline sends.
+//!
+//! Every later offset into the frame counts from [`Rx::l2_len`], never from a fixed 14.
+//!
+//! # VLANs (IEEE 802.1Q)
+//!
+//! An interface is a (port, VLAN) pair ([`Host::interface_on`]): an untagged frame, or one
+//! with a priority tag only (VID 0), belongs to the port's untagged interface; a frame
+//! tagged `0x8100` with VID `v` to the port's interface with `vlan = v`. Frames for an
+//! interface the port does not have are dropped as [`DropReason::UnknownVlan`].
+//!
+//! Stacked tags are dropped as [`DropReason::VlanStacked`]: an 802.1ad service tag
+//! (`0x88A8`) outside, or a second tag inside the first. The gateway terminates single
+//! customer VLANs; a stacked frame is a provider bridge's (which would have removed the
+//! S-tag before a customer port) or a double-tagging VLAN-hopping attempt, and taking it
+//! by its outer tag alone would accept it on a VLAN it was not sent on.
+//!
+//! On egress [`transmit`] writes the header the egress interface needs: its tag (PCP 0,
+//! DEI 0, as a Linux VLAN device sends without an egress QoS map) or none. Where the
+//! received frame's header had another length the packet moves by the 4 bytes of the tag
+//! within the buffer: the frame may grow by 4 bytes (the reason [`super::MIN_BUFFER`]
+//! counts a tag); a frame without that room is dropped as [`DropReason::Oversize`].
+
+use super::{Meta, Verdict};
+use crate::counters::DropReason;
+use crate::host::Host;
+use crate::wire::vlan::TAG_LEN;
+use crate::wire::{EtherType, EthernetFrame, MacAddr, VlanTag};
+
+/// Length of an untagged Ethernet header.
+const ETH_LEN: usize = EthernetFrame::<&[u8]>::HEADER_LEN;
+
+/// What the link-layer parse learned about a received frame; handed to every later step.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Rx {
+    /// The interface the frame belongs to: an index into [`Host::interfaces`], checked.
+    pub iface: u8,
+    /// Bytes of the frame in the buffer (`meta.len` clamped to the buffer).
+    pub len: usize,
+    /// Length of the link-layer header (Ethernet and any tag): the offset of the
+    /// network-layer header, bytes.
+    pub l2_len: usize,
+    /// The driver's [`Meta::l4_csum_partial`].
+    pub l4_csum_partial: bool,
+}
+
+/// Parses the link-layer header of the first `meta.len` bytes of `frame` received on port
+/// `meta.iface`: the destination MAC must be the port's own or broadcast, and the frame's
+/// VLAN must be one of the port's interfaces. Returns the parse and the EtherType of the
+/// network layer (inside the tag, if any).
+///
+/// # Errors
+/// [`DropReason::Truncated`] (shorter than the Ethernet header and tag),
+/// [`DropReason::UnknownInterface`] (a port the host does not have: a driver bug),
+/// [`DropReason::NotOurMac`], [`DropReason::VlanStacked`], [`DropReason::UnknownVlan`].
+#[inline]
+pub(super) fn receive(frame: &[u8], meta: &Meta, host: &Host) -> Result<(Rx, EtherType), DropReason> {
+    let len = meta.len.min(frame.len());
+    let Ok(eth) = EthernetFrame::new_checked(&frame[..len]) else {
+        return Err(DropReason::Truncated);
+    };
+    let Some(port) = host.ports.get(usize::from(meta.iface)) else {
+        return Err(DropReason::UnknownInterface);
+    };
+    let dst_mac = eth.dst_addr();
+    if dst_mac != port.mac && !dst_mac.is_broadcast() {
+        return Err(DropReason::NotOurMac);
+    }
+    let (vid, ethertype, l2_len) = match eth.ethertype() {
+        EtherType::Vlan => {
+            let Ok(tag) = VlanTag::new_checked(eth.payload()) else {
+                return Err(DropReason::Truncated);
+            };
+            match tag.ethertype() {
+                EtherType::Vlan | EtherType::ServiceVlan => return Err(DropReason::VlanStacked),
+                inner => (Some(tag.vlan_id()), inner, ETH_LEN + TAG_LEN),
+            }
+        }
+        EtherType::ServiceVlan => return Err(DropReason::VlanStacked),
+        other => (None, other, ETH_LEN),
+    };
+    let Some(iface) = host.interface_on(meta.iface, vid) else {
+        return Err(DropReason::UnknownVlan);
+    };
+    Ok((Rx { iface, len, l2_len, l4_csum_partial: meta.l4_csum_partial }, ethertype))
+}
+
+/// Writes at the start of `frame` the link-layer header of a frame to `dst` from `src`,
+/// tagged with `vlan` (PCP 0, DEI 0) when given, carrying `ethertype`. Returns the header
+/// length (14, or 18 with a tag). `frame` must hold it.
+#[inline]
+pub(super) fn write_header(
+    frame: &mut [u8],
+    dst: MacAddr,
+    src: MacAddr,
+    vlan: Option<u16>,
+    ethertype: EtherType,
+) -> usize {
+    let mut eth = EthernetFrame::new_unchecked(&mut *frame);
+    eth.set_dst_addr(dst);
+    eth.set_src_addr(src);
+    match vlan {
+        None => {
+            eth.set_ethertype(ethertype);
+            ETH_LEN
+        }
+        Some(vid) => {
+            eth.set_ethertype(EtherType::Vlan);
+            let mut tag = VlanTag::new_unchecked(&mut frame[ETH_LEN..ETH_LEN + TAG_LEN]);
+            tag.set_tci(vid);
+            tag.set_ethertype(ethertype);
+            ETH_LEN + TAG_LEN
+        }
+    }
+}
+
+/// Sends the network-layer packet at `frame[rx.l2_len..][..l3_len]` on interface `out`
+/// to `dst`: writes the link-layer header `out` needs (its MAC as source, its tag),
+/// moving the packet when that header's length differs from the received one, and returns
+/// [`Verdict::Transmit`] on `out`'s port.
+///
+/// # Errors (as verdicts)
+/// [`DropReason::NoRoute`] for an interface the host does not have; [`DropReason::Oversize`]
+/// when a tag must be added and the buffer has no room for it.
+#[inline]
+pub(super) fn transmit(frame: &mut [u8], rx: &Rx, l3_len: usize, out: u8, dst: MacAddr, host: &Host) -> Verdict {
+    let Some(o) = host.interfaces.get(usize::from(out)) else {
+        return Verdict::Drop(DropReason::NoRoute);
+    };
+    // The network layer's EtherType: the last field of the received header.
+    let ethertype = EtherType::from(u16::from_be_bytes([frame[rx.l2_len - 2], frame[rx.l2_len - 1]]));
+    let l2_len = if o.vlan.is_some() { ETH_LEN + TAG_LEN } else { ETH_LEN };
+    let len = l2_len + l3_len;
+    if l2_len != rx.l2_len {
+        if len > frame.len() {
+            return Verdict::Drop(DropReason::Oversize);
+        }
+        frame.copy_within(rx.l2_len..rx.l2_len + l3_len, l2_len);
+    }
+    write_header(frame, dst, o.mac, o.vlan, ethertype);
+    Verdict::Transmit { iface: o.port, len }
+}
+
+/// Sends the answer built in place at `frame[rx.l2_len..][..l3_len]` back to the sender of
+/// the received frame (its source MAC), out the interface it came in by.
+#[inline]
+pub(super) fn answer(frame: &mut [u8], rx: &Rx, l3_len: usize, host: &Host) -> Verdict {
+    let sender = EthernetFrame::new_unchecked(&frame[..ETH_LEN]).src_addr();
+    transmit(frame, rx, l3_len, rx.iface, sender, host)
+}

@@ -1,0 +1,142 @@
+//! The data-plane core: [`process`] takes one received frame and decides what becomes of
+//! it — forwarded with NAT, answered in place, or dropped under a named reason.
+//!
+//! # Contract
+//!
+//! `process(now, frame, meta, table, state)` is a pure function of its arguments: no I/O,
+//! no clock (time is `now`, monotonic nanoseconds), no allocation, no locks. The same code
+//! runs under every driver, the tests and the benchmarks. No input makes it panic: every
+//! header is parsed with a checked view and anything malformed is a counted drop.
+//!
+//! The frame is rewritten in place inside `frame` (its buffer); the output may be longer
+//! than the input (an ICMP error quoting the packet), up to `frame.len()`, which drivers
+//! make at least [`MIN_BUFFER`] bytes.
+//!
+//! # What happens to a frame
+//!
+//! - The link-layer header is parsed once (`link`); every later offset counts from the
+//!   length it found.
+//! - ARP (RFC 826, `arp`): requests for the gateway's own addresses and for VIPs are
+//!   answered in place; the sender's mapping is learned when it is on a connected subnet.
+//! - IPv4 (RFC 791, `ipv4`) with TCP, UDP or SCTP (`flow`, `sctp`): the 5-tuple is looked up in this
+//!   worker's conntrack, which indexes both directions of every flow. A hit in the original
+//!   direction (client → VIP) is rewritten to SNAT address:port → endpoint:port and sent to
+//!   the endpoint's next hop; a hit in the reply direction is rewritten back to VIP → client
+//!   and routed to the client's next hop (the client itself on a connected subnet, whose MAC
+//!   a new flow's first frame teaches when ARP has not). A miss looks up the front door
+//!   (destination, protocol, port), picks the endpoint on the Maglev ring of its service
+//!   by the flow's 5-tuple hash (`backend`), allocates a SNAT port this worker owns, and
+//!   records the flow. A front door without endpoints answers like kube-proxy's REJECT rule
+//!   (`reject`): TCP RST (RFC 9293 § 3.10.7.1), else ICMP port unreachable (RFC 792,
+//!   RFC 1812 § 4.3.2.3).
+//! - ICMP echo requests (RFC 792, `icmp`) to a VIP or own address are answered in place.
+//!   ICMP errors quoting a packet of a tracked flow (`icmp_error`) are translated — outer
+//!   and quoted headers — and forwarded to the flow's other end, so path-MTU discovery
+//!   works through the gateway.
+//! - IPv4 fragments (`fragment`): the first fragment of a TCP or UDP datagram goes through
+//!   its flow; the later ones follow it through a per-worker fragment table.
+//! - Next hops are resolved by ARP requests the worker emits through [`poll_transmit`]
+//!   (`resolve`).
+//! - Flows time out after idle periods following Linux conntrack's defaults; expiry runs
+//!   in bounded steps through [`poll_expire`] (`expire`).
+//!
+//! # Modules
+//!
+//! `state` holds the per-worker and shared state; each other module holds one step of the
+//! path above; `burst` runs a burst with its lookups' memory latency overlapped. Only
+//! [`process`], [`process_burst`], [`poll_transmit`], [`poll_expire`], the state types and
+//! the driver-facing [`Meta`] / [`Verdict`] are public.
+
+mod arp;
+mod backend;
+mod burst;
+mod expire;
+mod flow;
+mod fragment;
+mod icmp;
+mod icmp_error;
+mod ipv4;
+mod link;
+mod reject;
+mod resolve;
+mod sctp;
+mod state;
+
+pub use burst::{process_burst, PREFETCH_WINDOW};
+pub use expire::poll_expire;
+pub use resolve::poll_transmit;
+pub use state::{Shared, WorkerState};
+
+use crate::counters::DropReason;
+use crate::table::Table;
+use crate::wire::EtherType;
+
+/// Smallest frame buffer a driver may hand to [`process`]: room for the largest ICMP error
+/// it builds (Ethernet 14, 802.1Q tag 4, IPv4 20, ICMP 8, the quoted IPv4 header up to 60
+/// and 8 bytes of its payload). Frames may grow by a tag (4 bytes) when forwarded onto a
+/// VLAN: a driver that wants every frame forwarded leaves 4 bytes beyond the largest frame
+/// it receives.
+pub const MIN_BUFFER: usize = 14 + 4 + 20 + 8 + 60 + 8;
+
+/// TTL of packets the gateway originates (RST, ICMP, echo replies); Linux's default.
+const ORIGINATED_TTL: u8 = 64;
+
+/// Per-frame metadata from the driver.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Meta {
+    /// Index of the port the frame arrived on ([`crate::host::Host::ports`], as
+    /// [`crate::config::Config::ports`]; equal to the interface index when every
+    /// interface has its own port). The frame holds its 802.1Q tag, if it had one: a
+    /// driver whose device stripped it puts it back ([`crate::wire::vlan::copy_tagged`]).
+    pub iface: u8,
+    /// Length of the received frame in the buffer, bytes.
+    pub len: usize,
+    /// The L4 checksum holds only the pseudo-header sum (the sender offloaded it to a NIC
+    /// that does not exist on a veth): recompute it in full when rewriting.
+    pub l4_csum_partial: bool,
+}
+
+/// What the driver does with the frame after [`process`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Send the first `len` bytes of the buffer on port `iface`.
+    Transmit {
+        /// Egress port index (as [`Meta::iface`]); the frame carries the egress
+        /// interface's VLAN tag, if it has one.
+        iface: u8,
+        /// Frame length, bytes.
+        len: usize,
+    },
+    /// Nothing to send: the frame was consumed (e.g. an ARP reply that was learned from).
+    Consumed,
+    /// Dropped; already counted under the reason.
+    Drop(DropReason),
+}
+
+/// Processes one received frame. See the module documentation.
+#[inline]
+pub fn process(now: u64, frame: &mut [u8], meta: &Meta, table: &Table, state: &mut WorkerState) -> Verdict {
+    state.counters.rx_frames += 1;
+    let verdict = handle_frame(now, frame, meta, table, state);
+    match verdict {
+        Verdict::Transmit { .. } => state.counters.tx_frames += 1,
+        Verdict::Drop(reason) => state.counters.drop(reason),
+        Verdict::Consumed => {}
+    }
+    verdict
+}
+
+fn handle_frame(now: u64, frame: &mut [u8], meta: &Meta, table: &Table, st: &mut WorkerState) -> Verdict {
+    let (rx, ethertype) = match link::receive(frame, meta, &st.host) {
+        Ok(r) => r,
+        Err(reason) => return Verdict::Drop(reason),
+    };
+    match ethertype {
+        EtherType::Arp => arp::handle(now, frame, &rx, table, st),
+        EtherType::Ipv4 => ipv4::handle(now, frame, &rx, table, st),
+        _ => Verdict::Drop(DropReason::UnsupportedEtherType),
+    }
+}
+
+#[cfg(test)]
+mod tests;

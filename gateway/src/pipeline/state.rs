@@ -1,0 +1,102 @@
+//! The state the pipeline works on: [`WorkerState`], private to one worker (conntrack, SNAT
+//! ports, counters, fragment table, pending ARP resolutions), and [`Shared`], the state all workers share
+//! (neighbours, session affinity). Everything is allocated here, before the packet path
+//! runs.
+
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+
+use super::fragment::{FragmentTarget, FRAGMENT_SLOTS};
+use super::resolve::{Pending, PENDING_SLOTS};
+use crate::affinity::Affinity;
+use crate::conntrack::Conntrack;
+use crate::counters::{Counters, FrontendCounters};
+use crate::fragments::{self, FragmentTable};
+use crate::host::Host;
+use crate::neighbour::Neighbours;
+use crate::snat::SnatPorts;
+use crate::table::Table;
+
+/// The state all workers share: written rarely (ARP traffic, new flows of Services with
+/// session affinity), read without locks where it is on every packet's path.
+#[derive(Debug)]
+pub struct Shared {
+    /// IPv4 address → MAC.
+    pub neighbours: Arc<Neighbours>,
+    /// `sessionAffinity: ClientIP` choices.
+    pub affinity: Arc<Affinity>,
+}
+
+impl Shared {
+    /// Shared state sized for `neighbours` next hops and `affinity` (client, Service) pairs.
+    pub fn new(neighbours: usize, affinity: usize) -> Self {
+        Self { neighbours: Arc::new(Neighbours::new(neighbours)), affinity: Arc::new(Affinity::new(affinity)) }
+    }
+}
+
+/// A worker's private state: its conntrack, SNAT ports, counters, pending ARP resolutions,
+/// and shared read-only views of the host and the neighbour table.
+pub struct WorkerState {
+    /// This worker's index.
+    pub worker: usize,
+    /// The host (interfaces, addresses, routes, timeouts).
+    pub host: Arc<Host>,
+    /// The neighbour table shared by all workers.
+    pub neighbours: Arc<Neighbours>,
+    /// `sessionAffinity: ClientIP` choices, shared by all workers.
+    pub affinity: Arc<Affinity>,
+    /// This worker's flows.
+    pub conntrack: Conntrack,
+    /// This worker's SNAT ports.
+    pub snat: SnatPorts,
+    /// This worker's counters.
+    pub counters: Counters,
+    /// Where the later fragments of datagrams whose first fragment this worker forwarded go
+    /// (see [`super::fragment`]).
+    pub(super) fragments: FragmentTable<Ipv4Addr, FragmentTarget>,
+    /// This worker's per-front-door counts, indexed like the front doors of the table it
+    /// uses (sized by [`WorkerState::adopt_table`]).
+    pub frontends: FrontendCounters,
+    /// Next hops waiting for an ARP answer (see [`super::resolve`]).
+    pub(super) pending: [Pending; PENDING_SLOTS],
+    /// The flow key and hash [`super::process_burst`] computed for the frame being
+    /// processed, if any; taken by the flow lookup.
+    pub(super) flow_hint: Option<super::burst::FlowHint>,
+}
+
+impl std::fmt::Debug for WorkerState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerState").field("worker", &self.worker).field("flows", &self.conntrack.len()).finish()
+    }
+}
+
+impl WorkerState {
+    /// State for worker `worker` of `workers`, with a conntrack of `capacity` flows.
+    /// Allocates everything the packet path will use.
+    pub fn new(worker: usize, workers: usize, host: Arc<Host>, shared: &Shared, capacity: usize, seed: u64) -> Self {
+        let (min, max) = host.snat_ports;
+        let snat = SnatPorts::new(worker, workers, min, max, host.snat_addresses.len());
+        Self {
+            worker,
+            conntrack: Conntrack::new(capacity, seed, &host.snat_addresses),
+            snat,
+            host,
+            neighbours: Arc::clone(&shared.neighbours),
+            affinity: Arc::clone(&shared.affinity),
+            counters: Counters::default(),
+            fragments: FragmentTable::new(FRAGMENT_SLOTS, fragments::DEFAULT_TIMEOUT_NS, seed ^ 0xf4a6_0000_f4a6),
+            frontends: FrontendCounters::default(),
+            pending: [Pending::default(); PENDING_SLOTS],
+            flow_hint: None,
+        }
+    }
+
+    /// Switches the worker's state from table `old` to table `new` (the same table at the
+    /// first adoption): per-front-door counts are re-indexed (allocates) and the next hops
+    /// of `new`'s endpoints are queued for resolution. Called at a burst boundary, never
+    /// from [`super::process`].
+    pub fn adopt_table(&mut self, old: &Table, new: &Table, now: u64) {
+        self.frontends.adopt(old, new);
+        self.resolve_table(new, now);
+    }
+}

@@ -1,0 +1,387 @@
+//! Golden packet tests of connection tracking: a TCP connection through every Linux state
+//! (SYN → SYN+ACK → ACK, data, FIN both ways, RST) with each state's timeout, expiry at
+//! each timeout, reopening from TIME_WAIT, segments that do not fit, mid-stream pickup,
+//! UDP's two timeouts, and a full table (early drop, then refusal).
+
+use super::*;
+use crate::conntrack::{Deadline, FlowId, TcpState, Timeouts};
+
+const SYN: TcpFlags = TcpFlags::SYN;
+const SYN_ACK: TcpFlags = TcpFlags(TcpFlags::SYN.0 | TcpFlags::ACK.0);
+const ACK: TcpFlags = TcpFlags::ACK;
+const FIN_ACK: TcpFlags = TcpFlags(TcpFlags::FIN.0 | TcpFlags::ACK.0);
+const RST: TcpFlags = TcpFlags::RST;
+const RST_ACK: TcpFlags = TcpFlags(TcpFlags::RST.0 | TcpFlags::ACK.0);
+const T: Timeouts = Timeouts::DEFAULT;
+const BACKEND: &str = "10.70.0.11";
+
+/// One client connection to `VIP:80`, served by [`BACKEND`] through a worker.
+struct Conn {
+    t: Table,
+    st: WorkerState,
+    client: (Ipv4Addr, u16),
+    /// The flow's SNAT port, once the first SYN went through.
+    snat_port: u16,
+}
+
+impl Conn {
+    fn new(capacity: usize) -> Self {
+        Conn { t: table(&[BACKEND]), st: state_with_capacity(0, 1, capacity), client: CLIENT, snat_port: 0 }
+    }
+
+    fn backend() -> (Ipv4Addr, u16) {
+        (ip(BACKEND), 8080)
+    }
+
+    /// The client's segment and the frame the gateway must send to the endpoint for it.
+    fn client_segment(&self, flags: TcpFlags, seq: u32, payload: &[u8]) -> (Vec<u8>, Vec<u8>) {
+        let input = frames::tcp(to_gw(), self.client, (VIP, 80), flags, seq, 7, payload, 64);
+        let l2 = L2 { src: GW_BACK_MAC, dst: backend_mac(11) };
+        let want = frames::tcp(l2, (SNAT, self.snat_port), Self::backend(), flags, seq, 7, payload, 63);
+        (input, want)
+    }
+
+    /// The endpoint's segment and the frame the gateway must send to the client for it.
+    fn endpoint_segment(&self, flags: TcpFlags, seq: u32) -> (Vec<u8>, Vec<u8>) {
+        let l2 = L2 { src: backend_mac(11), dst: GW_BACK_MAC };
+        let input = frames::tcp(l2, Self::backend(), (SNAT, self.snat_port), flags, seq, 9, &[], 64);
+        let want =
+            frames::tcp(L2 { src: GW_FRONT_MAC, dst: CLIENT_MAC }, (VIP, 80), self.client, flags, seq, 9, &[], 63);
+        (input, want)
+    }
+
+    /// Sends a client segment at `now` and checks that it is forwarded, translated.
+    fn client(&mut self, now: u64, flags: TcpFlags) {
+        let (input, _) = self.client_segment(flags, 1, b"");
+        let (v, out) = run(now, &input, FRONT, &self.t, &mut self.st);
+        if self.snat_port == 0 {
+            self.snat_port = TcpPacket::new_checked(&out[34..]).map_or(0, |t| t.src_port());
+        }
+        let (_, want) = self.client_segment(flags, 1, b"");
+        assert_eq!((v, &out), (tx(BACK, &want), &want), "client {flags:?} at {now}");
+    }
+
+    /// Sends an endpoint segment at `now` and checks that it is forwarded, translated.
+    fn endpoint(&mut self, now: u64, flags: TcpFlags) {
+        let (input, want) = self.endpoint_segment(flags, 1);
+        assert_eq!(run(now, &input, BACK, &self.t, &mut self.st), (tx(FRONT, &want), want), "endpoint {flags:?}");
+    }
+
+    /// The only tracked flow.
+    fn flow_id(&self) -> FlowId {
+        let ids: Vec<_> = self.st.conntrack.iter().map(|(id, _)| id).collect();
+        assert_eq!(ids.len(), 1, "one tracked flow");
+        ids[0]
+    }
+
+    /// Checks the flow's TCP state and that its deadline is `timeout_ns` after `now`.
+    fn expect(&self, state: TcpState, now: u64, timeout_ns: u64) {
+        let s = self.st.conntrack.state(self.flow_id());
+        assert_eq!(s.tcp_state, state);
+        assert_eq!(s.deadline, Deadline::after(now, timeout_ns), "{} deadline", state.name());
+    }
+
+    /// Opens the connection at time 0..2 s: SYN, SYN+ACK, ACK.
+    fn establish(&mut self) {
+        self.client(0, SYN);
+        self.endpoint(SEC, SYN_ACK);
+        self.client(2 * SEC, ACK);
+    }
+}
+
+#[test]
+fn a_connection_walks_linux_states_with_their_timeouts() {
+    let mut c = Conn::new(1024);
+    c.client(0, SYN);
+    c.expect(TcpState::SynSent, 0, T.tcp_syn_sent_ns);
+    // A retransmitted SYN before any answer does not extend SYN_SENT.
+    c.client(SEC, SYN);
+    c.expect(TcpState::SynSent, 0, T.tcp_syn_sent_ns);
+    c.endpoint(2 * SEC, SYN_ACK);
+    c.expect(TcpState::SynRecv, 2 * SEC, T.tcp_syn_recv_ns);
+    assert!(!c.st.conntrack.state(c.flow_id()).assured);
+    c.client(3 * SEC, ACK);
+    c.expect(TcpState::Established, 3 * SEC, T.tcp_established_ns);
+    assert_eq!(T.tcp_established_ns, 86_400 * SEC, "kube-proxy's --conntrack-tcp-timeout-established");
+    assert!(c.st.conntrack.state(c.flow_id()).assured);
+    // Data both ways.
+    let (input, want) = c.client_segment(ACK, 1, b"GET / HTTP/1.1\r\n\r\n");
+    assert_eq!(run(4 * SEC, &input, FRONT, &c.t, &mut c.st), (tx(BACK, &want), want));
+    c.endpoint(5 * SEC, ACK);
+    c.expect(TcpState::Established, 5 * SEC, T.tcp_established_ns);
+    // The client closes; the endpoint acknowledges, then closes; the client's last ACK.
+    c.client(6 * SEC, FIN_ACK);
+    c.expect(TcpState::FinWait, 6 * SEC, T.tcp_fin_wait_ns);
+    c.endpoint(7 * SEC, ACK);
+    c.expect(TcpState::CloseWait, 7 * SEC, T.tcp_close_wait_ns);
+    assert_eq!(T.tcp_close_wait_ns, 3_600 * SEC, "kube-proxy's --conntrack-tcp-timeout-close-wait");
+    c.endpoint(8 * SEC, FIN_ACK);
+    c.expect(TcpState::LastAck, 8 * SEC, T.tcp_last_ack_ns);
+    c.client(9 * SEC, ACK);
+    c.expect(TcpState::TimeWait, 9 * SEC, T.tcp_time_wait_ns);
+    assert_eq!((c.st.counters.new_flows, c.st.counters.forwarded_original, c.st.counters.forwarded_reply), (1, 6, 4));
+}
+
+#[test]
+fn fins_crossing_reach_time_wait_too() {
+    let mut c = Conn::new(1024);
+    c.establish();
+    c.endpoint(3 * SEC, FIN_ACK);
+    c.expect(TcpState::FinWait, 3 * SEC, T.tcp_fin_wait_ns);
+    c.client(4 * SEC, FIN_ACK);
+    c.expect(TcpState::LastAck, 4 * SEC, T.tcp_last_ack_ns);
+    c.endpoint(5 * SEC, ACK);
+    c.expect(TcpState::TimeWait, 5 * SEC, T.tcp_time_wait_ns);
+}
+
+/// Each state expires exactly at its timeout, measured from the packet that entered it,
+/// and expiry frees the SNAT port.
+#[test]
+fn every_state_expires_at_its_timeout() {
+    type Step = fn(&mut Conn, u64);
+    let syn: Step = |c, now| c.client(now, SYN);
+    let syn_ack: Step = |c, now| c.endpoint(now, SYN_ACK);
+    let ack: Step = |c, now| c.client(now, ACK);
+    let fin: Step = |c, now| c.client(now, FIN_ACK);
+    let endpoint_ack: Step = |c, now| c.endpoint(now, ACK);
+    let endpoint_fin: Step = |c, now| c.endpoint(now, FIN_ACK);
+    let endpoint_rst: Step = |c, now| c.endpoint(now, RST);
+    let cases: [(TcpState, &[Step], u64); 8] = [
+        (TcpState::SynSent, &[syn], T.tcp_syn_sent_ns),
+        (TcpState::SynRecv, &[syn, syn_ack], T.tcp_syn_recv_ns),
+        (TcpState::Established, &[syn, syn_ack, ack], T.tcp_established_ns),
+        (TcpState::FinWait, &[syn, syn_ack, ack, fin], T.tcp_fin_wait_ns),
+        (TcpState::CloseWait, &[syn, syn_ack, ack, fin, endpoint_ack], T.tcp_close_wait_ns),
+        (TcpState::LastAck, &[syn, syn_ack, ack, fin, endpoint_ack, endpoint_fin], T.tcp_last_ack_ns),
+        (TcpState::TimeWait, &[syn, syn_ack, ack, fin, endpoint_ack, endpoint_fin, ack], T.tcp_time_wait_ns),
+        (TcpState::Close, &[syn, syn_ack, ack, endpoint_rst], T.tcp_close_ns),
+    ];
+    for (state, steps, timeout) in cases {
+        let mut c = Conn::new(1024);
+        for (i, step) in steps.iter().enumerate() {
+            step(&mut c, i as u64 * SEC);
+        }
+        let entered = (steps.len() as u64 - 1) * SEC;
+        c.expect(state, entered, timeout);
+        let deadline = entered + timeout;
+        assert_eq!(poll_expire(deadline - 1_000_000, 1024, &mut c.st), 0, "{} before its timeout", state.name());
+        assert_eq!(c.st.conntrack.len(), 1);
+        assert_eq!(poll_expire(deadline, 1024, &mut c.st), 1, "{} at its timeout", state.name());
+        assert!(c.st.conntrack.is_empty());
+        assert_eq!(c.st.counters.expired_flows, 1);
+        // A new connection from the same client port is a new flow.
+        c.snat_port = 0;
+        c.client(deadline + SEC, SYN);
+        assert_eq!(c.st.counters.new_flows, 2);
+    }
+}
+
+#[test]
+fn a_packet_after_the_deadline_but_before_expiry_starts_a_new_flow() {
+    let mut c = Conn::new(1024);
+    c.client(0, SYN);
+    // SYN_SENT's deadline has passed; nothing has reaped the flow yet. The retransmitted
+    // SYN is the first segment of a new flow (with a new SNAT port: a just-freed port is
+    // reused last), with a fresh SYN_SENT timeout.
+    c.snat_port = 0;
+    c.client(T.tcp_syn_sent_ns, SYN);
+    c.expect(TcpState::SynSent, T.tcp_syn_sent_ns, T.tcp_syn_sent_ns);
+    assert_eq!(c.st.counters.new_flows, 2);
+}
+
+#[test]
+fn a_rst_before_any_answer_ends_the_flow_at_once() {
+    // The endpoint refuses the connection.
+    let mut c = Conn::new(1024);
+    c.client(0, SYN);
+    c.endpoint(SEC, RST_ACK);
+    assert!(c.st.conntrack.is_empty(), "a RST as the only reply ends the flow");
+    // The client gives up before an answer.
+    let mut c = Conn::new(1024);
+    c.client(0, SYN);
+    c.client(SEC, RST);
+    assert!(c.st.conntrack.is_empty());
+    // The next SYN is a new flow.
+    c.snat_port = 0;
+    c.client(2 * SEC, SYN);
+    assert_eq!(c.st.counters.new_flows, 2);
+}
+
+#[test]
+fn a_rst_on_an_established_flow_closes_it_within_ten_seconds() {
+    let mut c = Conn::new(1024);
+    c.establish();
+    c.client(3 * SEC, RST_ACK);
+    c.expect(TcpState::Close, 3 * SEC, 10 * SEC);
+    // Stragglers still pass, without extending CLOSE beyond its short timeout.
+    c.endpoint(4 * SEC, ACK);
+    c.expect(TcpState::Close, 4 * SEC, T.tcp_close_ns);
+    assert_eq!(poll_expire(14 * SEC, 1024, &mut c.st), 1);
+}
+
+#[test]
+fn a_client_syn_reopens_a_time_wait_flow_with_the_endpoint_chosen_anew() {
+    // Find a client port whose new flow the three-endpoint table sends elsewhere than the
+    // single endpoint of the first table.
+    let wide = table(&[BACKEND, "10.70.0.12", "10.70.0.13"]);
+    let port = (41000..42000u16)
+        .find(|&p| {
+            let mut probe = state(0, 1);
+            let syn = frames::tcp(to_gw(), (CLIENT.0, p), (VIP, 80), SYN, 1, 0, &[], 64);
+            let (_, out) = run(0, &syn, FRONT, &wide, &mut probe);
+            backend_of(&out) != ip(BACKEND)
+        })
+        .expect("a port Maglev maps elsewhere");
+    let mut c = Conn::new(1024);
+    c.client = (CLIENT.0, port);
+    c.establish();
+    c.client(3 * SEC, FIN_ACK);
+    c.endpoint(4 * SEC, ACK);
+    c.endpoint(5 * SEC, FIN_ACK);
+    c.client(6 * SEC, ACK);
+    c.expect(TcpState::TimeWait, 6 * SEC, T.tcp_time_wait_ns);
+    // The Service grows; the TIME_WAIT flow keeps its endpoint (it still serves).
+    c.t = wide;
+    c.client(7 * SEC, ACK);
+    c.expect(TcpState::TimeWait, 7 * SEC, T.tcp_time_wait_ns);
+    // A new SYN on the same tuple: a new connection, whose endpoint Maglev chooses anew.
+    let syn = frames::tcp(to_gw(), c.client, (VIP, 80), SYN, 1, 0, &[], 64);
+    let (v, out) = run(8 * SEC, &syn, FRONT, &c.t, &mut c.st);
+    assert!(matches!(v, Verdict::Transmit { iface: BACK, .. }), "{v:?}");
+    assert_ne!(backend_of(&out), ip(BACKEND));
+    assert_eq!(c.st.counters.new_flows, 2);
+    let id = c.flow_id();
+    assert_eq!(c.st.conntrack.state(id).tcp_state, TcpState::SynSent);
+    assert_eq!(c.st.conntrack.get(id).reply.src_addr, backend_of(&out));
+}
+
+#[test]
+fn a_syn_on_the_tuple_of_a_flow_whose_endpoint_left_opens_a_new_flow_instead_of_a_rst() {
+    let mut c = Conn::new(1024);
+    c.establish();
+    c.client(3 * SEC, FIN_ACK);
+    c.endpoint(4 * SEC, ACK);
+    c.endpoint(5 * SEC, FIN_ACK);
+    c.client(6 * SEC, ACK);
+    // The endpoint leaves; the client reuses its port for a new connection.
+    c.t = table(&["10.70.0.12"]);
+    let syn = frames::tcp(to_gw(), c.client, (VIP, 80), SYN, 1, 0, &[], 64);
+    let (v, out) = run(7 * SEC, &syn, FRONT, &c.t, &mut c.st);
+    assert!(matches!(v, Verdict::Transmit { iface: BACK, .. }), "{v:?}");
+    assert_eq!(backend_of(&out), ip("10.70.0.12"));
+    assert_eq!((c.st.counters.endpoint_gone, c.st.counters.rejected, c.st.counters.new_flows), (1, 0, 2));
+    c.expect(TcpState::SynSent, 7 * SEC, T.tcp_syn_sent_ns);
+}
+
+#[test]
+fn segments_that_do_not_fit_are_dropped_and_unknown_flows_open_only_on_syn_or_ack() {
+    let mut c = Conn::new(1024);
+    // Only a SYN opens a flow, or an ACK (mid-stream pickup); nothing else creates state.
+    for flags in [SYN_ACK, FIN_ACK, RST, TcpFlags::EMPTY] {
+        let (input, _) = c.client_segment(flags, 1, b"");
+        assert_eq!(run(0, &input, FRONT, &c.t, &mut c.st).0, Verdict::Drop(DropReason::NoConntrack), "{flags:?}");
+    }
+    assert!(c.st.conntrack.is_empty());
+    c.client(0, SYN);
+    // An ACK from the client before the endpoint answered: Linux's INVALID.
+    let (input, _) = c.client_segment(ACK, 1, b"");
+    assert_eq!(run(SEC, &input, FRONT, &c.t, &mut c.st).0, Verdict::Drop(DropReason::TcpInvalid));
+    c.expect(TcpState::SynSent, 0, T.tcp_syn_sent_ns);
+    assert_eq!(c.st.counters.drops_of(DropReason::TcpInvalid), 1);
+    // A retransmitted SYN+ACK is passed on but changes nothing (Linux "ignore").
+    c.endpoint(2 * SEC, SYN_ACK);
+    c.endpoint(3 * SEC, SYN_ACK);
+    c.expect(TcpState::SynRecv, 2 * SEC, T.tcp_syn_recv_ns);
+}
+
+#[test]
+fn a_connection_picked_up_mid_stream_is_capped_until_the_endpoint_answers() {
+    let mut c = Conn::new(1024);
+    c.client(0, ACK);
+    c.expect(TcpState::Established, 0, T.tcp_unacknowledged_ns);
+    c.endpoint(SEC, ACK);
+    c.client(2 * SEC, ACK);
+    c.expect(TcpState::Established, 2 * SEC, T.tcp_established_ns);
+    assert!(c.st.conntrack.state(c.flow_id()).assured);
+}
+
+#[test]
+fn udp_flows_last_30_s_unanswered_and_120_s_once_traffic_follows_a_reply() {
+    let (t, mut st) = (table(&["10.70.0.11"]), state(0, 1));
+    let q = frames::udp(to_gw(), CLIENT, (VIP, 7), b"q", 64);
+    let r =
+        frames::udp(L2 { src: backend_mac(21), dst: GW_BACK_MAC }, (ip("10.70.0.21"), 7007), (SNAT, 1024), b"r", 64);
+    let deadline = |st: &WorkerState| st.conntrack.state(st.conntrack.iter().next().unwrap().0).deadline;
+    run(0, &q, FRONT, &t, &mut st);
+    assert_eq!(deadline(&st), Deadline::after(0, 30 * SEC));
+    run(SEC, &r, BACK, &t, &mut st);
+    assert_eq!(deadline(&st), Deadline::after(SEC, 30 * SEC), "the first reply is still unreplied");
+    run(2 * SEC, &q, FRONT, &t, &mut st);
+    assert_eq!(deadline(&st), Deadline::after(2 * SEC, 120 * SEC));
+    assert_eq!(poll_expire(122 * SEC - 1_000_000, 1024, &mut st), 0);
+    assert_eq!(poll_expire(122 * SEC, 1024, &mut st), 1);
+    // Unanswered: gone after 30 s.
+    run(200 * SEC, &q, FRONT, &t, &mut st);
+    assert_eq!(poll_expire(230 * SEC - 1_000_000, 1024, &mut st), 0);
+    assert_eq!(poll_expire(230 * SEC, 1024, &mut st), 1);
+}
+
+/// A full table evicts a flow that is worth less (here: one that never completed its
+/// handshake) to admit a new one, as Linux's early drop does; when every flow is assured
+/// and live, the new flow is refused and counted.
+#[test]
+fn a_full_table_evicts_unassured_flows_then_refuses() {
+    const CAPACITY: usize = 4;
+    let t = table(&[BACKEND]);
+    let mut st = state_with_capacity(0, 1, CAPACITY);
+    let conn = |port: u16| Conn { t: table(&[BACKEND]), st: state(0, 1), client: (CLIENT.0, port), snat_port: 0 };
+    // Four established (assured) connections fill the table.
+    let mut snat_ports = Vec::new();
+    for i in 0..CAPACITY as u16 {
+        let mut c = conn(50_000 + i);
+        let (syn, _) = c.client_segment(SYN, 1, b"");
+        let (v, out) = run(0, &syn, FRONT, &t, &mut st);
+        assert!(matches!(v, Verdict::Transmit { .. }));
+        c.snat_port = TcpPacket::new_checked(&out[34..]).unwrap().src_port();
+        let (syn_ack, _) = c.endpoint_segment(SYN_ACK, 1);
+        let (ack, _) = c.client_segment(ACK, 1, b"");
+        assert!(matches!(run(SEC, &syn_ack, BACK, &t, &mut st).0, Verdict::Transmit { .. }));
+        assert!(matches!(run(2 * SEC, &ack, FRONT, &t, &mut st).0, Verdict::Transmit { .. }));
+        snat_ports.push(c.snat_port);
+    }
+    assert_eq!(st.conntrack.len(), CAPACITY);
+    assert!(st.conntrack.iter().all(|(_, f)| f.state.assured));
+    // A fifth connection finds nothing to evict: refused, counted.
+    let late = conn(50_100);
+    let (syn, _) = late.client_segment(SYN, 1, b"");
+    assert_eq!(run(3 * SEC, &syn, FRONT, &t, &mut st).0, Verdict::Drop(DropReason::ConntrackFull));
+    assert_eq!((st.counters.drops_of(DropReason::ConntrackFull), st.counters.conntrack_evicted), (1, 0));
+    // One connection closes and sits in TIME_WAIT: worth less than a new connection.
+    let mut closing = conn(50_000);
+    closing.snat_port = snat_ports[0];
+    for (now, from_client, flags) in [(4, true, FIN_ACK), (5, false, ACK), (6, false, FIN_ACK), (7, true, ACK)] {
+        let input =
+            if from_client { closing.client_segment(flags, 1, b"").0 } else { closing.endpoint_segment(flags, 1).0 };
+        let iface = if from_client { FRONT } else { BACK };
+        assert!(matches!(run(now * SEC, &input, iface, &t, &mut st).0, Verdict::Transmit { .. }));
+    }
+    // The fifth connection now gets in, in place of the TIME_WAIT one.
+    let (v, _) = run(8 * SEC, &syn, FRONT, &t, &mut st);
+    assert!(matches!(v, Verdict::Transmit { iface: BACK, .. }), "{v:?}");
+    let clients: Vec<u16> = st.conntrack.iter().map(|(_, f)| f.original.src_port).collect();
+    assert!(clients.contains(&50_100) && !clients.contains(&50_000), "{clients:?}");
+    assert_eq!((st.counters.drops_of(DropReason::ConntrackFull), st.counters.conntrack_evicted), (1, 1));
+    assert_eq!(st.conntrack.len(), CAPACITY);
+    // A sixth connection: the fifth's flow is not assured yet (SYN_SENT), so it is the one
+    // evicted — a flood of SYNs displaces only other unanswered SYNs, never established
+    // connections.
+    let sixth = conn(50_200);
+    let (syn6, _) = sixth.client_segment(SYN, 1, b"");
+    assert!(matches!(run(9 * SEC, &syn6, FRONT, &t, &mut st).0, Verdict::Transmit { .. }));
+    assert_eq!(st.counters.conntrack_evicted, 2);
+    let clients: Vec<u16> = st.conntrack.iter().map(|(_, f)| f.original.src_port).collect();
+    assert!(clients.contains(&50_200) && !clients.contains(&50_100), "{clients:?}");
+    for port in [50_001, 50_002, 50_003] {
+        assert!(clients.contains(&port), "established connection {port} kept: {clients:?}");
+    }
+}
