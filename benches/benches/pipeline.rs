@@ -21,7 +21,10 @@
 //!   flows are timed in batches of [`BATCH`] and, untimed after each batch, removed again
 //!   as expiry would remove them (`Fixture::forget`), so the table neither fills nor grows;
 //! - `udp_original` and `udp_reply`: datagrams of established UDP flows (a UDP fixture with
-//!   as many UDP flows).
+//!   as many UDP flows);
+//! - each of these but `frame_copy` again as `<name>_burst32`: bursts of 32 packets through
+//!   `process_burst` (hash and prefetch the burst's conntrack lookups, then process), times
+//!   and rates per packet.
 //!
 //! Times are the benchmark thread's CPU time (`support/cpu_time.rs`): the machine is shared.
 //!
@@ -40,7 +43,7 @@ use std::time::Duration;
 
 use cpu_time::ThreadCpuTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion, Throughput};
-use torii_benches::dataplane::{Fixture, Gateway, Kind, Stream, Transport, BUFFER_LEN};
+use torii_benches::dataplane::{Burst, Fixture, Gateway, Kind, Stream, Transport, BUFFER_LEN, BURST};
 use torii_gateway::counters::DropReason;
 
 /// SYNs per timed batch in `tcp_syn_new_flow`.
@@ -51,10 +54,13 @@ fn stream_len(flows: usize) -> usize {
     (flows.next_power_of_two()).clamp(1 << 16, 1 << 20)
 }
 
-/// Runs one benchmark of `kind` packets from `stream` and checks the counters afterwards.
+/// Runs one benchmark of packets from `stream` on established flows, one `process` call
+/// per packet, then the same with `process_burst` over bursts of [`BURST`]
+/// (`<name>_burst32`); checks the counters afterwards.
 fn established(g: &mut BenchmarkGroup<'_, ThreadCpuTime>, name: &str, fx: &mut Fixture, mut stream: Stream) {
     let mut buf = vec![0u8; BUFFER_LEN];
     let before = fx.state.counters.clone();
+    g.throughput(Throughput::Elements(1));
     g.bench_with_input(BenchmarkId::new(name, fx.flows()), &(), |b, ()| {
         b.iter(|| {
             let v = fx.process(&mut stream, &mut buf);
@@ -62,6 +68,15 @@ fn established(g: &mut BenchmarkGroup<'_, ThreadCpuTime>, name: &str, fx: &mut F
             black_box(v)
         });
     });
+    let mut burst = Burst::new();
+    g.throughput(Throughput::Elements(BURST as u64));
+    g.bench_with_input(BenchmarkId::new(format!("{name}_burst{BURST}"), fx.flows()), &(), |b, ()| {
+        b.iter(|| {
+            fx.process_burst(&mut stream, &mut burst);
+            black_box(&mut burst.verdicts);
+        });
+    });
+    g.throughput(Throughput::Elements(1));
     let after = &fx.state.counters;
     assert_eq!(after.new_flows, before.new_flows, "{name}: every packet must hit an active flow");
     for r in DropReason::ALL {
@@ -97,6 +112,31 @@ fn syn(g: &mut BenchmarkGroup<'_, ThreadCpuTime>, fx: &mut Fixture) {
             timed
         });
     });
+    let mut burst = Burst::new();
+    g.throughput(Throughput::Elements(BURST as u64));
+    g.bench_with_input(BenchmarkId::new(format!("tcp_syn_new_flow_burst{BURST}"), fx.flows()), &(), |b, ()| {
+        b.iter_custom(|iters| {
+            let mut timed = Duration::ZERO;
+            let mut left = iters;
+            while left > 0 {
+                let n = left.min(BATCH / BURST as u64);
+                let first = stream.position();
+                let t = cpu_time::now();
+                for _ in 0..n {
+                    fx.process_burst(&mut stream, &mut burst);
+                    black_box(&mut burst.verdicts);
+                }
+                timed += cpu_time::now() - t;
+                for k in 0..n as usize * BURST {
+                    assert!(fx.forget(&stream, (first + k) % stream.len()), "every SYN opens a flow");
+                }
+                left -= n;
+            }
+            packets += iters * BURST as u64;
+            timed
+        });
+    });
+    g.throughput(Throughput::Elements(1));
     let after = &fx.state.counters;
     assert_eq!(after.new_flows - before.new_flows, packets, "one new flow per SYN");
     assert_eq!(fx.state.conntrack.len(), fx.flows());
@@ -108,7 +148,7 @@ fn syn(g: &mut BenchmarkGroup<'_, ThreadCpuTime>, fx: &mut Fixture) {
 fn pipeline(c: &mut Criterion<ThreadCpuTime>) {
     let gateway = Arc::new(Gateway::new());
     let mut g = c.benchmark_group("pipeline");
-    g.throughput(Throughput::Elements(1));
+    g.throughput(Throughput::Elements(1)).warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3));
     for flows in [1_000, 1_000_000] {
         let len = stream_len(flows);
         let mut fx = Fixture::new(Arc::clone(&gateway), Transport::Tcp, flows);

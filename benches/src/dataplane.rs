@@ -14,7 +14,8 @@
 //!   `p % BACK_LINKS` (subnet `10.(64 + link).0.0/16`), so [`VIPS`] × [`ENDPOINTS`] pods.
 //!   Every pod's MAC address is pre-resolved in the shared neighbour table (as static
 //!   entries, like the `[[neighbours]]` of the configuration), so no packet waits for ARP.
-//! - Interface 0 faces the clients; interfaces 1..=[`BACK_LINKS`] are the back links, each
+//! - Interface 0 faces the clients, who are behind a router (198.51.100.254, its MAC
+//!   pre-resolved too: replies go to it); interfaces 1..=[`BACK_LINKS`] are the back links, each
 //!   with its own SNAT address (`10.(64 + link).0.1`) and the full SNAT port range
 //!   1024–65535. Why [`BACK_LINKS`] links: the gateway gives each egress interface one
 //!   SNAT address and a SNAT port is unique per (address, protocol) whatever the endpoint
@@ -73,6 +74,9 @@ const TCP_PORT: u16 = 80;
 const TCP_TARGET_PORT: u16 = 8080;
 const UDP_PORT: u16 = 53;
 const UDP_TARGET_PORT: u16 = 5353;
+/// The router on the client-facing link, which the clients' packets come through.
+const ROUTER: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 254);
+/// The router's MAC: the source of every client frame.
 const CLIENT_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 0xc0, 0x01]);
 const TTL: u8 = 64;
 /// Where the flow numbers of SYN streams start: far above any fixture's active flows.
@@ -120,6 +124,7 @@ fn client(i: u64) -> (SocketAddrV4, usize) {
 pub fn config() -> Config {
     let mut toml = String::from("node_name = \"bench-gw\"\nworkers = 1\n");
     toml.push_str("[[interfaces]]\nname = \"front\"\naddresses = [\"198.51.100.1/24\"]\n");
+    toml.push_str(&format!("[router]\naddress = \"{ROUTER}\"\ninterface = \"front\"\n"));
     let mut snat = Vec::new();
     for link in 0..BACK_LINKS {
         let gw = Ipv4Addr::new(10, 64 + link as u8, 0, 1);
@@ -178,7 +183,8 @@ impl Gateway {
         let bytes = table::build(&table_spec(), 1).expect("the benchmark table builds");
         let table = Table::new(table::Storage::Owned(bytes)).expect("the benchmark table validates");
         let pods = VIPS * ENDPOINTS;
-        let shared = Shared::new(pods, 1024);
+        let shared = Shared::new(pods + 1, 1024);
+        assert!(shared.neighbours.learn(ROUTER, CLIENT_MAC, u64::MAX), "neighbour table full");
         for p in 0..pods {
             let (_, addr, mac) = pod(p);
             assert!(shared.neighbours.learn(addr, mac, u64::MAX), "neighbour table full");
@@ -288,6 +294,34 @@ impl Stream {
     /// The original tuple of slot `i`'s packet (SYN streams; `None` otherwise).
     pub fn key(&self, i: usize) -> Option<&FlowKey> {
         self.keys.get(i)
+    }
+}
+
+/// Packets per burst in the burst benchmarks (a DPDK receive burst).
+pub const BURST: usize = 32;
+
+/// The buffers, metadata and verdicts of one receive burst.
+pub struct Burst {
+    bufs: Vec<Vec<u8>>,
+    metas: [Meta; BURST],
+    /// What became of each frame of the last burst.
+    pub verdicts: [Verdict; BURST],
+}
+
+impl Burst {
+    /// [`BURST`] buffers of [`BUFFER_LEN`] bytes.
+    pub fn new() -> Self {
+        Self {
+            bufs: vec![vec![0; BUFFER_LEN]; BURST],
+            metas: [Meta::default(); BURST],
+            verdicts: [Verdict::Consumed; BURST],
+        }
+    }
+}
+
+impl Default for Burst {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
@@ -462,6 +496,24 @@ impl Fixture {
         pipeline::process(NOW_NS, buf, &meta, &self.gateway.table, &mut self.state)
     }
 
+    /// Processes the next [`BURST`] packets of `stream` with `pipeline::process_burst`
+    /// (hash and prefetch the whole burst, then process), as a DPDK worker hands over one
+    /// receive burst; the verdicts are left in `burst`.
+    #[inline]
+    pub fn process_burst(&mut self, stream: &mut Stream, burst: &mut Burst) {
+        for (buf, meta) in burst.bufs.iter_mut().zip(burst.metas.iter_mut()) {
+            *meta = stream.load(buf).0;
+        }
+        pipeline::process_burst(
+            NOW_NS,
+            &mut burst.bufs,
+            &burst.metas,
+            &self.gateway.table,
+            &mut self.state,
+            &mut burst.verdicts,
+        );
+    }
+
     /// Removes the flow a SYN of `stream` created (slot `slot`) and frees its SNAT port, as
     /// expiry would (`pipeline::poll_expire`): keeps the active flows constant while new
     /// flows are measured. Returns false when there was no such flow.
@@ -508,6 +560,21 @@ mod tests {
             }
             assert_eq!(fx.state.conntrack.len(), 300);
         }
+    }
+
+    #[test]
+    fn bursts_forward_like_single_packets() {
+        let gw = Arc::new(Gateway::new());
+        let mut fx = Fixture::new(gw, Transport::Tcp, 200);
+        let mut stream = fx.stream(Kind::Original, 256, 9);
+        let mut burst = Burst::new();
+        let before = fx.state.counters.clone();
+        for _ in 0..8 {
+            fx.process_burst(&mut stream, &mut burst);
+            assert!(burst.verdicts.iter().all(|v| matches!(v, Verdict::Transmit { .. })), "{:?}", burst.verdicts);
+        }
+        assert_eq!(fx.state.counters.new_flows, before.new_flows);
+        assert_eq!(fx.state.counters.forwarded_original, before.forwarded_original + 256);
     }
 
     #[test]
