@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """A demo/test backend that says who it is.
 
-    backend.py --name web1 --http-port 8080     HTTP/1.1 on 0.0.0.0:8080; every GET
-                                                 answers 200 with body "web1\\n"
+    backend.py --name web1 --http-port 8080     HTTP/1.1 on [::]:8080 (IPv4 and IPv6); every
+                                                 GET answers 200 with body "web1\\n"
                                                  (Content-Length set, keep-alive honoured)
-    backend.py --name echo --udp-port 7007      UDP on 0.0.0.0:7007; every datagram is
-                                                 answered with b"echo:" + the datagram
+    backend.py --name echo --udp-port 7007      UDP on [::]:7007 (IPv4 and IPv6); every
+                                                 datagram is answered with b"echo:" + the
+                                                 datagram
 
 Started by scripts/topology inside a backend network namespace; runs until SIGTERM.
 Only the standard library is used.
@@ -42,28 +43,48 @@ def http_handler(name: str) -> type:
             self._head()
 
         def log_message(self, fmt: str, *args: object) -> None:
-            sys.stderr.write(f"{name} {self.client_address[0]}:{self.client_address[1]} {fmt % args}\n")
+            sys.stderr.write(f"{name} [{self.client_address[0]}]:{self.client_address[1]} {fmt % args}\n")
             sys.stderr.flush()
 
     return Handler
 
 
+def family_of(bind: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in bind else socket.AF_INET
+
+
+def dual_stack(sock: socket.socket) -> None:
+    """An IPv6 socket bound to :: also takes IPv4 (as ::ffff:a.b.c.d)."""
+    if sock.family == socket.AF_INET6:
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+
+
+class DualStackHTTPServer(ThreadingHTTPServer):
+    allow_reuse_address = True
+    daemon_threads = True
+
+    def server_bind(self) -> None:
+        dual_stack(self.socket)
+        super().server_bind()
+
+
 def serve_udp(name: str, bind: str, port: int) -> None:
     prefix = (name + ":").encode()
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock = socket.socket(family_of(bind), socket.SOCK_DGRAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    dual_stack(sock)
     sock.bind((bind, port))
     print(f"{name}: udp listening on {bind}:{port}", file=sys.stderr, flush=True)
     while True:
         data, peer = sock.recvfrom(65535)
         sock.sendto(prefix + data, peer)
-        print(f"{name} {peer[0]}:{peer[1]} udp {len(data)} bytes", file=sys.stderr, flush=True)
+        print(f"{name} [{peer[0]}]:{peer[1]} udp {len(data)} bytes", file=sys.stderr, flush=True)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--name", required=True, help="what every answer says (web1, echo, ...)")
-    parser.add_argument("--bind", default="0.0.0.0")
+    parser.add_argument("--bind", default="::", help="address to listen on (:: takes IPv4 and IPv6)")
     parser.add_argument("--http-port", type=int, help="serve HTTP/1.1 on this TCP port")
     parser.add_argument("--udp-port", type=int, help="echo datagrams on this UDP port")
     args = parser.parse_args()
@@ -78,9 +99,8 @@ def main() -> int:
         t.start()
         threads.append(t)
     if args.http_port is not None:
-        ThreadingHTTPServer.allow_reuse_address = True
-        ThreadingHTTPServer.daemon_threads = True
-        server = ThreadingHTTPServer((args.bind, args.http_port), http_handler(args.name))
+        DualStackHTTPServer.address_family = family_of(args.bind)
+        server = DualStackHTTPServer((args.bind, args.http_port), http_handler(args.name))
         print(f"{args.name}: http listening on {args.bind}:{args.http_port}", file=sys.stderr, flush=True)
         server.serve_forever()
     for t in threads:

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 use std::fs;
 use std::io;
-use std::net::{IpAddr, SocketAddrV4};
+use std::net::{IpAddr, SocketAddr, SocketAddrV4};
 use std::process::Command;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
@@ -23,8 +23,8 @@ use anyhow::{bail, Context, Result};
 use serde_json::Value;
 use torii_integration::{
     curl_get, curl_get_timeout, netns_unavailable, output_with_timeout, print_skipped, repo_root, require_tools,
-    tcp_connect_timed, udp_connected, Binaries, Harness, HttpConn, ECHO_BACKEND, NODE_IP, NODE_PORT, REJECT_VIP,
-    WEB_BACKENDS, WEB_VIP,
+    tcp_connect_timed, udp_connected, Binaries, Harness, HttpConn, ECHO_BACKEND, METRICS_LISTEN, NODE_IP, NODE_PORT,
+    REJECT_VIP, REJECT_VIP6, STICKY_VIP, STICKY_VIP6, WEB_BACKENDS, WEB_VIP, WEB_VIP6,
 };
 
 /// How long the gateway may take, after start, to serve its first request.
@@ -35,7 +35,12 @@ const CONVERGE: Duration = Duration::from_secs(15);
 const CONSECUTIVE_WITHOUT_REMOVED: usize = 20;
 
 fn web_url() -> String {
-    format!("http://{WEB_VIP}/")
+    url_of(WEB_VIP.into(), 80)
+}
+
+/// `http://ip:port/`, with an IPv6 address in brackets.
+fn url_of(ip: IpAddr, port: u16) -> String {
+    format!("http://{}/", SocketAddr::new(ip, port))
 }
 
 fn is_web_backend(name: &str) -> bool {
@@ -91,12 +96,18 @@ fn demo_scenario(test: &str, driver: &str, prefix: &str) -> Result<()> {
 
     step_gateway_answers(&mut h)?;
     step_driver_is(&h, driver)?;
-    step_new_connections_spread(&mut h)?;
+    step_new_connections_spread(&mut h, "1 new connections spread over backends", &web_url())?;
     let (mut pinned, pinned_backend) = step_long_lived_connection_keeps_backend(&mut h)?;
-    step_udp_round_trips(&mut h)?;
-    step_reject_without_endpoints(&mut h)?;
+    step_udp_round_trips(&mut h, "3 UDP round trips", WEB_VIP.into())?;
+    step_reject_without_endpoints(&mut h, "4 reject without endpoints", REJECT_VIP.into())?;
+    step_new_connections_spread(&mut h, "4a IPv6: curl -6 to the IPv6 VIP", &url_of(WEB_VIP6.into(), 80))?;
+    step_udp_round_trips(&mut h, "4b IPv6: UDP round trips", WEB_VIP6.into())?;
+    step_reject_without_endpoints(&mut h, "4c IPv6: reject without endpoints", REJECT_VIP6.into())?;
+    step_session_affinity(&mut h, "4d session affinity (ClientIP)", STICKY_VIP.into())?;
+    step_session_affinity(&mut h, "4e IPv6 session affinity (ClientIP)", STICKY_VIP6.into())?;
     step_manifest_edit_while_connected(&mut h, &mut pinned, &pinned_backend)?;
     step_nodeport(&mut h)?;
+    step_metrics(&mut h)?;
     drop(pinned);
     step_clean_shutdown(&mut h)?;
 
@@ -177,21 +188,42 @@ fn distribution(answers: &[String]) -> BTreeMap<&str, usize> {
     d
 }
 
-/// Step 1: 30 new connections to demo/web all get 200, spread over ≥ 2 backends.
-fn step_new_connections_spread(h: &mut Harness) -> Result<()> {
-    const STEP: &str = "1 new connections spread over backends";
-    let answers = new_connection_requests(h, STEP, &web_url(), 30)?;
+/// Step 1 (and 4a over IPv6): 30 new connections to demo/web at `url` all get 200,
+/// spread over ≥ 2 backends.
+fn step_new_connections_spread(h: &mut Harness, step: &str, url: &str) -> Result<()> {
+    let answers = new_connection_requests(h, step, url, 30)?;
     let dist = distribution(&answers);
     let distinct = dist.values().filter(|&&n| n > 0).count();
-    progress(STEP, format!("30/30 HTTP 200, distribution {dist:?}"));
+    progress(step, format!("30/30 HTTP 200 from {url}, distribution {dist:?}"));
     if distinct < 2 {
         return Err(
-            h.fail(STEP, format!("30 new connections all went to one backend: {dist:?} (Maglev should spread them)"))
+            h.fail(step, format!("30 new connections all went to one backend: {dist:?} (Maglev should spread them)"))
         );
     }
     if distinct < 3 {
-        progress(STEP, "warning: only 2 of 3 backends answered (possible, but unlikely)");
+        progress(step, "warning: only 2 of 3 backends answered (possible, but unlikely)");
     }
+    Ok(())
+}
+
+/// Steps 4d and 4e: demo/sticky has `sessionAffinity: ClientIP`: 20 new connections from
+/// the one client (new source ports, so the gateway's workers share them) all reach the
+/// endpoint the first one reached.
+fn step_session_affinity(h: &mut Harness, step: &str, vip: IpAddr) -> Result<()> {
+    let url = url_of(vip, 80);
+    let answers = new_connection_requests(h, step, &url, 20)?;
+    let first = &answers[0];
+    if answers.iter().any(|a| a != first) {
+        return Err(h.fail(
+            step,
+            format!(
+                "20 new connections from one client to {url} reached {:?}; with sessionAffinity: ClientIP \
+                 all must reach the first one's endpoint ({first})",
+                distribution(&answers)
+            ),
+        ));
+    }
+    progress(step, format!("20/20 new connections to {url} answered by {first}"));
     Ok(())
 }
 
@@ -220,14 +252,14 @@ fn step_long_lived_connection_keeps_backend(h: &mut Harness) -> Result<(HttpConn
     Ok((conn, first))
 }
 
-/// Step 3: datagrams to demo/echo come back `echo:`-prefixed, from the VIP.
-fn step_udp_round_trips(h: &mut Harness) -> Result<()> {
-    const STEP: &str = "3 UDP round trips";
-    let peer = SocketAddrV4::new(WEB_VIP, 7);
+/// Step 3 (and 4b over IPv6): datagrams to demo/echo at `vip` come back `echo:`-prefixed,
+/// from the VIP.
+fn step_udp_round_trips(h: &mut Harness, step: &str, vip: IpAddr) -> Result<()> {
+    let peer = SocketAddr::new(vip, 7);
     // A connected socket accepts datagrams only from `peer`: a reply proves the
     // reverse translation (backend 10.70.0.21:7007 → VIP:7) too.
     let socket = udp_connected(&h.ns("client"), peer, Duration::from_secs(1))
-        .map_err(|e| h.fail(STEP, format!("UDP socket in the client namespace: {e}")))?;
+        .map_err(|e| h.fail(step, format!("UDP socket in the client namespace: {e}")))?;
     let mut lost = 0;
     let mut buf = [0u8; 2048];
     for i in 1..=5 {
@@ -235,68 +267,67 @@ fn step_udp_round_trips(h: &mut Harness) -> Result<()> {
         let expected = format!("{}:{payload}", ECHO_BACKEND.0);
         let mut answered = false;
         for _attempt in 0..3 {
-            socket.send(payload.as_bytes()).map_err(|e| h.fail(STEP, format!("send to {peer}: {e}")))?;
+            socket.send(payload.as_bytes()).map_err(|e| h.fail(step, format!("send to {peer}: {e}")))?;
             match socket.recv(&mut buf) {
                 Ok(n) => {
                     let reply = String::from_utf8_lossy(&buf[..n]);
                     if reply != expected {
                         return Err(
-                            h.fail(STEP, format!("sent {payload:?} to {peer}, got {reply:?}, expected {expected:?}"))
+                            h.fail(step, format!("sent {payload:?} to {peer}, got {reply:?}, expected {expected:?}"))
                         );
                     }
                     answered = true;
                     break;
                 }
                 Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => lost += 1,
-                Err(e) => return Err(h.fail(STEP, format!("recv from {peer} after sending {payload:?}: {e}"))),
+                Err(e) => return Err(h.fail(step, format!("recv from {peer} after sending {payload:?}: {e}"))),
             }
         }
         if !answered {
-            return Err(h.fail(STEP, format!("no reply to {payload:?} from {peer} in 3 tries (1 s each)")));
+            return Err(h.fail(step, format!("no reply to {payload:?} from {peer} in 3 tries (1 s each)")));
         }
     }
-    progress(STEP, format!("5/5 datagrams echoed by {} ({lost} resent)", ECHO_BACKEND.0));
+    progress(step, format!("5/5 datagrams echoed by {} ({lost} resent)", ECHO_BACKEND.0));
     Ok(())
 }
 
-/// Step 4: demo/empty has no ready endpoints: TCP gets a RST at once, UDP an ICMP
-/// port unreachable (kube-proxy's REJECT).
-fn step_reject_without_endpoints(h: &mut Harness) -> Result<()> {
-    const STEP: &str = "4 reject without endpoints";
+/// Step 4 (and 4c over IPv6): demo/empty at `vip` has no ready endpoints: TCP gets a RST
+/// at once, UDP an ICMP (ICMPv6) port unreachable (kube-proxy's REJECT).
+fn step_reject_without_endpoints(h: &mut Harness, step: &str, vip: IpAddr) -> Result<()> {
     let client = h.ns("client");
-    let tcp = SocketAddrV4::new(REJECT_VIP, 80);
+    let tcp = SocketAddr::new(vip, 80);
     let (result, took) = tcp_connect_timed(&client, tcp, Duration::from_secs(2));
     match result {
         Err(e) if e.kind() == io::ErrorKind::ConnectionRefused && took < Duration::from_secs(1) => {}
         Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
-            return Err(h.fail(STEP, format!("TCP {tcp}: refused, but only after {took:?} (expected < 1 s)")));
+            return Err(h.fail(step, format!("TCP {tcp}: refused, but only after {took:?} (expected < 1 s)")));
         }
         Err(e) => {
             return Err(
-                h.fail(STEP, format!("TCP {tcp}: {e} after {took:?}; expected connection refused (a RST) within 1 s"))
+                h.fail(step, format!("TCP {tcp}: {e} after {took:?}; expected connection refused (a RST) within 1 s"))
             );
         }
-        Ok(_) => return Err(h.fail(STEP, format!("TCP {tcp} connected, but demo/empty has no ready endpoint"))),
+        Ok(_) => return Err(h.fail(step, format!("TCP {tcp} connected, but demo/empty has no ready endpoint"))),
     }
-    progress(STEP, format!("TCP {tcp} refused in {:.1} ms", took.as_secs_f64() * 1e3));
+    progress(step, format!("TCP {tcp} refused in {:.1} ms", took.as_secs_f64() * 1e3));
 
-    let udp = SocketAddrV4::new(REJECT_VIP, 9);
+    let udp = SocketAddr::new(vip, 9);
     let socket = udp_connected(&client, udp, Duration::from_secs(1))
-        .map_err(|e| h.fail(STEP, format!("UDP socket in the client namespace: {e}")))?;
+        .map_err(|e| h.fail(step, format!("UDP socket in the client namespace: {e}")))?;
     let mut buf = [0u8; 512];
     let mut refused = false;
     for _attempt in 0..3 {
-        socket.send(b"torii-it reject").map_err(|e| h.fail(STEP, format!("send to {udp}: {e}")))?;
+        socket.send(b"torii-it reject").map_err(|e| h.fail(step, format!("send to {udp}: {e}")))?;
         match socket.recv(&mut buf) {
             Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
                 refused = true;
                 break;
             }
             Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {}
-            Err(e) => return Err(h.fail(STEP, format!("UDP {udp}: {e}, expected ICMP port unreachable"))),
+            Err(e) => return Err(h.fail(step, format!("UDP {udp}: {e}, expected ICMP port unreachable"))),
             Ok(n) => {
                 return Err(h.fail(
-                    STEP,
+                    step,
                     format!(
                         "UDP {udp} answered {:?}, but demo/empty has no ready endpoint",
                         String::from_utf8_lossy(&buf[..n])
@@ -306,9 +337,9 @@ fn step_reject_without_endpoints(h: &mut Harness) -> Result<()> {
         }
     }
     if !refused {
-        return Err(h.fail(STEP, format!("UDP {udp}: no ICMP port unreachable in 3 tries (1 s each)")));
+        return Err(h.fail(step, format!("UDP {udp}: no ICMP port unreachable in 3 tries (1 s each)")));
     }
-    progress(STEP, format!("UDP {udp} → ICMP port unreachable (recv: connection refused)"));
+    progress(step, format!("UDP {udp} → ICMP port unreachable (recv: connection refused)"));
     Ok(())
 }
 
@@ -401,6 +432,39 @@ fn step_nodeport(h: &mut Harness) -> Result<()> {
     let url = format!("http://{NODE_IP}:{NODE_PORT}/");
     let answers = new_connection_requests(h, STEP, &url, 5)?;
     progress(STEP, format!("5/5 HTTP 200 from {url}: {:?}", distribution(&answers)));
+    Ok(())
+}
+
+/// Step 6b: the gateway's `/healthz` is ok and its `/metrics` counted the steps' traffic on
+/// the demo/web front door (at least the 30 new connections of step 2, both directions).
+fn step_metrics(h: &mut Harness) -> Result<()> {
+    const STEP: &str = "6b metrics";
+    let ns = h.ns("gw");
+    let health = curl_get(&ns, &format!("http://{METRICS_LISTEN}/healthz")).map_err(|e| h.fail(STEP, e))?;
+    if health.status != 200 {
+        return Err(h.fail(STEP, format!("/healthz answered {}: {}", health.status, health.body)));
+    }
+    // Workers report their counters about once a second.
+    sleep(Duration::from_millis(1500));
+    let metrics = curl_get(&ns, &format!("http://{METRICS_LISTEN}/metrics")).map_err(|e| h.fail(STEP, e))?;
+    let web = format!("service=\"demo/web:http\",vip=\"{WEB_VIP}\",protocol=\"TCP\",port=\"80\"");
+    let sample = |name: &str, labels: &str| {
+        let prefix = format!("torii_gateway_{name}{{{labels}}} ");
+        metrics.body.lines().find_map(|l| l.strip_prefix(prefix.as_str())?.parse::<u64>().ok()).unwrap_or(0)
+    };
+    let flows = sample("frontend_new_flows_total", &web);
+    let original = sample("frontend_packets_total", &format!("{web},direction=\"original\""));
+    let reply = sample("frontend_packets_total", &format!("{web},direction=\"reply\""));
+    if metrics.status != 200 || flows < 30 || original <= flows || reply == 0 {
+        return Err(h.fail(
+            STEP,
+            format!(
+                "/metrics ({}): demo/web front door new flows {flows}, packets {original} original / {reply} reply:\n{}",
+                metrics.status, metrics.body
+            ),
+        ));
+    }
+    progress(STEP, format!("/healthz: {}; demo/web:http: {flows} new flows, {original}/{reply} packets", health.body));
     Ok(())
 }
 
@@ -618,7 +682,7 @@ fn kube_api_source_end_to_end() -> Result<()> {
     );
 
     step_gateway_answers(&mut h)?;
-    step_new_connections_spread(&mut h)?;
+    step_new_connections_spread(&mut h, "1 new connections spread over backends", &web_url())?;
     step_endpoint_slice_modified(&mut h, &admin)?;
     step_clean_shutdown(&mut h)?;
     drop(api);

@@ -296,6 +296,16 @@ impl Drop for SimulatedGateway {
     }
 }
 
+/// This thread's time on a CPU and time waiting for one (runnable but not running), from
+/// `/proc/thread-self/schedstat` (nanoseconds; zero where unavailable): on a shared
+/// machine, the first is the work a path does and the second what the other processes
+/// cost it.
+pub fn thread_sched() -> (Duration, Duration) {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
+    let mut fields = text.split_whitespace().map(|f| f.parse::<u64>().unwrap_or(0));
+    (Duration::from_nanos(fields.next().unwrap_or(0)), Duration::from_nanos(fields.next().unwrap_or(0)))
+}
+
 /// A fresh temporary directory under `/dev/shm` (tmpfs, as in production), falling back
 /// to the system's temporary directory.
 ///

@@ -150,7 +150,7 @@ pub enum DaemonError {
 struct Pending {
     version: u64,
     frontends: usize,
-    backends: usize,
+    backend_sets: usize,
     compile: Duration,
     triggers: Option<TriggerTimes>,
 }
@@ -232,7 +232,7 @@ impl Publishing {
         self.pending = Some(Pending {
             version,
             frontends: compiled.frontends.len(),
-            backends: compiled.backend_count(),
+            backend_sets: spec.services.len(),
             compile,
             triggers,
         });
@@ -262,7 +262,7 @@ impl Publishing {
         match result {
             Ok(generation) => {
                 let Some(p) = self.pending.take() else { return };
-                tracing::info!(generation, frontends = p.frontends, backends = p.backends, "published table");
+                tracing::info!(generation, frontends = p.frontends, backend_sets = p.backend_sets, "published table");
                 self.awaiting.push(Awaiting {
                     generation,
                     compile: p.compile,
@@ -428,7 +428,8 @@ pub async fn serve(
                         objects,
                         skipped = compiled.errors.len(),
                         frontends = compiled.frontends.len(),
-                        backends = compiled.backend_count(),
+                        // Not `Compiled::backend_count`: it visits every backend.
+                        backend_sets = compiler.table_spec().services.len(),
                         "compiled {}",
                         source.what()
                     );

@@ -36,7 +36,7 @@ use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
 
 use torii_gateway::table::shm::{self, StateRegion};
-use torii_gateway::table::{BuildError, TableBuilder, TableSpec};
+use torii_gateway::table::{merge_byte_ranges, BuildError, TableBuilder, TableSpec};
 
 /// Writes table snapshots into the shared-memory directory and advances the published
 /// generation.
@@ -331,15 +331,7 @@ impl Publisher {
         if g != from {
             return None;
         }
-        ranges.sort_unstable_by_key(|r| r.start);
-        ranges.dedup_by(|later, earlier| {
-            if later.start <= earlier.end {
-                earlier.end = earlier.end.max(later.end);
-                true
-            } else {
-                false
-            }
-        });
+        merge_byte_ranges(&mut ranges);
         Some(ranges)
     }
 

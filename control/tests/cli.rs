@@ -36,7 +36,7 @@ fn compile_prints_the_json_contract() {
     assert!(json["errors"].as_array().unwrap().is_empty());
     assert!(json["warnings"].as_array().unwrap().is_empty());
     let frontends = json["frontends"].as_array().unwrap();
-    assert_eq!(frontends.len(), 5);
+    assert_eq!(frontends.len(), 11, "five IPv4 front doors, five IPv6 ones of dual-stack Services, NodePort");
     let mut keys = Vec::new();
     for f in frontends {
         let ip: IpAddr = f["ip"].as_str().unwrap().parse().unwrap();
@@ -95,7 +95,7 @@ fn compile_node_name_and_cluster_ips_flags() {
     let json = json.unwrap();
     let kinds: Vec<&str> = json["frontends"].as_array().unwrap().iter().map(|f| f["kind"].as_str().unwrap()).collect();
     assert!(!kinds.contains(&"NodePort"), "{kinds:?}");
-    assert_eq!(kinds.iter().filter(|k| **k == "ClusterIP").count(), 5);
+    assert_eq!(kinds.iter().filter(|k| **k == "ClusterIP").count(), 11);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("warning: no Node object named \"elsewhere\""), "{stderr}");
 }
@@ -175,11 +175,11 @@ fn run_publishes_republishes_on_change_and_stops_on_sigterm() {
     });
     let mut seen = Vec::new();
     let first = wait_for(&lines, "published table", &mut seen);
-    assert!(first.contains("frontends=2"), "{first}");
+    assert!(first.contains("frontends=4"), "{first}"); // demo/web and demo/echo, each dual-stack
 
     std::fs::copy(demo_dir().join("empty.yaml"), manifests.join("empty.yaml")).unwrap();
     let second = wait_for(&lines, "published table", &mut seen);
-    assert!(second.contains("frontends=4"), "{second}");
+    assert!(second.contains("frontends=8"), "{second}");
     let generation = |l: &str| -> u64 {
         let rest = &l[l.find("generation=").unwrap() + "generation=".len()..];
         rest.split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()

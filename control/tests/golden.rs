@@ -67,7 +67,7 @@ fn demo_manifests_are_clean() {
     let c = torii_control::compile_dir(&dir, &options).unwrap();
     assert!(c.errors.is_empty(), "{:#?}", c.errors);
     assert!(c.warnings.is_empty(), "{:#?}", c.warnings);
-    assert_eq!(c.frontends.len(), 5);
+    assert_eq!(c.frontends.len(), 11);
 }
 
 #[test]

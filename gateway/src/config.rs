@@ -58,13 +58,18 @@ pub struct Ipv4Cidr {
     pub prefix_len: u8,
 }
 
+/// Splits `address/len` into an address of type `A` and a prefix length of at most `max`.
+fn address_and_prefix<A: std::str::FromStr>(s: &str, max: u8) -> Option<(A, u8)> {
+    let (a, l) = s.split_once('/')?;
+    let addr: A = a.trim().parse().ok()?;
+    let prefix_len: u8 = l.trim().parse().ok()?;
+    (prefix_len <= max).then_some((addr, prefix_len))
+}
+
 impl Ipv4Cidr {
     /// Parses `a.b.c.d/len`.
     pub fn parse(s: &str) -> Option<Self> {
-        let (a, l) = s.split_once('/')?;
-        let addr: Ipv4Addr = a.trim().parse().ok()?;
-        let prefix_len: u8 = l.trim().parse().ok()?;
-        (prefix_len <= 32).then_some(Self { addr, prefix_len })
+        address_and_prefix(s, 32).map(|(addr, prefix_len)| Self { addr, prefix_len })
     }
 
     /// The network mask, host order.
@@ -79,6 +84,33 @@ impl Ipv4Cidr {
     /// Whether `ip` is inside this prefix.
     pub fn contains(&self, ip: Ipv4Addr) -> bool {
         (u32::from(ip) & self.mask()) == (u32::from(self.addr) & self.mask())
+    }
+}
+
+/// An IPv6 address with its prefix length, as written `2001:db8:100::1/64`: an own address
+/// and its connected subnet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ipv6Cidr {
+    /// The address.
+    pub addr: Ipv6Addr,
+    /// Prefix length, 0..=128.
+    pub prefix_len: u8,
+}
+
+impl Ipv6Cidr {
+    /// Parses `address/len`.
+    pub fn parse(s: &str) -> Option<Self> {
+        address_and_prefix(s, 128).map(|(addr, prefix_len)| Self { addr, prefix_len })
+    }
+
+    /// The network mask.
+    pub fn mask(&self) -> u128 {
+        u128::MAX.checked_shl(128 - u32::from(self.prefix_len)).unwrap_or(0)
+    }
+
+    /// Whether `ip` is inside this prefix.
+    pub fn contains(&self, ip: Ipv6Addr) -> bool {
+        (ip.to_bits() & self.mask()) == (self.addr.to_bits() & self.mask())
     }
 }
 
@@ -187,18 +219,26 @@ fn push_unique(out: &mut Vec<IpAddr>, ip: IpAddr) {
 pub const NODE_PORT_ADDRESSES_PRIMARY: &str = "primary";
 
 /// Parses `interfaces[i].addresses`.
-fn parse_addresses(i: usize, addresses: &[String]) -> Result<Vec<Ipv4Cidr>, ConfigError> {
-    let mut out = Vec::with_capacity(addresses.len());
+/// The IPv4 and the IPv6 prefixes of `interfaces[i].addresses`.
+type Addresses = (Vec<Ipv4Cidr>, Vec<Ipv6Cidr>);
+
+fn parse_addresses(i: usize, addresses: &[String]) -> Result<Addresses, ConfigError> {
+    let (mut v4, mut v6) = (Vec::new(), Vec::new());
     for (j, a) in addresses.iter().enumerate() {
-        let c = Ipv4Cidr::parse(a).ok_or_else(|| {
-            invalid(
+        if let Some(c) = Ipv4Cidr::parse(a) {
+            v4.push(c);
+        } else if let Some(c) = Ipv6Cidr::parse(a) {
+            v6.push(c);
+        } else {
+            return Err(invalid(
                 format!("interfaces[{i}].addresses[{j}]"),
-                format!("{a:?} is not an IPv4 address/prefix like \"198.51.100.1/24\""),
-            )
-        })?;
-        out.push(c);
+                format!(
+                    "{a:?} is not an IPv4 or IPv6 address/prefix like \"198.51.100.1/24\" or \"2001:db8:100::1/64\""
+                ),
+            ));
+        }
     }
-    Ok(out)
+    Ok((v4, v6))
 }
 
 /// Parses `aa:bb:cc:dd:ee:ff`.
@@ -357,9 +397,12 @@ impl Default for DpdkConfig {
 pub struct Interface {
     /// Kernel interface name of the port (AF_PACKET); a label in logs under DPDK.
     pub name: String,
-    /// The gateway's own addresses on this link, with their prefixes (the connected
+    /// The gateway's own IPv4 addresses on this link, with their prefixes (the connected
     /// subnets used to choose the egress interface).
     pub addresses: Vec<Ipv4Cidr>,
+    /// The gateway's own IPv6 addresses on this link, with their prefixes (TOML: the IPv6
+    /// entries of `addresses`).
+    pub addresses6: Vec<Ipv6Cidr>,
     /// The DPDK device of this interface (required with `driver = "dpdk"`, ignored by
     /// AF_PACKET).
     pub device: Option<DpdkDevice>,
@@ -401,11 +444,20 @@ pub struct Router {
     pub interface: usize,
 }
 
-/// A statically configured neighbour (an alternative to ARP resolution).
+/// The IPv6 next hop for IPv6 destinations outside every connected subnet (TOML `[router6]`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Router6 {
+    /// The router's address (a global or a link-local address).
+    pub address: Ipv6Addr,
+    /// Index into [`Config::interfaces`] of the link it is on.
+    pub interface: usize,
+}
+
+/// A statically configured neighbour (an alternative to ARP / Neighbor Discovery).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StaticNeighbour {
-    /// Its address.
-    pub address: Ipv4Addr,
+    /// Its address, IPv4 or IPv6.
+    pub address: IpAddr,
     /// Its link-layer address.
     pub mac: [u8; 6],
 }
@@ -413,8 +465,11 @@ pub struct StaticNeighbour {
 /// Source NAT: the addresses flows to endpoints leave from, and the port range used.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Snat {
-    /// SNAT addresses; each must be one of the interfaces' addresses (so replies reach us).
+    /// IPv4 SNAT addresses; each must be one of the interfaces' addresses (so replies reach us).
     pub addresses: Vec<Ipv4Addr>,
+    /// IPv6 SNAT addresses, for flows to IPv6 endpoints (TOML: the IPv6 entries of
+    /// `snat.addresses`); each must be one of the interfaces' IPv6 addresses.
+    pub addresses6: Vec<Ipv6Addr>,
     /// First SNAT port, inclusive.
     pub port_min: u16,
     /// Last SNAT port, inclusive.
@@ -522,6 +577,8 @@ pub struct Config {
     pub ports: Vec<Port>,
     /// Default next hop, if any.
     pub router: Option<Router>,
+    /// Default IPv6 next hop, if any.
+    pub router6: Option<Router6>,
     /// Static neighbours.
     pub neighbours: Vec<StaticNeighbour>,
     /// Source NAT.
@@ -558,6 +615,7 @@ struct RawConfig {
     dpdk: RawDpdk,
     interfaces: Vec<RawInterface>,
     router: Option<RawRouter>,
+    router6: Option<RawRouter>,
     #[serde(default)]
     neighbours: Vec<RawNeighbour>,
     snat: RawSnat,
@@ -938,11 +996,18 @@ impl Config {
                     ));
                 }
                 let (device, port) = (known.device.clone(), known.port);
-                let addresses = parse_addresses(i, &ri.addresses)?;
-                interfaces.push(Interface { name: ri.name.clone(), addresses, device, vlan: ri.vlan, port });
+                let (addresses, addresses6) = parse_addresses(i, &ri.addresses)?;
+                interfaces.push(Interface {
+                    name: ri.name.clone(),
+                    addresses,
+                    addresses6,
+                    device,
+                    vlan: ri.vlan,
+                    port,
+                });
                 continue;
             }
-            let addresses = parse_addresses(i, &ri.addresses)?;
+            let (addresses, addresses6) = parse_addresses(i, &ri.addresses)?;
             let device = match &ri.device {
                 None if raw.driver == Driver::Dpdk => {
                     return Err(invalid(
@@ -982,6 +1047,7 @@ impl Config {
             interfaces.push(Interface {
                 name: ri.name.clone(),
                 addresses,
+                addresses6,
                 device,
                 vlan: ri.vlan,
                 port: ports.len() - 1,
@@ -1003,11 +1069,24 @@ impl Config {
                 interface: iface_index("router.interface", &r.interface)?,
             }),
         };
+        let router6 = match &raw.router6 {
+            None => None,
+            Some(r) => Some(Router6 {
+                address: r
+                    .address
+                    .parse()
+                    .map_err(|_| invalid("router6.address", format!("{:?} is not an IPv6 address", r.address)))?,
+                interface: iface_index("router6.interface", &r.interface)?,
+            }),
+        };
         let mut neighbours = Vec::new();
         for (i, n) in raw.neighbours.iter().enumerate() {
             neighbours.push(StaticNeighbour {
                 address: n.address.parse().map_err(|_| {
-                    invalid(format!("neighbours[{i}].address"), format!("{:?} is not an IPv4 address", n.address))
+                    invalid(
+                        format!("neighbours[{i}].address"),
+                        format!("{:?} is not an IPv4 or IPv6 address", n.address),
+                    )
                 })?,
                 mac: parse_mac(&n.mac).ok_or_else(|| {
                     invalid(
@@ -1030,11 +1109,15 @@ impl Config {
                 ),
             ));
         }
-        let mut snat_addrs = Vec::new();
+        let (mut snat_addrs, mut snat_addrs6) = (Vec::new(), Vec::new());
         for (i, a) in raw.snat.addresses.iter().enumerate() {
             let key = format!("snat.addresses[{i}]");
-            let ip: Ipv4Addr = a.parse().map_err(|_| invalid(&key, format!("{a:?} is not an IPv4 address")))?;
-            if !interfaces.iter().any(|x| x.addresses.iter().any(|c| c.addr == ip)) {
+            let ip: IpAddr = a.parse().map_err(|_| invalid(&key, format!("{a:?} is not an IPv4 or IPv6 address")))?;
+            let own = interfaces.iter().any(|x| match ip {
+                IpAddr::V4(v4) => x.addresses.iter().any(|c| c.addr == v4),
+                IpAddr::V6(v6) => x.addresses6.iter().any(|c| c.addr == v6),
+            });
+            if !own {
                 return Err(invalid(
                     key,
                     format!(
@@ -1042,7 +1125,10 @@ impl Config {
                     ),
                 ));
             }
-            snat_addrs.push(ip);
+            match ip {
+                IpAddr::V4(v4) => snat_addrs.push(v4),
+                IpAddr::V6(v6) => snat_addrs6.push(v6),
+            }
         }
         if raw.snat.port_min == 0 || raw.snat.port_min > raw.snat.port_max {
             return Err(invalid(
@@ -1095,8 +1181,14 @@ impl Config {
             interfaces,
             ports,
             router,
+            router6,
             neighbours,
-            snat: Snat { addresses: snat_addrs, port_min: raw.snat.port_min, port_max: raw.snat.port_max },
+            snat: Snat {
+                addresses: snat_addrs,
+                addresses6: snat_addrs6,
+                port_min: raw.snat.port_min,
+                port_max: raw.snat.port_max,
+            },
             conntrack: ConntrackConfig {
                 capacity: ct.capacity,
                 tcp_syn_sent_timeout_s: ct.tcp_syn_sent_timeout_s,
@@ -1424,6 +1516,31 @@ mod tests {
     }
 
     #[test]
+    fn ipv6_keys() {
+        // The embedded default is dual-stack; add an IPv6 router and an IPv6 static neighbour.
+        let text = format!(
+            "{EMBEDDED_DEFAULT}\n[router6]\naddress = \"fe80::1\"\ninterface = \"tg-front\"\n\n\
+             [[neighbours]]\naddress = \"fd00:70::11\"\nmac = \"02:00:00:00:00:11\"\n"
+        );
+        let c = Config::from_toml(&text).unwrap();
+        let back = &c.interfaces[1];
+        assert_eq!(back.addresses, [Ipv4Cidr::parse("10.70.0.1/24").unwrap()]);
+        assert_eq!(back.addresses6, [Ipv6Cidr::parse("fd00:70::1/64").unwrap()]);
+        assert_eq!(c.snat.addresses, [Ipv4Addr::new(10, 70, 0, 1)]);
+        assert_eq!(c.snat.addresses6, ["fd00:70::1".parse::<Ipv6Addr>().unwrap()]);
+        assert_eq!(c.router6, Some(Router6 { address: "fe80::1".parse().unwrap(), interface: 0 }));
+        assert_eq!(c.neighbours.last().unwrap().address, "fd00:70::11".parse::<IpAddr>().unwrap());
+        // An IPv6 SNAT address must be an interface address too.
+        let bad = text.replacen("\"fd00:70::1\"", "\"fd00:70::2\"", 1);
+        let e = Config::from_toml(&bad).unwrap_err().to_string();
+        assert!(e.starts_with("snat.addresses[1]: fd00:70::2 is not one of the interfaces' addresses"), "{e}");
+        let e = Config::from_toml(&text.replace("fd00:70::1/64", "fd00:70::1/129")).unwrap_err().to_string();
+        assert!(e.starts_with("interfaces[1].addresses[1]: \"fd00:70::1/129\" is not an IPv4 or IPv6"), "{e}");
+        let e = Config::from_toml(&text.replace("address = \"fe80::1\"", "address = \"10.0.0.1\"")).unwrap_err();
+        assert!(e.to_string().starts_with("router6.address: "), "{e}");
+    }
+
+    #[test]
     fn metrics_listen() {
         assert_eq!(Config::embedded_default().metrics.listen, None, "off unless configured");
         let c = Config::from_toml(&format!("{EMBEDDED_DEFAULT}\n[metrics]\nlisten = \"127.0.0.1:9100\"\n")).unwrap();
@@ -1434,6 +1551,12 @@ mod tests {
 
     #[test]
     fn cidr_contains() {
+        let c = Ipv6Cidr::parse("fd00:70::1/64").unwrap();
+        assert!(c.contains("fd00:70::ffff:1".parse().unwrap()));
+        assert!(!c.contains("fd00:71::1".parse().unwrap()));
+        assert!(Ipv6Cidr::parse("::/0").unwrap().contains("2001:db8::1".parse().unwrap()));
+        assert!(Ipv6Cidr::parse("fd00::1/128").unwrap().contains("fd00::1".parse().unwrap()));
+        assert!(!Ipv6Cidr::parse("fd00::1/128").unwrap().contains("fd00::2".parse().unwrap()));
         let c = Ipv4Cidr::parse("10.70.0.1/24").unwrap();
         assert!(c.contains("10.70.0.200".parse().unwrap()));
         assert!(!c.contains("10.71.0.1".parse().unwrap()));

@@ -17,7 +17,7 @@ pub enum DropReason {
     UnknownInterface,
     /// Destination MAC is neither this interface's nor broadcast.
     NotOurMac,
-    /// Neither ARP nor IPv4 (IPv6 and others arrive with later work).
+    /// Neither ARP, IPv4 nor IPv6.
     UnsupportedEtherType,
     /// Tagged with a VLAN (or untagged) for which the receiving port has no interface.
     UnknownVlan,
@@ -28,19 +28,27 @@ pub enum DropReason {
     MalformedArp,
     /// ARP request for an address that is neither ours nor a VIP.
     ArpNotForUs,
+    /// A Neighbor Solicitation or Advertisement that fails RFC 4861 § 7.1 validation (Hop
+    /// Limit not 255, bad checksum, code not 0, bad options, DAD rules).
+    MalformedNdp,
+    /// Neighbor Solicitation for an address that is neither ours nor a VIP.
+    NdpNotForUs,
     /// IPv4 header truncated or malformed (RFC 791 § 3.1).
     MalformedIpv4,
     /// IPv4 header checksum wrong.
     BadIpv4Checksum,
+    /// IPv6 header or extension-header chain truncated or malformed (RFC 8200 § 3, § 4), or
+    /// a multicast source address.
+    MalformedIpv6,
     /// An IPv4 fragment of a protocol torii does not follow through fragments: anything but
     /// TCP and UDP (SCTP's CRC32c covers the whole packet and cannot be fixed from its first
-    /// fragment), or a fragmented ICMP message.
+    /// fragment), or a fragmented ICMP message; and every IPv6 fragment (not followed yet).
     Fragment,
     /// A later IPv4 fragment whose first fragment was not forwarded by this worker (it never
     /// came, came later — out of order, not buffered — or its fragment-table entry expired
     /// after 30 s or was evicted).
     FragmentNoFirst,
-    /// TTL would reach zero when forwarded.
+    /// TTL (IPv6: Hop Limit) would reach zero when forwarded.
     TtlExceeded,
     /// TCP, UDP or SCTP header truncated or malformed (a first fragment too short for its
     /// transport header included, RFC 1858), or an ICMP error whose quote is not an IPv4
@@ -56,7 +64,8 @@ pub enum DropReason {
     IcmpErrorUntracked,
     /// Not TCP, UDP or ICMP.
     UnsupportedProtocol,
-    /// ICMP that is not an echo request to a VIP or own address.
+    /// ICMP or ICMPv6 that is not an echo request to a VIP or own address (nor, for ICMPv6,
+    /// Neighbor Discovery).
     IcmpNotHandled,
     /// No front door for (destination address, protocol, destination port).
     NoFrontend,
@@ -69,7 +78,8 @@ pub enum DropReason {
     /// A TCP segment whose flags do not fit its flow's state (Linux marks it INVALID in
     /// `nf_conntrack_tcp_packet`; kube-proxy drops INVALID packets).
     TcpInvalid,
-    /// The chosen endpoint is not IPv4 (IPv6 arrives with later work).
+    /// The chosen endpoint is of the other address family than the front door (an IPv4
+    /// front door with an IPv6 endpoint or the reverse: full NAT does not translate families).
     UnsupportedFamily,
     /// No interface or router reaches the endpoint.
     NoRoute,
@@ -78,7 +88,8 @@ pub enum DropReason {
     /// The conntrack table is full and no flow near the new one could be evicted early
     /// (all assured and live): the new flow is refused.
     ConntrackFull,
-    /// The next hop's MAC address is not resolved yet (an ARP request was queued).
+    /// The next hop's MAC address is not resolved yet (an ARP request or Neighbor
+    /// Solicitation was queued).
     NeighbourUnresolved,
     /// The TX ring had no room (counted by the driver).
     TxRingFull,
@@ -89,7 +100,7 @@ pub enum DropReason {
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 30] = [
+    pub const ALL: [DropReason; 33] = [
         Self::Truncated,
         Self::UnknownInterface,
         Self::NotOurMac,
@@ -98,8 +109,11 @@ impl DropReason {
         Self::VlanStacked,
         Self::MalformedArp,
         Self::ArpNotForUs,
+        Self::MalformedNdp,
+        Self::NdpNotForUs,
         Self::MalformedIpv4,
         Self::BadIpv4Checksum,
+        Self::MalformedIpv6,
         Self::Fragment,
         Self::FragmentNoFirst,
         Self::TtlExceeded,
@@ -133,8 +147,11 @@ impl DropReason {
             Self::VlanStacked => "vlan_stacked",
             Self::MalformedArp => "malformed_arp",
             Self::ArpNotForUs => "arp_not_for_us",
+            Self::MalformedNdp => "malformed_ndp",
+            Self::NdpNotForUs => "ndp_not_for_us",
             Self::MalformedIpv4 => "malformed_ipv4",
             Self::BadIpv4Checksum => "bad_ipv4_checksum",
+            Self::MalformedIpv6 => "malformed_ipv6",
             Self::Fragment => "fragment",
             Self::FragmentNoFirst => "fragment_no_first",
             Self::TtlExceeded => "ttl_exceeded",
@@ -162,7 +179,7 @@ impl DropReason {
 const _: () = assert!(DropReason::ALL.len() == DropReason::Oversize as usize + 1);
 
 /// One worker's counters.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Counters {
     /// Frames handed to the pipeline.
     pub rx_frames: u64,
@@ -191,6 +208,12 @@ pub struct Counters {
     pub echo_replies: u64,
     /// ARP replies and requests learned from.
     pub arp_learned: u64,
+    /// Neighbor Advertisements sent for own addresses and VIPs (RFC 4861 § 7.2.4).
+    pub nd_advertisements: u64,
+    /// Neighbor Solicitations sent to resolve IPv6 next hops (RFC 4861 § 7.2.2).
+    pub nd_solicitations: u64,
+    /// Neighbor Solicitations and Advertisements learned from.
+    pub nd_learned: u64,
     /// ICMP errors about tracked flows translated and forwarded to the flow's peer.
     pub icmp_errors_translated: u64,
     /// Later IPv4 fragments forwarded along their first fragment's translation.
@@ -199,6 +222,34 @@ pub struct Counters {
     pub fragment_evictions: u64,
     /// Drops, indexed by `DropReason as usize`.
     pub drops: [u64; DropReason::ALL.len()],
+}
+
+// Written out: `Default` is not derived for arrays longer than 32 (the drop counters).
+impl Default for Counters {
+    fn default() -> Self {
+        Self {
+            rx_frames: 0,
+            tx_frames: 0,
+            forwarded_original: 0,
+            forwarded_reply: 0,
+            new_flows: 0,
+            expired_flows: 0,
+            conntrack_evicted: 0,
+            endpoint_gone: 0,
+            rejected: 0,
+            arp_replies: 0,
+            arp_requests: 0,
+            echo_replies: 0,
+            arp_learned: 0,
+            nd_advertisements: 0,
+            nd_solicitations: 0,
+            nd_learned: 0,
+            icmp_errors_translated: 0,
+            fragments_followed: 0,
+            fragment_evictions: 0,
+            drops: [0; DropReason::ALL.len()],
+        }
+    }
 }
 
 impl Counters {
@@ -229,6 +280,9 @@ impl Counters {
         f("arp_requests", "ARP requests sent to resolve next hops.", self.arp_requests);
         f("echo_replies", "ICMP echo replies sent.", self.echo_replies);
         f("arp_learned", "ARP packets learned from.", self.arp_learned);
+        f("nd_advertisements", "Neighbor Advertisements sent for own addresses and VIPs.", self.nd_advertisements);
+        f("nd_solicitations", "Neighbor Solicitations sent to resolve IPv6 next hops.", self.nd_solicitations);
+        f("nd_learned", "Neighbor Solicitations and Advertisements learned from.", self.nd_learned);
         f(
             "icmp_errors_translated",
             "ICMP errors about tracked flows translated and forwarded to the peer.",
@@ -257,6 +311,9 @@ impl Counters {
         self.arp_requests += other.arp_requests;
         self.echo_replies += other.echo_replies;
         self.arp_learned += other.arp_learned;
+        self.nd_advertisements += other.nd_advertisements;
+        self.nd_solicitations += other.nd_solicitations;
+        self.nd_learned += other.nd_learned;
         self.icmp_errors_translated += other.icmp_errors_translated;
         self.fragments_followed += other.fragments_followed;
         self.fragment_evictions += other.fragment_evictions;
@@ -270,7 +327,7 @@ impl std::fmt::Display for Counters {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "rx={} tx={} fwd={} rev={} new_flows={} expired={} evicted={} endpoint_gone={} rejected={} arp_replies={} arp_requests={} echo={}",
+            "rx={} tx={} fwd={} rev={} new_flows={} expired={} evicted={} endpoint_gone={} rejected={} arp_replies={} arp_requests={} nd_adverts={} nd_solicits={} echo={}",
             self.rx_frames,
             self.tx_frames,
             self.forwarded_original,
@@ -282,6 +339,8 @@ impl std::fmt::Display for Counters {
             self.rejected,
             self.arp_replies,
             self.arp_requests,
+            self.nd_advertisements,
+            self.nd_solicitations,
             self.echo_replies
         )?;
         for r in DropReason::ALL {
@@ -411,9 +470,12 @@ mod tests {
             arp_requests: 11,
             echo_replies: 12,
             arp_learned: 13,
-            icmp_errors_translated: 14,
-            fragments_followed: 15,
-            fragment_evictions: 16,
+            nd_advertisements: 14,
+            nd_solicitations: 15,
+            nd_learned: 16,
+            icmp_errors_translated: 17,
+            fragments_followed: 18,
+            fragment_evictions: 19,
             drops: [0; DropReason::ALL.len()],
         };
         let mut seen = Vec::new();
@@ -422,12 +484,12 @@ mod tests {
             assert!(!help.is_empty() && names.insert(name), "{name}");
             seen.push(v);
         });
-        assert_eq!(seen, (1..=16).collect::<Vec<u64>>());
+        assert_eq!(seen, (1..=19).collect::<Vec<u64>>());
         let mut total = Counters::default();
         total.add(&c);
         total.add(&c);
         let mut doubled = Vec::new();
         total.for_each(|_, _, v| doubled.push(v));
-        assert_eq!(doubled, (1..=16).map(|v| 2 * v).collect::<Vec<u64>>(), "add sums every counter");
+        assert_eq!(doubled, (1..=19).map(|v| 2 * v).collect::<Vec<u64>>(), "add sums every counter");
     }
 }

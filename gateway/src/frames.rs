@@ -3,11 +3,14 @@
 //! Each builder writes a complete frame with correct checksums into a new `Vec<u8>`
 //! (allocation is fine here: this is never on the packet path).
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
+use crate::wire::checksum::PseudoHeaderAddr;
+use crate::wire::icmpv6::NEXT_HEADER_ICMPV6;
+use crate::wire::ndp::{self, NdpPacket};
 use crate::wire::{
-    ArpOperation, ArpPacket, EtherType, EthernetFrame, Icmpv4Packet, Icmpv4Type, IpProtocol, Ipv4Packet, MacAddr,
-    SctpPacket, TcpFlags, TcpPacket, UdpPacket,
+    ArpOperation, ArpPacket, EtherType, EthernetFrame, Icmpv4Packet, Icmpv4Type, Icmpv6Packet, Icmpv6Type, IpProtocol,
+    Ipv4Packet, Ipv6Packet, MacAddr, SctpPacket, TcpFlags, TcpPacket, UdpPacket,
 };
 
 /// Ethernet header fields.
@@ -47,7 +50,20 @@ pub fn tcp(
     ttl: u8,
 ) -> Vec<u8> {
     let mut b = ipv4(l2, src.0, dst.0, IpProtocol::Tcp, 20 + payload.len(), ttl);
-    let mut t = TcpPacket::new_unchecked(&mut b[34..]);
+    write_tcp(&mut b[34..], src, dst, flags, (seq, ack), payload);
+    b
+}
+
+/// Writes a TCP segment with a 20-byte header into `l4` (exactly its length).
+fn write_tcp<A: PseudoHeaderAddr>(
+    l4: &mut [u8],
+    src: (A, u16),
+    dst: (A, u16),
+    flags: TcpFlags,
+    (seq, ack): (u32, u32),
+    payload: &[u8],
+) {
+    let mut t = TcpPacket::new_unchecked(&mut *l4);
     t.set_src_port(src.1);
     t.set_dst_port(dst.1);
     t.set_seq_number(seq);
@@ -55,20 +71,25 @@ pub fn tcp(
     t.set_header_len(20);
     t.set_flags(flags);
     t.set_window_len(64240);
-    b[54..].copy_from_slice(payload);
-    TcpPacket::new_unchecked(&mut b[34..]).fill_checksum(src.0, dst.0);
-    b
+    t.set_urgent_at(0);
+    l4[20..].copy_from_slice(payload);
+    TcpPacket::new_unchecked(l4).fill_checksum(src.0, dst.0);
+}
+
+/// Writes a UDP datagram into `l4` (exactly its length).
+fn write_udp<A: PseudoHeaderAddr>(l4: &mut [u8], src: (A, u16), dst: (A, u16), payload: &[u8]) {
+    let mut u = UdpPacket::new_unchecked(&mut *l4);
+    u.set_src_port(src.1);
+    u.set_dst_port(dst.1);
+    u.set_len(8 + payload.len() as u16);
+    l4[8..].copy_from_slice(payload);
+    UdpPacket::new_unchecked(l4).fill_checksum(src.0, dst.0);
 }
 
 /// A UDP datagram.
 pub fn udp(l2: L2, src: (Ipv4Addr, u16), dst: (Ipv4Addr, u16), payload: &[u8], ttl: u8) -> Vec<u8> {
     let mut b = ipv4(l2, src.0, dst.0, IpProtocol::Udp, 8 + payload.len(), ttl);
-    let mut u = UdpPacket::new_unchecked(&mut b[34..]);
-    u.set_src_port(src.1);
-    u.set_dst_port(dst.1);
-    u.set_len(8 + payload.len() as u16);
-    b[42..].copy_from_slice(payload);
-    UdpPacket::new_unchecked(&mut b[34..]).fill_checksum(src.0, dst.0);
+    write_udp(&mut b[34..], src, dst, payload);
     b
 }
 
@@ -95,6 +116,77 @@ pub fn arp(l2: L2, op: ArpOperation, sha: MacAddr, spa: Ipv4Addr, tha: MacAddr, 
     a.set_sender_protocol_addr(spa);
     a.set_target_hardware_addr(tha);
     a.set_target_protocol_addr(tpa);
+    b
+}
+
+fn ipv6(l2: L2, src: Ipv6Addr, dst: Ipv6Addr, next_header: u8, l4_len: usize, hop_limit: u8) -> Vec<u8> {
+    let mut b = eth(l2, EtherType::Ipv6, 40 + l4_len);
+    Ipv6Packet::new_unchecked(&mut b[14..]).fill_header(src, dst, next_header, l4_len as u16, hop_limit);
+    b
+}
+
+/// An IPv6 TCP segment with a 20-byte header and no extension headers.
+#[allow(clippy::too_many_arguments)]
+pub fn tcp6(
+    l2: L2,
+    src: (Ipv6Addr, u16),
+    dst: (Ipv6Addr, u16),
+    flags: TcpFlags,
+    seq: u32,
+    ack: u32,
+    payload: &[u8],
+    hop_limit: u8,
+) -> Vec<u8> {
+    let mut b = ipv6(l2, src.0, dst.0, u8::from(IpProtocol::Tcp), 20 + payload.len(), hop_limit);
+    write_tcp(&mut b[54..], src, dst, flags, (seq, ack), payload);
+    b
+}
+
+/// An IPv6 UDP datagram without extension headers.
+pub fn udp6(l2: L2, src: (Ipv6Addr, u16), dst: (Ipv6Addr, u16), payload: &[u8], hop_limit: u8) -> Vec<u8> {
+    let mut b = ipv6(l2, src.0, dst.0, u8::from(IpProtocol::Udp), 8 + payload.len(), hop_limit);
+    write_udp(&mut b[54..], src, dst, payload);
+    b
+}
+
+/// An ICMPv6 echo request (`reply == false`) or reply, Hop Limit 64.
+pub fn icmpv6_echo(l2: L2, src: Ipv6Addr, dst: Ipv6Addr, ident: u16, seq: u16, data: &[u8], reply: bool) -> Vec<u8> {
+    let mut b = ipv6(l2, src, dst, NEXT_HEADER_ICMPV6, 8 + data.len(), 64);
+    let mut i = Icmpv6Packet::new_unchecked(&mut b[54..]);
+    i.set_msg_type(if reply { Icmpv6Type::EchoReply } else { Icmpv6Type::EchoRequest });
+    i.set_msg_code(0);
+    i.set_echo_ident(ident);
+    i.set_echo_seq_no(seq);
+    i.data_mut().copy_from_slice(data);
+    i.fill_checksum(src, dst);
+    b
+}
+
+/// A Neighbor Solicitation (`kind` [`Icmpv6Type::NeighborSolicit`], `flags` 0) or Neighbor
+/// Advertisement ([`Icmpv6Type::NeighborAdvert`], `flags` from [`ndp::FLAG_SOLICITED`] …) for
+/// `target`, Hop Limit 255 ([RFC 4861] § 7.1), with one link-layer address option (source
+/// for a solicitation, target for an advertisement) when `ll_addr` is given.
+///
+/// [RFC 4861]: https://www.rfc-editor.org/rfc/rfc4861#section-7.1
+pub fn ndp(
+    l2: L2,
+    src: Ipv6Addr,
+    dst: Ipv6Addr,
+    kind: Icmpv6Type,
+    flags: u8,
+    target: Ipv6Addr,
+    ll_addr: Option<MacAddr>,
+) -> Vec<u8> {
+    let len = NdpPacket::<&[u8]>::HEADER_LEN + if ll_addr.is_some() { ndp::LL_OPTION_LEN } else { 0 };
+    let mut b = ipv6(l2, src, dst, NEXT_HEADER_ICMPV6, len, ndp::HOP_LIMIT);
+    let mut n = NdpPacket::new_unchecked(&mut b[54..]);
+    n.fill_header(kind, flags, target);
+    if let Some(mac) = ll_addr {
+        let option =
+            if kind == Icmpv6Type::NeighborSolicit { ndp::OPTION_SOURCE_LL_ADDR } else { ndp::OPTION_TARGET_LL_ADDR };
+        n.set_link_layer_option(option, mac);
+    }
+    Icmpv6Packet::new_unchecked(&mut b[54..]).fill_checksum(src, dst);
     b
 }
 
@@ -190,4 +282,32 @@ pub fn tagged(frame: &[u8], tpid: u16, tci: u16) -> Vec<u8> {
     let mut b = vec![0u8; frame.len() + crate::wire::vlan::TAG_LEN];
     crate::wire::vlan::copy_tagged(&mut b, frame, tpid, tci).expect("a frame with MAC addresses");
     b
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const L2: L2 = L2 { src: MacAddr([2, 0, 0, 0, 0, 1]), dst: MacAddr([2, 0, 0, 0, 0, 2]) };
+
+    #[test]
+    fn ipv6_builders_make_valid_frames() {
+        let (a, b): (Ipv6Addr, Ipv6Addr) = ("2001:db8:100::10".parse().unwrap(), "2001:db8:203::10".parse().unwrap());
+        let f = tcp6(L2, (a, 40000), (b, 80), TcpFlags::SYN, 1, 0, b"x", 64);
+        let ip = Ipv6Packet::new_checked(&f[14..]).unwrap();
+        assert_eq!((ip.payload_len(), ip.next_header(), ip.hop_limit()), (21, 6, 64));
+        assert!(TcpPacket::new_checked(ip.payload()).unwrap().verify_checksum(a, b));
+        let f = udp6(L2, (a, 40000), (b, 53), b"abc", 64);
+        let ip = Ipv6Packet::new_checked(&f[14..]).unwrap();
+        assert!(UdpPacket::new_checked(ip.payload()).unwrap().verify_checksum(a, b));
+        let f = icmpv6_echo(L2, a, b, 7, 1, b"ping", false);
+        let ip = Ipv6Packet::new_checked(&f[14..]).unwrap();
+        assert!(Icmpv6Packet::new_checked(ip.payload()).unwrap().verify_checksum(a, b));
+        let sn = crate::wire::ipv6::solicited_node(b);
+        let f = ndp(L2, a, sn, Icmpv6Type::NeighborSolicit, 0, b, Some(L2.src));
+        let ip = Ipv6Packet::new_checked(&f[14..]).unwrap();
+        let ns = NdpPacket::new_checked(ip.payload()).unwrap();
+        assert_eq!(ns.validate(ip.hop_limit(), a, sn), Ok(()));
+        assert_eq!(ns.link_layer_option(ndp::OPTION_SOURCE_LL_ADDR), Some(L2.src));
+    }
 }

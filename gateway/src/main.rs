@@ -120,7 +120,12 @@ fn run_dpdk(config: &Config) -> Result<()> {
 
 fn run_af_packet(config: &Config, driver_line: String) -> Result<()> {
     let workers = config.workers;
-    let program = fanout::steering_program(&config.snat.addresses, config.snat.port_min, config.snat.port_max);
+    let program = fanout::steering_program_dual(
+        &config.snat.addresses,
+        &config.snat.addresses6,
+        config.snat.port_min,
+        config.snat.port_max,
+    );
     // Fanout group ids are per network namespace; derive ours from the pid so two gateways
     // in one namespace do not join each other's groups.
     let group_base = (std::process::id() as u16).wrapping_mul(64);

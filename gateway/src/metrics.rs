@@ -25,8 +25,10 @@
 //! # Health
 //!
 //! `/healthz` answers `200 ok` when every worker reported within the last
-//! [`STALE_AFTER_NS`] and uses the table generation the gateway holds; otherwise `503` and
-//! what is wrong (a stuck worker, or one still on an older table).
+//! [`STALE_AFTER_NS`] and has acknowledged (in the shared state region, at its adoption)
+//! the table generation the gateway holds, once that table has been held for
+//! [`ADOPT_GRACE_NS`]; otherwise `503` and what is wrong (a stuck worker, or one still on
+//! an older table).
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -48,6 +50,10 @@ use crate::worker::TableWatcher;
 
 /// A worker that has not reported for this long (ns) is unhealthy (it reports every second).
 pub const STALE_AFTER_NS: u64 = 5_000_000_000;
+
+/// How long (ns) workers may take to adopt a newly held table before health says they lag
+/// (they adopt it at their next burst boundary, normally within microseconds).
+pub const ADOPT_GRACE_NS: u64 = 1_000_000_000;
 
 /// What one worker publishes for reporting, about once a second.
 #[derive(Clone, Debug, Default)]
@@ -86,6 +92,10 @@ pub struct Snapshot {
     pub table: Arc<Table>,
     /// Publications the gateway rejected as invalid.
     pub tables_rejected: u64,
+    /// The generation each worker acknowledged in the state region, by worker index.
+    pub acked: Vec<u64>,
+    /// How long the gateway has held `table`, ns.
+    pub table_held_ns: u64,
     /// When the snapshot was taken, ns since the clock origin.
     pub now_ns: u64,
 }
@@ -104,6 +114,8 @@ impl Source {
             workers,
             table: self.watcher.handle.load(),
             tables_rejected: self.watcher.rejected.load(Ordering::Relaxed),
+            acked: (0..self.reports.len()).map(|w| self.watcher.region.acked(w)).collect(),
+            table_held_ns: self.watcher.handle.held_for().as_nanos() as u64,
             now_ns: self.epoch.elapsed().as_nanos() as u64,
         }
     }
@@ -237,16 +249,20 @@ fn escape(v: &str) -> String {
     out
 }
 
-/// The health verdict of `s`: `Ok(text)` when every worker reported recently and uses the
-/// table the gateway holds, else `Err(what is wrong)`.
+/// The health verdict of `s`: `Ok(text)` when every worker reported recently and (after
+/// [`ADOPT_GRACE_NS`]) acknowledged the table the gateway holds, else `Err(what is wrong)`.
 pub fn health(s: &Snapshot) -> Result<String, String> {
     let want = s.table.generation();
     let mut problems = Vec::new();
     for (w, r) in s.workers.iter().enumerate() {
+        let acked = s.acked.get(w).copied().unwrap_or(0);
         if r.table.is_none() || s.now_ns.saturating_sub(r.at_ns) > STALE_AFTER_NS {
             problems.push(format!("worker {w} has not reported for over {} s", STALE_AFTER_NS / 1_000_000_000));
-        } else if let Some(t) = r.table.as_ref().filter(|t| t.generation() != want) {
-            problems.push(format!("worker {w} uses table generation {}, the gateway holds {want}", t.generation()));
+        } else if acked != want && s.table_held_ns > ADOPT_GRACE_NS {
+            problems.push(format!(
+                "worker {w} acknowledged table generation {acked}, the gateway holds {want} (for {} ms)",
+                s.table_held_ns / 1_000_000
+            ));
         }
     }
     if problems.is_empty() {
@@ -410,7 +426,14 @@ mod tests {
             }
             WorkerReport { counters, frontends, table: Some(Arc::clone(&t)), flows: 3, at_ns: 1_000 }
         };
-        Snapshot { workers: vec![report(0), report(1)], table: t, tables_rejected: 2, now_ns: 2_000 }
+        Snapshot {
+            workers: vec![report(0), report(1)],
+            table: t,
+            tables_rejected: 2,
+            acked: vec![7, 7],
+            table_held_ns: 10 * ADOPT_GRACE_NS,
+            now_ns: 2_000,
+        }
     }
 
     #[test]
@@ -476,8 +499,14 @@ mod tests {
     fn health_needs_fresh_reports_on_the_current_table() {
         let mut s = snapshot();
         assert_eq!(health(&s), Ok("ok: 2 worker(s), table generation 7\n".into()));
-        s.workers[1].table = Some(Arc::new(table(6)));
-        assert_eq!(health(&s), Err("worker 1 uses table generation 6, the gateway holds 7\n".into()));
+        s.acked[1] = 6;
+        assert_eq!(
+            health(&s),
+            Err("worker 1 acknowledged table generation 6, the gateway holds 7 (for 10000 ms)\n".into())
+        );
+        // Within the grace after the gateway took the table, adopting it is not lagging.
+        s.table_held_ns = ADOPT_GRACE_NS / 2;
+        assert!(health(&s).is_ok());
         s.now_ns = STALE_AFTER_NS + 2_000;
         let e = health(&s).unwrap_err();
         assert!(e.starts_with("worker 0 has not reported for over 5 s"), "{e}");
@@ -499,11 +528,12 @@ mod tests {
         let region = Arc::new(StateRegion::open(&dir).unwrap());
         let watcher = Arc::new(TableWatcher {
             dir: dir.clone(),
-            region,
+            region: Arc::clone(&region),
             handle: Arc::new(TableHandle::new(table(7))),
             rejected: AtomicU64::new(0),
         });
-        let epoch = Instant::now();
+        // A clock origin 10 s back, so a report at 0 ns is stale.
+        let epoch = Instant::now().checked_sub(Duration::from_secs(10)).unwrap();
         let s = snapshot();
         let reports: Vec<ReportSlot> = s
             .workers
@@ -523,11 +553,14 @@ mod tests {
         assert!(text.contains("\r\n\r\n# HELP torii_gateway_rx_frames_total"), "{text}");
         assert!(text.contains("torii_gateway_frontend_new_flows_total{service=\"demo/web:http\""), "{text}");
 
+        for w in 0..2 {
+            region.ack(w, 7);
+        }
         assert_eq!(get(server.addr, "GET", "/healthz").0, 200);
-        reports[0].lock().unwrap().table = Some(Arc::new(table(6)));
+        reports[0].lock().unwrap().at_ns = 0;
         let (status, text) = get(server.addr, "GET", "/healthz");
         assert_eq!(status, 503);
-        assert!(text.ends_with("worker 0 uses table generation 6, the gateway holds 7\n"), "{text}");
+        assert!(text.ends_with("\r\n\r\nworker 0 has not reported for over 5 s\n"), "{text}");
         assert_eq!(get(server.addr, "GET", "/nope").0, 404);
         assert_eq!(get(server.addr, "POST", "/metrics").0, 405);
         let (status, text) = get(server.addr, "HEAD", "/metrics");

@@ -1,24 +1,28 @@
-//! DNAT/SNAT rewrites of IPv4 TCP, UDP and SCTP packets in place, with incremental checksums
-//! (RFC 1624 eqn. 3), as Katran's `csum_helpers.h` and Cilium's `csum_diff` do.
+//! DNAT/SNAT rewrites of IPv4 and IPv6 TCP, UDP and SCTP packets in place, with
+//! incremental checksums (RFC 1624 eqn. 3), as Katran's `csum_helpers.h` and Cilium's
+//! `csum_diff` do.
 //!
-//! Callers pass an IPv4 packet that already passed `Ipv4Packet::new_checked` and whose
-//! payload passed `TcpPacket::new_checked` / `UdpPacket::new_checked`; the rewrite then
-//! cannot panic.
+//! Callers pass an IPv4 packet that already passed `Ipv4Packet::new_checked` (or an IPv6
+//! packet that passed `Ipv6Packet::new_checked`, with the offset of its upper-layer header
+//! from `Ipv6Packet::upper_layer`) whose upper layer passed `TcpPacket::new_checked` /
+//! `UdpPacket::new_checked` / `SctpPacket::new_checked`; the rewrite then cannot panic. The
+//! transport part is one function for both families ([`PseudoHeaderAddr`] supplies the
+//! pseudo-header arithmetic).
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
-use crate::wire::checksum::{self as csum};
-use crate::wire::{IpProtocol, Ipv4Packet, SctpPacket, TcpPacket, UdpPacket};
+use crate::wire::checksum::{self as csum, PseudoHeaderAddr};
+use crate::wire::{IpProtocol, Ipv4Packet, Ipv6Packet, SctpPacket, TcpPacket, UdpPacket};
 
-/// The new addresses and ports of a packet.
+/// The new addresses and ports of a packet (IPv4 addresses unless `A` says otherwise).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Rewrite {
-    /// New IPv4 source address.
-    pub src_addr: Ipv4Addr,
+pub struct Rewrite<A = Ipv4Addr> {
+    /// New source address.
+    pub src_addr: A,
     /// New source port.
     pub src_port: u16,
-    /// New IPv4 destination address.
-    pub dst_addr: Ipv4Addr,
+    /// New destination address.
+    pub dst_addr: A,
     /// New destination port.
     pub dst_port: u16,
 }
@@ -34,51 +38,10 @@ pub struct Rewrite {
 /// [RFC 9260]: https://www.rfc-editor.org/rfc/rfc9260#section-6.8
 #[inline]
 pub fn rewrite_ipv4(ip_buf: &mut [u8], rw: &Rewrite, l4_partial: bool) {
-    let (old_src, old_dst) = rewrite_ipv4_header(ip_buf, rw.src_addr, rw.dst_addr);
+    let old = rewrite_ipv4_header(ip_buf, rw.src_addr, rw.dst_addr);
     let mut ip = Ipv4Packet::new_unchecked(&mut *ip_buf);
     let proto = ip.next_header();
-    let l4 = ip.payload_mut();
-    match proto {
-        IpProtocol::Tcp => {
-            let mut t = TcpPacket::new_unchecked(l4);
-            let (sp, dp) = (t.src_port(), t.dst_port());
-            t.set_src_port(rw.src_port);
-            t.set_dst_port(rw.dst_port);
-            if l4_partial {
-                t.fill_checksum(rw.src_addr, rw.dst_addr);
-            } else {
-                let mut c = t.checksum();
-                c = csum::update_addr(c, old_src, rw.src_addr);
-                c = csum::update_addr(c, old_dst, rw.dst_addr);
-                c = csum::update16(c, sp, rw.src_port);
-                c = csum::update16(c, dp, rw.dst_port);
-                t.set_checksum(c);
-            }
-        }
-        IpProtocol::Udp => {
-            let mut u = UdpPacket::new_unchecked(l4);
-            let (sp, dp) = (u.src_port(), u.dst_port());
-            u.set_src_port(rw.src_port);
-            u.set_dst_port(rw.dst_port);
-            if l4_partial {
-                u.fill_checksum(rw.src_addr, rw.dst_addr);
-            } else {
-                let mut c = u.checksum();
-                c = csum::udp_update_addr(c, old_src, rw.src_addr);
-                c = csum::udp_update_addr(c, old_dst, rw.dst_addr);
-                c = csum::udp_update16(c, sp, rw.src_port);
-                c = csum::udp_update16(c, dp, rw.dst_port);
-                u.set_checksum(c);
-            }
-        }
-        IpProtocol::Sctp => {
-            let mut p = SctpPacket::new_unchecked(l4);
-            p.set_src_port(rw.src_port);
-            p.set_dst_port(rw.dst_port);
-            p.fill_checksum();
-        }
-        _ => {}
-    }
+    rewrite_l4(ip.payload_mut(), proto, old, rw, l4_partial);
 }
 
 /// Rewrites the source and destination addresses of the IPv4 packet `ip_buf` and
@@ -103,6 +66,80 @@ pub fn rewrite_ipv4_header(ip_buf: &mut [u8], src: Ipv4Addr, dst: Ipv4Addr) -> (
     ip.set_hop_limit(ttl.saturating_sub(1));
     ip.set_checksum(c);
     (old_src, old_dst)
+}
+
+/// Rewrites addresses and ports of the IPv6 TCP/UDP/SCTP packet `ip_buf` whose upper-layer
+/// header starts at `l4_offset` (after any extension headers) and `protocol` is its
+/// upper-layer protocol, decrements its Hop Limit ([RFC 8200] § 3) and updates the L4
+/// checksum incrementally (IPv6 has no header checksum). `l4_partial` as in
+/// [`rewrite_ipv4`]. The caller checked Hop Limit > 1.
+///
+/// [RFC 8200]: https://www.rfc-editor.org/rfc/rfc8200#section-3
+#[inline]
+pub fn rewrite_ipv6(
+    ip_buf: &mut [u8],
+    l4_offset: usize,
+    protocol: IpProtocol,
+    rw: &Rewrite<Ipv6Addr>,
+    l4_partial: bool,
+) {
+    let mut ip = Ipv6Packet::new_unchecked(&mut *ip_buf);
+    let (old_src, old_dst) = (ip.src_addr(), ip.dst_addr());
+    ip.set_src_addr(rw.src_addr);
+    ip.set_dst_addr(rw.dst_addr);
+    ip.set_hop_limit(ip.hop_limit().saturating_sub(1));
+    let end = ip.total_len();
+    if let Some(l4) = ip_buf.get_mut(l4_offset..end) {
+        rewrite_l4(l4, protocol, (old_src, old_dst), rw, l4_partial);
+    }
+}
+
+/// The transport part of a rewrite, for either family: ports, and the checksum for the
+/// address and port changes (or in full with `l4_partial`; SCTP's CRC32c always in full).
+#[inline]
+fn rewrite_l4<A: PseudoHeaderAddr>(l4: &mut [u8], proto: IpProtocol, old: (A, A), rw: &Rewrite<A>, l4_partial: bool) {
+    let (old_src, old_dst) = old;
+    match proto {
+        IpProtocol::Tcp => {
+            let mut t = TcpPacket::new_unchecked(l4);
+            let (sp, dp) = (t.src_port(), t.dst_port());
+            t.set_src_port(rw.src_port);
+            t.set_dst_port(rw.dst_port);
+            if l4_partial {
+                t.fill_checksum(rw.src_addr, rw.dst_addr);
+            } else {
+                let mut c = t.checksum();
+                c = A::update_checksum(c, old_src, rw.src_addr);
+                c = A::update_checksum(c, old_dst, rw.dst_addr);
+                c = csum::update16(c, sp, rw.src_port);
+                c = csum::update16(c, dp, rw.dst_port);
+                t.set_checksum(c);
+            }
+        }
+        IpProtocol::Udp => {
+            let mut u = UdpPacket::new_unchecked(l4);
+            let (sp, dp) = (u.src_port(), u.dst_port());
+            u.set_src_port(rw.src_port);
+            u.set_dst_port(rw.dst_port);
+            if l4_partial {
+                u.fill_checksum(rw.src_addr, rw.dst_addr);
+            } else {
+                let mut c = u.checksum();
+                c = A::update_udp_checksum(c, old_src, rw.src_addr);
+                c = A::update_udp_checksum(c, old_dst, rw.dst_addr);
+                c = csum::udp_update16(c, sp, rw.src_port);
+                c = csum::udp_update16(c, dp, rw.dst_port);
+                u.set_checksum(c);
+            }
+        }
+        IpProtocol::Sctp => {
+            let mut p = SctpPacket::new_unchecked(l4);
+            p.set_src_port(rw.src_port);
+            p.set_dst_port(rw.dst_port);
+            p.fill_checksum();
+        }
+        _ => {}
+    }
 }
 
 #[cfg(test)]
@@ -162,6 +199,56 @@ mod tests {
                 let u = UdpPacket::new_checked(ip.payload()).unwrap();
                 prop_assert!(u.checksum() != 0);
                 prop_assert!(u.verify_checksum(rw.src_addr, rw.dst_addr));
+            }
+        }
+    }
+
+    /// An IPv6 TCP/UDP packet 2001:db8:100::10 → 2001:db8:203::10 with a Destination Options
+    /// header (8 bytes) before the transport header.
+    fn packet6(tcp: bool, payload_len: usize, hop_limit: u8) -> Vec<u8> {
+        let (src, dst): (Ipv6Addr, Ipv6Addr) =
+            ("2001:db8:100::10".parse().unwrap(), "2001:db8:203::10".parse().unwrap());
+        let l4_len = if tcp { 20 } else { 8 } + payload_len;
+        let mut b = vec![0u8; 40 + 8 + l4_len];
+        Ipv6Packet::new_unchecked(&mut b[..]).fill_header(src, dst, 60, (8 + l4_len) as u16, hop_limit);
+        b[40..48].copy_from_slice(&[if tcp { 6 } else { 17 }, 0, 1, 4, 0, 0, 0, 0]);
+        for (i, x) in b[48..].iter_mut().enumerate() {
+            *x = (i * 7 + 3) as u8;
+        }
+        if tcp {
+            let mut t = TcpPacket::new_unchecked(&mut b[48..]);
+            t.set_header_len(20);
+            t.fill_checksum(src, dst);
+        } else {
+            let mut u = UdpPacket::new_unchecked(&mut b[48..]);
+            u.set_len(l4_len as u16);
+            u.fill_checksum(src, dst);
+        }
+        b
+    }
+
+    proptest! {
+        #[test]
+        fn incremental_equals_full_v6(tcp in any::<bool>(), len in 0usize..64, hop_limit in 2u8..=255,
+                                      s in any::<u128>(), d in any::<u128>(), sp in any::<u16>(), dp in any::<u16>()) {
+            let mut b = packet6(tcp, len, hop_limit);
+            let rw = Rewrite { src_addr: Ipv6Addr::from(s), src_port: sp, dst_addr: Ipv6Addr::from(d), dst_port: dp };
+            let proto = if tcp { IpProtocol::Tcp } else { IpProtocol::Udp };
+            let mut full = b.clone();
+            rewrite_ipv6(&mut b, 48, proto, &rw, false);
+            rewrite_ipv6(&mut full, 48, proto, &rw, true);
+            prop_assert_eq!(&b, &full, "incremental and full recomputation agree");
+            let ip = Ipv6Packet::new_checked(&b[..]).unwrap();
+            prop_assert_eq!(ip.hop_limit(), hop_limit - 1);
+            prop_assert_eq!((ip.src_addr(), ip.dst_addr()), (rw.src_addr, rw.dst_addr));
+            if tcp {
+                let t = TcpPacket::new_checked(&b[48..]).unwrap();
+                prop_assert!(t.verify_checksum(rw.src_addr, rw.dst_addr));
+                prop_assert_eq!((t.src_port(), t.dst_port()), (sp, dp));
+            } else {
+                let u = UdpPacket::new_checked(&b[48..]).unwrap();
+                prop_assert!(u.verify_checksum(rw.src_addr, rw.dst_addr));
+                prop_assert_eq!((u.src_port(), u.dst_port()), (sp, dp));
             }
         }
     }

@@ -1,26 +1,58 @@
-//! The neighbour table: IPv4 address → MAC address, shared by all workers without locks.
+//! The neighbour table: IP address (IPv4 or IPv6) → MAC address, shared by all workers
+//! without locks.
 //!
-//! ARP replies arrive on whichever worker the NIC chose, while the flow that needs the
-//! answer may live on another, so this one structure is shared. It is a fixed-size
-//! open-addressing table of atomics: an entry's key is claimed once with a
-//! compare-and-swap and never removed; its value (MAC and "resolved" bit) and its
-//! refresh time are single atomic words, so a reader never sees a torn MAC. Lookups are
-//! two or three relaxed loads; writes happen only on ARP traffic.
+//! ARP replies and Neighbor Advertisements arrive on whichever worker the NIC chose, while the
+//! flow that needs the answer may live on another, so this one structure is shared, and one
+//! table serves both families: a key is the address in 16-byte form (IPv4 as IPv4-mapped
+//! IPv6, [RFC 4291] § 2.5.5.2, as the table ABI stores it), so ARP and NDP share every line
+//! of it.
+//!
+//! It is a fixed-size open-addressing table of atomics. A slot is claimed once, with a
+//! compare-and-swap of its state word from *empty* to *writing*; the claimer then stores the
+//! 128-bit key (two words) and publishes the slot by setting the state to *ready* with
+//! release ordering. Slots are never removed. The value (MAC and "resolved" bit) and the
+//! refresh time are single atomic words, so a reader never sees a torn MAC. A lookup is a
+//! few relaxed loads plus one acquire load of the state; writes happen only on ARP and NDP
+//! traffic. A reader treats a slot still being written as not matching; a writer waits for
+//! it for a bounded number of spins and then probes on, so two workers learning the same new
+//! address in the same instant may, very rarely, claim two slots for it — harmless, as
+//! lookups and updates both stop at the first one in probe order.
+//!
+//! [RFC 4291]: https://www.rfc-editor.org/rfc/rfc4291#section-2.5.5.2
 
-use std::net::Ipv4Addr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
+use crate::table::layout;
 use crate::wire::MacAddr;
 
 const RESOLVED: u64 = 1 << 48;
 
+/// Slot states.
+const EMPTY: u8 = 0;
+const WRITING: u8 = 1;
+const READY: u8 = 2;
+
+/// How often a writer re-reads a slot another writer is filling before probing on.
+const WRITING_SPINS: usize = 64;
+
 struct Slot {
-    /// 0: empty; else `1 << 32 | address`.
-    key: AtomicU64,
+    /// [`EMPTY`], [`WRITING`] or [`READY`].
+    state: AtomicU8,
+    /// The address in 16-byte form, high and low halves; valid once `state` is [`READY`].
+    key: [AtomicU64; 2],
     /// 0: not resolved; else `RESOLVED | mac`.
     value: AtomicU64,
-    /// Monotonic ns of the last confirmation (ARP reply or request from it).
+    /// Monotonic ns of the last confirmation (ARP reply or request, NDP advertisement or
+    /// solicitation from it).
     updated_ns: AtomicU64,
+}
+
+impl Slot {
+    #[inline]
+    fn holds(&self, key: u128) -> bool {
+        self.key[0].load(Ordering::Relaxed) == (key >> 64) as u64 && self.key[1].load(Ordering::Relaxed) == key as u64
+    }
 }
 
 /// A neighbour entry as read.
@@ -32,7 +64,7 @@ pub struct Neighbour {
     pub updated_ns: u64,
 }
 
-/// Fixed-capacity, lock-free neighbour table.
+/// Fixed-capacity, lock-free neighbour table for IPv4 and IPv6 neighbours.
 pub struct Neighbours {
     slots: Box<[Slot]>,
     mask: usize,
@@ -44,33 +76,47 @@ impl std::fmt::Debug for Neighbours {
     }
 }
 
+/// The table key of `ip`: its 16-byte form as one integer.
+#[inline]
+fn key_of(ip: IpAddr) -> u128 {
+    u128::from_be_bytes(layout::addr16(ip))
+}
+
 impl Neighbours {
-    /// A table for up to `capacity` neighbours (rounded up to a power of two, doubled for
-    /// short probe chains).
+    /// A table for up to `capacity` neighbours of either family (rounded up to a power of
+    /// two, doubled for short probe chains).
     pub fn new(capacity: usize) -> Self {
         let n = (capacity.max(8) * 2).next_power_of_two();
         let slots = (0..n)
-            .map(|_| Slot { key: AtomicU64::new(0), value: AtomicU64::new(0), updated_ns: AtomicU64::new(0) })
+            .map(|_| Slot {
+                state: AtomicU8::new(EMPTY),
+                key: [AtomicU64::new(0), AtomicU64::new(0)],
+                value: AtomicU64::new(0),
+                updated_ns: AtomicU64::new(0),
+            })
             .collect();
         Self { slots, mask: n - 1 }
     }
 
     #[inline]
-    fn home(&self, ip: Ipv4Addr) -> usize {
-        // Fibonacci hashing of the address: cheap and spreads sequential addresses.
-        ((u64::from(u32::from(ip))).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as usize & self.mask
+    fn home(&self, key: u128) -> usize {
+        // Fibonacci hashing of the folded address: cheap and spreads sequential addresses
+        // (IPv4 in the low word, IPv6 interface identifiers in both).
+        let folded = (key >> 64) as u64 ^ (key as u64);
+        (folded.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as usize & self.mask
     }
 
-    /// The resolved entry for `ip`, if any.
+    /// The resolved entry for `ip` (an [`Ipv4Addr`](std::net::Ipv4Addr), an
+    /// [`Ipv6Addr`](std::net::Ipv6Addr) or an [`IpAddr`]), if any.
     #[inline]
-    pub fn lookup(&self, ip: Ipv4Addr) -> Option<Neighbour> {
-        let key = 1 << 32 | u64::from(u32::from(ip));
-        let mut i = self.home(ip);
+    pub fn lookup(&self, ip: impl Into<IpAddr>) -> Option<Neighbour> {
+        let key = key_of(ip.into());
+        let mut i = self.home(key);
         for _ in 0..self.slots.len() {
             let s = &self.slots[i];
-            match s.key.load(Ordering::Acquire) {
-                0 => return None,
-                k if k == key => {
+            match s.state.load(Ordering::Acquire) {
+                EMPTY => return None,
+                READY if s.holds(key) => {
                     let v = s.value.load(Ordering::Acquire);
                     if v & RESOLVED == 0 {
                         return None;
@@ -89,24 +135,41 @@ impl Neighbours {
 
     /// Records that `ip` is at `mac`, confirmed at `now_ns` (`u64::MAX`: static, never
     /// refreshed). Returns false when the table is full.
-    pub fn learn(&self, ip: Ipv4Addr, mac: MacAddr, now_ns: u64) -> bool {
-        let key = 1 << 32 | u64::from(u32::from(ip));
-        let mut i = self.home(ip);
+    pub fn learn(&self, ip: impl Into<IpAddr>, mac: MacAddr, now_ns: u64) -> bool {
+        let key = key_of(ip.into());
+        let m = mac.0;
+        let value = RESOLVED | u64::from_be_bytes([0, 0, m[0], m[1], m[2], m[3], m[4], m[5]]);
+        let mut i = self.home(key);
         for _ in 0..self.slots.len() {
             let s = &self.slots[i];
-            let k = match s.key.compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => key,
-                Err(existing) => existing,
-            };
-            if k == key {
-                let m = mac.0;
-                let v = RESOLVED | u64::from_be_bytes([0, 0, m[0], m[1], m[2], m[3], m[4], m[5]]);
+            let mut state = s.state.load(Ordering::Acquire);
+            if state == EMPTY {
+                match s.state.compare_exchange(EMPTY, WRITING, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => {
+                        s.key[0].store((key >> 64) as u64, Ordering::Relaxed);
+                        s.key[1].store(key as u64, Ordering::Relaxed);
+                        s.updated_ns.store(now_ns, Ordering::Relaxed);
+                        s.value.store(value, Ordering::Relaxed);
+                        s.state.store(READY, Ordering::Release);
+                        return true;
+                    }
+                    Err(now) => state = now,
+                }
+            }
+            for _ in 0..WRITING_SPINS {
+                if state != WRITING {
+                    break;
+                }
+                std::hint::spin_loop();
+                state = s.state.load(Ordering::Acquire);
+            }
+            if state == READY && s.holds(key) {
                 // A static entry is never overwritten by what the network says.
                 if s.updated_ns.load(Ordering::Relaxed) == u64::MAX && now_ns != u64::MAX {
                     return true;
                 }
                 s.updated_ns.store(now_ns, Ordering::Relaxed);
-                s.value.store(v, Ordering::Release);
+                s.value.store(value, Ordering::Release);
                 return true;
             }
             i = (i + 1) & self.mask;
@@ -118,6 +181,7 @@ impl Neighbours {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::{Ipv4Addr, Ipv6Addr};
 
     #[test]
     fn learn_and_lookup() {
@@ -142,6 +206,51 @@ mod tests {
             assert!(n.lookup(Ipv4Addr::from(i + 1)).is_some());
         }
         assert!(n.lookup(Ipv4Addr::new(9, 9, 9, 9)).is_none());
+    }
+
+    #[test]
+    fn both_families_in_one_table() {
+        let n = Neighbours::new(4);
+        let v4 = Ipv4Addr::new(10, 70, 0, 11);
+        let v6: Ipv6Addr = "fd00:70::11".parse().unwrap();
+        let link_local: Ipv6Addr = "fe80::11".parse().unwrap();
+        assert!(n.learn(v6, MacAddr([2, 0, 0, 0, 6, 0x11]), 7));
+        assert!(n.learn(v4, MacAddr([2, 0, 0, 0, 4, 0x11]), 8));
+        assert_eq!(n.lookup(v6).unwrap(), Neighbour { mac: MacAddr([2, 0, 0, 0, 6, 0x11]), updated_ns: 7 });
+        assert_eq!(n.lookup(IpAddr::V6(v6)).unwrap().mac, MacAddr([2, 0, 0, 0, 6, 0x11]));
+        assert_eq!(n.lookup(v4).unwrap(), Neighbour { mac: MacAddr([2, 0, 0, 0, 4, 0x11]), updated_ns: 8 });
+        assert_eq!(n.lookup(link_local), None);
+        // Addresses that differ only in the high half are different neighbours.
+        let other: Ipv6Addr = "fd01:70::11".parse().unwrap();
+        assert_eq!(n.lookup(other), None);
+        assert!(n.learn(other, MacAddr([2, 0, 0, 0, 6, 0x12]), 9));
+        assert_eq!(n.lookup(v6).unwrap().mac, MacAddr([2, 0, 0, 0, 6, 0x11]));
+    }
+
+    #[test]
+    fn concurrent_learners_agree() {
+        // Four threads learn the same 64 IPv6 addresses at once; every lookup then finds the
+        // last value written for its address, never a torn or foreign one.
+        let n = std::sync::Arc::new(Neighbours::new(64));
+        let addrs: Vec<Ipv6Addr> = (0..64u16).map(|i| Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, i)).collect();
+        let handles: Vec<_> = (0..4u8)
+            .map(|t| {
+                let (n, addrs) = (std::sync::Arc::clone(&n), addrs.clone());
+                std::thread::spawn(move || {
+                    for (i, a) in addrs.iter().enumerate() {
+                        assert!(n.learn(*a, MacAddr([2, 0, 0, t, 0, i as u8]), 1));
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        for (i, a) in addrs.iter().enumerate() {
+            let mac = n.lookup(*a).unwrap().mac;
+            assert_eq!((mac.0[0], mac.0[5]), (2, i as u8));
+            assert!(mac.0[3] < 4);
+        }
     }
 
     #[test]

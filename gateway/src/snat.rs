@@ -18,7 +18,7 @@
 //! rotating cursor so a just-freed port is reused last (a backend may still hold the old
 //! connection in TIME-WAIT).
 
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::Arc;
 
 use bitvec::prelude::*;
@@ -130,12 +130,14 @@ impl SnatPorts {
 
     /// Allocates a free port for a flow to `endpoint` leaving from SNAT address `address`
     /// (index) with `protocol`, under either rule: the reply `endpoint → SNAT
-    /// address:port` reaches this worker. `None` when no such port is free.
+    /// address:port` reaches this worker. `None` when no such port is free, and under the
+    /// steered rule for an IPv6 endpoint (the steering covers IPv4 replies only).
     #[inline]
-    pub fn alloc_for(&mut self, address: usize, protocol: u8, endpoint: SocketAddrV4) -> Option<u16> {
+    pub fn alloc_for(&mut self, address: usize, protocol: u8, endpoint: SocketAddr) -> Option<u16> {
         match &self.steered {
             None => self.alloc_modulo(address, protocol),
             Some(st) => {
+                let SocketAddr::V4(endpoint) = endpoint else { return None };
                 let snat_addr = *st.addresses.get(address)?;
                 let slot = address * PROTOCOLS.len() + protocol_index(protocol)?;
                 let bits = self.used.get_mut(slot)?;
@@ -212,7 +214,7 @@ mod tests {
         let workers = 3;
         let steering: Arc<dyn ReplySteering> = Arc::new(XorSteering { workers, range: (2000, 2099) });
         let snat = [Ipv4Addr::new(10, 70, 0, 1), Ipv4Addr::new(10, 70, 0, 2)];
-        let endpoint = SocketAddrV4::new(Ipv4Addr::new(10, 70, 0, 11), 8080);
+        let endpoint = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(10, 70, 0, 11), 8080));
         let mut total = 0;
         for w in 0..workers {
             let mut s = SnatPorts::steered(w, 2000, 2099, &snat, Arc::clone(&steering));
@@ -229,6 +231,8 @@ mod tests {
             assert!(s.alloc_for(0, 6, endpoint).is_some());
             assert!(s.alloc_for(1, 17, endpoint).is_some());
             assert_eq!(s.alloc_for(2, 6, endpoint), None, "no third SNAT address");
+            let v6: SocketAddr = "[fd00:70::11]:8080".parse().unwrap();
+            assert_eq!(s.alloc_for(0, 6, v6), None, "IPv6 replies are not steered");
             // Freed ports come back.
             let p = *mine.iter().next().unwrap();
             s.free(1, 6, p);
@@ -240,8 +244,13 @@ mod tests {
     #[test]
     fn alloc_for_follows_the_modulo_rule_without_steering() {
         let mut s = SnatPorts::new(1, 2, 1000, 1009, 1);
-        let e = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 80);
+        let e = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 80));
         let ports: Vec<u16> = std::iter::from_fn(|| s.alloc_for(0, 6, e)).collect();
+        assert_eq!(ports, [1001, 1003, 1005, 1007, 1009]);
+        // Any family under the modulo rule (the fanout program steers IPv6 replies too).
+        let mut s = SnatPorts::new(1, 2, 1000, 1009, 2);
+        let e6: SocketAddr = "[fd00:70::11]:8080".parse().unwrap();
+        let ports: Vec<u16> = std::iter::from_fn(|| s.alloc_for(1, 6, e6)).collect();
         assert_eq!(ports, [1001, 1003, 1005, 1007, 1009]);
     }
 

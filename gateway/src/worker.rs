@@ -64,6 +64,8 @@ pub trait PacketIo {
 pub struct TableHandle {
     current: ArcSwap<Table>,
     generation: AtomicU64,
+    /// When the current table was stored (read by the health check only).
+    stored_at: std::sync::Mutex<Instant>,
 }
 
 impl std::fmt::Debug for TableHandle {
@@ -76,7 +78,7 @@ impl TableHandle {
     /// A handle holding `table`.
     pub fn new(table: Table) -> Self {
         let generation = AtomicU64::new(table.generation());
-        Self { current: ArcSwap::from_pointee(table), generation }
+        Self { current: ArcSwap::from_pointee(table), generation, stored_at: std::sync::Mutex::new(Instant::now()) }
     }
 
     /// Replaces the current table.
@@ -84,6 +86,14 @@ impl TableHandle {
         let g = table.generation();
         self.current.store(Arc::new(table));
         self.generation.store(g, Ordering::Release);
+        if let Ok(mut at) = self.stored_at.lock() {
+            *at = Instant::now();
+        }
+    }
+
+    /// How long the current table has been held.
+    pub fn held_for(&self) -> Duration {
+        self.stored_at.lock().map(|at| at.elapsed()).unwrap_or_default()
     }
 
     /// The current generation (cheap: one atomic load; workers check it every burst).
@@ -188,7 +198,7 @@ impl Worker {
         let mut bufs = vec![[0u8; FRAME_BUFFER]; BURST];
         let mut metas = [Meta::default(); BURST];
         let mut verdicts = [Verdict::Consumed; BURST];
-        let mut scratch = [0u8; 64];
+        let mut scratch = [0u8; pipeline::POLL_TRANSMIT_LEN];
         let mut table = self.tables.load();
         let mut now = self.now();
         self.adopted(&table, &table, now);

@@ -10,7 +10,7 @@
 //! Everything a test starts is owned by a [`Harness`], whose `Drop` stops the processes,
 //! removes the topology and the shared-memory directory, even when an assertion fails.
 //! Traffic goes only to the topology's own addresses ([`WEB_VIP`], [`REJECT_VIP`],
-//! [`NODE_IP`]).
+//! [`STICKY_VIP`], their IPv6 counterparts, [`NODE_IP`]).
 //!
 //! Only this crate's `in_netns` and the daemons' `pre_exec` use `unsafe` (two system
 //! calls); each block says why it is sound.
@@ -18,7 +18,7 @@
 use std::fmt::Write as _;
 use std::fs;
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream, UdpSocket};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -31,6 +31,14 @@ use anyhow::{bail, Context, Result};
 pub const WEB_VIP: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 10);
 /// Service demo/empty (TCP 80, UDP 9), which has no ready endpoints.
 pub const REJECT_VIP: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 11);
+/// Service demo/sticky (TCP 80, `sessionAffinity: ClientIP`, the web backends).
+pub const STICKY_VIP: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 12);
+/// The IPv6 front door of dual-stack demo/web (TCP 80) and demo/echo (UDP 7).
+pub const WEB_VIP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x203, 0, 0, 0, 0, 0x10);
+/// The IPv6 front door of demo/empty.
+pub const REJECT_VIP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x203, 0, 0, 0, 0, 0x11);
+/// The IPv6 front door of demo/sticky.
+pub const STICKY_VIP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x203, 0, 0, 0, 0, 0x12);
 /// The gateway's own address on the client side, where NodePorts are served.
 pub const NODE_IP: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 1);
 /// NodePort of Service demo/web-np.
@@ -43,6 +51,10 @@ pub const WEB_BACKENDS: [(&str, Ipv4Addr); 3] = [
 ];
 /// The echo backend of demo/echo: it answers `echo:` + the datagram, on UDP 7007.
 pub const ECHO_BACKEND: (&str, Ipv4Addr) = ("echo", Ipv4Addr::new(10, 70, 0, 21));
+
+/// Where the test configuration has torii-gateway serve `/metrics` and `/healthz`, in the
+/// gateway's namespace ([`Harness::write_config_for`]).
+pub const METRICS_LISTEN: &str = "127.0.0.1:9100";
 
 /// The repository root (the workspace this crate belongs to).
 pub fn repo_root() -> PathBuf {
@@ -381,7 +393,8 @@ impl HttpConn {
     }
 }
 
-/// `ip netns exec <ns> curl -sS -m 3 <url>`: one request on a new connection.
+/// `ip netns exec <ns> curl -sS -g -m 3 <url>`: one request on a new connection (`-g`: an
+/// IPv6 literal in brackets is an address, not a glob).
 ///
 /// # Errors
 /// When curl cannot run, or fails before getting a response (refused, timed out, …):
@@ -396,7 +409,7 @@ pub fn curl_get(ns: &str, url: &str) -> Result<HttpResponse> {
 /// As [`curl_get`].
 pub fn curl_get_timeout(ns: &str, url: &str, timeout: Duration) -> Result<HttpResponse> {
     let out = Command::new("ip")
-        .args(["netns", "exec", ns, "curl", "-sS", "-m"])
+        .args(["netns", "exec", ns, "curl", "-sS", "-g", "-m"])
         .arg(format!("{:.3}", timeout.as_secs_f64()))
         .args(["-w", "\n%{http_code}", url])
         .stdin(Stdio::null())
@@ -415,9 +428,10 @@ pub fn curl_get_timeout(ns: &str, url: &str, timeout: Duration) -> Result<HttpRe
 ///
 /// # Errors
 /// Socket creation, bind or connect errors.
-pub fn udp_connected(ns: &str, peer: SocketAddrV4, read_timeout: Duration) -> io::Result<UdpSocket> {
+pub fn udp_connected(ns: &str, peer: impl Into<SocketAddr>, read_timeout: Duration) -> io::Result<UdpSocket> {
+    let peer = peer.into();
     let socket = in_netns(ns, || {
-        let s = UdpSocket::bind("0.0.0.0:0")?;
+        let s = UdpSocket::bind(if peer.is_ipv6() { "[::]:0" } else { "0.0.0.0:0" })?;
         s.connect(peer)?;
         Ok(s)
     })?;
@@ -426,9 +440,14 @@ pub fn udp_connected(ns: &str, peer: SocketAddrV4, read_timeout: Duration) -> io
 }
 
 /// A TCP connect from namespace `ns`: the result and how long it took.
-pub fn tcp_connect_timed(ns: &str, addr: SocketAddrV4, timeout: Duration) -> (io::Result<TcpStream>, Duration) {
+pub fn tcp_connect_timed(
+    ns: &str,
+    addr: impl Into<SocketAddr>,
+    timeout: Duration,
+) -> (io::Result<TcpStream>, Duration) {
+    let addr = addr.into();
     let start = Instant::now();
-    let r = in_netns(ns, || TcpStream::connect_timeout(&addr.into(), timeout));
+    let r = in_netns(ns, || TcpStream::connect_timeout(&addr, timeout));
     (r, start.elapsed())
 }
 
@@ -701,6 +720,8 @@ impl Harness {
                 writeln!(out, "{line}")?;
             }
         }
+        // The gateway's metrics endpoint, on its namespace's loopback.
+        writeln!(out, "\n[metrics]\nlisten = {METRICS_LISTEN:?}")?;
         if shm_lines != 1 {
             bail!(
                 "{} has {shm_lines} `shm_dir = …` lines, expected 1: the test cannot give its \

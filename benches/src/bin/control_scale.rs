@@ -93,12 +93,18 @@ fn main() {
         let mut compile = Vec::with_capacity(changes);
         let mut publish = Vec::with_capacity(changes);
         let mut parts: [Vec<Duration>; 4] = Default::default();
+        let mut on_cpu = Vec::with_capacity(changes);
+        let mut waiting = Vec::with_capacity(changes);
         let before = daemon.publisher.stats();
         for _ in 0..changes {
             serial += 1;
             let event = one_endpoint_changed(services, endpoints, serial);
             std::thread::sleep(pause);
+            let (cpu0, wait0) = torii_benches::thread_sched();
             let (c, p) = daemon.handle(&event);
+            let (cpu1, wait1) = torii_benches::thread_sched();
+            on_cpu.push(cpu1 - cpu0);
+            waiting.push(wait1 - wait0);
             total.push(c + p);
             compile.push(c);
             publish.push(p);
@@ -107,6 +113,11 @@ fn main() {
                 v.push(d);
             }
         }
+        println!(
+            "  this thread's time on a CPU (the work), median {}; waiting for a CPU (other processes), median {}",
+            ms(median(&mut on_cpu)),
+            ms(median(&mut waiting))
+        );
         let [b, f, w, r] = &mut parts;
         println!(
             "  publication's parts, medians: build {}, finding a file {}, writing it {}, the rest {}",

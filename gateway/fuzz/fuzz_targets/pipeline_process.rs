@@ -99,7 +99,7 @@ fuzz_target!(|data: &[u8]| {
             if let Verdict::Transmit { len: out, .. } = pipeline::process(now, &mut buf[..cap], &meta, table, &mut st) {
                 assert!(out <= cap, "transmitted {out} bytes of a {cap}-byte buffer");
             }
-            let mut arp = [0u8; 64];
+            let mut arp = [0u8; pipeline::POLL_TRANSMIT_LEN];
             while pipeline::poll_transmit(now, &mut arp, &mut st).is_some() {}
             pipeline::poll_expire(now, 16, &mut st);
             now += 1_000_000_000;

@@ -876,6 +876,16 @@ pub(crate) mod test_net {
             Self::finish(f, tag)
         }
 
+        /// Ethernet + `l3` (an IPv6 packet) + trailer.
+        pub(crate) fn ipv6(dst: [u8; 6], src: [u8; 6], l3: &[u8], tag: u32) -> Vec<u8> {
+            let mut f = Vec::with_capacity(14 + l3.len() + 12);
+            f.extend_from_slice(&dst);
+            f.extend_from_slice(&src);
+            f.extend_from_slice(&0x86ddu16.to_be_bytes());
+            f.extend_from_slice(l3);
+            Self::finish(f, tag)
+        }
+
         /// A broadcast ARP request (who-has 10.70.0.1 tell 10.70.0.2) + trailer.
         pub(crate) fn arp(src: [u8; 6], tag: u32) -> Vec<u8> {
             let mut f = vec![0xff; 6];

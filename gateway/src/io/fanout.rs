@@ -23,9 +23,19 @@
 //! base is `SKF_NET_OFF` and whose index register holds the IPv4 header length. The tests
 //! below verify both facts against the running kernel.
 //!
+//! IPv6 is steered the same way ([`steering_program_dual`]) for packets whose upper-layer
+//! header follows the fixed IPv6 header directly: replies to an IPv6 SNAT address and port go
+//! to the port's owner, ICMPv6 errors by the flow they quote, the original direction by a
+//! hash of the tuple (each address folded to 32 bits by XOR of its four words). A packet
+//! with extension headers before its transport header (rare for TCP and UDP; fragments are
+//! the common case) is steered by its folded source address instead: a classic BPF program
+//! cannot walk a chain of unbounded length, and such a reply may then reach a worker other
+//! than its flow's owner, which drops it (the client retransmits; counted as
+//! `no_frontend`).
+//!
 //! This module is pure: it builds instructions and performs no system call.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use libc::sock_filter;
 
@@ -43,6 +53,15 @@ pub fn owner_of_port(port: u16, workers: usize) -> usize {
 
 /// EtherType of IPv4 as `SKF_AD_PROTOCOL` yields it (host order).
 const ETH_P_IP: u32 = 0x0800;
+/// EtherType of IPv6.
+const ETH_P_IPV6: u32 = 0x86dd;
+/// IPv6 Next Header of ICMPv6.
+const IPPROTO_ICMPV6: u32 = 58;
+/// ICMPv6 error types whose payload quotes the invoking packet ([RFC 4443] § 3):
+/// destination unreachable, packet too big, time exceeded, parameter problem.
+///
+/// [RFC 4443]: https://www.rfc-editor.org/rfc/rfc4443#section-3
+const ICMPV6_ERROR_TYPES: [u32; 4] = [1, 2, 3, 4];
 /// IP protocol numbers ([IANA protocol numbers](https://www.iana.org/assignments/protocol-numbers/)).
 const IPPROTO_ICMP: u32 = 1;
 const IPPROTO_TCP: u32 = 6;
@@ -67,6 +86,15 @@ mod ipv4 {
     pub const FRAG_OFF_MASK: u32 = 0x1fff;
     /// The MF ("more fragments") flag of the same half-word.
     pub const MF: u32 = 0x2000;
+}
+
+/// IPv6 fixed header offsets ([RFC 8200 § 3](https://www.rfc-editor.org/rfc/rfc8200#section-3)).
+mod ipv6 {
+    pub const NEXT_HEADER: u32 = 6;
+    pub const SRC_ADDR: u32 = 8;
+    pub const DST_ADDR: u32 = 24;
+    /// The fixed header's length: where the upper layer starts without extension headers.
+    pub const HEADER_LEN: u32 = 40;
 }
 
 /// Transport header offsets shared by TCP, UDP and SCTP: source port then destination port.
@@ -165,10 +193,11 @@ const FMIX_K2: u32 = 0xc2b2_ae35;
 ///   equals the hash of the original-direction flow it answers;
 /// - any other IPv4 packet (other ICMP, other protocols): the source address.
 ///
-/// Every non-IPv4 frame (ARP, IPv6, …) returns 0: it goes to worker 0. For IPv6 that keeps
-/// both directions of a flow on one worker until the program learns IPv6 SNAT; ARP and
-/// NDP land on worker 0 only, so neighbour state learnt there must reach the others.
-/// A load past the end of a truncated packet makes the kernel return 0 as well.
+/// Every frame that is neither IPv4 nor IPv6 (ARP, …) returns 0: it goes to worker 0, so
+/// neighbour state learnt there must reach the others (it does: the neighbour table is
+/// shared). IPv6 frames are steered as [`steering_program_dual`] says, without IPv6 SNAT
+/// addresses here. A load past the end of a truncated packet makes the kernel return 0 as
+/// well.
 ///
 /// With an empty `snat_addrs`, or `port_min > port_max`, nothing is steered by port.
 ///
@@ -176,6 +205,27 @@ const FMIX_K2: u32 = 0xc2b2_ae35;
 /// the kernel's data pointer is (see the module documentation); 802.1Q tags are stripped
 /// by the kernel before fanout and `skb->protocol` is then the inner EtherType.
 pub fn steering_program(snat_addrs: &[Ipv4Addr], port_min: u16, port_max: u16) -> Vec<sock_filter> {
+    steering_program_dual(snat_addrs, &[], port_min, port_max)
+}
+
+/// [`steering_program`] for IPv4 and IPv6 SNAT addresses. An IPv6 frame
+/// (`skb->protocol` `0x86DD`) whose Next Header is the upper layer itself (no extension
+/// headers) returns:
+/// - TCP, UDP or SCTP to an address of `snat_addrs6` and a port in `port_min..=port_max`:
+///   **the destination port**, as for IPv4;
+/// - any other TCP, UDP or SCTP packet: the flow hash of (source, destination, ports), each
+///   address folded to 32 bits (XOR of its four words);
+/// - ICMPv6 destination-unreachable, packet-too-big, time-exceeded and parameter-problem
+///   errors quoting a TCP, UDP or SCTP packet (again without extension headers): the quoted
+///   SNAT source port when sent to a SNAT address and in range, else the quoted flow's hash;
+/// - anything else (Neighbor Discovery, echo, extension headers, fragments): the folded
+///   source address.
+pub fn steering_program_dual(
+    snat_addrs: &[Ipv4Addr],
+    snat_addrs6: &[Ipv6Addr],
+    port_min: u16,
+    port_max: u16,
+) -> Vec<sock_filter> {
     use Label::*;
     use Target::{Next, Skip1, To};
 
@@ -183,10 +233,13 @@ pub fn steering_program(snat_addrs: &[Ipv4Addr], port_min: u16, port_max: u16) -
     let port_max = u32::from(port_max);
     let mut a = Asm::default();
 
-    // Not IPv4 → 0.
+    // IPv4 on; IPv6 to its part; anything else → 0.
     a.stmt(LD_W_ABS, AD_PROTOCOL);
-    a.cond(JMP_JEQ_K, ETH_P_IP, Skip1, Next);
+    a.cond(JMP_JEQ_K, ETH_P_IP, To(V4), Next);
+    a.cond(JMP_JEQ_K, ETH_P_IPV6, Next, Skip1);
+    a.ja(V6);
     a.stmt(RET_K, 0);
+    a.label(V4);
     // Fragments, first included → hash of the addresses (see above).
     a.stmt(LD_H_ABS, net(ipv4::FLAGS_FRAG_OFF));
     a.cond(JMP_JSET_K, ipv4::MF | ipv4::FRAG_OFF_MASK, To(Fragment), Next);
@@ -268,13 +321,69 @@ pub fn steering_program(snat_addrs: &[Ipv4Addr], port_min: u16, port_max: u16) -
     // Swap the quoted ports: (service port << 16 | client port) → (client << 16 | service).
     a.label(IcmpFlow);
     a.stmt(LD_W_IND, net(quoted + l4::SRC_PORT));
-    a.stmt(MISC_TAX, 0);
-    a.stmt(ALU_LSH_K, 16);
-    a.stmt(ST, M_TMP);
-    a.stmt(MISC_TXA, 0);
-    a.stmt(ALU_RSH_K, 16);
-    a.stmt(LDX_MEM, M_TMP);
-    a.stmt(ALU_OR_X, 0);
+    a.swap_ports();
+    a.stmt(ST, M_PORTS);
+    a.ja(Hash);
+
+    // IPv6, upper layer directly after the fixed header.
+    a.label(V6);
+    a.stmt(LD_B_ABS, net(ipv6::NEXT_HEADER));
+    a.cond(JMP_JEQ_K, IPPROTO_TCP, To(V6Ports), Next);
+    a.cond(JMP_JEQ_K, IPPROTO_UDP, To(V6Ports), Next);
+    a.cond(JMP_JEQ_K, IPPROTO_SCTP, To(V6Ports), Next);
+    a.cond(JMP_JEQ_K, IPPROTO_ICMPV6, Next, Skip1);
+    a.ja(V6Icmp);
+    a.fold6(net(ipv6::SRC_ADDR));
+    a.stmt(RET_A, 0);
+    a.label(V6Ports);
+    a.address6_list(snat_addrs6, net(ipv6::DST_ADDR), V6SnatAddr);
+    a.ja(V6Flow);
+    a.label(V6SnatAddr);
+    a.stmt(LD_H_ABS, net(ipv6::HEADER_LEN + l4::DST_PORT));
+    a.cond(JMP_JGE_K, port_min, Next, To(V6Flow));
+    a.cond(JMP_JGT_K, port_max, To(V6Flow), Next);
+    a.stmt(RET_A, 0);
+    a.label(V6Flow);
+    a.fold6(net(ipv6::SRC_ADDR));
+    a.stmt(ST, M_CLIENT_ADDR);
+    a.fold6(net(ipv6::DST_ADDR));
+    a.stmt(ST, M_SERVICE_ADDR);
+    a.stmt(LD_W_ABS, net(ipv6::HEADER_LEN + l4::SRC_PORT));
+    a.stmt(ST, M_PORTS);
+    a.ja(Hash);
+
+    // ICMPv6: errors quoting a packet with ports are steered by what they quote.
+    a.label(V6Icmp);
+    a.stmt(LD_B_ABS, net(ipv6::HEADER_LEN)); // ICMPv6 type
+    for ty in ICMPV6_ERROR_TYPES {
+        a.cond(JMP_JEQ_K, ty, To(V6IcmpError), Next);
+    }
+    a.fold6(net(ipv6::SRC_ADDR));
+    a.stmt(RET_A, 0);
+    a.label(V6IcmpError);
+    let quoted6 = ipv6::HEADER_LEN + ICMP_HEADER_LEN; // the quoted IPv6 header
+    a.stmt(LD_B_ABS, net(quoted6 + ipv6::NEXT_HEADER));
+    a.cond(JMP_JEQ_K, IPPROTO_TCP, To(V6IcmpPorts), Next);
+    a.cond(JMP_JEQ_K, IPPROTO_UDP, To(V6IcmpPorts), Next);
+    a.cond(JMP_JEQ_K, IPPROTO_SCTP, To(V6IcmpPorts), Next);
+    a.fold6(net(ipv6::SRC_ADDR));
+    a.stmt(RET_A, 0);
+    // The quoted packet went service → client (or SNAT address → endpoint).
+    a.label(V6IcmpPorts);
+    a.fold6(net(quoted6 + ipv6::SRC_ADDR));
+    a.stmt(ST, M_SERVICE_ADDR);
+    a.fold6(net(quoted6 + ipv6::DST_ADDR));
+    a.stmt(ST, M_CLIENT_ADDR);
+    a.address6_list(snat_addrs6, net(ipv6::DST_ADDR), V6IcmpSnatAddr);
+    a.ja(V6IcmpFlow);
+    a.label(V6IcmpSnatAddr);
+    a.stmt(LD_H_ABS, net(quoted6 + ipv6::HEADER_LEN + l4::SRC_PORT));
+    a.cond(JMP_JGE_K, port_min, Next, To(V6IcmpFlow));
+    a.cond(JMP_JGT_K, port_max, To(V6IcmpFlow), Next);
+    a.stmt(RET_A, 0);
+    a.label(V6IcmpFlow);
+    a.stmt(LD_W_ABS, net(quoted6 + ipv6::HEADER_LEN + l4::SRC_PORT));
+    a.swap_ports();
     a.stmt(ST, M_PORTS);
 
     // hash(client, service, ports), then MurmurHash3's fmix32 so that `% n` sees all bits.
@@ -304,6 +413,16 @@ pub fn steering_program(snat_addrs: &[Ipv4Addr], port_min: u16, port_max: u16) -
 /// Jump targets inside [`steering_program`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Label {
+    V4,
+    V6,
+    V6Ports,
+    V6SnatAddr,
+    V6Flow,
+    V6Icmp,
+    V6IcmpError,
+    V6IcmpPorts,
+    V6IcmpSnatAddr,
+    V6IcmpFlow,
     ReturnSrc,
     Fragment,
     Ports,
@@ -324,6 +443,8 @@ enum Target {
     Next,
     /// Skip one instruction.
     Skip1,
+    /// Skip this many instructions.
+    Skip(u8),
     /// A label (must be within 255 instructions: conditional offsets are 8 bits).
     To(Label),
 }
@@ -375,6 +496,50 @@ impl Asm {
         }
     }
 
+    /// If the 16 bytes at `k` (an absolute load offset) equal one of `addrs`, jump to `hit`;
+    /// otherwise fall through. Nine instructions per address: four word compares, then a
+    /// `ja`; a mismatch skips to the next address.
+    fn address6_list(&mut self, addrs: &[Ipv6Addr], k: u32, hit: Label) {
+        for addr in addrs {
+            let o = addr.octets();
+            for w in 0..4u8 {
+                let word = u32::from_be_bytes([
+                    o[4 * usize::from(w)],
+                    o[4 * usize::from(w) + 1],
+                    o[4 * usize::from(w) + 2],
+                    o[4 * usize::from(w) + 3],
+                ]);
+                self.stmt(LD_W_ABS, k + 4 * u32::from(w));
+                // Remaining after this jump: (3 - w) load/compare pairs and the `ja`.
+                self.cond(JMP_JEQ_K, word, Target::Next, Target::Skip(2 * (3 - w) + 1));
+            }
+            self.ja(hit);
+        }
+    }
+
+    /// A = the XOR of the four 32-bit words of the IPv6 address at absolute offset `k` (X is
+    /// clobbered): a 32-bit stand-in for the address in the flow hash.
+    fn fold6(&mut self, k: u32) {
+        self.stmt(LD_W_ABS, k);
+        for w in 1..4 {
+            self.stmt(MISC_TAX, 0);
+            self.stmt(LD_W_ABS, k + 4 * w);
+            self.stmt(ALU_XOR_X, 0);
+        }
+    }
+
+    /// A = `(service port << 16 | client port)` swapped to `(client << 16 | service)`, from
+    /// the quoted ports word in A (X and `M_TMP` are clobbered).
+    fn swap_ports(&mut self) {
+        self.stmt(MISC_TAX, 0);
+        self.stmt(ALU_LSH_K, 16);
+        self.stmt(ST, M_TMP);
+        self.stmt(MISC_TXA, 0);
+        self.stmt(ALU_RSH_K, 16);
+        self.stmt(LDX_MEM, M_TMP);
+        self.stmt(ALU_OR_X, 0);
+    }
+
     fn assemble(self) -> Vec<sock_filter> {
         let mut positions: Vec<(Label, usize)> = Vec::new();
         let mut pc = 0usize;
@@ -410,6 +575,7 @@ impl Asm {
                         let d = match t {
                             Target::Next => 0,
                             Target::Skip1 => 1,
+                            Target::Skip(n) => usize::from(n),
                             Target::To(l) => forward(at(l)),
                         };
                         u8::try_from(d).expect("BPF conditional jump longer than 255: layout bug")
@@ -674,18 +840,126 @@ mod tests {
         assert_eq!(verdict(&p, &ipv4(47, CLIENT, VIP, 0, 0, 0, 0)), u32::from(CLIENT)); // GRE
         let arp = eth(&[0u8; 28], 0x0806);
         assert_eq!(run(&p, &Skb { frame: &arp, net_off: 14, protocol: 0x0806 }), 0);
+        // IPv6 with an unknown Next Header: the folded source address (here 0x60606060 ^ … = 0).
         let v6 = eth(&[0x60; 48], 0x86dd);
         assert_eq!(run(&p, &Skb { frame: &v6, net_off: 14, protocol: 0x86dd }), 0);
         // Truncated IPv4 → 0.
         assert_eq!(verdict(&p, &[0x45, 0, 0]), 0);
     }
 
+    const SNAT6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x70, 0, 0, 0, 0, 0, 1);
+    const CLIENT6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x100, 0, 0, 0, 0, 0x10);
+    const VIP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x203, 0, 0, 0, 0, 0x10);
+    const ENDPOINT6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x70, 0, 0, 0, 0, 0, 0x11);
+
+    /// An IPv6 header (Next Header `next`) + 8 transport bytes with the ports.
+    fn ipv6(next: u8, src: Ipv6Addr, dst: Ipv6Addr, sport: u16, dport: u16) -> Vec<u8> {
+        let mut p = vec![0u8; 40];
+        p[0] = 0x60;
+        p[4..6].copy_from_slice(&8u16.to_be_bytes());
+        p[6] = next;
+        p[7] = 64;
+        p[8..24].copy_from_slice(&src.octets());
+        p[24..40].copy_from_slice(&dst.octets());
+        p.extend_from_slice(&sport.to_be_bytes());
+        p.extend_from_slice(&dport.to_be_bytes());
+        p.extend_from_slice(&[0xa5; 4]);
+        p
+    }
+
+    /// ICMPv6 error (`ty`) from `src` to `dst` quoting `quoted`.
+    fn icmpv6_error(ty: u8, src: Ipv6Addr, dst: Ipv6Addr, quoted: &[u8]) -> Vec<u8> {
+        let mut p = ipv6(58, src, dst, 0, 0);
+        p.truncate(40);
+        p.extend_from_slice(&[ty, 0, 0, 0, 0, 0, 0x05, 0x00]);
+        p.extend_from_slice(quoted);
+        let len = (p.len() - 40) as u16;
+        p[4..6].copy_from_slice(&len.to_be_bytes());
+        p
+    }
+
+    fn verdict6(prog: &[sock_filter], l3: &[u8]) -> u32 {
+        let frame = eth(l3, 0x86dd);
+        run(prog, &Skb { frame: &frame, net_off: 14, protocol: 0x86dd })
+    }
+
+    fn fold(a: Ipv6Addr) -> u32 {
+        let o = a.octets();
+        (0..4).fold(0, |acc, w| acc ^ u32::from_be_bytes([o[4 * w], o[4 * w + 1], o[4 * w + 2], o[4 * w + 3]]))
+    }
+
+    #[test]
+    fn ipv6_replies_to_snat_ports_return_the_port_and_flows_hash() {
+        let p = steering_program_dual(&[SNAT], &[SNAT6], 1024, 65535);
+        for proto in [6u8, 17, 132] {
+            for port in [1024u16, 4242, 65535] {
+                assert_eq!(verdict6(&p, &ipv6(proto, ENDPOINT6, SNAT6, 8080, port)), u32::from(port));
+            }
+        }
+        // IPv4 still works beside it.
+        assert_eq!(verdict(&p, &ipv4(17, ENDPOINT, SNAT, 53, 5000, 0, 0)), 5000);
+        // An address differing in any one word is not a SNAT address.
+        for w in 0..8 {
+            let mut seg = SNAT6.segments();
+            seg[w] ^= 1;
+            let other = Ipv6Addr::from(seg);
+            let v = verdict6(&p, &ipv6(17, ENDPOINT6, other, 8080, 4242));
+            assert_ne!(v, 4242, "word {w}");
+        }
+        // Original direction: per flow, spread.
+        let mut seen = [0usize; 4];
+        for cport in 40000..40256u16 {
+            let v = verdict6(&p, &ipv6(6, CLIENT6, VIP6, cport, 80));
+            let mut again = ipv6(6, CLIENT6, VIP6, cport, 80);
+            again[7] = 3;
+            again.extend_from_slice(b"data");
+            assert_eq!(verdict6(&p, &again), v);
+            seen[(v % 4) as usize] += 1;
+        }
+        assert!(seen.iter().all(|&c| c > 32), "poor spread over 4 workers: {seen:?}");
+        // Ports below the range hash like any flow.
+        assert_ne!(verdict6(&p, &ipv6(6, ENDPOINT6, SNAT6, 8080, 80)), 80);
+    }
+
+    #[test]
+    fn ipv6_icmp_errors_and_others() {
+        let p = steering_program_dual(&[SNAT], &[SNAT6], 1024, 65535);
+        // Packet too big about a SNAT'd packet: the quoted source port.
+        let sent = ipv6(6, SNAT6, ENDPOINT6, 4242, 8080);
+        for ty in [1u8, 2, 3, 4] {
+            assert_eq!(verdict6(&p, &icmpv6_error(ty, ENDPOINT6, SNAT6, &sent)), 4242, "type {ty}");
+        }
+        // About our reply VIP → client: the flow's own hash.
+        let flow = verdict6(&p, &ipv6(17, CLIENT6, VIP6, 40001, 80));
+        let reply = ipv6(17, VIP6, CLIENT6, 80, 40001);
+        let router: Ipv6Addr = "2001:db8:100::fe".parse().unwrap();
+        assert_eq!(verdict6(&p, &icmpv6_error(2, router, VIP6, &reply)), flow);
+        // Echo, Neighbor Discovery, quoted ICMPv6, extension headers: folded source address.
+        assert_eq!(verdict6(&p, &icmpv6_error(128, CLIENT6, VIP6, &[])), fold(CLIENT6));
+        assert_eq!(verdict6(&p, &icmpv6_error(135, CLIENT6, VIP6, &[0; 16])), fold(CLIENT6));
+        let quoted_icmp = icmpv6_error(128, VIP6, CLIENT6, &[]);
+        assert_eq!(verdict6(&p, &icmpv6_error(1, router, VIP6, &quoted_icmp)), fold(router));
+        let mut ext = ipv6(60, ENDPOINT6, SNAT6, 0, 0);
+        ext.extend_from_slice(&ipv6(17, ENDPOINT6, SNAT6, 8080, 4242)[40..]);
+        assert_eq!(verdict6(&p, &ext), fold(ENDPOINT6));
+        // Truncated → 0.
+        assert_eq!(verdict6(&p, &ipv6(17, ENDPOINT6, SNAT6, 8080, 4242)[..41]), 0);
+        // Without IPv6 SNAT addresses nothing IPv6 is steered by port.
+        let v4_only = steering_program(&[SNAT], 1024, 65535);
+        assert_ne!(verdict6(&v4_only, &ipv6(17, ENDPOINT6, SNAT6, 8080, 4242)), 4242);
+    }
+
     #[test]
     fn program_is_well_formed_for_any_number_of_addresses() {
-        for n in [0usize, 1, 2, 200, 1000] {
+        for n in [0usize, 1, 2, 200, 900] {
             let addrs: Vec<Ipv4Addr> = (0..n as u32).map(|i| Ipv4Addr::from(0x0a46_0000 + i)).collect();
-            let p = steering_program(&addrs, 1024, 65535);
+            let addrs6: Vec<Ipv6Addr> =
+                (0..if n <= 200 { 100 } else { 0 }).map(|i| Ipv6Addr::from(0xfd00_u128 << 112 | i)).collect();
+            let p = steering_program_dual(&addrs, &addrs6, 1024, 65535);
             assert!(p.len() <= libc::BPF_MAXINSNS as usize);
+            if let Some(last) = addrs6.last() {
+                assert_eq!(verdict6(&p, &ipv6(6, ENDPOINT6, *last, 80, 7777)), 7777, "{n} IPv6 addresses");
+            }
             assert!(matches!(p.last().map(|i| i.code), Some(RET_A | RET_K)));
             for (pc, i) in p.iter().enumerate() {
                 if i.code & 0x07 == libc::BPF_JMP as u16 {
@@ -706,8 +980,10 @@ mod tests {
 
     /// Kernel tests: the program and the offset facts it relies on, on a veth pair.
     mod kernel {
-        use super::super::steering_program;
-        use super::{icmp_error, ipv4, CLIENT, ENDPOINT, SNAT, VIP};
+        use super::super::steering_program_dual;
+        use super::{
+            icmp_error, icmpv6_error, ipv4, ipv6, CLIENT, CLIENT6, ENDPOINT, ENDPOINT6, SNAT, SNAT6, VIP, VIP6,
+        };
         use crate::io::af_packet::test_net::{self, Frame, VethNs};
         use crate::io::af_packet::{AfPacketSocket, RingConfig};
         use libc::sock_filter;
@@ -782,7 +1058,7 @@ mod tests {
                 Err(reason) => return test_net::skip(&reason),
             };
             ns.run(move || {
-                let program = steering_program(&[SNAT], 1024, 65535);
+                let program = steering_program_dual(&[SNAT], &[SNAT6], 1024, 65535);
                 let (mut rx, mut tx) = group(n, 7, &program);
                 let dst_mac = rx[0].mac_addr();
                 let src_mac = tx.mac_addr();
@@ -810,6 +1086,16 @@ mod tests {
                     frames.push(Frame::arp(src_mac, frames.len() as u32));
                     expect.push(Some(0));
                 }
+                // IPv6 replies to SNAT ports and a Packet Too Big about one: the port's owner.
+                for port in [1024u16, 1025, 1026, 4242, 50001] {
+                    let l3 = ipv6(if port % 2 == 0 { 6 } else { 17 }, ENDPOINT6, SNAT6, 8080, port);
+                    frames.push(Frame::ipv6(dst_mac, src_mac, &l3, frames.len() as u32));
+                    expect.push(Some(usize::from(port) % n));
+                }
+                let quoted6 = ipv6(6, SNAT6, ENDPOINT6, 4243, 8080);
+                let ptb = icmpv6_error(2, ENDPOINT6, SNAT6, &quoted6);
+                frames.push(Frame::ipv6(dst_mac, src_mac, &ptb, frames.len() as u32));
+                expect.push(Some(4243 % n));
                 let arrived = deliver(&mut rx, &mut tx, &frames);
                 for (i, (got, want)) in arrived.iter().zip(&expect).enumerate() {
                     assert_eq!(got.len(), 1, "frame {i} arrived {} times", got.len());
@@ -832,6 +1118,14 @@ mod tests {
                     })
                     .chain([(CLIENT, 50000, 53)])
                     .collect();
+                // IPv6 flows: every packet of a flow on one socket.
+                for _ in 0..2 {
+                    for cport in 41000..41008u16 {
+                        let l3 = ipv6(6, CLIENT6, VIP6, cport, 80);
+                        frames.push(Frame::ipv6(dst_mac, src_mac, &l3, frames.len() as u32));
+                        flow_of.push(flows.len() + usize::from(cport - 41000));
+                    }
+                }
                 for round in 0..4 {
                     for (f, &(client, cport, vport)) in flows.iter().enumerate() {
                         let proto = if f % 2 == 0 { 6 } else { 17 };
@@ -847,7 +1141,7 @@ mod tests {
                     }
                 }
                 let arrived = deliver(&mut rx, &mut tx, &frames);
-                let mut socket_of_flow = vec![None; flows.len()];
+                let mut socket_of_flow = vec![None; flows.len() + 8];
                 for (i, got) in arrived.iter().enumerate() {
                     assert_eq!(got.len(), 1, "flow frame {i} arrived {} times", got.len());
                     let s = socket_of_flow[flow_of[i]].get_or_insert(got[0]);

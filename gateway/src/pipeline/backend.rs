@@ -2,8 +2,7 @@
 //! that a tracked flow's endpoint still serves its front door after a table change (as a
 //! ring backend or as a draining endpoint).
 
-use std::net::IpAddr;
-
+use super::family::Family;
 use super::WorkerState;
 use crate::affinity::{self, Sticky};
 use crate::conntrack::{Flow, FlowKey};
@@ -16,17 +15,16 @@ use crate::table::{ServiceRef, Table};
 /// ring slot of the client's address (so every worker and every gateway agrees); without
 /// affinity, the ring slot of the flow's 5-tuple hash (Maglev §3.4).
 #[inline]
-pub(super) fn choose<'s>(
+pub(super) fn choose<'s, A: Family>(
     now: u64,
     service: &'s ServiceRef<'_>,
-    key: &FlowKey,
+    key: &FlowKey<A>,
     st: &WorkerState,
 ) -> Option<&'s Backend> {
     if service.affinity_timeout_s == 0 {
-        let hash = maglev::flow_hash_v4(key.protocol, key.src_addr, key.src_port, key.dst_addr, key.dst_port);
-        return service.pick(hash);
+        return service.pick(A::flow_hash(key));
     }
-    let client = IpAddr::V4(key.src_addr);
+    let client = key.src_addr.into();
     let client16 = layout::addr16(client);
     let skey = affinity::service_key(service.name);
     // A remembered endpoint that now only drains takes no new flows: the ring decides.
@@ -43,9 +41,9 @@ pub(super) fn choose<'s>(
 /// only of endpoints that stopped serving): that front door's index in `table` if so (the
 /// flow's new `FlowState::frontend`). The front door's source ranges are not looked at:
 /// they apply to new flows only, as kube-proxy's firewall matches `ctstate NEW`.
-pub(super) fn still_serves(table: &Table, flow: &Flow) -> Option<u32> {
+pub(super) fn still_serves<A: Family>(table: &Table, flow: &Flow<A>) -> Option<u32> {
     let o = &flow.original;
-    let front = table.frontend(IpAddr::V4(o.dst_addr), o.protocol, o.dst_port)?;
+    let front = table.frontend(o.dst_addr.into(), o.protocol, o.dst_port)?;
     let service = table.service(front.service)?;
-    service.serves(layout::addr16(IpAddr::V4(flow.reply.src_addr)), flow.reply.src_port).then_some(front.index)
+    service.serves(layout::addr16(flow.reply.src_addr.into()), flow.reply.src_port).then_some(front.index)
 }

@@ -8,35 +8,71 @@
 //! of what was forwarded (packets and IPv4 bytes per direction, new flows); a first
 //! fragment's translation is recorded for the datagram's later fragments
 //! ([`super::fragment`]).
+//!
+//! One path for IPv4 and IPv6, generic over [`Family`]: each family has its own conntrack
+//! table per worker, its own SNAT addresses and routes; a front door's endpoints are of its
+//! own family (full NAT does not translate between families: a dual-stack Service has one
+//! front door per family, each with the endpoints of that family).
 
-use std::net::IpAddr;
+use std::net::SocketAddr;
 
 use super::expire::{free_snat_port, remove_flow};
-use super::fragment::{self, FragmentTarget};
-use super::ipv4::Segment;
+use super::family::Family;
+use super::fragment::Fragment;
 use super::link::{self, Rx};
 use super::reject::reject;
 use super::resolve::neighbour;
-use super::{backend, sctp, Verdict, WorkerState};
+use super::sctp::{self, Chunks};
+use super::{backend, Verdict, WorkerState};
 use crate::conntrack::tcp::{self, Segment as TcpSegment};
 use crate::conntrack::{
     track_tcp, track_udp, Deadline, Direction, Flow, FlowId, FlowKey, FlowState, InsertError, Tracked,
 };
 use crate::counters::DropReason;
-use crate::nat::{self, Rewrite};
+use crate::nat::Rewrite;
 use crate::table::layout;
 use crate::table::Table;
-use crate::wire::{EthernetFrame, IpProtocol, MacAddr};
+use crate::wire::{EthernetFrame, IpProtocol, MacAddr, TcpFlags};
+
+/// The fields of a received TCP, UDP or SCTP packet (IPv4 or IPv6) the flow path uses.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Segment<A> {
+    /// Source address.
+    pub src: A,
+    /// Destination address.
+    pub dst: A,
+    /// TCP, UDP or SCTP.
+    pub proto: IpProtocol,
+    /// TTL (IPv6: Hop Limit) as received.
+    pub ttl: u8,
+    /// Offset of the transport header from the network header, bytes (IPv4: the header
+    /// length; IPv6: after any extension headers).
+    pub l4_offset: usize,
+    /// Length of the packet from the network header (IPv4 Total Length; IPv6 40 + Payload
+    /// Length), bytes.
+    pub total: usize,
+    /// Transport source port.
+    pub sport: u16,
+    /// Transport destination port.
+    pub dport: u16,
+    /// TCP flags; empty for UDP and SCTP.
+    pub tcp_flags: TcpFlags,
+    /// SCTP chunks that matter to tracking; empty for TCP and UDP.
+    pub sctp: Chunks,
+    /// Set for the first fragment of a fragmented IPv4 datagram (TCP or UDP only; IPv6
+    /// fragments do not reach the flow path).
+    pub first_fragment: Option<Fragment>,
+}
 
 /// Forwards the TCP, UDP or SCTP packet `seg` in `frame` along its flow, creating the flow
 /// on a conntrack miss.
-pub(super) fn handle(
+pub(super) fn handle<A: Family>(
     now: u64,
     frame: &mut [u8],
     rx: &Rx,
     table: &Table,
     st: &mut WorkerState,
-    seg: &Segment,
+    seg: &Segment<A>,
 ) -> Verdict {
     let key = FlowKey {
         protocol: u8::from(seg.proto),
@@ -47,22 +83,22 @@ pub(super) fn handle(
     };
     // `process_burst` hashed the key ahead (and prefetched its slots); use that hash only
     // if this full parse found the same key.
-    let hash = match st.flow_hint.take() {
-        Some((hinted, hash)) if hinted == key => hash,
-        _ => st.conntrack.hash_key(&key),
+    let hash = match A::hinted_hash(st, &key) {
+        Some(hash) => hash,
+        None => A::conntrack(st).hash_key(&key),
     };
-    let mut hit = st.conntrack.lookup_hashed(&key, hash);
+    let mut hit = A::conntrack(st).lookup_hashed(&key, hash);
     if let Some((id, _)) = hit {
-        if st.conntrack.state(id).deadline.is_due(now) {
+        if A::conntrack(st).state(id).deadline.is_due(now) {
             // Idle past its timeout but not reaped yet: it is gone.
-            remove_flow(st, id);
+            remove_flow::<A>(st, id);
             hit = None;
         }
     }
     if let Some((id, Direction::Original)) = hit {
-        if st.conntrack.state(id).table_generation != table.generation() as u32 {
-            if let Some(frontend) = backend::still_serves(table, &st.conntrack.get(id)) {
-                let state = st.conntrack.state_mut(id);
+        if A::conntrack(st).state(id).table_generation != table.generation() as u32 {
+            if let Some(frontend) = backend::still_serves(table, &A::conntrack(st).get(id)) {
+                let state = A::conntrack_mut(st).state_mut(id);
                 state.table_generation = table.generation() as u32;
                 state.frontend = frontend;
             } else {
@@ -70,7 +106,7 @@ pub(super) fn handle(
                 // client gets a RST so it fails fast instead of hanging; anything else — a
                 // UDP packet, or a SYN opening a new connection on the old tuple — is
                 // steered anew by this very packet.
-                remove_flow(st, id);
+                remove_flow::<A>(st, id);
                 st.counters.endpoint_gone += 1;
                 if seg.proto == IpProtocol::Tcp && TcpSegment::of(seg.tcp_flags) != TcpSegment::Syn {
                     return reject(frame, rx, st);
@@ -93,7 +129,7 @@ pub(super) fn handle(
     if tracked == Tracked::Reopen {
         // A new connection on the tuple of a closed one: forget the old flow, choose the
         // endpoint anew.
-        remove_flow(st, id);
+        remove_flow::<A>(st, id);
         id = match new_flow(now, frame, rx, table, st, key, seg) {
             Ok(id) => id,
             Err(v) => return v,
@@ -103,14 +139,14 @@ pub(super) fn handle(
     if tracked == Tracked::Invalid {
         return Verdict::Drop(DropReason::TcpInvalid);
     }
-    let flow = st.conntrack.get(id);
+    let flow = A::conntrack(st).get(id);
     let frontend = frontend_index(table, &flow);
     let verdict = forward(now, frame, rx, st, &flow, dir, seg, frontend.map(|i| (i, table.generation() as u32)));
     if let (Verdict::Transmit { .. }, Some(index)) = (verdict, frontend) {
         st.frontends.packet(index, dir == Direction::Original, seg.total);
     }
     if tracked == Tracked::ForwardThenRemove {
-        remove_flow(st, id);
+        remove_flow::<A>(st, id);
     }
     verdict
 }
@@ -120,20 +156,20 @@ pub(super) fn handle(
 /// that came before the flow's next original packet under a new table) the index looked up
 /// anew.
 #[inline]
-fn frontend_index(table: &Table, flow: &Flow) -> Option<u32> {
+fn frontend_index<A: Family>(table: &Table, flow: &Flow<A>) -> Option<u32> {
     if flow.state.table_generation == table.generation() as u32 {
         Some(flow.state.frontend)
     } else {
         let o = &flow.original;
-        table.frontend(IpAddr::V4(o.dst_addr), o.protocol, o.dst_port).map(|f| f.index)
+        table.frontend(o.dst_addr.into(), o.protocol, o.dst_port).map(|f| f.index)
     }
 }
 
 /// Applies the packet to flow `id`'s state ([`track_tcp`], [`track_udp`], [`sctp::track`]):
 /// TCP state, idle deadline, `seen_reply`, `assured`.
-fn track(now: u64, st: &mut WorkerState, id: FlowId, dir: Direction, seg: &Segment) -> Tracked {
+fn track<A: Family>(now: u64, st: &mut WorkerState, id: FlowId, dir: Direction, seg: &Segment<A>) -> Tracked {
     let timeouts = st.host.timeouts;
-    let state = st.conntrack.state_mut(id);
+    let state = A::conntrack_mut(st).state_mut(id);
     if seg.proto == IpProtocol::Tcp {
         track_tcp(state, dir, seg.tcp_flags, now, &timeouts)
     } else if seg.proto == IpProtocol::Sctp {
@@ -145,21 +181,21 @@ fn track(now: u64, st: &mut WorkerState, id: FlowId, dir: Direction, seg: &Segme
     }
 }
 
-/// Rewrites the IPv4 packet `seg` along `flow` in direction `dir` and addresses the frame to
+/// Rewrites the packet `seg` along `flow` in direction `dir` and addresses the frame to
 /// its next hop ([`egress`]). A first fragment's translation is recorded for the later
 /// fragments of its datagram; its transport checksum is always updated incrementally (a
 /// fragment never carries a partial checksum, and a full one would need the whole datagram),
 /// with the flow's front-door index under table generation `frontend.1` so the later
 /// fragments are counted there too.
 #[allow(clippy::too_many_arguments)]
-fn forward(
+fn forward<A: Family>(
     now: u64,
     frame: &mut [u8],
     rx: &Rx,
     st: &mut WorkerState,
-    flow: &Flow,
+    flow: &Flow<A>,
     dir: Direction,
-    seg: &Segment,
+    seg: &Segment<A>,
     frontend: Option<(u32, u32)>,
 ) -> Verdict {
     let (rw, out_iface, dst_mac) = match egress(now, st, flow, dir) {
@@ -172,36 +208,29 @@ fn forward(
     }
     let l3 = rx.l2_len;
     let partial = rx.l4_csum_partial && seg.first_fragment.is_none();
-    nat::rewrite_ipv4(&mut frame[l3..l3 + seg.total], &rw, partial);
+    A::rewrite(&mut frame[l3..l3 + seg.total], seg.l4_offset, seg.proto, &rw, partial);
     let verdict = link::transmit(frame, rx, seg.total, out_iface, dst_mac, &st.host);
     if let (Some(first), Verdict::Transmit { .. }) = (&seg.first_fragment, verdict) {
-        let target = FragmentTarget {
-            src: rw.src_addr,
-            dst: rw.dst_addr,
-            iface: out_iface,
-            mac: dst_mac,
-            original: dir == Direction::Original,
-            frontend,
-        };
-        fragment::record(now, st, first, target);
+        A::record_fragment(now, st, first, &rw, (out_iface, dst_mac), dir == Direction::Original, frontend);
     }
     verdict
 }
 
 /// Where a packet of `flow` travelling in direction `dir` goes: its new addresses and ports,
-/// the egress interface and the next hop's MAC, resolved by ARP — the endpoint's for the
+/// the egress interface and the next hop's MAC, resolved by ARP or Neighbor Discovery — the
+/// endpoint's for the
 /// original direction, the client's for replies (the client itself on a connected subnet,
 /// else the router: replies are routed like any packet, no MAC is kept per flow). ICMP errors
 /// about the flow ([`super::icmp_error`]) travel the same way.
 ///
 /// # Errors
 /// [`DropReason::NoRoute`], [`DropReason::NeighbourUnresolved`] (a resolution was queued).
-pub(super) fn egress(
+pub(super) fn egress<A: Family>(
     now: u64,
     st: &mut WorkerState,
-    flow: &Flow,
+    flow: &Flow<A>,
     dir: Direction,
-) -> Result<(Rewrite, u8, MacAddr), DropReason> {
+) -> Result<(Rewrite<A>, u8, MacAddr), DropReason> {
     Ok(match dir {
         Direction::Original => {
             let Some((out, hop)) = st.host.route(flow.reply.src_addr) else {
@@ -250,19 +279,19 @@ pub(super) fn egress(
 /// door's merged ranges, none when it has none. A client outside them is dropped
 /// ([`DropReason::SourceRangeDenied`]), as by kube-proxy's firewall chain, whether or not
 /// the Service has endpoints.
-fn new_flow(
+fn new_flow<A: Family>(
     now: u64,
     frame: &mut [u8],
     rx: &Rx,
     table: &Table,
     st: &mut WorkerState,
-    key: FlowKey,
-    seg: &Segment,
+    key: FlowKey<A>,
+    seg: &Segment<A>,
 ) -> Result<FlowId, Verdict> {
-    let Some(fe) = table.frontend(IpAddr::V4(key.dst_addr), key.protocol, key.dst_port) else {
+    let Some(fe) = table.frontend(key.dst_addr.into(), key.protocol, key.dst_port) else {
         return Err(Verdict::Drop(DropReason::NoFrontend));
     };
-    if !fe.source_ranges.admits(IpAddr::V4(key.src_addr)) {
+    if !fe.source_ranges.admits(key.src_addr.into()) {
         return Err(Verdict::Drop(DropReason::SourceRangeDenied));
     }
     // What cannot open a connection creates no flow: a TCP segment no state starts from
@@ -279,16 +308,22 @@ fn new_flow(
     let Some(backend) = backend::choose(now, &service, &key, st) else {
         return Err(reject(frame, rx, st));
     };
-    let IpAddr::V4(backend_ip) = layout::addr_from16(backend.addr) else {
+    let Some(backend_ip) = A::from_ip(layout::addr_from16(backend.addr)) else {
         return Err(Verdict::Drop(DropReason::UnsupportedFamily));
     };
     let Some((out, _)) = st.host.route(backend_ip) else {
         return Err(Verdict::Drop(DropReason::NoRoute));
     };
-    let (snat_index, snat_ip) = st.host.snat_address_for(out);
-    let endpoint = std::net::SocketAddrV4::new(backend_ip, backend.port.get());
+    let Some((snat_index, snat_ip)) = st.host.snat_address::<A>(out) else {
+        return Err(Verdict::Drop(DropReason::UnsupportedFamily));
+    };
+    let endpoint = SocketAddr::new(backend_ip.into(), backend.port.get());
     let Some(snat_port) = st.snat.alloc_for(snat_index, key.protocol, endpoint) else {
-        return Err(Verdict::Drop(DropReason::SnatExhausted));
+        return Err(Verdict::Drop(if st.snat.is_steered() && endpoint.is_ipv6() {
+            DropReason::UnsupportedFamily
+        } else {
+            DropReason::SnatExhausted
+        }));
     };
     learn_on_link_client(now, frame, rx, key.src_addr, st);
     let flow = Flow {
@@ -302,13 +337,13 @@ fn new_flow(
         },
         state: FlowState::new(fe.index, table.generation() as u32, Deadline::at(now)),
     };
-    let mut inserted = st.conntrack.insert(flow);
+    let mut inserted = A::conntrack_mut(st).insert(flow);
     if inserted == Err(InsertError::Full) {
         // Linux's early drop: evict a flow near this one that is worth less, then retry.
-        if let Some(evicted) = st.conntrack.early_drop(&key, now) {
+        if let Some(evicted) = A::conntrack_mut(st).early_drop(&key, now) {
             free_snat_port(&mut st.snat, &st.host, &evicted);
             st.counters.conntrack_evicted += 1;
-            inserted = st.conntrack.insert(flow);
+            inserted = A::conntrack_mut(st).insert(flow);
         }
     }
     match inserted {
@@ -333,10 +368,11 @@ fn new_flow(
 /// Learns the MAC address of a client on a connected subnet from the first frame of its
 /// flow when the neighbour table does not know it yet, so the replies (routed to the client,
 /// not sent back to a per-flow MAC) need not wait for ARP. A client normally ARPs for the
-/// VIP first, which teaches the same mapping (RFC 826 "merge"); this covers clients that
-/// learned the gateway's MAC otherwise. A known mapping is never overwritten from IP
-/// traffic: only ARP changes it.
-fn learn_on_link_client(now: u64, frame: &[u8], rx: &Rx, client: std::net::Ipv4Addr, st: &mut WorkerState) {
+/// VIP first (or sends a Neighbor Solicitation for it), which teaches the same mapping (RFC
+/// 826 "merge", RFC 4861 § 7.2.3); this covers clients that learned the gateway's MAC
+/// otherwise. A known mapping is never overwritten from IP traffic: only ARP and NDP change
+/// it.
+fn learn_on_link_client<A: Family>(now: u64, frame: &[u8], rx: &Rx, client: A, st: &mut WorkerState) {
     let on_link = matches!(st.host.route(client), Some((_, hop)) if hop == client);
     if on_link && st.neighbours.lookup(client).is_none() {
         let mac = EthernetFrame::new_unchecked(&frame[..rx.l2_len]).src_addr();

@@ -4,43 +4,18 @@
 //! flows, [`super::icmp_error`]), or, for a later fragment, along its first
 //! ([`super::fragment`]).
 
-use std::net::Ipv4Addr;
 use std::ops::Range;
 
+use super::flow::{self, Segment};
 use super::fragment::{self, Fragment};
 use super::link::Rx;
 use super::sctp::{self, Chunks};
-use super::{flow, icmp, Verdict, WorkerState};
+use super::{icmp, Verdict, WorkerState};
 use crate::conntrack::FlowKey;
 use crate::counters::DropReason;
 use crate::fragments::FragmentKey;
 use crate::table::Table;
 use crate::wire::{IpProtocol, Ipv4Packet, SctpPacket, TcpFlags, TcpPacket, UdpPacket};
-
-/// The fields of a received IPv4 TCP, UDP or SCTP packet the later steps use.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Segment {
-    /// Source address.
-    pub src: Ipv4Addr,
-    /// Destination address.
-    pub dst: Ipv4Addr,
-    /// TCP, UDP or SCTP.
-    pub proto: IpProtocol,
-    /// Time to live as received.
-    pub ttl: u8,
-    /// IPv4 total length (header and payload), bytes.
-    pub total: usize,
-    /// Transport source port.
-    pub sport: u16,
-    /// Transport destination port.
-    pub dport: u16,
-    /// TCP flags; empty for UDP and SCTP.
-    pub tcp_flags: TcpFlags,
-    /// SCTP chunks that matter to tracking; empty for TCP and UDP.
-    pub sctp: Chunks,
-    /// Set for the first fragment of a fragmented datagram (TCP or UDP only).
-    pub first_fragment: Option<Fragment>,
-}
 
 /// The flow key of the TCP, UDP or SCTP packet after the link-layer header of `frame`, read with
 /// checked views but without [`handle`]'s checks (header checksum, TTL): a hint for
@@ -124,6 +99,7 @@ pub(super) fn handle(now: u64, frame: &mut [u8], rx: &Rx, table: &Table, st: &mu
         IpProtocol::Icmp => return icmp::handle(now, frame, rx, table, st, src, dst, l4),
         _ => return Verdict::Drop(DropReason::UnsupportedProtocol),
     };
-    let seg = Segment { src, dst, proto, ttl, total, sport, dport, tcp_flags, sctp: chunks, first_fragment };
+    let seg =
+        Segment { src, dst, proto, ttl, l4_offset: ihl, total, sport, dport, tcp_flags, sctp: chunks, first_fragment };
     flow::handle(now, frame, rx, table, st, &seg)
 }

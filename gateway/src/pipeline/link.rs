@@ -47,7 +47,8 @@ pub(super) struct Rx {
 }
 
 /// Parses the link-layer header of the first `meta.len` bytes of `frame` received on port
-/// `meta.iface`: the destination MAC must be the port's own or broadcast, and the frame's
+/// `meta.iface`: the destination MAC must be the port's own, broadcast or an IPv6 multicast
+/// mapping, and the frame's
 /// VLAN must be one of the port's interfaces. Returns the parse and the EtherType of the
 /// network layer (inside the tag, if any).
 ///
@@ -65,7 +66,7 @@ pub(super) fn receive(frame: &[u8], meta: &Meta, host: &Host) -> Result<(Rx, Eth
         return Err(DropReason::UnknownInterface);
     };
     let dst_mac = eth.dst_addr();
-    if dst_mac != port.mac && !dst_mac.is_broadcast() {
+    if dst_mac != port.mac && !dst_mac.is_broadcast() && !is_ipv6_multicast(dst_mac) {
         return Err(DropReason::NotOurMac);
     }
     let (vid, ethertype, l2_len) = match eth.ethertype() {
@@ -85,6 +86,14 @@ pub(super) fn receive(frame: &[u8], meta: &Meta, host: &Host) -> Result<(Rx, Eth
         return Err(DropReason::UnknownVlan);
     };
     Ok((Rx { iface, len, l2_len, l4_csum_partial: meta.l4_csum_partial }, ethertype))
+}
+
+/// Whether `mac` is an IPv6 multicast mapping (`33:33:…`, RFC 2464 § 7), as Neighbor
+/// Solicitations to a solicited-node address arrive; the IPv6 step decides what to do
+/// with the packet.
+#[inline]
+fn is_ipv6_multicast(mac: MacAddr) -> bool {
+    mac.0[0] == 0x33 && mac.0[1] == 0x33
 }
 
 /// Writes at the start of `frame` the link-layer header of a frame to `dst` from `src`,

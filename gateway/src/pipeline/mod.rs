@@ -29,14 +29,22 @@
 //!   records the flow. A front door without endpoints answers like kube-proxy's REJECT rule
 //!   (`reject`): TCP RST (RFC 9293 § 3.10.7.1), else ICMP port unreachable (RFC 792,
 //!   RFC 1812 § 4.3.2.3).
-//! - ICMP echo requests (RFC 792, `icmp`) to a VIP or own address are answered in place.
-//!   ICMP errors quoting a packet of a tracked flow (`icmp_error`) are translated — outer
-//!   and quoted headers — and forwarded to the flow's other end, so path-MTU discovery
-//!   works through the gateway.
+//! - IPv6 (RFC 8200, `ipv6`): the extension headers are walked to the upper layer, and TCP
+//!   and UDP take the same conntrack path as IPv4 (`flow` is generic over the family, with
+//!   a second conntrack per worker); a front door without endpoints answers TCP with a RST
+//!   and anything else with ICMPv6 port unreachable (RFC 4443 § 3.1, code 4).
+//! - Neighbor Discovery (RFC 4861, `ndp`): solicitations for the gateway's own IPv6
+//!   addresses and for IPv6 VIPs are answered with a solicited advertisement (Override set;
+//!   to all-nodes for Duplicate Address Detection); on-link senders and advertised targets
+//!   are learned.
+//! - ICMP echo requests (RFC 792, RFC 4443 § 4.1, `icmp`) to a VIP or own address are
+//!   answered in place. ICMP errors quoting a packet of a tracked flow (`icmp_error`) are
+//!   translated — outer and quoted headers — and forwarded to the flow's other end, so
+//!   path-MTU discovery works through the gateway.
 //! - IPv4 fragments (`fragment`): the first fragment of a TCP or UDP datagram goes through
 //!   its flow; the later ones follow it through a per-worker fragment table.
-//! - Next hops are resolved by ARP requests the worker emits through [`poll_transmit`]
-//!   (`resolve`).
+//! - Next hops are resolved by ARP requests and Neighbor Solicitations the worker emits
+//!   through [`poll_transmit`] (`resolve`).
 //! - Flows time out after idle periods following Linux conntrack's defaults; expiry runs
 //!   in bounded steps through [`poll_expire`] (`expire`).
 //!
@@ -51,12 +59,15 @@ mod arp;
 mod backend;
 mod burst;
 mod expire;
+mod family;
 mod flow;
 mod fragment;
 mod icmp;
 mod icmp_error;
 mod ipv4;
+mod ipv6;
 mod link;
+mod ndp;
 mod reject;
 mod resolve;
 mod sctp;
@@ -64,7 +75,7 @@ mod state;
 
 pub use burst::{process_burst, PREFETCH_WINDOW};
 pub use expire::poll_expire;
-pub use resolve::poll_transmit;
+pub use resolve::{poll_transmit, POLL_TRANSMIT_LEN};
 pub use state::{Shared, WorkerState};
 
 use crate::counters::DropReason;
@@ -78,7 +89,8 @@ use crate::wire::EtherType;
 /// it receives.
 pub const MIN_BUFFER: usize = 14 + 4 + 20 + 8 + 60 + 8;
 
-/// TTL of packets the gateway originates (RST, ICMP, echo replies); Linux's default.
+/// TTL (IPv6: Hop Limit) of packets the gateway originates (RST, ICMP, echo replies);
+/// Linux's default.
 const ORIGINATED_TTL: u8 = 64;
 
 /// Per-frame metadata from the driver.
@@ -134,6 +146,7 @@ fn handle_frame(now: u64, frame: &mut [u8], meta: &Meta, table: &Table, st: &mut
     match ethertype {
         EtherType::Arp => arp::handle(now, frame, &rx, table, st),
         EtherType::Ipv4 => ipv4::handle(now, frame, &rx, table, st),
+        EtherType::Ipv6 => ipv6::handle(now, frame, &rx, table, st),
         _ => Verdict::Drop(DropReason::UnsupportedEtherType),
     }
 }

@@ -1,14 +1,21 @@
-//! Next-hop resolution: the MAC of an endpoint's next hop comes from the shared neighbour
-//! table; a missing or old entry queues an ARP request (RFC 826) in the worker's pending
-//! slots, which [`poll_transmit`] emits, repeats after [`ARP_RETRY_NS`] and gives up after
-//! [`ARP_TRIES`] attempts (a later packet queues it again).
+//! Next-hop resolution, one queue for both families: the MAC of an endpoint's next hop
+//! comes from the shared neighbour table; a missing or old entry queues a resolution in the
+//! worker's pending slots, which [`poll_transmit`] emits — an ARP request (RFC 826) for an
+//! IPv4 next hop, a Neighbor Solicitation to the target's solicited-node multicast address
+//! (RFC 4861 § 7.2.2) for an IPv6 one — repeats after [`ARP_RETRY_NS`] and gives up after
+//! [`ARP_TRIES`] attempts (a later packet queues it again; RFC 4861 § 10's
+//! `MAX_MULTICAST_SOLICIT` is 3 at `RETRANS_TIMER` 1 s too).
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use super::{link, WorkerState};
+use crate::host::HostInterface;
 use crate::table::layout;
 use crate::table::Table;
-use crate::wire::{ArpOperation, ArpPacket, EtherType, MacAddr};
+use crate::wire::icmpv6::NEXT_HEADER_ICMPV6;
+use crate::wire::ipv6::{multicast_mac, solicited_node};
+use crate::wire::ndp::{self, NdpPacket};
+use crate::wire::{ArpOperation, ArpPacket, EtherType, Icmpv6Packet, Icmpv6Type, Ipv6Packet, MacAddr};
 
 /// How long an unanswered ARP request waits before it is repeated, ns.
 const ARP_RETRY_NS: u64 = 1_000_000_000;
@@ -20,7 +27,7 @@ const NEIGHBOUR_REFRESH_NS: u64 = 60_000_000_000;
 /// One queued resolution: `ip` on interface `iface`, next attempt at `next_ns`.
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct Pending {
-    ip: Option<Ipv4Addr>,
+    ip: Option<IpAddr>,
     iface: u8,
     next_ns: u64,
     tries: u8,
@@ -30,9 +37,10 @@ pub(super) struct Pending {
 pub(super) const PENDING_SLOTS: usize = 64;
 
 impl WorkerState {
-    /// Queues an ARP resolution of `ip` on `iface` (deduplicated; a full queue drops the
-    /// request, a later packet queues it again).
-    pub fn request_resolution(&mut self, ip: Ipv4Addr, iface: u8, now: u64) {
+    /// Queues a resolution of `ip` (IPv4: ARP; IPv6: Neighbor Discovery) on `iface`
+    /// (deduplicated; a full queue drops the request, a later packet queues it again).
+    pub fn request_resolution(&mut self, ip: impl Into<IpAddr>, iface: u8, now: u64) {
+        let ip = ip.into();
         let mut free = None;
         for (i, p) in self.pending.iter_mut().enumerate() {
             match p.ip {
@@ -57,11 +65,13 @@ impl WorkerState {
         for id in 0..table.service_count() as u32 {
             let Some(s) = table.service(id) else { continue };
             for b in s.backends {
-                if let IpAddr::V4(ip) = layout::addr_from16(b.addr) {
-                    if let Some((iface, hop)) = self.host.route(ip) {
-                        if self.neighbours.lookup(hop).is_none() {
-                            self.request_resolution(hop, iface, now);
-                        }
+                let hop = match layout::addr_from16(b.addr) {
+                    IpAddr::V4(ip) => self.host.route(ip).map(|(iface, hop)| (iface, IpAddr::V4(hop))),
+                    IpAddr::V6(ip) => self.host.route(ip).map(|(iface, hop)| (iface, IpAddr::V6(hop))),
+                };
+                if let Some((iface, hop)) = hop {
+                    if self.neighbours.lookup(hop).is_none() {
+                        self.request_resolution(hop, iface, now);
                     }
                 }
             }
@@ -71,7 +81,8 @@ impl WorkerState {
 
 /// The resolved MAC of `hop`, queueing a (re)resolution when missing or old.
 #[inline]
-pub(super) fn neighbour(st: &mut WorkerState, hop: Ipv4Addr, iface: u8, now: u64) -> Option<MacAddr> {
+pub(super) fn neighbour(st: &mut WorkerState, hop: impl Into<IpAddr>, iface: u8, now: u64) -> Option<MacAddr> {
+    let hop = hop.into();
     match st.neighbours.lookup(hop) {
         Some(n) => {
             if n.updated_ns != u64::MAX && now.saturating_sub(n.updated_ns) > NEIGHBOUR_REFRESH_NS {
@@ -86,12 +97,15 @@ pub(super) fn neighbour(st: &mut WorkerState, hop: Ipv4Addr, iface: u8, now: u64
     }
 }
 
-/// Emits the next due ARP request into `buf` (at least 46 bytes: Ethernet, an 802.1Q tag
-/// when the interface has a VLAN, ARP), returning the port and frame length; `None` when
-/// nothing is due. The worker calls it after each burst until it returns `None`.
+/// Bytes of the largest frame [`poll_transmit`] emits: Ethernet, an 802.1Q tag, IPv6 and a
+/// Neighbor Solicitation with a source link-layer address option.
+pub const POLL_TRANSMIT_LEN: usize = 14 + 4 + 40 + 24 + ndp::LL_OPTION_LEN;
+
+/// Emits the next due ARP request or Neighbor Solicitation into `buf` (at least
+/// [`POLL_TRANSMIT_LEN`] bytes), returning the port and frame length; `None` when nothing is
+/// due. The worker calls it after each burst until it returns `None`.
 pub fn poll_transmit(now: u64, buf: &mut [u8], st: &mut WorkerState) -> Option<(u8, usize)> {
-    const ARP_LEN: usize = 28;
-    if buf.len() < 14 + 4 + ARP_LEN {
+    if buf.len() < POLL_TRANSMIT_LEN {
         return None;
     }
     for i in 0..PENDING_SLOTS {
@@ -116,24 +130,63 @@ pub fn poll_transmit(now: u64, buf: &mut [u8], st: &mut WorkerState) -> Option<(
             st.pending[i] = Pending::default();
             continue;
         };
-        let Some(spa) = st.host.source_address(p.iface) else {
+        let len = match ip {
+            IpAddr::V4(ip) => st.host.source_address_for(p.iface, ip).map(|spa| write_arp_request(buf, iface, spa, ip)),
+            IpAddr::V6(ip) => {
+                st.host.source_address_for(p.iface, ip).map(|src| write_solicitation(buf, iface, src, ip))
+            }
+        };
+        let Some(len) = len else {
             st.pending[i] = Pending::default();
             continue;
         };
-        let l2 = link::write_header(buf, MacAddr::BROADCAST, iface.mac, iface.vlan, EtherType::Arp);
-        let len = l2 + ARP_LEN;
-        let mut arp = ArpPacket::new_unchecked(&mut buf[l2..len]);
-        arp.fill_header();
-        arp.set_operation(ArpOperation::Request);
-        arp.set_sender_hardware_addr(iface.mac);
-        arp.set_sender_protocol_addr(spa);
-        arp.set_target_hardware_addr(MacAddr::UNSPECIFIED);
-        arp.set_target_protocol_addr(ip);
-        let port = iface.port;
+        match ip {
+            IpAddr::V4(_) => st.counters.arp_requests += 1,
+            IpAddr::V6(_) => st.counters.nd_solicitations += 1,
+        }
         st.pending[i].tries += 1;
         st.pending[i].next_ns = now + ARP_RETRY_NS;
-        st.counters.arp_requests += 1;
-        return Some((port, len));
+        return Some((iface.port, len));
     }
     None
+}
+
+/// Writes a broadcast ARP request for `target` from `spa` on `iface` into `buf`; returns
+/// the frame length.
+fn write_arp_request(buf: &mut [u8], iface: &HostInterface, spa: Ipv4Addr, target: Ipv4Addr) -> usize {
+    const ARP_LEN: usize = 28;
+    let l2 = link::write_header(buf, MacAddr::BROADCAST, iface.mac, iface.vlan, EtherType::Arp);
+    let len = l2 + ARP_LEN;
+    let mut arp = ArpPacket::new_unchecked(&mut buf[l2..len]);
+    arp.fill_header();
+    arp.set_operation(ArpOperation::Request);
+    arp.set_sender_hardware_addr(iface.mac);
+    arp.set_sender_protocol_addr(spa);
+    arp.set_target_hardware_addr(MacAddr::UNSPECIFIED);
+    arp.set_target_protocol_addr(target);
+    len
+}
+
+/// Writes a Neighbor Solicitation for `target` from `src` on `iface` into `buf` (RFC 4861
+/// § 7.2.2): to the target's solicited-node multicast address and its Ethernet mapping,
+/// Hop Limit 255, with the interface's MAC in a source link-layer address option. Returns
+/// the frame length.
+fn write_solicitation(buf: &mut [u8], iface: &HostInterface, src: Ipv6Addr, target: Ipv6Addr) -> usize {
+    const NS_LEN: usize = 24 + ndp::LL_OPTION_LEN;
+    let dst = solicited_node(target);
+    let l2 = link::write_header(buf, multicast_mac(dst), iface.mac, iface.vlan, EtherType::Ipv6);
+    let len = l2 + 40 + NS_LEN;
+    Ipv6Packet::new_unchecked(&mut buf[l2..len]).fill_header(
+        src,
+        dst,
+        NEXT_HEADER_ICMPV6,
+        NS_LEN as u16,
+        ndp::HOP_LIMIT,
+    );
+    let icmp = &mut buf[l2 + 40..len];
+    let mut ns = NdpPacket::new_unchecked(&mut *icmp);
+    ns.fill_header(Icmpv6Type::NeighborSolicit, 0, target);
+    ns.set_link_layer_option(ndp::OPTION_SOURCE_LL_ADDR, iface.mac);
+    Icmpv6Packet::new_unchecked(icmp).fill_checksum(src, dst);
+    len
 }

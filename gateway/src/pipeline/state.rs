@@ -3,7 +3,7 @@
 //! (neighbours, session affinity). Everything is allocated here, before the packet path
 //! runs.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 use super::fragment::{FragmentTarget, FRAGMENT_SLOTS};
@@ -45,8 +45,10 @@ pub struct WorkerState {
     pub neighbours: Arc<Neighbours>,
     /// `sessionAffinity: ClientIP` choices, shared by all workers.
     pub affinity: Arc<Affinity>,
-    /// This worker's flows.
+    /// This worker's IPv4 flows.
     pub conntrack: Conntrack,
+    /// This worker's IPv6 flows.
+    pub conntrack6: Conntrack<Ipv6Addr>,
     /// This worker's SNAT ports.
     pub snat: SnatPorts,
     /// This worker's counters.
@@ -75,10 +77,11 @@ impl WorkerState {
     /// Allocates everything the packet path will use.
     pub fn new(worker: usize, workers: usize, host: Arc<Host>, shared: &Shared, capacity: usize, seed: u64) -> Self {
         let (min, max) = host.snat_ports;
-        let snat = SnatPorts::new(worker, workers, min, max, host.snat_addresses.len());
+        let snat = SnatPorts::new(worker, workers, min, max, host.snat_addresses.len() + host.snat_addresses6.len());
         Self {
             worker,
             conntrack: Conntrack::new(capacity, seed, &host.snat_addresses),
+            conntrack6: Conntrack::new(capacity, seed, &host.snat_addresses6),
             snat,
             host,
             neighbours: Arc::clone(&shared.neighbours),

@@ -323,7 +323,10 @@ fn malformed_and_unwanted_frames_are_counted_drops() {
     cases.push(("UDP length < 8", short_udp, DropReason::MalformedL4));
     let mut v6 = good.clone();
     v6[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
-    cases.push(("IPv6 for now", v6, DropReason::UnsupportedEtherType));
+    cases.push(("IPv4 in an IPv6 frame", v6, DropReason::MalformedIpv6));
+    let mut other_type = good.clone();
+    other_type[12..14].copy_from_slice(&0x88b5u16.to_be_bytes());
+    cases.push(("local experimental EtherType", other_type, DropReason::UnsupportedEtherType));
     cases.push((
         "reply without a flow",
         frames::udp(L2 { src: backend_mac(21), dst: GW_BACK_MAC }, (ip("10.70.0.21"), 7007), (SNAT, 5555), b"x", 64),
@@ -342,7 +345,7 @@ fn unresolved_next_hop_queues_an_arp_request() {
     let (t, mut st) = (table(&["10.70.0.50"]), state(0, 1));
     let syn = frames::tcp(to_gw(), CLIENT, (VIP, 80), TcpFlags::SYN, 1, 0, &[], 64);
     assert_eq!(run(0, &syn, FRONT, &t, &mut st).0, Verdict::Drop(DropReason::NeighbourUnresolved));
-    let mut buf = [0u8; 64];
+    let mut buf = [0u8; POLL_TRANSMIT_LEN];
     let (iface, len) = poll_transmit(0, &mut buf, &mut st).expect("an ARP request");
     let want = frames::arp(
         L2 { src: GW_BACK_MAC, dst: MacAddr::BROADCAST },
@@ -530,6 +533,8 @@ proptest::proptest! {
     }
 }
 
+/// IPv6: Neighbor Discovery, ICMPv6 echo, IPv6 flows.
+mod ipv6;
 /// `loadBalancerSourceRanges` and draining endpoints.
 mod policy;
 

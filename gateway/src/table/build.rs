@@ -326,16 +326,7 @@ impl TableBuilder {
         let mut ranges = Vec::with_capacity(writes.len() + 1);
         ranges.push(0..size_of::<Header>());
         ranges.extend(writes.iter().map(|(dst, bytes)| *dst..dst + bytes.len()));
-        ranges.sort_unstable_by_key(|r| r.start);
-        ranges.dedup_by(|later, earlier| {
-            // Merge touching or overlapping ranges.
-            if later.start <= earlier.end {
-                earlier.end = earlier.end.max(later.end);
-                true
-            } else {
-                false
-            }
-        });
+        merge_byte_ranges(&mut ranges);
         // CRC-32 is affine in the message: for messages of one length, crc(new) =
         // crc(old) ^ the CRC register of (old ^ new) with the init and final XOR left out,
         // and a range's share of it is the register of (crc(old range) ^ crc(new range))
@@ -484,6 +475,20 @@ impl TableBuilder {
         };
         self.out[..hlen].copy_from_slice(header.as_bytes());
     }
+}
+
+/// Sorts `ranges` and merges the touching or overlapping ones (as
+/// [`TableBuilder::changed_ranges`] gives them).
+pub fn merge_byte_ranges(ranges: &mut Vec<Range<usize>>) {
+    ranges.sort_unstable_by_key(|r| r.start);
+    ranges.dedup_by(|later, earlier| {
+        if later.start <= earlier.end {
+            earlier.end = earlier.end.max(later.end);
+            true
+        } else {
+            false
+        }
+    });
 }
 
 /// CRC-32 (IEEE) of `snapshot[range]`, with the bytes of the checksum field taken as zero.

@@ -15,6 +15,6 @@ pub mod shm;
 mod spec;
 mod view;
 
-pub use build::{build, BuildError, BuildStats, TableBuilder};
+pub use build::{build, merge_byte_ranges, BuildError, BuildStats, TableBuilder};
 pub use spec::*;
 pub use view::{FrontendRef, Ring, ServiceRef, SourceRanges, Storage, Table, TableError};

@@ -6,8 +6,8 @@
 //! without copying them together:
 //!
 //! 1. [`partial`] adds bytes to a running *partial sum* (`u32`, not yet folded to 16 bits);
-//!    [`pseudo_header_v4`] produces the partial sum of the TCP/UDP pseudo-header and
-//!    [`combine`] adds two partial sums;
+//!    [`pseudo_header_v4`] and [`pseudo_header_v6`] produce the partial sum of the
+//!    TCP/UDP/ICMPv6 pseudo-header and [`combine`] adds two partial sums;
 //! 2. [`fold`] reduces a partial sum to 16 bits with end-around carry;
 //! 3. [`finish`] takes the one's complement: the value to store in the checksum field, in host
 //!    order (write it with `to_be_bytes`). [`checksum`] does all three for one slice.
@@ -35,12 +35,22 @@
 //! Fields must start at an even offset from the start of the checksummed data (every field
 //! torii rewrites does).
 //!
+//! # IPv6
+//!
+//! [RFC 8200] § 8.1: upper-layer checksums over IPv6 cover a 40-byte pseudo-header (source and
+//! destination address, 32-bit upper-layer packet length, three zero bytes and the Next Header
+//! value of the upper-layer protocol), and "unlike IPv4, the default behavior when UDP packets
+//! are originated by an IPv6 node is that the UDP checksum is not optional": a zero UDP checksum
+//! is invalid over IPv6. [`PseudoHeaderAddr`] abstracts over the two families so the TCP, UDP
+//! and ICMPv6 views take either address type.
+//!
 //! [RFC 768]: https://www.rfc-editor.org/rfc/rfc768
+//! [RFC 8200]: https://www.rfc-editor.org/rfc/rfc8200#section-8.1
 //! [RFC 1071]: https://www.rfc-editor.org/rfc/rfc1071
 //! [RFC 1141]: https://www.rfc-editor.org/rfc/rfc1141
 //! [RFC 1624]: https://www.rfc-editor.org/rfc/rfc1624
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// Adds `data` to the partial sum `initial` and returns the new partial sum (not folded).
 ///
@@ -156,6 +166,119 @@ pub const fn pseudo_header_v4(src: Ipv4Addr, dst: Ipv4Addr, protocol: u8, length
     let src = src.to_bits();
     let dst = dst.to_bits();
     (src >> 16) + (src & 0xffff) + (dst >> 16) + (dst & 0xffff) + protocol as u32 + length as u32
+}
+
+/// The partial sum of the IPv6 pseudo-header ([RFC 8200] § 8.1) that TCP, UDP and ICMPv6
+/// ([RFC 4443] § 2.3) prepend to their checksummed data: source address, destination address
+/// (the final destination when a Routing header is present), the upper-layer packet length
+/// (32 bits) and the Next Header value of the upper-layer protocol (the zero bytes add nothing).
+///
+/// [RFC 4443]: https://www.rfc-editor.org/rfc/rfc4443#section-2.3
+/// [RFC 8200]: https://www.rfc-editor.org/rfc/rfc8200#section-8.1
+#[inline]
+pub const fn pseudo_header_v6(src: Ipv6Addr, dst: Ipv6Addr, next_header: u8, length: u32) -> u32 {
+    let sum = combine(sum_u128(src.to_bits()), sum_u128(dst.to_bits()));
+    combine(sum, combine((length >> 16) + (length & 0xffff), next_header as u32))
+}
+
+/// The one's complement sum of a 128-bit value's eight 16-bit words, as a partial sum.
+#[inline]
+const fn sum_u128(v: u128) -> u32 {
+    let a = (v >> 64) as u64;
+    let b = v as u64;
+    // Two 64-bit halves, each folded with `fold64`: 2^32 ≡ 1 (mod 0xffff) keeps congruence.
+    let a = fold64((a >> 32) + (a & 0xffff_ffff));
+    let b = fold64((b >> 32) + (b & 0xffff_ffff));
+    combine(a, b)
+}
+
+/// Like [`update_addr`] for an IPv6 address (eight 16-bit words) that changed from `old` to
+/// `new`: for the TCP/UDP/ICMPv6 checksums whose pseudo-header contains it (IPv6 has no header
+/// checksum).
+#[inline]
+pub const fn update_addr_v6(check: u16, old: Ipv6Addr, new: Ipv6Addr) -> u16 {
+    // ~m summed word by word is the one's complement of the sum of m.
+    let old_sum = fold(sum_u128(old.to_bits()));
+    finish(!check as u32 + !old_sum as u32 + sum_u128(new.to_bits()))
+}
+
+/// [`update_addr_v6`] for a UDP checksum field: zero stays zero (the caller rejected it on
+/// receipt over IPv6, [RFC 8200] § 8.1), a zero result becomes `0xffff`.
+///
+/// [RFC 8200]: https://www.rfc-editor.org/rfc/rfc8200#section-8.1
+#[inline]
+pub const fn udp_update_addr_v6(check: u16, old: Ipv6Addr, new: Ipv6Addr) -> u16 {
+    if check == 0 {
+        0
+    } else {
+        udp_transmitted(update_addr_v6(check, old, new))
+    }
+}
+
+/// An IP address type that appears in an upper-layer pseudo-header: [`Ipv4Addr`] ([RFC 9293]
+/// § 3.1, [RFC 768]) or [`Ipv6Addr`] ([RFC 8200] § 8.1). Lets the TCP, UDP and ICMPv6 views,
+/// the NAT rewrites and the pipeline be written once for both families.
+///
+/// [RFC 768]: https://www.rfc-editor.org/rfc/rfc768
+/// [RFC 8200]: https://www.rfc-editor.org/rfc/rfc8200#section-8.1
+/// [RFC 9293]: https://www.rfc-editor.org/rfc/rfc9293#section-3.1
+pub trait PseudoHeaderAddr: Copy + Eq + core::fmt::Debug {
+    /// Whether a UDP checksum of zero means "none" and is accepted: true for IPv4 ([RFC 768]),
+    /// false for IPv6 ([RFC 8200] § 8.1: receivers discard such datagrams).
+    ///
+    /// [RFC 768]: https://www.rfc-editor.org/rfc/rfc768
+    /// [RFC 8200]: https://www.rfc-editor.org/rfc/rfc8200#section-8.1
+    const UDP_CHECKSUM_OPTIONAL: bool;
+
+    /// The partial sum of the pseudo-header for `protocol` and an upper-layer length in bytes.
+    fn pseudo_header(src: Self, dst: Self, protocol: u8, length: u32) -> u32;
+
+    /// Incremental update of a TCP/ICMPv6 checksum after this address changed ([RFC 1624]).
+    ///
+    /// [RFC 1624]: https://www.rfc-editor.org/rfc/rfc1624
+    fn update_checksum(check: u16, old: Self, new: Self) -> u16;
+
+    /// Incremental update of a UDP checksum after this address changed (zero stays zero).
+    fn update_udp_checksum(check: u16, old: Self, new: Self) -> u16;
+}
+
+impl PseudoHeaderAddr for Ipv4Addr {
+    const UDP_CHECKSUM_OPTIONAL: bool = true;
+
+    #[inline]
+    fn pseudo_header(src: Self, dst: Self, protocol: u8, length: u32) -> u32 {
+        // IPv4's pseudo-header carries a 16-bit length; longer segments cannot exist.
+        pseudo_header_v4(src, dst, protocol, length as u16)
+    }
+
+    #[inline]
+    fn update_checksum(check: u16, old: Self, new: Self) -> u16 {
+        update_addr(check, old, new)
+    }
+
+    #[inline]
+    fn update_udp_checksum(check: u16, old: Self, new: Self) -> u16 {
+        udp_update_addr(check, old, new)
+    }
+}
+
+impl PseudoHeaderAddr for Ipv6Addr {
+    const UDP_CHECKSUM_OPTIONAL: bool = false;
+
+    #[inline]
+    fn pseudo_header(src: Self, dst: Self, protocol: u8, length: u32) -> u32 {
+        pseudo_header_v6(src, dst, protocol, length)
+    }
+
+    #[inline]
+    fn update_checksum(check: u16, old: Self, new: Self) -> u16 {
+        update_addr_v6(check, old, new)
+    }
+
+    #[inline]
+    fn update_udp_checksum(check: u16, old: Self, new: Self) -> u16 {
+        udp_update_addr_v6(check, old, new)
+    }
 }
 
 /// Incrementally updates the checksum `check` (host order, as read from the field) after a
@@ -342,11 +465,67 @@ mod tests {
         assert_eq!(fold(pseudo_header_v4(ones, ones, 255, max)), fold(partial(&bytes, 0)));
     }
 
+    fn pseudo_header_v6_bytes(src: Ipv6Addr, dst: Ipv6Addr, next_header: u8, length: u32) -> [u8; 40] {
+        let mut bytes = [0u8; 40];
+        bytes[0..16].copy_from_slice(&src.octets());
+        bytes[16..32].copy_from_slice(&dst.octets());
+        bytes[32..36].copy_from_slice(&length.to_be_bytes());
+        bytes[39] = next_header;
+        bytes
+    }
+
+    #[test]
+    fn pseudo_header_v6_known_packet() {
+        // An ICMPv6 echo request fe80::1 → fe80::2, id 0x1234 seq 1, no data:
+        // the stored checksum makes the sum over pseudo-header and message 0xffff.
+        let src: Ipv6Addr = "fe80::1".parse().unwrap();
+        let dst: Ipv6Addr = "fe80::2".parse().unwrap();
+        let mut msg = [0x80, 0x00, 0x00, 0x00, 0x12, 0x34, 0x00, 0x01];
+        let check = finish(partial(&msg, pseudo_header_v6(src, dst, 58, 8)));
+        // 2·0xfe80 + 1 + 2 + 8 + 58 + 0x8000 + 0x1234 + 1 = 0x28f7a → 0x8f7c, complement 0x7083.
+        assert_eq!(check, 0x7083);
+        msg[2..4].copy_from_slice(&check.to_be_bytes());
+        assert_eq!(fold(partial(&msg, pseudo_header_v6(src, dst, 58, 8))), 0xffff);
+        let ones = Ipv6Addr::from(u128::MAX);
+        let bytes = pseudo_header_v6_bytes(ones, ones, 255, u32::MAX);
+        assert_eq!(fold(pseudo_header_v6(ones, ones, 255, u32::MAX)), fold(partial(&bytes, 0)));
+    }
+
     fn bytes(max: usize) -> impl Strategy<Value = Vec<u8>> {
         proptest::collection::vec(any::<u8>(), 0..max)
     }
 
     proptest! {
+        #[test]
+        fn pseudo_header_v6_matches_reference(
+            src in any::<u128>(),
+            dst in any::<u128>(),
+            next_header in any::<u8>(),
+            length in any::<u32>(),
+        ) {
+            let (src, dst) = (Ipv6Addr::from(src), Ipv6Addr::from(dst));
+            let bytes = pseudo_header_v6_bytes(src, dst, next_header, length);
+            prop_assert_eq!(finish(pseudo_header_v6(src, dst, next_header, length)), reference(&bytes));
+        }
+
+        #[test]
+        fn update_addr_v6_matches_recompute(
+            mut data in proptest::collection::vec(any::<u8>(), 16..256),
+            at in any::<prop::sample::Index>(),
+            new in any::<u128>(),
+            udp_absent in any::<bool>(),
+        ) {
+            let at = at.index((data.len() - 16) / 2 + 1) * 2;
+            let check = checksum(&data);
+            let old = Ipv6Addr::from(<[u8; 16]>::try_from(&data[at..at + 16]).unwrap());
+            data[at..at + 16].copy_from_slice(&new.to_be_bytes());
+            prop_assume!(data.iter().any(|&b| b != 0));
+            prop_assert_eq!(update_addr_v6(check, old, Ipv6Addr::from(new)), checksum(&data));
+            let udp = if udp_absent { 0 } else { udp_transmitted(check) };
+            let want = if udp_absent { 0 } else { udp_transmitted(checksum(&data)) };
+            prop_assert_eq!(udp_update_addr_v6(udp, old, Ipv6Addr::from(new)), want);
+        }
+
         #[test]
         fn checksum_matches_reference(data in bytes(2048)) {
             prop_assert_eq!(checksum(&data), reference(&data));

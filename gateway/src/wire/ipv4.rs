@@ -58,6 +58,8 @@ pub enum IpProtocol {
     Tcp,
     /// UDP, 17 ([RFC 768](https://www.rfc-editor.org/rfc/rfc768)).
     Udp,
+    /// ICMPv6, 58 ([RFC 4443](https://www.rfc-editor.org/rfc/rfc4443)).
+    Icmpv6,
     /// SCTP, 132 ([RFC 9260](https://www.rfc-editor.org/rfc/rfc9260)).
     Sctp,
     /// Any other protocol number.
@@ -71,6 +73,7 @@ impl From<u8> for IpProtocol {
             1 => IpProtocol::Icmp,
             6 => IpProtocol::Tcp,
             17 => IpProtocol::Udp,
+            58 => IpProtocol::Icmpv6,
             132 => IpProtocol::Sctp,
             other => IpProtocol::Unknown(other),
         }
@@ -84,6 +87,7 @@ impl From<IpProtocol> for u8 {
             IpProtocol::Icmp => 1,
             IpProtocol::Tcp => 6,
             IpProtocol::Udp => 17,
+            IpProtocol::Icmpv6 => 58,
             IpProtocol::Sctp => 132,
             IpProtocol::Unknown(other) => other,
         }
@@ -657,6 +661,7 @@ mod tests {
         assert_eq!(IpProtocol::from(1), IpProtocol::Icmp);
         assert_eq!(IpProtocol::from(6), IpProtocol::Tcp);
         assert_eq!(IpProtocol::from(17), IpProtocol::Udp);
+        assert_eq!(IpProtocol::from(58), IpProtocol::Icmpv6);
         assert_eq!(IpProtocol::from(132), IpProtocol::Sctp);
         assert_eq!(IpProtocol::from(47), IpProtocol::Unknown(47));
     }

@@ -1,6 +1,7 @@
 //! Zero-copy views over the headers torii parses and rewrites: Ethernet II, 802.1Q VLAN tags,
-//! ARP (Ethernet/IPv4), IPv4, ICMPv4 (with the datagram an error quotes), TCP, UDP and SCTP
-//! (CRC32c), plus the Internet checksum ([RFC 1071]) and its incremental
+//! ARP (Ethernet/IPv4), IPv4, IPv6 (with its extension headers), ICMPv4 (with the datagram
+//! an error quotes), ICMPv6, Neighbor Discovery, TCP, UDP and SCTP (CRC32c), plus the
+//! Internet checksum ([RFC 1071]) with the IPv4 and IPv6 pseudo-headers and its incremental
 //! update ([RFC 1624]).
 //!
 //! # Contract
@@ -34,7 +35,10 @@ pub mod arp;
 pub mod checksum;
 pub mod ethernet;
 pub mod icmpv4;
+pub mod icmpv6;
 pub mod ipv4;
+pub mod ipv6;
+pub mod ndp;
 pub mod sctp;
 pub mod tcp;
 pub mod udp;
@@ -43,7 +47,10 @@ pub mod vlan;
 pub use arp::{ArpOperation, ArpPacket};
 pub use ethernet::{EtherType, EthernetFrame, MacAddr};
 pub use icmpv4::{Icmpv4Packet, Icmpv4Type};
+pub use icmpv6::{Icmpv6Packet, Icmpv6Type};
 pub use ipv4::{IpProtocol, Ipv4Packet};
+pub use ipv6::Ipv6Packet;
+pub use ndp::NdpPacket;
 pub use sctp::{SctpChunkType, SctpPacket};
 pub use tcp::{TcpFlags, TcpPacket};
 pub use udp::UdpPacket;
@@ -119,9 +126,10 @@ mod tests {
             v8 in any::<u8>(),
             v16 in any::<u16>(),
             v32 in any::<u32>(),
-            shape in 0..4u8,
+            shape in 0..6u8,
         ) {
             let addr = Ipv4Addr::from(v32);
+            let addr6 = std::net::Ipv6Addr::from(u128::from(v32) << 64 | u128::from(v16));
             let len = usize::from(v8);
             // Random bytes rarely pass the IPv4/ARP/UDP/TCP checks: make one of them plausible.
             let n = bytes.len();
@@ -134,6 +142,16 @@ mod tests {
                 1 if n >= 6 => bytes[..6].copy_from_slice(&[0, 1, 8, 0, 6, 4]),
                 2 if n >= 8 => bytes[4..6].copy_from_slice(&((n - short) as u16).to_be_bytes()),
                 3 if n >= 20 => bytes[12] = (5 + v8 % 11) << 4,
+                4 if n >= 40 => {
+                    bytes[0] = 0x60;
+                    bytes[4..6].copy_from_slice(&((n - 40 - short.min(n - 40)) as u16).to_be_bytes());
+                    bytes[6] = [0, 43, 44, 51, 60, 6, 17, 58][usize::from(v8 % 8)];
+                }
+                5 if n >= 24 => {
+                    bytes[0] = 135 + v8 % 2;
+                    bytes[1] = 0;
+                    bytes[8] = 0x20;
+                }
                 _ => {}
             }
             if let Ok(mut p) = EthernetFrame::new_checked(&mut bytes[..]) {
@@ -165,6 +183,22 @@ mod tests {
                 p.fill_checksum();
                 prop_assert!(p.verify_checksum());
                 let _ = p.data_mut().len();
+            }
+            if let Ok(mut p) = Ipv6Packet::new_checked(&mut bytes[..]) {
+                let _ = (p.version(), p.traffic_class(), p.flow_label(), p.payload_len(), p.next_header());
+                let _ = (p.hop_limit(), p.src_addr(), p.dst_addr(), p.payload(), p.upper_layer());
+                p.set_payload_len(v16);
+                p.set_next_header(v8);
+                let _ = (p.payload().len(), p.upper_layer(), p.payload_mut().len());
+            }
+            if let Ok(p) = Icmpv6Packet::new_checked(&bytes[..]) {
+                let _ = (p.msg_type(), p.msg_code(), p.word(), p.data(), p.verify_checksum(addr6, addr6));
+            }
+            if let Ok(mut p) = NdpPacket::new_checked(&mut bytes[..]) {
+                let _ = (p.msg_type(), p.flags(), p.target_addr(), p.validate(v8, addr6, addr6));
+                let _ = (p.link_layer_option(1), p.link_layer_option(2));
+                p.set_link_layer_option(2, MacAddr([v8; 6]));
+                let _ = p.link_layer_option(v8);
             }
             if let Ok(mut p) = TcpPacket::new_checked(&mut bytes[..]) {
                 read_all_tcp(&p, addr);

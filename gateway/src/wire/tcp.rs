@@ -23,9 +23,9 @@
 
 use core::fmt;
 use core::ops::{BitAnd, BitOr, BitOrAssign, Range};
-use std::net::Ipv4Addr;
 
-use super::{checksum, read, ParseError};
+use super::checksum::{self, PseudoHeaderAddr};
+use super::{read, ParseError};
 
 mod field {
     use crate::wire::Field;
@@ -290,12 +290,12 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
             .wrapping_add(u32::from(flags.contains(TcpFlags::FIN)))
     }
 
-    /// Whether the checksum is correct for a segment carried from `src` to `dst`: the one's
-    /// complement sum of the IPv4 pseudo-header and the whole buffer is `0xffff`.
+    /// Whether the checksum is correct for a segment carried from `src` to `dst` (IPv4 or IPv6
+    /// addresses): the one's complement sum of the pseudo-header and the whole buffer is `0xffff`.
     #[inline]
-    pub fn verify_checksum(&self, src: Ipv4Addr, dst: Ipv4Addr) -> bool {
+    pub fn verify_checksum<A: PseudoHeaderAddr>(&self, src: A, dst: A) -> bool {
         let data = self.buffer.as_ref();
-        let pseudo = checksum::pseudo_header_v4(src, dst, PROTOCOL_TCP, data.len() as u16);
+        let pseudo = A::pseudo_header(src, dst, PROTOCOL_TCP, data.len() as u32);
         checksum::fold(checksum::partial(data, pseudo)) == 0xffff
     }
 }
@@ -374,13 +374,17 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> TcpPacket<T> {
         &mut self.buffer.as_mut()[start..]
     }
 
-    /// Computes the checksum over the IPv4 pseudo-header (`src`, `dst`, protocol 6, the buffer's
-    /// length) and the whole buffer, and stores it.
+    /// Computes the checksum over the pseudo-header of `src`'s family (`src`, `dst`, protocol 6,
+    /// the buffer's length; [RFC 9293] § 3.1, [RFC 8200] § 8.1) and the whole buffer, and stores
+    /// it.
+    ///
+    /// [RFC 8200]: https://www.rfc-editor.org/rfc/rfc8200#section-8.1
+    /// [RFC 9293]: https://www.rfc-editor.org/rfc/rfc9293#section-3.1
     #[inline]
-    pub fn fill_checksum(&mut self, src: Ipv4Addr, dst: Ipv4Addr) {
+    pub fn fill_checksum<A: PseudoHeaderAddr>(&mut self, src: A, dst: A) {
         self.set_checksum(0);
         let data = self.buffer.as_ref();
-        let pseudo = checksum::pseudo_header_v4(src, dst, PROTOCOL_TCP, data.len() as u16);
+        let pseudo = A::pseudo_header(src, dst, PROTOCOL_TCP, data.len() as u32);
         let check = checksum::finish(checksum::partial(data, pseudo));
         self.set_checksum(check);
     }
@@ -395,6 +399,7 @@ impl<T: AsRef<[u8]>> AsRef<[u8]> for TcpPacket<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv4Addr;
 
     const CLIENT: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 7);
     const VIP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);

@@ -23,9 +23,9 @@
 //! [RFC 768]: https://www.rfc-editor.org/rfc/rfc768
 
 use core::ops::Range;
-use std::net::Ipv4Addr;
 
-use super::{checksum, read, ParseError};
+use super::checksum::{self, PseudoHeaderAddr};
+use super::{read, ParseError};
 
 mod field {
     use crate::wire::Field;
@@ -127,23 +127,25 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
         &data[Self::HEADER_LEN.min(end)..end]
     }
 
-    /// Whether the checksum is correct for a datagram carried from `src` to `dst`: true when the
-    /// field is 0 (no checksum, [RFC 768]); otherwise the one's complement sum of the IPv4
-    /// pseudo-header and the datagram (Length bytes) is `0xffff`.
+    /// Whether the checksum is correct for a datagram carried from `src` to `dst`. A field of 0
+    /// (no checksum) is accepted over IPv4 ([RFC 768]) and rejected over IPv6 ([RFC 8200]
+    /// § 8.1); otherwise the one's complement sum of the pseudo-header and the datagram (Length
+    /// bytes) must be `0xffff`.
     ///
     /// [RFC 768]: https://www.rfc-editor.org/rfc/rfc768
+    /// [RFC 8200]: https://www.rfc-editor.org/rfc/rfc8200#section-8.1
     #[inline]
-    pub fn verify_checksum(&self, src: Ipv4Addr, dst: Ipv4Addr) -> bool {
+    pub fn verify_checksum<A: PseudoHeaderAddr>(&self, src: A, dst: A) -> bool {
         if self.checksum() == 0 {
-            return true;
+            return A::UDP_CHECKSUM_OPTIONAL;
         }
         checksum::fold(self.sum(src, dst)) == 0xffff
     }
 
     /// The partial sum of the pseudo-header and the datagram, checksum field included.
     #[inline]
-    fn sum(&self, src: Ipv4Addr, dst: Ipv4Addr) -> u32 {
-        let pseudo = checksum::pseudo_header_v4(src, dst, PROTOCOL_UDP, self.len());
+    fn sum<A: PseudoHeaderAddr>(&self, src: A, dst: A) -> u32 {
+        let pseudo = A::pseudo_header(src, dst, PROTOCOL_UDP, u32::from(self.len()));
         checksum::partial(&self.buffer.as_ref()[self.datagram_range()], pseudo)
     }
 }
@@ -181,13 +183,14 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> UdpPacket<T> {
         &mut self.buffer.as_mut()[Self::HEADER_LEN.min(end)..end]
     }
 
-    /// Computes the checksum over the IPv4 pseudo-header (`src`, `dst`, protocol 17, Length) and
-    /// the datagram, and stores it; a computed 0 is stored as `0xffff` ([RFC 768]). Set Length
-    /// first.
+    /// Computes the checksum over the pseudo-header of `src`'s family (`src`, `dst`, protocol
+    /// 17, Length) and the datagram, and stores it; a computed 0 is stored as `0xffff` ([RFC 768],
+    /// [RFC 8200] § 8.1). Set Length first.
     ///
     /// [RFC 768]: https://www.rfc-editor.org/rfc/rfc768
+    /// [RFC 8200]: https://www.rfc-editor.org/rfc/rfc8200#section-8.1
     #[inline]
-    pub fn fill_checksum(&mut self, src: Ipv4Addr, dst: Ipv4Addr) {
+    pub fn fill_checksum<A: PseudoHeaderAddr>(&mut self, src: A, dst: A) {
         self.set_checksum(0);
         let check = checksum::udp_transmitted(checksum::finish(self.sum(src, dst)));
         self.set_checksum(check);
@@ -203,6 +206,7 @@ impl<T: AsRef<[u8]>> AsRef<[u8]> for UdpPacket<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv4Addr;
 
     const CLIENT: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 7);
     const VIP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
@@ -259,6 +263,25 @@ mod tests {
         let udp = UdpPacket::new_checked(&bytes[..]).unwrap();
         assert!(udp.verify_checksum(CLIENT, VIP));
         assert!(udp.verify_checksum(Ipv4Addr::UNSPECIFIED, Ipv4Addr::BROADCAST));
+        // Over IPv6 a zero checksum is invalid (RFC 8200 § 8.1).
+        let v6 = std::net::Ipv6Addr::LOCALHOST;
+        assert!(!udp.verify_checksum(v6, v6));
+    }
+
+    #[test]
+    fn ipv6_checksum() {
+        // The same datagram 2001:db8::7 → 2001:db8::a: fill, verify, and flip a bit.
+        let (src, dst): (std::net::Ipv6Addr, std::net::Ipv6Addr) =
+            ("2001:db8::7".parse().unwrap(), "2001:db8::a".parse().unwrap());
+        let mut bytes = DATAGRAM;
+        UdpPacket::new_checked(&mut bytes[..]).unwrap().fill_checksum(src, dst);
+        let udp = UdpPacket::new_checked(&bytes[..]).unwrap();
+        assert!(udp.verify_checksum(src, dst));
+        assert!(!udp.verify_checksum(src, std::net::Ipv6Addr::LOCALHOST));
+        let mut zeroed = DATAGRAM;
+        zeroed[6..8].copy_from_slice(&[0, 0]);
+        let want = checksum::finish(checksum::partial(&zeroed, checksum::pseudo_header_v6(src, dst, 17, 12)));
+        assert_eq!(udp.checksum(), checksum::udp_transmitted(want));
     }
 
     #[test]

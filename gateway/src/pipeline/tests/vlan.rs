@@ -13,7 +13,7 @@ const TAGGED_BACKEND: &str = "10.80.0.11";
 /// The embedded default plus a VLAN interface on each port.
 fn vlan_state() -> WorkerState {
     let text = crate::config::EMBEDDED_DEFAULT
-        .replace("addresses = [\"10.70.0.1\"]", "addresses = [\"10.70.0.1\", \"10.80.0.1\"]")
+        .replace("addresses = [\"10.70.0.1\",", "addresses = [\"10.70.0.1\", \"10.80.0.1\",")
         + "
 [[interfaces]]
 name = \"tg-front\"
@@ -176,7 +176,7 @@ fn arp_on_a_vlan_is_answered_and_resolved_on_that_vlan() {
     // An endpoint on VLAN 200 is resolved with a tagged request from the VLAN's address.
     let syn = frames::tcp(to_gw(), CLIENT, (VIP, 80), TcpFlags::SYN, 1, 0, &[], 64);
     assert_eq!(run(0, &syn, FRONT, &t, &mut st).0, Verdict::Drop(DropReason::NeighbourUnresolved));
-    let mut buf = [0u8; 64];
+    let mut buf = [0u8; POLL_TRANSMIT_LEN];
     let (port, len) = poll_transmit(0, &mut buf, &mut st).expect("an ARP request");
     let want = tag(
         &frames::arp(

@@ -1,0 +1,86 @@
+//! IPv6 arriving at the gateway (RFC 8200): the header is checked, the extension headers
+//! are walked to the upper layer (a fragment is dropped as [`DropReason::Fragment`]), the
+//! transport ports are read, and the packet goes to the conntrack path ([`super::flow`], TCP
+//! and UDP, shared with IPv4) or to the ICMPv6 handlers: Neighbor Discovery
+//! ([`super::ndp`]) and echo ([`super::icmp`]).
+
+use std::net::Ipv6Addr;
+
+use super::flow::{self, Segment};
+use super::link::Rx;
+use super::sctp::Chunks;
+use super::{icmp, ndp, Verdict, WorkerState};
+use crate::counters::DropReason;
+use crate::table::Table;
+use crate::wire::{Icmpv6Packet, Icmpv6Type, IpProtocol, Ipv6Packet, TcpFlags, TcpPacket, UdpPacket};
+
+/// Handles the IPv6 packet after the link-layer header of `frame`.
+pub(super) fn handle(now: u64, frame: &mut [u8], rx: &Rx, table: &Table, st: &mut WorkerState) -> Verdict {
+    let l3 = rx.l2_len;
+    let (src, dst, hop_limit, upper, total) = {
+        let Ok(ip) = Ipv6Packet::new_checked(&frame[l3..rx.len]) else {
+            return Verdict::Drop(DropReason::MalformedIpv6);
+        };
+        let Ok(upper) = ip.upper_layer() else {
+            return Verdict::Drop(DropReason::MalformedIpv6);
+        };
+        (ip.src_addr(), ip.dst_addr(), ip.hop_limit(), upper, ip.total_len())
+    };
+    // RFC 4291 § 2.7: "Multicast addresses must not be used as source addresses".
+    if src.is_multicast() {
+        return Verdict::Drop(DropReason::MalformedIpv6);
+    }
+    if upper.fragment.is_some() {
+        return Verdict::Drop(DropReason::Fragment);
+    }
+    let l4 = l3 + upper.offset..l3 + total;
+    let (sport, dport, tcp_flags) = match upper.protocol {
+        IpProtocol::Tcp => match TcpPacket::new_checked(&frame[l4.clone()]) {
+            Ok(t) => (t.src_port(), t.dst_port(), t.flags()),
+            Err(_) => return Verdict::Drop(DropReason::MalformedL4),
+        },
+        // RFC 8200 § 8.1: "IPv6 receivers must discard UDP packets containing a zero
+        // checksum"; forwarding one would only move the discard to the endpoint.
+        IpProtocol::Udp => match UdpPacket::new_checked(&frame[l4.clone()]) {
+            Ok(u) if u.checksum() != 0 => (u.src_port(), u.dst_port(), TcpFlags::default()),
+            _ => return Verdict::Drop(DropReason::MalformedL4),
+        },
+        IpProtocol::Icmpv6 => return handle_icmpv6(now, frame, rx, table, st, (src, dst, hop_limit), l4),
+        _ => return Verdict::Drop(DropReason::UnsupportedProtocol),
+    };
+    let seg = Segment {
+        src,
+        dst,
+        proto: upper.protocol,
+        ttl: hop_limit,
+        l4_offset: upper.offset,
+        total,
+        sport,
+        dport,
+        tcp_flags,
+        sctp: Chunks::default(),
+        first_fragment: None,
+    };
+    flow::handle(now, frame, rx, table, st, &seg)
+}
+
+/// ICMPv6 to the gateway: Neighbor Discovery and echo requests; anything else is a counted
+/// drop.
+fn handle_icmpv6(
+    now: u64,
+    frame: &mut [u8],
+    rx: &Rx,
+    table: &Table,
+    st: &mut WorkerState,
+    addrs: (Ipv6Addr, Ipv6Addr, u8),
+    l4: std::ops::Range<usize>,
+) -> Verdict {
+    let Ok(msg) = Icmpv6Packet::new_checked(&frame[l4.clone()]) else {
+        return Verdict::Drop(DropReason::MalformedL4);
+    };
+    match msg.msg_type() {
+        Icmpv6Type::NeighborSolicit | Icmpv6Type::NeighborAdvert => ndp::handle(now, frame, rx, table, st, addrs, l4),
+        Icmpv6Type::EchoRequest => icmp::echo_v6(frame, rx, table, st, (addrs.0, addrs.1), l4),
+        _ => Verdict::Drop(DropReason::IcmpNotHandled),
+    }
+}
