@@ -276,6 +276,36 @@ pub fn ipv4_fragments(frame: &[u8], ident: u16, max_payload: usize) -> Vec<Vec<u
     out
 }
 
+/// Splits the unfragmented IPv6 frame `frame` (Ethernet + IPv6 without extension headers)
+/// into fragments ([RFC 8200] § 4.5) carrying at most `max_payload` bytes of the datagram's
+/// payload each (rounded down to a multiple of 8), in order: each is the IPv6 header (Next
+/// Header 44, Payload Length fixed) and a Fragment header with the original Next Header,
+/// Identification `ident`, the offset in 8-byte units and M set on all but the last.
+///
+/// [RFC 8200]: https://www.rfc-editor.org/rfc/rfc8200#section-4.5
+pub fn ipv6_fragments(frame: &[u8], ident: u32, max_payload: usize) -> Vec<Vec<u8>> {
+    let step = (max_payload & !7).max(8);
+    let next_header = Ipv6Packet::new_unchecked(&frame[14..]).next_header();
+    let payload = &frame[54..];
+    let mut out = Vec::new();
+    let mut offset = 0;
+    while offset < payload.len() {
+        let end = (offset + step).min(payload.len());
+        let mut f = frame[..54].to_vec();
+        let word = offset as u16 | u16::from(end < payload.len());
+        f.extend_from_slice(&[next_header, 0]);
+        f.extend_from_slice(&word.to_be_bytes());
+        f.extend_from_slice(&ident.to_be_bytes());
+        f.extend_from_slice(&payload[offset..end]);
+        let mut ip = Ipv6Packet::new_unchecked(&mut f[14..]);
+        ip.set_next_header(crate::wire::ipv6::NEXT_HEADER_FRAGMENT);
+        ip.set_payload_len((8 + end - offset) as u16);
+        out.push(f);
+        offset = end;
+    }
+    out
+}
+
 /// `frame` with an 802.1Q tag (TPID `tpid`, TCI `tci`) inserted after its MAC addresses,
 /// as a tagged port carries it.
 pub fn tagged(frame: &[u8], tpid: u16, tci: u16) -> Vec<u8> {

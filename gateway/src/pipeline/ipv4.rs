@@ -80,12 +80,9 @@ pub(super) fn handle(now: u64, frame: &mut [u8], rx: &Rx, table: &Table, st: &mu
             Ok(t) => (t.src_port(), t.dst_port(), t.flags(), Chunks::default()),
             Err(_) => return Verdict::Drop(DropReason::MalformedL4),
         },
-        // A first fragment holds the UDP header but not the Length bytes the header claims.
-        IpProtocol::Udp if first_fragment.is_some() => match &frame[l4.clone()] {
-            [a, b, c, d, _, _, _, _, ..] => {
-                (u16::from_be_bytes([*a, *b]), u16::from_be_bytes([*c, *d]), TcpFlags::default(), Chunks::default())
-            }
-            _ => return Verdict::Drop(DropReason::MalformedL4),
+        IpProtocol::Udp if first_fragment.is_some() => match fragment::first_udp_header(&frame[l4.clone()]) {
+            Some((sport, dport, _)) => (sport, dport, TcpFlags::default(), Chunks::default()),
+            None => return Verdict::Drop(DropReason::MalformedL4),
         },
         IpProtocol::Udp => match UdpPacket::new_checked(&frame[l4.clone()]) {
             Ok(u) => (u.src_port(), u.dst_port(), TcpFlags::default(), Chunks::default()),

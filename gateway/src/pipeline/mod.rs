@@ -41,8 +41,9 @@
 //!   answered in place. ICMP errors quoting a packet of a tracked flow (`icmp_error`) are
 //!   translated — outer and quoted headers — and forwarded to the flow's other end, so
 //!   path-MTU discovery works through the gateway.
-//! - IPv4 fragments (`fragment`): the first fragment of a TCP or UDP datagram goes through
-//!   its flow; the later ones follow it through a per-worker fragment table.
+//! - IPv4 and IPv6 fragments (`fragment`): the first fragment of a TCP or UDP datagram goes
+//!   through its flow; the later ones follow it through a per-worker fragment table per
+//!   family.
 //! - Next hops are resolved by ARP requests and Neighbor Solicitations the worker emits
 //!   through [`poll_transmit`] (`resolve`).
 //! - Flows time out after idle periods following Linux conntrack's defaults; expiry runs
