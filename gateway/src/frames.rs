@@ -250,6 +250,33 @@ pub fn icmp_error(
     b
 }
 
+/// An ICMPv6 error ([RFC 4443] § 3: type 1 destination unreachable, 2 packet too big, 3 time
+/// exceeded, 4 parameter problem) from `src` to `dst` whose data is `quoted` (the invoking
+/// packet's IPv6 header and as much of the rest as fits), with `word` in bytes 4..8 (the MTU
+/// of packet too big, the pointer of parameter problem), checksum over the pseudo-header.
+///
+/// [RFC 4443]: https://www.rfc-editor.org/rfc/rfc4443#section-3
+#[allow(clippy::too_many_arguments)]
+pub fn icmpv6_error(
+    l2: L2,
+    src: Ipv6Addr,
+    dst: Ipv6Addr,
+    msg_type: Icmpv6Type,
+    code: u8,
+    word: u32,
+    quoted: &[u8],
+    hop_limit: u8,
+) -> Vec<u8> {
+    let mut b = ipv6(l2, src, dst, NEXT_HEADER_ICMPV6, 8 + quoted.len(), hop_limit);
+    let mut i = Icmpv6Packet::new_unchecked(&mut b[54..]);
+    i.set_msg_type(msg_type);
+    i.set_msg_code(code);
+    i.set_word(word);
+    i.data_mut().copy_from_slice(quoted);
+    i.fill_checksum(src, dst);
+    b
+}
+
 /// Splits the unfragmented IPv4 frame `frame` (Ethernet + IPv4 without options) into
 /// fragments carrying at most `max_payload` bytes of the datagram's payload each (rounded
 /// down to a multiple of 8, RFC 791 § 3.2), in order: same Identification `ident`, MF set on

@@ -1,7 +1,8 @@
 //! IPv6 arriving at the gateway (RFC 8200): the header is checked, the extension headers
 //! are walked to the upper layer, the transport ports are read, and the packet goes to the
 //! conntrack path ([`super::flow`], TCP and UDP, shared with IPv4) or to the ICMPv6
-//! handlers: Neighbor Discovery ([`super::ndp`]) and echo ([`super::icmp`]). Fragments
+//! handlers: Neighbor Discovery ([`super::ndp`]), echo ([`super::icmp`]) and errors about
+//! flows ([`super::icmp_error`]). Fragments
 //! ([RFC 8200] § 4.5) of TCP and UDP datagrams go as IPv4's do ([`super::fragment`]): the
 //! first through its flow, the later ones along it; fragments of anything else, or whose
 //! Fragment header is followed by more extension headers, are dropped as
@@ -15,7 +16,7 @@ use super::flow::{self, Segment};
 use super::fragment::{self, Fragment};
 use super::link::Rx;
 use super::sctp::Chunks;
-use super::{icmp, ndp, Verdict, WorkerState};
+use super::{icmp, icmp_error, ndp, Verdict, WorkerState};
 use crate::counters::DropReason;
 use crate::fragments::FragmentKey;
 use crate::table::Table;
@@ -93,8 +94,8 @@ pub(super) fn handle(now: u64, frame: &mut [u8], rx: &Rx, table: &Table, st: &mu
     flow::handle(now, frame, rx, table, st, &seg)
 }
 
-/// ICMPv6 to the gateway: Neighbor Discovery and echo requests; anything else is a counted
-/// drop.
+/// ICMPv6 to the gateway: Neighbor Discovery, echo requests, and errors about flows
+/// ([`super::icmp_error`]); anything else is a counted drop.
 fn handle_icmpv6(
     now: u64,
     frame: &mut [u8],
@@ -110,6 +111,11 @@ fn handle_icmpv6(
     match msg.msg_type() {
         Icmpv6Type::NeighborSolicit | Icmpv6Type::NeighborAdvert => ndp::handle(now, frame, rx, table, st, addrs, l4),
         Icmpv6Type::EchoRequest => icmp::echo_v6(frame, rx, table, st, (addrs.0, addrs.1), l4),
+        // RFC 4443 § 3's errors, which quote the invoking packet: about a tracked flow, they
+        // are translated and forwarded to its other end.
+        Icmpv6Type::DstUnreachable | Icmpv6Type::PacketTooBig | Icmpv6Type::TimeExceeded | Icmpv6Type::ParamProblem => {
+            icmp_error::handle(now, frame, rx, st, (addrs.0, addrs.1), l4)
+        }
         _ => Verdict::Drop(DropReason::IcmpNotHandled),
     }
 }

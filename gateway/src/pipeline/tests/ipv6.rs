@@ -429,3 +429,4 @@ fn ipv6_new_flows_spread_and_client_ip_affinity_holds() {
 }
 
 mod fragment;
+mod icmp_error;
