@@ -7,6 +7,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use super::burst::FlowHint;
 use super::fragment::FragmentTarget;
 use super::WorkerState;
 use crate::conntrack::{Address, Conntrack, FlowKey};
@@ -33,7 +34,7 @@ pub(super) trait Family: Address + HostAddr + PseudoHeaderAddr + FragmentAddr + 
     fn flow_hash(key: &FlowKey<Self>) -> u64;
 
     /// The conntrack hash [`super::process_burst`] computed ahead for `key`, if it did
-    /// (IPv4 only) and for this very key.
+    /// and for this very key (of this family).
     fn hinted_hash(st: &mut WorkerState, key: &FlowKey<Self>) -> Option<u64>;
 
     /// Rewrites the packet `ip` (network header to the end of the packet) whose transport
@@ -77,7 +78,7 @@ impl Family for Ipv4Addr {
     #[inline]
     fn hinted_hash(st: &mut WorkerState, key: &FlowKey<Self>) -> Option<u64> {
         match st.flow_hint.take() {
-            Some((hinted, hash)) if hinted == *key => Some(hash),
+            Some(FlowHint::V4(hinted, hash)) if hinted == *key => Some(hash),
             _ => None,
         }
     }
@@ -123,8 +124,11 @@ impl Family for Ipv6Addr {
     }
 
     #[inline]
-    fn hinted_hash(_st: &mut WorkerState, _key: &FlowKey<Self>) -> Option<u64> {
-        None
+    fn hinted_hash(st: &mut WorkerState, key: &FlowKey<Self>) -> Option<u64> {
+        match st.flow_hint.take() {
+            Some(FlowHint::V6(hinted, hash)) if hinted == *key => Some(hash),
+            _ => None,
+        }
     }
 
     #[inline]

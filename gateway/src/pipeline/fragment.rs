@@ -39,8 +39,8 @@ use crate::wire::MacAddr;
 pub(super) const FRAGMENT_SLOTS: usize = 1024;
 
 /// What the first fragment of a datagram became: the IP-layer half of its translation and
-/// its next hop. Generic over the address family so that IPv6 fragments (RFC 8200 § 4.5)
-/// can use the same table type.
+/// its next hop. Generic over the address family: IPv6 fragments (RFC 8200 § 4.5) use the
+/// same type in their own table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct FragmentTarget<A = Ipv4Addr> {
     /// New source address.

@@ -39,9 +39,8 @@
 //!   are learned.
 //! - ICMP echo requests (RFC 792, RFC 4443 § 4.1, `icmp`) to a VIP or own address are
 //!   answered in place. ICMP and ICMPv6 errors quoting a packet of a tracked flow
-//!   (`icmp_error`, one path for both families) are
-//!   translated — outer and quoted headers — and forwarded to the flow's other end, so
-//!   path-MTU discovery works through the gateway.
+//!   (`icmp_error`, one path for both families) are translated — outer and quoted headers —
+//!   and forwarded to the flow's other end, so path-MTU discovery works through the gateway.
 //! - IPv4 and IPv6 fragments (`fragment`): the first fragment of a TCP or UDP datagram goes
 //!   through its flow; the later ones follow it through a per-worker fragment table per
 //!   family.

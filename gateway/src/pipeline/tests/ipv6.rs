@@ -428,5 +428,6 @@ fn ipv6_new_flows_spread_and_client_ip_affinity_holds() {
     assert_eq!(chosen.len(), 1, "{chosen:?}");
 }
 
+mod burst;
 mod fragment;
 mod icmp_error;
