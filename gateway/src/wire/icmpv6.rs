@@ -535,4 +535,48 @@ mod tests {
         assert!(!Icmpv6Type::EchoRequest.is_error());
         assert!(Icmpv6Type::DstUnreachable.is_error());
     }
+
+    /// An IPv6 UDP packet `src:sport → dst:dport` with an 8-byte Destination Options header
+    /// before the UDP header, as the wire bytes from the IPv6 header on.
+    fn udp_with_options(src: (Ipv6Addr, u16), dst: (Ipv6Addr, u16), payload: &[u8]) -> Vec<u8> {
+        let l2 = crate::frames::L2 { src: crate::wire::MacAddr::UNSPECIFIED, dst: crate::wire::MacAddr::UNSPECIFIED };
+        let plain = crate::frames::udp6(l2, src, dst, payload, 63);
+        let mut p = plain[14..54].to_vec();
+        p.extend_from_slice(&[17, 0, 1, 4, 0, 0, 0, 0]);
+        p.extend_from_slice(&plain[54..]);
+        p[6] = 60;
+        p[4..6].copy_from_slice(&((plain.len() - 54 + 8) as u16).to_be_bytes());
+        p
+    }
+
+    #[test]
+    fn quoted_ipv6_walks_extension_headers_and_translates_within_the_quote() {
+        let (a, b, c, d): (Ipv6Addr, Ipv6Addr, Ipv6Addr, Ipv6Addr) = (
+            "fd00::1".parse().unwrap(),
+            "fd00::2".parse().unwrap(),
+            "2001:db8::3".parse().unwrap(),
+            "2001:db8::4".parse().unwrap(),
+        );
+        let payload = [0x33u8; 100];
+        let mut quote = udp_with_options((a, 1024), (b, 8080), &payload);
+        let q = QuotedIpv6::new_checked(&quote[..]).unwrap();
+        assert_eq!(q.upper_layer(), Some((IpProtocol::Udp, 48)));
+        assert_eq!(q.ports(), Some((IpProtocol::Udp, 1024, 8080)));
+        // Translated in a truncated quote (the UDP checksum is in it): the bytes a fresh
+        // packet with the new tuple has.
+        let cut = 48 + 20;
+        QuotedIpv6::new_unchecked(&mut quote[..cut]).translate(c, 40000, d, 80);
+        assert_eq!(&quote[..cut], &udp_with_options((c, 40000), (d, 80), &payload)[..cut]);
+        // The ports cut off by the quote, or the extension header itself: no ports, no change.
+        let short = udp_with_options((a, 1024), (b, 8080), &payload);
+        assert_eq!(QuotedIpv6::new_checked(&short[..50]).unwrap().ports(), None);
+        assert_eq!(QuotedIpv6::new_checked(&short[..44]).unwrap().ports(), None);
+        let mut untouched = short[..50].to_vec();
+        QuotedIpv6::new_unchecked(&mut untouched[..]).translate(c, 1, d, 2);
+        assert_eq!(untouched, &short[..50]);
+        assert_eq!(QuotedIpv6::new_checked(&short[..39]), Err(ParseError::Truncated));
+        let mut v4 = short.clone();
+        v4[0] = 0x45;
+        assert_eq!(QuotedIpv6::new_checked(&v4[..]), Err(ParseError::Malformed));
+    }
 }

@@ -3,17 +3,16 @@
 //! has no first fragment, outlived the table's 30 s, or cannot be followed is dropped under a
 //! reason; an atomic fragment is a whole datagram.
 
+use super::super::fragment::data;
 use super::*;
 use crate::fragments::DEFAULT_TIMEOUT_NS;
 
 /// A 32-bit Identification, as only IPv6 has.
 const IDENT: u32 = 0x8a5c_0d17;
 
-/// 3000 bytes of UDP data: a 3008-byte datagram, fragmented at the IPv6 minimum MTU (1280:
-/// 1232 payload bytes per fragment after the two headers) into 1232 + 1232 + 544.
-fn data() -> Vec<u8> {
-    (0..3000u32).map(|i| (i * 7 + 1) as u8).collect()
-}
+// `data()`: 3000 bytes of UDP data, a 3008-byte datagram, fragmented here at the IPv6
+// minimum MTU (1280: 1232 payload bytes per fragment after the two headers) into
+// 1232 + 1232 + 544.
 
 fn client_fragments(hop_limit: u8) -> Vec<Vec<u8>> {
     frames::ipv6_fragments(&frames::udp6(to_gw(), CLIENT6, (VIP6, 80), &data(), hop_limit), IDENT, 1232)

@@ -3,6 +3,7 @@
 //! other end with a checksum over the new pseudo-header; errors about nothing tracked are
 //! counted drops.
 
+use super::super::icmp_error::forwarded;
 use super::*;
 
 /// A router between the gateway and the endpoints.
@@ -16,13 +17,6 @@ fn from_router() -> L2 {
 /// The largest quote an ICMPv6 error carries: the message within the IPv6 minimum MTU
 /// (RFC 4443 § 2.4 (c)): 1280 − 40 − 8 bytes.
 const MAX_QUOTE: usize = 1232;
-
-/// Sends `input` and returns the frame the gateway forwarded.
-fn forwarded(now: u64, input: &[u8], iface: u8, t: &Table, st: &mut WorkerState) -> Vec<u8> {
-    let (v, out) = run(now, input, iface, t, st);
-    assert!(matches!(v, Verdict::Transmit { .. }), "{v:?}");
-    out
-}
 
 #[test]
 fn packet_too_big_from_the_endpoint_side_reaches_the_client() {
