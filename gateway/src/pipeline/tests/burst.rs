@@ -110,20 +110,20 @@ fn a_flow_created_early_in_a_burst_is_found_later_in_it() {
     let ack = frame(0, 0, 1);
     let t = table(&["10.70.0.11"]);
     let mut st = state(0, 1);
-    let mut bufs = [syn.clone(), syn_ack.clone(), ack.clone()].map(|f| {
-        let mut buf = [0u8; 128];
-        buf[..f.len()].copy_from_slice(&f);
-        buf
-    });
-    let metas = [(&syn, FRONT), (&syn_ack, BACK), (&ack, FRONT)].map(|(f, iface)| Meta {
-        iface,
-        len: f.len(),
-        l4_csum_partial: false,
-    });
-    let mut verdicts = [Verdict::Consumed; 3];
-    process_burst(0, &mut bufs, &metas, &t, &mut st, &mut verdicts);
+    let verdicts = run_burst(0, &[(&syn, FRONT), (&syn_ack, BACK), (&ack, FRONT)], &t, &mut st);
     assert!(verdicts.iter().all(|v| matches!(v, Verdict::Transmit { .. })), "{verdicts:?}");
     let (id, flow) = st.conntrack.iter().next().unwrap();
     assert_eq!(flow.state.tcp_state, crate::conntrack::TcpState::Established);
     assert_eq!(st.conntrack.len(), 1, "{id}");
+}
+
+/// Runs the frames of `input` (frame, arrival port) as one burst through `process_burst` (on
+/// copies, with 4 bytes of room each) and returns the verdicts.
+pub(super) fn run_burst(now: u64, input: &[(&[u8], u8)], t: &Table, st: &mut WorkerState) -> Vec<Verdict> {
+    let mut bufs: Vec<Vec<u8>> = input.iter().map(|(f, _)| [f, &[0u8; 4][..]].concat()).collect();
+    let metas: Vec<Meta> =
+        input.iter().map(|(f, iface)| Meta { iface: *iface, len: f.len(), l4_csum_partial: false }).collect();
+    let mut verdicts = vec![Verdict::Consumed; input.len()];
+    process_burst(now, &mut bufs, &metas, t, st, &mut verdicts);
+    verdicts
 }

@@ -5,7 +5,7 @@
 
 use proptest::prelude::*;
 
-use super::super::burst::agree_on;
+use super::super::burst::{agree_on, run_burst};
 use super::*;
 
 /// `frame` with an 8-byte Destination Options header (Pad only) before its upper layer.
@@ -70,15 +70,8 @@ fn an_ipv6_flow_created_early_in_a_burst_is_found_later_in_it() {
     let syn_ack = frames::tcp6(to_back(0x11), (backend6(0x11), 8080), (SNAT6, 1024), syn_ack, 7, 2, &[], 64);
     let ack = frames::tcp6(to_gw(), CLIENT6, (VIP6, 80), TcpFlags::ACK, 2, 8, &[], 64);
     let (t, mut st) = (table6(&[0x11], None), state6());
-    let mut bufs = [syn.clone(), syn_ack.clone(), ack.clone()];
-    let metas = [(&syn, FRONT), (&syn_ack, BACK), (&ack, FRONT)].map(|(f, iface)| Meta {
-        iface,
-        len: f.len(),
-        l4_csum_partial: false,
-    });
-    let mut verdicts = [Verdict::Consumed; 3];
-    process_burst(0, &mut bufs, &metas, &t, &mut st, &mut verdicts);
-    assert_eq!(verdicts.map(|v| matches!(v, Verdict::Transmit { .. })), [true; 3], "{verdicts:?}");
+    let verdicts = run_burst(0, &[(&syn, FRONT), (&syn_ack, BACK), (&ack, FRONT)], &t, &mut st);
+    assert!(verdicts.iter().all(|v| matches!(v, Verdict::Transmit { .. })), "{verdicts:?}");
     assert_eq!(st.conntrack6.len(), 1);
     let (_, flow) = st.conntrack6.iter().next().unwrap();
     assert_eq!(flow.state.tcp_state, crate::conntrack::TcpState::Established);
