@@ -3,12 +3,12 @@
 //!
 //! `cargo run -p torii-gateway --example fuzz_seeds` (from the repository root).
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 
 use torii_gateway::frames::{self, L2};
 use torii_gateway::table::{build, BackendSpec, FrontendKind, FrontendSpec, IpCidr, Protocol, ServiceSpec, TableSpec};
-use torii_gateway::wire::{ArpOperation, Icmpv4Type, MacAddr, TcpFlags};
+use torii_gateway::wire::{ArpOperation, Icmpv4Type, Icmpv6Type, MacAddr, TcpFlags};
 
 fn record(iface: u8, frame: &[u8]) -> Vec<u8> {
     let mut r = vec![iface, (frame.len() >> 8) as u8, frame.len() as u8];
@@ -30,6 +30,11 @@ fn main() -> std::io::Result<()> {
     let web = Ipv4Addr::new(10, 70, 0, 11);
     let lb_vip = Ipv4Addr::new(203, 0, 113, 13);
     let outsider = (Ipv4Addr::new(198, 51, 100, 200), 40001);
+    let v6 = |a: &str| a.parse::<Ipv6Addr>().expect("a valid IPv6 address");
+    let client6 = (v6("2001:db8:100::10"), 40000);
+    let vip6 = v6("2001:db8:203::10");
+    let snat6 = v6("fd00:70::1");
+    let web6 = v6("fd00:70::11");
 
     let seeds: Vec<(&str, Vec<u8>)> = vec![
         ("tcp-syn", record(0, &frames::tcp(to_gw, client, (vip, 80), TcpFlags::SYN, 1, 0, &[], 64))),
@@ -113,6 +118,79 @@ fn main() -> std::io::Result<()> {
                 .map(|f| record(0, f))
                 .collect::<Vec<_>>()
                 .concat(),
+        ),
+        (
+            "tcp6-handshake",
+            [
+                record(0, &frames::tcp6(to_gw, client6, (vip6, 80), TcpFlags::SYN, 1, 0, &[], 64)),
+                record(
+                    1,
+                    &frames::tcp6(from_web, (web6, 8080), (snat6, 1024), TcpFlags::SYN | TcpFlags::ACK, 9, 2, &[], 64),
+                ),
+                record(
+                    0,
+                    &frames::tcp6(to_gw, client6, (vip6, 80), TcpFlags::ACK, 2, 10, b"GET / HTTP/1.1\r\n\r\n", 64),
+                ),
+            ]
+            .concat(),
+        ),
+        ("udp6", record(0, &frames::udp6(to_gw, client6, (vip6, 7), b"ping", 64))),
+        ("echo6", record(0, &frames::icmpv6_echo(to_gw, client6.0, vip6, 1, 1, b"abcdefgh", false))),
+        (
+            "ndp",
+            record(
+                0,
+                &frames::ndp(
+                    L2 { src: client_mac, dst: MacAddr([0x33, 0x33, 0xff, 0, 0, 0x10]) },
+                    client6.0,
+                    v6("ff02::1:ff00:10"),
+                    Icmpv6Type::NeighborSolicit,
+                    0,
+                    vip6,
+                    Some(client_mac),
+                ),
+            ),
+        ),
+        (
+            "udp6-fragments",
+            frames::ipv6_fragments(&frames::udp6(to_gw, client6, (vip6, 7), &[0x5a; 3000], 64), 0x4d2, 1232)
+                .iter()
+                .map(|f| record(0, f))
+                .collect::<Vec<_>>()
+                .concat(),
+        ),
+        (
+            // A TCP flow, then Packet Too Big from a router about what the gateway sent.
+            "icmpv6-errors",
+            {
+                let sent = frames::tcp6(
+                    L2 { src: gw_back, dst: web_mac },
+                    (snat6, 1024),
+                    (web6, 8080),
+                    TcpFlags::SYN,
+                    1,
+                    0,
+                    &[],
+                    63,
+                );
+                [
+                    record(0, &frames::tcp6(to_gw, client6, (vip6, 80), TcpFlags::SYN, 1, 0, &[], 64)),
+                    record(
+                        1,
+                        &frames::icmpv6_error(
+                            from_web,
+                            v6("fd00:70::fe"),
+                            snat6,
+                            Icmpv6Type::PacketTooBig,
+                            0,
+                            1280,
+                            &sent[14..],
+                            64,
+                        ),
+                    ),
+                ]
+                .concat()
+            },
         ),
         (
             "arp",

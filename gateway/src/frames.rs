@@ -250,6 +250,33 @@ pub fn icmp_error(
     b
 }
 
+/// An ICMPv6 error ([RFC 4443] § 3: type 1 destination unreachable, 2 packet too big, 3 time
+/// exceeded, 4 parameter problem) from `src` to `dst` whose data is `quoted` (the invoking
+/// packet's IPv6 header and as much of the rest as fits), with `word` in bytes 4..8 (the MTU
+/// of packet too big, the pointer of parameter problem), checksum over the pseudo-header.
+///
+/// [RFC 4443]: https://www.rfc-editor.org/rfc/rfc4443#section-3
+#[allow(clippy::too_many_arguments)]
+pub fn icmpv6_error(
+    l2: L2,
+    src: Ipv6Addr,
+    dst: Ipv6Addr,
+    msg_type: Icmpv6Type,
+    code: u8,
+    word: u32,
+    quoted: &[u8],
+    hop_limit: u8,
+) -> Vec<u8> {
+    let mut b = ipv6(l2, src, dst, NEXT_HEADER_ICMPV6, 8 + quoted.len(), hop_limit);
+    let mut i = Icmpv6Packet::new_unchecked(&mut b[54..]);
+    i.set_msg_type(msg_type);
+    i.set_msg_code(code);
+    i.set_word(word);
+    i.data_mut().copy_from_slice(quoted);
+    i.fill_checksum(src, dst);
+    b
+}
+
 /// Splits the unfragmented IPv4 frame `frame` (Ethernet + IPv4 without options) into
 /// fragments carrying at most `max_payload` bytes of the datagram's payload each (rounded
 /// down to a multiple of 8, RFC 791 § 3.2), in order: same Identification `ident`, MF set on
@@ -270,6 +297,36 @@ pub fn ipv4_fragments(frame: &[u8], ident: u16, max_payload: usize) -> Vec<Vec<u
         ip.set_frag_offset(offset as u16);
         ip.set_more_frags(end < payload.len());
         ip.fill_checksum();
+        out.push(f);
+        offset = end;
+    }
+    out
+}
+
+/// Splits the unfragmented IPv6 frame `frame` (Ethernet + IPv6 without extension headers)
+/// into fragments ([RFC 8200] § 4.5) carrying at most `max_payload` bytes of the datagram's
+/// payload each (rounded down to a multiple of 8), in order: each is the IPv6 header (Next
+/// Header 44, Payload Length fixed) and a Fragment header with the original Next Header,
+/// Identification `ident`, the offset in 8-byte units and M set on all but the last.
+///
+/// [RFC 8200]: https://www.rfc-editor.org/rfc/rfc8200#section-4.5
+pub fn ipv6_fragments(frame: &[u8], ident: u32, max_payload: usize) -> Vec<Vec<u8>> {
+    let step = (max_payload & !7).max(8);
+    let next_header = Ipv6Packet::new_unchecked(&frame[14..]).next_header();
+    let payload = &frame[54..];
+    let mut out = Vec::new();
+    let mut offset = 0;
+    while offset < payload.len() {
+        let end = (offset + step).min(payload.len());
+        let mut f = frame[..54].to_vec();
+        let word = offset as u16 | u16::from(end < payload.len());
+        f.extend_from_slice(&[next_header, 0]);
+        f.extend_from_slice(&word.to_be_bytes());
+        f.extend_from_slice(&ident.to_be_bytes());
+        f.extend_from_slice(&payload[offset..end]);
+        let mut ip = Ipv6Packet::new_unchecked(&mut f[14..]);
+        ip.set_next_header(crate::wire::ipv6::NEXT_HEADER_FRAGMENT);
+        ip.set_payload_len((8 + end - offset) as u16);
         out.push(f);
         offset = end;
     }

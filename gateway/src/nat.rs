@@ -68,6 +68,20 @@ pub fn rewrite_ipv4_header(ip_buf: &mut [u8], src: Ipv4Addr, dst: Ipv4Addr) -> (
     (old_src, old_dst)
 }
 
+/// Rewrites the addresses of the IPv6 packet `ip_buf` to `src` → `dst` and decrements its Hop
+/// Limit, nothing else: for a later fragment, whose transport checksum the first fragment's
+/// rewrite already accounted for (IPv6 has no header checksum, [RFC 8200] § 3). The caller
+/// checked Hop Limit > 1.
+///
+/// [RFC 8200]: https://www.rfc-editor.org/rfc/rfc8200#section-3
+#[inline]
+pub fn rewrite_ipv6_header(ip_buf: &mut [u8], src: Ipv6Addr, dst: Ipv6Addr) {
+    let mut ip = Ipv6Packet::new_unchecked(ip_buf);
+    ip.set_src_addr(src);
+    ip.set_dst_addr(dst);
+    ip.set_hop_limit(ip.hop_limit().saturating_sub(1));
+}
+
 /// Rewrites addresses and ports of the IPv6 TCP/UDP/SCTP packet `ip_buf` whose upper-layer
 /// header starts at `l4_offset` (after any extension headers) and `protocol` is its
 /// upper-layer protocol, decrements its Hop Limit ([RFC 8200] § 3) and updates the L4

@@ -6,9 +6,11 @@
 //! frame meet replies, ICMP and corruptions in later ones. The clock advances a second per
 //! frame, exercising expiry. The demo gateway has a VLAN interface on each port (VLAN 100
 //! on the front, 200 on the back), so tag parsing, insertion and removal are fuzzed too.
+//! Its Services are dual-stack: IPv6 front doors forward to IPv6 endpoints, so IPv6 flows,
+//! fragments, ICMPv6 errors and Neighbor Discovery are fuzzed on the same path.
 #![no_main]
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 use libfuzzer_sys::fuzz_target;
@@ -30,6 +32,10 @@ fn table() -> Table {
         service,
         source_ranges: vec![],
     };
+    let fe6 = |a: &str, protocol, port, service| FrontendSpec {
+        addr: IpAddr::V6(a.parse::<Ipv6Addr>().unwrap()),
+        ..fe([0; 4], protocol, port, service)
+    };
     let spec = TableSpec {
         frontends: vec![
             fe([203, 0, 113, 10], Protocol::Tcp, 80, 0),
@@ -38,6 +44,9 @@ fn table() -> Table {
             fe([203, 0, 113, 11], Protocol::Udp, 9, 2),
             fe([203, 0, 113, 12], Protocol::Tcp, 443, 3),
             fe([203, 0, 113, 10], Protocol::Sctp, 38412, 0),
+            fe6("2001:db8:203::10", Protocol::Tcp, 80, 4),
+            fe6("2001:db8:203::10", Protocol::Udp, 7, 5),
+            fe6("2001:db8:203::11", Protocol::Tcp, 80, 2),
             // A load-balancer front door admitting only part of the client range.
             FrontendSpec {
                 kind: FrontendKind::LoadBalancer,
@@ -65,6 +74,18 @@ fn table() -> Table {
                 affinity_timeout_s: Some(10),
                 draining: vec![],
             },
+            ServiceSpec {
+                name: "demo/web6:http".into(),
+                backends: vec![be("fd00:70::11", 8080), be("fd00:70::12", 8080)],
+                affinity_timeout_s: None,
+                draining: vec![be("fd00:70::14", 8080)],
+            },
+            ServiceSpec {
+                name: "demo/echo6:echo".into(),
+                backends: vec![be("fd00:70::21", 7007)],
+                affinity_timeout_s: None,
+                draining: vec![],
+            },
         ],
     };
     Table::new(Storage::Owned(build(&spec, 1).unwrap())).unwrap()
@@ -84,6 +105,8 @@ fuzz_target!(|data: &[u8]| {
         let shared = Shared::new(16, 64);
         shared.neighbours.learn(Ipv4Addr::new(10, 70, 0, 11), MacAddr([2, 0, 0, 0, 0xb0, 11]), 0);
         shared.neighbours.learn(Ipv4Addr::new(10, 70, 0, 21), MacAddr([2, 0, 0, 0, 0xb0, 21]), 0);
+        shared.neighbours.learn("fd00:70::11".parse::<Ipv6Addr>().unwrap(), MacAddr([2, 0, 0, 0, 0xb0, 11]), 0);
+        shared.neighbours.learn("fd00:70::21".parse::<Ipv6Addr>().unwrap(), MacAddr([2, 0, 0, 0, 0xb0, 21]), 0);
         let mut st = WorkerState::new(0, 2, Arc::clone(host), &shared, 64, 1);
         st.adopt_table(table, table, 0);
         let mut buf = vec![0u8; 2048];

@@ -2,22 +2,24 @@
 //! [`Ipv6Addr`], names what differs between IPv4 and IPv6 flows — which of the worker's two
 //! conntrack tables holds them, the Maglev flow hash of their 5-tuple, and the header
 //! rewrite (IPv4: header checksum and TTL; IPv6: Hop Limit, no header checksum, transport
-//! header after any extension headers). Everything else in [`super::flow`] and
+//! header after any extension headers), and which fragment table follows their fragments. Everything else in [`super::flow`] and
 //! [`super::backend`] is written once for both.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use super::fragment::{self, Fragment, FragmentTarget};
+use super::burst::FlowHint;
+use super::fragment::FragmentTarget;
 use super::WorkerState;
 use crate::conntrack::{Address, Conntrack, FlowKey};
+use crate::fragments::{FragmentAddr, FragmentTable};
 use crate::host::HostAddr;
 use crate::maglev;
 use crate::nat::{self, Rewrite};
 use crate::wire::checksum::PseudoHeaderAddr;
-use crate::wire::{IpProtocol, MacAddr};
+use crate::wire::IpProtocol;
 
 /// An IP address family the flow path serves: see the module documentation.
-pub(super) trait Family: Address + HostAddr + PseudoHeaderAddr + Into<IpAddr> {
+pub(super) trait Family: Address + HostAddr + PseudoHeaderAddr + FragmentAddr + Into<IpAddr> {
     /// This family's conntrack table in `st`.
     fn conntrack(st: &WorkerState) -> &Conntrack<Self>;
 
@@ -32,7 +34,7 @@ pub(super) trait Family: Address + HostAddr + PseudoHeaderAddr + Into<IpAddr> {
     fn flow_hash(key: &FlowKey<Self>) -> u64;
 
     /// The conntrack hash [`super::process_burst`] computed ahead for `key`, if it did
-    /// (IPv4 only) and for this very key.
+    /// and for this very key (of this family).
     fn hinted_hash(st: &mut WorkerState, key: &FlowKey<Self>) -> Option<u64>;
 
     /// Rewrites the packet `ip` (network header to the end of the packet) whose transport
@@ -40,19 +42,13 @@ pub(super) trait Family: Address + HostAddr + PseudoHeaderAddr + Into<IpAddr> {
     /// Limit decremented, checksums updated ([`nat`]).
     fn rewrite(ip: &mut [u8], l4_offset: usize, protocol: IpProtocol, rw: &Rewrite<Self>, l4_partial: bool);
 
-    /// Records what was done to the first fragment `first` (rewritten to `rw`, sent out
-    /// `egress` = (interface, next-hop MAC), in the flow's original direction or not,
-    /// counted on `frontend`) for the later fragments of its datagram ([`fragment::record`]).
-    /// Only IPv4 fragments reach the flow path; IPv6 ones are dropped before it.
-    fn record_fragment(
-        now: u64,
-        st: &mut WorkerState,
-        first: &Fragment,
-        rw: &Rewrite<Self>,
-        egress: (u8, MacAddr),
-        original: bool,
-        frontend: Option<(u32, u32)>,
-    );
+    /// This family's fragment table in `st` ([`super::fragment`]).
+    fn fragments_mut(st: &mut WorkerState) -> &mut FragmentTable<Self, FragmentTarget<Self>>;
+
+    /// Rewrites the IP header of the later fragment `ip` (network header to the end of the
+    /// packet) to addresses `src` → `dst`, TTL / Hop Limit decremented (IPv4: header checksum
+    /// updated, RFC 1624; IPv6 has none). The caller checked TTL > 1.
+    fn rewrite_header(ip: &mut [u8], src: Self, dst: Self);
 }
 
 impl Family for Ipv4Addr {
@@ -82,7 +78,7 @@ impl Family for Ipv4Addr {
     #[inline]
     fn hinted_hash(st: &mut WorkerState, key: &FlowKey<Self>) -> Option<u64> {
         match st.flow_hint.take() {
-            Some((hinted, hash)) if hinted == *key => Some(hash),
+            Some(FlowHint::V4(hinted, hash)) if hinted == *key => Some(hash),
             _ => None,
         }
     }
@@ -93,17 +89,13 @@ impl Family for Ipv4Addr {
     }
 
     #[inline]
-    fn record_fragment(
-        now: u64,
-        st: &mut WorkerState,
-        first: &Fragment,
-        rw: &Rewrite<Self>,
-        (iface, mac): (u8, MacAddr),
-        original: bool,
-        frontend: Option<(u32, u32)>,
-    ) {
-        let target = FragmentTarget { src: rw.src_addr, dst: rw.dst_addr, iface, mac, original, frontend };
-        fragment::record(now, st, first, target);
+    fn fragments_mut(st: &mut WorkerState) -> &mut FragmentTable<Self, FragmentTarget<Self>> {
+        &mut st.fragments
+    }
+
+    #[inline]
+    fn rewrite_header(ip: &mut [u8], src: Self, dst: Self) {
+        nat::rewrite_ipv4_header(ip, src, dst);
     }
 }
 
@@ -132,8 +124,11 @@ impl Family for Ipv6Addr {
     }
 
     #[inline]
-    fn hinted_hash(_st: &mut WorkerState, _key: &FlowKey<Self>) -> Option<u64> {
-        None
+    fn hinted_hash(st: &mut WorkerState, key: &FlowKey<Self>) -> Option<u64> {
+        match st.flow_hint.take() {
+            Some(FlowHint::V6(hinted, hash)) if hinted == *key => Some(hash),
+            _ => None,
+        }
     }
 
     #[inline]
@@ -142,15 +137,12 @@ impl Family for Ipv6Addr {
     }
 
     #[inline]
-    fn record_fragment(
-        _now: u64,
-        _st: &mut WorkerState,
-        _first: &Fragment,
-        _rw: &Rewrite<Self>,
-        _egress: (u8, MacAddr),
-        _original: bool,
-        _frontend: Option<(u32, u32)>,
-    ) {
-        // IPv6 fragments are dropped as `DropReason::Fragment` before the flow path.
+    fn fragments_mut(st: &mut WorkerState) -> &mut FragmentTable<Self, FragmentTarget<Self>> {
+        &mut st.fragments6
+    }
+
+    #[inline]
+    fn rewrite_header(ip: &mut [u8], src: Self, dst: Self) {
+        nat::rewrite_ipv6_header(ip, src, dst);
     }
 }

@@ -18,7 +18,7 @@ use std::net::SocketAddr;
 
 use super::expire::{free_snat_port, remove_flow};
 use super::family::Family;
-use super::fragment::Fragment;
+use super::fragment::{self, Fragment, FragmentTarget};
 use super::link::{self, Rx};
 use super::reject::reject;
 use super::resolve::neighbour;
@@ -59,9 +59,8 @@ pub(super) struct Segment<A> {
     pub tcp_flags: TcpFlags,
     /// SCTP chunks that matter to tracking; empty for TCP and UDP.
     pub sctp: Chunks,
-    /// Set for the first fragment of a fragmented IPv4 datagram (TCP or UDP only; IPv6
-    /// fragments do not reach the flow path).
-    pub first_fragment: Option<Fragment>,
+    /// Set for the first fragment of a fragmented datagram (TCP or UDP only).
+    pub first_fragment: Option<Fragment<A>>,
 }
 
 /// Forwards the TCP, UDP or SCTP packet `seg` in `frame` along its flow, creating the flow
@@ -211,7 +210,10 @@ fn forward<A: Family>(
     A::rewrite(&mut frame[l3..l3 + seg.total], seg.l4_offset, seg.proto, &rw, partial);
     let verdict = link::transmit(frame, rx, seg.total, out_iface, dst_mac, &st.host);
     if let (Some(first), Verdict::Transmit { .. }) = (&seg.first_fragment, verdict) {
-        A::record_fragment(now, st, first, &rw, (out_iface, dst_mac), dir == Direction::Original, frontend);
+        let original = dir == Direction::Original;
+        let target =
+            FragmentTarget { src: rw.src_addr, dst: rw.dst_addr, iface: out_iface, mac: dst_mac, original, frontend };
+        fragment::record(now, st, first, target);
     }
     verdict
 }

@@ -30,7 +30,7 @@ pub(super) fn handle(
         return Verdict::Drop(DropReason::IcmpNotHandled);
     };
     if msg_type.is_error() {
-        return icmp_error::handle(now, frame, rx, st, dst, l4);
+        return icmp_error::handle(now, frame, rx, st, (src, dst), l4);
     }
     let for_us = st.host.is_own(dst) || table.is_vip(IpAddr::V4(dst));
     let is_echo = msg_type == Icmpv4Type::EchoRequest;

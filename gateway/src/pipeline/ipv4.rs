@@ -6,6 +6,7 @@
 
 use std::ops::Range;
 
+use super::burst;
 use super::flow::{self, Segment};
 use super::fragment::{self, Fragment};
 use super::link::Rx;
@@ -15,7 +16,7 @@ use crate::conntrack::FlowKey;
 use crate::counters::DropReason;
 use crate::fragments::FragmentKey;
 use crate::table::Table;
-use crate::wire::{IpProtocol, Ipv4Packet, SctpPacket, TcpFlags, TcpPacket, UdpPacket};
+use crate::wire::{IpProtocol, Ipv4Packet, TcpFlags, TcpPacket, UdpPacket};
 
 /// The flow key of the TCP, UDP or SCTP packet after the link-layer header of `frame`, read with
 /// checked views but without [`handle`]'s checks (header checksum, TTL): a hint for
@@ -29,12 +30,7 @@ pub(super) fn flow_key(frame: &[u8], rx: &Rx) -> Option<FlowKey> {
         return None;
     }
     let l4 = &frame[l3 + ip.header_len()..l3 + usize::from(ip.total_len())];
-    let (src_port, dst_port) = match ip.next_header() {
-        IpProtocol::Tcp => TcpPacket::new_checked(l4).map(|t| (t.src_port(), t.dst_port())).ok()?,
-        IpProtocol::Udp => UdpPacket::new_checked(l4).map(|u| (u.src_port(), u.dst_port())).ok()?,
-        IpProtocol::Sctp => SctpPacket::new_checked(l4).map(|p| (p.src_port(), p.dst_port())).ok()?,
-        _ => return None,
-    };
+    let (src_port, dst_port) = burst::ports(ip.next_header(), l4)?;
     Some(FlowKey {
         protocol: u8::from(ip.next_header()),
         src_addr: ip.src_addr(),
@@ -80,12 +76,9 @@ pub(super) fn handle(now: u64, frame: &mut [u8], rx: &Rx, table: &Table, st: &mu
             Ok(t) => (t.src_port(), t.dst_port(), t.flags(), Chunks::default()),
             Err(_) => return Verdict::Drop(DropReason::MalformedL4),
         },
-        // A first fragment holds the UDP header but not the Length bytes the header claims.
-        IpProtocol::Udp if first_fragment.is_some() => match &frame[l4.clone()] {
-            [a, b, c, d, _, _, _, _, ..] => {
-                (u16::from_be_bytes([*a, *b]), u16::from_be_bytes([*c, *d]), TcpFlags::default(), Chunks::default())
-            }
-            _ => return Verdict::Drop(DropReason::MalformedL4),
+        IpProtocol::Udp if first_fragment.is_some() => match fragment::first_udp_header(&frame[l4.clone()]) {
+            Some((sport, dport, _)) => (sport, dport, TcpFlags::default(), Chunks::default()),
+            None => return Verdict::Drop(DropReason::MalformedL4),
         },
         IpProtocol::Udp => match UdpPacket::new_checked(&frame[l4.clone()]) {
             Ok(u) => (u.src_port(), u.dst_port(), TcpFlags::default(), Chunks::default()),

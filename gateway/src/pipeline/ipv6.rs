@@ -1,18 +1,51 @@
 //! IPv6 arriving at the gateway (RFC 8200): the header is checked, the extension headers
-//! are walked to the upper layer (a fragment is dropped as [`DropReason::Fragment`]), the
-//! transport ports are read, and the packet goes to the conntrack path ([`super::flow`], TCP
-//! and UDP, shared with IPv4) or to the ICMPv6 handlers: Neighbor Discovery
-//! ([`super::ndp`]) and echo ([`super::icmp`]).
+//! are walked to the upper layer, the transport ports are read, and the packet goes to the
+//! conntrack path ([`super::flow`], TCP and UDP, shared with IPv4) or to the ICMPv6
+//! handlers: Neighbor Discovery ([`super::ndp`]), echo ([`super::icmp`]) and errors about
+//! flows ([`super::icmp_error`]). Fragments
+//! ([RFC 8200] § 4.5) of TCP and UDP datagrams go as IPv4's do ([`super::fragment`]): the
+//! first through its flow, the later ones along it; fragments of anything else, or whose
+//! Fragment header is followed by more extension headers, are dropped as
+//! [`DropReason::Fragment`].
+//!
+//! [RFC 8200]: https://www.rfc-editor.org/rfc/rfc8200#section-4.5
 
 use std::net::Ipv6Addr;
 
+use super::burst;
 use super::flow::{self, Segment};
+use super::fragment::{self, Fragment};
 use super::link::Rx;
 use super::sctp::Chunks;
-use super::{icmp, ndp, Verdict, WorkerState};
+use super::{icmp, icmp_error, ndp, Verdict, WorkerState};
+use crate::conntrack::FlowKey;
 use crate::counters::DropReason;
+use crate::fragments::FragmentKey;
 use crate::table::Table;
+use crate::wire::ipv6::Ipv6Fragment;
 use crate::wire::{Icmpv6Packet, Icmpv6Type, IpProtocol, Ipv6Packet, TcpFlags, TcpPacket, UdpPacket};
+
+/// The flow key of the IPv6 TCP or UDP packet after the link-layer header of `frame` (after
+/// any extension headers), read with checked views but without [`handle`]'s checks: a hint
+/// for [`super::process_burst`], which `handle` confirms. `None` for anything else, fragments
+/// included.
+#[inline]
+pub(super) fn flow_key(frame: &[u8], rx: &Rx) -> Option<FlowKey<Ipv6Addr>> {
+    let l3 = rx.l2_len;
+    let ip = Ipv6Packet::new_checked(&frame[l3..rx.len]).ok()?;
+    let upper = ip.upper_layer().ok()?;
+    if upper.fragment.is_some() || !matches!(upper.protocol, IpProtocol::Tcp | IpProtocol::Udp) {
+        return None;
+    }
+    let (src_port, dst_port) = burst::ports(upper.protocol, &frame[l3 + upper.offset..l3 + ip.total_len()])?;
+    Some(FlowKey {
+        protocol: u8::from(upper.protocol),
+        src_addr: ip.src_addr(),
+        src_port,
+        dst_addr: ip.dst_addr(),
+        dst_port,
+    })
+}
 
 /// Handles the IPv6 packet after the link-layer header of `frame`.
 pub(super) fn handle(now: u64, frame: &mut [u8], rx: &Rx, table: &Table, st: &mut WorkerState) -> Verdict {
@@ -30,14 +63,35 @@ pub(super) fn handle(now: u64, frame: &mut [u8], rx: &Rx, table: &Table, st: &mu
     if src.is_multicast() {
         return Verdict::Drop(DropReason::MalformedIpv6);
     }
-    if upper.fragment.is_some() {
-        return Verdict::Drop(DropReason::Fragment);
-    }
     let l4 = l3 + upper.offset..l3 + total;
+    let mut first_fragment = None;
+    // An atomic fragment (offset 0, M clear: RFC 6946) is a whole datagram: no table entry.
+    if let Some(frag) = upper.fragment.filter(|f| !f.is_first() || f.more_frags) {
+        // The identity's protocol is the Fragment header's Next Header, the same in every
+        // fragment; only TCP or UDP right after it is followed.
+        let protocol = IpProtocol::from(frag.next_header);
+        if !matches!(protocol, IpProtocol::Tcp | IpProtocol::Udp) {
+            return Verdict::Drop(DropReason::Fragment);
+        }
+        let fragment = Fragment {
+            key: FragmentKey { src, dst, protocol: frag.next_header, ident: frag.ident },
+            offset: frag.offset,
+            payload_len: (total - (frag.header_offset + Ipv6Fragment::LEN)) as u16,
+            more: frag.more_frags,
+        };
+        if !frag.is_first() {
+            return fragment::follow(now, frame, rx, table, st, &fragment, hop_limit, total);
+        }
+        first_fragment = Some(fragment);
+    }
     let (sport, dport, tcp_flags) = match upper.protocol {
         IpProtocol::Tcp => match TcpPacket::new_checked(&frame[l4.clone()]) {
             Ok(t) => (t.src_port(), t.dst_port(), t.flags()),
             Err(_) => return Verdict::Drop(DropReason::MalformedL4),
+        },
+        IpProtocol::Udp if first_fragment.is_some() => match fragment::first_udp_header(&frame[l4.clone()]) {
+            Some((sport, dport, checksum)) if checksum != 0 => (sport, dport, TcpFlags::default()),
+            _ => return Verdict::Drop(DropReason::MalformedL4),
         },
         // RFC 8200 § 8.1: "IPv6 receivers must discard UDP packets containing a zero
         // checksum"; forwarding one would only move the discard to the endpoint.
@@ -59,13 +113,13 @@ pub(super) fn handle(now: u64, frame: &mut [u8], rx: &Rx, table: &Table, st: &mu
         dport,
         tcp_flags,
         sctp: Chunks::default(),
-        first_fragment: None,
+        first_fragment,
     };
     flow::handle(now, frame, rx, table, st, &seg)
 }
 
-/// ICMPv6 to the gateway: Neighbor Discovery and echo requests; anything else is a counted
-/// drop.
+/// ICMPv6 to the gateway: Neighbor Discovery, echo requests, and errors about flows
+/// ([`super::icmp_error`]); anything else is a counted drop.
 fn handle_icmpv6(
     now: u64,
     frame: &mut [u8],
@@ -81,6 +135,11 @@ fn handle_icmpv6(
     match msg.msg_type() {
         Icmpv6Type::NeighborSolicit | Icmpv6Type::NeighborAdvert => ndp::handle(now, frame, rx, table, st, addrs, l4),
         Icmpv6Type::EchoRequest => icmp::echo_v6(frame, rx, table, st, (addrs.0, addrs.1), l4),
+        // RFC 4443 § 3's errors, which quote the invoking packet: about a tracked flow, they
+        // are translated and forwarded to its other end.
+        Icmpv6Type::DstUnreachable | Icmpv6Type::PacketTooBig | Icmpv6Type::TimeExceeded | Icmpv6Type::ParamProblem => {
+            icmp_error::handle(now, frame, rx, st, (addrs.0, addrs.1), l4)
+        }
         _ => Verdict::Drop(DropReason::IcmpNotHandled),
     }
 }

@@ -38,11 +38,12 @@
 //!   to all-nodes for Duplicate Address Detection); on-link senders and advertised targets
 //!   are learned.
 //! - ICMP echo requests (RFC 792, RFC 4443 § 4.1, `icmp`) to a VIP or own address are
-//!   answered in place. ICMP errors quoting a packet of a tracked flow (`icmp_error`) are
-//!   translated — outer and quoted headers — and forwarded to the flow's other end, so
-//!   path-MTU discovery works through the gateway.
-//! - IPv4 fragments (`fragment`): the first fragment of a TCP or UDP datagram goes through
-//!   its flow; the later ones follow it through a per-worker fragment table.
+//!   answered in place. ICMP and ICMPv6 errors quoting a packet of a tracked flow
+//!   (`icmp_error`, one path for both families) are translated — outer and quoted headers —
+//!   and forwarded to the flow's other end, so path-MTU discovery works through the gateway.
+//! - IPv4 and IPv6 fragments (`fragment`): the first fragment of a TCP or UDP datagram goes
+//!   through its flow; the later ones follow it through a per-worker fragment table per
+//!   family.
 //! - Next hops are resolved by ARP requests and Neighbor Solicitations the worker emits
 //!   through [`poll_transmit`] (`resolve`).
 //! - Flows time out after idle periods following Linux conntrack's defaults; expiry runs

@@ -56,6 +56,8 @@ pub struct WorkerState {
     /// Where the later fragments of datagrams whose first fragment this worker forwarded go
     /// (see [`super::fragment`]).
     pub(super) fragments: FragmentTable<Ipv4Addr, FragmentTarget>,
+    /// The same for IPv6 datagrams (32-bit Identification, RFC 8200 § 4.5).
+    pub(super) fragments6: FragmentTable<Ipv6Addr, FragmentTarget<Ipv6Addr>>,
     /// This worker's per-front-door counts, indexed like the front doors of the table it
     /// uses (sized by [`WorkerState::adopt_table`]).
     pub frontends: FrontendCounters,
@@ -88,6 +90,7 @@ impl WorkerState {
             affinity: Arc::clone(&shared.affinity),
             counters: Counters::default(),
             fragments: FragmentTable::new(FRAGMENT_SLOTS, fragments::DEFAULT_TIMEOUT_NS, seed ^ 0xf4a6_0000_f4a6),
+            fragments6: FragmentTable::new(FRAGMENT_SLOTS, fragments::DEFAULT_TIMEOUT_NS, seed ^ 0xf6a6_0000_f6a6),
             frontends: FrontendCounters::default(),
             pending: [Pending::default(); PENDING_SLOTS],
             flow_hint: None,

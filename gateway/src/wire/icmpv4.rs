@@ -18,6 +18,7 @@
 
 use std::net::Ipv4Addr;
 
+use super::checksum::PseudoHeaderAddr;
 use super::{checksum, read, IpProtocol, Ipv4Packet, ParseError, SctpPacket};
 
 mod field {
@@ -418,34 +419,63 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> QuotedIpv4<T> {
         ip.set_dst_addr(dst);
         ip.set_checksum(c);
         let quoted_len = rest.len().min(total.saturating_sub(ihl));
-        let l4 = &mut rest[..quoted_len];
-        l4[0..2].copy_from_slice(&src_port.to_be_bytes());
-        l4[2..4].copy_from_slice(&dst_port.to_be_bytes());
-        let update = |c: u16| {
-            let c = checksum::update_addr(c, old_src, src);
-            let c = checksum::update_addr(c, old_dst, dst);
-            let c = checksum::update16(c, old_sport, src_port);
-            checksum::update16(c, old_dport, dst_port)
-        };
-        match protocol {
-            IpProtocol::Tcp if l4.len() >= TCP_CHECKSUM_AT + 2 => {
-                let at = TCP_CHECKSUM_AT..TCP_CHECKSUM_AT + 2;
-                let c = update(u16::from_be_bytes(read(l4, at.clone())));
-                l4[at].copy_from_slice(&c.to_be_bytes());
-            }
-            IpProtocol::Udp if l4.len() >= UDP_CHECKSUM_AT + 2 => {
-                let at = UDP_CHECKSUM_AT..UDP_CHECKSUM_AT + 2;
-                let old = u16::from_be_bytes(read(l4, at.clone()));
-                let c = if old == 0 { 0 } else { checksum::udp_transmitted(update(old)) };
-                l4[at].copy_from_slice(&c.to_be_bytes());
-            }
-            IpProtocol::Sctp if ihl + l4.len() == total => {
-                if let Ok(mut sctp) = SctpPacket::new_checked(l4) {
-                    sctp.fill_checksum();
-                }
-            }
-            _ => {}
+        let whole = ihl + quoted_len == total;
+        translate_quoted_transport(
+            &mut rest[..quoted_len],
+            protocol,
+            whole,
+            ((old_src, old_sport), (old_dst, old_dport)),
+            ((src, src_port), (dst, dst_port)),
+        );
+    }
+}
+
+/// Rewrites the quoted transport header `l4` (the quote's bytes of it: at least the 4 port
+/// bytes, as far as the quote holds the datagram) of `protocol` from the endpoints `old`
+/// ((source address, port), (destination address, port)) to `new`, for either family, keeping
+/// the checksums it quotes consistent: TCP's (bytes 16..18) and UDP's (6..8, a zero kept) when
+/// quoted, updated incrementally for the address and port changes (both cover the
+/// pseudo-header, [RFC 1624]); SCTP's CRC32c recomputed only when the quote holds the `whole`
+/// packet. Shared by [`QuotedIpv4::translate`] and [`super::icmpv6::QuotedIpv6::translate`].
+///
+/// [RFC 1624]: https://www.rfc-editor.org/rfc/rfc1624
+pub(super) fn translate_quoted_transport<A: PseudoHeaderAddr>(
+    l4: &mut [u8],
+    protocol: IpProtocol,
+    whole: bool,
+    old: ((A, u16), (A, u16)),
+    new: ((A, u16), (A, u16)),
+) {
+    let (((old_src, old_sport), (old_dst, old_dport)), ((src, src_port), (dst, dst_port))) = (old, new);
+    if l4.len() < 4 {
+        return;
+    }
+    l4[0..2].copy_from_slice(&src_port.to_be_bytes());
+    l4[2..4].copy_from_slice(&dst_port.to_be_bytes());
+    let update = |c: u16| {
+        let c = A::update_checksum(c, old_src, src);
+        let c = A::update_checksum(c, old_dst, dst);
+        let c = checksum::update16(c, old_sport, src_port);
+        checksum::update16(c, old_dport, dst_port)
+    };
+    match protocol {
+        IpProtocol::Tcp if l4.len() >= TCP_CHECKSUM_AT + 2 => {
+            let at = TCP_CHECKSUM_AT..TCP_CHECKSUM_AT + 2;
+            let c = update(u16::from_be_bytes(read(l4, at.clone())));
+            l4[at].copy_from_slice(&c.to_be_bytes());
         }
+        IpProtocol::Udp if l4.len() >= UDP_CHECKSUM_AT + 2 => {
+            let at = UDP_CHECKSUM_AT..UDP_CHECKSUM_AT + 2;
+            let old = u16::from_be_bytes(read(l4, at.clone()));
+            let c = if old == 0 { 0 } else { checksum::udp_transmitted(update(old)) };
+            l4[at].copy_from_slice(&c.to_be_bytes());
+        }
+        IpProtocol::Sctp if whole => {
+            if let Ok(mut sctp) = SctpPacket::new_checked(l4) {
+                sctp.fill_checksum();
+            }
+        }
+        _ => {}
     }
 }
 

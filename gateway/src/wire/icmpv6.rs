@@ -22,7 +22,9 @@
 
 use std::net::Ipv6Addr;
 
-use super::{checksum, read, ParseError};
+use super::icmpv4::translate_quoted_transport;
+use super::ipv6::walk_extension_headers;
+use super::{checksum, read, IpProtocol, Ipv6Packet, ParseError};
 
 mod field {
     use crate::wire::{Field, Rest};
@@ -312,6 +314,128 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Icmpv6Packet<T> {
     }
 }
 
+/// The packet an ICMPv6 error quotes (the [`Icmpv6Packet::data`] of a message whose type
+/// [`is_error`](Icmpv6Type::is_error)): "as much of invoking packet as possible without the
+/// ICMPv6 packet exceeding the minimum IPv6 MTU" ([RFC 4443] § 3) — its IPv6 header, any
+/// extension headers, then the start of the upper-layer header. The quoted Payload Length
+/// usually claims more than the quote holds; this view reads only what the quote holds.
+///
+/// `new_checked` accepts a buffer that holds a whole IPv6 fixed header with version 6; after it
+/// succeeds no accessor or setter panics. [`Self::ports`] walks the quoted extension headers
+/// (bounded: [`super::ipv6::MAX_EXTENSION_HEADERS`], within the quote) and is `None` unless the
+/// quote holds the first 4 bytes of a TCP, UDP or SCTP header (not a non-first fragment).
+///
+/// [`Self::translate`] rewrites the quote as the inverse of what a NAT did to the packet
+/// ([RFC 5508] § 4.2's rule, which Linux applies to ICMPv6 too: `nf_nat_icmpv6_reply_translation`).
+///
+/// [RFC 4443]: https://www.rfc-editor.org/rfc/rfc4443#section-3
+/// [RFC 5508]: https://www.rfc-editor.org/rfc/rfc5508#section-4.2
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuotedIpv6<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> QuotedIpv6<T> {
+    /// Wraps the quote without checking it; accessors may panic unless it passed
+    /// [`Self::new_checked`] before.
+    #[inline]
+    pub const fn new_unchecked(buffer: T) -> Self {
+        QuotedIpv6 { buffer }
+    }
+
+    /// Wraps the quote after checking that it holds an IPv6 fixed header.
+    ///
+    /// # Errors
+    /// [`ParseError::Truncated`] if the buffer is shorter than 40 bytes; [`ParseError::Malformed`]
+    /// if the version is not 6.
+    #[inline]
+    pub fn new_checked(buffer: T) -> Result<Self, ParseError> {
+        let data = buffer.as_ref();
+        if data.len() < Ipv6Packet::<&[u8]>::HEADER_LEN {
+            return Err(ParseError::Truncated);
+        }
+        if Ipv6Packet::new_unchecked(data).version() != 6 {
+            return Err(ParseError::Malformed);
+        }
+        Ok(QuotedIpv6 { buffer })
+    }
+
+    /// The quoted IPv6 fixed header as a view (its payload accessors are not for quotes).
+    #[inline]
+    pub fn header(&self) -> Ipv6Packet<&[u8]> {
+        Ipv6Packet::new_unchecked(self.buffer.as_ref())
+    }
+
+    /// The quoted packet's source address.
+    #[inline]
+    pub fn src_addr(&self) -> Ipv6Addr {
+        self.header().src_addr()
+    }
+
+    /// The quoted packet's destination address.
+    #[inline]
+    pub fn dst_addr(&self) -> Ipv6Addr {
+        self.header().dst_addr()
+    }
+
+    /// End of the quoted packet within the quote: the quoted Payload Length's end or the
+    /// quote's, whichever comes first.
+    #[inline]
+    fn end(&self) -> usize {
+        self.header().total_len().min(self.buffer.as_ref().len())
+    }
+
+    /// The quoted upper layer: its protocol and the offset of its header, when the quote holds
+    /// the chain of extension headers before it and the packet is not a non-first fragment.
+    #[inline]
+    pub fn upper_layer(&self) -> Option<(IpProtocol, usize)> {
+        let upper = walk_extension_headers(self.buffer.as_ref(), self.header().next_header(), self.end()).ok()?;
+        if upper.fragment.is_some_and(|f| !f.is_first()) {
+            return None;
+        }
+        Some((upper.protocol, upper.offset))
+    }
+
+    /// The quoted (source, destination) ports of TCP, UDP or SCTP when the quote holds them;
+    /// `None` otherwise (see the type's documentation).
+    #[inline]
+    pub fn ports(&self) -> Option<(IpProtocol, u16, u16)> {
+        let (protocol, offset) = self.upper_layer()?;
+        if !matches!(protocol, IpProtocol::Tcp | IpProtocol::Udp | IpProtocol::Sctp) {
+            return None;
+        }
+        match self.buffer.as_ref().get(offset..self.end())? {
+            [a, b, c, d, ..] => Some((protocol, u16::from_be_bytes([*a, *b]), u16::from_be_bytes([*c, *d]))),
+            _ => None,
+        }
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> QuotedIpv6<T> {
+    /// Rewrites the quoted packet to `src:src_port → dst:dst_port` — nothing when
+    /// [`Self::ports`] is `None` — keeping the quoted TCP / UDP checksum consistent as far as
+    /// quoted (incrementally, [RFC 1624]; IPv6 has no header checksum) and an SCTP CRC32c when
+    /// the whole packet is quoted ([`super::icmpv4`]'s shared rule).
+    ///
+    /// [RFC 1624]: https://www.rfc-editor.org/rfc/rfc1624
+    pub fn translate(&mut self, src: Ipv6Addr, src_port: u16, dst: Ipv6Addr, dst_port: u16) {
+        let (old_src, old_dst, total, end) = (self.src_addr(), self.dst_addr(), self.header().total_len(), self.end());
+        let Some((protocol, old_sport, old_dport)) = self.ports() else { return };
+        let Some((_, offset)) = self.upper_layer() else { return };
+        let data = self.buffer.as_mut();
+        let mut ip = Ipv6Packet::new_unchecked(&mut *data);
+        ip.set_src_addr(src);
+        ip.set_dst_addr(dst);
+        translate_quoted_transport(
+            &mut data[offset..end],
+            protocol,
+            end == total,
+            ((old_src, old_sport), (old_dst, old_dport)),
+            ((src, src_port), (dst, dst_port)),
+        );
+    }
+}
+
 impl<T: AsRef<[u8]>> AsRef<[u8]> for Icmpv6Packet<T> {
     fn as_ref(&self) -> &[u8] {
         self.buffer.as_ref()
@@ -410,5 +534,49 @@ mod tests {
         assert_eq!(Icmpv6Type::from(200), Icmpv6Type::Unknown(200));
         assert!(!Icmpv6Type::EchoRequest.is_error());
         assert!(Icmpv6Type::DstUnreachable.is_error());
+    }
+
+    /// An IPv6 UDP packet `src:sport → dst:dport` with an 8-byte Destination Options header
+    /// before the UDP header, as the wire bytes from the IPv6 header on.
+    fn udp_with_options(src: (Ipv6Addr, u16), dst: (Ipv6Addr, u16), payload: &[u8]) -> Vec<u8> {
+        let l2 = crate::frames::L2 { src: crate::wire::MacAddr::UNSPECIFIED, dst: crate::wire::MacAddr::UNSPECIFIED };
+        let plain = crate::frames::udp6(l2, src, dst, payload, 63);
+        let mut p = plain[14..54].to_vec();
+        p.extend_from_slice(&[17, 0, 1, 4, 0, 0, 0, 0]);
+        p.extend_from_slice(&plain[54..]);
+        p[6] = 60;
+        p[4..6].copy_from_slice(&((plain.len() - 54 + 8) as u16).to_be_bytes());
+        p
+    }
+
+    #[test]
+    fn quoted_ipv6_walks_extension_headers_and_translates_within_the_quote() {
+        let (a, b, c, d): (Ipv6Addr, Ipv6Addr, Ipv6Addr, Ipv6Addr) = (
+            "fd00::1".parse().unwrap(),
+            "fd00::2".parse().unwrap(),
+            "2001:db8::3".parse().unwrap(),
+            "2001:db8::4".parse().unwrap(),
+        );
+        let payload = [0x33u8; 100];
+        let mut quote = udp_with_options((a, 1024), (b, 8080), &payload);
+        let q = QuotedIpv6::new_checked(&quote[..]).unwrap();
+        assert_eq!(q.upper_layer(), Some((IpProtocol::Udp, 48)));
+        assert_eq!(q.ports(), Some((IpProtocol::Udp, 1024, 8080)));
+        // Translated in a truncated quote (the UDP checksum is in it): the bytes a fresh
+        // packet with the new tuple has.
+        let cut = 48 + 20;
+        QuotedIpv6::new_unchecked(&mut quote[..cut]).translate(c, 40000, d, 80);
+        assert_eq!(&quote[..cut], &udp_with_options((c, 40000), (d, 80), &payload)[..cut]);
+        // The ports cut off by the quote, or the extension header itself: no ports, no change.
+        let short = udp_with_options((a, 1024), (b, 8080), &payload);
+        assert_eq!(QuotedIpv6::new_checked(&short[..50]).unwrap().ports(), None);
+        assert_eq!(QuotedIpv6::new_checked(&short[..44]).unwrap().ports(), None);
+        let mut untouched = short[..50].to_vec();
+        QuotedIpv6::new_unchecked(&mut untouched[..]).translate(c, 1, d, 2);
+        assert_eq!(untouched, &short[..50]);
+        assert_eq!(QuotedIpv6::new_checked(&short[..39]), Err(ParseError::Truncated));
+        let mut v4 = short.clone();
+        v4[0] = 0x45;
+        assert_eq!(QuotedIpv6::new_checked(&v4[..]), Err(ParseError::Malformed));
     }
 }

@@ -294,59 +294,68 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     ///
     /// [RFC 8200]: https://www.rfc-editor.org/rfc/rfc8200#section-4.3
     pub fn upper_layer(&self) -> Result<UpperLayer, ParseError> {
-        let data = self.buffer.as_ref();
-        let end = self.total_len();
-        let mut next = self.next_header();
-        let mut offset = Self::HEADER_LEN;
-        let mut fragment: Option<Ipv6Fragment> = None;
-        for n in 0..=MAX_EXTENSION_HEADERS {
-            let len = match next {
-                NEXT_HEADER_HOP_BY_HOP if n > 0 => return Err(ParseError::Malformed),
-                NEXT_HEADER_HOP_BY_HOP | NEXT_HEADER_ROUTING | NEXT_HEADER_DST_OPTIONS | NEXT_HEADER_AUTH => {
-                    if offset + 2 > end {
-                        return Err(ParseError::Truncated);
-                    }
-                    let units = usize::from(data[offset + 1]);
-                    // Hdr Ext Len counts 8-byte units after the first 8 bytes; AH's Payload Len
-                    // counts 4-byte units minus 2 (RFC 4302 § 2.2).
-                    if next == NEXT_HEADER_AUTH {
-                        (units + 2) * 4
-                    } else {
-                        (units + 1) * 8
-                    }
-                }
-                NEXT_HEADER_FRAGMENT => {
-                    if fragment.is_some() {
-                        return Err(ParseError::Malformed);
-                    }
-                    if offset + Ipv6Fragment::LEN > end {
-                        return Err(ParseError::Truncated);
-                    }
-                    let word = u16::from_be_bytes([data[offset + 2], data[offset + 3]]);
-                    let frag = Ipv6Fragment {
-                        header_offset: offset,
-                        next_header: data[offset],
-                        offset: word & !0x7,
-                        more_frags: word & 1 != 0,
-                        ident: u32::from_be_bytes(read(data, offset + 4..offset + 8)),
-                    };
-                    fragment = Some(frag);
-                    if !frag.is_first() {
-                        let protocol = IpProtocol::from(frag.next_header);
-                        return Ok(UpperLayer { protocol, offset: offset + Ipv6Fragment::LEN, fragment });
-                    }
-                    Ipv6Fragment::LEN
-                }
-                upper => return Ok(UpperLayer { protocol: IpProtocol::from(upper), offset, fragment }),
-            };
-            if offset + len > end {
-                return Err(ParseError::Truncated);
-            }
-            next = data[offset];
-            offset += len;
-        }
-        Err(ParseError::Malformed)
+        walk_extension_headers(self.buffer.as_ref(), self.next_header(), self.total_len())
     }
+}
+
+/// The walk of [`Ipv6Packet::upper_layer`] over `data` (an IPv6 packet from its fixed header)
+/// whose fixed header's Next Header is `next`, reading nothing at or past `end` (at most
+/// `data.len()`: the packet's end, or for a quoted packet the end of what the quote holds).
+///
+/// # Errors
+/// As [`Ipv6Packet::upper_layer`]; [`ParseError::Truncated`] also when `end` cuts a header.
+pub(crate) fn walk_extension_headers(data: &[u8], next: u8, end: usize) -> Result<UpperLayer, ParseError> {
+    let end = end.min(data.len());
+    let mut next = next;
+    let mut offset = Ipv6Packet::<&[u8]>::HEADER_LEN;
+    let mut fragment: Option<Ipv6Fragment> = None;
+    for n in 0..=MAX_EXTENSION_HEADERS {
+        let len = match next {
+            NEXT_HEADER_HOP_BY_HOP if n > 0 => return Err(ParseError::Malformed),
+            NEXT_HEADER_HOP_BY_HOP | NEXT_HEADER_ROUTING | NEXT_HEADER_DST_OPTIONS | NEXT_HEADER_AUTH => {
+                if offset + 2 > end {
+                    return Err(ParseError::Truncated);
+                }
+                let units = usize::from(data[offset + 1]);
+                // Hdr Ext Len counts 8-byte units after the first 8 bytes; AH's Payload Len
+                // counts 4-byte units minus 2 (RFC 4302 § 2.2).
+                if next == NEXT_HEADER_AUTH {
+                    (units + 2) * 4
+                } else {
+                    (units + 1) * 8
+                }
+            }
+            NEXT_HEADER_FRAGMENT => {
+                if fragment.is_some() {
+                    return Err(ParseError::Malformed);
+                }
+                if offset + Ipv6Fragment::LEN > end {
+                    return Err(ParseError::Truncated);
+                }
+                let word = u16::from_be_bytes([data[offset + 2], data[offset + 3]]);
+                let frag = Ipv6Fragment {
+                    header_offset: offset,
+                    next_header: data[offset],
+                    offset: word & !0x7,
+                    more_frags: word & 1 != 0,
+                    ident: u32::from_be_bytes(read(data, offset + 4..offset + 8)),
+                };
+                fragment = Some(frag);
+                if !frag.is_first() {
+                    let protocol = IpProtocol::from(frag.next_header);
+                    return Ok(UpperLayer { protocol, offset: offset + Ipv6Fragment::LEN, fragment });
+                }
+                Ipv6Fragment::LEN
+            }
+            upper => return Ok(UpperLayer { protocol: IpProtocol::from(upper), offset, fragment }),
+        };
+        if offset + len > end {
+            return Err(ParseError::Truncated);
+        }
+        next = data[offset];
+        offset += len;
+    }
+    Err(ParseError::Malformed)
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6Packet<T> {

@@ -42,8 +42,16 @@ fn arb_frame() -> impl Strategy<Value = (Vec<u8>, u8)> {
 /// Runs `bursts` through `process_burst` on one worker and through `process` frame by frame
 /// on another, and checks that they agree at every step.
 fn agree(bursts: &[Vec<(Vec<u8>, u8)>]) -> Result<(), TestCaseError> {
-    let t = table(&["10.70.0.11", "10.70.0.12"]);
-    let (mut a, mut b) = (state_with_capacity(0, 1, 16), state_with_capacity(0, 1, 16));
+    agree_on(&table(&["10.70.0.11", "10.70.0.12"]), || state_with_capacity(0, 1, 16), bursts)
+}
+
+/// [`agree`] under table `t`, with workers made by `new_state`; frames up to 256 bytes.
+pub(super) fn agree_on(
+    t: &Table,
+    new_state: impl Fn() -> WorkerState,
+    bursts: &[Vec<(Vec<u8>, u8)>],
+) -> Result<(), TestCaseError> {
+    let (mut a, mut b) = (new_state(), new_state());
     for (n, burst) in bursts.iter().enumerate() {
         let now = n as u64 * 7 * SEC;
         let mut bufs: Vec<[u8; 256]> = burst
@@ -57,9 +65,9 @@ fn agree(bursts: &[Vec<(Vec<u8>, u8)>]) -> Result<(), TestCaseError> {
         let metas: Vec<Meta> =
             burst.iter().map(|(f, iface)| Meta { iface: *iface, len: f.len(), l4_csum_partial: false }).collect();
         let mut verdicts = vec![Verdict::Consumed; burst.len()];
-        process_burst(now, &mut bufs, &metas, &t, &mut a, &mut verdicts);
+        process_burst(now, &mut bufs, &metas, t, &mut a, &mut verdicts);
         for (k, (f, iface)) in burst.iter().enumerate() {
-            let (v, out) = run(now, f, *iface, &t, &mut b);
+            let (v, out) = run(now, f, *iface, t, &mut b);
             prop_assert_eq!(verdicts[k], v, "burst {} frame {}", n, k);
             if let Verdict::Transmit { len, .. } = v {
                 prop_assert_eq!(&bufs[k][..len], &out[..], "burst {} frame {}", n, k);
@@ -67,6 +75,7 @@ fn agree(bursts: &[Vec<(Vec<u8>, u8)>]) -> Result<(), TestCaseError> {
         }
         prop_assert_eq!(&a.counters, &b.counters);
         prop_assert_eq!(a.conntrack.iter().collect::<Vec<_>>(), b.conntrack.iter().collect::<Vec<_>>());
+        prop_assert_eq!(a.conntrack6.iter().collect::<Vec<_>>(), b.conntrack6.iter().collect::<Vec<_>>());
         prop_assert_eq!(poll_expire(now, 8, &mut a), poll_expire(now, 8, &mut b));
     }
     Ok(())
@@ -101,20 +110,20 @@ fn a_flow_created_early_in_a_burst_is_found_later_in_it() {
     let ack = frame(0, 0, 1);
     let t = table(&["10.70.0.11"]);
     let mut st = state(0, 1);
-    let mut bufs = [syn.clone(), syn_ack.clone(), ack.clone()].map(|f| {
-        let mut buf = [0u8; 128];
-        buf[..f.len()].copy_from_slice(&f);
-        buf
-    });
-    let metas = [(&syn, FRONT), (&syn_ack, BACK), (&ack, FRONT)].map(|(f, iface)| Meta {
-        iface,
-        len: f.len(),
-        l4_csum_partial: false,
-    });
-    let mut verdicts = [Verdict::Consumed; 3];
-    process_burst(0, &mut bufs, &metas, &t, &mut st, &mut verdicts);
+    let verdicts = run_burst(0, &[(&syn, FRONT), (&syn_ack, BACK), (&ack, FRONT)], &t, &mut st);
     assert!(verdicts.iter().all(|v| matches!(v, Verdict::Transmit { .. })), "{verdicts:?}");
     let (id, flow) = st.conntrack.iter().next().unwrap();
     assert_eq!(flow.state.tcp_state, crate::conntrack::TcpState::Established);
     assert_eq!(st.conntrack.len(), 1, "{id}");
+}
+
+/// Runs the frames of `input` (frame, arrival port) as one burst through `process_burst` (on
+/// copies, with 4 bytes of room each) and returns the verdicts.
+pub(super) fn run_burst(now: u64, input: &[(&[u8], u8)], t: &Table, st: &mut WorkerState) -> Vec<Verdict> {
+    let mut bufs: Vec<Vec<u8>> = input.iter().map(|(f, _)| [f, &[0u8; 4][..]].concat()).collect();
+    let metas: Vec<Meta> =
+        input.iter().map(|(f, iface)| Meta { iface: *iface, len: f.len(), l4_csum_partial: false }).collect();
+    let mut verdicts = vec![Verdict::Consumed; input.len()];
+    process_burst(now, &mut bufs, &metas, t, st, &mut verdicts);
+    verdicts
 }

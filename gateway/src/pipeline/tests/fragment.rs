@@ -14,7 +14,7 @@ fn to_echo() -> L2 {
 
 /// 3000 bytes of UDP data: a 3008-byte datagram, fragmented at a 1500-byte MTU into
 /// 1480 + 1480 + 48 payload bytes.
-fn data() -> Vec<u8> {
+pub(super) fn data() -> Vec<u8> {
     (0..3000u32).map(|i| (i * 7 + 1) as u8).collect()
 }
 

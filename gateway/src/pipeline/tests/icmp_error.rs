@@ -17,7 +17,7 @@ fn to_client() -> L2 {
 }
 
 /// Sends `input` and returns the frame the gateway forwarded.
-fn forwarded(now: u64, input: &[u8], iface: u8, t: &Table, st: &mut WorkerState) -> Vec<u8> {
+pub(super) fn forwarded(now: u64, input: &[u8], iface: u8, t: &Table, st: &mut WorkerState) -> Vec<u8> {
     let (v, out) = run(now, input, iface, t, st);
     assert!(matches!(v, Verdict::Transmit { .. }), "{v:?}");
     out

@@ -253,11 +253,12 @@ fn malformed_ipv6_is_a_counted_drop() {
     multicast_src[14 + 8] = 0xff;
     cases.push(("multicast source", multicast_src, DropReason::MalformedIpv6));
     let mut frag = good[..54].to_vec();
-    frag.extend_from_slice(&[17, 0, 0, 1, 0, 0, 0, 9]);
+    // A first fragment of something other than TCP or UDP (here ICMPv6) is not followed.
+    frag.extend_from_slice(&[58, 0, 0, 1, 0, 0, 0, 9]);
     frag.extend_from_slice(&good[54..]);
     frag[14 + 6] = 44;
     frag[14 + 4..14 + 6].copy_from_slice(&((good.len() - 54 + 8) as u16).to_be_bytes());
-    cases.push(("fragment", frag, DropReason::Fragment));
+    cases.push(("ICMPv6 fragment", frag, DropReason::Fragment));
     let mut unknown = good.clone();
     unknown[14 + 6] = 47;
     cases.push(("GRE", unknown, DropReason::UnsupportedProtocol));
@@ -426,3 +427,7 @@ fn ipv6_new_flows_spread_and_client_ip_affinity_holds() {
     }
     assert_eq!(chosen.len(), 1, "{chosen:?}");
 }
+
+mod burst;
+mod fragment;
+mod icmp_error;
