@@ -10,22 +10,30 @@
 //! Writing a snapshot into a new tmpfs file allocates and zeroes its pages, and deleting
 //! an old one frees them, both costing more than laying the table out (together about
 //! 0.8 ms per MiB on the project's 2-core VM; 5–9 ms for the 12.5 MiB table of 10 000
-//! Services). So after each publication a background thread deletes the snapshots no
-//! worker needs any more and prepares the next file, `table-spare.tmp` (mode 0600), as a
-//! copy of the snapshot just published. The next publication writes into it only the byte
-//! ranges that changed since that snapshot — the publisher remembers the ranges each of
-//! its last [`HISTORY`] builds changed ([`TableBuilder::changed_ranges`]), so a spare that
-//! is a copy of an older snapshot (publications back to back) is brought up to date with
-//! the union of their changes, not rewritten whole; for one changed endpoint: the header,
-//! a service record, its backends, its ring — a few KiB — then sets its length and renames
-//! it to `table-N`. It never waits: while the spare is not ready (or if anything about it
-//! fails), it writes a new file and the old snapshots wait for the next round. The spare is
-//! never a published snapshot, so the rule that published files are never modified holds.
+//! Services). So a publication writes, whenever it can, into a file that already holds
+//! an older snapshot, and only the byte ranges that changed since that snapshot (the
+//! publisher remembers the ranges each of its last [`HISTORY`] builds changed, from
+//! [`TableBuilder::changed_ranges`]; for one changed endpoint: the header, a service
+//! record, its backends, its ring — a few KiB). Such a file is, in order of preference:
 //!
-//! Retired snapshot files (every worker acknowledged a newer generation) are deleted, not
-//! reused: a gateway worker acknowledges a new table before it has finished with the old
-//! one, and its metrics report keeps the table it last reported for up to a second, so an
-//! acknowledgement does not prove that nothing maps the older file any more.
+//! 1. a *retired* snapshot: one older than every generation the registered gateway's
+//!    workers have acknowledged, and not the published one. An acknowledgement of `G`
+//!    promises that the gateway maps no snapshot older than `G` (it counts its mappings
+//!    and acknowledges only past the oldest one it still holds, in a worker, its table
+//!    handle or its metrics; see `torii_gateway::table::shm`), a starting gateway
+//!    registers, which resets the acknowledgements, before it maps anything, and the
+//!    gateway only ever opens the published generation. So the file can be renamed to
+//!    `table-recycle.tmp` (no name points at it while it changes), patched with the ranges
+//!    changed since its generation (the whole snapshot when the history does not reach
+//!    back that far) and renamed to `table-N`. Up to [`RETIRED_KEEP`] retired snapshots
+//!    are kept for this instead of being deleted (while a gateway is registered);
+//! 2. the *spare*, `table-spare.tmp` (mode 0600): a copy of the last published snapshot that
+//!    a background thread prepares when no gateway is registered (nothing is ever retired
+//!    then: without acknowledgements a starting gateway might be mapping any of them).
+//!
+//! It never waits: when neither is available (or anything about them fails), it writes a
+//! new file. A file is patched only while it has no published name and no gateway maps
+//! it, so the rule that a snapshot is never modified while anyone may read it holds.
 
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
@@ -50,7 +58,7 @@ pub struct Publisher {
     generation: u64,
     builder: TableBuilder,
     /// The background job: deleting old snapshots, then preparing the next file.
-    spare: Option<JoinHandle<io::Result<Spare>>>,
+    spare: Option<JoinHandle<io::Result<Option<Spare>>>>,
     /// The generation of the builder's last successful build.
     built: Option<u64>,
     /// What the last [`HISTORY`] successful builds changed, oldest first.
@@ -61,6 +69,14 @@ pub struct Publisher {
 /// How many builds' changed ranges a [`Publisher`] remembers: a file holding a snapshot
 /// up to this many publications old can be patched into the next one.
 pub const HISTORY: usize = 16;
+
+/// How many retired snapshots (every gateway worker has moved past them) are kept to be
+/// patched into later ones instead of being deleted. Two cover a gateway that
+/// acknowledges within one publication interval; more only cost tmpfs memory.
+pub const RETIRED_KEEP: usize = 2;
+
+/// Name a retired snapshot has while it is patched into the next one.
+pub const RECYCLE_FILE_NAME: &str = "table-recycle.tmp";
 
 /// One successful build: how its snapshot differs from the one of `previous`.
 #[derive(Debug)]
@@ -78,10 +94,13 @@ struct Step {
 /// Work counters of a [`Publisher`], for logs, tests and benchmarks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PublishStats {
-    /// Publications written into the spare (a copy of an earlier snapshot): only the
-    /// ranges changed since that snapshot, or the whole snapshot when they are not known.
+    /// Publications written into an older snapshot's file (a retired snapshot or the
+    /// spare copy), only the ranges changed since that snapshot.
     pub spare_used: u64,
-    /// Publications written into a new file (the spare was not ready, or failed).
+    /// Of `spare_used`: into a retired snapshot.
+    pub retired_used: u64,
+    /// Publications written into a new file (no older snapshot's file was ready, or it
+    /// failed).
     pub spare_missed: u64,
     /// Snapshot bytes written to files by publications.
     pub bytes_written: u64,
@@ -122,6 +141,21 @@ impl Spare {
         let mut file = OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path)?;
         let len = io::copy(&mut from, &mut file)?;
         Ok(Self { path, file, len, copy_of: generation })
+    }
+
+    /// Renames the retired snapshot of `generation` in `dir` to `dir/table-recycle.tmp`
+    /// and opens it for writing.
+    fn retired(dir: &Path, generation: u64) -> io::Result<Self> {
+        let path = dir.join(RECYCLE_FILE_NAME);
+        std::fs::rename(dir.join(shm::table_file_name(generation)), &path)?;
+        let opened = OpenOptions::new().write(true).open(&path).and_then(|f| Ok((f.metadata()?.len(), f)));
+        match opened {
+            Ok((len, file)) => Ok(Self { path, file, len, copy_of: generation }),
+            Err(e) => {
+                let _ = std::fs::remove_file(&path);
+                Err(e)
+            }
+        }
     }
 
     /// Turns the file into the snapshot `bytes` and renames it to `to`: writes only
@@ -197,7 +231,9 @@ impl Publisher {
             .max()
             .unwrap_or(0);
         let generation = region.published_generation().max(newest_file);
-        let _ = std::fs::remove_file(shm_dir.join(SPARE_FILE_NAME)); // a previous process's
+        // A previous process's.
+        let _ = std::fs::remove_file(shm_dir.join(SPARE_FILE_NAME));
+        let _ = std::fs::remove_file(shm_dir.join(RECYCLE_FILE_NAME));
         Ok(Self {
             dir: shm_dir.to_owned(),
             region,
@@ -250,20 +286,21 @@ impl Publisher {
             len: self.builder.bytes().len(),
         });
         let path = self.dir.join(shm::table_file_name(generation));
-        let older = self.take_spare().map(|s| {
+        let older = self.take_older_file().map(|(s, retired)| {
             let changed = self.changed_since(s.copy_of, generation);
-            (s, changed)
+            (s, retired, changed)
         });
         let bytes = self.builder.bytes();
         let t2 = std::time::Instant::now();
         let mut written = None;
-        if let Some((s, changed)) = older {
+        if let Some((s, retired, changed)) = older {
             let n = changed.as_ref().map_or(bytes.len(), |c| c.iter().map(Range::len).sum());
-            written = s.publish_as(bytes, changed.as_deref(), &path).ok().map(|()| n);
+            written = s.publish_as(bytes, changed.as_deref(), &path).ok().map(|()| (n, retired));
         }
         match written {
-            Some(n) => {
+            Some((n, retired)) => {
                 self.stats.spare_used += 1;
+                self.stats.retired_used += u64::from(retired);
                 self.stats.bytes_written += n as u64;
             }
             None => {
@@ -276,7 +313,10 @@ impl Publisher {
         self.region.set_published_generation(generation);
         self.generation = generation;
         if self.spare.is_none() {
+            // Delete what is neither needed nor kept for recycling; without a gateway,
+            // prepare a copy of this snapshot for the next publication.
             let stale = self.stale_files();
+            let copy = self.region.min_acked().is_none();
             let dir = self.dir.clone();
             self.spare = std::thread::Builder::new()
                 .name("torii-spare".into())
@@ -284,7 +324,11 @@ impl Publisher {
                     for p in stale {
                         let _ = std::fs::remove_file(p);
                     }
-                    Spare::copy(&dir, generation)
+                    if copy {
+                        Spare::copy(&dir, generation).map(Some)
+                    } else {
+                        Ok(None)
+                    }
                 })
                 .ok();
             if self.spare.is_none() {
@@ -298,15 +342,28 @@ impl Publisher {
         Ok(generation)
     }
 
-    /// The spare, when the background job has it ready; never waits.
-    fn take_spare(&mut self) -> Option<Spare> {
+    /// A file holding an older snapshot to write the next one into, and whether it is a
+    /// retired snapshot (else the spare copy); never waits.
+    fn take_older_file(&mut self) -> Option<(Spare, bool)> {
         match self.spare.take() {
-            Some(h) if h.is_finished() => h.join().ok().and_then(Result::ok),
-            pending => {
-                self.spare = pending;
-                None
+            Some(h) if h.is_finished() => {
+                if let Some(s) = h.join().ok().and_then(Result::ok).flatten() {
+                    return Some((s, false));
+                }
             }
+            pending => self.spare = pending,
         }
+        // The newest retired snapshot whose changes since are known (fewest bytes to write).
+        // Even when those are not known, a whole write into it allocates no pages.
+        let min_acked = self.region.min_acked()?;
+        let published = self.region.published_generation();
+        let newest = self
+            .snapshot_files()
+            .into_iter()
+            .map(|(g, _)| g)
+            .filter(|&g| g < min_acked && g < published && g < self.generation)
+            .max()?;
+        Spare::retired(&self.dir, newest).ok().map(|s| (s, true))
     }
 
     /// The byte ranges in which the snapshot of generation `to` (the last build) may
@@ -342,8 +399,9 @@ impl Publisher {
     }
 
     /// Deletes snapshot files no worker can still need: older than the oldest generation
-    /// any registered worker acknowledged (older than the newest when no gateway runs).
-    /// Returns how many were deleted.
+    /// any registered worker acknowledged (older than the newest when no gateway runs),
+    /// but for the newest [`RETIRED_KEEP`] of them while a gateway is registered (kept to
+    /// be patched into later snapshots). Returns how many were deleted.
     pub fn collect_garbage(&self) -> usize {
         self.stale_files().into_iter().filter(|p| std::fs::remove_file(p).is_ok()).count()
     }
@@ -359,8 +417,15 @@ impl Publisher {
 
     /// The snapshot files [`Publisher::collect_garbage`] deletes.
     fn stale_files(&self) -> Vec<PathBuf> {
-        let keep_from = self.region.min_acked().unwrap_or(self.generation).min(self.generation);
-        self.snapshot_files().into_iter().filter(|(g, _)| *g < keep_from).map(|(_, p)| p).collect()
+        let min_acked = self.region.min_acked();
+        let keep_from = min_acked.unwrap_or(self.generation).min(self.generation);
+        let mut stale: Vec<(u64, PathBuf)> =
+            self.snapshot_files().into_iter().filter(|(g, _)| *g < keep_from).collect();
+        if min_acked.is_some() {
+            stale.sort_unstable_by_key(|(g, _)| std::cmp::Reverse(*g));
+            stale.drain(..stale.len().min(RETIRED_KEEP));
+        }
+        stale.into_iter().map(|(_, p)| p).collect()
     }
 }
 
@@ -381,7 +446,7 @@ fn write_new(path: &Path, bytes: &[u8]) -> Result<(), PublishError> {
 impl Drop for Publisher {
     fn drop(&mut self) {
         if let Some(h) = self.spare.take() {
-            if let Ok(Ok(spare)) = h.join() {
+            if let Ok(Ok(Some(spare))) = h.join() {
                 let _ = std::fs::remove_file(spare.path);
             }
         }
@@ -391,7 +456,7 @@ impl Drop for Publisher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use torii_gateway::table::{BackendSpec, FrontendKind, FrontendSpec, Protocol, ServiceSpec};
+    use torii_gateway::table::{build, BackendSpec, FrontendKind, FrontendSpec, Protocol, ServiceSpec};
 
     fn spec(port: u16) -> TableSpec {
         TableSpec {
@@ -432,13 +497,28 @@ mod tests {
         gw.ack(0, g2);
         gw.ack(1, g2);
         assert_eq!(p.acknowledged(g2), Some(true));
-        assert_eq!(p.collect_garbage(), 1);
-        assert!(!dir.path().join(shm::table_file_name(g1)).exists());
-
-        // A restarted publisher continues the numbering.
+        // g1 is retired: kept to be written into, not deleted.
+        assert_eq!(p.collect_garbage(), 0);
+        assert!(dir.path().join(shm::table_file_name(g1)).exists());
+        let g3 = p.publish(&spec(83)).unwrap();
+        assert!(!dir.path().join(shm::table_file_name(g1)).exists(), "g1's file became g3's");
+        assert_eq!(p.stats().retired_used, 1);
+        assert_eq!(std::fs::read(dir.path().join(shm::table_file_name(g3))).unwrap(), build(&spec(83), g3).unwrap());
+        gw.ack(0, g3);
+        gw.ack(1, g3);
+        // A restarted publisher continues the numbering (from the newest file); retired
+        // snapshots beyond RETIRED_KEEP are deleted.
         drop(p);
+        for n in 0..4 {
+            std::fs::write(dir.path().join(shm::table_file_name(100 + n)), b"x").unwrap();
+        }
         let mut p = Publisher::open(dir.path()).unwrap();
-        assert_eq!(p.publish(&spec(82)).unwrap(), g2 + 1);
+        gw.ack(0, 200);
+        gw.ack(1, 200);
+        // g2, g3, 100, 101 and 102 are older than the newest, 103.
+        assert_eq!(p.collect_garbage(), 5 - RETIRED_KEEP);
+        gw.unregister_gateway(42);
+        assert_eq!(p.publish(&spec(82)).unwrap(), 104);
     }
 
     /// Waits for the publisher's background job.
@@ -494,6 +574,70 @@ mod tests {
         assert!(names.iter().all(|n| !n.ends_with(".tmp")), "{names:?}");
     }
 
+    /// A file is patched only once every worker has acknowledged past it and it is not the
+    /// published one; a retired file too old for the history is rewritten whole. Either way
+    /// the result is byte for byte the snapshot a fresh write gives.
+    #[test]
+    fn only_retired_files_are_patched_into_identical_snapshots() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = Publisher::open(dir.path()).unwrap();
+        let gw = StateRegion::open(dir.path()).unwrap();
+        gw.register_gateway(42, 2);
+        let file = |g: u64| dir.path().join(shm::table_file_name(g));
+        let identity = |g: u64| {
+            let m = std::fs::metadata(file(g)).unwrap();
+            (m.ino(), m.mtime_nsec(), m.mtime(), std::fs::read(file(g)).unwrap())
+        };
+        let g1 = p.publish(&spec(80)).unwrap();
+        gw.ack(0, g1);
+        gw.ack(1, g1);
+        let g1_file = identity(g1);
+        // Worker 1 stays on g1 while worker 0 follows: nothing is retired, nothing patched.
+        let mut last = g1;
+        for port in 81..81 + HISTORY as u16 + 2 {
+            last = p.publish(&spec(port)).unwrap();
+            gw.ack(0, last);
+            assert_eq!(p.stats().retired_used, 0);
+            assert_eq!(identity(g1), g1_file, "g1 is still acknowledged by worker 1");
+        }
+        // A stale acknowledgement beyond the published generation retires nothing at or
+        // above the published one: the published file is left as it is.
+        gw.ack(1, u64::MAX);
+        gw.ack(0, u64::MAX);
+        let published = identity(last);
+        let g = p.publish(&spec(200)).unwrap();
+        assert_eq!(identity(last), published, "the published file is never patched");
+        assert_eq!(std::fs::read(file(g)).unwrap(), build(&spec(200), g).unwrap());
+        // Worker 1 acknowledges: the newest retired file (the history reaches back to it)
+        // gets the changes only.
+        let before = p.stats();
+        let g = p.publish(&spec(201)).unwrap();
+        let after = p.stats();
+        assert_eq!(after.retired_used, before.retired_used + 1);
+        let whole = build(&spec(201), g).unwrap();
+        assert!(after.bytes_written - before.bytes_written < whole.len() as u64, "{after:?}");
+        assert_eq!(std::fs::read(file(g)).unwrap(), whole);
+        // The oldest one, g1, is beyond the history: rewritten whole, still identical.
+        for h in p.snapshot_files().into_iter().map(|(h, _)| h).filter(|&h| h != g1 && h < g) {
+            std::fs::remove_file(file(h)).unwrap();
+        }
+        let before = p.stats();
+        let g = p.publish(&spec(202)).unwrap();
+        let after = p.stats();
+        assert!(!file(g1).exists(), "g1's file became generation {g}'s");
+        assert_eq!(after.retired_used, before.retired_used + 1);
+        let whole = build(&spec(202), g).unwrap();
+        assert_eq!(after.bytes_written - before.bytes_written, whole.len() as u64);
+        assert_eq!(std::fs::read(file(g)).unwrap(), whole);
+        assert!(shm::load_table(dir.path(), g).is_ok());
+        let names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(names.iter().all(|n| !n.ends_with(".tmp")), "{names:?}");
+    }
+
     /// Back to back, the spare may be a copy of an older snapshot: it gets the union of
     /// the changes since, not a whole rewrite.
     #[test]
@@ -503,10 +647,9 @@ mod tests {
         let mut specs = Vec::new();
         for n in 0..4u32 {
             let mut s = spec(80);
-            s.services[0].backends = (1..=3 + n % 2)
+            s.services[0].backends = (1..=3)
                 .map(|k| BackendSpec { addr: std::net::Ipv4Addr::from(0x0a00_0000 + 10 * n + k).into(), port: 80 })
                 .collect();
-            s.services[0].backends.truncate(3);
             specs.push(s);
         }
         let g1 = p.publish(&specs[0]).unwrap();
@@ -522,7 +665,7 @@ mod tests {
         std::fs::write(&spare_path, &copy_of_g1).unwrap();
         let file = OpenOptions::new().write(true).open(&spare_path).unwrap();
         let len = copy_of_g1.len() as u64;
-        p.spare = Some(std::thread::spawn(move || Ok(Spare { path: spare_path, file, len, copy_of: g1 })));
+        p.spare = Some(std::thread::spawn(move || Ok(Some(Spare { path: spare_path, file, len, copy_of: g1 }))));
         settle(&p);
         let before = p.stats();
         let g4 = p.publish(&specs[3]).unwrap();
@@ -530,10 +673,7 @@ mod tests {
         assert_eq!(after.spare_used, before.spare_used + 1);
         let written = after.bytes_written - before.bytes_written;
         assert!(written < copy_of_g1.len() as u64, "{written} bytes: the changes only, not all");
-        assert_eq!(
-            std::fs::read(dir.path().join(shm::table_file_name(g4))).unwrap(),
-            torii_gateway::table::build(&specs[3], g4).unwrap()
-        );
+        assert_eq!(std::fs::read(dir.path().join(shm::table_file_name(g4))).unwrap(), build(&specs[3], g4).unwrap());
     }
 
     #[test]
@@ -555,9 +695,9 @@ mod tests {
         settle(&p);
         // Corrupt the spare's bookkeeping: pretend it copies another generation.
         if let Some(h) = p.spare.take() {
-            let mut s = h.join().unwrap().unwrap();
+            let mut s = h.join().unwrap().unwrap().unwrap();
             s.copy_of += 100;
-            p.spare = Some(std::thread::spawn(move || Ok(s)));
+            p.spare = Some(std::thread::spawn(move || Ok(Some(s))));
         }
         settle(&p);
         let g = p.publish(&spec(84)).unwrap();

@@ -22,7 +22,7 @@ use torii_gateway::io::fanout;
 use torii_gateway::metrics::{ReportSlot, Server as MetricsServer, Source as MetricsSource};
 use torii_gateway::pipeline::{Shared, WorkerState};
 use torii_gateway::snat::{ReplySteering, SnatPorts};
-use torii_gateway::table::shm::StateRegion;
+use torii_gateway::table::shm::{Mappings, StateRegion};
 use torii_gateway::table::Table;
 use torii_gateway::wire::MacAddr;
 use torii_gateway::worker::{PacketIo, TableHandle, TableWatcher, Worker};
@@ -174,6 +174,7 @@ where
     );
     let pid = std::process::id();
     region.register_gateway(pid, workers);
+    let mappings = Mappings::new(Arc::clone(&region), workers);
     let tables = Arc::new(TableHandle::new(Table::empty()));
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -182,6 +183,7 @@ where
     let watcher = Arc::new(TableWatcher {
         dir: config.shm_dir.clone(),
         region: Arc::clone(&region),
+        mappings: Arc::clone(&mappings),
         handle: Arc::clone(&tables),
         rejected: AtomicU64::new(0),
     });
@@ -223,7 +225,7 @@ where
         let worker = Worker {
             state,
             tables: Arc::clone(&tables),
-            region: Arc::clone(&region),
+            mappings: Arc::clone(&mappings),
             stop: Arc::clone(&stop),
             export: Arc::clone(&exports[w]),
             epoch,

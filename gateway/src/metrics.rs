@@ -25,8 +25,8 @@
 //! # Health
 //!
 //! `/healthz` answers `200 ok` when every worker reported within the last
-//! [`STALE_AFTER_NS`] and has acknowledged (in the shared state region, at its adoption)
-//! the table generation the gateway holds, once that table has been held for
+//! [`STALE_AFTER_NS`] and has acknowledged (in the shared state region, once no older
+//! table is mapped) the table generation the gateway holds, once that table has been held for
 //! [`ADOPT_GRACE_NS`]; otherwise `503` and what is wrong (a stuck worker, or one still on
 //! an older table).
 
@@ -62,7 +62,10 @@ pub struct WorkerReport {
     pub counters: Counters,
     /// Its per-front-door counts, indexed like `table`'s front doors.
     pub frontends: FrontendCounters,
-    /// The table the worker uses (`None` before its first report).
+    /// The table the worker uses (`None` before its first report). The worker refreshes its
+    /// report when it switches tables, so this never keeps an old snapshot mapped past the
+    /// switch; a scrape's copy keeps it only while it renders, and the gateway's
+    /// acknowledgements wait for that (`crate::table::shm::Mappings`).
     pub table: Option<Arc<Table>>,
     /// Flows in its conntrack.
     pub flows: u64,
@@ -365,7 +368,7 @@ mod tests {
     use std::sync::atomic::AtomicU64;
 
     use super::*;
-    use crate::table::shm::StateRegion;
+    use crate::table::shm::{Mappings, StateRegion};
     use crate::table::{build, BackendSpec, FrontendKind, FrontendSpec, ServiceSpec, Storage, TableSpec};
     use crate::worker::TableHandle;
 
@@ -529,6 +532,7 @@ mod tests {
         let watcher = Arc::new(TableWatcher {
             dir: dir.clone(),
             region: Arc::clone(&region),
+            mappings: Mappings::new(Arc::clone(&region), 2),
             handle: Arc::new(TableHandle::new(table(7))),
             rejected: AtomicU64::new(0),
         });

@@ -6,9 +6,12 @@
 //! The loop is written against [`PacketIo`], so every driver (AF_PACKET now, DPDK next)
 //! runs the same code. Table adoption follows DESIGN.md: the gateway's table watcher
 //! ([`TableWatcher`]) validates a newly published snapshot once and stores it in a
-//! [`TableHandle`]; each worker notices the new generation between bursts, switches, and
-//! acknowledges it in the shared state region. Old snapshots are freed when the last
-//! worker drops its reference.
+//! [`TableHandle`]; each worker notices the new generation between bursts, switches,
+//! drops its old table (and refreshes its report, which then holds the new one), and then
+//! reports the switch to the gateway's [`Mappings`], which acknowledge in the shared state
+//! region. An old snapshot is unmapped when its last holder drops it; an acknowledgement of
+//! generation `G` promises that no snapshot older than `G` is still mapped (see
+//! [`crate::table::shm`]), which is what lets torii-control reuse older files.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -20,7 +23,7 @@ use arc_swap::ArcSwap;
 use crate::counters::{Counters, DropReason};
 use crate::metrics::{ReportSlot, WorkerReport};
 use crate::pipeline::{self, Meta, Verdict, WorkerState};
-use crate::table::shm::{self, StateRegion};
+use crate::table::shm::{Mappings, StateRegion};
 use crate::table::Table;
 use crate::wire::vlan;
 
@@ -113,6 +116,8 @@ pub struct TableWatcher {
     pub dir: PathBuf,
     /// The state region in it.
     pub region: Arc<StateRegion>,
+    /// What the gateway maps (every table is mapped through it).
+    pub mappings: Arc<Mappings>,
     /// Where adopted tables go.
     pub handle: Arc<TableHandle>,
     /// Generations rejected as invalid (counted).
@@ -128,7 +133,7 @@ impl TableWatcher {
         if g == 0 || g == self.handle.generation() || g == *last_rejected {
             return None;
         }
-        match shm::load_table(&self.dir, g) {
+        match self.mappings.load_table(&self.dir, g) {
             Ok(t) => {
                 tracing::info!(
                     generation = g,
@@ -169,8 +174,8 @@ pub struct Worker {
     pub state: WorkerState,
     /// Where to find the current table.
     pub tables: Arc<TableHandle>,
-    /// Where to acknowledge adopted generations.
-    pub region: Arc<StateRegion>,
+    /// Where to report adopted generations (which acknowledges them).
+    pub mappings: Arc<Mappings>,
     /// Set to stop the loop.
     pub stop: Arc<AtomicBool>,
     /// Where the worker copies its counters about once a second.
@@ -201,10 +206,7 @@ impl Worker {
         let mut scratch = [0u8; pipeline::POLL_TRANSMIT_LEN];
         let mut table = self.tables.load();
         let mut now = self.now();
-        self.adopted(&table, &table, now);
-        if let Ok(mut r) = self.export.lock() {
-            self.report(&mut r, &table, now);
-        }
+        self.adopt(&mut table, None, now);
         let mut idle = 0u32;
         let mut last_export = now;
         let ifaces = io.interfaces();
@@ -212,8 +214,8 @@ impl Worker {
             now = self.now();
             // Burst boundary: the quiescent point where a new table may be adopted.
             if self.tables.generation() != table.generation() {
-                let old = std::mem::replace(&mut table, self.tables.load());
-                self.adopted(&old, &table, now);
+                let new = self.tables.load();
+                self.adopt(&mut table, Some(new), now);
             }
             let mut received = 0;
             for iface in 0..ifaces {
@@ -284,9 +286,22 @@ impl Worker {
         r.at_ns = now;
     }
 
-    fn adopted(&mut self, old: &Table, table: &Table, now: u64) {
-        self.region.ack(self.state.worker, table.generation());
-        self.state.adopt_table(old, table, now);
+    /// Switches from `table` to `new` (`None`: the first table, already in `table`), then
+    /// acknowledges: the old table is dropped and the report slot (which held it) refreshed
+    /// first, so the acknowledgement is not held back by this worker (module docs).
+    fn adopt(&mut self, table: &mut Arc<Table>, new: Option<Arc<Table>>, now: u64) {
+        match new {
+            Some(new) => {
+                self.state.adopt_table(table, &new, now);
+                drop(std::mem::replace(table, new));
+            }
+            None => self.state.adopt_table(table, table, now),
+        }
+        // Blocking: the metrics thread holds the slot only to copy it.
+        if let Ok(mut r) = self.export.lock() {
+            self.report(&mut r, table, now);
+        }
+        self.mappings.adopted(self.state.worker, table.generation());
         tracing::debug!(worker = self.state.worker, generation = table.generation(), "worker adopted table");
     }
 }

@@ -30,7 +30,7 @@ use torii_benches::{endpoint_slice, node, service, shm_tempdir, NODE_NAME};
 use torii_control::daemon::{self, Source};
 use torii_control::model::KubeObject;
 use torii_control::source::kube::{self as kube_source, ClusterConfig, KubeSettings, KubeWatch};
-use torii_gateway::table::shm::{self, StateRegion};
+use torii_gateway::table::shm::{Mappings, StateRegion};
 use torii_kube_double::{FakeApiServer, Objects};
 
 fn arg(n: usize, default: usize) -> usize {
@@ -61,20 +61,23 @@ struct Expected {
 }
 
 /// The simulated worker: adopts every published table (maps and validates it), drops the
-/// previous one, acknowledges, then checks which expected changes the table has.
+/// previous one, acknowledges (through the gateway's [`Mappings`], as torii-gateway does:
+/// the acknowledgement promises the old snapshot is unmapped, so torii-control may reuse its
+/// file), then checks which expected changes the table has.
 fn simulated_gateway(dir: std::path::PathBuf, expected: Arc<Mutex<Vec<Expected>>>, stop: Arc<AtomicBool>) -> u64 {
-    let region = StateRegion::open(&dir).expect("state region");
+    let region = Arc::new(StateRegion::open(&dir).expect("state region"));
     region.register_gateway(std::process::id(), 1);
+    let mappings = Mappings::new(Arc::clone(&region), 1);
     let mut table: Option<torii_gateway::table::Table> = None;
     let mut adopted = 0;
     while !stop.load(Ordering::Relaxed) {
         let g = region.published_generation();
         if g != 0 && table.as_ref().is_none_or(|t| t.generation() != g) {
             let seen = Instant::now();
-            match shm::load_table(&dir, g) {
+            match mappings.load_table(&dir, g) {
                 Ok(t) => {
                     table = Some(t);
-                    region.ack(0, g);
+                    mappings.adopted(0, g);
                     let now = Instant::now();
                     adopted += 1;
                     let t = table.as_ref().expect("just stored");

@@ -132,12 +132,13 @@ fn main() {
         sorted.sort_unstable();
         let p90 = sorted[(sorted.len() * 9 / 10).min(sorted.len() - 1)];
         let (hits, misses) = (after.spare_used - before.spare_used, after.spare_missed - before.spare_missed);
+        let retired = after.retired_used - before.retired_used;
         // A publication into a new file writes the whole snapshot; one into the prepared copy
         // its changes when the copy is of the previous snapshot, else the whole snapshot.
         let into_copy = (after.bytes_written - before.bytes_written).saturating_sub(misses * table_len as u64);
         println!(
-            "  ({hits} written into a prepared copy of an earlier snapshot, {:.1} KiB each on average; {misses} into \
-             new files)",
+            "  ({hits} written into an older snapshot's file ({retired} retired ones), {:.1} KiB each on average; \
+             {misses} into new files)",
             into_copy as f64 / hits.max(1) as f64 / 1024.0,
         );
         println!(

@@ -73,7 +73,7 @@ mod tests {
     use crate::io::af_packet::test_net::{self, VethNs};
     use crate::io::af_packet::RingConfig;
     use crate::pipeline::{Shared, WorkerState};
-    use crate::table::shm::StateRegion;
+    use crate::table::shm::{Mappings, StateRegion};
     use crate::table::{
         build, BackendSpec, FrontendKind, FrontendSpec, Protocol, ServiceSpec, Storage, Table, TableSpec,
     };
@@ -135,7 +135,7 @@ mod tests {
             let worker = Worker {
                 state: WorkerState::new(0, 1, host, &shared, 1024, 1),
                 tables: Arc::new(TableHandle::new(table())),
-                region: Arc::new(StateRegion::open(&dir).expect("state region")),
+                mappings: Mappings::new(Arc::new(StateRegion::open(&dir).expect("state region")), 1),
                 stop: Arc::clone(&stop),
                 export: Arc::default(),
                 epoch: Instant::now(),

@@ -2,30 +2,57 @@
 //!
 //! ```text
 //! <dir>/state                      4 KiB state region, mapped shared by both processes
-//! <dir>/table-<generation:020>     one immutable snapshot per generation, mode 0600
+//! <dir>/table-<generation:020>     one snapshot per generation, mode 0600
 //! ```
 //!
-//! torii-control writes a snapshot to `table-N.tmp`, renames it to `table-N` (so a
+//! torii-control writes a snapshot under a temporary name, renames it to `table-N` (so a
 //! snapshot file is complete whenever it has its final name), then stores `N` into the
 //! state region's published generation with release ordering. The gateway polls that
-//! generation, maps and validates the file, hands it to its workers, and each worker
-//! stores the generation it adopted into its acknowledgement slot. torii-control deletes
-//! a snapshot file only when every worker of the running gateway has acknowledged a newer
-//! generation (an unlinked file that is still mapped stays readable, so this ordering is
-//! about not deleting what a restarting gateway may still need, not about memory safety).
+//! generation, maps and validates the file (only ever the published generation's, by its
+//! name), hands it to its workers, and each worker acknowledges in its slot.
 //!
-//! Published snapshot files are never modified in place: that discipline is what makes
-//! mapping them safe (a file truncated under a live mapping would fault on access).
+//! # What an acknowledgement means
+//!
+//! Worker `w` storing `G` in its acknowledgement slot states: *worker `w` has adopted
+//! generation `G`, and the gateway process holds no mapping of any snapshot older than `G`*
+//! — not in a worker, not in the table handle, not in a metrics report or scrape. The
+//! gateway keeps this true by construction: every snapshot it maps is counted by its
+//! [`Mappings`] until the mapping is unmapped, and a slot holds the smaller of the worker's
+//! adopted generation and the oldest generation still mapped (so when a scrape or a slower
+//! worker still holds the old table, the acknowledgement waits, and is brought up to date
+//! by whichever thread unmaps the last old mapping). A starting gateway registers, which
+//! resets every slot to 0, before it maps anything; slots only ever name generations the
+//! gateway has adopted, all at most the published one.
+//!
+//! # What torii-control may do with a file
+//!
+//! The published generation's file and every file of a generation at or above the oldest
+//! acknowledgement (`min_acked`) may be mapped: they are never modified, truncated or
+//! renamed. A file older than `min_acked` that is not the published one is *retired*: no
+//! gateway maps it (acknowledgement above) and none will (the gateway maps only the
+//! published generation). torii-control may delete it, or reuse it: rename it away from its
+//! `table-N` name first (rename is atomic, so no name ever points at changing bytes), patch
+//! it into a newer snapshot, then rename it to that snapshot's name. Without a registered
+//! gateway (`min_acked` is `None`) nothing is retired, since a starting gateway may be
+//! mapping any snapshot.
+//!
+//! (A file truncated or rewritten under a live mapping would fault or change a validated
+//! table under its reader; this discipline is what makes mapping snapshots safe.)
+//!
+//! One gateway per directory: a second one registering resets the slots the first one
+//! still writes to.
 
 #![allow(unsafe_code)] // mapping files and atomics over shared memory; see the SAFETY comments
 
+use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
-use memmap2::{MmapOptions, MmapRaw};
+use memmap2::{Mmap, MmapOptions, MmapRaw};
 
 use super::view::{Storage, Table, TableError};
 use crate::config::MAX_WORKERS;
@@ -141,7 +168,8 @@ impl StateRegion {
         self.atomic(OFF_GATEWAY_PID).load(Ordering::Relaxed) as u32
     }
 
-    /// Records that `worker` adopted `generation`.
+    /// Stores `generation` in `worker`'s acknowledgement slot (see the module docs for what
+    /// it promises; the gateway acknowledges through [`Mappings`]).
     pub fn ack(&self, worker: usize, generation: u64) {
         if worker < MAX_WORKERS {
             self.atomic(OFF_ACKS + 8 * worker).store(generation, Ordering::Release);
@@ -204,11 +232,149 @@ pub enum LoadError {
     },
 }
 
-/// Maps and validates the snapshot of `generation` in `dir`.
+/// A read-only mapping of a snapshot file, counted by the [`Mappings`] it was made
+/// through (if any) until it is unmapped.
+pub struct Mapping {
+    // Field order matters: the map is unmapped before the lease is released.
+    map: Mmap,
+    _lease: Option<Lease>,
+}
+
+impl AsRef<[u8]> for Mapping {
+    fn as_ref(&self) -> &[u8] {
+        &self.map
+    }
+}
+
+impl std::fmt::Debug for Mapping {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mapping").field("len", &self.map.len()).finish()
+    }
+}
+
+/// One live mapping of `generation`, released (and the acknowledgements brought up to date)
+/// when dropped.
+struct Lease {
+    mappings: Arc<Mappings>,
+    generation: u64,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.mappings.release(self.generation);
+    }
+}
+
+/// The snapshots a gateway process maps and the generations its workers adopted; the only
+/// writer of the workers' acknowledgement slots (module docs: an acknowledgement of `G`
+/// means that no snapshot older than `G` is mapped).
+///
+/// Every snapshot the gateway maps goes through [`Mappings::load_table`]; each worker
+/// reports its switches with [`Mappings::adopted`]. Both and every unmapping take one
+/// mutex (a few times per publication, never per packet) and store each slot as
+/// `min(adopted generation, oldest generation mapped)`.
+pub struct Mappings {
+    region: Arc<StateRegion>,
+    ledger: Mutex<Ledger>,
+}
+
+#[derive(Debug, Default)]
+struct Ledger {
+    /// Live mappings by generation.
+    mapped: BTreeMap<u64, usize>,
+    /// The generation each worker adopted (0: none yet), by worker index.
+    adopted: Vec<u64>,
+}
+
+impl std::fmt::Debug for Mappings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ledger = self.ledger.lock().unwrap_or_else(PoisonError::into_inner);
+        f.debug_struct("Mappings").field("mapped", &ledger.mapped).field("adopted", &ledger.adopted).finish()
+    }
+}
+
+impl Mappings {
+    /// The ledger of a gateway with `workers` workers acknowledging in `region` (which the
+    /// gateway has registered in, resetting the slots, before mapping anything).
+    pub fn new(region: Arc<StateRegion>, workers: usize) -> Arc<Self> {
+        let ledger = Ledger { mapped: BTreeMap::new(), adopted: vec![0; workers.min(MAX_WORKERS)] };
+        Arc::new(Self { region, ledger: Mutex::new(ledger) })
+    }
+
+    /// The state region the slots are in.
+    pub fn region(&self) -> &Arc<StateRegion> {
+        &self.region
+    }
+
+    /// Maps and validates the snapshot of `generation` in `dir` (as [`load_table`]), counting
+    /// the mapping until the returned table (its last clone) is dropped.
+    ///
+    /// # Errors
+    /// [`LoadError`]; the caller keeps its current table.
+    pub fn load_table(self: &Arc<Self>, dir: &Path, generation: u64) -> Result<Table, LoadError> {
+        // Counted before the file is opened, so no acknowledgement can pass `generation`
+        // while it is being mapped.
+        self.lock().mapped.entry(generation).and_modify(|n| *n += 1).or_insert(1);
+        let lease = Lease { mappings: Arc::clone(self), generation };
+        map_table(dir, generation, Some(lease))
+    }
+
+    /// Records that `worker` now uses the table of `generation` (and has dropped its
+    /// previous one), and acknowledges what is true (module docs).
+    pub fn adopted(&self, worker: usize, generation: u64) {
+        let mut ledger = self.lock();
+        if let Some(a) = ledger.adopted.get_mut(worker) {
+            *a = generation;
+        }
+        self.acknowledge(&ledger);
+    }
+
+    /// The oldest generation this process maps (`None`: none).
+    pub fn oldest_mapped(&self) -> Option<u64> {
+        self.lock().mapped.keys().next().copied()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Ledger> {
+        self.ledger.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn release(&self, generation: u64) {
+        let mut ledger = self.lock();
+        if let Some(n) = ledger.mapped.get_mut(&generation) {
+            *n -= 1;
+            if *n == 0 {
+                ledger.mapped.remove(&generation);
+            }
+        }
+        self.acknowledge(&ledger);
+    }
+
+    /// Stores every worker's slot: `min(adopted, oldest mapped)` (under the ledger's lock,
+    /// so slots only move forward).
+    fn acknowledge(&self, ledger: &Ledger) {
+        let oldest = ledger.mapped.keys().next().copied().unwrap_or(u64::MAX);
+        for (w, &adopted) in ledger.adopted.iter().enumerate() {
+            let ack = adopted.min(oldest);
+            if self.region.acked(w) != ack {
+                self.region.ack(w, ack);
+            }
+        }
+    }
+}
+
+/// Maps and validates the snapshot of `generation` in `dir`, uncounted: for tools and
+/// tests. A reader that is not the registered gateway is not covered by the
+/// acknowledgements, so it must map only the published generation and keep it briefly
+/// (torii-control may reuse the file once it is retired); the gateway uses
+/// [`Mappings::load_table`].
 ///
 /// # Errors
 /// [`LoadError`]; the caller keeps its current table.
 pub fn load_table(dir: &Path, generation: u64) -> Result<Table, LoadError> {
+    map_table(dir, generation, None)
+}
+
+fn map_table(dir: &Path, generation: u64, lease: Option<Lease>) -> Result<Table, LoadError> {
     let path = dir.join(table_file_name(generation));
     let io_err = |source| LoadError::Io { path: path.clone(), source };
     let file = File::open(&path).map_err(io_err)?;
@@ -217,10 +383,14 @@ pub fn load_table(dir: &Path, generation: u64) -> Result<Table, LoadError> {
         Storage::Owned(Vec::new())
     } else {
         // SAFETY: snapshot files are written completely under a temporary name and renamed;
-        // once published they are never written or truncated again (module doc), so the
-        // mapped bytes do not change under us. They are only read through `Table`, which
-        // validates bounds first.
-        Storage::Mapped(unsafe { MmapOptions::new().map(&file) }.map_err(io_err)?)
+        // the published generation's file (the only one the gateway opens) and every file
+        // of a generation the gateway has not acknowledged past are never written,
+        // truncated or renamed (module docs), and `lease` keeps this mapping counted, so
+        // its generation is not acknowledged past while it lives: the mapped bytes do not
+        // change under us. They are only read through `Table`, which validates bounds
+        // first.
+        let map = unsafe { MmapOptions::new().map(&file) }.map_err(io_err)?;
+        Storage::Mapped(Mapping { map, _lease: lease })
     };
     let table = Table::new(storage).map_err(|source| LoadError::Invalid { path: path.clone(), source })?;
     if table.generation() != generation {
@@ -238,6 +408,38 @@ mod tests {
         assert_eq!(parse_table_file_name(&table_file_name(42)), Some(42));
         assert_eq!(parse_table_file_name("table-42"), None);
         assert_eq!(parse_table_file_name("state"), None);
+    }
+
+    /// An acknowledgement never passes a generation the process still maps, wherever the
+    /// mapping is held, and catches up when the last holder drops it.
+    #[test]
+    fn acknowledgements_wait_for_every_mapping_of_older_snapshots() {
+        let dir = std::env::temp_dir().join(format!("torii-shm-acks-{}", std::process::id()));
+        let region = Arc::new(StateRegion::open(&dir).unwrap());
+        region.register_gateway(std::process::id(), 2);
+        for g in 1..=2 {
+            std::fs::write(dir.join(table_file_name(g)), crate::table::build(&Default::default(), g).unwrap()).unwrap();
+        }
+        let mappings = Mappings::new(Arc::clone(&region), 2);
+        let t1 = Arc::new(mappings.load_table(&dir, 1).unwrap());
+        mappings.adopted(0, 1);
+        mappings.adopted(1, 1);
+        assert_eq!(region.min_acked(), Some(1));
+        let t2 = Arc::new(mappings.load_table(&dir, 2).unwrap());
+        let held_by_a_scrape = Arc::clone(&t1);
+        drop(t1);
+        mappings.adopted(0, 2);
+        mappings.adopted(1, 2);
+        assert_eq!((region.acked(0), region.acked(1)), (1, 1), "generation 1 is still mapped");
+        drop(held_by_a_scrape);
+        assert_eq!((region.acked(0), region.acked(1)), (2, 2));
+        assert_eq!(mappings.oldest_mapped(), Some(2));
+        // A failed load leaves nothing counted.
+        assert!(mappings.load_table(&dir, 3).is_err());
+        assert_eq!(mappings.oldest_mapped(), Some(2));
+        drop(t2);
+        assert_eq!(mappings.oldest_mapped(), None);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -80,15 +80,16 @@ pub(crate) fn checksum(bytes: &[u8]) -> u32 {
 pub enum Storage {
     /// In process memory (tests, benchmarks, the empty table).
     Owned(Vec<u8>),
-    /// A read-only mapping of a published snapshot file.
-    Mapped(memmap2::Mmap),
+    /// A read-only mapping of a published snapshot file (counted by the gateway's
+    /// [`super::shm::Mappings`] while it lives, when it was mapped through them).
+    Mapped(super::shm::Mapping),
 }
 
 impl AsRef<[u8]> for Storage {
     fn as_ref(&self) -> &[u8] {
         match self {
             Self::Owned(v) => v,
-            Self::Mapped(m) => m,
+            Self::Mapped(m) => m.as_ref(),
         }
     }
 }
