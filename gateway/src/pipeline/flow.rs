@@ -233,44 +233,21 @@ pub(super) fn egress<A: Family>(
     flow: &Flow<A>,
     dir: Direction,
 ) -> Result<(Rewrite<A>, u8, MacAddr), DropReason> {
-    Ok(match dir {
-        Direction::Original => {
-            let Some((out, hop)) = st.host.route(flow.reply.src_addr) else {
-                return Err(DropReason::NoRoute);
-            };
-            let Some(mac) = neighbour(st, hop, out, now) else {
-                return Err(DropReason::NeighbourUnresolved);
-            };
-            (
-                Rewrite {
-                    src_addr: flow.reply.dst_addr,
-                    src_port: flow.reply.dst_port,
-                    dst_addr: flow.reply.src_addr,
-                    dst_port: flow.reply.src_port,
-                },
-                out,
-                mac,
-            )
-        }
-        Direction::Reply => {
-            let Some((out, hop)) = st.host.route(flow.original.src_addr) else {
-                return Err(DropReason::NoRoute);
-            };
-            let Some(mac) = neighbour(st, hop, out, now) else {
-                return Err(DropReason::NeighbourUnresolved);
-            };
-            (
-                Rewrite {
-                    src_addr: flow.original.dst_addr,
-                    src_port: flow.original.dst_port,
-                    dst_addr: flow.original.src_addr,
-                    dst_port: flow.original.src_port,
-                },
-                out,
-                mac,
-            )
-        }
-    })
+    // Either direction leaves as the other direction's tuple reversed: the original towards
+    // the endpoint from the SNAT address and port, the reply back to the client from the
+    // front door.
+    let t = match dir {
+        Direction::Original => flow.reply.reversed(),
+        Direction::Reply => flow.original.reversed(),
+    };
+    let rw = Rewrite { src_addr: t.src_addr, src_port: t.src_port, dst_addr: t.dst_addr, dst_port: t.dst_port };
+    let Some((out, hop)) = st.host.route(rw.dst_addr) else {
+        return Err(DropReason::NoRoute);
+    };
+    let Some(mac) = neighbour(st, hop, out, now) else {
+        return Err(DropReason::NeighbourUnresolved);
+    };
+    Ok((rw, out, mac))
 }
 
 /// Creates the flow for `key` (a conntrack miss): front door, source-range check, endpoint,
