@@ -79,7 +79,7 @@ pub struct Neighbour {
 
 /// Fixed-capacity, lock-free neighbour table for IPv4 and IPv6 neighbours.
 pub struct Neighbours {
-    slots: Box<[Slot]>,
+    slots: crate::memory::HugeSlice<Slot>,
     mask: usize,
 }
 

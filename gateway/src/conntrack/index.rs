@@ -47,7 +47,7 @@ pub(super) enum Probe {
 /// Fixed-size linear-probing table of tagged slots. See the module documentation.
 pub(super) struct Index {
     /// `slots.len() >= 1`, fixed at construction; a boxed slice cannot grow.
-    slots: Box<[u64]>,
+    slots: crate::memory::HugeSlice<u64>,
     /// Saturation value of the displacement field: [`DISP_CAP`] except in tests, which lower
     /// it to exercise the re-hashing path of deletion.
     disp_cap: u64,

@@ -490,7 +490,7 @@ impl std::error::Error for InsertError {}
 pub struct Conntrack<A: Address = Ipv4Addr> {
     /// Flow records; `capacity` long. Free records hold the free-list link in
     /// `state.frontend`.
-    records: Box<[Record<A>]>,
+    records: crate::memory::HugeSlice<Record<A>>,
     /// Bit `id % 64` of word `id / 64` is set iff record `id` holds a live flow.
     live: Box<[u64]>,
     /// Both tuples of every live flow.

@@ -39,7 +39,7 @@ pub const PREFETCH_WINDOW: usize = 32;
 /// to prefetch the next hop and the front door's counters (stage 3): far enough for the
 /// record (prefetched in stage 2) to have arrived, and for those loads to arrive before
 /// their frame's turn.
-pub const EGRESS_AHEAD: usize = 4;
+pub const EGRESS_AHEAD: usize = 8;
 
 /// The flow a frame's lookup will almost certainly find, found ahead (stage 2): its id and
 /// matched direction in the conntrack of its family.
