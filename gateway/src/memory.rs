@@ -1,5 +1,5 @@
-//! Allocation of the table's large arrays, backed by transparent huge pages where the
-//! kernel offers them.
+//! Allocation of the packet path's large arrays (conntrack records and index, the neighbour
+//! table), backed by transparent huge pages where the kernel offers them.
 //!
 //! A conntrack lookup touches one random index slot and one random record: with 4 KiB pages
 //! a table of a million flows (about 64 MB) misses the TLB on nearly every lookup, and in a
@@ -20,10 +20,19 @@ const HUGE_PAGE: usize = 2 << 20;
 ///
 /// # Panics
 /// If the allocation fails (as `vec!` does).
-pub(super) fn filled<T: Copy>(len: usize, value: T) -> Box<[T]> {
+pub(crate) fn filled<T: Copy>(len: usize, value: T) -> Box<[T]> {
+    filled_with(len, || value)
+}
+
+/// As [`filled`], each element made by `make` (for elements that are not `Copy`, such as
+/// atomics).
+///
+/// # Panics
+/// If the allocation fails (as `vec!` does).
+pub(crate) fn filled_with<T>(len: usize, make: impl FnMut() -> T) -> Box<[T]> {
     let mut v: Vec<T> = Vec::with_capacity(len);
     advise_huge_pages(v.as_mut_ptr().cast::<u8>(), len * std::mem::size_of::<T>());
-    v.resize(len, value);
+    v.extend(std::iter::repeat_with(make).take(len));
     v.into_boxed_slice()
 }
 
