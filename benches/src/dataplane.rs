@@ -69,6 +69,7 @@ use torii_gateway::config::Config;
 use torii_gateway::conntrack::{Address, Conntrack, FlowKey};
 use torii_gateway::frames::{self, L2};
 use torii_gateway::host::{Host, HostAddr};
+use torii_gateway::neighbour::NeighbourAddr;
 use torii_gateway::pipeline::{self, Meta, Shared, Verdict, WorkerState};
 use torii_gateway::table::{self, BackendSpec, FrontendKind, FrontendSpec, Protocol, ServiceSpec, Table, TableSpec};
 use torii_gateway::wire::{Ipv4Packet, Ipv6Packet, MacAddr, TcpFlags, TcpPacket, UdpPacket};
@@ -109,7 +110,7 @@ const UDP_PAYLOAD: [u8; 32] = [0x5a; 32];
 
 /// An address family the benchmarks run: its addresses, frames and conntrack table.
 /// Implemented by [`Ipv4Addr`] and [`Ipv6Addr`].
-pub trait Family: Address + HostAddr + Into<IpAddr> + Display {
+pub trait Family: Address + HostAddr + NeighbourAddr + Into<IpAddr> + Display {
     /// A receive slot's frame: `[u8; Self::FRAME_LEN]`.
     type Frame: Copy + AsRef<[u8]> + AsMut<[u8]>;
     /// An all-zeros [`Self::Frame`].

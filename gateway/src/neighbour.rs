@@ -22,10 +22,9 @@
 //!
 //! [RFC 4291]: https://www.rfc-editor.org/rfc/rfc4291#section-2.5.5.2
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::table::layout;
 use crate::wire::MacAddr;
 
 const RESOLVED: u64 = 1 << 48;
@@ -89,10 +88,45 @@ impl std::fmt::Debug for Neighbours {
     }
 }
 
-/// The table key of `ip`: its 16-byte form as one integer.
-#[inline]
-fn key_of(ip: IpAddr) -> u128 {
-    u128::from_be_bytes(layout::addr16(ip))
+/// An address the table is keyed by ([`Ipv4Addr`], [`Ipv6Addr`] or [`IpAddr`]): its key is
+/// the 16-byte form as one integer (IPv4 as IPv4-mapped IPv6, as `table::layout::addr16` writes
+/// it), computed from the address's bits without a detour through bytes.
+pub trait NeighbourAddr: Copy {
+    /// The table key.
+    fn key(self) -> u128;
+}
+
+/// `::ffff:0:0/96`, the IPv4-mapped prefix (RFC 4291 § 2.5.5.2).
+const IPV4_MAPPED: u128 = 0xffff << 32;
+
+impl NeighbourAddr for Ipv4Addr {
+    #[inline(always)]
+    fn key(self) -> u128 {
+        IPV4_MAPPED | u128::from(self.to_bits())
+    }
+}
+
+impl NeighbourAddr for Ipv6Addr {
+    #[inline(always)]
+    fn key(self) -> u128 {
+        self.to_bits()
+    }
+}
+
+impl NeighbourAddr for IpAddr {
+    #[inline(always)]
+    fn key(self) -> u128 {
+        match self {
+            IpAddr::V4(a) => a.key(),
+            IpAddr::V6(a) => a.key(),
+        }
+    }
+}
+
+/// The table key of `ip`.
+#[inline(always)]
+fn key_of(ip: impl NeighbourAddr) -> u128 {
+    ip.key()
 }
 
 impl Neighbours {
@@ -121,15 +155,15 @@ impl Neighbours {
     /// Starts loading the slot where a lookup of `ip` begins (the slot holding it, unless
     /// its probe run is longer than one); changes no result. O(1).
     #[inline]
-    pub fn prefetch(&self, ip: impl Into<IpAddr>) {
-        crate::prefetch::prefetch(&self.slots[self.home(key_of(ip.into()))]);
+    pub fn prefetch(&self, ip: impl NeighbourAddr) {
+        crate::prefetch::prefetch(&self.slots[self.home(key_of(ip))]);
     }
 
     /// The resolved entry for `ip` (an [`Ipv4Addr`](std::net::Ipv4Addr), an
     /// [`Ipv6Addr`](std::net::Ipv6Addr) or an [`IpAddr`]), if any.
     #[inline]
-    pub fn lookup(&self, ip: impl Into<IpAddr>) -> Option<Neighbour> {
-        let key = key_of(ip.into());
+    pub fn lookup(&self, ip: impl NeighbourAddr) -> Option<Neighbour> {
+        let key = key_of(ip);
         let mut i = self.home(key);
         for _ in 0..self.slots.len() {
             let s = &self.slots[i];
@@ -154,8 +188,8 @@ impl Neighbours {
 
     /// Records that `ip` is at `mac`, confirmed at `now_ns` (`u64::MAX`: static, never
     /// refreshed). Returns false when the table is full.
-    pub fn learn(&self, ip: impl Into<IpAddr>, mac: MacAddr, now_ns: u64) -> bool {
-        let key = key_of(ip.into());
+    pub fn learn(&self, ip: impl NeighbourAddr, mac: MacAddr, now_ns: u64) -> bool {
+        let key = key_of(ip);
         let m = mac.0;
         let value = (u64::from(READY) << STATE_SHIFT)
             | RESOLVED
@@ -201,7 +235,15 @@ impl Neighbours {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::{Ipv4Addr, Ipv6Addr};
+    use crate::table::layout;
+
+    #[test]
+    fn keys_are_the_table_abi_form() {
+        for ip in ["10.70.0.11", "0.0.0.0", "255.255.255.255", "fd00:70::11", "::ffff:10.0.0.1", "::"] {
+            let ip: IpAddr = ip.parse().unwrap();
+            assert_eq!(ip.key(), u128::from_be_bytes(layout::addr16(ip)), "{ip}");
+        }
+    }
 
     #[test]
     fn learn_and_lookup() {

@@ -532,9 +532,15 @@ fn hashed_lookups_and_prefetches_agree_with_lookup() {
         let key = similar_flow(i, 1).reply;
         let hash = ct.hash_key(&key);
         ct.prefetch_index(hash);
-        ct.prefetch_record(hash);
+        let ahead = ct.prefetch_record(hash);
         assert_eq!(ct.lookup_hashed(&key, hash), ct.lookup(&key));
         assert_eq!(ct.lookup(&key).is_some(), i < 200);
+        if let Some(found) = ct.lookup(&key) {
+            // A hit is the candidate found ahead (fingerprints of 24 bits: a false candidate
+            // among 400 tuples is not expected).
+            assert_eq!(ahead, Some(found));
+            assert_eq!(ct.peek(found.0), ct.get(found.0));
+        }
     }
 }
 

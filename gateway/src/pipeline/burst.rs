@@ -4,15 +4,18 @@
 //! frames are in flight together instead of one after another (VPP's dual/quad loop and
 //! `vlib_prefetch_buffer_header`, DPDK's `rte_prefetch0` ahead of `rte_hash_lookup_bulk`):
 //!
-//! 1. every frame is parsed far enough to know its flow key; the key is hashed and its
+//! 1. the frame is parsed far enough to know its flow key; the key is hashed and its
 //!    conntrack index slot prefetched;
-//! 2. every frame's probe run is read by fingerprint alone
+//! 2. its probe run is read by fingerprint alone
 //!    ([`crate::conntrack::Conntrack::prefetch_record`]) and the flow record it names
 //!    prefetched;
-//! 3. [`EGRESS_AHEAD`] frames before a frame is processed, its flow record (loaded by
-//!    then) is read to find where the packet will go — the next hop's neighbour slot and
-//!    the front door's counters are prefetched;
+//! 3. the flow record is read to find where the packet will go: the next hop's neighbour
+//!    slot and the front door's counters are prefetched;
 //! 4. the frame is processed by [`process`].
+//!
+//! The stages are software-pipelined over the window, [`STAGE_DISTANCE`] frames apart:
+//! while frame `i` is processed, frame `i + d` is in stage 3, `i + 2d` in stage 2 and
+//! `i + 3d` in stage 1, so every load has the processing of `d` frames to arrive.
 //!
 //! IPv4 frames (TCP, UDP, SCTP) are hinted against the worker's IPv4 conntrack, IPv6 frames
 //! (TCP and UDP, after any extension headers) against its IPv6 one; fragments and everything
@@ -23,7 +26,7 @@
 //! stale by the time the frame is processed without harm), and the hash handed to a frame's
 //! lookup is used only when the full parse finds the same key the early parse did.
 
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use super::family::Family;
 use super::link;
@@ -35,11 +38,23 @@ use crate::wire::{EtherType, IpProtocol, SctpPacket, TcpPacket, UdpPacket};
 /// Frames whose lookups [`process_burst`] overlaps: a DPDK burst.
 pub const PREFETCH_WINDOW: usize = 32;
 
-/// How many frames ahead of the one being processed [`process_burst`] reads a flow record
-/// to prefetch the next hop and the front door's counters (stage 3): far enough for the
-/// record (prefetched in stage 2) to have arrived, and for those loads to arrive before
-/// their frame's turn.
-pub const EGRESS_AHEAD: usize = 8;
+/// Frames between one stage of [`process_burst`] and the next for the same frame: stage 1
+/// of frame `i` runs while frame `i - 3·STAGE_DISTANCE` is processed, so each stage's
+/// loads have the work of this many frames to arrive before the next stage reads them.
+pub const STAGE_DISTANCE: usize = 4;
+
+/// Where [`process_burst`] found ahead (stage 3) that a frame's packet will go: for a
+/// packet to `to`, the egress interface `out` and next hop `hop` of [`crate::host::Host::route`].
+/// [`super::flow::egress`] uses it instead of routing again when its destination is `to`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct RouteHint {
+    /// The destination routed.
+    pub to: IpAddr,
+    /// Its egress interface.
+    pub out: u8,
+    /// Its next hop.
+    pub hop: IpAddr,
+}
 
 /// The flow a frame's lookup will almost certainly find, found ahead (stage 2): its id and
 /// matched direction in the conntrack of its family.
@@ -75,31 +90,36 @@ pub fn process_burst<B: AsMut<[u8]>>(
     verdicts: &mut [Verdict],
 ) {
     let n = frames.len().min(metas.len()).min(verdicts.len());
+    let d = STAGE_DISTANCE;
     let mut start = 0;
     while start < n {
         let count = (n - start).min(PREFETCH_WINDOW);
         let mut hints: [Option<FlowHint>; PREFETCH_WINDOW] = [None; PREFETCH_WINDOW];
-        for (i, h) in hints[..count].iter_mut().enumerate() {
-            *h = hint(frames[start + i].as_mut(), &metas[start + i], st);
-        }
         let mut ahead: [Option<Ahead>; PREFETCH_WINDOW] = [None; PREFETCH_WINDOW];
-        for (a, h) in ahead[..count].iter_mut().zip(&hints[..count]) {
-            *a = match *h {
-                Some(FlowHint::V4(_, hash)) => st.conntrack.prefetch_record(hash).map(|(id, d)| Ahead::V4(id, d)),
-                Some(FlowHint::V6(_, hash)) => st.conntrack6.prefetch_record(hash).map(|(id, d)| Ahead::V6(id, d)),
-                None => None,
-            };
-        }
-        for a in ahead[..count.min(EGRESS_AHEAD)].iter().flatten() {
-            prefetch_egress(st, *a);
-        }
-        for i in 0..count {
-            if let Some(Some(a)) = ahead[..count].get(i + EGRESS_AHEAD) {
-                prefetch_egress(st, *a);
+        let mut routes: [Option<RouteHint>; PREFETCH_WINDOW] = [None; PREFETCH_WINDOW];
+        // Step `s` runs stage 1 for frame `s`, stage 2 for frame `s - d`, stage 3 for frame
+        // `s - 2d` and processes frame `s - 3d`: a software pipeline over the window.
+        for step in 0..count + 3 * d {
+            if step < count {
+                hints[step] = hint(frames[start + step].as_mut(), &metas[start + step], st);
             }
-            st.flow_hint = hints[i];
-            verdicts[start + i] = process(now, frames[start + i].as_mut(), &metas[start + i], table, st);
-            st.flow_hint = None;
+            if let Some(i) = step.checked_sub(d).filter(|&i| i < count) {
+                ahead[i] = match hints[i] {
+                    Some(FlowHint::V4(_, hash)) => st.conntrack.prefetch_record(hash).map(|(id, d)| Ahead::V4(id, d)),
+                    Some(FlowHint::V6(_, hash)) => st.conntrack6.prefetch_record(hash).map(|(id, d)| Ahead::V6(id, d)),
+                    None => None,
+                };
+            }
+            if let Some(i) = step.checked_sub(2 * d).filter(|&i| i < count) {
+                routes[i] = ahead[i].and_then(|a| prefetch_egress(st, a));
+            }
+            if let Some(i) = step.checked_sub(3 * d).filter(|&i| i < count) {
+                st.flow_hint = hints[i];
+                st.route_hint = routes[i];
+                verdicts[start + i] = process(now, frames[start + i].as_mut(), &metas[start + i], table, st);
+                st.flow_hint = None;
+                st.route_hint = None;
+            }
         }
         start += count;
     }
@@ -108,9 +128,9 @@ pub fn process_burst<B: AsMut<[u8]>>(
 /// Stage 3: reads the record of the flow found ahead and prefetches what forwarding along it
 /// will read — the neighbour slot of the packet's next hop (the endpoint's for the original
 /// direction, the client's for replies: [`super::flow::egress`]) and the front door's
-/// counters.
+/// counters. Returns the route it found, for `egress`.
 #[inline]
-fn prefetch_egress(st: &WorkerState, ahead: Ahead) {
+fn prefetch_egress(st: &WorkerState, ahead: Ahead) -> Option<RouteHint> {
     match ahead {
         Ahead::V4(id, direction) => prefetch_egress_of::<Ipv4Addr>(st, id, direction),
         Ahead::V6(id, direction) => prefetch_egress_of::<Ipv6Addr>(st, id, direction),
@@ -118,16 +138,16 @@ fn prefetch_egress(st: &WorkerState, ahead: Ahead) {
 }
 
 #[inline]
-fn prefetch_egress_of<A: Family>(st: &WorkerState, id: FlowId, direction: Direction) {
+fn prefetch_egress_of<A: Family>(st: &WorkerState, id: FlowId, direction: Direction) -> Option<RouteHint> {
     let flow = A::conntrack(st).peek(id);
     let to = match direction {
         Direction::Original => flow.reply.src_addr,
         Direction::Reply => flow.original.src_addr,
     };
-    if let Some((_, hop)) = st.host.route(to) {
-        st.neighbours.prefetch(hop);
-    }
     st.frontends.prefetch(flow.state.frontend);
+    let (out, hop) = st.host.route(to)?;
+    st.neighbours.prefetch(hop);
+    Some(RouteHint { to: to.into(), out, hop: hop.into() })
 }
 
 /// The flow key of an IPv4 TCP, UDP or SCTP frame or an IPv6 TCP or UDP frame, from its

@@ -15,11 +15,14 @@ use crate::fragments::{FragmentAddr, FragmentTable};
 use crate::host::HostAddr;
 use crate::maglev;
 use crate::nat::{self, Rewrite};
+use crate::neighbour::NeighbourAddr;
 use crate::wire::checksum::PseudoHeaderAddr;
 use crate::wire::IpProtocol;
 
 /// An IP address family the flow path serves: see the module documentation.
-pub(super) trait Family: Address + HostAddr + PseudoHeaderAddr + FragmentAddr + Into<IpAddr> {
+pub(super) trait Family:
+    Address + HostAddr + PseudoHeaderAddr + FragmentAddr + NeighbourAddr + Into<IpAddr>
+{
     /// This family's conntrack table in `st`.
     fn conntrack(st: &WorkerState) -> &Conntrack<Self>;
 

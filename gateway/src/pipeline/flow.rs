@@ -241,7 +241,12 @@ pub(super) fn egress<A: Family>(
         Direction::Reply => flow.original.reversed(),
     };
     let rw = Rewrite { src_addr: t.src_addr, src_port: t.src_port, dst_addr: t.dst_addr, dst_port: t.dst_port };
-    let Some((out, hop)) = st.host.route(rw.dst_addr) else {
+    // `process_burst` routed this destination ahead; the host's routes never change.
+    let routed = match st.route_hint.take() {
+        Some(h) if h.to == rw.dst_addr.into() => A::from_ip(h.hop).map(|hop| (h.out, hop)),
+        _ => None,
+    };
+    let Some((out, hop)) = routed.or_else(|| st.host.route(rw.dst_addr)) else {
         return Err(DropReason::NoRoute);
     };
     let Some(mac) = neighbour(st, hop, out, now) else {

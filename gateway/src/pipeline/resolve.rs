@@ -10,6 +10,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use super::{link, WorkerState};
 use crate::host::HostInterface;
+use crate::neighbour::NeighbourAddr;
 use crate::table::layout;
 use crate::table::Table;
 use crate::wire::icmpv6::NEXT_HEADER_ICMPV6;
@@ -81,8 +82,12 @@ impl WorkerState {
 
 /// The resolved MAC of `hop`, queueing a (re)resolution when missing or old.
 #[inline]
-pub(super) fn neighbour(st: &mut WorkerState, hop: impl Into<IpAddr>, iface: u8, now: u64) -> Option<MacAddr> {
-    let hop = hop.into();
+pub(super) fn neighbour<H: NeighbourAddr + Into<IpAddr>>(
+    st: &mut WorkerState,
+    hop: H,
+    iface: u8,
+    now: u64,
+) -> Option<MacAddr> {
     match st.neighbours.lookup(hop) {
         Some(n) => {
             if n.updated_ns != u64::MAX && now.saturating_sub(n.updated_ns) > NEIGHBOUR_REFRESH_NS {

@@ -66,6 +66,9 @@ pub struct WorkerState {
     /// The flow key and hash [`super::process_burst`] computed for the frame being
     /// processed, if any; taken by the flow lookup.
     pub(super) flow_hint: Option<super::burst::FlowHint>,
+    /// The route [`super::process_burst`] found for the frame being processed, if any;
+    /// taken by [`super::flow::egress`].
+    pub(super) route_hint: Option<super::burst::RouteHint>,
 }
 
 impl std::fmt::Debug for WorkerState {
@@ -94,6 +97,7 @@ impl WorkerState {
             frontends: FrontendCounters::default(),
             pending: [Pending::default(); PENDING_SLOTS],
             flow_hint: None,
+            route_hint: None,
         }
     }
 
