@@ -28,6 +28,7 @@ pub mod metrics;
 pub mod nat;
 pub mod neighbour;
 pub mod pipeline;
+mod prefetch;
 pub mod snat;
 pub mod table;
 pub mod wire;

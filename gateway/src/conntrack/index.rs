@@ -226,19 +226,5 @@ pub(super) fn decode(slot: u64) -> (u32, u32, u64) {
     ((slot & TAG_MASK) as u32, ((slot & FP_FIELD) >> FP_SHIFT) as u32, slot >> DISP_SHIFT)
 }
 
-/// Starts loading the cache line holding `*value` (`_mm_prefetch` with `_MM_HINT_T0`, as
-/// DPDK's `rte_prefetch0`), so a later read of it does not stall; a no-op on targets other
-/// than x86-64. Never faults and changes no result.
-#[inline(always)]
-pub(super) fn prefetch<T>(value: &T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: `_mm_prefetch` is a hint that reads nothing architecturally visible and
-    // cannot fault; the pointer comes from a live reference anyway. SSE, which it needs,
-    // is part of the x86-64 baseline.
-    #[allow(unsafe_code)]
-    unsafe {
-        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(std::ptr::from_ref(value).cast::<i8>());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = value;
-}
+/// The prefetch hint the conntrack lookups share with the table's ([`crate::prefetch`]).
+pub(super) use crate::prefetch::prefetch;
