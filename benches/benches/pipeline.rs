@@ -1,10 +1,12 @@
 //! Criterion benchmarks of the data plane's core, `pipeline::process`, without I/O: ns per
 //! packet with 10 000 front doors and 1 K or 1 M active flows in the worker's
-//! conntrack (see `torii_benches::dataplane` for the gateway, the flows and the streams).
+//! conntrack, for IPv4 and for IPv6 (see `torii_benches::dataplane` for the gateways, the
+//! flows and the streams).
 //!
 //! ```sh
 //! cargo bench -p torii-benches --bench pipeline
-//! cargo bench -p torii-benches --bench pipeline -- 1000000     # only the 1 M flows cases
+//! cargo bench -p torii-benches --bench pipeline -- 1000000       # only the 1 M flows cases
+//! cargo bench -p torii-benches --bench pipeline -- 'frame6|tcp6|udp6'  # only IPv6
 //! ```
 //!
 //! Benchmarks, each once with 1 000 and once with 1 000 000 active flows
@@ -24,12 +26,19 @@
 //!   as many UDP flows);
 //! - each of these but `frame_copy` again as `<name>_burst32`: bursts of 32 packets through
 //!   `process_burst` (hash and prefetch the burst's conntrack lookups, then process), times
-//!   and rates per packet.
+//!   and rates per packet;
+//! - all of the above again for IPv6, with a `6` after the protocol: `frame6_copy`,
+//!   `tcp6_established_original`, `tcp6_established_reply`, `tcp6_syn_new_flow`,
+//!   `udp6_original`, `udp6_reply` and their `_burst32`: an IPv6-only gateway of the same
+//!   shape (10 000 IPv6 front doors, 20 back links with an IPv6 SNAT address each), 74-byte
+//!   frames (Ethernet, IPv6 and TCP headers; UDP datagrams as long) in 128-byte slots. The
+//!   IPv4 fixtures and gateway are dropped before the IPv6 ones are built.
 //!
 //! Times are the benchmark thread's CPU time (`support/cpu_time.rs`): the machine is shared.
 //!
 //! Each benchmark checks afterwards from the worker's counters that it measured what it
-//! says: no drops, and new flows only in `tcp_syn_new_flow`, one per packet.
+//! says: no drops, and new flows only in `tcp_syn_new_flow` (`tcp6_syn_new_flow`), one per
+//! packet.
 
 // `criterion_group!` defines an undocumented public function.
 #![allow(missing_docs)]
@@ -38,12 +47,13 @@
 mod cpu_time;
 
 use std::hint::black_box;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::time::Duration;
 
 use cpu_time::ThreadCpuTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion, Throughput};
-use torii_benches::dataplane::{Burst, Fixture, Gateway, Kind, Stream, Transport, BUFFER_LEN, BURST};
+use torii_benches::dataplane::{Burst, Family, Fixture, Gateway, Kind, Stream, Transport, BUFFER_LEN, BURST};
 use torii_gateway::counters::DropReason;
 
 /// SYNs per timed batch in `tcp_syn_new_flow`.
@@ -57,7 +67,12 @@ fn stream_len(flows: usize) -> usize {
 /// Runs one benchmark of packets from `stream` on established flows, one `process` call
 /// per packet, then the same with `process_burst` over bursts of [`BURST`]
 /// (`<name>_burst32`); checks the counters afterwards.
-fn established(g: &mut BenchmarkGroup<'_, ThreadCpuTime>, name: &str, fx: &mut Fixture, mut stream: Stream) {
+fn established<A: Family>(
+    g: &mut BenchmarkGroup<'_, ThreadCpuTime>,
+    name: &str,
+    fx: &mut Fixture<A>,
+    mut stream: Stream<A>,
+) {
     let mut buf = vec![0u8; BUFFER_LEN];
     let before = fx.state.counters.clone();
     g.throughput(Throughput::Elements(1));
@@ -84,12 +99,15 @@ fn established(g: &mut BenchmarkGroup<'_, ThreadCpuTime>, name: &str, fx: &mut F
     }
 }
 
-fn syn(g: &mut BenchmarkGroup<'_, ThreadCpuTime>, fx: &mut Fixture) {
+/// Runs `tcp_syn_new_flow` (`tcp6_…` for IPv6) and its burst variant on `fx`; checks the
+/// counters afterwards.
+fn syn<A: Family>(g: &mut BenchmarkGroup<'_, ThreadCpuTime>, fx: &mut Fixture<A>) {
+    let name = format!("tcp{}_syn_new_flow", A::SUFFIX);
     let mut buf = vec![0u8; BUFFER_LEN];
     let mut stream = fx.stream(Kind::Syn, 1 << 16, 0);
     let before = fx.state.counters.clone();
     let mut packets = 0;
-    g.bench_with_input(BenchmarkId::new("tcp_syn_new_flow", fx.flows()), &(), |b, ()| {
+    g.bench_with_input(BenchmarkId::new(&name, fx.flows()), &(), |b, ()| {
         b.iter_custom(|iters| {
             let mut timed = Duration::ZERO;
             let mut left = iters;
@@ -114,7 +132,7 @@ fn syn(g: &mut BenchmarkGroup<'_, ThreadCpuTime>, fx: &mut Fixture) {
     });
     let mut burst = Burst::new();
     g.throughput(Throughput::Elements(BURST as u64));
-    g.bench_with_input(BenchmarkId::new(format!("tcp_syn_new_flow_burst{BURST}"), fx.flows()), &(), |b, ()| {
+    g.bench_with_input(BenchmarkId::new(format!("{name}_burst{BURST}"), fx.flows()), &(), |b, ()| {
         b.iter_custom(|iters| {
             let mut timed = Duration::ZERO;
             let mut left = iters;
@@ -139,22 +157,23 @@ fn syn(g: &mut BenchmarkGroup<'_, ThreadCpuTime>, fx: &mut Fixture) {
     g.throughput(Throughput::Elements(1));
     let after = &fx.state.counters;
     assert_eq!(after.new_flows - before.new_flows, packets, "one new flow per SYN");
-    assert_eq!(fx.state.conntrack.len(), fx.flows());
+    assert_eq!(fx.conntrack().len(), fx.flows());
     for r in DropReason::ALL {
-        assert_eq!(after.drops_of(r), before.drops_of(r), "tcp_syn_new_flow: dropped as {}", r.name());
+        assert_eq!(after.drops_of(r), before.drops_of(r), "{name}: dropped as {}", r.name());
     }
 }
 
-fn pipeline(c: &mut Criterion<ThreadCpuTime>) {
-    let gateway = Arc::new(Gateway::new());
-    let mut g = c.benchmark_group("pipeline");
-    g.throughput(Throughput::Elements(1)).warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3));
+/// Every benchmark of family `A` (names with [`Family::SUFFIX`] after the protocol), with
+/// 1 K and 1 M flows; the gateway and each fixture are dropped once measured.
+fn family<A: Family>(g: &mut BenchmarkGroup<'_, ThreadCpuTime>) {
+    let s = A::SUFFIX;
+    let gateway = Arc::new(Gateway::<A>::new());
     for flows in [1_000, 1_000_000] {
         let len = stream_len(flows);
         let mut fx = Fixture::new(Arc::clone(&gateway), Transport::Tcp, flows);
         let mut copy = fx.stream(Kind::Original, len, 1);
         let mut buf = vec![0u8; BUFFER_LEN];
-        g.bench_with_input(BenchmarkId::new("frame_copy", flows), &(), |b, ()| {
+        g.bench_with_input(BenchmarkId::new(format!("frame{s}_copy"), flows), &(), |b, ()| {
             b.iter(|| {
                 let loaded = copy.load(&mut buf);
                 black_box(&mut buf);
@@ -163,18 +182,25 @@ fn pipeline(c: &mut Criterion<ThreadCpuTime>) {
         });
         drop(copy);
         let original = fx.stream(Kind::Original, len, 1);
-        established(&mut g, "tcp_established_original", &mut fx, original);
+        established(g, &format!("tcp{s}_established_original"), &mut fx, original);
         let reply = fx.stream(Kind::Reply, len, 2);
-        established(&mut g, "tcp_established_reply", &mut fx, reply);
-        syn(&mut g, &mut fx);
+        established(g, &format!("tcp{s}_established_reply"), &mut fx, reply);
+        syn(g, &mut fx);
         drop(fx);
 
         let mut fx = Fixture::new(Arc::clone(&gateway), Transport::Udp, flows);
         let original = fx.stream(Kind::Original, len, 3);
-        established(&mut g, "udp_original", &mut fx, original);
+        established(g, &format!("udp{s}_original"), &mut fx, original);
         let reply = fx.stream(Kind::Reply, len, 4);
-        established(&mut g, "udp_reply", &mut fx, reply);
+        established(g, &format!("udp{s}_reply"), &mut fx, reply);
     }
+}
+
+fn pipeline(c: &mut Criterion<ThreadCpuTime>) {
+    let mut g = c.benchmark_group("pipeline");
+    g.throughput(Throughput::Elements(1)).warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3));
+    family::<Ipv4Addr>(&mut g);
+    family::<Ipv6Addr>(&mut g);
     g.finish();
 }
 

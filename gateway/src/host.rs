@@ -9,6 +9,7 @@
 //! host (the interface prefixes, the SNAT addresses and the router of that family).
 
 use std::net::{Ipv4Addr, Ipv6Addr};
+use std::ops::BitAnd;
 
 use crate::config::{Config, Ipv4Cidr, Ipv6Cidr};
 use crate::wire::MacAddr;
@@ -49,6 +50,17 @@ impl Prefix<Ipv6Addr> for Ipv6Cidr {
 pub trait HostAddr: Copy + Eq + Sized + 'static {
     /// The prefix type of this family.
     type Cidr: Prefix<Self>;
+    /// The address as an integer, host order (`u32`, `u128`): what [`Connected`] compares.
+    type Bits: Copy + Eq + BitAnd<Output = Self::Bits> + std::fmt::Debug;
+    /// `self` as [`HostAddr::Bits`].
+    fn to_bits(self) -> Self::Bits;
+    /// The network mask of `cidr` as [`HostAddr::Bits`]: `prefix_len` leading ones.
+    fn mask_bits(cidr: &Self::Cidr) -> Self::Bits;
+    /// The connected subnets of this family, in interface order ([`Host::route`]).
+    fn connected(host: &Host) -> &[Connected<Self::Bits>];
+    /// Per interface, the SNAT address of this family for flows leaving through it
+    /// ([`Host::snat_address`]), precomputed by [`Host::new`].
+    fn snat_by_interface(host: &Host) -> &[Option<(usize, Self)>];
     /// The gateway's addresses of this family on `iface`.
     fn interface_addresses(iface: &HostInterface) -> &[Self::Cidr];
     /// The SNAT addresses of this family.
@@ -62,6 +74,23 @@ pub trait HostAddr: Copy + Eq + Sized + 'static {
 
 impl HostAddr for Ipv4Addr {
     type Cidr = Ipv4Cidr;
+    type Bits = u32;
+    #[inline]
+    fn to_bits(self) -> u32 {
+        Ipv4Addr::to_bits(self)
+    }
+    #[inline]
+    fn mask_bits(cidr: &Ipv4Cidr) -> u32 {
+        cidr.mask()
+    }
+    #[inline]
+    fn connected(host: &Host) -> &[Connected<u32>] {
+        &host.connected
+    }
+    #[inline]
+    fn snat_by_interface(host: &Host) -> &[Option<(usize, Ipv4Addr)>] {
+        &host.snat_by_interface
+    }
     #[inline]
     fn interface_addresses(iface: &HostInterface) -> &[Ipv4Cidr] {
         &iface.addresses
@@ -82,6 +111,23 @@ impl HostAddr for Ipv4Addr {
 
 impl HostAddr for Ipv6Addr {
     type Cidr = Ipv6Cidr;
+    type Bits = u128;
+    #[inline]
+    fn to_bits(self) -> u128 {
+        Ipv6Addr::to_bits(self)
+    }
+    #[inline]
+    fn mask_bits(cidr: &Ipv6Cidr) -> u128 {
+        cidr.mask()
+    }
+    #[inline]
+    fn connected(host: &Host) -> &[Connected<u128>] {
+        &host.connected6
+    }
+    #[inline]
+    fn snat_by_interface(host: &Host) -> &[Option<(usize, Ipv6Addr)>] {
+        &host.snat_by_interface6
+    }
     #[inline]
     fn interface_addresses(iface: &HostInterface) -> &[Ipv6Cidr] {
         &iface.addresses6
@@ -101,6 +147,33 @@ impl HostAddr for Ipv6Addr {
 }
 
 pub use crate::conntrack::Timeouts;
+
+/// One connected subnet as [`Host::route`] scans it: the prefix's network and mask as the
+/// family's integer (host order, [`HostAddr::Bits`]) and the interface it is on. A flat
+/// array of these, in interface order, replaces a walk over every interface's address list
+/// on every forwarded packet: for IPv4, 12 bytes per subnet, a handful per cache line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Connected<B> {
+    /// The subnet's network address (host bits cleared).
+    pub network: B,
+    /// Its network mask.
+    pub mask: B,
+    /// Index of the interface in [`Host::interfaces`].
+    pub iface: u8,
+}
+
+/// The connected subnets of `A`'s family on `interfaces`, in interface order then address
+/// order: the order [`Host::route`] has always matched in.
+fn connected<A: HostAddr>(interfaces: &[HostInterface]) -> Vec<Connected<A::Bits>> {
+    let mut out = Vec::new();
+    for (i, iface) in interfaces.iter().enumerate() {
+        for c in A::interface_addresses(iface) {
+            let mask = A::mask_bits(c);
+            out.push(Connected { network: c.addr().to_bits() & mask, mask, iface: i as u8 });
+        }
+    }
+    out
+}
 
 /// One interface (a link): its port, VLAN, link-layer address and the gateway's addresses
 /// on it.
@@ -152,6 +225,15 @@ pub struct Host {
     pub router6: Option<(Ipv6Addr, u8)>,
     /// Conntrack timeouts.
     pub timeouts: Timeouts,
+    /// The IPv4 connected subnets of `interfaces`, flat ([`Connected`]); built by
+    /// [`Host::new`], which is why the fields above are not meant to change afterwards.
+    connected: Vec<Connected<u32>>,
+    /// The same for IPv6.
+    connected6: Vec<Connected<u128>>,
+    /// Per interface, its IPv4 SNAT address ([`Host::snat_address`]).
+    snat_by_interface: Vec<Option<(usize, Ipv4Addr)>>,
+    /// Per interface, its IPv6 SNAT address.
+    snat_by_interface6: Vec<Option<(usize, Ipv6Addr)>>,
 }
 
 impl Host {
@@ -190,7 +272,9 @@ impl Host {
         for p in &mut ports {
             p.vlans.sort_unstable();
         }
-        Self {
+        let mut host = Self {
+            connected: connected::<Ipv4Addr>(&interfaces),
+            connected6: connected::<Ipv6Addr>(&interfaces),
             interfaces,
             ports,
             snat_addresses: config.snat.addresses.clone(),
@@ -199,7 +283,25 @@ impl Host {
             router: config.router.as_ref().map(|r| (r.address, r.interface as u8)),
             router6: config.router6.as_ref().map(|r| (r.address, r.interface as u8)),
             timeouts: config.conntrack.timeouts(),
-        }
+            snat_by_interface: Vec::new(),
+            snat_by_interface6: Vec::new(),
+        };
+        let n = host.interfaces.len();
+        host.snat_by_interface = (0..n).map(|i| host.choose_snat_address(i)).collect();
+        host.snat_by_interface6 = (0..n).map(|i| host.choose_snat_address(i)).collect();
+        host
+    }
+
+    /// The rule of [`Host::snat_address`], evaluated once per interface by [`Host::new`].
+    fn choose_snat_address<A: HostAddr>(&self, iface: usize) -> Option<(usize, A)> {
+        let i = self.interfaces.get(iface);
+        let addrs = A::snat_addresses(self);
+        let (n, a) = addrs
+            .iter()
+            .enumerate()
+            .find(|(_, a)| i.is_some_and(|i| A::interface_addresses(i).iter().any(|c| c.contains(**a))))
+            .or_else(|| addrs.first().map(|a| (0, a)))?;
+        Some((A::snat_index_base(self) + n, *a))
     }
 
     /// The interface of port `port` that frames with VLAN identifier `vid` belong to
@@ -222,32 +324,29 @@ impl Host {
             || self.interfaces.iter().any(|i| A::interface_addresses(i).iter().any(|c| c.addr() == ip))
     }
 
-    /// Egress interface and next hop for `dst`: a connected subnet sends directly, anything
-    /// else goes to the router of its family. `None` when there is no route.
+    /// Egress interface and next hop for `dst`: a connected subnet sends directly (the first
+    /// interface, in configuration order, with a subnet containing `dst`), anything else goes
+    /// to the router of its family. `None` when there is no route. O(connected subnets): one
+    /// scan of a flat array ([`Connected`]), no pointer chasing.
     #[inline]
     pub fn route<A: HostAddr>(&self, dst: A) -> Option<(u8, A)> {
-        for (i, iface) in self.interfaces.iter().enumerate() {
-            if A::interface_addresses(iface).iter().any(|c| c.contains(dst)) {
-                return Some((i as u8, dst));
-            }
+        let bits = dst.to_bits();
+        match A::connected(self).iter().find(|c| bits & c.mask == c.network) {
+            Some(c) => Some((c.iface, dst)),
+            None => A::router(self).map(|(addr, iface)| (iface, addr)),
         }
-        A::router(self).map(|(addr, iface)| (iface, addr))
     }
 
     /// The SNAT address of `A`'s family for flows leaving through `iface`: the first one in
     /// one of that interface's subnets, else the first one. Returns its index among all SNAT
     /// addresses (see [`HostAddr::snat_index_base`]) and the address; `None` when the family
-    /// has no SNAT address.
+    /// has no SNAT address. O(1): precomputed per interface.
     #[inline]
     pub fn snat_address<A: HostAddr>(&self, iface: u8) -> Option<(usize, A)> {
-        let i = self.interfaces.get(iface as usize);
-        let addrs = A::snat_addresses(self);
-        let (n, a) = addrs
-            .iter()
-            .enumerate()
-            .find(|(_, a)| i.is_some_and(|i| A::interface_addresses(i).iter().any(|c| c.contains(**a))))
-            .or_else(|| addrs.first().map(|a| (0, a)))?;
-        Some((A::snat_index_base(self) + n, *a))
+        match A::snat_by_interface(self).get(usize::from(iface)) {
+            Some(chosen) => *chosen,
+            None => self.choose_snat_address(usize::from(iface)),
+        }
     }
 
     /// The index among all SNAT addresses of the SNAT address `addr` of `A`'s family.

@@ -14,6 +14,7 @@
 //! - [`counters`] and [`metrics`]: per-worker and per-front-door counters, served as
 //!   Prometheus metrics with a health check over HTTP.
 //! - [`config`]: the gateway host's TOML configuration.
+//! - [`prefetch`]: the cache prefetch hint of the burst path.
 
 pub mod affinity;
 pub mod config;
@@ -24,11 +25,12 @@ pub mod frames;
 pub mod host;
 pub mod io;
 pub mod maglev;
+mod memory;
 pub mod metrics;
 pub mod nat;
 pub mod neighbour;
 pub mod pipeline;
-mod prefetch;
+pub mod prefetch;
 pub mod snat;
 pub mod table;
 pub mod wire;

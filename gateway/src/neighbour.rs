@@ -7,13 +7,15 @@
 //! IPv6, [RFC 4291] § 2.5.5.2, as the table ABI stores it), so ARP and NDP share every line
 //! of it.
 //!
-//! It is a fixed-size open-addressing table of atomics. A slot is claimed once, with a
-//! compare-and-swap of its state word from *empty* to *writing*; the claimer then stores the
-//! 128-bit key (two words) and publishes the slot by setting the state to *ready* with
-//! release ordering. Slots are never removed. The value (MAC and "resolved" bit) and the
-//! refresh time are single atomic words, so a reader never sees a torn MAC. A lookup is a
-//! few relaxed loads plus one acquire load of the state; writes happen only on ARP and NDP
-//! traffic. A reader treats a slot still being written as not matching; a writer waits for
+//! It is a fixed-size open-addressing table of atomics, 32-byte slots aligned to 32 bytes
+//! (two per cache line, never straddling one). A slot's *value word* holds its state in the
+//! top byte and, once ready, the MAC and a "resolved" bit: a slot is claimed once, with a
+//! compare-and-swap of that word from *empty* to *writing*; the claimer then stores the
+//! 128-bit key (two words) and publishes the slot by storing the ready value word with
+//! release ordering. Slots are never removed. The value word and the refresh time are single
+//! atomic words, so a reader never sees a torn MAC. A lookup is one acquire load of the value
+//! word and two relaxed loads of the key, all in one cache line, which [`Neighbours::prefetch`]
+//! starts loading ahead of a burst; writes happen only on ARP and NDP traffic. A reader treats a slot still being written as not matching; a writer waits for
 //! it for a bounded number of spins and then probes on, so two workers learning the same new
 //! address in the same instant may, very rarely, claim two slots for it — harmless, as
 //! lookups and updates both stop at the first one in probe order.
@@ -21,31 +23,42 @@
 //! [RFC 4291]: https://www.rfc-editor.org/rfc/rfc4291#section-2.5.5.2
 
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::table::layout;
 use crate::wire::MacAddr;
 
 const RESOLVED: u64 = 1 << 48;
 
-/// Slot states.
+/// Slot states, in the top byte of the value word.
+const STATE_SHIFT: u32 = 56;
 const EMPTY: u8 = 0;
 const WRITING: u8 = 1;
 const READY: u8 = 2;
+/// The value word of a slot being written.
+const WRITING_WORD: u64 = (WRITING as u64) << STATE_SHIFT;
 
 /// How often a writer re-reads a slot another writer is filling before probing on.
 const WRITING_SPINS: usize = 64;
 
+#[repr(C, align(32))]
 struct Slot {
-    /// [`EMPTY`], [`WRITING`] or [`READY`].
-    state: AtomicU8,
-    /// The address in 16-byte form, high and low halves; valid once `state` is [`READY`].
+    /// The address in 16-byte form, high and low halves; valid once the state is [`READY`].
     key: [AtomicU64; 2],
-    /// 0: not resolved; else `RESOLVED | mac`.
+    /// State ([`EMPTY`], [`WRITING`], [`READY`]) `<< STATE_SHIFT`, and once ready
+    /// `RESOLVED | mac` (MAC in the low 48 bits).
     value: AtomicU64,
     /// Monotonic ns of the last confirmation (ARP reply or request, NDP advertisement or
     /// solicitation from it).
     updated_ns: AtomicU64,
+}
+
+const _: () = assert!(std::mem::size_of::<Slot>() == 32, "two neighbour slots per cache line");
+
+/// The state of a slot's value word.
+#[inline]
+fn state_of(word: u64) -> u8 {
+    (word >> STATE_SHIFT) as u8
 }
 
 impl Slot {
@@ -66,7 +79,7 @@ pub struct Neighbour {
 
 /// Fixed-capacity, lock-free neighbour table for IPv4 and IPv6 neighbours.
 pub struct Neighbours {
-    slots: Box<[Slot]>,
+    slots: crate::memory::HugeSlice<Slot>,
     mask: usize,
 }
 
@@ -87,14 +100,13 @@ impl Neighbours {
     /// two, doubled for short probe chains).
     pub fn new(capacity: usize) -> Self {
         let n = (capacity.max(8) * 2).next_power_of_two();
-        let slots = (0..n)
-            .map(|_| Slot {
-                state: AtomicU8::new(EMPTY),
-                key: [AtomicU64::new(0), AtomicU64::new(0)],
-                value: AtomicU64::new(0),
-                updated_ns: AtomicU64::new(0),
-            })
-            .collect();
+        // In transparent huge pages where offered: a lookup of a random neighbour should not
+        // miss the TLB too (`crate::memory`).
+        let slots = crate::memory::filled_with(n, || Slot {
+            key: [AtomicU64::new(0), AtomicU64::new(0)],
+            value: AtomicU64::new(0),
+            updated_ns: AtomicU64::new(0),
+        });
         Self { slots, mask: n - 1 }
     }
 
@@ -106,6 +118,13 @@ impl Neighbours {
         (folded.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as usize & self.mask
     }
 
+    /// Starts loading the slot where a lookup of `ip` begins (the slot holding it, unless
+    /// its probe run is longer than one); changes no result. O(1).
+    #[inline]
+    pub fn prefetch(&self, ip: impl Into<IpAddr>) {
+        crate::prefetch::prefetch(&self.slots[self.home(key_of(ip.into()))]);
+    }
+
     /// The resolved entry for `ip` (an [`Ipv4Addr`](std::net::Ipv4Addr), an
     /// [`Ipv6Addr`](std::net::Ipv6Addr) or an [`IpAddr`]), if any.
     #[inline]
@@ -114,10 +133,10 @@ impl Neighbours {
         let mut i = self.home(key);
         for _ in 0..self.slots.len() {
             let s = &self.slots[i];
-            match s.state.load(Ordering::Acquire) {
+            let v = s.value.load(Ordering::Acquire);
+            match state_of(v) {
                 EMPTY => return None,
                 READY if s.holds(key) => {
-                    let v = s.value.load(Ordering::Acquire);
                     if v & RESOLVED == 0 {
                         return None;
                     }
@@ -138,32 +157,33 @@ impl Neighbours {
     pub fn learn(&self, ip: impl Into<IpAddr>, mac: MacAddr, now_ns: u64) -> bool {
         let key = key_of(ip.into());
         let m = mac.0;
-        let value = RESOLVED | u64::from_be_bytes([0, 0, m[0], m[1], m[2], m[3], m[4], m[5]]);
+        let value = (u64::from(READY) << STATE_SHIFT)
+            | RESOLVED
+            | u64::from_be_bytes([0, 0, m[0], m[1], m[2], m[3], m[4], m[5]]);
         let mut i = self.home(key);
         for _ in 0..self.slots.len() {
             let s = &self.slots[i];
-            let mut state = s.state.load(Ordering::Acquire);
-            if state == EMPTY {
-                match s.state.compare_exchange(EMPTY, WRITING, Ordering::AcqRel, Ordering::Acquire) {
+            let mut word = s.value.load(Ordering::Acquire);
+            if state_of(word) == EMPTY {
+                match s.value.compare_exchange(word, WRITING_WORD, Ordering::AcqRel, Ordering::Acquire) {
                     Ok(_) => {
                         s.key[0].store((key >> 64) as u64, Ordering::Relaxed);
                         s.key[1].store(key as u64, Ordering::Relaxed);
                         s.updated_ns.store(now_ns, Ordering::Relaxed);
-                        s.value.store(value, Ordering::Relaxed);
-                        s.state.store(READY, Ordering::Release);
+                        s.value.store(value, Ordering::Release);
                         return true;
                     }
-                    Err(now) => state = now,
+                    Err(now) => word = now,
                 }
             }
             for _ in 0..WRITING_SPINS {
-                if state != WRITING {
+                if state_of(word) != WRITING {
                     break;
                 }
                 std::hint::spin_loop();
-                state = s.state.load(Ordering::Acquire);
+                word = s.value.load(Ordering::Acquire);
             }
-            if state == READY && s.holds(key) {
+            if state_of(word) == READY && s.holds(key) {
                 // A static entry is never overwritten by what the network says.
                 if s.updated_ns.load(Ordering::Relaxed) == u64::MAX && now_ns != u64::MAX {
                     return true;

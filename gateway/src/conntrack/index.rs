@@ -47,7 +47,7 @@ pub(super) enum Probe {
 /// Fixed-size linear-probing table of tagged slots. See the module documentation.
 pub(super) struct Index {
     /// `slots.len() >= 1`, fixed at construction; a boxed slice cannot grow.
-    slots: Box<[u64]>,
+    slots: crate::memory::HugeSlice<u64>,
     /// Saturation value of the displacement field: [`DISP_CAP`] except in tests, which lower
     /// it to exercise the re-hashing path of deletion.
     disp_cap: u64,
@@ -64,7 +64,7 @@ impl Index {
     pub(super) fn with_displacement_cap(slots: usize, disp_cap: u64) -> Self {
         assert!((1..=DISP_CAP).contains(&disp_cap));
         assert!(slots >= 1 && slots as u64 <= 1 << 32, "index size {slots} out of range");
-        Self { slots: super::memory::filled(slots, EMPTY), disp_cap }
+        Self { slots: crate::memory::filled(slots, EMPTY), disp_cap }
     }
 
     /// Number of slots.
@@ -147,12 +147,24 @@ impl Index {
         prefetch(&self.slots[self.home(hash)]);
     }
 
-    /// The tag in the home slot of `hash` when that slot's fingerprint matches the hash's
-    /// (the likely hit of a lookup), for prefetching its record. O(1).
+    /// The first tag in the probe run of `hash` whose fingerprint matches the hash's (the
+    /// almost certain hit of a lookup), without reading any record; `None` when no slot of
+    /// the run matches, which proves the key absent. For prefetching ahead of a burst.
+    /// O(probe run length), the run's slots only.
     #[inline]
-    pub(super) fn home_candidate(&self, hash: u64) -> Option<u32> {
-        let slot = self.slots[self.home(hash)];
-        (slot != EMPTY && slot & FP_FIELD == fingerprint_field(hash)).then_some(slot as u32 & TAG_MASK as u32)
+    pub(super) fn candidate(&self, hash: u64) -> Option<u32> {
+        let fingerprint = fingerprint_field(hash);
+        let mut pos = self.home(hash);
+        loop {
+            let slot = self.slots[pos];
+            if slot == EMPTY {
+                return None;
+            }
+            if slot & FP_FIELD == fingerprint {
+                return Some(slot as u32 & TAG_MASK as u32);
+            }
+            pos = self.next(pos);
+        }
     }
 
     /// Indexes `tag` for a key with hash `hash`, in the first empty slot at or after `start`.
@@ -226,5 +238,4 @@ pub(super) fn decode(slot: u64) -> (u32, u32, u64) {
     ((slot & TAG_MASK) as u32, ((slot & FP_FIELD) >> FP_SHIFT) as u32, slot >> DISP_SHIFT)
 }
 
-/// The prefetch hint the conntrack lookups share with the table's ([`crate::prefetch`]).
 pub(super) use crate::prefetch::prefetch;

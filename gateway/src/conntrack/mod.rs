@@ -58,8 +58,10 @@
 //!                                                         padding     2 B / 2 B
 //! ```
 //!
-//! Keys are hashed with XXH3-64 under the per-table seed given to [`Conntrack::new`], so a
-//! remote sender cannot precompute tuples that collide in a given worker's table. The index
+//! Keys are hashed by a keyed multiply-fold over their fields (`hash`: wyhash's and XXH3's
+//! short-input construction) under secret words derived from the per-table seed given to
+//! [`Conntrack::new`], so a remote sender cannot precompute tuples that collide in a given
+//! worker's table. The index
 //! is linear-probing open addressing with backward-shift deletion (no tombstones, so probe
 //! runs do not degrade with churn); the 24-bit fingerprint means a probe touches a flow
 //! record only on a (almost certain) match. Free records are chained through their own
@@ -101,8 +103,8 @@
 //! assert_eq!(ct.lookup(&original), None);
 //! ```
 
+mod hash;
 mod index;
-mod memory;
 pub mod tcp;
 #[cfg(test)]
 mod tests;
@@ -116,6 +118,7 @@ use std::hash::Hash;
 use std::mem::size_of;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
+use hash::KeyHash;
 use index::{Index, Probe};
 
 /// Identifier of a flow record: its index in the table's slab, `0..capacity`. Reused after
@@ -154,25 +157,25 @@ pub trait Address: sealed::Sealed + Copy + Eq + Hash + fmt::Debug + Send + Sync 
     const LEN: usize;
     /// The all-zeros address (`0.0.0.0`, `::`).
     const UNSPECIFIED: Self;
-    /// The address in network byte order, written to `out[..Self::LEN]`.
-    fn write_octets(&self, out: &mut [u8]);
+    /// The address as an integer (`Ipv4Addr::to_bits` widened, `Ipv6Addr::to_bits`).
+    fn to_u128(self) -> u128;
 }
 
 impl Address for Ipv4Addr {
     const LEN: usize = 4;
     const UNSPECIFIED: Self = Ipv4Addr::UNSPECIFIED;
-    #[inline]
-    fn write_octets(&self, out: &mut [u8]) {
-        out[..4].copy_from_slice(&self.octets());
+    #[inline(always)]
+    fn to_u128(self) -> u128 {
+        u128::from(self.to_bits())
     }
 }
 
 impl Address for Ipv6Addr {
     const LEN: usize = 16;
     const UNSPECIFIED: Self = Ipv6Addr::UNSPECIFIED;
-    #[inline]
-    fn write_octets(&self, out: &mut [u8]) {
-        out[..16].copy_from_slice(&self.octets());
+    #[inline(always)]
+    fn to_u128(self) -> u128 {
+        self.to_bits()
     }
 }
 
@@ -201,9 +204,6 @@ pub struct FlowKey<A: Address = Ipv4Addr> {
 /// An IPv6 [`FlowKey`].
 pub type FlowKey6 = FlowKey<Ipv6Addr>;
 
-/// Longest [`FlowKey::hash_input`]: protocol, two IPv6 addresses, two ports.
-const MAX_HASH_INPUT: usize = 1 + 2 * 16 + 2 * 2;
-
 impl<A: Address> FlowKey<A> {
     /// The same tuple seen from the other end: source and destination (address and port)
     /// swapped, protocol kept. For a full-NAT flow, `flow.reply.reversed()` is the tuple the
@@ -217,21 +217,6 @@ impl<A: Address> FlowKey<A> {
             dst_addr: self.src_addr,
             dst_port: self.src_port,
         }
-    }
-
-    /// The key's bytes in a fixed order (protocol, source address, source port, destination
-    /// address, destination port; addresses and ports in network order) in the first
-    /// `5 + 2 · A::LEN` bytes of the returned buffer, the input of the table hash.
-    #[inline]
-    fn hash_input(&self) -> ([u8; MAX_HASH_INPUT], usize) {
-        let mut b = [0u8; MAX_HASH_INPUT];
-        let n = A::LEN;
-        b[0] = self.protocol;
-        self.src_addr.write_octets(&mut b[1..]);
-        b[1 + n..3 + n].copy_from_slice(&self.src_port.to_be_bytes());
-        self.dst_addr.write_octets(&mut b[3 + n..]);
-        b[3 + 2 * n..5 + 2 * n].copy_from_slice(&self.dst_port.to_be_bytes());
-        (b, 5 + 2 * n)
     }
 }
 
@@ -505,15 +490,15 @@ impl std::error::Error for InsertError {}
 pub struct Conntrack<A: Address = Ipv4Addr> {
     /// Flow records; `capacity` long. Free records hold the free-list link in
     /// `state.frontend`.
-    records: Box<[Record<A>]>,
+    records: crate::memory::HugeSlice<Record<A>>,
     /// Bit `id % 64` of word `id / 64` is set iff record `id` holds a live flow.
     live: Box<[u64]>,
     /// Both tuples of every live flow.
     index: Index,
     /// The SNAT addresses reply tuples go to; records hold an index into it.
     snat: Box<[A]>,
-    /// XXH3 seed for this table.
-    seed: u64,
+    /// This table's key hash (secret words drawn from its seed).
+    hasher: KeyHash,
     /// Live flows.
     len: usize,
     /// Head of the chain of freed records, or [`NO_FREE`].
@@ -562,13 +547,6 @@ fn index_slots(capacity: usize) -> usize {
     (capacity * INDEX_SLOTS_PER_FLOW.0).div_ceil(INDEX_SLOTS_PER_FLOW.1).max(1)
 }
 
-/// The table hash of a key: XXH3-64 of its [`FlowKey::hash_input`] under the table's seed.
-#[inline]
-fn hash_with<A: Address>(seed: u64, key: &FlowKey<A>) -> u64 {
-    let (bytes, n) = key.hash_input();
-    xxhash_rust::xxh3::xxh3_64_with_seed(&bytes[..n], seed)
-}
-
 /// The tuple of `records` a tag refers to.
 #[inline]
 fn key_of<A: Address>(records: &[Record<A>], snat: &[A], tag: u32) -> FlowKey<A> {
@@ -593,7 +571,7 @@ impl<A: Address> Conntrack<A> {
     /// family; none gives a table that refuses every flow with [`InsertError::NotFullNat`],
     /// for a family without SNAT addresses), keys hashed with `seed` (draw it at random per worker). Allocates and
     /// writes all memory now (see [`Conntrack::memory_bytes`]), the records and the index in
-    /// transparent huge pages where the kernel offers them (`memory`): O(capacity) time,
+    /// transparent huge pages where the kernel offers them (the `memory` module): O(capacity) time,
     /// never again afterwards.
     ///
     /// A capacity of 0 gives a table that refuses every insert with [`InsertError::Full`].
@@ -616,11 +594,11 @@ impl<A: Address> Conntrack<A> {
         );
         debug_assert!(index.slot_count() > 2 * capacity);
         Self {
-            records: memory::filled(capacity, Record::VACANT),
+            records: crate::memory::filled(capacity, Record::VACANT),
             live: vec![0; capacity.div_ceil(64)].into_boxed_slice(),
             index,
             snat: snat_addresses.into(),
-            seed,
+            hasher: KeyHash::new(seed),
             len: 0,
             free_head: NO_FREE,
             never_used: 0,
@@ -666,7 +644,7 @@ impl<A: Address> Conntrack<A> {
 
     #[inline]
     fn hash(&self, key: &FlowKey<A>) -> u64 {
-        hash_with(self.seed, key)
+        self.hasher.hash(key)
     }
 
     #[inline]
@@ -686,7 +664,7 @@ impl<A: Address> Conntrack<A> {
         self.lookup_hashed(key, self.hash(key))
     }
 
-    /// The table hash of `key` (XXH3-64 under this table's seed), for
+    /// The table hash of `key` (keyed by this table's seed), for
     /// [`Conntrack::lookup_hashed`] and the prefetches: a burst's keys are hashed once,
     /// their index slots prefetched, then looked up (`pipeline::process_burst`). O(1).
     #[inline]
@@ -715,17 +693,32 @@ impl<A: Address> Conntrack<A> {
         self.index.prefetch(hash);
     }
 
-    /// Reads the index slot where a lookup of `hash` begins (prefetched earlier by
-    /// [`Conntrack::prefetch_index`]) and, if its fingerprint matches, starts loading the
-    /// flow record it names; changes no result. O(1).
+    /// Reads the probe run of `hash` in the index (prefetched earlier by
+    /// [`Conntrack::prefetch_index`]) by fingerprint alone and, for the first tuple whose
+    /// fingerprint matches, starts loading its flow record and returns its id and direction:
+    /// the flow a lookup of the key will almost certainly find. `None` proves that no flow
+    /// has a tuple with this hash (a new flow). Changes no result. Expected O(1).
     #[inline]
-    pub fn prefetch_record(&self, hash: u64) {
-        if let Some(tag) = self.index.home_candidate(hash) {
-            // A record may straddle two cache lines: fetch its first and its last field.
-            let record = &self.records[untag(tag).0 as usize];
-            index::prefetch(&record.state);
-            index::prefetch(&record.snat);
-        }
+    pub fn prefetch_record(&self, hash: u64) -> Option<(FlowId, Direction)> {
+        let (id, direction) = untag(self.index.candidate(hash)?);
+        // A record may straddle two cache lines: fetch its first and its last field.
+        let record = &self.records[id as usize];
+        index::prefetch(&record.state);
+        index::prefetch(&record.snat);
+        Some((id, direction))
+    }
+
+    /// Flow `id` as its record holds it now, whether or not it is live, for work ahead of a
+    /// burst that must not fail when the flow went away in between (it is a hint: a freed
+    /// record holds an old flow or nothing). O(1).
+    ///
+    /// # Panics
+    ///
+    /// If `id >= capacity`.
+    #[inline]
+    #[must_use]
+    pub fn peek(&self, id: FlowId) -> Flow<A> {
+        self.records[id as usize].unpack(&self.snat)
     }
 
     /// Makes room for a new flow when the table is full, as Linux's `early_drop`
@@ -866,8 +859,8 @@ impl<A: Address> Conntrack<A> {
         let reply_hash = self.hash(&flow.reply);
         // `erase` needs the home slot of another entry only when that entry's stored
         // displacement saturated; then it is re-hashed from its record.
-        let (records, snat, seed, slots) = (&self.records, &self.snat, self.seed, self.index.slot_count());
-        let home = |t: u32| index::home(slots, hash_with(seed, &key_of(records, snat, t)));
+        let (records, snat, hasher, slots) = (&self.records, &self.snat, self.hasher, self.index.slot_count());
+        let home = |t: u32| index::home(slots, hasher.hash(&key_of(records, snat, t)));
         self.index.erase(original_hash, tag(id, Direction::Original), home);
         self.index.erase(reply_hash, tag(id, Direction::Reply), home);
         self.live[id as usize / 64] &= !(1 << (id % 64));

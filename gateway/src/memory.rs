@@ -1,0 +1,104 @@
+//! Allocation of the packet path's large arrays (conntrack records and index, the neighbour
+//! table), backed by transparent huge pages where the kernel offers them.
+//!
+//! A conntrack lookup touches one random index slot and one random record: with 4 KiB pages
+//! a table of a million flows (about 64 MB) misses the TLB on nearly every lookup, and in a
+//! virtual machine each miss is a two-dimensional page walk. DPDK keeps its memory in huge
+//! pages for this reason; the conntrack arrays live on the ordinary heap, so they ask for
+//! transparent huge pages with `madvise(MADV_HUGEPAGE)` before their pages are first
+//! written (Linux `Documentation/admin-guide/mm/transhuge.rst`: with `enabled=madvise`, the
+//! common default, only advised regions get huge pages, and with `defrag=madvise` a fault
+//! in an advised region allocates a huge page directly). The advice is a hint: where the
+//! kernel refuses it (no THP, another OS) the arrays are simply built of small pages.
+
+/// Transparent huge page size on x86-64 and most arm64 kernels.
+const HUGE_PAGE: usize = 2 << 20;
+
+/// A fixed-length array whose elements start on a huge-page boundary (or less than one
+/// element after it, for element sizes that do not divide 2 MiB), when it is at least
+/// a huge page long, inside an allocation advised for transparent huge pages: every element
+/// lies in a huge page where the kernel gives them (a plain boxed slice starts wherever the
+/// allocator put it, and its first and last partial huge pages, up to 4 MiB of a neighbour
+/// table, stay in small pages). Dereferences to `[T]`; cannot grow.
+pub(crate) struct HugeSlice<T> {
+    storage: Box<[T]>,
+    start: usize,
+    len: usize,
+}
+
+impl<T> std::ops::Deref for HugeSlice<T> {
+    type Target = [T];
+    #[inline(always)]
+    fn deref(&self) -> &[T] {
+        &self.storage[self.start..self.start + self.len]
+    }
+}
+
+impl<T> std::ops::DerefMut for HugeSlice<T> {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut [T] {
+        &mut self.storage[self.start..self.start + self.len]
+    }
+}
+
+/// `len` copies of `value` in a [`HugeSlice`]. Allocates and writes the array: O(len);
+/// every page is touched now, so the packet path never takes a first-touch fault.
+///
+/// # Panics
+/// If the allocation fails (as `vec!` does).
+pub(crate) fn filled<T: Copy>(len: usize, value: T) -> HugeSlice<T> {
+    filled_with(len, || value)
+}
+
+/// As [`filled`], each element made by `make` (for elements that are not `Copy`, such as
+/// atomics). Arrays of at least a huge page get up to a huge page of extra elements (made
+/// by `make` too, never used) so that the used part can start on a huge-page boundary.
+///
+/// # Panics
+/// If the allocation fails (as `vec!` does).
+pub(crate) fn filled_with<T>(len: usize, make: impl FnMut() -> T) -> HugeSlice<T> {
+    let size = std::mem::size_of::<T>().max(1);
+    let pad = if len * size >= HUGE_PAGE { HUGE_PAGE.div_ceil(size) } else { 0 };
+    let mut v: Vec<T> = Vec::with_capacity(len + pad);
+    let base = v.as_mut_ptr() as usize;
+    advise_huge_pages(base as *mut u8, (len + pad) * size);
+    let start = if pad == 0 { 0 } else { (base.next_multiple_of(HUGE_PAGE) - base).div_ceil(size).min(pad) };
+    v.extend(std::iter::repeat_with(make).take(len + pad));
+    HugeSlice { storage: v.into_boxed_slice(), start, len }
+}
+
+/// Advises the huge-page-aligned part of `[start, start + bytes)` for transparent huge
+/// pages; does nothing when that part is empty, or off Linux.
+fn advise_huge_pages(start: *mut u8, bytes: usize) {
+    let begin = (start as usize).next_multiple_of(HUGE_PAGE);
+    let end = (start as usize + bytes) / HUGE_PAGE * HUGE_PAGE;
+    if end <= begin {
+        return;
+    }
+    #[cfg(target_os = "linux")]
+    // SAFETY: `madvise` with MADV_HUGEPAGE changes no memory contents and no mapping the
+    // program relies on: it marks the range, which lies inside the allocation `start` points
+    // to (rounded inwards to huge-page boundaries), as eligible for huge pages. An error
+    // (EINVAL without THP support) leaves the range as it was, and is ignored on purpose.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::madvise(begin as *mut libc::c_void, end - begin, libc::MADV_HUGEPAGE);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filled_slices_hold_the_value_at_every_size() {
+        for len in [0, 1, 7, 4096, (HUGE_PAGE / 8) * 3 + 5] {
+            let s = filled(len, 0xa5a5_u64);
+            assert_eq!(s.len(), len);
+            assert!(s.iter().all(|&x| x == 0xa5a5));
+            if len * 8 >= HUGE_PAGE {
+                assert_eq!(s.as_ptr() as usize % HUGE_PAGE, 0, "a large array starts on a huge page");
+            }
+        }
+    }
+}
