@@ -58,9 +58,11 @@ impl std::fmt::Debug for Affinity {
 }
 
 /// The key under which a Service port's affinity is kept: a hash of its
-/// `namespace/name:port` name, which, unlike table indices, survives table changes.
-pub fn service_key(name: &str) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(name.as_bytes())
+/// `namespace/name:port` name (a `&str`, or its UTF-8 bytes as the table holds them:
+/// [`crate::table::ServiceRef::name_bytes`]), which, unlike table indices, survives table
+/// changes.
+pub fn service_key(name: impl AsRef<[u8]>) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(name.as_ref())
 }
 
 impl Affinity {

@@ -232,7 +232,7 @@ fn frontend_totals(s: &Snapshot) -> Vec<(String, FrontendCount)> {
 
 /// `service="…",vip="…",protocol="…",port="…"` for front door `f` of `table`.
 fn labels(table: &Table, f: &layout::Frontend) -> String {
-    let service = table.service(f.service.get().wrapping_sub(1)).map_or("", |s| s.name);
+    let service = table.service(f.service.get().wrapping_sub(1)).map_or("", |s| s.name());
     let vip: IpAddr = layout::addr_from16(f.addr);
     let protocol = Protocol::from_number(f.protocol).map_or("unknown", Protocol::as_str);
     format!("service=\"{}\",vip=\"{vip}\",protocol=\"{protocol}\",port=\"{}\"", escape(service), f.port.get())

@@ -31,7 +31,7 @@ fuzz_target!(|data: &[u8]| {
         for b in service.backends.iter().chain(service.draining) {
             assert!(service.serves(b.addr, b.port.get()), "a listed endpoint serves");
         }
-        let _ = service.name.len();
+        let _ = service.name().len();
         assert!(table.is_vip(addr));
     }
     for id in 0..table.service_count() as u32 + 2 {

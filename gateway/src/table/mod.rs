@@ -10,11 +10,13 @@
 //! acknowledgement slot per worker. torii-control writes; the gateway only reads and acks.
 
 mod build;
+mod index;
 pub mod layout;
 pub mod shm;
 mod spec;
 mod view;
 
 pub use build::{build, merge_byte_ranges, BuildError, BuildStats, TableBuilder};
+pub use index::FrontendHash;
 pub use spec::*;
 pub use view::{FrontendRef, Ring, ServiceRef, SourceRanges, Storage, Table, TableError};

@@ -5,14 +5,22 @@
 //! front door's source ranges sorted and disjoint, every service's backends and draining
 //! endpoints sorted, every ring entry naming a backend of its own service, names UTF-8 —
 //! so that afterwards no lookup can panic or read out of bounds, and every binary search
-//! is over sorted records, whatever bytes were published.
+//! is over sorted records, whatever bytes were published. It then builds, in process
+//! memory, the hashed index of the front doors ([`super::index`]) that [`Table::frontend`]
+//! searches: a new flow's lookups are O(1) — one index line and one front-door record, then
+//! the service record, one ring entry and one backend record — and each of these reads has
+//! a prefetch hint ([`Table::prefetch_frontend`], [`Table::prefetch_frontend_record`],
+//! [`Table::prefetch_service`], [`ServiceRef::prefetch_slot`], [`ServiceRef::prefetch_backend`])
+//! that a burst issues for all its packets before it reads any, so the cache misses overlap.
 
 use std::net::IpAddr;
 
 use zerocopy::FromBytes;
 
+use super::index::{FrontendHash, FrontendIndex};
 use super::layout::{self, section, Backend, Frontend, Header, Service, SourceRange};
 use super::spec::{FrontendKind, Protocol};
+use crate::prefetch::prefetch;
 
 /// Why a snapshot was rejected. The gateway logs it, counts it and keeps its last good table.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -94,12 +102,15 @@ impl AsRef<[u8]> for Storage {
     }
 }
 
-/// A validated snapshot over any byte storage (`Vec<u8>`, an mmap).
+/// A validated snapshot over any byte storage (`Vec<u8>`, an mmap), with its hashed
+/// front-door index (in process memory: about 16 bytes per front door).
 pub struct Table<B: AsRef<[u8]> = Storage> {
     bytes: B,
     generation: u64,
     // (byte offset, count) of each section, checked in bounds by `new`.
     sections: [(usize, usize); section::COUNT],
+    // Position in the front-door section of each front door, by key.
+    frontend_index: FrontendIndex,
 }
 
 impl<B: AsRef<[u8]>> std::fmt::Debug for Table<B> {
@@ -108,6 +119,7 @@ impl<B: AsRef<[u8]>> std::fmt::Debug for Table<B> {
             .field("generation", &self.generation)
             .field("frontends", &self.frontends().len())
             .field("services", &self.services().len())
+            .field("frontend_index_bytes", &self.frontend_index.size_bytes())
             .finish()
     }
 }
@@ -165,8 +177,10 @@ impl<'t> SourceRanges<'t> {
 /// A service's backends and ring, borrowed from the table.
 #[derive(Clone, Copy, Debug)]
 pub struct ServiceRef<'t> {
-    /// `namespace/name:port`.
-    pub name: &'t str,
+    /// `namespace/name:port`, UTF-8 ([`Table::new`] checked it); read through
+    /// [`ServiceRef::name`] or [`ServiceRef::name_bytes`], so that looking a service up does
+    /// not validate it again.
+    name: &'t [u8],
     /// Backends in table order (sorted by address, port).
     pub backends: &'t [Backend],
     /// Draining endpoints (sorted by address, port): not on the ring, chosen for no new
@@ -179,16 +193,54 @@ pub struct ServiceRef<'t> {
 }
 
 impl<'t> ServiceRef<'t> {
+    /// `namespace/name:port` (the Service's namespace and name and the port's name), for
+    /// labels and logs. Checks the bytes are UTF-8 again (O(length): [`Table::new`] did,
+    /// but a `&str` cannot be kept across calls without `unsafe`); "" cannot happen for a
+    /// validated table. The packet path uses [`ServiceRef::name_bytes`].
+    pub fn name(&self) -> &'t str {
+        std::str::from_utf8(self.name).unwrap_or("")
+    }
+
+    /// The name's UTF-8 bytes, without a check: O(1) (the `sessionAffinity` key hashes them,
+    /// [`crate::affinity::service_key`]).
+    #[inline]
+    pub fn name_bytes(&self) -> &'t [u8] {
+        self.name
+    }
+
+    /// The ring slot `hash % M`, `None` without backends.
+    #[inline]
+    fn slot(&self, hash: u64) -> Option<usize> {
+        let len = self.ring.len();
+        (len != 0).then(|| (hash % len as u64) as usize)
+    }
+
     /// The backend that ring slot `hash % M` names; `None` when the service has no
     /// backends (its front doors reject).
     #[inline]
-    pub fn pick(&self, hash: u64) -> Option<&Backend> {
-        let len = self.ring.len();
-        if len == 0 {
-            return None;
-        }
-        let id = self.ring.get((hash % len as u64) as usize)? as usize;
+    pub fn pick(&self, hash: u64) -> Option<&'t Backend> {
+        let id = self.ring.get(self.slot(hash)?)? as usize;
         self.backends.get(id.wrapping_sub(1))
+    }
+
+    /// Starts loading the ring entry [`ServiceRef::pick`] reads for `hash` (stage 4 of a
+    /// new flow's lookups: the service record is cached). One division and one prefetch;
+    /// nothing without backends; no effect on results.
+    #[inline]
+    pub fn prefetch_slot(&self, hash: u64) {
+        if let Some(slot) = self.slot(hash) {
+            self.ring.prefetch(slot);
+        }
+    }
+
+    /// Starts loading the backend record [`ServiceRef::pick`] returns for `hash` (stage 5:
+    /// reads the ring entry, which [`ServiceRef::prefetch_slot`] should have cached). No
+    /// effect on results.
+    #[inline]
+    pub fn prefetch_backend(&self, hash: u64) {
+        if let Some(b) = self.pick(hash) {
+            prefetch_record(b);
+        }
     }
 
     /// The ring backend `addr:port` (16-byte address form), by binary search; `None` when
@@ -203,6 +255,18 @@ impl<'t> ServiceRef<'t> {
     #[inline]
     pub fn serves(&self, addr: [u8; 16], port: u16) -> bool {
         self.backend(addr, port).is_some() || find_backend(self.draining, addr, port).is_some()
+    }
+}
+
+/// Starts loading every cache line record `r` touches: the line of its first byte and, when
+/// it straddles a 64-byte boundary (records lie at 8-byte offsets, so a 40-byte service or a
+/// 20-byte backend record often does), that of its last byte. Two prefetch instructions.
+#[inline(always)]
+fn prefetch_record<T: zerocopy::IntoBytes + zerocopy::Immutable>(r: &T) {
+    let bytes = r.as_bytes();
+    if let (Some(first), Some(last)) = (bytes.first(), bytes.last()) {
+        prefetch(first);
+        prefetch(last);
     }
 }
 
@@ -267,6 +331,14 @@ impl<'t> Ring<'t> {
         }
     }
 
+    /// Starts loading entry `slot` (nothing past the end).
+    #[inline]
+    fn prefetch(&self, slot: usize) {
+        if let Some(entry) = self.bytes.get(slot * usize::from(self.entry_len)) {
+            prefetch(entry);
+        }
+    }
+
     /// Every entry in slot order.
     pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
         (0..self.len()).filter_map(|i| self.get(i))
@@ -305,7 +377,9 @@ impl Table<Storage> {
 }
 
 impl<B: AsRef<[u8]>> Table<B> {
-    /// Validates `bytes` as a snapshot.
+    /// Validates `bytes` as a snapshot (O(size)) and builds its front-door index (O(n): one
+    /// hash and one store per front door): at most 16 bytes of process memory per front
+    /// door (156 KiB for 10 000), allocated and written here, never on the packet path.
     ///
     /// # Errors
     /// [`TableError`] saying what is wrong; nothing is adopted then.
@@ -347,8 +421,11 @@ impl<B: AsRef<[u8]>> Table<B> {
                 _ => return Err(TableError::SectionBounds(i)),
             }
         }
-        let t = Self { bytes, generation: header.generation.get(), sections };
+        let mut t =
+            Self { bytes, generation: header.generation.get(), sections, frontend_index: FrontendIndex::empty() };
         t.check_records()?;
+        let keys = t.frontends().iter().map(|f| (f.addr, f.protocol, f.port.get()));
+        t.frontend_index = FrontendIndex::new(keys);
         Ok(t)
     }
 
@@ -475,14 +552,42 @@ impl<B: AsRef<[u8]>> Table<B> {
         self.services().len()
     }
 
-    /// The front door for (destination address, IANA protocol, destination port), by
-    /// binary search: O(log n).
+    /// The front door for (destination address, IANA protocol, destination port), through
+    /// the hashed index: expected O(1) — a hash, one index cache line, the front-door
+    /// record that confirms it (both prefetchable: [`Table::prefetch_frontend`],
+    /// [`Table::prefetch_frontend_record`]).
     #[inline]
     pub fn frontend(&self, addr: IpAddr, protocol: u8, port: u16) -> Option<FrontendRef<'_>> {
-        let key = layout::frontend_key(layout::addr16(addr), protocol, port);
+        self.frontend_hashed(self.frontend_index.hash_ip(addr, protocol, port), addr, protocol, port)
+    }
+
+    /// The hash under which [`Table::frontend`] searches this table's index for
+    /// (address, IANA protocol, port); the index is seeded per table, so a hash is for the
+    /// table that computed it. O(1) (xxh3 of 19 bytes), reads no table memory.
+    #[inline]
+    pub fn frontend_hash(&self, addr: IpAddr, protocol: u8, port: u16) -> FrontendHash {
+        self.frontend_index.hash_ip(addr, protocol, port)
+    }
+
+    /// [`Table::frontend`] with the key's hash computed ahead ([`Table::frontend_hash`] of
+    /// the same key). A hash computed by another table is not used: the key is hashed
+    /// anew. Same result as [`Table::frontend`].
+    #[inline]
+    pub fn frontend_hashed(&self, h: FrontendHash, addr: IpAddr, protocol: u8, port: u16) -> Option<FrontendRef<'_>> {
+        let addr = layout::addr16(addr);
+        let h = if self.frontend_index.owns(h) { h } else { self.frontend_index.hash(addr, protocol, port) };
+        debug_assert_eq!(h, self.frontend_index.hash(addr, protocol, port), "a hash of another key");
         let fronts = self.frontends();
-        let i = fronts.binary_search_by_key(&key, |f| layout::frontend_key(f.addr, f.protocol, f.port.get())).ok()?;
-        let f = &fronts[i];
+        let i = self.frontend_index.find(h, |i| {
+            fronts.get(i).is_some_and(|f| f.addr == addr && f.protocol == protocol && f.port.get() == port)
+        })?;
+        self.frontend_at(i)
+    }
+
+    /// The front door at position `i` of [`Table::frontends`]; `None` past the end.
+    #[inline]
+    fn frontend_at(&self, i: usize) -> Option<FrontendRef<'_>> {
+        let f = self.frontends().get(i)?;
         let (ro, rn) = (f.source_ranges_offset.get() as usize, f.source_ranges_count.get() as usize);
         Some(FrontendRef {
             // The section header counts front doors in 32 bits (`layout::Section::count`).
@@ -493,7 +598,37 @@ impl<B: AsRef<[u8]>> Table<B> {
         })
     }
 
-    /// Whether any front door uses `addr` (the gateway answers ARP and ICMP echo for it).
+    /// Starts loading the index line [`Table::frontend`] reads for key hash `h` (stage 1 of
+    /// a new flow's lookups). O(1), no effect on results.
+    #[inline]
+    pub fn prefetch_frontend(&self, h: FrontendHash) {
+        self.frontend_index.prefetch(h);
+    }
+
+    /// Starts loading the front-door record [`Table::frontend`] will likely confirm for
+    /// `h` (stage 2: reads the index line, which [`Table::prefetch_frontend`] should have
+    /// cached); nothing when no fingerprint matches (no such front door). No effect on
+    /// results.
+    #[inline]
+    pub fn prefetch_frontend_record(&self, h: FrontendHash) {
+        if let Some(f) = self.frontend_index.candidate(h).and_then(|i| self.frontends().get(i)) {
+            prefetch_record(f);
+        }
+    }
+
+    /// Starts loading the record of service `id` (0-based, [`FrontendRef::service`]) that
+    /// [`Table::service`] reads (stage 3: after the front door is found). Nothing for an
+    /// id out of range; no effect on results.
+    #[inline]
+    pub fn prefetch_service(&self, id: u32) {
+        if let Some(s) = self.services().get(id as usize) {
+            prefetch_record(s);
+        }
+    }
+
+    /// Whether any front door uses `addr` (the gateway answers ARP, Neighbor Solicitations
+    /// and ICMP echo for it). A binary search over the front doors, O(log n): only those
+    /// packets ask, never a flow's, so it does not earn a second index.
     #[inline]
     pub fn is_vip(&self, addr: IpAddr) -> bool {
         let a = u128::from_be_bytes(layout::addr16(addr));
@@ -503,6 +638,7 @@ impl<B: AsRef<[u8]>> Table<B> {
     }
 
     /// Service `id` (0-based, as in [`FrontendRef::service`]); `None` when out of range.
+    /// O(1): reads the service record; its name is not looked at ([`ServiceRef::name`]).
     #[inline]
     pub fn service(&self, id: u32) -> Option<ServiceRef<'_>> {
         let s = self.services().get(id as usize)?;
@@ -511,7 +647,7 @@ impl<B: AsRef<[u8]>> Table<B> {
         let (ro, rn, w) = (s.ring_offset.get() as usize, s.ring_len.get() as usize, s.ring_entry_len);
         let (no, nl) = (s.name_offset.get() as usize, s.name_len.get() as usize);
         Some(ServiceRef {
-            name: self.names().get(no..no + nl).and_then(|n| std::str::from_utf8(n).ok()).unwrap_or(""),
+            name: self.names().get(no..no.saturating_add(nl)).unwrap_or(&[]),
             backends: self.backends().get(bo..bo.saturating_add(bn)).unwrap_or(&[]),
             draining: self.backends().get(do_..do_.saturating_add(dn)).unwrap_or(&[]),
             ring: Ring::new(
@@ -590,7 +726,8 @@ mod tests {
         let door = &t.frontends()[f.index as usize];
         assert_eq!((door.protocol, door.port.get()), (6, 80), "the index names the front door found");
         let s = t.service(f.service).unwrap();
-        assert_eq!(s.name, "demo/web:http");
+        assert_eq!(s.name(), "demo/web:http");
+        assert_eq!(s.name_bytes(), b"demo/web:http");
         assert_eq!(s.backends.len(), 3);
         assert!(crate::maglev::ring_size_for(3) as usize == s.ring.len());
         let picked: std::collections::HashSet<_> =
@@ -770,5 +907,155 @@ mod tests {
         assert_eq!(t.generation(), 0);
         assert!(t.frontends().is_empty());
         assert!(t.frontend(ip("203.0.113.10"), 6, 80).is_none());
+        assert!(t.frontend(ip("::"), 0, 0).is_none());
+        let h = t.frontend_hash(ip("203.0.113.10"), 6, 80);
+        t.prefetch_frontend(h);
+        t.prefetch_frontend_record(h);
+        t.prefetch_service(0);
+        assert!(t.frontend_hashed(h, ip("203.0.113.10"), 6, 80).is_none());
+    }
+
+    /// The front door for a key by binary search over the sorted section: what
+    /// [`Table::frontend`] answered before the hashed index, the reference it must agree with.
+    fn frontend_by_search<B: AsRef<[u8]>>(
+        t: &Table<B>,
+        addr: IpAddr,
+        protocol: u8,
+        port: u16,
+    ) -> Option<FrontendRef<'_>> {
+        let key = layout::frontend_key(layout::addr16(addr), protocol, port);
+        let i = t
+            .frontends()
+            .binary_search_by_key(&key, |f| layout::frontend_key(f.addr, f.protocol, f.port.get()))
+            .ok()?;
+        t.frontend_at(i)
+    }
+
+    /// A table of front doors at `keys` (deduplicated: the builder rejects duplicates),
+    /// spread over two services.
+    fn table_of(keys: &[(IpAddr, Protocol, u16)]) -> Table<Vec<u8>> {
+        let mut keys = keys.to_vec();
+        keys.sort_unstable_by_key(|&(a, p, port)| (layout::addr16(a), p, port));
+        keys.dedup_by_key(|&mut (a, p, port)| (layout::addr16(a), p, port));
+        let frontends = keys
+            .iter()
+            .enumerate()
+            .map(|(i, &(addr, protocol, port))| FrontendSpec {
+                addr,
+                port,
+                protocol,
+                kind: FrontendKind::ExternalIp,
+                service: i % 2,
+                source_ranges: vec![],
+            })
+            .collect();
+        Table::new(build(&TableSpec { frontends, services: spec().services }, 1).unwrap()).unwrap()
+    }
+
+    /// Whether the hashed lookups agree with the binary search for `key`, through
+    /// [`Table::frontend`] and [`Table::frontend_hashed`], with this table's hash and with
+    /// another table's; and that the prefetches for it change nothing.
+    fn agrees<B: AsRef<[u8]>>(t: &Table<B>, other: &Table<Vec<u8>>, (addr, protocol, port): (IpAddr, u8, u16)) -> bool {
+        let want = frontend_by_search(t, addr, protocol, port);
+        let h = t.frontend_hash(addr, protocol, port);
+        t.prefetch_frontend(h);
+        t.prefetch_frontend_record(h);
+        if let Some(f) = want {
+            t.prefetch_service(f.service);
+            let s = t.service(f.service).unwrap();
+            s.prefetch_slot(u64::from(port));
+            s.prefetch_backend(u64::from(port));
+        }
+        t.frontend(addr, protocol, port) == want
+            && t.frontend_hashed(h, addr, protocol, port) == want
+            && t.frontend_hashed(other.frontend_hash(addr, protocol, port), addr, protocol, port) == want
+    }
+
+    fn arb_addr() -> impl proptest::strategy::Strategy<Value = IpAddr> {
+        use proptest::prelude::*;
+        // Few distinct addresses, so that front doors share them (as a VIP's ports do), and
+        // IPv6 addresses whose low 32 bits equal an IPv4 one.
+        prop_oneof![
+            (0u32..8).prop_map(|n| IpAddr::from((0xcb00_7100 + n).to_be_bytes())),
+            (0u32..8).prop_map(|n| IpAddr::from(
+                (0x2001_0db8_0000_0000_0000_0000_cb00_7100u128 + u128::from(n)).to_be_bytes()
+            )),
+            any::<u128>().prop_map(|n| IpAddr::from(n.to_be_bytes())),
+        ]
+    }
+
+    fn arb_key() -> impl proptest::strategy::Strategy<Value = (IpAddr, Protocol, u16)> {
+        use proptest::prelude::*;
+        (arb_addr(), prop_oneof![Just(Protocol::Tcp), Just(Protocol::Udp), Just(Protocol::Sctp)], 0u16..6)
+            .prop_map(|(a, p, port)| (a, p, if port == 5 { u16::MAX } else { 80 + port }))
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+        #[test]
+        fn hashed_lookup_agrees_with_binary_search(
+            keys in proptest::collection::vec(arb_key(), 0..300),
+            // Keys looked up whether or not they are front doors (most are not).
+            probes in proptest::collection::vec((arb_addr(), proptest::prelude::any::<u8>(), 0u16..6), 0..100),
+        ) {
+            let t = table_of(&keys);
+            let other = table();
+            for f in t.frontends() {
+                let key = (layout::addr_from16(f.addr), f.protocol, f.port.get());
+                let found = t.frontend(key.0, key.1, key.2);
+                let named = found.map(|found| &t.frontends()[found.index as usize]);
+                proptest::prop_assert!(named.is_some_and(|named| std::ptr::eq(named, f)), "the index names the front door");
+                proptest::prop_assert!(agrees(&t, &other, key));
+            }
+            for (addr, protocol, port) in probes {
+                proptest::prop_assert!(agrees(&t, &other, (addr, protocol, 78 + port)));
+            }
+        }
+    }
+
+    #[test]
+    fn hashed_lookup_with_no_and_one_front_door() {
+        let other = table();
+        let v4 = (ip("203.0.113.10"), Protocol::Tcp, 80);
+        let v6 = (ip("2001:db8::10"), Protocol::Udp, 53);
+        let near = [
+            (ip("203.0.113.10"), 6, 81),
+            (ip("203.0.113.10"), 17, 80),
+            (ip("203.0.113.11"), 6, 80),
+            (ip("::ffff:203.0.113.10"), 6, 80),
+            (ip("::cb00:710a"), 6, 80),
+            (ip("2001:db8::10"), 17, 80),
+            (ip("2001:db8::11"), 17, 53),
+        ];
+        for keys in [vec![], vec![v4], vec![v6], vec![v4, v6]] {
+            let t = table_of(&keys);
+            assert_eq!(t.frontends().len(), keys.len());
+            for &(addr, protocol, port) in &keys {
+                let f = t.frontend(addr, protocol as u8, port).unwrap();
+                assert_eq!(t.frontends()[f.index as usize].port.get(), port);
+                assert!(agrees(&t, &other, (addr, protocol as u8, port)));
+            }
+            for (addr, protocol, port) in near {
+                // `::ffff:203.0.113.10` is the IPv4 front door's own 16-byte form.
+                let want = keys.contains(&v4) && (addr, protocol, port) == (ip("::ffff:203.0.113.10"), 6, 80);
+                assert_eq!(t.frontend(addr, protocol, port).is_some(), want, "{addr} {protocol} {port}");
+                assert!(agrees(&t, &other, (addr, protocol, port)));
+            }
+        }
+    }
+
+    #[test]
+    fn service_prefetches_follow_pick() {
+        let t = table();
+        for id in 0..t.service_count() as u32 + 2 {
+            t.prefetch_service(id);
+            let Some(s) = t.service(id) else { continue };
+            for h in [0, 1, 7, u64::MAX] {
+                s.prefetch_slot(h);
+                s.prefetch_backend(h);
+                assert_eq!(s.pick(h).is_some(), !s.ring.is_empty());
+            }
+        }
+        assert_eq!(t.service(1).unwrap().name(), "demo/empty:");
     }
 }
