@@ -7,16 +7,22 @@
 //! 1. the frame is parsed far enough to know its flow key; the key is hashed and its
 //!    conntrack index slot prefetched;
 //! 2. its probe run is read by fingerprint alone
-//!    ([`crate::conntrack::Conntrack::prefetch_record`]) and the flow record it names
-//!    prefetched;
-//! 3. the flow record is read to find where the packet will go: the next hop's neighbour
-//!    slot and the front door's counters are prefetched;
+//!    ([`crate::conntrack::Conntrack::prefetch_record`]): a flow record it names is
+//!    prefetched; none proves the packet opens a new flow, whose front door's index line is
+//!    prefetched ([`Table::prefetch_frontend`]);
+//! 3. an established flow's record is read to find where the packet will go: the next
+//!    hop's neighbour slot and the front door's counters are prefetched, and the route is
+//!    handed to [`super::flow::egress`]. A new flow goes on down the table, one dependent
+//!    load per stage: the front-door record, the service record, the Maglev ring slot, the
+//!    chosen endpoint's record, and last the endpoint's next hop and the front door's
+//!    counters;
 //! 4. the frame is processed by [`process`].
 //!
-//! The stages are software-pipelined over the window, [`STAGE_DISTANCE`] frames apart:
-//! while frame `i` is processed, frame `i + d` is in stage 3, `i + 2d` in stage 2 and
-//! `i + 3d` in stage 1, so every load has the processing of `d` frames to arrive.
-//!
+//! The stages are software-pipelined over the window: frame `i`'s stage 1 runs at step `i`,
+//! stage 2 at `i + d`, stage 3 at `i + 2d` and its processing at `i + 3d` ([`PROCESS_AT`]),
+//! a new flow's further stages at the steps of `NEW_FLOW_VISITS` in between, so every load
+//! has the work of a few frames to arrive before the next stage reads it.
+
 //! IPv4 frames (TCP, UDP, SCTP) are hinted against the worker's IPv4 conntrack, IPv6 frames
 //! (TCP and UDP, after any extension headers) against its IPv6 one; fragments and everything
 //! else are processed without a hint.
@@ -30,18 +36,25 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use super::family::Family;
 use super::link;
-use super::{ipv4, ipv6, process, Meta, Verdict, WorkerState};
+use super::{backend, ipv4, ipv6, process, Meta, Verdict, WorkerState};
 use crate::conntrack::{Direction, FlowId, FlowKey};
-use crate::table::Table;
+use crate::table::{layout, FrontendHash, Table};
 use crate::wire::{EtherType, IpProtocol, SctpPacket, TcpPacket, UdpPacket};
 
 /// Frames whose lookups [`process_burst`] overlaps: a DPDK burst.
 pub const PREFETCH_WINDOW: usize = 32;
 
-/// Frames between one stage of [`process_burst`] and the next for the same frame: stage 1
-/// of frame `i` runs while frame `i - 3·STAGE_DISTANCE` is processed, so each stage's
-/// loads have the work of this many frames to arrive before the next stage reads them.
-pub const STAGE_DISTANCE: usize = 4;
+/// Steps between the stages of an established flow's frame in [`process_burst`]: stage 2 at
+/// step `i + d`, stage 3 at `i + 2d`, processing at `i + 3d` ([`PROCESS_AT`]).
+const STAGE_DISTANCE: usize = 4;
+
+/// The step, after stage 1, at which [`process_burst`] processes a frame.
+pub const PROCESS_AT: usize = 3 * STAGE_DISTANCE;
+
+/// The steps (after stage 1) at which [`process_burst`] advances the prefetches of a new
+/// flow's frame past stage 2: front-door record, service record, ring slot, endpoint record,
+/// next hop. The table is far smaller than the conntrack, so these loads come sooner.
+const NEW_FLOW_VISITS: [usize; 5] = [6, 8, 9, 10, 11];
 
 /// Where [`process_burst`] found ahead (stage 3) that a frame's packet will go: for a
 /// packet to `to`, the egress interface `out` and next hop `hop` of [`crate::host::Host::route`].
@@ -56,14 +69,24 @@ pub(super) struct RouteHint {
     pub hop: IpAddr,
 }
 
-/// The flow a frame's lookup will almost certainly find, found ahead (stage 2): its id and
-/// matched direction in the conntrack of its family.
+/// How far the prefetches of a frame have come: what the next visit reads (it was prefetched
+/// by the previous one) and prefetches.
 #[derive(Clone, Copy, Debug)]
 enum Ahead {
-    /// In the worker's IPv4 conntrack.
-    V4(FlowId, Direction),
-    /// In the worker's IPv6 conntrack.
-    V6(FlowId, Direction),
+    /// Nothing (more) to prefetch: not a flow frame, or done.
+    Done,
+    /// A flow the lookup will almost certainly find: its record is on its way.
+    Flow(FlowId, Direction),
+    /// No flow has the key (a new flow): its front door's index line is on its way.
+    Frontend(FrontendHash),
+    /// The front-door record is on its way.
+    FrontendRecord(FrontendHash),
+    /// The service record is on its way: service and front door (positions in the table).
+    Service(u32, u32),
+    /// The ring slot is on its way: service, front door and the ring hash.
+    Slot(u32, u32, u64),
+    /// The chosen endpoint's record is on its way.
+    Endpoint(u32, u32, u64),
 }
 
 /// A frame's flow key and its conntrack hash (in the conntrack of the key's family),
@@ -90,30 +113,49 @@ pub fn process_burst<B: AsMut<[u8]>>(
     verdicts: &mut [Verdict],
 ) {
     let n = frames.len().min(metas.len()).min(verdicts.len());
-    let d = STAGE_DISTANCE;
     let mut start = 0;
     while start < n {
         let count = (n - start).min(PREFETCH_WINDOW);
         let mut hints: [Option<FlowHint>; PREFETCH_WINDOW] = [None; PREFETCH_WINDOW];
-        let mut ahead: [Option<Ahead>; PREFETCH_WINDOW] = [None; PREFETCH_WINDOW];
+        let mut ahead: [Ahead; PREFETCH_WINDOW] = [Ahead::Done; PREFETCH_WINDOW];
+        const _: () = assert!(PREFETCH_WINDOW <= 32, "new_flows is a 32-bit mask");
         let mut routes: [Option<RouteHint>; PREFETCH_WINDOW] = [None; PREFETCH_WINDOW];
-        // Step `s` runs stage 1 for frame `s`, stage 2 for frame `s - d`, stage 3 for frame
-        // `s - 2d` and processes frame `s - 3d`: a software pipeline over the window.
-        for step in 0..count + 3 * d {
+        // Bit `i`: frame `i` opens a new flow whose prefetches are under way.
+        let mut new_flows: u32 = 0;
+        for step in 0..count + PROCESS_AT {
             if step < count {
                 hints[step] = hint(frames[start + step].as_mut(), &metas[start + step], st);
             }
-            if let Some(i) = step.checked_sub(d).filter(|&i| i < count) {
+            if let Some(i) = step.checked_sub(STAGE_DISTANCE).filter(|&i| i < count) {
                 ahead[i] = match hints[i] {
-                    Some(FlowHint::V4(_, hash)) => st.conntrack.prefetch_record(hash).map(|(id, d)| Ahead::V4(id, d)),
-                    Some(FlowHint::V6(_, hash)) => st.conntrack6.prefetch_record(hash).map(|(id, d)| Ahead::V6(id, d)),
-                    None => None,
+                    Some(FlowHint::V4(key, hash)) => probe(st, table, &key, hash),
+                    Some(FlowHint::V6(key, hash)) => probe(st, table, &key, hash),
+                    None => Ahead::Done,
                 };
+                if matches!(ahead[i], Ahead::Frontend(_)) {
+                    new_flows |= 1 << i;
+                }
             }
-            if let Some(i) = step.checked_sub(2 * d).filter(|&i| i < count) {
-                routes[i] = ahead[i].and_then(|a| prefetch_egress(st, a));
+            if new_flows != 0 {
+                for at in NEW_FLOW_VISITS {
+                    let Some(i) = step.checked_sub(at).filter(|&i| i < count && new_flows & (1 << i) != 0) else {
+                        continue;
+                    };
+                    if let Some(h) = hints[i] {
+                        ahead[i] = visit_hinted(st, table, h, ahead[i], &mut routes[i]);
+                    }
+                }
             }
-            if let Some(i) = step.checked_sub(3 * d).filter(|&i| i < count) {
+            if let Some(i) = step.checked_sub(2 * STAGE_DISTANCE).filter(|&i| i < count) {
+                if let Ahead::Flow(id, direction) = ahead[i] {
+                    routes[i] = match hints[i] {
+                        Some(FlowHint::V4(..)) => prefetch_egress::<Ipv4Addr>(st, id, direction),
+                        Some(FlowHint::V6(..)) => prefetch_egress::<Ipv6Addr>(st, id, direction),
+                        None => None,
+                    };
+                }
+            }
+            if let Some(i) = step.checked_sub(PROCESS_AT).filter(|&i| i < count) {
                 st.flow_hint = hints[i];
                 st.route_hint = routes[i];
                 verdicts[start + i] = process(now, frames[start + i].as_mut(), &metas[start + i], table, st);
@@ -125,26 +167,97 @@ pub fn process_burst<B: AsMut<[u8]>>(
     }
 }
 
-/// Stage 3: reads the record of the flow found ahead and prefetches what forwarding along it
-/// will read — the neighbour slot of the packet's next hop (the endpoint's for the original
-/// direction, the client's for replies: [`super::flow::egress`]) and the front door's
-/// counters. Returns the route it found, for `egress`.
+/// Stage 2: reads the probe run of `hash`; a flow found has its record prefetched, none
+/// (a new flow) has its front door's index line prefetched.
 #[inline]
-fn prefetch_egress(st: &WorkerState, ahead: Ahead) -> Option<RouteHint> {
-    match ahead {
-        Ahead::V4(id, direction) => prefetch_egress_of::<Ipv4Addr>(st, id, direction),
-        Ahead::V6(id, direction) => prefetch_egress_of::<Ipv6Addr>(st, id, direction),
+fn probe<A: Family>(st: &WorkerState, table: &Table, key: &FlowKey<A>, hash: u64) -> Ahead {
+    match A::conntrack(st).prefetch_record(hash) {
+        Some((id, direction)) => Ahead::Flow(id, direction),
+        None => {
+            let h = table.frontend_hash(key.dst_addr.into(), key.protocol, key.dst_port);
+            table.prefetch_frontend(h);
+            Ahead::Frontend(h)
+        }
     }
 }
 
+/// Stage 3 of an established flow: reads the record found ahead and prefetches what
+/// forwarding along it will read ([`prefetch_route`]) — the next hop of the endpoint for the
+/// original direction, of the client for replies ([`super::flow::egress`]).
 #[inline]
-fn prefetch_egress_of<A: Family>(st: &WorkerState, id: FlowId, direction: Direction) -> Option<RouteHint> {
+fn prefetch_egress<A: Family>(st: &WorkerState, id: FlowId, direction: Direction) -> Option<RouteHint> {
     let flow = A::conntrack(st).peek(id);
     let to = match direction {
         Direction::Original => flow.reply.src_addr,
         Direction::Reply => flow.original.src_addr,
     };
-    st.frontends.prefetch(flow.state.frontend);
+    prefetch_route(st, to, flow.state.frontend)
+}
+
+/// [`visit`] for the family of `hint`. Not inlined: the pipeline loop stays small, and a
+/// call per stage costs less than its body copied into every stage of the loop.
+#[inline(never)]
+fn visit_hinted(st: &WorkerState, table: &Table, hint: FlowHint, ahead: Ahead, route: &mut Option<RouteHint>) -> Ahead {
+    match hint {
+        FlowHint::V4(key, _) => visit(st, table, &key, ahead, route),
+        FlowHint::V6(key, _) => visit(st, table, &key, ahead, route),
+    }
+}
+
+/// Advances the prefetches of a new flow's frame whose flow key is `key` by one stage: reads
+/// what the previous stage prefetched, prefetches the next load, and returns how far it
+/// came; the route to the endpoint is left in `route` for [`super::flow`]. Reads only:
+/// everything it finds is a hint that [`process`] confirms or ignores.
+#[inline]
+fn visit<A: Family>(
+    st: &WorkerState,
+    table: &Table,
+    key: &FlowKey<A>,
+    ahead: Ahead,
+    route: &mut Option<RouteHint>,
+) -> Ahead {
+    match ahead {
+        Ahead::Done | Ahead::Flow(..) => Ahead::Done,
+        Ahead::Frontend(h) => {
+            table.prefetch_frontend_record(h);
+            Ahead::FrontendRecord(h)
+        }
+        Ahead::FrontendRecord(h) => match table.frontend_hashed(h, key.dst_addr.into(), key.protocol, key.dst_port) {
+            Some(fe) => {
+                table.prefetch_service(fe.service);
+                Ahead::Service(fe.service, fe.index)
+            }
+            None => Ahead::Done,
+        },
+        Ahead::Service(service, frontend) => match table.service(service) {
+            Some(s) => {
+                let ring_hash = backend::ring_hash(&s, key);
+                s.prefetch_slot(ring_hash);
+                Ahead::Slot(service, frontend, ring_hash)
+            }
+            None => Ahead::Done,
+        },
+        Ahead::Slot(service, frontend, ring_hash) => {
+            if let Some(s) = table.service(service) {
+                s.prefetch_backend(ring_hash);
+            }
+            Ahead::Endpoint(service, frontend, ring_hash)
+        }
+        Ahead::Endpoint(service, frontend, ring_hash) => {
+            let endpoint = table.service(service).and_then(|s| s.pick(ring_hash));
+            if let Some(to) = endpoint.and_then(|b| A::from_ip(layout::addr_from16(b.addr))) {
+                *route = prefetch_route(st, to, frontend);
+            }
+            Ahead::Done
+        }
+    }
+}
+
+/// The last stage of both paths: routes `to` (where the packet will be sent), prefetches the
+/// next hop's neighbour slot and the counters of front door `frontend`, and returns the route.
+#[inline]
+fn prefetch_route<A: Family>(st: &WorkerState, to: A, frontend: u32) -> Option<RouteHint> {
+    st.frontends.prefetch(frontend);
     let (out, hop) = st.host.route(to)?;
     st.neighbours.prefetch(hop);
     Some(RouteHint { to: to.into(), out, hop: hop.into() })

@@ -241,18 +241,23 @@ pub(super) fn egress<A: Family>(
         Direction::Reply => flow.original.reversed(),
     };
     let rw = Rewrite { src_addr: t.src_addr, src_port: t.src_port, dst_addr: t.dst_addr, dst_port: t.dst_port };
-    // `process_burst` routed this destination ahead; the host's routes never change.
-    let routed = match st.route_hint.take() {
-        Some(h) if h.to == rw.dst_addr.into() => A::from_ip(h.hop).map(|hop| (h.out, hop)),
-        _ => None,
-    };
-    let Some((out, hop)) = routed.or_else(|| st.host.route(rw.dst_addr)) else {
+    let Some((out, hop)) = route(st, rw.dst_addr) else {
         return Err(DropReason::NoRoute);
     };
     let Some(mac) = neighbour(st, hop, out, now) else {
         return Err(DropReason::NeighbourUnresolved);
     };
     Ok((rw, out, mac))
+}
+
+/// [`crate::host::Host::route`] of `to`: the route `process_burst` found ahead for this
+/// frame when it was for `to` (the host's routes never change), else looked up.
+#[inline]
+fn route<A: Family>(st: &WorkerState, to: A) -> Option<(u8, A)> {
+    match st.route_hint {
+        Some(h) if h.to == to.into() => A::from_ip(h.hop).map(|hop| (h.out, hop)),
+        _ => st.host.route(to),
+    }
 }
 
 /// Creates the flow for `key` (a conntrack miss): front door, source-range check, endpoint,
@@ -295,7 +300,7 @@ fn new_flow<A: Family>(
     let Some(backend_ip) = A::from_ip(layout::addr_from16(backend.addr)) else {
         return Err(Verdict::Drop(DropReason::UnsupportedFamily));
     };
-    let Some((out, _)) = st.host.route(backend_ip) else {
+    let Some((out, _)) = route(st, backend_ip) else {
         return Err(Verdict::Drop(DropReason::NoRoute));
     };
     let Some((snat_index, snat_ip)) = st.host.snat_address::<A>(out) else {

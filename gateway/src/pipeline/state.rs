@@ -67,7 +67,7 @@ pub struct WorkerState {
     /// processed, if any; taken by the flow lookup.
     pub(super) flow_hint: Option<super::burst::FlowHint>,
     /// The route [`super::process_burst`] found for the frame being processed, if any;
-    /// taken by [`super::flow::egress`].
+    /// read by the flow path instead of routing again.
     pub(super) route_hint: Option<super::burst::RouteHint>,
 }
 
