@@ -1,5 +1,8 @@
 //! Fuzzes `pipeline::process` with sequences of frames on a demo gateway: no input may
-//! panic, and every transmitted frame must lie within the buffer.
+//! panic, and every transmitted frame must lie within the buffer. The same frames then go
+//! once more through `process` one at a time and through `pipeline::process_burst` on a
+//! second, identical worker: the verdicts and the rewritten bytes must agree (the burst's
+//! prefetch stages read every frame ahead, so they see every malformed input too).
 //!
 //! Input: repeated `[iface: u8][len_hi: u8][len_lo: u8][frame: len bytes]` records (the last
 //! record takes what is left), processed in order by one worker, so flows created by one
@@ -102,24 +105,15 @@ fuzz_target!(|data: &[u8]| {
         };
     }
     FIXTURE.with(|(table, host)| {
-        let shared = Shared::new(16, 64);
-        shared.neighbours.learn(Ipv4Addr::new(10, 70, 0, 11), MacAddr([2, 0, 0, 0, 0xb0, 11]), 0);
-        shared.neighbours.learn(Ipv4Addr::new(10, 70, 0, 21), MacAddr([2, 0, 0, 0, 0xb0, 21]), 0);
-        shared.neighbours.learn("fd00:70::11".parse::<Ipv6Addr>().unwrap(), MacAddr([2, 0, 0, 0, 0xb0, 11]), 0);
-        shared.neighbours.learn("fd00:70::21".parse::<Ipv6Addr>().unwrap(), MacAddr([2, 0, 0, 0, 0xb0, 21]), 0);
-        let mut st = WorkerState::new(0, 2, Arc::clone(host), &shared, 64, 1);
-        st.adopt_table(table, table, 0);
+        let frames = split_frames(data);
+        // Sequentially, the clock advancing a second per frame, with ARP and expiry between.
+        let mut st = worker(host, table);
         let mut buf = vec![0u8; 2048];
-        let mut rest = data;
         let mut now = 0u64;
-        while let [iface, hi, lo, tail @ ..] = rest {
-            let len = (usize::from(*hi) << 8 | usize::from(*lo)).min(tail.len()).min(1514);
-            let (frame, more) = tail.split_at(len);
-            rest = more;
-            buf[..len].copy_from_slice(frame);
-            let meta = Meta { iface: iface % 3, len, l4_csum_partial: iface & 0x80 != 0 };
-            let cap = len.max(MIN_BUFFER);
-            if let Verdict::Transmit { len: out, .. } = pipeline::process(now, &mut buf[..cap], &meta, table, &mut st) {
+        for (meta, frame) in &frames {
+            buf[..frame.len()].copy_from_slice(frame);
+            let cap = meta.len.max(MIN_BUFFER);
+            if let Verdict::Transmit { len: out, .. } = pipeline::process(now, &mut buf[..cap], meta, table, &mut st) {
                 assert!(out <= cap, "transmitted {out} bytes of a {cap}-byte buffer");
             }
             let mut arp = [0u8; pipeline::POLL_TRANSMIT_LEN];
@@ -127,5 +121,63 @@ fuzz_target!(|data: &[u8]| {
             pipeline::poll_expire(now, 16, &mut st);
             now += 1_000_000_000;
         }
+        // Differentially: `process_burst` must give every frame exactly what `process` gives
+        // it one at a time (verdicts and bytes), whatever its prefetch stages read ahead.
+        let (mut one, mut burst) = (worker(host, table), worker(host, table));
+        let mut singles: Vec<Vec<u8>> = Vec::new();
+        let mut expected = Vec::new();
+        for (meta, frame) in &frames {
+            let mut b = vec![0u8; 2048];
+            b[..frame.len()].copy_from_slice(frame);
+            let cap = meta.len.max(MIN_BUFFER);
+            expected.push(pipeline::process(0, &mut b[..cap], meta, table, &mut one));
+            singles.push(b);
+        }
+        let metas: Vec<Meta> = frames.iter().map(|(m, _)| *m).collect();
+        let mut bufs: Vec<Vec<u8>> = frames
+            .iter()
+            .map(|(m, f)| {
+                let mut b = vec![0u8; 2048];
+                b[..f.len()].copy_from_slice(f);
+                b.truncate(m.len.max(MIN_BUFFER));
+                b
+            })
+            .collect();
+        let mut verdicts = vec![Verdict::Consumed; frames.len()];
+        pipeline::process_burst(0, &mut bufs, &metas, table, &mut burst, &mut verdicts);
+        assert_eq!(verdicts, expected, "process_burst and process disagree");
+        for (i, (b, s)) in bufs.iter().zip(&singles).enumerate() {
+            if let Verdict::Transmit { len, .. } = verdicts[i] {
+                assert_eq!(&b[..len], &s[..len], "frame {i} rewritten differently in a burst");
+            }
+        }
+        assert_eq!(one.counters.rx_frames, burst.counters.rx_frames);
     });
 });
+
+/// The frames of a fuzz input: `[port, length high, length low, bytes…]` repeated (length
+/// clamped to what is left and to 1514), each with its driver metadata.
+fn split_frames(data: &[u8]) -> Vec<(Meta, Vec<u8>)> {
+    let mut frames = Vec::new();
+    let mut rest = data;
+    while let [iface, hi, lo, tail @ ..] = rest {
+        let len = (usize::from(*hi) << 8 | usize::from(*lo)).min(tail.len()).min(1514);
+        let (frame, more) = tail.split_at(len);
+        rest = more;
+        frames.push((Meta { iface: iface % 3, len, l4_csum_partial: iface & 0x80 != 0 }, frame.to_vec()));
+    }
+    frames
+}
+
+/// A worker of the fixture with its own shared state (neighbours pre-resolved), so two
+/// workers fed the same frames end in the same state.
+fn worker(host: &Arc<Host>, table: &Table) -> WorkerState {
+    let shared = Shared::new(16, 64);
+    shared.neighbours.learn(Ipv4Addr::new(10, 70, 0, 11), MacAddr([2, 0, 0, 0, 0xb0, 11]), 0);
+    shared.neighbours.learn(Ipv4Addr::new(10, 70, 0, 21), MacAddr([2, 0, 0, 0, 0xb0, 21]), 0);
+    shared.neighbours.learn("fd00:70::11".parse::<Ipv6Addr>().unwrap(), MacAddr([2, 0, 0, 0, 0xb0, 11]), 0);
+    shared.neighbours.learn("fd00:70::21".parse::<Ipv6Addr>().unwrap(), MacAddr([2, 0, 0, 0, 0xb0, 21]), 0);
+    let mut st = WorkerState::new(0, 2, Arc::clone(host), &shared, 64, 1);
+    st.adopt_table(table, table, 0);
+    st
+}
