@@ -159,8 +159,8 @@ impl Neighbours {
         crate::prefetch::prefetch(&self.slots[self.home(key_of(ip))]);
     }
 
-    /// The resolved entry for `ip` (an [`Ipv4Addr`](std::net::Ipv4Addr), an
-    /// [`Ipv6Addr`](std::net::Ipv6Addr) or an [`IpAddr`]), if any.
+    /// The resolved entry for `ip` (an [`Ipv4Addr`], an
+    /// [`Ipv6Addr`] or an [`IpAddr`]), if any.
     #[inline]
     pub fn lookup(&self, ip: impl NeighbourAddr) -> Option<Neighbour> {
         let key = key_of(ip);
