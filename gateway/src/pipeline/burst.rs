@@ -22,7 +22,7 @@
 //! stage 2 at `i + d`, stage 3 at `i + 2d` and its processing at `i + 3d` ([`PROCESS_AT`]),
 //! a new flow's further stages at the steps of `NEW_FLOW_VISITS` in between, so every load
 //! has the work of a few frames to arrive before the next stage reads it.
-
+//!
 //! IPv4 frames (TCP, UDP, SCTP) are hinted against the worker's IPv4 conntrack, IPv6 frames
 //! (TCP and UDP, after any extension headers) against its IPv6 one; fragments and everything
 //! else are processed without a hint.
