@@ -14,8 +14,9 @@
 //! 128-bit key (two words) and publishes the slot by storing the ready value word with
 //! release ordering. Slots are never removed. The value word and the refresh time are single
 //! atomic words, so a reader never sees a torn MAC. A lookup is one acquire load of the value
-//! word and two relaxed loads of the key, all in one cache line, which [`Neighbours::prefetch`]
-//! starts loading ahead of a burst; writes happen only on ARP and NDP traffic. A reader treats a slot still being written as not matching; a writer waits for
+//! word and two relaxed loads of the key, all in one cache line, which
+//! [`Neighbours::prefetch`] starts loading ahead of a burst; writes happen only on ARP and NDP
+//! traffic. A reader treats a slot still being written as not matching; a writer waits for
 //! it for a bounded number of spins and then probes on, so two workers learning the same new
 //! address in the same instant may, very rarely, claim two slots for it — harmless, as
 //! lookups and updates both stop at the first one in probe order.
@@ -96,13 +97,10 @@ pub trait NeighbourAddr: Copy {
     fn key(self) -> u128;
 }
 
-/// `::ffff:0:0/96`, the IPv4-mapped prefix (RFC 4291 § 2.5.5.2).
-const IPV4_MAPPED: u128 = 0xffff << 32;
-
 impl NeighbourAddr for Ipv4Addr {
     #[inline(always)]
     fn key(self) -> u128 {
-        IPV4_MAPPED | u128::from(self.to_bits())
+        self.to_ipv6_mapped().to_bits()
     }
 }
 
@@ -121,12 +119,6 @@ impl NeighbourAddr for IpAddr {
             IpAddr::V6(a) => a.key(),
         }
     }
-}
-
-/// The table key of `ip`.
-#[inline(always)]
-fn key_of(ip: impl NeighbourAddr) -> u128 {
-    ip.key()
 }
 
 impl Neighbours {
@@ -156,14 +148,14 @@ impl Neighbours {
     /// its probe run is longer than one); changes no result. O(1).
     #[inline]
     pub fn prefetch(&self, ip: impl NeighbourAddr) {
-        crate::prefetch::prefetch(&self.slots[self.home(key_of(ip))]);
+        crate::prefetch::prefetch(&self.slots[self.home(ip.key())]);
     }
 
     /// The resolved entry for `ip` (an [`Ipv4Addr`], an
     /// [`Ipv6Addr`] or an [`IpAddr`]), if any.
     #[inline]
     pub fn lookup(&self, ip: impl NeighbourAddr) -> Option<Neighbour> {
-        let key = key_of(ip);
+        let key = ip.key();
         let mut i = self.home(key);
         for _ in 0..self.slots.len() {
             let s = &self.slots[i];
@@ -189,7 +181,7 @@ impl Neighbours {
     /// Records that `ip` is at `mac`, confirmed at `now_ns` (`u64::MAX`: static, never
     /// refreshed). Returns false when the table is full.
     pub fn learn(&self, ip: impl NeighbourAddr, mac: MacAddr, now_ns: u64) -> bool {
-        let key = key_of(ip);
+        let key = ip.key();
         let m = mac.0;
         let value = (u64::from(READY) << STATE_SHIFT)
             | RESOLVED

@@ -701,10 +701,7 @@ impl<A: Address> Conntrack<A> {
     #[inline]
     pub fn prefetch_record(&self, hash: u64) -> Option<(FlowId, Direction)> {
         let (id, direction) = untag(self.index.candidate(hash)?);
-        // A record may straddle two cache lines: fetch its first and its last field.
-        let record = &self.records[id as usize];
-        index::prefetch(&record.state);
-        index::prefetch(&record.snat);
+        crate::prefetch::prefetch_lines(&self.records[id as usize]);
         Some((id, direction))
     }
 

@@ -43,6 +43,7 @@ use crate::wire::{EtherType, IpProtocol, SctpPacket, TcpPacket, UdpPacket};
 
 /// Frames whose lookups [`process_burst`] overlaps: a DPDK burst.
 pub const PREFETCH_WINDOW: usize = 32;
+const _: () = assert!(PREFETCH_WINDOW <= 32, "process_burst keeps a window's new flows in a 32-bit mask");
 
 /// Steps between the stages of an established flow's frame in [`process_burst`]: stage 2 at
 /// step `i + d`, stage 3 at `i + 2d`, processing at `i + 3d` ([`PROCESS_AT`]).
@@ -118,7 +119,6 @@ pub fn process_burst<B: AsMut<[u8]>>(
         let count = (n - start).min(PREFETCH_WINDOW);
         let mut hints: [Option<FlowHint>; PREFETCH_WINDOW] = [None; PREFETCH_WINDOW];
         let mut ahead: [Ahead; PREFETCH_WINDOW] = [Ahead::Done; PREFETCH_WINDOW];
-        const _: () = assert!(PREFETCH_WINDOW <= 32, "new_flows is a 32-bit mask");
         let mut routes: [Option<RouteHint>; PREFETCH_WINDOW] = [None; PREFETCH_WINDOW];
         // Bit `i`: frame `i` opens a new flow whose prefetches are under way.
         let mut new_flows: u32 = 0;

@@ -20,7 +20,7 @@ use zerocopy::FromBytes;
 use super::index::{FrontendHash, FrontendIndex};
 use super::layout::{self, section, Backend, Frontend, Header, Service, SourceRange};
 use super::spec::{FrontendKind, Protocol};
-use crate::prefetch::prefetch;
+use crate::prefetch::{prefetch, prefetch_lines};
 
 /// Why a snapshot was rejected. The gateway logs it, counts it and keeps its last good table.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -239,7 +239,7 @@ impl<'t> ServiceRef<'t> {
     #[inline]
     pub fn prefetch_backend(&self, hash: u64) {
         if let Some(b) = self.pick(hash) {
-            prefetch_record(b);
+            prefetch_lines(b);
         }
     }
 
@@ -255,18 +255,6 @@ impl<'t> ServiceRef<'t> {
     #[inline]
     pub fn serves(&self, addr: [u8; 16], port: u16) -> bool {
         self.backend(addr, port).is_some() || find_backend(self.draining, addr, port).is_some()
-    }
-}
-
-/// Starts loading every cache line record `r` touches: the line of its first byte and, when
-/// it straddles a 64-byte boundary (records lie at 8-byte offsets, so a 40-byte service or a
-/// 20-byte backend record often does), that of its last byte. Two prefetch instructions.
-#[inline(always)]
-fn prefetch_record<T: zerocopy::IntoBytes + zerocopy::Immutable>(r: &T) {
-    let bytes = r.as_bytes();
-    if let (Some(first), Some(last)) = (bytes.first(), bytes.last()) {
-        prefetch(first);
-        prefetch(last);
     }
 }
 
@@ -612,7 +600,7 @@ impl<B: AsRef<[u8]>> Table<B> {
     #[inline]
     pub fn prefetch_frontend_record(&self, h: FrontendHash) {
         if let Some(f) = self.frontend_index.candidate(h).and_then(|i| self.frontends().get(i)) {
-            prefetch_record(f);
+            prefetch_lines(f);
         }
     }
 
@@ -622,7 +610,7 @@ impl<B: AsRef<[u8]>> Table<B> {
     #[inline]
     pub fn prefetch_service(&self, id: u32) {
         if let Some(s) = self.services().get(id as usize) {
-            prefetch_record(s);
+            prefetch_lines(s);
         }
     }
 
