@@ -525,9 +525,9 @@ mod tests {
         assert_eq!(p.publish(&spec(82)).unwrap(), 104);
     }
 
-    /// Waits for the publisher's background job.
+    /// Waits until the publisher's background job, if any, has finished.
     fn settle(p: &Publisher) {
-        while !p.spare.as_ref().is_some_and(JoinHandle::is_finished) {
+        while p.spare.as_ref().is_some_and(|h| !h.is_finished()) {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
     }
@@ -605,36 +605,39 @@ mod tests {
             assert_eq!(p.stats().retired_used, 0);
             assert_eq!(identity(g1), g1_file, "g1 is still acknowledged by worker 1");
         }
+        // Background work (deleting stale files) must not race the file listing below.
+        settle(&p);
+        // Of the older snapshots keep only g1, beyond the history, and the published one.
+        for h in p.snapshot_files().into_iter().map(|(h, _)| h).filter(|&h| h != g1 && h != last) {
+            std::fs::remove_file(file(h)).unwrap();
+        }
         // A stale acknowledgement beyond the published generation retires nothing at or
-        // above the published one: the published file is left as it is.
+        // above the published one: the published file is left as it is, and g1, beyond the
+        // history, is rewritten whole, still identical.
         gw.ack(1, u64::MAX);
         gw.ack(0, u64::MAX);
         let published = identity(last);
+        let before = p.stats();
         let g = p.publish(&spec(200)).unwrap();
+        let after = p.stats();
         assert_eq!(identity(last), published, "the published file is never patched");
-        assert_eq!(std::fs::read(file(g)).unwrap(), build(&spec(200), g).unwrap());
-        // Worker 1 acknowledges: the newest retired file (the history reaches back to it)
-        // gets the changes only.
+        assert!(!file(g1).exists(), "g1's file became generation {g}'s");
+        assert_eq!(after.retired_used, before.retired_used + 1);
+        let whole = build(&spec(200), g).unwrap();
+        assert_eq!(after.bytes_written - before.bytes_written, whole.len() as u64);
+        assert_eq!(std::fs::read(file(g)).unwrap(), whole);
+        settle(&p);
+        // The newest retired file (the history reaches back to it) gets the changes only.
         let before = p.stats();
         let g = p.publish(&spec(201)).unwrap();
         let after = p.stats();
+        assert!(!file(last).exists(), "{last}'s file became generation {g}'s");
         assert_eq!(after.retired_used, before.retired_used + 1);
         let whole = build(&spec(201), g).unwrap();
         assert!(after.bytes_written - before.bytes_written < whole.len() as u64, "{after:?}");
         assert_eq!(std::fs::read(file(g)).unwrap(), whole);
-        // The oldest one, g1, is beyond the history: rewritten whole, still identical.
-        for h in p.snapshot_files().into_iter().map(|(h, _)| h).filter(|&h| h != g1 && h < g) {
-            std::fs::remove_file(file(h)).unwrap();
-        }
-        let before = p.stats();
-        let g = p.publish(&spec(202)).unwrap();
-        let after = p.stats();
-        assert!(!file(g1).exists(), "g1's file became generation {g}'s");
-        assert_eq!(after.retired_used, before.retired_used + 1);
-        let whole = build(&spec(202), g).unwrap();
-        assert_eq!(after.bytes_written - before.bytes_written, whole.len() as u64);
-        assert_eq!(std::fs::read(file(g)).unwrap(), whole);
         assert!(shm::load_table(dir.path(), g).is_ok());
+        settle(&p);
         let names: Vec<String> = std::fs::read_dir(dir.path())
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
