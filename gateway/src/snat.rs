@@ -125,7 +125,8 @@ impl SnatPorts {
         if self.steered.is_some() {
             return None;
         }
-        self.alloc_modulo(address, protocol)
+        // The endpoint matters to the steered rule only.
+        self.alloc_for(address, protocol, SocketAddr::from(([0, 0, 0, 0], 0)))
     }
 
     /// Allocates a free port for a flow to `endpoint` leaving from SNAT address `address`
@@ -134,35 +135,47 @@ impl SnatPorts {
     /// steered rule for an IPv6 endpoint (the steering covers IPv4 replies only).
     #[inline]
     pub fn alloc_for(&mut self, address: usize, protocol: u8, endpoint: SocketAddr) -> Option<u16> {
-        match &self.steered {
-            None => self.alloc_modulo(address, protocol),
+        let (slot, i) = self.find_free(address, protocol, endpoint)?;
+        self.used[slot].set(i, true);
+        self.cursors[slot] = if i + 1 >= self.count { 0 } else { i + 1 };
+        Some(self.port_at(i))
+    }
+
+    /// The port [`alloc_for`](Self::alloc_for) would allocate now for the same arguments,
+    /// without allocating it: what a burst uses to prefetch the conntrack slot of a new
+    /// flow's reply tuple ahead (a guess: frames processed in between may take the port).
+    #[inline]
+    pub fn peek_for(&self, address: usize, protocol: u8, endpoint: SocketAddr) -> Option<u16> {
+        self.find_free(address, protocol, endpoint).map(|(_, i)| self.port_at(i))
+    }
+
+    /// The port of bit `i` of a bit set.
+    #[inline]
+    fn port_at(&self, i: usize) -> u16 {
+        self.first + (i as u16) * self.stride
+    }
+
+    /// The (bit set, bit) of the first free port from the cursor that either rule allows
+    /// for a flow to `endpoint` from SNAT address `address` with `protocol`.
+    #[inline]
+    fn find_free(&self, address: usize, protocol: u8, endpoint: SocketAddr) -> Option<(usize, usize)> {
+        let slot = address * PROTOCOLS.len() + protocol_index(protocol)?;
+        let bits = self.used.get(slot)?;
+        let cursor = self.cursors[slot];
+        let i = match &self.steered {
+            None => bits[cursor..].first_zero().map(|i| i + cursor).or_else(|| bits[..cursor].first_zero())?,
             Some(st) => {
                 let SocketAddr::V4(endpoint) = endpoint else { return None };
                 let snat_addr = *st.addresses.get(address)?;
-                let slot = address * PROTOCOLS.len() + protocol_index(protocol)?;
-                let bits = self.used.get_mut(slot)?;
                 let first = self.first;
-                let start = first.saturating_add(self.cursors[slot] as u16);
+                let start = first.saturating_add(cursor as u16);
                 let port = st.steering.pick(endpoint, snat_addr, st.worker, start, &mut |p| {
                     p.checked_sub(first).is_some_and(|i| bits.get(usize::from(i)).is_some_and(|b| !*b))
                 })?;
-                let i = usize::from(port - first);
-                bits.set(i, true);
-                self.cursors[slot] = if i + 1 >= self.count { 0 } else { i + 1 };
-                Some(port)
+                usize::from(port - first)
             }
-        }
-    }
-
-    #[inline]
-    fn alloc_modulo(&mut self, address: usize, protocol: u8) -> Option<u16> {
-        let slot = address * PROTOCOLS.len() + protocol_index(protocol)?;
-        let bits = self.used.get_mut(slot)?;
-        let cursor = self.cursors[slot];
-        let i = bits[cursor..].first_zero().map(|i| i + cursor).or_else(|| bits[..cursor].first_zero())?;
-        bits.set(i, true);
-        self.cursors[slot] = if i + 1 >= self.count { 0 } else { i + 1 };
-        Some(self.first + (i as u16) * self.stride)
+        };
+        Some((slot, i))
     }
 
     /// Returns `port` to the pool. Ports this worker does not own are ignored.

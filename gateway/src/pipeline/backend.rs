@@ -13,22 +13,29 @@ use crate::table::{ServiceRef, Table};
 /// The endpoint for a new flow: with `sessionAffinity: ClientIP`, the one this client was
 /// last sent to if it is still an endpoint and the affinity has not timed out, else the
 /// ring slot of the client's address (so every worker and every gateway agrees); without
-/// affinity, the ring slot of the flow's 5-tuple hash (Maglev §3.4).
+/// affinity, the ring slot of the flow's 5-tuple hash (Maglev §3.4). `ring_backend` is the
+/// position among `service`'s backends of the ring's choice when the caller already knows it
+/// (a burst found it ahead), else `None`.
 #[inline]
 pub(super) fn choose<'s, A: Family>(
     now: u64,
     service: &'s ServiceRef<'_>,
     key: &FlowKey<A>,
+    ring_backend: Option<u32>,
     st: &WorkerState,
 ) -> Option<&'s Backend> {
+    let ring = || match ring_backend {
+        Some(position) => service.backends.get(position as usize),
+        None => service.pick(ring_hash(service, key)),
+    };
     if service.affinity_timeout_s == 0 {
-        return service.pick(ring_hash(service, key));
+        return ring();
     }
     let client16 = layout::addr16(key.src_addr.into());
     let skey = affinity::service_key(service.name_bytes());
     // A remembered endpoint that now only drains takes no new flows: the ring decides.
     let remembered = st.affinity.lookup(skey, client16, now).and_then(|s| service.backend(s.addr, s.port));
-    let backend = remembered.or_else(|| service.pick(ring_hash(service, key)))?;
+    let backend = remembered.or_else(ring)?;
     let expires_ns = now.saturating_add(u64::from(service.affinity_timeout_s) * 1_000_000_000);
     st.affinity.record(skey, client16, Sticky { addr: backend.addr, port: backend.port.get(), expires_ns }, now);
     Some(backend)
@@ -36,8 +43,8 @@ pub(super) fn choose<'s, A: Family>(
 
 /// The hash whose ring slot [`choose`] takes for a new flow `key` to `service` (when no
 /// remembered endpoint applies): the client address's with `sessionAffinity: ClientIP`,
-/// the 5-tuple's without. What a burst hands [`ServiceRef::prefetch_slot`] and
-/// [`ServiceRef::prefetch_backend`] to prefetch the choice ahead. O(1), reads only `service`.
+/// the 5-tuple's without. What a burst looks the choice up with ahead
+/// ([`ServiceRef::slot`], [`ServiceRef::ring_backend`]). O(1), reads only `service`.
 #[inline]
 pub(super) fn ring_hash<A: Family>(service: &ServiceRef<'_>, key: &FlowKey<A>) -> u64 {
     if service.affinity_timeout_s == 0 {

@@ -14,8 +14,9 @@
 //!    hop's neighbour slot and the front door's counters are prefetched, and the route is
 //!    handed to [`super::flow::egress`]. A new flow goes on down the table, one dependent
 //!    load per stage: the front-door record, the service record, the Maglev ring slot, the
-//!    chosen endpoint's record, and last the endpoint's next hop and the front door's
-//!    counters;
+//!    chosen endpoint's record, and last the endpoint's next hop, the front door's
+//!    counters and the conntrack index slot its reply tuple will take (with the SNAT port
+//!    the allocation would give it now);
 //! 4. the frame is processed by [`process`].
 //!
 //! The stages are software-pipelined over the window: frame `i`'s stage 1 runs at step `i`,
@@ -84,10 +85,30 @@ enum Ahead {
     FrontendRecord(FrontendHash),
     /// The service record is on its way: service and front door (positions in the table).
     Service(u32, u32),
-    /// The ring slot is on its way: service, front door and the ring hash.
-    Slot(u32, u32, u64),
-    /// The chosen endpoint's record is on its way.
-    Endpoint(u32, u32, u64),
+    /// The ring slot is on its way: service, front door and the slot.
+    Slot(u32, u32, u32),
+    /// The chosen endpoint's record is on its way: service, front door and the endpoint's
+    /// position among the service's backends.
+    Endpoint(u32, u32, u32),
+}
+
+/// What [`process_burst`] found ahead for a frame opening a new flow, for
+/// [`super::flow`]'s `new_flow` to use instead of looking it up again. Valid for the frame's
+/// flow key and the burst's table only: a pure function of the two.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct NewFlowHint {
+    /// The front door's position in the table ([`Table::frontend_at`]).
+    pub frontend: u32,
+    /// The position among its service's backends of the one the Maglev ring names for the
+    /// key ([`backend::ring_hash`], [`crate::table::ServiceRef::ring_backend`]).
+    pub ring_backend: u32,
+}
+
+/// What the stages found ahead for one frame, handed to [`process`] with it.
+#[derive(Clone, Copy, Debug, Default)]
+struct Found {
+    route: Option<RouteHint>,
+    new_flow: Option<NewFlowHint>,
 }
 
 /// A frame's flow key and its conntrack hash (in the conntrack of the key's family),
@@ -119,7 +140,7 @@ pub fn process_burst<B: AsMut<[u8]>>(
         let count = (n - start).min(PREFETCH_WINDOW);
         let mut hints: [Option<FlowHint>; PREFETCH_WINDOW] = [None; PREFETCH_WINDOW];
         let mut ahead: [Ahead; PREFETCH_WINDOW] = [Ahead::Done; PREFETCH_WINDOW];
-        let mut routes: [Option<RouteHint>; PREFETCH_WINDOW] = [None; PREFETCH_WINDOW];
+        let mut found: [Found; PREFETCH_WINDOW] = [Found::default(); PREFETCH_WINDOW];
         // Bit `i`: frame `i` opens a new flow whose prefetches are under way.
         let mut new_flows: u32 = 0;
         for step in 0..count + PROCESS_AT {
@@ -142,13 +163,13 @@ pub fn process_burst<B: AsMut<[u8]>>(
                         continue;
                     };
                     if let Some(h) = hints[i] {
-                        ahead[i] = visit_hinted(st, table, h, ahead[i], &mut routes[i]);
+                        ahead[i] = visit_hinted(st, table, h, ahead[i], &mut found[i]);
                     }
                 }
             }
             if let Some(i) = step.checked_sub(2 * STAGE_DISTANCE).filter(|&i| i < count) {
                 if let Ahead::Flow(id, direction) = ahead[i] {
-                    routes[i] = match hints[i] {
+                    found[i].route = match hints[i] {
                         Some(FlowHint::V4(..)) => prefetch_egress::<Ipv4Addr>(st, id, direction),
                         Some(FlowHint::V6(..)) => prefetch_egress::<Ipv6Addr>(st, id, direction),
                         None => None,
@@ -157,10 +178,12 @@ pub fn process_burst<B: AsMut<[u8]>>(
             }
             if let Some(i) = step.checked_sub(PROCESS_AT).filter(|&i| i < count) {
                 st.flow_hint = hints[i];
-                st.route_hint = routes[i];
+                st.route_hint = found[i].route;
+                st.new_flow_hint = found[i].new_flow;
                 verdicts[start + i] = process(now, frames[start + i].as_mut(), &metas[start + i], table, st);
                 st.flow_hint = None;
                 st.route_hint = None;
+                st.new_flow_hint = None;
             }
         }
         start += count;
@@ -197,25 +220,20 @@ fn prefetch_egress<A: Family>(st: &WorkerState, id: FlowId, direction: Direction
 /// [`visit`] for the family of `hint`. Not inlined: the pipeline loop stays small, and a
 /// call per stage costs less than its body copied into every stage of the loop.
 #[inline(never)]
-fn visit_hinted(st: &WorkerState, table: &Table, hint: FlowHint, ahead: Ahead, route: &mut Option<RouteHint>) -> Ahead {
+fn visit_hinted(st: &WorkerState, table: &Table, hint: FlowHint, ahead: Ahead, found: &mut Found) -> Ahead {
     match hint {
-        FlowHint::V4(key, _) => visit(st, table, &key, ahead, route),
-        FlowHint::V6(key, _) => visit(st, table, &key, ahead, route),
+        FlowHint::V4(key, _) => visit(st, table, &key, ahead, found),
+        FlowHint::V6(key, _) => visit(st, table, &key, ahead, found),
     }
 }
 
 /// Advances the prefetches of a new flow's frame whose flow key is `key` by one stage: reads
 /// what the previous stage prefetched, prefetches the next load, and returns how far it
-/// came; the route to the endpoint is left in `route` for [`super::flow`]. Reads only:
-/// everything it finds is a hint that [`process`] confirms or ignores.
+/// came; the last stage leaves the route to the endpoint and what it found in `found` for
+/// [`super::flow`]. Reads only: everything it finds is a hint that [`process`] confirms or
+/// ignores.
 #[inline]
-fn visit<A: Family>(
-    st: &WorkerState,
-    table: &Table,
-    key: &FlowKey<A>,
-    ahead: Ahead,
-    route: &mut Option<RouteHint>,
-) -> Ahead {
+fn visit<A: Family>(st: &WorkerState, table: &Table, key: &FlowKey<A>, ahead: Ahead, found: &mut Found) -> Ahead {
     match ahead {
         Ahead::Done | Ahead::Flow(..) => Ahead::Done,
         Ahead::Frontend(h) => {
@@ -229,24 +247,34 @@ fn visit<A: Family>(
             }
             None => Ahead::Done,
         },
-        Ahead::Service(service, frontend) => match table.service(service) {
-            Some(s) => {
-                let ring_hash = backend::ring_hash(&s, key);
-                s.prefetch_slot(ring_hash);
-                Ahead::Slot(service, frontend, ring_hash)
+        Ahead::Service(service, frontend) => {
+            match table.service(service).and_then(|s| Some((s.slot(backend::ring_hash(&s, key))?, s))) {
+                Some((slot, s)) => {
+                    s.prefetch_slot(slot);
+                    Ahead::Slot(service, frontend, slot as u32)
+                }
+                None => Ahead::Done,
             }
-            None => Ahead::Done,
-        },
-        Ahead::Slot(service, frontend, ring_hash) => {
-            if let Some(s) = table.service(service) {
-                s.prefetch_backend(ring_hash);
-            }
-            Ahead::Endpoint(service, frontend, ring_hash)
         }
-        Ahead::Endpoint(service, frontend, ring_hash) => {
-            let endpoint = table.service(service).and_then(|s| s.pick(ring_hash));
-            if let Some(to) = endpoint.and_then(|b| A::from_ip(layout::addr_from16(b.addr))) {
-                *route = prefetch_route(st, to, frontend);
+        Ahead::Slot(service, frontend, slot) => {
+            match table.service(service).and_then(|s| Some((s.ring_backend(slot as usize)?, s))) {
+                Some((position, s)) => {
+                    s.prefetch_backend(position);
+                    Ahead::Endpoint(service, frontend, position)
+                }
+                None => Ahead::Done,
+            }
+        }
+        Ahead::Endpoint(service, frontend, position) => {
+            let Some(endpoint) = table.service(service).and_then(|s| s.backends.get(position as usize)) else {
+                return Ahead::Done;
+            };
+            found.new_flow = Some(NewFlowHint { frontend, ring_backend: position });
+            if let Some(to) = A::from_ip(layout::addr_from16(endpoint.addr)) {
+                found.route = prefetch_route(st, to, frontend);
+                if let Some(r) = found.route {
+                    prefetch_reply_slot(st, key, to, endpoint.port.get(), r.out);
+                }
             }
             Ahead::Done
         }
@@ -261,6 +289,21 @@ fn prefetch_route<A: Family>(st: &WorkerState, to: A, frontend: u32) -> Option<R
     let (out, hop) = st.host.route(to)?;
     st.neighbours.prefetch(hop);
     Some(RouteHint { to: to.into(), out, hop: hop.into() })
+}
+
+/// Prefetches the conntrack index slots of the reply tuple a new flow `key` to endpoint
+/// `to`:`port` leaving by interface `out` will be inserted with: the SNAT port is the one
+/// [`crate::snat::SnatPorts::peek_for`] says the allocation would take now (a guess: a frame
+/// processed in between may take it, and then this load was for nothing).
+#[inline]
+fn prefetch_reply_slot<A: Family>(st: &WorkerState, key: &FlowKey<A>, to: A, port: u16, out: u8) {
+    let Some((snat_index, snat_addr)) = st.host.snat_address::<A>(out) else { return };
+    let Some(snat_port) = st.snat.peek_for(snat_index, key.protocol, std::net::SocketAddr::new(to.into(), port)) else {
+        return;
+    };
+    let reply =
+        FlowKey { protocol: key.protocol, src_addr: to, src_port: port, dst_addr: snat_addr, dst_port: snat_port };
+    prefetch(st, &reply);
 }
 
 /// The flow key of an IPv4 TCP, UDP or SCTP frame or an IPv6 TCP or UDP frame, from its

@@ -16,6 +16,7 @@
 
 use std::net::SocketAddr;
 
+use super::burst::NewFlowHint;
 use super::expire::{free_snat_port, remove_flow};
 use super::family::Family;
 use super::fragment::{self, Fragment, FragmentTarget};
@@ -82,9 +83,9 @@ pub(super) fn handle<A: Family>(
     };
     // `process_burst` hashed the key ahead (and prefetched its slots); use that hash only
     // if this full parse found the same key.
-    let hash = match A::hinted_hash(st, &key) {
-        Some(hash) => hash,
-        None => A::conntrack(st).hash_key(&key),
+    let (hash, ahead) = match A::hinted_hash(st, &key) {
+        Some(hash) => (hash, st.new_flow_hint.take()),
+        None => (A::conntrack(st).hash_key(&key), None),
     };
     let mut hit = A::conntrack(st).lookup_hashed(&key, hash);
     if let Some((id, _)) = hit {
@@ -119,7 +120,7 @@ pub(super) fn handle<A: Family>(
     }
     let (mut id, dir) = match hit {
         Some(h) => h,
-        None => match new_flow(now, frame, rx, table, st, key, seg) {
+        None => match new_flow(now, frame, rx, table, st, key, seg, ahead) {
             Ok(id) => (id, Direction::Original),
             Err(v) => return v,
         },
@@ -129,7 +130,7 @@ pub(super) fn handle<A: Family>(
         // A new connection on the tuple of a closed one: forget the old flow, choose the
         // endpoint anew.
         remove_flow::<A>(st, id);
-        id = match new_flow(now, frame, rx, table, st, key, seg) {
+        id = match new_flow(now, frame, rx, table, st, key, seg, ahead) {
             Ok(id) => id,
             Err(v) => return v,
         };
@@ -268,6 +269,10 @@ fn route<A: Family>(st: &WorkerState, to: A) -> Option<(u8, A)> {
 /// door's merged ranges, none when it has none. A client outside them is dropped
 /// ([`DropReason::SourceRangeDenied`]), as by kube-proxy's firewall chain, whether or not
 /// the Service has endpoints.
+///
+/// `ahead` is what `process_burst` found ahead for this key in this table (front door and
+/// the ring's endpoint), used instead of looking them up again.
+#[allow(clippy::too_many_arguments)]
 fn new_flow<A: Family>(
     now: u64,
     frame: &mut [u8],
@@ -276,8 +281,19 @@ fn new_flow<A: Family>(
     st: &mut WorkerState,
     key: FlowKey<A>,
     seg: &Segment<A>,
+    ahead: Option<NewFlowHint>,
 ) -> Result<FlowId, Verdict> {
-    let Some(fe) = table.frontend(key.dst_addr.into(), key.protocol, key.dst_port) else {
+    let found = ahead.and_then(|h| Some((table.frontend_at(h.frontend as usize)?, h.ring_backend)));
+    debug_assert!(
+        found.as_ref().is_none_or(|(f, _)| {
+            table.frontend(key.dst_addr.into(), key.protocol, key.dst_port).map(|g| g.index) == Some(f.index)
+        }),
+        "a new-flow hint for another key"
+    );
+    let Some((fe, ring_backend)) = found
+        .map(|(f, b)| (f, Some(b)))
+        .or_else(|| table.frontend(key.dst_addr.into(), key.protocol, key.dst_port).map(|f| (f, None)))
+    else {
         return Err(Verdict::Drop(DropReason::NoFrontend));
     };
     if !fe.source_ranges.admits(key.src_addr.into()) {
@@ -294,7 +310,7 @@ fn new_flow<A: Family>(
         return Err(Verdict::Drop(DropReason::NoConntrack));
     }
     let service = table.service(fe.service).ok_or(Verdict::Drop(DropReason::NoFrontend))?;
-    let Some(backend) = backend::choose(now, &service, &key, st) else {
+    let Some(backend) = backend::choose(now, &service, &key, ring_backend, st) else {
         return Err(reject(frame, rx, st));
     };
     let Some(backend_ip) = A::from_ip(layout::addr_from16(backend.addr)) else {

@@ -69,6 +69,9 @@ pub struct WorkerState {
     /// The route [`super::process_burst`] found for the frame being processed, if any;
     /// read by the flow path instead of routing again.
     pub(super) route_hint: Option<super::burst::RouteHint>,
+    /// The front door and ring endpoint `process_burst` found ahead for the frame being
+    /// processed when it opens a new flow; used only with a `flow_hint` of the same key.
+    pub(super) new_flow_hint: Option<super::burst::NewFlowHint>,
 }
 
 impl std::fmt::Debug for WorkerState {
@@ -98,6 +101,7 @@ impl WorkerState {
             pending: [Pending::default(); PENDING_SLOTS],
             flow_hint: None,
             route_hint: None,
+            new_flow_hint: None,
         }
     }
 

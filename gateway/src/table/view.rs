@@ -208,37 +208,42 @@ impl<'t> ServiceRef<'t> {
         self.name
     }
 
-    /// The ring slot `hash % M`, `None` without backends.
+    /// The ring slot `hash % M` (Maglev §3.4), `None` without backends.
     #[inline]
-    fn slot(&self, hash: u64) -> Option<usize> {
+    pub fn slot(&self, hash: u64) -> Option<usize> {
         let len = self.ring.len();
         (len != 0).then(|| (hash % len as u64) as usize)
+    }
+
+    /// The position in [`ServiceRef::backends`] of the backend ring slot `slot` names;
+    /// `None` past the end of the ring (or for an entry naming no backend, which a validated
+    /// table does not have).
+    #[inline]
+    pub fn ring_backend(&self, slot: usize) -> Option<u32> {
+        let id = self.ring.get(slot)?;
+        (id != 0 && (id as usize) <= self.backends.len()).then(|| id - 1)
     }
 
     /// The backend that ring slot `hash % M` names; `None` when the service has no
     /// backends (its front doors reject).
     #[inline]
     pub fn pick(&self, hash: u64) -> Option<&'t Backend> {
-        let id = self.ring.get(self.slot(hash)?)? as usize;
-        self.backends.get(id.wrapping_sub(1))
+        self.backends.get(self.ring_backend(self.slot(hash)?)? as usize)
     }
 
-    /// Starts loading the ring entry [`ServiceRef::pick`] reads for `hash` (stage 4 of a
-    /// new flow's lookups: the service record is cached). One division and one prefetch;
-    /// nothing without backends; no effect on results.
+    /// Starts loading ring slot `slot` ([`ServiceRef::slot`]), which
+    /// [`ServiceRef::ring_backend`] reads: stage 4 of a new flow's lookups (the service
+    /// record is cached). Nothing past the end; no effect on results.
     #[inline]
-    pub fn prefetch_slot(&self, hash: u64) {
-        if let Some(slot) = self.slot(hash) {
-            self.ring.prefetch(slot);
-        }
+    pub fn prefetch_slot(&self, slot: usize) {
+        self.ring.prefetch(slot);
     }
 
-    /// Starts loading the backend record [`ServiceRef::pick`] returns for `hash` (stage 5:
-    /// reads the ring entry, which [`ServiceRef::prefetch_slot`] should have cached). No
-    /// effect on results.
+    /// Starts loading the record of backend `position` ([`ServiceRef::ring_backend`]): stage
+    /// 5. Nothing past the end; no effect on results.
     #[inline]
-    pub fn prefetch_backend(&self, hash: u64) {
-        if let Some(b) = self.pick(hash) {
+    pub fn prefetch_backend(&self, position: u32) {
+        if let Some(b) = self.backends.get(position as usize) {
             prefetch_lines(b);
         }
     }
@@ -322,7 +327,7 @@ impl<'t> Ring<'t> {
     /// Starts loading entry `slot` (nothing past the end).
     #[inline]
     fn prefetch(&self, slot: usize) {
-        if let Some(entry) = self.bytes.get(slot * usize::from(self.entry_len)) {
+        if let Some(entry) = self.bytes.get(slot.saturating_mul(usize::from(self.entry_len))) {
             prefetch(entry);
         }
     }
@@ -572,9 +577,10 @@ impl<B: AsRef<[u8]>> Table<B> {
         self.frontend_at(i)
     }
 
-    /// The front door at position `i` of [`Table::frontends`]; `None` past the end.
+    /// The front door at position `i` of [`Table::frontends`] (its [`FrontendRef::index`]);
+    /// `None` past the end.
     #[inline]
-    fn frontend_at(&self, i: usize) -> Option<FrontendRef<'_>> {
+    pub fn frontend_at(&self, i: usize) -> Option<FrontendRef<'_>> {
         let f = self.frontends().get(i)?;
         let (ro, rn) = (f.source_ranges_offset.get() as usize, f.source_ranges_count.get() as usize);
         Some(FrontendRef {
@@ -951,8 +957,10 @@ mod tests {
         if let Some(f) = want {
             t.prefetch_service(f.service);
             let s = t.service(f.service).unwrap();
-            s.prefetch_slot(u64::from(port));
-            s.prefetch_backend(u64::from(port));
+            if let Some(slot) = s.slot(u64::from(port)) {
+                s.prefetch_slot(slot);
+                s.prefetch_backend(s.ring_backend(slot).unwrap());
+            }
         }
         t.frontend(addr, protocol, port) == want
             && t.frontend_hashed(h, addr, protocol, port) == want
@@ -1039,8 +1047,10 @@ mod tests {
             t.prefetch_service(id);
             let Some(s) = t.service(id) else { continue };
             for h in [0, 1, 7, u64::MAX] {
-                s.prefetch_slot(h);
-                s.prefetch_backend(h);
+                s.prefetch_slot(h as usize);
+                s.prefetch_backend(h as u32);
+                let position = s.slot(h).and_then(|slot| s.ring_backend(slot));
+                assert_eq!(position.map(|p| s.backends[p as usize].addr), s.pick(h).map(|b| b.addr));
                 assert_eq!(s.pick(h).is_some(), !s.ring.is_empty());
             }
         }
