@@ -725,10 +725,9 @@ metadata: {name: versionless}
         let initial = w.next().await.unwrap().unwrap();
         assert!(initial.objects.is_empty());
 
-        let started = std::time::Instant::now();
+        // `next_with` bounds how long the reload may take.
         std::fs::write(p.join("a.yaml"), node("a")).unwrap();
         next_with(&mut w, &["Node a"]).await;
-        assert!(started.elapsed() < Duration::from_secs(2), "reload took {:?}", started.elapsed());
 
         // An editor saving through a temporary file renamed over the original.
         std::fs::write(p.join(".a.yaml.swp"), node("b")).unwrap();

@@ -1,7 +1,7 @@
 //! Burst processing that overlaps memory latency, as DPDK and VPP fast paths do
-//! ([`process_burst`]). A window of up to [`PREFETCH_WINDOW`] frames goes through stages,
-//! each of which starts the memory loads the next one needs, so the cache misses of many
-//! frames are in flight together instead of one after another (VPP's dual/quad loop and
+//! ([`process_burst`]). Each frame goes through stages, each of which starts the memory loads
+//! the next one needs, so the cache misses of many frames are in flight together instead of
+//! one after another (VPP's dual/quad loop and
 //! `vlib_prefetch_buffer_header`, DPDK's `rte_prefetch0` ahead of `rte_hash_lookup_bulk`):
 //!
 //! 1. the frame is parsed far enough to know its flow key; the key is hashed and its
@@ -19,10 +19,12 @@
 //!    the allocation would give it now);
 //! 4. the frame is processed by [`process`].
 //!
-//! The stages are software-pipelined over the window: frame `i`'s stage 1 runs at step `i`,
-//! stage 2 at `i + d`, stage 3 at `i + 2d` and its processing at `i + 3d` ([`PROCESS_AT`]),
-//! a new flow's further stages at the steps of `NEW_FLOW_VISITS` in between, so every load
-//! has the work of a few frames to arrive before the next stage reads it.
+//! The stages are software-pipelined over the whole burst: frame `i`'s stage 1 runs at step
+//! `i`, stage 2 at `i + d`, stage 3 at `i + 2d` and its processing at `i + 3d`
+//! ([`PROCESS_AT`]), a new flow's further stages at the steps of `NEW_FLOW_VISITS` in
+//! between, so every load has the work of a few frames to arrive before the next stage reads
+//! it. Only the first frames of a burst wait for their loads (the pipeline fills once per
+//! call, however long the burst): a driver amortises that best with long bursts.
 //!
 //! IPv4 frames (TCP, UDP, SCTP) are hinted against the worker's IPv4 conntrack, IPv6 frames
 //! (TCP and UDP, after any extension headers) against its IPv6 one; fragments and everything
@@ -42,9 +44,13 @@ use crate::conntrack::{Direction, FlowId, FlowKey};
 use crate::table::{layout, FrontendHash, Table};
 use crate::wire::{EtherType, IpProtocol, SctpPacket, TcpPacket, UdpPacket};
 
-/// Frames whose lookups [`process_burst`] overlaps: a DPDK burst.
-pub const PREFETCH_WINDOW: usize = 32;
-const _: () = assert!(PREFETCH_WINDOW <= 32, "process_burst keeps a window's new flows in a 32-bit mask");
+/// Frames [`process_burst`] has in flight at once: from a frame's stage 1 to its processing
+/// ([`PROCESS_AT`] steps) its hints take one of this many slots.
+pub const PREFETCH_WINDOW: usize = 16;
+const _: () = assert!(
+    PREFETCH_WINDOW > PROCESS_AT && PREFETCH_WINDOW <= 32,
+    "process_burst keeps the frames in flight in as many slots, their new flows in a 32-bit mask"
+);
 
 /// Steps between the stages of an established flow's frame in [`process_burst`]: stage 2 at
 /// step `i + d`, stage 3 at `i + 2d`, processing at `i + 3d` ([`PROCESS_AT`]).
@@ -124,8 +130,8 @@ pub(super) enum FlowHint {
 /// Processes a burst: `verdicts[i]` becomes what `process(now, frames[i], metas[i], ..)`
 /// returns, frame by frame in order, for the first `min(frames, metas, verdicts)` frames;
 /// the state ends as `process` would leave it. Pure in the same sense as [`process`]: no
-/// I/O, no clock, no allocation (the hints live on the stack, [`PREFETCH_WINDOW`] at a
-/// time). See the module documentation for what it does before processing.
+/// I/O, no clock, no allocation (the hints live on the stack, [`PREFETCH_WINDOW`] slots).
+/// See the module documentation for what it does before processing.
 pub fn process_burst<B: AsMut<[u8]>>(
     now: u64,
     frames: &mut [B],
@@ -135,58 +141,64 @@ pub fn process_burst<B: AsMut<[u8]>>(
     verdicts: &mut [Verdict],
 ) {
     let n = frames.len().min(metas.len()).min(verdicts.len());
-    let mut start = 0;
-    while start < n {
-        let count = (n - start).min(PREFETCH_WINDOW);
-        let mut hints: [Option<FlowHint>; PREFETCH_WINDOW] = [None; PREFETCH_WINDOW];
-        let mut ahead: [Ahead; PREFETCH_WINDOW] = [Ahead::Done; PREFETCH_WINDOW];
-        let mut found: [Found; PREFETCH_WINDOW] = [Found::default(); PREFETCH_WINDOW];
-        // Bit `i`: frame `i` opens a new flow whose prefetches are under way.
-        let mut new_flows: u32 = 0;
-        for step in 0..count + PROCESS_AT {
-            if step < count {
-                hints[step] = hint(frames[start + step].as_mut(), &metas[start + step], st);
-            }
-            if let Some(i) = step.checked_sub(STAGE_DISTANCE).filter(|&i| i < count) {
-                ahead[i] = match hints[i] {
-                    Some(FlowHint::V4(key, hash)) => probe(st, table, &key, hash),
-                    Some(FlowHint::V6(key, hash)) => probe(st, table, &key, hash),
-                    None => Ahead::Done,
-                };
-                if matches!(ahead[i], Ahead::Frontend(_)) {
-                    new_flows |= 1 << i;
-                }
-            }
-            if new_flows != 0 {
-                for at in NEW_FLOW_VISITS {
-                    let Some(i) = step.checked_sub(at).filter(|&i| i < count && new_flows & (1 << i) != 0) else {
-                        continue;
-                    };
-                    if let Some(h) = hints[i] {
-                        ahead[i] = visit_hinted(st, table, h, ahead[i], &mut found[i]);
-                    }
-                }
-            }
-            if let Some(i) = step.checked_sub(2 * STAGE_DISTANCE).filter(|&i| i < count) {
-                if let Ahead::Flow(id, direction) = ahead[i] {
-                    found[i].route = match hints[i] {
-                        Some(FlowHint::V4(..)) => prefetch_egress::<Ipv4Addr>(st, id, direction),
-                        Some(FlowHint::V6(..)) => prefetch_egress::<Ipv6Addr>(st, id, direction),
-                        None => None,
-                    };
-                }
-            }
-            if let Some(i) = step.checked_sub(PROCESS_AT).filter(|&i| i < count) {
-                st.flow_hint = hints[i];
-                st.route_hint = found[i].route;
-                st.new_flow_hint = found[i].new_flow;
-                verdicts[start + i] = process(now, frames[start + i].as_mut(), &metas[start + i], table, st);
-                st.flow_hint = None;
-                st.route_hint = None;
-                st.new_flow_hint = None;
+    // Frame `i`'s hints live in slot `i % PREFETCH_WINDOW` from its stage 1 (step `i`) to its
+    // processing (step `i + PROCESS_AT`), so the pipeline runs through the whole burst
+    // without draining between windows.
+    let mut hints: [Option<FlowHint>; PREFETCH_WINDOW] = [None; PREFETCH_WINDOW];
+    let mut ahead: [Ahead; PREFETCH_WINDOW] = [Ahead::Done; PREFETCH_WINDOW];
+    let mut found: [Found; PREFETCH_WINDOW] = [Found::default(); PREFETCH_WINDOW];
+    // Bit `i % PREFETCH_WINDOW`: frame `i` opens a new flow whose prefetches are under way.
+    let mut new_flows: u32 = 0;
+    let slot = |i: usize| i % PREFETCH_WINDOW;
+    for step in 0..n + PROCESS_AT {
+        if step < n {
+            let j = slot(step);
+            hints[j] = hint(frames[step].as_mut(), &metas[step], st);
+            found[j] = Found::default();
+            new_flows &= !(1 << j);
+        }
+        if let Some(i) = step.checked_sub(STAGE_DISTANCE).filter(|&i| i < n) {
+            let j = slot(i);
+            ahead[j] = match hints[j] {
+                Some(FlowHint::V4(key, hash)) => probe(st, table, &key, hash),
+                Some(FlowHint::V6(key, hash)) => probe(st, table, &key, hash),
+                None => Ahead::Done,
+            };
+            if matches!(ahead[j], Ahead::Frontend(_)) {
+                new_flows |= 1 << j;
             }
         }
-        start += count;
+        if new_flows != 0 {
+            for at in NEW_FLOW_VISITS {
+                let Some(j) = step.checked_sub(at).filter(|&i| i < n).map(slot).filter(|&j| new_flows & (1 << j) != 0)
+                else {
+                    continue;
+                };
+                if let Some(h) = hints[j] {
+                    ahead[j] = visit_hinted(st, table, h, ahead[j], &mut found[j]);
+                }
+            }
+        }
+        if let Some(i) = step.checked_sub(2 * STAGE_DISTANCE).filter(|&i| i < n) {
+            let j = slot(i);
+            if let Ahead::Flow(id, direction) = ahead[j] {
+                found[j].route = match hints[j] {
+                    Some(FlowHint::V4(..)) => prefetch_egress::<Ipv4Addr>(st, id, direction),
+                    Some(FlowHint::V6(..)) => prefetch_egress::<Ipv6Addr>(st, id, direction),
+                    None => None,
+                };
+            }
+        }
+        if let Some(i) = step.checked_sub(PROCESS_AT).filter(|&i| i < n) {
+            let j = slot(i);
+            st.flow_hint = hints[j];
+            st.route_hint = found[j].route;
+            st.new_flow_hint = found[j].new_flow;
+            verdicts[i] = process(now, frames[i].as_mut(), &metas[i], table, st);
+            st.flow_hint = None;
+            st.route_hint = None;
+            st.new_flow_hint = None;
+        }
     }
 }
 
