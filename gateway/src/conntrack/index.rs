@@ -140,11 +140,21 @@ impl Index {
         })
     }
 
-    /// Asks the CPU to start loading the home slot of `hash` into cache (no effect on
-    /// results; a no-op on targets without a prefetch instruction). O(1).
+    /// Asks the CPU to start loading the home slot of `hash` into cache, and the next cache
+    /// line too when the home slot is one of the last two of its line (where a probe run
+    /// often continues into the next: at the load factor of a full table, 3/4, a lookup's
+    /// run is 2.5 slots long on average, a miss's 8.5). No effect on results; a no-op on
+    /// targets without a prefetch instruction. O(1).
     #[inline]
     pub(super) fn prefetch(&self, hash: u64) {
-        prefetch(&self.slots[self.home(hash)]);
+        let home = self.home(hash);
+        let slot = &self.slots[home];
+        prefetch(slot);
+        if (slot as *const u64 as usize) % 64 >= 48 {
+            if let Some(next) = self.slots.get(home + 2) {
+                prefetch(next);
+            }
+        }
     }
 
     /// The first tag in the probe run of `hash` whose fingerprint matches the hash's (the
