@@ -24,12 +24,13 @@
 //!   as expiry would remove them (`Fixture::forget`), so the table neither fills nor grows;
 //! - `udp_original` and `udp_reply`: datagrams of established UDP flows (a UDP fixture with
 //!   as many UDP flows);
-//! - each of these but `frame_copy` again as `<name>_burst32`: bursts of 32 packets through
-//!   `process_burst` (hash and prefetch the burst's conntrack lookups, then process), times
-//!   and rates per packet;
+//! - each of these but `frame_copy` again as `<name>_burst32` and `<name>_burst256`: bursts
+//!   of 32 packets (one DPDK receive burst) and of 256 (the worker's vector,
+//!   `torii_gateway::worker::VECTOR`) through `process_burst` (its software pipeline of
+//!   hashing, prefetching and processing), times and rates per packet;
 //! - all of the above again for IPv6, with a `6` after the protocol: `frame6_copy`,
 //!   `tcp6_established_original`, `tcp6_established_reply`, `tcp6_syn_new_flow`,
-//!   `udp6_original`, `udp6_reply` and their `_burst32`: an IPv6-only gateway of the same
+//!   `udp6_original`, `udp6_reply` and their burst variants: an IPv6-only gateway of the same
 //!   shape (10 000 IPv6 front doors, 20 back links with an IPv6 SNAT address each), 74-byte
 //!   frames (Ethernet, IPv6 and TCP headers; UDP datagrams as long) in 128-byte slots. The
 //!   IPv4 fixtures and gateway are dropped before the IPv6 ones are built.
@@ -53,7 +54,7 @@ use std::time::Duration;
 
 use cpu_time::ThreadCpuTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion, Throughput};
-use torii_benches::dataplane::{Burst, Family, Fixture, Gateway, Kind, Stream, Transport, BUFFER_LEN, BURST};
+use torii_benches::dataplane::{Burst, Family, Fixture, Gateway, Kind, Stream, Transport, BUFFER_LEN, BURST, VECTOR};
 use torii_gateway::counters::DropReason;
 
 /// SYNs per timed batch in `tcp_syn_new_flow`.
@@ -65,8 +66,8 @@ fn stream_len(flows: usize) -> usize {
 }
 
 /// Runs one benchmark of packets from `stream` on established flows, one `process` call
-/// per packet, then the same with `process_burst` over bursts of [`BURST`]
-/// (`<name>_burst32`); checks the counters afterwards.
+/// per packet, then the same with `process_burst` over bursts of [`BURST`] and of
+/// [`VECTOR`] (`<name>_burst32`, `<name>_burst256`); checks the counters afterwards.
 fn established<A: Family>(
     g: &mut BenchmarkGroup<'_, ThreadCpuTime>,
     name: &str,
@@ -83,14 +84,16 @@ fn established<A: Family>(
             black_box(v)
         });
     });
-    let mut burst = Burst::new();
-    g.throughput(Throughput::Elements(BURST as u64));
-    g.bench_with_input(BenchmarkId::new(format!("{name}_burst{BURST}"), fx.flows()), &(), |b, ()| {
-        b.iter(|| {
-            fx.process_burst(&mut stream, &mut burst);
-            black_box(&mut burst.verdicts);
+    for len in [BURST, VECTOR] {
+        let mut burst = Burst::new(len);
+        g.throughput(Throughput::Elements(len as u64));
+        g.bench_with_input(BenchmarkId::new(format!("{name}_burst{len}"), fx.flows()), &(), |b, ()| {
+            b.iter(|| {
+                fx.process_burst(&mut stream, &mut burst);
+                black_box(&mut burst.verdicts);
+            });
         });
-    });
+    }
     g.throughput(Throughput::Elements(1));
     let after = &fx.state.counters;
     assert_eq!(after.new_flows, before.new_flows, "{name}: every packet must hit an active flow");
@@ -130,30 +133,32 @@ fn syn<A: Family>(g: &mut BenchmarkGroup<'_, ThreadCpuTime>, fx: &mut Fixture<A>
             timed
         });
     });
-    let mut burst = Burst::new();
-    g.throughput(Throughput::Elements(BURST as u64));
-    g.bench_with_input(BenchmarkId::new(format!("{name}_burst{BURST}"), fx.flows()), &(), |b, ()| {
-        b.iter_custom(|iters| {
-            let mut timed = Duration::ZERO;
-            let mut left = iters;
-            while left > 0 {
-                let n = left.min(BATCH / BURST as u64);
-                let first = stream.position();
-                let t = cpu_time::now();
-                for _ in 0..n {
-                    fx.process_burst(&mut stream, &mut burst);
-                    black_box(&mut burst.verdicts);
+    for len in [BURST, VECTOR] {
+        let mut burst = Burst::new(len);
+        g.throughput(Throughput::Elements(len as u64));
+        g.bench_with_input(BenchmarkId::new(format!("{name}_burst{len}"), fx.flows()), &(), |b, ()| {
+            b.iter_custom(|iters| {
+                let mut timed = Duration::ZERO;
+                let mut left = iters;
+                while left > 0 {
+                    let n = left.min((BATCH / len as u64).max(1));
+                    let first = stream.position();
+                    let t = cpu_time::now();
+                    for _ in 0..n {
+                        fx.process_burst(&mut stream, &mut burst);
+                        black_box(&mut burst.verdicts);
+                    }
+                    timed += cpu_time::now() - t;
+                    for k in 0..n as usize * len {
+                        assert!(fx.forget(&stream, (first + k) % stream.len()), "every SYN opens a flow");
+                    }
+                    left -= n;
                 }
-                timed += cpu_time::now() - t;
-                for k in 0..n as usize * BURST {
-                    assert!(fx.forget(&stream, (first + k) % stream.len()), "every SYN opens a flow");
-                }
-                left -= n;
-            }
-            packets += iters * BURST as u64;
-            timed
+                packets += iters * len as u64;
+                timed
+            });
         });
-    });
+    }
     g.throughput(Throughput::Elements(1));
     let after = &fx.state.counters;
     assert_eq!(after.new_flows - before.new_flows, packets, "one new flow per SYN");

@@ -464,31 +464,39 @@ impl<A: Family> Stream<A> {
     }
 }
 
-/// Packets per burst in the burst benchmarks (a DPDK receive burst).
+/// Packets per burst in the `_burst32` benchmarks (a DPDK receive burst).
 pub const BURST: usize = 32;
 
-/// The buffers, metadata and verdicts of one receive burst.
+/// Packets per burst in the `_burst256` benchmarks: the worker's vector
+/// (`torii_gateway::worker::VECTOR`), what it hands `process_burst` from a loaded port.
+pub const VECTOR: usize = torii_gateway::worker::VECTOR;
+
+/// The buffers, metadata and verdicts of one burst of received frames.
 pub struct Burst {
     bufs: Vec<Vec<u8>>,
-    metas: [Meta; BURST],
+    metas: Vec<Meta>,
     /// What became of each frame of the last burst.
-    pub verdicts: [Verdict; BURST],
+    pub verdicts: Vec<Verdict>,
 }
 
 impl Burst {
-    /// [`BURST`] buffers of [`BUFFER_LEN`] bytes.
-    pub fn new() -> Self {
+    /// `len` buffers of [`BUFFER_LEN`] bytes.
+    pub fn new(len: usize) -> Self {
         Self {
-            bufs: vec![vec![0; BUFFER_LEN]; BURST],
-            metas: [Meta::default(); BURST],
-            verdicts: [Verdict::Consumed; BURST],
+            bufs: vec![vec![0; BUFFER_LEN]; len],
+            metas: vec![Meta::default(); len],
+            verdicts: vec![Verdict::Consumed; len],
         }
     }
-}
 
-impl Default for Burst {
-    fn default() -> Self {
-        Self::new()
+    /// Frames per burst.
+    pub fn len(&self) -> usize {
+        self.bufs.len()
+    }
+
+    /// Whether the burst holds no frames.
+    pub fn is_empty(&self) -> bool {
+        self.bufs.is_empty()
     }
 }
 
@@ -655,7 +663,7 @@ impl<A: Family> Fixture<A> {
         pipeline::process(NOW_NS, buf, &meta, &self.gateway.table, &mut self.state)
     }
 
-    /// Processes the next [`BURST`] packets of `stream` with `pipeline::process_burst`
+    /// Processes the next [`Burst::len`] packets of `stream` with `pipeline::process_burst`
     /// (hash and prefetch the whole burst, then process), as a DPDK worker hands over one
     /// receive burst; the verdicts are left in `burst`.
     #[inline]
@@ -734,7 +742,7 @@ mod tests {
         let gw = Arc::new(Gateway::<A>::new());
         let mut fx = Fixture::new(gw, Transport::Tcp, 200);
         let mut stream = fx.stream(Kind::Original, 256, 9);
-        let mut burst = Burst::new();
+        let mut burst = Burst::new(BURST);
         let before = fx.state.counters.clone();
         for _ in 0..8 {
             fx.process_burst(&mut stream, &mut burst);
