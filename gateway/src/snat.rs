@@ -163,7 +163,10 @@ impl SnatPorts {
         let bits = self.used.get(slot)?;
         let cursor = self.cursors[slot];
         let i = match &self.steered {
-            None => bits[cursor..].first_zero().map(|i| i + cursor).or_else(|| bits[..cursor].first_zero())?,
+            None => {
+                let (words, count) = (bits.as_raw_slice(), bits.len());
+                first_zero_in(words, cursor, count).or_else(|| first_zero_in(words, 0, cursor.min(count)))?
+            }
             Some(st) => {
                 let SocketAddr::V4(endpoint) = endpoint else { return None };
                 let snat_addr = *st.addresses.get(address)?;
@@ -192,6 +195,24 @@ impl SnatPorts {
             }
         }
     }
+}
+
+/// The first zero bit in `start..end` of the bit set `words` (bit `i` is bit `i % W` of
+/// `words[i / W]`, as in a `BitVec<usize, Lsb0>`), a word at a time; `None` when all of
+/// them are set. `end` must not exceed the bits `words` holds.
+#[inline]
+fn first_zero_in(words: &[usize], start: usize, end: usize) -> Option<usize> {
+    const W: usize = usize::BITS as usize;
+    let mut i = start;
+    while i < end {
+        let free = !words[i / W] >> (i % W);
+        if free != 0 {
+            let found = i + free.trailing_zeros() as usize;
+            return (found < end).then_some(found);
+        }
+        i = (i / W + 1) * W;
+    }
+    None
 }
 
 #[cfg(test)]
@@ -300,5 +321,28 @@ mod tests {
         // TCP has its own port space.
         assert!(s.alloc(0, 6).is_some());
         assert_eq!(s.alloc(0, 1), None);
+    }
+
+    #[test]
+    fn word_scan_finds_what_a_bit_scan_finds() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for len in [1usize, 63, 64, 65, 130, 1000] {
+            for density in [0u32, 1, 3, 4] {
+                let mut bits = bitvec![0; len];
+                for i in 0..len {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    // density 4: all set; else set with probability 1 - 2^-density.
+                    bits.set(i, density == 4 || (density > 0 && x.trailing_zeros() < density * 4));
+                }
+                for start in 0..=len {
+                    for end in [start, (start + 1).min(len), (start + 70).min(len), len] {
+                        let want = bits[start..end].first_zero().map(|i| i + start);
+                        assert_eq!(first_zero_in(bits.as_raw_slice(), start, end), want, "{len} {start}..{end}");
+                    }
+                }
+            }
+        }
     }
 }
