@@ -686,6 +686,28 @@ impl<A: Address> Conntrack<A> {
         }
     }
 
+    /// [`Conntrack::lookup_hashed`], trying first the flow `candidate` (what
+    /// [`Conntrack::prefetch_record`] said for this hash): when that flow is live and its
+    /// tuple in that direction is `key`, it is the answer (a tuple belongs to one live flow
+    /// at most) and the index is not probed. Same result as [`Conntrack::lookup_hashed`].
+    #[inline]
+    #[must_use]
+    pub fn lookup_candidate(
+        &self,
+        key: &FlowKey<A>,
+        hash: u64,
+        candidate: Option<(FlowId, Direction)>,
+    ) -> Option<(FlowId, Direction)> {
+        match candidate {
+            Some((id, direction))
+                if self.is_live(id) && self.records[id as usize].matches(direction, key, &self.snat) =>
+            {
+                Some((id, direction))
+            }
+            _ => self.lookup_hashed(key, hash),
+        }
+    }
+
     /// Starts loading the index slot where a lookup of `hash` begins; changes no result.
     /// O(1), no memory access beyond the hint.
     #[inline]

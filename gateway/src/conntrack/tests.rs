@@ -541,7 +541,18 @@ fn hashed_lookups_and_prefetches_agree_with_lookup() {
             assert_eq!(ahead, Some(found));
             assert_eq!(ct.peek(found.0), ct.get(found.0));
         }
+        // Any candidate (right, of another flow, the other direction, none) gives the lookup's answer.
+        let other = (i as u32 * 7 % 200, Direction::Original);
+        for candidate in [ahead, Some(other), ahead.map(|(id, _)| (id, Direction::Original)), None] {
+            assert_eq!(ct.lookup_candidate(&key, hash, candidate), ct.lookup(&key), "{i} {candidate:?}");
+        }
     }
+    // A removed flow's record still holds its tuples: as a candidate it is not found.
+    let key = flows[3].original;
+    let hash = ct.hash_key(&key);
+    let candidate = ct.prefetch_record(hash);
+    let _ = ct.remove(candidate.unwrap().0);
+    assert_eq!(ct.lookup_candidate(&key, hash, candidate), None);
 }
 
 #[test]

@@ -110,11 +110,19 @@ pub(super) struct NewFlowHint {
     pub ring_backend: u32,
 }
 
-/// What the stages found ahead for one frame, handed to [`process`] with it.
+/// What the stages found ahead for one frame, handed to [`process`] with it (in
+/// `WorkerState::hints`): hints all, which the flow path confirms or ignores.
 #[derive(Clone, Copy, Debug, Default)]
-struct Found {
-    route: Option<RouteHint>,
-    new_flow: Option<NewFlowHint>,
+pub(super) struct FrameHints {
+    /// The frame's flow key and its conntrack hash (stage 1).
+    pub flow: Option<FlowHint>,
+    /// The flow whose tuple the key almost certainly is, and which tuple (stage 2:
+    /// [`crate::conntrack::Conntrack::prefetch_record`]), in the conntrack of the key's family.
+    pub candidate: Option<(FlowId, Direction)>,
+    /// Where the packet will go (stage 3, or a new flow's last visit).
+    pub route: Option<RouteHint>,
+    /// A new flow's front door and ring endpoint.
+    pub new_flow: Option<NewFlowHint>,
 }
 
 /// A frame's flow key and its conntrack hash (in the conntrack of the key's family),
@@ -144,28 +152,28 @@ pub fn process_burst<B: AsMut<[u8]>>(
     // Frame `i`'s hints live in slot `i % PREFETCH_WINDOW` from its stage 1 (step `i`) to its
     // processing (step `i + PROCESS_AT`), so the pipeline runs through the whole burst
     // without draining between windows.
-    let mut hints: [Option<FlowHint>; PREFETCH_WINDOW] = [None; PREFETCH_WINDOW];
+    let mut found: [FrameHints; PREFETCH_WINDOW] = [FrameHints::default(); PREFETCH_WINDOW];
     let mut ahead: [Ahead; PREFETCH_WINDOW] = [Ahead::Done; PREFETCH_WINDOW];
-    let mut found: [Found; PREFETCH_WINDOW] = [Found::default(); PREFETCH_WINDOW];
     // Bit `i % PREFETCH_WINDOW`: frame `i` opens a new flow whose prefetches are under way.
     let mut new_flows: u32 = 0;
     let slot = |i: usize| i % PREFETCH_WINDOW;
     for step in 0..n + PROCESS_AT {
         if step < n {
             let j = slot(step);
-            hints[j] = hint(frames[step].as_mut(), &metas[step], st);
-            found[j] = Found::default();
+            found[j] = FrameHints { flow: hint(frames[step].as_mut(), &metas[step], st), ..FrameHints::default() };
             new_flows &= !(1 << j);
         }
         if let Some(i) = step.checked_sub(STAGE_DISTANCE).filter(|&i| i < n) {
             let j = slot(i);
-            ahead[j] = match hints[j] {
+            ahead[j] = match found[j].flow {
                 Some(FlowHint::V4(key, hash)) => probe(st, table, &key, hash),
                 Some(FlowHint::V6(key, hash)) => probe(st, table, &key, hash),
                 None => Ahead::Done,
             };
-            if matches!(ahead[j], Ahead::Frontend(_)) {
-                new_flows |= 1 << j;
+            match ahead[j] {
+                Ahead::Frontend(_) => new_flows |= 1 << j,
+                Ahead::Flow(id, direction) => found[j].candidate = Some((id, direction)),
+                _ => {}
             }
         }
         if new_flows != 0 {
@@ -174,7 +182,7 @@ pub fn process_burst<B: AsMut<[u8]>>(
                 else {
                     continue;
                 };
-                if let Some(h) = hints[j] {
+                if let Some(h) = found[j].flow {
                     ahead[j] = visit_hinted(st, table, h, ahead[j], &mut found[j]);
                 }
             }
@@ -182,7 +190,7 @@ pub fn process_burst<B: AsMut<[u8]>>(
         if let Some(i) = step.checked_sub(2 * STAGE_DISTANCE).filter(|&i| i < n) {
             let j = slot(i);
             if let Ahead::Flow(id, direction) = ahead[j] {
-                found[j].route = match hints[j] {
+                found[j].route = match found[j].flow {
                     Some(FlowHint::V4(..)) => prefetch_egress::<Ipv4Addr>(st, id, direction),
                     Some(FlowHint::V6(..)) => prefetch_egress::<Ipv6Addr>(st, id, direction),
                     None => None,
@@ -191,13 +199,9 @@ pub fn process_burst<B: AsMut<[u8]>>(
         }
         if let Some(i) = step.checked_sub(PROCESS_AT).filter(|&i| i < n) {
             let j = slot(i);
-            st.flow_hint = hints[j];
-            st.route_hint = found[j].route;
-            st.new_flow_hint = found[j].new_flow;
+            st.hints = found[j];
             verdicts[i] = process(now, frames[i].as_mut(), &metas[i], table, st);
-            st.flow_hint = None;
-            st.route_hint = None;
-            st.new_flow_hint = None;
+            st.hints = FrameHints::default();
         }
     }
 }
@@ -232,7 +236,7 @@ fn prefetch_egress<A: Family>(st: &WorkerState, id: FlowId, direction: Direction
 /// [`visit`] for the family of `hint`. Not inlined: the pipeline loop stays small, and a
 /// call per stage costs less than its body copied into every stage of the loop.
 #[inline(never)]
-fn visit_hinted(st: &WorkerState, table: &Table, hint: FlowHint, ahead: Ahead, found: &mut Found) -> Ahead {
+fn visit_hinted(st: &WorkerState, table: &Table, hint: FlowHint, ahead: Ahead, found: &mut FrameHints) -> Ahead {
     match hint {
         FlowHint::V4(key, _) => visit(st, table, &key, ahead, found),
         FlowHint::V6(key, _) => visit(st, table, &key, ahead, found),
@@ -245,7 +249,7 @@ fn visit_hinted(st: &WorkerState, table: &Table, hint: FlowHint, ahead: Ahead, f
 /// [`super::flow`]. Reads only: everything it finds is a hint that [`process`] confirms or
 /// ignores.
 #[inline]
-fn visit<A: Family>(st: &WorkerState, table: &Table, key: &FlowKey<A>, ahead: Ahead, found: &mut Found) -> Ahead {
+fn visit<A: Family>(st: &WorkerState, table: &Table, key: &FlowKey<A>, ahead: Ahead, found: &mut FrameHints) -> Ahead {
     match ahead {
         Ahead::Done | Ahead::Flow(..) => Ahead::Done,
         Ahead::Frontend(h) => {

@@ -83,11 +83,11 @@ pub(super) fn handle<A: Family>(
     };
     // `process_burst` hashed the key ahead (and prefetched its slots); use that hash only
     // if this full parse found the same key.
-    let (hash, ahead) = match A::hinted_hash(st, &key) {
-        Some(hash) => (hash, st.new_flow_hint.take()),
-        None => (A::conntrack(st).hash_key(&key), None),
+    let (hash, candidate, ahead) = match A::hinted_hash(st, &key) {
+        Some(hash) => (hash, st.hints.candidate.take(), st.hints.new_flow.take()),
+        None => (A::conntrack(st).hash_key(&key), None, None),
     };
-    let mut hit = A::conntrack(st).lookup_hashed(&key, hash);
+    let mut hit = A::conntrack(st).lookup_candidate(&key, hash, candidate);
     if let Some((id, _)) = hit {
         if A::conntrack(st).state(id).deadline.is_due(now) {
             // Idle past its timeout but not reaped yet: it is gone.
@@ -255,7 +255,7 @@ pub(super) fn egress<A: Family>(
 /// frame when it was for `to` (the host's routes never change), else looked up.
 #[inline]
 fn route<A: Family>(st: &WorkerState, to: A) -> Option<(u8, A)> {
-    match st.route_hint {
+    match st.hints.route {
         Some(h) if h.to == to.into() => A::from_ip(h.hop).map(|hop| (h.out, hop)),
         _ => st.host.route(to),
     }

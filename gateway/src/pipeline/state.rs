@@ -63,15 +63,11 @@ pub struct WorkerState {
     pub frontends: FrontendCounters,
     /// Next hops waiting for an ARP answer (see [`super::resolve`]).
     pub(super) pending: [Pending; PENDING_SLOTS],
-    /// The flow key and hash [`super::process_burst`] computed for the frame being
-    /// processed, if any; taken by the flow lookup.
-    pub(super) flow_hint: Option<super::burst::FlowHint>,
-    /// The route [`super::process_burst`] found for the frame being processed, if any;
-    /// read by the flow path instead of routing again.
-    pub(super) route_hint: Option<super::burst::RouteHint>,
-    /// The front door and ring endpoint `process_burst` found ahead for the frame being
-    /// processed when it opens a new flow; used only with a `flow_hint` of the same key.
-    pub(super) new_flow_hint: Option<super::burst::NewFlowHint>,
+    /// What [`super::process_burst`] found ahead for the frame being processed, if
+    /// anything: its flow key and hash (taken by the flow lookup, and the rest used only when
+    /// the full parse finds the same key), the flow it almost certainly belongs to, its
+    /// route, a new flow's front door and endpoint.
+    pub(super) hints: super::burst::FrameHints,
 }
 
 impl std::fmt::Debug for WorkerState {
@@ -99,9 +95,7 @@ impl WorkerState {
             fragments6: FragmentTable::new(FRAGMENT_SLOTS, fragments::DEFAULT_TIMEOUT_NS, seed ^ 0xf6a6_0000_f6a6),
             frontends: FrontendCounters::default(),
             pending: [Pending::default(); PENDING_SLOTS],
-            flow_hint: None,
-            route_hint: None,
-            new_flow_hint: None,
+            hints: super::burst::FrameHints::default(),
         }
     }
 
