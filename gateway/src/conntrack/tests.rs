@@ -542,7 +542,7 @@ fn hashed_lookups_and_prefetches_agree_with_lookup() {
             assert_eq!(ct.peek(found.0), ct.get(found.0));
         }
         // Any candidate (right, of another flow, the other direction, none) gives the lookup's answer.
-        let other = (i as u32 * 7 % 200, Direction::Original);
+        let other = (i * 7 % 200, Direction::Original);
         for candidate in [ahead, Some(other), ahead.map(|(id, _)| (id, Direction::Original)), None] {
             assert_eq!(ct.lookup_candidate(&key, hash, candidate), ct.lookup(&key), "{i} {candidate:?}");
         }
