@@ -2,7 +2,7 @@
 //! and measure how long it took the gateway to adopt it.
 //!
 //! One loop serves both sources ([`Source`]), with one incremental
-//! [`Compiler`](crate::compile::Compiler): the Kubernetes API source hands over batches of
+//! [`Compiler`]: the Kubernetes API source hands over batches of
 //! changed objects, fed to [`Compiler::apply`](crate::compile::Compiler::apply) (work in
 //! proportion to the change: one changed EndpointSlice recompiles one Service); the
 //! manifests directory hands over whole snapshots, fed to

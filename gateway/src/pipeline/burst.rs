@@ -45,7 +45,7 @@ use crate::table::{layout, FrontendHash, Table};
 use crate::wire::{EtherType, IpProtocol, SctpPacket, TcpPacket, UdpPacket};
 
 /// Frames [`process_burst`] has in flight at once: from a frame's stage 1 to its processing
-/// ([`PROCESS_AT`] steps) its hints take one of this many slots.
+/// (`PROCESS_AT` steps: 12) its hints take one of this many slots.
 pub const PREFETCH_WINDOW: usize = 16;
 const _: () = assert!(
     PREFETCH_WINDOW > PROCESS_AT && PREFETCH_WINDOW <= 32,
