@@ -1,12 +1,13 @@
-//! The poll loop around the pure core: receive a burst, adopt a newer table at the burst
-//! boundary, run the burst through [`pipeline::process_burst`] (every frame's
-//! [`pipeline::process`], with the conntrack lookups prefetched together), transmit, then
-//! do bounded housekeeping (ARP requests, conntrack expiry, counter export).
+//! The poll loop around the pure core: adopt a newer table at the top of the loop; from each
+//! port receive a vector of up to [`VECTOR`] frames (receive calls of [`BURST`] while they
+//! come back full), run it through [`pipeline::process_burst`] (every frame's
+//! [`pipeline::process`], with the memory loads of many frames overlapped) and transmit
+//! it; then do bounded housekeeping (ARP requests, conntrack expiry, counter export).
 //!
 //! The loop is written against [`PacketIo`], so every driver (AF_PACKET now, DPDK next)
 //! runs the same code. Table adoption follows DESIGN.md: the gateway's table watcher
 //! ([`TableWatcher`]) validates a newly published snapshot once and stores it in a
-//! [`TableHandle`]; each worker notices the new generation between bursts, switches,
+//! [`TableHandle`]; each worker notices the new generation between loop passes, switches,
 //! drops its old table (and refreshes its report, which then holds the new one), and then
 //! reports the switch to the gateway's [`Mappings`], which acknowledge in the shared state
 //! region. An old snapshot is unmapped when its last holder drops it; an acknowledgement of
@@ -42,6 +43,25 @@ pub const FRAME_BUFFER: usize = 2048;
 /// so that their first lines (the headers) spread over the L1 cache's sets (with a 2 KiB
 /// stride they would all fall in two of its 64 sets, 16 lines for a vector's 256 headers).
 const FRAME_STRIDE: usize = FRAME_BUFFER + 64;
+
+/// One frame buffer of [`FRAME_BUFFER`] bytes in a slot of [`FRAME_STRIDE`]: only the
+/// buffer is ever seen (the pipeline builds no frame longer than it).
+#[derive(Clone, Copy)]
+struct FrameSlot([u8; FRAME_STRIDE]);
+
+impl AsMut<[u8]> for FrameSlot {
+    #[inline]
+    fn as_mut(&mut self) -> &mut [u8] {
+        &mut self.0[..FRAME_BUFFER]
+    }
+}
+
+impl AsRef<[u8]> for FrameSlot {
+    #[inline]
+    fn as_ref(&self) -> &[u8] {
+        &self.0[..FRAME_BUFFER]
+    }
+}
 /// Conntrack records examined for expiry per loop iteration.
 const EXPIRE_BUDGET: usize = 64;
 /// Empty polls before a worker sleeps in [`PacketIo::wait`].
@@ -211,7 +231,7 @@ fn copy_frame(buf: &mut [u8], frame: &[u8], stripped_tag: Option<(u16, u16)>) ->
 impl Worker {
     /// Runs the poll loop until `stop` is set.
     pub fn run<I: PacketIo>(mut self, io: &mut I) -> Counters {
-        let mut bufs = vec![[0u8; FRAME_STRIDE]; VECTOR];
+        let mut bufs = vec![FrameSlot([0u8; FRAME_STRIDE]); VECTOR];
         let mut metas = [Meta::default(); VECTOR];
         let mut verdicts = [Verdict::Consumed; VECTOR];
         let mut scratch = [0u8; pipeline::POLL_TRANSMIT_LEN];
@@ -223,7 +243,7 @@ impl Worker {
         let ifaces = io.interfaces();
         while !self.stop.load(Ordering::Relaxed) {
             now = self.now();
-            // Burst boundary: the quiescent point where a new table may be adopted.
+            // Between vectors: the quiescent point where a new table may be adopted.
             if self.tables.generation() != table.generation() {
                 let new = self.tables.load();
                 self.adopt(&mut table, Some(new), now);
@@ -232,16 +252,21 @@ impl Worker {
             for iface in 0..ifaces {
                 let mut n = 0;
                 let mut oversize = 0;
+                // Frames taken off the port, kept or not (oversize, or refused by the
+                // driver): what bounds the vector, so a port full of frames that are all
+                // thrown away cannot hold the worker here.
+                let mut taken = 0;
                 loop {
                     let got = io.rx(iface, BURST, &mut |frame, info| {
-                        let Some(len) = copy_frame(&mut bufs[n][..FRAME_BUFFER], frame, info.stripped_tag) else {
+                        let Some(len) = copy_frame(bufs[n].as_mut(), frame, info.stripped_tag) else {
                             oversize += 1;
                             return;
                         };
                         metas[n] = Meta { iface: iface as u8, len, l4_csum_partial: info.l4_csum_partial };
                         n += 1;
                     });
-                    if got < BURST || n + BURST > VECTOR {
+                    taken += got;
+                    if got < BURST || taken + BURST > VECTOR {
                         break;
                     }
                 }
@@ -252,10 +277,14 @@ impl Worker {
                 pipeline::process_burst(now, &mut bufs[..n], &metas[..n], &table, &mut self.state, &mut verdicts);
                 for k in 0..n {
                     if let Verdict::Transmit { iface: out, len } = verdicts[k] {
-                        if !io.tx(usize::from(out), &bufs[k][..len]) {
+                        if !io.tx(usize::from(out), &bufs[k].as_ref()[..len]) {
                             self.state.counters.drop(DropReason::TxRingFull);
                         }
                     }
+                }
+                if n > 0 {
+                    // A vector can fill a transmit ring: hand it over before the next port's.
+                    io.flush();
                 }
             }
             while let Some((iface, len)) = pipeline::poll_transmit(now, &mut scratch, &mut self.state) {

@@ -708,8 +708,9 @@ impl<A: Address> Conntrack<A> {
         }
     }
 
-    /// Starts loading the index slot where a lookup of `hash` begins; changes no result.
-    /// O(1), no memory access beyond the hint.
+    /// Starts loading the index slot where a lookup of `hash` begins (and the next cache line
+    /// when the slot is near the end of its own); changes no result. O(1), no memory access
+    /// beyond the hint.
     #[inline]
     pub fn prefetch_index(&self, hash: u64) {
         self.index.prefetch(hash);

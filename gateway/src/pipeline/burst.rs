@@ -32,8 +32,13 @@
 //!
 //! The results are exactly those of calling [`process`] on each frame in order: the early
 //! stages change nothing but the cache (prefetches are hints, and what stage 3 reads may be
-//! stale by the time the frame is processed without harm), and the hash handed to a frame's
-//! lookup is used only when the full parse finds the same key the early parse did.
+//! stale by the time the frame is processed without harm), and what they hand to
+//! [`process`] ([`FrameHints`]) is used only when the full parse finds the same key the early
+//! parse did: the hash; the flow found ahead, only if its record is still live and holds
+//! the key ([`crate::conntrack::Conntrack::lookup_candidate`]: an earlier frame of the burst
+//! may have removed or replaced it); a new flow's front door and ring endpoint, which depend
+//! on nothing but the key and the burst's table; the route, checked against its
+//! destination.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -313,6 +318,11 @@ fn prefetch_route<A: Family>(st: &WorkerState, to: A, frontend: u32) -> Option<R
 /// processed in between may take it, and then this load was for nothing).
 #[inline]
 fn prefetch_reply_slot<A: Family>(st: &WorkerState, key: &FlowKey<A>, to: A, port: u16, out: u8) {
+    if st.snat.is_steered() {
+        // Under RSS steering the port search hashes candidate tuples (`rte_thash`): too
+        // dear to run twice per new flow for a prefetch.
+        return;
+    }
     let Some((snat_index, snat_addr)) = st.host.snat_address::<A>(out) else { return };
     let Some(snat_port) = st.snat.peek_for(snat_index, key.protocol, std::net::SocketAddr::new(to.into(), port)) else {
         return;
