@@ -333,7 +333,7 @@ mod tests {
                     x ^= x << 13;
                     x ^= x >> 7;
                     x ^= x << 17;
-                    // density 4: all set; else set with probability 1 - 2^-density.
+                    // Density 0: none set; 4: all set; else each set with probability 1 - 2^(-4·density).
                     bits.set(i, density == 4 || (density > 0 && x.trailing_zeros() < density * 4));
                 }
                 for start in 0..=len {

@@ -283,17 +283,13 @@ fn new_flow<A: Family>(
     seg: &Segment<A>,
     ahead: Option<NewFlowHint>,
 ) -> Result<FlowId, Verdict> {
-    let found = ahead.and_then(|h| Some((table.frontend_at(h.frontend as usize)?, h.ring_backend)));
+    let lookup = || table.frontend(key.dst_addr.into(), key.protocol, key.dst_port);
+    let found = ahead.and_then(|h| Some((table.frontend_at(h.frontend as usize)?, Some(h.ring_backend))));
     debug_assert!(
-        found.as_ref().is_none_or(|(f, _)| {
-            table.frontend(key.dst_addr.into(), key.protocol, key.dst_port).map(|g| g.index) == Some(f.index)
-        }),
+        found.as_ref().is_none_or(|(f, _)| lookup().map(|g| g.index) == Some(f.index)),
         "a new-flow hint for another key"
     );
-    let Some((fe, ring_backend)) = found
-        .map(|(f, b)| (f, Some(b)))
-        .or_else(|| table.frontend(key.dst_addr.into(), key.protocol, key.dst_port).map(|f| (f, None)))
-    else {
+    let Some((fe, ring_backend)) = found.or_else(|| lookup().map(|f| (f, None))) else {
         return Err(Verdict::Drop(DropReason::NoFrontend));
     };
     if !fe.source_ranges.admits(key.src_addr.into()) {
