@@ -41,7 +41,8 @@ pub const VECTOR: usize = 256;
 pub const FRAME_BUFFER: usize = 2048;
 /// Bytes between the starts of consecutive frame buffers: one cache line more than a buffer,
 /// so that their first lines (the headers) spread over the L1 cache's sets (with a 2 KiB
-/// stride they would all fall in two of its 64 sets, 16 lines for a vector's 256 headers).
+/// stride they would all fall in two of its 64 sets: 24 lines, on this 12-way 48 KiB L1,
+/// for a vector's 256 headers).
 const FRAME_STRIDE: usize = FRAME_BUFFER + 64;
 
 /// One frame buffer of [`FRAME_BUFFER`] bytes in a slot of [`FRAME_STRIDE`]: only the
