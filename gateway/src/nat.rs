@@ -11,7 +11,7 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use crate::wire::checksum::{self as csum, PseudoHeaderAddr};
+use crate::wire::checksum::{Delta, PseudoHeaderAddr};
 use crate::wire::{IpProtocol, Ipv4Packet, Ipv6Packet, SctpPacket, TcpPacket, UdpPacket};
 
 /// The new addresses and ports of a packet (IPv4 addresses unless `A` says otherwise).
@@ -38,34 +38,39 @@ pub struct Rewrite<A = Ipv4Addr> {
 /// [RFC 9260]: https://www.rfc-editor.org/rfc/rfc9260#section-6.8
 #[inline]
 pub fn rewrite_ipv4(ip_buf: &mut [u8], rw: &Rewrite, l4_partial: bool) {
-    let old = rewrite_ipv4_header(ip_buf, rw.src_addr, rw.dst_addr);
+    let (proto, addrs) = rewrite_ipv4_addrs(ip_buf, rw.src_addr, rw.dst_addr);
     let mut ip = Ipv4Packet::new_unchecked(&mut *ip_buf);
-    let proto = ip.next_header();
-    rewrite_l4(ip.payload_mut(), proto, old, rw, l4_partial);
+    rewrite_l4(ip.payload_mut(), proto, addrs, rw, l4_partial);
 }
 
 /// Rewrites the source and destination addresses of the IPv4 packet `ip_buf` and
 /// decrements its TTL, updating the header checksum incrementally ([RFC 1624]); the payload
-/// is not touched. Returns the old (source, destination). This is the whole translation of a
+/// is not touched. This is the whole translation of a
 /// later fragment (no transport header) and of an ICMP error's outer header. The caller
 /// checked TTL > 1.
 ///
 /// [RFC 1624]: https://www.rfc-editor.org/rfc/rfc1624
 #[inline]
-pub fn rewrite_ipv4_header(ip_buf: &mut [u8], src: Ipv4Addr, dst: Ipv4Addr) -> (Ipv4Addr, Ipv4Addr) {
+pub fn rewrite_ipv4_header(ip_buf: &mut [u8], src: Ipv4Addr, dst: Ipv4Addr) {
+    rewrite_ipv4_addrs(ip_buf, src, dst);
+}
+
+/// [`rewrite_ipv4_header`], returning the packet's protocol and the checksum change of its
+/// addresses (for the transport checksum's pseudo-header).
+#[inline]
+fn rewrite_ipv4_addrs(ip_buf: &mut [u8], src: Ipv4Addr, dst: Ipv4Addr) -> (IpProtocol, Delta) {
     let mut ip = Ipv4Packet::new_unchecked(ip_buf);
     let (old_src, old_dst) = (ip.src_addr(), ip.dst_addr());
     let ttl = ip.hop_limit();
-    let proto_n = u8::from(ip.next_header());
-    let mut c = ip.checksum();
-    c = csum::update_addr(c, old_src, src);
-    c = csum::update_addr(c, old_dst, dst);
-    c = csum::update16(c, u16::from_be_bytes([ttl, proto_n]), u16::from_be_bytes([ttl.saturating_sub(1), proto_n]));
+    let proto = ip.next_header();
+    let proto_n = u8::from(proto);
+    let addrs = Delta::NONE.word32(old_src.to_bits(), src.to_bits()).word32(old_dst.to_bits(), dst.to_bits());
+    let ttl_word = addrs.word(u16::from_be_bytes([ttl, proto_n]), u16::from_be_bytes([ttl.saturating_sub(1), proto_n]));
+    ip.set_checksum(ttl_word.apply(ip.checksum()));
     ip.set_src_addr(src);
     ip.set_dst_addr(dst);
     ip.set_hop_limit(ttl.saturating_sub(1));
-    ip.set_checksum(c);
-    (old_src, old_dst)
+    (proto, addrs)
 }
 
 /// Rewrites the addresses of the IPv6 packet `ip_buf` to `src` → `dst` and decrements its Hop
@@ -104,15 +109,16 @@ pub fn rewrite_ipv6(
     ip.set_hop_limit(ip.hop_limit().saturating_sub(1));
     let end = ip.total_len();
     if let Some(l4) = ip_buf.get_mut(l4_offset..end) {
-        rewrite_l4(l4, protocol, (old_src, old_dst), rw, l4_partial);
+        let addrs = Delta::NONE.addr_v6(old_src, rw.src_addr).addr_v6(old_dst, rw.dst_addr);
+        rewrite_l4(l4, protocol, addrs, rw, l4_partial);
     }
 }
 
 /// The transport part of a rewrite, for either family: ports, and the checksum for the
-/// address and port changes (or in full with `l4_partial`; SCTP's CRC32c always in full).
+/// address changes `addrs` (the pseudo-header's) and the port changes (or in full with
+/// `l4_partial`; SCTP's CRC32c always in full).
 #[inline]
-fn rewrite_l4<A: PseudoHeaderAddr>(l4: &mut [u8], proto: IpProtocol, old: (A, A), rw: &Rewrite<A>, l4_partial: bool) {
-    let (old_src, old_dst) = old;
+fn rewrite_l4<A: PseudoHeaderAddr>(l4: &mut [u8], proto: IpProtocol, addrs: Delta, rw: &Rewrite<A>, l4_partial: bool) {
     match proto {
         IpProtocol::Tcp => {
             let mut t = TcpPacket::new_unchecked(l4);
@@ -122,12 +128,7 @@ fn rewrite_l4<A: PseudoHeaderAddr>(l4: &mut [u8], proto: IpProtocol, old: (A, A)
             if l4_partial {
                 t.fill_checksum(rw.src_addr, rw.dst_addr);
             } else {
-                let mut c = t.checksum();
-                c = A::update_checksum(c, old_src, rw.src_addr);
-                c = A::update_checksum(c, old_dst, rw.dst_addr);
-                c = csum::update16(c, sp, rw.src_port);
-                c = csum::update16(c, dp, rw.dst_port);
-                t.set_checksum(c);
+                t.set_checksum(addrs.word(sp, rw.src_port).word(dp, rw.dst_port).apply(t.checksum()));
             }
         }
         IpProtocol::Udp => {
@@ -138,12 +139,7 @@ fn rewrite_l4<A: PseudoHeaderAddr>(l4: &mut [u8], proto: IpProtocol, old: (A, A)
             if l4_partial {
                 u.fill_checksum(rw.src_addr, rw.dst_addr);
             } else {
-                let mut c = u.checksum();
-                c = A::update_udp_checksum(c, old_src, rw.src_addr);
-                c = A::update_udp_checksum(c, old_dst, rw.dst_addr);
-                c = csum::udp_update16(c, sp, rw.src_port);
-                c = csum::udp_update16(c, dp, rw.dst_port);
-                u.set_checksum(c);
+                u.set_checksum(addrs.word(sp, rw.src_port).word(dp, rw.dst_port).apply_udp(u.checksum()));
             }
         }
         IpProtocol::Sctp => {
@@ -299,8 +295,7 @@ mod tests {
         let mut b = packet(17, 16, 9);
         let payload = b[20..].to_vec();
         let (src, dst) = (Ipv4Addr::new(10, 70, 0, 1), Ipv4Addr::new(10, 70, 0, 21));
-        let old = rewrite_ipv4_header(&mut b, src, dst);
-        assert_eq!(old, (Ipv4Addr::new(198, 51, 100, 10), Ipv4Addr::new(203, 0, 113, 10)));
+        rewrite_ipv4_header(&mut b, src, dst);
         let ip = Ipv4Packet::new_checked(&b[..]).unwrap();
         assert!(ip.verify_checksum());
         assert_eq!((ip.src_addr(), ip.dst_addr(), ip.hop_limit()), (src, dst, 8));

@@ -45,7 +45,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use super::family::Family;
 use super::link;
 use super::{backend, ipv4, ipv6, process, Meta, Verdict, WorkerState};
-use crate::conntrack::{Direction, FlowId, FlowKey};
+use crate::conntrack::{Conntrack, Direction, FlowId, FlowKey};
+use crate::host::Host;
 use crate::table::{layout, FrontendHash, Table};
 use crate::wire::{EtherType, IpProtocol, SctpPacket, TcpPacket, UdpPacket};
 
@@ -130,6 +131,39 @@ pub(super) struct FrameHints {
     pub new_flow: Option<NewFlowHint>,
 }
 
+/// The hints of the frames [`process_burst`] has in flight, frame `i`'s in slot
+/// `i % PREFETCH_WINDOW`, and which slot belongs to the frame [`process`] is processing:
+/// [`PREFETCH_WINDOW`], a slot that always holds no hints, outside a burst. Kept in
+/// [`WorkerState`] so that [`process`] reads its frame's hints where stage 1 wrote them,
+/// with no copy.
+#[derive(Clone, Debug)]
+pub(crate) struct HintRing {
+    /// The slots; the last never holds hints (see [`HintRing::current`]).
+    pub frames: [FrameHints; PREFETCH_WINDOW + 1],
+    /// The slot of the frame being processed.
+    pub current: usize,
+}
+
+impl Default for HintRing {
+    fn default() -> Self {
+        Self { frames: [FrameHints::default(); PREFETCH_WINDOW + 1], current: PREFETCH_WINDOW }
+    }
+}
+
+impl HintRing {
+    /// The hints of the frame being processed (none outside a burst), to take from.
+    #[inline]
+    pub fn current(&mut self) -> &mut FrameHints {
+        &mut self.frames[self.current]
+    }
+
+    /// The hints of the frame being processed (none outside a burst).
+    #[inline]
+    pub fn current_ref(&self) -> &FrameHints {
+        &self.frames[self.current]
+    }
+}
+
 /// A frame's flow key and its conntrack hash (in the conntrack of the key's family),
 /// computed ahead of [`process`].
 #[derive(Clone, Copy, Debug)]
@@ -157,7 +191,6 @@ pub fn process_burst<B: AsMut<[u8]>>(
     // Frame `i`'s hints live in slot `i % PREFETCH_WINDOW` from its stage 1 (step `i`) to its
     // processing (step `i + PROCESS_AT`), so the pipeline runs through the whole burst
     // without draining between windows.
-    let mut found: [FrameHints; PREFETCH_WINDOW] = [FrameHints::default(); PREFETCH_WINDOW];
     let mut ahead: [Ahead; PREFETCH_WINDOW] = [Ahead::Done; PREFETCH_WINDOW];
     // Bit `i % PREFETCH_WINDOW`: frame `i` opens a new flow whose prefetches are under way.
     let mut new_flows: u32 = 0;
@@ -165,19 +198,19 @@ pub fn process_burst<B: AsMut<[u8]>>(
     for step in 0..n + PROCESS_AT {
         if step < n {
             let j = slot(step);
-            found[j] = FrameHints { flow: hint(frames[step].as_mut(), &metas[step], st), ..FrameHints::default() };
+            hint(frames[step].as_mut(), &metas[step], &st.host, &st.conntrack, &st.conntrack6, &mut st.hints.frames[j]);
             new_flows &= !(1 << j);
         }
         if let Some(i) = step.checked_sub(STAGE_DISTANCE).filter(|&i| i < n) {
             let j = slot(i);
-            ahead[j] = match found[j].flow {
+            ahead[j] = match st.hints.frames[j].flow {
                 Some(FlowHint::V4(key, hash)) => probe(st, table, &key, hash),
                 Some(FlowHint::V6(key, hash)) => probe(st, table, &key, hash),
                 None => Ahead::Done,
             };
             match ahead[j] {
                 Ahead::Frontend(_) => new_flows |= 1 << j,
-                Ahead::Flow(id, direction) => found[j].candidate = Some((id, direction)),
+                Ahead::Flow(id, direction) => st.hints.frames[j].candidate = Some((id, direction)),
                 _ => {}
             }
         }
@@ -187,15 +220,20 @@ pub fn process_burst<B: AsMut<[u8]>>(
                 else {
                     continue;
                 };
-                if let Some(h) = found[j].flow {
-                    ahead[j] = visit_hinted(st, table, h, ahead[j], &mut found[j]);
+                if let Some(h) = st.hints.frames[j].flow {
+                    let (next, found) = visit_hinted(st, table, h, ahead[j]);
+                    ahead[j] = next;
+                    if let Some((new_flow, route)) = found {
+                        st.hints.frames[j].new_flow = Some(new_flow);
+                        st.hints.frames[j].route = route;
+                    }
                 }
             }
         }
         if let Some(i) = step.checked_sub(2 * STAGE_DISTANCE).filter(|&i| i < n) {
             let j = slot(i);
             if let Ahead::Flow(id, direction) = ahead[j] {
-                found[j].route = match found[j].flow {
+                st.hints.frames[j].route = match st.hints.frames[j].flow {
                     Some(FlowHint::V4(..)) => prefetch_egress::<Ipv4Addr>(st, id, direction),
                     Some(FlowHint::V6(..)) => prefetch_egress::<Ipv6Addr>(st, id, direction),
                     None => None,
@@ -204,9 +242,9 @@ pub fn process_burst<B: AsMut<[u8]>>(
         }
         if let Some(i) = step.checked_sub(PROCESS_AT).filter(|&i| i < n) {
             let j = slot(i);
-            st.hints = found[j];
+            st.hints.current = j;
             verdicts[i] = process(now, frames[i].as_mut(), &metas[i], table, st);
-            st.hints = FrameHints::default();
+            st.hints.current = PREFETCH_WINDOW;
         }
     }
 }
@@ -241,10 +279,10 @@ fn prefetch_egress<A: Family>(st: &WorkerState, id: FlowId, direction: Direction
 /// [`visit`] for the family of `hint`. Not inlined: the pipeline loop stays small, and a
 /// call per stage costs less than its body copied into every stage of the loop.
 #[inline(never)]
-fn visit_hinted(st: &WorkerState, table: &Table, hint: FlowHint, ahead: Ahead, found: &mut FrameHints) -> Ahead {
+fn visit_hinted(st: &WorkerState, table: &Table, hint: FlowHint, ahead: Ahead) -> (Ahead, Option<(NewFlowHint, Option<RouteHint>)>) {
     match hint {
-        FlowHint::V4(key, _) => visit(st, table, &key, ahead, found),
-        FlowHint::V6(key, _) => visit(st, table, &key, ahead, found),
+        FlowHint::V4(key, _) => visit(st, table, &key, ahead),
+        FlowHint::V6(key, _) => visit(st, table, &key, ahead),
     }
 }
 
@@ -254,8 +292,13 @@ fn visit_hinted(st: &WorkerState, table: &Table, hint: FlowHint, ahead: Ahead, f
 /// [`super::flow`]. Reads only: everything it finds is a hint that [`process`] confirms or
 /// ignores.
 #[inline]
-fn visit<A: Family>(st: &WorkerState, table: &Table, key: &FlowKey<A>, ahead: Ahead, found: &mut FrameHints) -> Ahead {
-    match ahead {
+fn visit<A: Family>(
+    st: &WorkerState,
+    table: &Table,
+    key: &FlowKey<A>,
+    ahead: Ahead,
+) -> (Ahead, Option<(NewFlowHint, Option<RouteHint>)>) {
+    let next = match ahead {
         Ahead::Done | Ahead::Flow(..) => Ahead::Done,
         Ahead::Frontend(h) => {
             table.prefetch_frontend_record(h);
@@ -288,18 +331,18 @@ fn visit<A: Family>(st: &WorkerState, table: &Table, key: &FlowKey<A>, ahead: Ah
         }
         Ahead::Endpoint(service, frontend, position) => {
             let Some(endpoint) = table.service(service).and_then(|s| s.backends.get(position as usize)) else {
-                return Ahead::Done;
+                return (Ahead::Done, None);
             };
-            found.new_flow = Some(NewFlowHint { frontend, ring_backend: position });
-            if let Some(to) = A::from_ip(layout::addr_from16(endpoint.addr)) {
-                found.route = prefetch_route(st, to, frontend);
-                if let Some(r) = found.route {
-                    prefetch_reply_slot(st, key, to, endpoint.port.get(), r.out);
-                }
-            }
-            Ahead::Done
+            let new_flow = NewFlowHint { frontend, ring_backend: position };
+            let route = A::from_ip(layout::addr_from16(endpoint.addr)).and_then(|to| {
+                let route = prefetch_route(st, to, frontend)?;
+                prefetch_reply_slot(st, key, to, endpoint.port.get(), route.out);
+                Some(route)
+            });
+            return (Ahead::Done, Some((new_flow, route)));
         }
-    }
+    };
+    (next, None)
 }
 
 /// The last stage of both paths: routes `to` (where the packet will be sent), prefetches the
@@ -329,27 +372,49 @@ fn prefetch_reply_slot<A: Family>(st: &WorkerState, key: &FlowKey<A>, to: A, por
     };
     let reply =
         FlowKey { protocol: key.protocol, src_addr: to, src_port: port, dst_addr: snat_addr, dst_port: snat_port };
-    prefetch(st, &reply);
+    prefetch(A::conntrack(st), &reply);
 }
 
-/// The flow key of an IPv4 TCP, UDP or SCTP frame or an IPv6 TCP or UDP frame, from its
-/// headers alone (none of the checks [`process`] makes beyond what a safe parse needs), hashed
-/// for its family's conntrack, whose index slots for it are prefetched; `None` for anything
-/// else.
+/// Stage 1: sets `out` to the hints of a frame before any stage: the flow key of an IPv4
+/// TCP, UDP or SCTP frame or an IPv6 TCP or UDP frame, from its headers alone (none of the
+/// checks [`process`] makes beyond what a safe parse needs), hashed for its family's
+/// conntrack (`v4` or `v6`), whose index slots for it are prefetched; no flow key for
+/// anything else. Writes the hints in place: built elsewhere and copied, the key's narrow
+/// fields reach the slot through wide loads that cannot forward from them (a store-forwarding
+/// stall per frame).
 #[inline]
-fn hint(frame: &[u8], meta: &Meta, st: &WorkerState) -> Option<FlowHint> {
-    match link::receive(frame, meta, &st.host) {
-        Ok((rx, EtherType::Ipv4)) => ipv4::flow_key(frame, &rx).map(|key| FlowHint::V4(key, prefetch(st, &key))),
-        Ok((rx, EtherType::Ipv6)) => ipv6::flow_key(frame, &rx).map(|key| FlowHint::V6(key, prefetch(st, &key))),
-        _ => None,
+fn hint(
+    frame: &[u8],
+    meta: &Meta,
+    host: &Host,
+    v4: &Conntrack<Ipv4Addr>,
+    v6: &Conntrack<Ipv6Addr>,
+    out: &mut FrameHints,
+) {
+    out.candidate = None;
+    out.route = None;
+    out.new_flow = None;
+    out.flow = None;
+    match link::receive(frame, meta, host) {
+        Ok((rx, EtherType::Ipv4)) => {
+            if let Some(key) = ipv4::flow_key(frame, &rx) {
+                out.flow = Some(FlowHint::V4(key, prefetch(v4, &key)));
+            }
+        }
+        Ok((rx, EtherType::Ipv6)) => {
+            if let Some(key) = ipv6::flow_key(frame, &rx) {
+                out.flow = Some(FlowHint::V6(key, prefetch(v6, &key)));
+            }
+        }
+        _ => {}
     }
 }
 
-/// Hashes `key` for its family's conntrack and prefetches the index slots the hash selects.
+/// Hashes `key` for `conntrack` and prefetches the index slots the hash selects.
 #[inline]
-fn prefetch<A: Family>(st: &WorkerState, key: &FlowKey<A>) -> u64 {
-    let hash = A::conntrack(st).hash_key(key);
-    A::conntrack(st).prefetch_index(hash);
+fn prefetch<A: Family>(conntrack: &Conntrack<A>, key: &FlowKey<A>) -> u64 {
+    let hash = conntrack.hash_key(key);
+    conntrack.prefetch_index(hash);
     hash
 }
 

@@ -80,7 +80,7 @@ impl Family for Ipv4Addr {
 
     #[inline]
     fn hinted_hash(st: &mut WorkerState, key: &FlowKey<Self>) -> Option<u64> {
-        match st.hints.flow.take() {
+        match st.hints.current().flow.take() {
             Some(FlowHint::V4(hinted, hash)) if hinted == *key => Some(hash),
             _ => None,
         }
@@ -128,7 +128,7 @@ impl Family for Ipv6Addr {
 
     #[inline]
     fn hinted_hash(st: &mut WorkerState, key: &FlowKey<Self>) -> Option<u64> {
-        match st.hints.flow.take() {
+        match st.hints.current().flow.take() {
             Some(FlowHint::V6(hinted, hash)) if hinted == *key => Some(hash),
             _ => None,
         }

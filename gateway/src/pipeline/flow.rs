@@ -84,7 +84,10 @@ pub(super) fn handle<A: Family>(
     // `process_burst` hashed the key ahead (and prefetched its slots); use that hash only
     // if this full parse found the same key.
     let (hash, candidate, ahead) = match A::hinted_hash(st, &key) {
-        Some(hash) => (hash, st.hints.candidate.take(), st.hints.new_flow.take()),
+        Some(hash) => {
+            let hints = st.hints.current();
+            (hash, hints.candidate.take(), hints.new_flow.take())
+        },
         None => (A::conntrack(st).hash_key(&key), None, None),
     };
     let mut hit = A::conntrack(st).lookup_candidate(&key, hash, candidate);
@@ -255,7 +258,7 @@ pub(super) fn egress<A: Family>(
 /// frame when it was for `to` (the host's routes never change), else looked up.
 #[inline]
 fn route<A: Family>(st: &WorkerState, to: A) -> Option<(u8, A)> {
-    match st.hints.route {
+    match st.hints.current_ref().route {
         Some(h) if h.to == to.into() => A::from_ip(h.hop).map(|hop| (h.out, hop)),
         _ => st.host.route(to),
     }

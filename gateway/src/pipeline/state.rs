@@ -63,11 +63,12 @@ pub struct WorkerState {
     pub frontends: FrontendCounters,
     /// Next hops waiting for an ARP answer (see [`super::resolve`]).
     pub(super) pending: [Pending; PENDING_SLOTS],
-    /// What [`super::process_burst`] found ahead for the frame being processed, if
-    /// anything: its flow key and hash (taken by the flow lookup, and the rest used only when
-    /// the full parse finds the same key), the flow it almost certainly belongs to, its
-    /// route, a new flow's front door and endpoint.
-    pub(super) hints: super::burst::FrameHints,
+    /// What [`super::process_burst`] found ahead for the frames in flight
+    /// ([`super::burst::HintRing`]), and which of them is the frame being processed: its
+    /// flow key and hash (taken by the flow lookup, and the rest used only when the full
+    /// parse finds the same key), the flow it almost certainly belongs to, its route, a new
+    /// flow's front door and endpoint.
+    pub(super) hints: super::burst::HintRing,
 }
 
 impl std::fmt::Debug for WorkerState {
@@ -95,7 +96,7 @@ impl WorkerState {
             fragments6: FragmentTable::new(FRAGMENT_SLOTS, fragments::DEFAULT_TIMEOUT_NS, seed ^ 0xf6a6_0000_f6a6),
             frontends: FrontendCounters::default(),
             pending: [Pending::default(); PENDING_SLOTS],
-            hints: super::burst::FrameHints::default(),
+            hints: super::burst::HintRing::default(),
         }
     }
 
