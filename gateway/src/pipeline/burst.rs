@@ -47,7 +47,7 @@ use super::link;
 use super::{backend, ipv4, ipv6, process, Meta, Verdict, WorkerState};
 use crate::conntrack::{Conntrack, Direction, FlowId, FlowKey};
 use crate::host::Host;
-use crate::table::{layout, FrontendHash, Table};
+use crate::table::{layout, FrontendHash, ServiceRef, Table};
 use crate::wire::{EtherType, IpProtocol, SctpPacket, TcpPacket, UdpPacket};
 
 /// Frames [`process_burst`] has in flight at once: from a frame's stage 1 to its processing
@@ -84,9 +84,10 @@ pub(super) struct RouteHint {
 }
 
 /// How far the prefetches of a frame have come: what the next visit reads (it was prefetched
-/// by the previous one) and prefetches.
+/// by the previous one) and prefetches. A new flow's service is viewed once
+/// ([`Table::service`]) and carried through its later visits.
 #[derive(Clone, Copy, Debug)]
-enum Ahead {
+enum Ahead<'t> {
     /// Nothing (more) to prefetch: not a flow frame, or done.
     Done,
     /// A flow the lookup will almost certainly find: its record is on its way.
@@ -97,11 +98,11 @@ enum Ahead {
     FrontendRecord(FrontendHash),
     /// The service record is on its way: service and front door (positions in the table).
     Service(u32, u32),
-    /// The ring slot is on its way: service, front door and the slot.
-    Slot(u32, u32, u32),
-    /// The chosen endpoint's record is on its way: service, front door and the endpoint's
-    /// position among the service's backends.
-    Endpoint(u32, u32, u32),
+    /// The ring slot is on its way: the service, the front door and the slot.
+    Slot(ServiceRef<'t>, u32, u32),
+    /// The chosen endpoint's record is on its way: the service, the front door and the
+    /// endpoint's position among the service's backends.
+    Endpoint(ServiceRef<'t>, u32, u32),
 }
 
 /// What [`process_burst`] found ahead for a frame opening a new flow, for
@@ -191,7 +192,7 @@ pub fn process_burst<B: AsMut<[u8]>>(
     // Frame `i`'s hints live in slot `i % PREFETCH_WINDOW` from its stage 1 (step `i`) to its
     // processing (step `i + PROCESS_AT`), so the pipeline runs through the whole burst
     // without draining between windows.
-    let mut ahead: [Ahead; PREFETCH_WINDOW] = [Ahead::Done; PREFETCH_WINDOW];
+    let mut ahead: [Ahead<'_>; PREFETCH_WINDOW] = [Ahead::Done; PREFETCH_WINDOW];
     // Bit `i % PREFETCH_WINDOW`: frame `i` opens a new flow whose prefetches are under way.
     let mut new_flows: u32 = 0;
     let slot = |i: usize| i % PREFETCH_WINDOW;
@@ -220,10 +221,8 @@ pub fn process_burst<B: AsMut<[u8]>>(
                 else {
                     continue;
                 };
-                if let Some(h) = st.hints.frames[j].flow {
-                    let (next, found) = visit_hinted(st, table, h, ahead[j]);
-                    ahead[j] = next;
-                    if let Some((new_flow, route)) = found {
+                if let Some(h) = &st.hints.frames[j].flow {
+                    if let Some((new_flow, route)) = visit_hinted(st, table, h, &mut ahead[j]) {
                         st.hints.frames[j].new_flow = Some(new_flow);
                         st.hints.frames[j].route = route;
                     }
@@ -252,7 +251,7 @@ pub fn process_burst<B: AsMut<[u8]>>(
 /// Stage 2: reads the probe run of `hash`; a flow found has its record prefetched, none
 /// (a new flow) has its front door's index line prefetched.
 #[inline]
-fn probe<A: Family>(st: &WorkerState, table: &Table, key: &FlowKey<A>, hash: u64) -> Ahead {
+fn probe<'t, A: Family>(st: &WorkerState, table: &'t Table, key: &FlowKey<A>, hash: u64) -> Ahead<'t> {
     match A::conntrack(st).prefetch_record(hash) {
         Some((id, direction)) => Ahead::Flow(id, direction),
         None => {
@@ -279,26 +278,32 @@ fn prefetch_egress<A: Family>(st: &WorkerState, id: FlowId, direction: Direction
 /// [`visit`] for the family of `hint`. Not inlined: the pipeline loop stays small, and a
 /// call per stage costs less than its body copied into every stage of the loop.
 #[inline(never)]
-fn visit_hinted(st: &WorkerState, table: &Table, hint: FlowHint, ahead: Ahead) -> (Ahead, Option<(NewFlowHint, Option<RouteHint>)>) {
+fn visit_hinted<'t>(
+    st: &WorkerState,
+    table: &'t Table,
+    hint: &FlowHint,
+    ahead: &mut Ahead<'t>,
+) -> Option<(NewFlowHint, Option<RouteHint>)> {
     match hint {
-        FlowHint::V4(key, _) => visit(st, table, &key, ahead),
-        FlowHint::V6(key, _) => visit(st, table, &key, ahead),
+        FlowHint::V4(key, _) => visit(st, table, key, ahead),
+        FlowHint::V6(key, _) => visit(st, table, key, ahead),
     }
 }
 
 /// Advances the prefetches of a new flow's frame whose flow key is `key` by one stage: reads
-/// what the previous stage prefetched, prefetches the next load, and returns how far it
-/// came; the last stage leaves the route to the endpoint and what it found in `found` for
-/// [`super::flow`]. Reads only: everything it finds is a hint that [`process`] confirms or
+/// what the previous stage prefetched, prefetches the next load, and updates `ahead` to how
+/// far it came (in place: an `Ahead` carries a service view, too large to copy in and out
+/// of every visit); the last stage returns what it found (front door, ring endpoint) and
+/// the route to the endpoint, for [`super::flow`]. Reads only: everything it finds is a hint that [`process`] confirms or
 /// ignores.
 #[inline]
-fn visit<A: Family>(
+fn visit<'t, A: Family>(
     st: &WorkerState,
-    table: &Table,
+    table: &'t Table,
     key: &FlowKey<A>,
-    ahead: Ahead,
-) -> (Ahead, Option<(NewFlowHint, Option<RouteHint>)>) {
-    let next = match ahead {
+    ahead: &mut Ahead<'t>,
+) -> Option<(NewFlowHint, Option<RouteHint>)> {
+    let next = match *ahead {
         Ahead::Done | Ahead::Flow(..) => Ahead::Done,
         Ahead::Frontend(h) => {
             table.prefetch_frontend_record(h);
@@ -311,27 +316,27 @@ fn visit<A: Family>(
             }
             None => Ahead::Done,
         },
-        Ahead::Service(service, frontend) => {
-            match table.service(service).and_then(|s| Some((s.slot(backend::ring_hash(&s, key))?, s))) {
-                Some((slot, s)) => {
+        Ahead::Service(service, frontend) => match table.service(service) {
+            Some(s) => match s.slot(backend::ring_hash(&s, key)) {
+                Some(slot) => {
                     s.prefetch_slot(slot);
-                    Ahead::Slot(service, frontend, slot as u32)
+                    Ahead::Slot(s, frontend, slot as u32)
                 }
                 None => Ahead::Done,
+            },
+            None => Ahead::Done,
+        },
+        Ahead::Slot(s, frontend, slot) => match s.ring_backend(slot as usize) {
+            Some(position) => {
+                s.prefetch_backend(position);
+                Ahead::Endpoint(s, frontend, position)
             }
-        }
-        Ahead::Slot(service, frontend, slot) => {
-            match table.service(service).and_then(|s| Some((s.ring_backend(slot as usize)?, s))) {
-                Some((position, s)) => {
-                    s.prefetch_backend(position);
-                    Ahead::Endpoint(service, frontend, position)
-                }
-                None => Ahead::Done,
-            }
-        }
-        Ahead::Endpoint(service, frontend, position) => {
-            let Some(endpoint) = table.service(service).and_then(|s| s.backends.get(position as usize)) else {
-                return (Ahead::Done, None);
+            None => Ahead::Done,
+        },
+        Ahead::Endpoint(s, frontend, position) => {
+            let Some(endpoint) = s.backends.get(position as usize) else {
+                *ahead = Ahead::Done;
+                return None;
             };
             let new_flow = NewFlowHint { frontend, ring_backend: position };
             let route = A::from_ip(layout::addr_from16(endpoint.addr)).and_then(|to| {
@@ -339,10 +344,12 @@ fn visit<A: Family>(
                 prefetch_reply_slot(st, key, to, endpoint.port.get(), route.out);
                 Some(route)
             });
-            return (Ahead::Done, Some((new_flow, route)));
+            *ahead = Ahead::Done;
+            return Some((new_flow, route));
         }
     };
-    (next, None)
+    *ahead = next;
+    None
 }
 
 /// The last stage of both paths: routes `to` (where the packet will be sent), prefetches the
