@@ -818,6 +818,18 @@ impl<A: Address> Conntrack<A> {
     ///
     /// On error the table is unchanged.
     pub fn insert(&mut self, flow: Flow<A>) -> Result<FlowId, InsertError> {
+        self.insert_hashed(flow, self.hash(&flow.original))
+    }
+
+    /// [`Conntrack::insert`] with the original tuple's [`Conntrack::hash_key`] already
+    /// computed (by the lookup that missed). A hash that is not the tuple's indexes it where
+    /// no lookup finds it (a wrong answer, never a panic).
+    ///
+    /// # Errors
+    /// As [`Conntrack::insert`].
+    #[inline]
+    pub fn insert_hashed(&mut self, flow: Flow<A>, original_hash: u64) -> Result<FlowId, InsertError> {
+        debug_assert_eq!(original_hash, self.hash(&flow.original), "a hash of another tuple");
         let snat = self.snat.iter().position(|a| *a == flow.reply.dst_addr).ok_or(InsertError::NotFullNat)?;
         if flow.reply.protocol != flow.original.protocol {
             return Err(InsertError::NotFullNat);
@@ -825,7 +837,6 @@ impl<A: Address> Conntrack<A> {
         if flow.original == flow.reply {
             return Err(InsertError::Exists);
         }
-        let original_hash = self.hash(&flow.original);
         let reply_hash = self.hash(&flow.reply);
         let (records, snat_addrs) = (&*self.records, &*self.snat);
         let Probe::Vacant(original_pos) =

@@ -303,52 +303,50 @@ fn visit<'t, A: Family>(
     key: &FlowKey<A>,
     ahead: &mut Ahead<'t>,
 ) -> Option<(NewFlowHint, Option<RouteHint>)> {
-    let next = match *ahead {
-        Ahead::Done | Ahead::Flow(..) => Ahead::Done,
+    // Each arm writes `*ahead` itself: a temporary assigned at the end would copy the whole
+    // (service-view sized) enum on every visit.
+    match *ahead {
+        Ahead::Done | Ahead::Flow(..) => *ahead = Ahead::Done,
         Ahead::Frontend(h) => {
             table.prefetch_frontend_record(h);
-            Ahead::FrontendRecord(h)
+            *ahead = Ahead::FrontendRecord(h);
         }
         Ahead::FrontendRecord(h) => match table.frontend_hashed(h, key.dst_addr.into(), key.protocol, key.dst_port) {
             Some(fe) => {
                 table.prefetch_service(fe.service);
-                Ahead::Service(fe.service, fe.index)
+                *ahead = Ahead::Service(fe.service, fe.index);
             }
-            None => Ahead::Done,
+            None => *ahead = Ahead::Done,
         },
         Ahead::Service(service, frontend) => match table.service(service) {
             Some(s) => match s.slot(backend::ring_hash(&s, key)) {
                 Some(slot) => {
                     s.prefetch_slot(slot);
-                    Ahead::Slot(s, frontend, slot as u32)
+                    *ahead = Ahead::Slot(s, frontend, slot as u32);
                 }
-                None => Ahead::Done,
+                None => *ahead = Ahead::Done,
             },
-            None => Ahead::Done,
+            None => *ahead = Ahead::Done,
         },
         Ahead::Slot(s, frontend, slot) => match s.ring_backend(slot as usize) {
             Some(position) => {
                 s.prefetch_backend(position);
-                Ahead::Endpoint(s, frontend, position)
+                *ahead = Ahead::Endpoint(s, frontend, position);
             }
-            None => Ahead::Done,
+            None => *ahead = Ahead::Done,
         },
         Ahead::Endpoint(s, frontend, position) => {
-            let Some(endpoint) = s.backends.get(position as usize) else {
-                *ahead = Ahead::Done;
-                return None;
-            };
+            *ahead = Ahead::Done;
+            let endpoint = s.backends.get(position as usize)?;
             let new_flow = NewFlowHint { frontend, ring_backend: position };
             let route = A::from_ip(layout::addr_from16(endpoint.addr)).and_then(|to| {
                 let route = prefetch_route(st, to, frontend)?;
                 prefetch_reply_slot(st, key, to, endpoint.port.get(), route.out);
                 Some(route)
             });
-            *ahead = Ahead::Done;
             return Some((new_flow, route));
         }
-    };
-    *ahead = next;
+    }
     None
 }
 

@@ -123,7 +123,7 @@ pub(super) fn handle<A: Family>(
     }
     let (mut id, dir) = match hit {
         Some(h) => h,
-        None => match new_flow(now, frame, rx, table, st, key, seg, ahead) {
+        None => match new_flow(now, frame, rx, table, st, key, hash, seg, ahead) {
             Ok(id) => (id, Direction::Original),
             Err(v) => return v,
         },
@@ -133,7 +133,7 @@ pub(super) fn handle<A: Family>(
         // A new connection on the tuple of a closed one: forget the old flow, choose the
         // endpoint anew.
         remove_flow::<A>(st, id);
-        id = match new_flow(now, frame, rx, table, st, key, seg, ahead) {
+        id = match new_flow(now, frame, rx, table, st, key, hash, seg, ahead) {
             Ok(id) => id,
             Err(v) => return v,
         };
@@ -273,8 +273,9 @@ fn route<A: Family>(st: &WorkerState, to: A) -> Option<(u8, A)> {
 /// ([`DropReason::SourceRangeDenied`]), as by kube-proxy's firewall chain, whether or not
 /// the Service has endpoints.
 ///
-/// `ahead` is what `process_burst` found ahead for this key in this table (front door and
-/// the ring's endpoint), used instead of looking them up again.
+/// `hash` is the key's conntrack hash ([`crate::conntrack::Conntrack::hash_key`]); `ahead`
+/// is what `process_burst` found ahead for this key in this table (front door and the ring's
+/// endpoint), used instead of looking them up again.
 #[allow(clippy::too_many_arguments)]
 fn new_flow<A: Family>(
     now: u64,
@@ -283,6 +284,7 @@ fn new_flow<A: Family>(
     table: &Table,
     st: &mut WorkerState,
     key: FlowKey<A>,
+    hash: u64,
     seg: &Segment<A>,
     ahead: Option<NewFlowHint>,
 ) -> Result<FlowId, Verdict> {
@@ -341,13 +343,13 @@ fn new_flow<A: Family>(
         },
         state: FlowState::new(fe.index, table.generation() as u32, Deadline::at(now)),
     };
-    let mut inserted = A::conntrack_mut(st).insert(flow);
+    let mut inserted = A::conntrack_mut(st).insert_hashed(flow, hash);
     if inserted == Err(InsertError::Full) {
         // Linux's early drop: evict a flow near this one that is worth less, then retry.
         if let Some(evicted) = A::conntrack_mut(st).early_drop(&key, now) {
             free_snat_port(&mut st.snat, &st.host, &evicted);
             st.counters.conntrack_evicted += 1;
-            inserted = A::conntrack_mut(st).insert(flow);
+            inserted = A::conntrack_mut(st).insert_hashed(flow, hash);
         }
     }
     match inserted {
