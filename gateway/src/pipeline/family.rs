@@ -29,6 +29,10 @@ pub(super) trait Family:
     /// This family's conntrack table in `st`, mutable.
     fn conntrack_mut(st: &mut WorkerState) -> &mut Conntrack<Self>;
 
+    /// This family's conntrack table in `st`, mutable, and the host beside it (whose
+    /// timeouts tracking reads without copying them).
+    fn conntrack_and_host(st: &mut WorkerState) -> (&mut Conntrack<Self>, &crate::host::Host);
+
     /// `ip` when it is of this family.
     fn from_ip(ip: IpAddr) -> Option<Self>;
 
@@ -63,6 +67,11 @@ impl Family for Ipv4Addr {
     #[inline]
     fn conntrack_mut(st: &mut WorkerState) -> &mut Conntrack<Self> {
         &mut st.conntrack
+    }
+
+    #[inline]
+    fn conntrack_and_host(st: &mut WorkerState) -> (&mut Conntrack<Self>, &crate::host::Host) {
+        (&mut st.conntrack, &st.host)
     }
 
     #[inline]
@@ -111,6 +120,11 @@ impl Family for Ipv6Addr {
     #[inline]
     fn conntrack_mut(st: &mut WorkerState) -> &mut Conntrack<Self> {
         &mut st.conntrack6
+    }
+
+    #[inline]
+    fn conntrack_and_host(st: &mut WorkerState) -> (&mut Conntrack<Self>, &crate::host::Host) {
+        (&mut st.conntrack6, &st.host)
     }
 
     #[inline]

@@ -171,15 +171,15 @@ fn frontend_index<A: Family>(table: &Table, flow: &Flow<A>) -> Option<u32> {
 /// Applies the packet to flow `id`'s state ([`track_tcp`], [`track_udp`], [`sctp::track`]):
 /// TCP state, idle deadline, `seen_reply`, `assured`.
 fn track<A: Family>(now: u64, st: &mut WorkerState, id: FlowId, dir: Direction, seg: &Segment<A>) -> Tracked {
-    let timeouts = st.host.timeouts;
-    let state = A::conntrack_mut(st).state_mut(id);
+    let (conntrack, host) = A::conntrack_and_host(st);
+    let (state, timeouts) = (conntrack.state_mut(id), &host.timeouts);
     if seg.proto == IpProtocol::Tcp {
-        track_tcp(state, dir, seg.tcp_flags, now, &timeouts)
+        track_tcp(state, dir, seg.tcp_flags, now, timeouts)
     } else if seg.proto == IpProtocol::Sctp {
         sctp::track(state, dir, seg.sctp, now);
         Tracked::Forward
     } else {
-        track_udp(state, dir, now, &timeouts);
+        track_udp(state, dir, now, timeouts);
         Tracked::Forward
     }
 }
