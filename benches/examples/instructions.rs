@@ -1,0 +1,51 @@
+//! Instructions per packet of `process_burst`, counted by callgrind: a measure that does not
+//! move with the machine's load, for comparing two builds of the data plane where timings on
+//! a shared 2-vCPU VM differ by less than their noise (BENCHMARKS.md, "Instruction counts").
+//!
+//! ```sh
+//! cargo build --release -p torii-benches --example instructions
+//! valgrind --tool=callgrind --toggle-collect='instructions::timed' \
+//!     target/release/examples/instructions est 1000
+//! ```
+//!
+//! Arguments: the stream (`est`: client → VIP segments of established flows, `reply`:
+//! endpoint → SNAT address segments, `syn`: SYNs opening new flows) and the active flows
+//! (default 1000). It builds the IPv4 benchmark gateway and fixture of `torii_benches`
+//! (10 000 front doors), then runs bursts of [`VECTOR`] frames through `timed`, the only
+//! function callgrind counts with the command above: divide the "I refs" it prints by the
+//! packets this prints. SYN runs stop before the conntrack would fill (no early drop).
+
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+
+use torii_benches::dataplane::{Burst, Fixture, Gateway, Kind, Stream, Transport, VECTOR};
+use torii_gateway::counters::DropReason;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let kind = args.get(1).map_or("est", String::as_str);
+    let flows: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1000);
+    let gateway = Arc::new(Gateway::<Ipv4Addr>::new());
+    let mut fx = Fixture::new(Arc::clone(&gateway), Transport::Tcp, flows);
+    let (mut stream, bursts) = match kind {
+        // The fixture's conntrack has room for a quarter more flows and 4096.
+        "syn" => (fx.stream(Kind::Syn, 1 << 16, 0), (flows / 4 + 4096) / VECTOR),
+        "reply" => (fx.stream(Kind::Reply, 1 << 16, 2), 40),
+        "est" => (fx.stream(Kind::Original, 1 << 16, 1), 40),
+        other => panic!("unknown stream {other:?}: est, reply or syn"),
+    };
+    let mut burst = Burst::new(VECTOR);
+    for _ in 0..bursts {
+        timed(&mut fx, &mut stream, &mut burst);
+    }
+    for r in DropReason::ALL {
+        assert_eq!(fx.state.counters.drops_of(r), 0, "dropped as {}", r.name());
+    }
+    println!("{kind}: {} packets in {bursts} bursts of {VECTOR}", bursts * VECTOR);
+}
+
+/// One burst: what callgrind counts.
+#[inline(never)]
+fn timed(fx: &mut Fixture<Ipv4Addr>, stream: &mut Stream<Ipv4Addr>, burst: &mut Burst) {
+    fx.process_burst(stream, burst);
+}
