@@ -165,10 +165,17 @@ pub struct Connected<B> {
 
 /// The connected subnets of one family, in interface order then address order (the order
 /// [`Host::route`] matches in), indexed so that a lookup does not scan them all: one small
-/// open-addressing table per distinct mask, from network to the earliest subnet with that
-/// network and mask. A lookup probes each table (most hosts use one or two prefix lengths)
-/// and takes the earliest subnet found. A scan of the 21 subnets of the benchmark's gateway
-/// cost about 90 instructions per forwarded packet (callgrind); the probes cost a few each.
+/// table per distinct mask, from network to the earliest subnet with that network and mask.
+/// A lookup probes each table (most hosts use one or two prefix lengths) and takes the
+/// earliest subnet found. A scan of the 21 subnets of the benchmark's gateway cost about 90
+/// instructions per forwarded packet (callgrind), and a branch whose outcome depends on the
+/// destination's link.
+///
+/// Each table is built collision-free where a multiplier can be found for it (multiplicative
+/// hashing, tried at growing sizes up to [`MAX_PERFECT_SLOTS`]): then a lookup reads one
+/// slot per mask, with no probe loop whose length varies from packet to packet. Otherwise
+/// (networks whose folded words collide, which no multiplier separates) the table falls back
+/// to linear probing.
 #[derive(Clone, Debug)]
 pub struct ConnectedIndex<B> {
     /// The subnets, in matching order.
@@ -177,26 +184,94 @@ pub struct ConnectedIndex<B> {
     groups: Vec<MaskGroup<B>>,
 }
 
-/// The subnets of one mask: `slots.len()` is a power of two, at least twice their number,
-/// so every probe run ends at a vacant slot.
+/// The subnets of one mask: `slots.len()` is `1 << (64 - shift)`, at least twice their
+/// number, so every probe run ends at a vacant slot.
 #[derive(Clone, Debug)]
 struct MaskGroup<B> {
     mask: B,
+    /// Odd multiplier of the slot hash.
+    multiplier: u64,
+    /// `64 - log2(slots.len())`.
+    shift: u32,
+    /// No two networks share a home slot: a lookup reads one slot.
+    perfect: bool,
     /// (network, position in [`ConnectedIndex::subnets`]); position [`VACANT_SUBNET`]: empty.
     slots: Box<[(B, u32)]>,
 }
 
 const VACANT_SUBNET: u32 = u32::MAX;
 
-/// Home slot of `network` in a table of `len` (a power of two) slots.
+/// Largest collision-free table [`ConnectedIndex::new`] tries before it falls back to linear
+/// probing.
+const MAX_PERFECT_SLOTS: usize = 1 << 12;
+
+/// Multipliers tried per table size.
+const MULTIPLIERS_TRIED: u64 = 64;
+
+/// Home slot of `network`: the top `64 - shift` bits of its folded words times `multiplier`.
 #[inline]
-fn subnet_slot(network: u128, len: usize) -> usize {
+fn subnet_slot(network: u128, multiplier: u64, shift: u32) -> usize {
     let folded = (network >> 64) as u64 ^ network as u64;
-    (folded.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as usize & (len - 1)
+    (folded.wrapping_mul(multiplier) >> shift) as usize
+}
+
+/// The `k`-th candidate multiplier (odd): SplitMix64's output function.
+fn multiplier(k: u64) -> u64 {
+    let mut z = k.wrapping_add(1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (z ^ (z >> 31)) | 1
+}
+
+impl<B: Copy + Eq + BitAnd<Output = B> + Into<u128>> MaskGroup<B> {
+    /// The table of `members` (position, network; in matching order, networks repeated where
+    /// several subnets have them).
+    fn new(mask: B, members: &[(usize, B)]) -> Self {
+        // The earliest subnet of each network.
+        let mut unique: Vec<(usize, B)> = Vec::with_capacity(members.len());
+        for &(position, network) in members {
+            if !unique.iter().any(|&(_, n)| n == network) {
+                unique.push((position, network));
+            }
+        }
+        let min_len = (2 * unique.len()).next_power_of_two().max(2);
+        let shift_of = |len: usize| 64 - len.trailing_zeros();
+        let mut len = min_len;
+        while len <= MAX_PERFECT_SLOTS {
+            for k in 0..MULTIPLIERS_TRIED {
+                let (m, shift) = (multiplier(k), shift_of(len));
+                let mut taken = vec![false; len];
+                let distinct = unique.iter().all(|&(_, n)| {
+                    let i = subnet_slot(n.into(), m, shift);
+                    !std::mem::replace(&mut taken[i], true)
+                });
+                if distinct {
+                    return Self::place(mask, &unique, len, m, true);
+                }
+            }
+            len *= 2;
+        }
+        Self::place(mask, &unique, min_len, multiplier(0), false)
+    }
+
+    /// Places `unique` networks by linear probing in `len` slots.
+    fn place(mask: B, unique: &[(usize, B)], len: usize, multiplier: u64, perfect: bool) -> Self {
+        let shift = 64 - len.trailing_zeros();
+        let mut slots = vec![(mask, VACANT_SUBNET); len];
+        for &(position, network) in unique {
+            let mut i = subnet_slot(network.into(), multiplier, shift);
+            while slots[i].1 != VACANT_SUBNET {
+                i = (i + 1) & (len - 1);
+            }
+            slots[i] = (network, position as u32);
+        }
+        Self { mask, multiplier, shift, perfect, slots: slots.into_boxed_slice() }
+    }
 }
 
 impl<B: Copy + Eq + BitAnd<Output = B> + Into<u128>> ConnectedIndex<B> {
-    /// Indexes `subnets` (in matching order). O(subnets × distinct masks).
+    /// Indexes `subnets` (in matching order). O(subnets × distinct masks), plus the search
+    /// for collision-free multipliers (a few thousand hashes).
     fn new(subnets: Vec<Connected<B>>) -> Self {
         let mut masks: Vec<B> = Vec::new();
         for c in &subnets {
@@ -207,20 +282,9 @@ impl<B: Copy + Eq + BitAnd<Output = B> + Into<u128>> ConnectedIndex<B> {
         let groups = masks
             .into_iter()
             .map(|mask| {
-                let members = subnets.iter().enumerate().filter(|(_, c)| c.mask == mask);
-                let len = (2 * members.clone().count()).next_power_of_two();
-                let mut slots = vec![(mask, VACANT_SUBNET); len];
-                // In matching order: a network already placed keeps its earlier subnet.
-                for (position, c) in members {
-                    let mut i = subnet_slot(c.network.into(), len);
-                    while slots[i].1 != VACANT_SUBNET && slots[i].0 != c.network {
-                        i = (i + 1) & (len - 1);
-                    }
-                    if slots[i].1 == VACANT_SUBNET {
-                        slots[i] = (c.network, position as u32);
-                    }
-                }
-                MaskGroup { mask, slots: slots.into_boxed_slice() }
+                let members: Vec<(usize, B)> =
+                    subnets.iter().enumerate().filter(|(_, c)| c.mask == mask).map(|(i, c)| (i, c.network)).collect();
+                MaskGroup::new(mask, &members)
             })
             .collect();
         Self { subnets, groups }
@@ -232,18 +296,17 @@ impl<B: Copy + Eq + BitAnd<Output = B> + Into<u128>> ConnectedIndex<B> {
         let mut first = VACANT_SUBNET;
         for g in &self.groups {
             let network = bits & g.mask;
-            let len = g.slots.len();
-            let mut i = subnet_slot(network.into(), len);
+            let mut i = subnet_slot(network.into(), g.multiplier, g.shift);
             loop {
                 let (n, position) = g.slots[i];
-                if position == VACANT_SUBNET {
-                    break;
-                }
-                if n == network {
+                if n == network && position != VACANT_SUBNET {
                     first = first.min(position);
                     break;
                 }
-                i = (i + 1) & (len - 1);
+                if g.perfect || position == VACANT_SUBNET {
+                    break;
+                }
+                i = (i + 1) & (g.slots.len() - 1);
             }
         }
         self.subnets.get(first as usize)
@@ -318,7 +381,7 @@ pub struct Host {
     pub router6: Option<(Ipv6Addr, u8)>,
     /// Conntrack timeouts.
     pub timeouts: Timeouts,
-    /// The IPv4 connected subnets of `interfaces`, flat ([`Connected`]); built by
+    /// The IPv4 connected subnets of `interfaces`, indexed ([`ConnectedIndex`]); built by
     /// [`Host::new`], which is why the fields above are not meant to change afterwards.
     connected: ConnectedIndex<u32>,
     /// The same for IPv6.
@@ -495,6 +558,33 @@ mod tests {
                 proptest::prop_assert_eq!(index.first_containing(bits), scanned);
             }
         }
+    }
+
+    /// Two IPv6 networks whose folded words are equal collide under every multiplier: the
+    /// table falls back to probing and still finds both, and the benchmark-like host's
+    /// table is collision-free.
+    #[test]
+    fn connected_index_without_a_perfect_table_still_finds_every_subnet() {
+        let mask = u128::MAX << 64;
+        let (a, b) = (1u128 << 64, 2u128 << 64);
+        // Folded: a's 1 and b's 2 differ; c's halves are equal (3 and 3) and fold to 0, as 0 does.
+        let c = (3u128 << 64) | 3;
+        let mask_c = u128::MAX;
+        let subnets = vec![
+            Connected { network: a, mask, iface: 0 },
+            Connected { network: b, mask, iface: 1 },
+            Connected { network: 0, mask: mask_c, iface: 2 },
+            Connected { network: c, mask: mask_c, iface: 3 },
+        ];
+        let index = ConnectedIndex::new(subnets.clone());
+        assert!(index.groups[0].perfect, "distinct folded words: a multiplier separates them");
+        assert!(!index.groups[1].perfect, "equal folded words: no multiplier separates them");
+        for (bits, want) in [(a | 5, Some(0)), (b, Some(1)), (0, Some(2)), (c, Some(3)), (3, None)] {
+            assert_eq!(index.first_containing(bits).map(|s| usize::from(s.iface)), want, "{bits:#x}");
+        }
+        let many: Vec<Connected<u32>> =
+            (0..21).map(|k| Connected { network: 0x0a00_0000 | (k << 8), mask: 0xffff_ff00, iface: k as u8 }).collect();
+        assert!(ConnectedIndex::new(many).groups.iter().all(|g| g.perfect));
     }
 
     #[test]

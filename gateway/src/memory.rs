@@ -76,7 +76,7 @@ pub(crate) fn filled_with<T>(len: usize, make: impl FnMut() -> T) -> HugeSlice<T
     advise_huge_pages(base as *mut u8, (len + pad) * size);
     let start = if pad == 0 { 0 } else { (base.next_multiple_of(HUGE_PAGE) - base).div_ceil(size).min(pad) };
     v.extend(std::iter::repeat_with(make).take(len + pad));
-    assert!(start + len <= v.len(), "the used part lies inside the storage");
+    assert!(start.checked_add(len).is_some_and(|end| end <= v.len()), "the used part lies inside the storage");
     HugeSlice { storage: v.into_boxed_slice(), start, len }
 }
 

@@ -117,8 +117,9 @@ pub(super) struct NewFlowHint {
     pub ring_backend: u32,
 }
 
-/// What the stages found ahead for one frame, handed to [`process`] with it (in
-/// `WorkerState::hints`): hints all, which the flow path confirms or ignores.
+/// What the stages found ahead for one frame, handed to [`process`] with it (in its slot of
+/// [`HintRing`], in `WorkerState::hints`): hints all, which the flow path confirms or
+/// ignores.
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct FrameHints {
     /// The frame's flow key and its conntrack hash (stage 1).
@@ -178,7 +179,8 @@ pub(super) enum FlowHint {
 /// Processes a burst: `verdicts[i]` becomes what `process(now, frames[i], metas[i], ..)`
 /// returns, frame by frame in order, for the first `min(frames, metas, verdicts)` frames;
 /// the state ends as `process` would leave it. Pure in the same sense as [`process`]: no
-/// I/O, no clock, no allocation (the hints live in `st`, [`PREFETCH_WINDOW`] slots).
+/// I/O, no clock, no allocation (the hints live in `st`: [`PREFETCH_WINDOW`] slots and an
+/// empty one).
 /// See the module documentation for what it does before processing.
 pub fn process_burst<B: AsMut<[u8]>>(
     now: u64,
@@ -294,8 +296,8 @@ fn visit_hinted<'t>(
 /// what the previous stage prefetched, prefetches the next load, and updates `ahead` to how
 /// far it came (in place: an `Ahead` carries a service view, too large to copy in and out
 /// of every visit); the last stage returns what it found (front door, ring endpoint) and
-/// the route to the endpoint, for [`super::flow`]. Reads only: everything it finds is a hint that [`process`] confirms or
-/// ignores.
+/// the route to the endpoint, for [`super::flow`]. Reads only: everything it finds is a hint
+/// that [`process`] confirms or ignores.
 #[inline]
 fn visit<'t, A: Family>(
     st: &WorkerState,

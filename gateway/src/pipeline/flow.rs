@@ -87,7 +87,7 @@ pub(super) fn handle<A: Family>(
         Some(hash) => {
             let hints = st.hints.current();
             (hash, hints.candidate.take(), hints.new_flow.take())
-        },
+        }
         None => (A::conntrack(st).hash_key(&key), None, None),
     };
     let mut hit = A::conntrack(st).lookup_candidate(&key, hash, candidate);
