@@ -172,7 +172,7 @@ pub struct Connected<B> {
 /// destination's link.
 ///
 /// Each table is built collision-free where a multiplier can be found for it (multiplicative
-/// hashing, tried at growing sizes up to [`MAX_PERFECT_SLOTS`]): then a lookup reads one
+/// hashing, tried at growing sizes up to 4096 slots): then a lookup reads one
 /// slot per mask, with no probe loop whose length varies from packet to packet. Otherwise
 /// (networks whose folded words collide, which no multiplier separates) the table falls back
 /// to linear probing.
