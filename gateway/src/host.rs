@@ -215,6 +215,11 @@ fn subnet_slot(network: u128, multiplier: u64, shift: u32) -> usize {
     (folded.wrapping_mul(multiplier) >> shift) as usize
 }
 
+/// The [`subnet_slot`] shift for a table of `len` (a power of two) slots.
+fn slot_shift(len: usize) -> u32 {
+    64 - len.trailing_zeros()
+}
+
 /// The `k`-th candidate multiplier (odd): SplitMix64's output function.
 fn multiplier(k: u64) -> u64 {
     let mut z = k.wrapping_add(1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
@@ -235,11 +240,10 @@ impl<B: Copy + Eq + BitAnd<Output = B> + Into<u128>> MaskGroup<B> {
             }
         }
         let min_len = (2 * unique.len()).next_power_of_two().max(2);
-        let shift_of = |len: usize| 64 - len.trailing_zeros();
         let mut len = min_len;
         while len <= MAX_PERFECT_SLOTS {
             for k in 0..MULTIPLIERS_TRIED {
-                let (m, shift) = (multiplier(k), shift_of(len));
+                let (m, shift) = (multiplier(k), slot_shift(len));
                 let mut taken = vec![false; len];
                 let distinct = unique.iter().all(|&(_, n)| {
                     let i = subnet_slot(n.into(), m, shift);
@@ -256,7 +260,7 @@ impl<B: Copy + Eq + BitAnd<Output = B> + Into<u128>> MaskGroup<B> {
 
     /// Places `unique` networks by linear probing in `len` slots.
     fn place(mask: B, unique: &[(usize, B)], len: usize, multiplier: u64, perfect: bool) -> Self {
-        let shift = 64 - len.trailing_zeros();
+        let shift = slot_shift(len);
         let mut slots = vec![(mask, VACANT_SUBNET); len];
         for &(position, network) in unique {
             let mut i = subnet_slot(network.into(), multiplier, shift);

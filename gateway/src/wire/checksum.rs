@@ -203,9 +203,7 @@ const fn sum_u128(v: u128) -> u32 {
 /// checksum).
 #[inline]
 pub const fn update_addr_v6(check: u16, old: Ipv6Addr, new: Ipv6Addr) -> u16 {
-    // ~m summed word by word is the one's complement of the sum of m.
-    let old_sum = fold(sum_u128(old.to_bits()));
-    finish(!check as u32 + !old_sum as u32 + sum_u128(new.to_bits()))
+    Delta::NONE.addr_v6(old, new).apply(check)
 }
 
 /// [`update_addr_v6`] for a UDP checksum field: zero stays zero (the caller rejected it on
@@ -214,11 +212,7 @@ pub const fn update_addr_v6(check: u16, old: Ipv6Addr, new: Ipv6Addr) -> u16 {
 /// [RFC 8200]: https://www.rfc-editor.org/rfc/rfc8200#section-8.1
 #[inline]
 pub const fn udp_update_addr_v6(check: u16, old: Ipv6Addr, new: Ipv6Addr) -> u16 {
-    if check == 0 {
-        0
-    } else {
-        udp_transmitted(update_addr_v6(check, old, new))
-    }
+    Delta::NONE.addr_v6(old, new).apply_udp(check)
 }
 
 /// The changes to the data under a checksum, summed so that a checksum is updated once for
@@ -228,7 +222,9 @@ pub const fn udp_update_addr_v6(check: u16, old: Ipv6Addr, new: Ipv6Addr) -> u16
 /// transport checksum, one fold each, where updating field by field folds once per field.
 ///
 /// Holds a plain `u32` sum: each word adds at most `0x1fffe`, so tens of thousands of words
-/// fit (a rewrite changes at most 18: two IPv6 addresses, two ports).
+/// fit (a rewrite changes at most 18: two IPv6 addresses, two ports). The single-field
+/// updates below ([`update16`], [`update32`], [`update_addr_v6`] and their UDP forms) are a
+/// `Delta` of one field.
 ///
 /// [RFC 1624]: https://www.rfc-editor.org/rfc/rfc1624#section-3
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -357,16 +353,14 @@ impl PseudoHeaderAddr for Ipv6Addr {
 /// [RFC 1624]: https://www.rfc-editor.org/rfc/rfc1624#section-3
 #[inline]
 pub const fn update16(check: u16, old: u16, new: u16) -> u16 {
-    finish(!check as u32 + !old as u32 + new as u32)
+    Delta::NONE.word(old, new).apply(check)
 }
 
 /// Like [`update16`] for a 32-bit field (two adjacent 16-bit words, e.g. a TCP sequence number)
 /// that changed from `old` to `new`.
 #[inline]
 pub const fn update32(check: u16, old: u32, new: u32) -> u16 {
-    let old_hi = !(old >> 16) & 0xffff;
-    let old_lo = !old & 0xffff;
-    finish(!check as u32 + old_hi + old_lo + (new >> 16) + (new & 0xffff))
+    Delta::NONE.word32(old, new).apply(check)
 }
 
 /// Like [`update32`] for an IPv4 address that changed from `old` to `new`: use it on the IPv4
@@ -395,21 +389,13 @@ pub const fn udp_transmitted(check: u16) -> u16 {
 /// [RFC 768]: https://www.rfc-editor.org/rfc/rfc768
 #[inline]
 pub const fn udp_update16(check: u16, old: u16, new: u16) -> u16 {
-    if check == 0 {
-        0
-    } else {
-        udp_transmitted(update16(check, old, new))
-    }
+    Delta::NONE.word(old, new).apply_udp(check)
 }
 
 /// [`update32`] for a UDP checksum field: zero stays zero, a zero result becomes `0xffff`.
 #[inline]
 pub const fn udp_update32(check: u16, old: u32, new: u32) -> u16 {
-    if check == 0 {
-        0
-    } else {
-        udp_transmitted(update32(check, old, new))
-    }
+    Delta::NONE.word32(old, new).apply_udp(check)
 }
 
 /// [`update_addr`] for a UDP checksum field: zero stays zero, a zero result becomes `0xffff`.
