@@ -28,8 +28,12 @@ fn main() {
     let gateway = Arc::new(Gateway::<Ipv4Addr>::new());
     let mut fx = Fixture::new(Arc::clone(&gateway), Transport::Tcp, flows);
     let (mut stream, bursts) = match kind {
-        // The fixture's conntrack has room for a quarter more flows and 4096.
-        "syn" => (fx.stream(Kind::Syn, 1 << 16, 0), (flows / 4 + 4096) / VECTOR),
+        // The fixture's conntrack has room for a quarter more flows and 4096; one fresh
+        // tuple per packet (a shorter stream would wrap and send SYNs of flows it opened).
+        "syn" => {
+            let bursts = (flows / 4 + 4096) / VECTOR;
+            (fx.stream(Kind::Syn, bursts * VECTOR, 0), bursts)
+        }
         "reply" => (fx.stream(Kind::Reply, 1 << 16, 2), 40),
         "est" => (fx.stream(Kind::Original, 1 << 16, 1), 40),
         other => panic!("unknown stream {other:?}: est, reply or syn"),

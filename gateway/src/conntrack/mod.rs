@@ -55,7 +55,9 @@
 //!    protocol           one byte for both tuples (NAT keeps it)       1 B
 //!    snat               index of the reply destination among the
 //!                       worker's SNAT addresses                       1 B
-//!                                                         padding     2 B / 2 B
+//!    live               the record holds a live flow (as its bit in
+//!                       `live` says; read where the record is)        1 B
+//!                                                         padding     1 B / 1 B
 //! ```
 //!
 //! Keys are hashed by a keyed multiply-fold over their fields (`hash`: wyhash's and XXH3's
@@ -346,6 +348,11 @@ struct Record<A: Address> {
     protocol: u8,
     /// Index of the reply destination in [`Conntrack::snat`].
     snat: u8,
+    /// Whether the record holds a live flow: the same fact as its bit in
+    /// [`Conntrack::live`], kept here too so that confirming a burst's candidate
+    /// ([`Conntrack::lookup_candidate`]) reads only the record, whose lines are already on
+    /// their way, and not a bitmap word on another line. Set and cleared with the bit.
+    live: bool,
 }
 
 impl<A: Address> Record<A> {
@@ -368,6 +375,7 @@ impl<A: Address> Record<A> {
         reply_dst_port: 0,
         protocol: 0,
         snat: 0,
+        live: false,
     };
 
     #[inline]
@@ -383,6 +391,7 @@ impl<A: Address> Record<A> {
             reply_dst_port: flow.reply.dst_port,
             protocol: flow.original.protocol,
             snat,
+            live: true,
         }
     }
 
@@ -700,8 +709,12 @@ impl<A: Address> Conntrack<A> {
     ) -> Option<(FlowId, Direction)> {
         match candidate {
             Some((id, direction))
-                if self.is_live(id) && self.records[id as usize].matches(direction, key, &self.snat) =>
+                if self
+                    .records
+                    .get(id as usize)
+                    .is_some_and(|r| r.live && r.matches(direction, key, &self.snat)) =>
             {
+                debug_assert!(self.is_live(id));
                 Some((id, direction))
             }
             _ => self.lookup_hashed(key, hash),
@@ -895,6 +908,7 @@ impl<A: Address> Conntrack<A> {
         self.index.erase(original_hash, tag(id, Direction::Original), home);
         self.index.erase(reply_hash, tag(id, Direction::Reply), home);
         self.live[id as usize / 64] &= !(1 << (id % 64));
+        self.records[id as usize].live = false;
         self.records[id as usize].state.frontend = self.free_head;
         self.free_head = id;
         self.len -= 1;
