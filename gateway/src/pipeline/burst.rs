@@ -47,7 +47,8 @@ use super::link;
 use super::{backend, ipv4, ipv6, process, Meta, Verdict, WorkerState};
 use crate::conntrack::{Conntrack, Direction, FlowId, FlowKey};
 use crate::host::Host;
-use crate::table::{layout, FrontendHash, ServiceRef, Table};
+use crate::table::layout::{self, Backend};
+use crate::table::{FrontendHash, ServiceRef, Table};
 use crate::wire::{EtherType, IpProtocol, SctpPacket, TcpPacket, UdpPacket};
 
 /// Frames [`process_burst`] has in flight at once: from a frame's stage 1 to its processing
@@ -115,6 +116,10 @@ pub(super) struct NewFlowHint {
     /// The position among its service's backends of the one the Maglev ring names for the
     /// key ([`backend::ring_hash`], [`crate::table::ServiceRef::ring_backend`]).
     pub ring_backend: u32,
+    /// That backend's record when the service has no session affinity, so that the ring's
+    /// choice is the endpoint ([`backend::choose`]) and `new_flow` need not view the service
+    /// again; `None` with affinity, where a remembered endpoint may win.
+    pub endpoint: Option<Backend>,
 }
 
 /// What the stages found ahead for one frame, handed to [`process`] with it (in its slot of
@@ -340,7 +345,11 @@ fn visit<'t, A: Family>(
         Ahead::Endpoint(s, frontend, position) => {
             *ahead = Ahead::Done;
             let endpoint = s.backends.get(position as usize)?;
-            let new_flow = NewFlowHint { frontend, ring_backend: position };
+            let new_flow = NewFlowHint {
+                frontend,
+                ring_backend: position,
+                endpoint: (s.affinity_timeout_s == 0).then_some(*endpoint),
+            };
             let route = A::from_ip(layout::addr_from16(endpoint.addr)).and_then(|to| {
                 let route = prefetch_route(st, to, frontend)?;
                 prefetch_reply_slot(st, key, to, endpoint.port.get(), route.out);

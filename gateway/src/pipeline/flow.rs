@@ -310,10 +310,25 @@ fn new_flow<A: Family>(
     if stray {
         return Err(Verdict::Drop(DropReason::NoConntrack));
     }
-    let service = table.service(fe.service).ok_or(Verdict::Drop(DropReason::NoFrontend))?;
-    let Some(backend) = backend::choose(now, &service, &key, ring_backend, st) else {
+    // A burst that found the endpoint ahead (a service without affinity: the ring's choice)
+    // spares viewing the service again.
+    let hinted = ahead.and_then(|h| h.endpoint);
+    let service = match hinted {
+        Some(_) => None,
+        None => Some(table.service(fe.service).ok_or(Verdict::Drop(DropReason::NoFrontend))?),
+    };
+    let Some(backend) = hinted.as_ref().or_else(|| backend::choose(now, service.as_ref()?, &key, ring_backend, st))
+    else {
         return Err(reject(frame, rx, st));
     };
+    debug_assert!(
+        hinted.is_none_or(|h| table
+            .service(fe.service)
+            .filter(|s| s.affinity_timeout_s == 0)
+            .and_then(|s| s.pick(backend::ring_hash(&s, &key)).copied())
+            == Some(h)),
+        "a new-flow hint with another endpoint than the ring's"
+    );
     let Some(backend_ip) = A::from_ip(layout::addr_from16(backend.addr)) else {
         return Err(Verdict::Drop(DropReason::UnsupportedFamily));
     };
