@@ -709,10 +709,7 @@ impl<A: Address> Conntrack<A> {
     ) -> Option<(FlowId, Direction)> {
         match candidate {
             Some((id, direction))
-                if self
-                    .records
-                    .get(id as usize)
-                    .is_some_and(|r| r.live && r.matches(direction, key, &self.snat)) =>
+                if self.records.get(id as usize).is_some_and(|r| r.live && r.matches(direction, key, &self.snat)) =>
             {
                 debug_assert!(self.is_live(id));
                 Some((id, direction))
