@@ -71,7 +71,6 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 pub fn partial(data: &[u8], initial: u32) -> u32 {
     let mut sum = 0u32;
     if let Ok(header) = <&[u8; 20]>::try_from(data) {
-        // An IPv4 header without options, on every forwarded packet: five words, no loop.
         let word = |i: usize| u64::from(u32::from_ne_bytes([header[i], header[i + 1], header[i + 2], header[i + 3]]));
         sum = fold64(word(0) + word(4) + word(8) + word(12) + word(16));
     } else {
@@ -301,9 +300,6 @@ pub trait PseudoHeaderAddr: Copy + Eq + core::fmt::Debug {
     ///
     /// [RFC 1624]: https://www.rfc-editor.org/rfc/rfc1624
     fn update_checksum(check: u16, old: Self, new: Self) -> u16;
-
-    /// Incremental update of a UDP checksum after this address changed (zero stays zero).
-    fn update_udp_checksum(check: u16, old: Self, new: Self) -> u16;
 }
 
 impl PseudoHeaderAddr for Ipv4Addr {
@@ -319,11 +315,6 @@ impl PseudoHeaderAddr for Ipv4Addr {
     fn update_checksum(check: u16, old: Self, new: Self) -> u16 {
         update_addr(check, old, new)
     }
-
-    #[inline]
-    fn update_udp_checksum(check: u16, old: Self, new: Self) -> u16 {
-        udp_update_addr(check, old, new)
-    }
 }
 
 impl PseudoHeaderAddr for Ipv6Addr {
@@ -337,11 +328,6 @@ impl PseudoHeaderAddr for Ipv6Addr {
     #[inline]
     fn update_checksum(check: u16, old: Self, new: Self) -> u16 {
         update_addr_v6(check, old, new)
-    }
-
-    #[inline]
-    fn update_udp_checksum(check: u16, old: Self, new: Self) -> u16 {
-        udp_update_addr_v6(check, old, new)
     }
 }
 
