@@ -157,6 +157,18 @@ impl Index {
         }
     }
 
+    /// [`Index::prefetch`] for a key that is probably absent (a new flow's tuple): its probe
+    /// run ends only at an empty slot, so the line after the home slot's is prefetched too.
+    #[inline]
+    pub(super) fn prefetch_run(&self, hash: u64) {
+        let home = self.home(hash);
+        let slot = &self.slots[home];
+        prefetch(slot);
+        if let Some(next) = self.slots.get((home | 7) + 1) {
+            prefetch(next);
+        }
+    }
+
     /// The first tag in the probe run of `hash` whose fingerprint matches the hash's (the
     /// almost certain hit of a lookup), without reading any record; `None` when no slot of
     /// the run matches, which proves the key absent. For prefetching ahead of a burst.

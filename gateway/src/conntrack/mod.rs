@@ -726,6 +726,14 @@ impl<A: Address> Conntrack<A> {
         self.index.prefetch(hash);
     }
 
+    /// [`Conntrack::prefetch_index`] for a key that is probably not tracked (a SYN's, a new
+    /// flow's reply tuple): the next cache line of the index too, where its probe run often
+    /// ends. Changes no result. O(1).
+    #[inline]
+    pub fn prefetch_index_absent(&self, hash: u64) {
+        self.index.prefetch_run(hash);
+    }
+
     /// Reads the probe run of `hash` in the index (prefetched earlier by
     /// [`Conntrack::prefetch_index`]) by fingerprint alone and, for the first tuple whose
     /// fingerprint matches, starts loading its flow record and returns its id and direction:

@@ -5,7 +5,8 @@
 //! `vlib_prefetch_buffer_header`, DPDK's `rte_prefetch0` ahead of `rte_hash_lookup_bulk`):
 //!
 //! 1. the frame is parsed far enough to know its flow key; the key is hashed and its
-//!    conntrack index slot prefetched;
+//!    conntrack index slot prefetched (with the next index line for a TCP SYN, whose probe
+//!    run goes on to an empty slot);
 //! 2. its probe run is read by fingerprint alone
 //!    ([`crate::conntrack::Conntrack::prefetch_record`]): a flow record it names is
 //!    prefetched; none proves the packet opens a new flow, whose front door's index line is
@@ -13,7 +14,8 @@
 //! 3. an established flow's record is read to find where the packet will go: the next
 //!    hop's neighbour slot and the front door's counters are prefetched, and the route is
 //!    handed to [`super::flow::egress`]. A new flow goes on down the table, one dependent
-//!    load per stage: the front-door record, the service record, the Maglev ring slot, the
+//!    load per stage: the front-door record (at the position its index line names, which
+//!    the next stage confirms without searching the line again), the service record, the Maglev ring slot, the
 //!    chosen endpoint's record, and last the endpoint's next hop, the front door's
 //!    counters and the conntrack index slot its reply tuple will take (with the SNAT port
 //!    the allocation would give it now);
@@ -49,7 +51,7 @@ use crate::conntrack::{Conntrack, Direction, FlowId, FlowKey};
 use crate::host::Host;
 use crate::table::layout::{self, Backend};
 use crate::table::{FrontendHash, ServiceRef, Table};
-use crate::wire::{EtherType, IpProtocol, SctpPacket, TcpPacket, UdpPacket};
+use crate::wire::{EtherType, IpProtocol, SctpPacket, TcpFlags, TcpPacket, UdpPacket};
 
 /// Frames [`process_burst`] has in flight at once: from a frame's stage 1 to its processing
 /// (`PROCESS_AT` steps: 12) its hints take one of this many slots.
@@ -95,8 +97,9 @@ enum Ahead<'t> {
     Flow(FlowId, Direction),
     /// No flow has the key (a new flow): its front door's index line is on its way.
     Frontend(FrontendHash),
-    /// The front-door record is on its way.
-    FrontendRecord(FrontendHash),
+    /// The front-door record is on its way: the key's hash and the record's position, if the
+    /// key's home bucket names one (a key that overflowed its bucket is searched for).
+    FrontendRecord(FrontendHash, Option<u32>),
     /// The service record is on its way: service and front door (positions in the table).
     Service(u32, u32),
     /// The ring slot is on its way: the service, the front door and the slot.
@@ -315,16 +318,17 @@ fn visit<'t, A: Family>(
     match *ahead {
         Ahead::Done | Ahead::Flow(..) => *ahead = Ahead::Done,
         Ahead::Frontend(h) => {
-            table.prefetch_frontend_record(h);
-            *ahead = Ahead::FrontendRecord(h);
+            *ahead = Ahead::FrontendRecord(h, table.prefetch_frontend_record(h));
         }
-        Ahead::FrontendRecord(h) => match table.frontend_hashed(h, key.dst_addr.into(), key.protocol, key.dst_port) {
-            Some(fe) => {
-                table.prefetch_service(fe.service);
-                *ahead = Ahead::Service(fe.service, fe.index);
+        Ahead::FrontendRecord(h, candidate) => {
+            match table.frontend_hashed(h, candidate, key.dst_addr.into(), key.protocol, key.dst_port) {
+                Some(fe) => {
+                    table.prefetch_service(fe.service);
+                    *ahead = Ahead::Service(fe.service, fe.index);
+                }
+                None => *ahead = Ahead::Done,
             }
-            None => *ahead = Ahead::Done,
-        },
+        }
         Ahead::Service(service, frontend) => match table.service(service) {
             Some(s) => match s.slot(backend::ring_hash(&s, key)) {
                 Some(slot) => {
@@ -374,7 +378,9 @@ fn prefetch_route<A: Family>(st: &WorkerState, to: A, frontend: u32) -> Option<R
 /// Prefetches the conntrack index slots of the reply tuple a new flow `key` to endpoint
 /// `to`:`port` leaving by interface `out` will be inserted with: the SNAT port is the one
 /// [`crate::snat::SnatPorts::peek_for`] says the allocation would take now (a guess: a frame
-/// processed in between may take it, and then this load was for nothing).
+/// [`crate::snat::SnatPorts::peek_for`] says the allocation would take now (a guess: a frame
+/// processed in between may take it, and then this load was for nothing). A tuple not yet
+/// tracked: its index line and the next are prefetched, as for a SYN.
 #[inline]
 fn prefetch_reply_slot<A: Family>(st: &WorkerState, key: &FlowKey<A>, to: A, port: u16, out: u8) {
     if st.snat.is_steered() {
@@ -388,13 +394,14 @@ fn prefetch_reply_slot<A: Family>(st: &WorkerState, key: &FlowKey<A>, to: A, por
     };
     let reply =
         FlowKey { protocol: key.protocol, src_addr: to, src_port: port, dst_addr: snat_addr, dst_port: snat_port };
-    prefetch(A::conntrack(st), &reply);
+    prefetch(A::conntrack(st), &reply, true);
 }
 
 /// Stage 1: sets `out` to the hints of a frame before any stage: the flow key of an IPv4
 /// TCP, UDP or SCTP frame or an IPv6 TCP or UDP frame, from its headers alone (none of the
 /// checks [`process`] makes beyond what a safe parse needs), hashed for its family's
-/// conntrack (`v4` or `v6`), whose index slots for it are prefetched; no flow key for
+/// conntrack (`v4` or `v6`), whose index slots for it are prefetched (for a SYN, a key
+/// almost certainly absent, the next index line too: [`prefetch`]); no flow key for
 /// anything else. Writes the hints in place: built elsewhere and copied, the key's narrow
 /// fields reach the slot through wide loads that cannot forward from them (a store-forwarding
 /// stall per frame).
@@ -413,35 +420,45 @@ fn hint(
     out.flow = None;
     match link::receive(frame, meta, host) {
         Ok((rx, EtherType::Ipv4)) => {
-            if let Some(key) = ipv4::flow_key(frame, &rx) {
-                out.flow = Some(FlowHint::V4(key, prefetch(v4, &key)));
+            if let Some((key, opens)) = ipv4::flow_key(frame, &rx) {
+                out.flow = Some(FlowHint::V4(key, prefetch(v4, &key, opens)));
             }
         }
         Ok((rx, EtherType::Ipv6)) => {
-            if let Some(key) = ipv6::flow_key(frame, &rx) {
-                out.flow = Some(FlowHint::V6(key, prefetch(v6, &key)));
+            if let Some((key, opens)) = ipv6::flow_key(frame, &rx) {
+                out.flow = Some(FlowHint::V6(key, prefetch(v6, &key, opens)));
             }
         }
         _ => {}
     }
 }
 
-/// Hashes `key` for `conntrack` and prefetches the index slots the hash selects.
+/// Hashes `key` for `conntrack` and prefetches the index slots the hash selects: for a key
+/// that is probably `absent`, whose probe run ends only at an empty slot, the next cache
+/// line of the index as well ([`Conntrack::prefetch_index_absent`]: at the load of a full
+/// table a miss reads 8.5 slots on average, a line holds 8).
 #[inline]
-fn prefetch<A: Family>(conntrack: &Conntrack<A>, key: &FlowKey<A>) -> u64 {
+fn prefetch<A: Family>(conntrack: &Conntrack<A>, key: &FlowKey<A>, absent: bool) -> u64 {
     let hash = conntrack.hash_key(key);
-    conntrack.prefetch_index(hash);
+    if absent {
+        conntrack.prefetch_index_absent(hash);
+    } else {
+        conntrack.prefetch_index(hash);
+    }
     hash
 }
 
 /// The (source, destination) ports of the TCP, UDP or SCTP header `l4` of `protocol`, read
-/// with checked views; `None` for another protocol or a header that does not fit.
+/// with checked views, and whether it is a TCP SYN without ACK (RFC 9293 § 3.5: a
+/// connection's first segment); `None` for another protocol or a header that does not fit.
 #[inline]
-pub(super) fn ports(protocol: IpProtocol, l4: &[u8]) -> Option<(u16, u16)> {
+pub(super) fn ports(protocol: IpProtocol, l4: &[u8]) -> Option<(u16, u16, bool)> {
     match protocol {
-        IpProtocol::Tcp => TcpPacket::new_checked(l4).map(|t| (t.src_port(), t.dst_port())).ok(),
-        IpProtocol::Udp => UdpPacket::new_checked(l4).map(|u| (u.src_port(), u.dst_port())).ok(),
-        IpProtocol::Sctp => SctpPacket::new_checked(l4).map(|p| (p.src_port(), p.dst_port())).ok(),
+        IpProtocol::Tcp => TcpPacket::new_checked(l4)
+            .map(|t| (t.src_port(), t.dst_port(), t.flags() & (TcpFlags::SYN | TcpFlags::ACK) == TcpFlags::SYN))
+            .ok(),
+        IpProtocol::Udp => UdpPacket::new_checked(l4).map(|u| (u.src_port(), u.dst_port(), false)).ok(),
+        IpProtocol::Sctp => SctpPacket::new_checked(l4).map(|p| (p.src_port(), p.dst_port(), false)).ok(),
         _ => None,
     }
 }

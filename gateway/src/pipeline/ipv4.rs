@@ -20,24 +20,28 @@ use crate::wire::{IpProtocol, Ipv4Packet, TcpFlags, TcpPacket, UdpPacket};
 
 /// The flow key of the TCP, UDP or SCTP packet after the link-layer header of `frame`, read with
 /// checked views but without [`handle`]'s checks (header checksum, TTL): a hint for
-/// [`super::process_burst`], which `handle` confirms. `None` for anything else, fragments
-/// included.
+/// [`super::process_burst`], which `handle` confirms; with it, whether the packet is a TCP
+/// SYN without ACK (a connection opening: its key is almost certainly not tracked yet).
+/// `None` for anything else, fragments included.
 #[inline]
-pub(super) fn flow_key(frame: &[u8], rx: &Rx) -> Option<FlowKey> {
+pub(super) fn flow_key(frame: &[u8], rx: &Rx) -> Option<(FlowKey, bool)> {
     let l3 = rx.l2_len;
     let ip = Ipv4Packet::new_checked(&frame[l3..rx.len]).ok()?;
     if ip.is_fragment() {
         return None;
     }
     let l4 = &frame[l3 + ip.header_len()..l3 + usize::from(ip.total_len())];
-    let (src_port, dst_port) = burst::ports(ip.next_header(), l4)?;
-    Some(FlowKey {
-        protocol: u8::from(ip.next_header()),
-        src_addr: ip.src_addr(),
-        src_port,
-        dst_addr: ip.dst_addr(),
-        dst_port,
-    })
+    let (src_port, dst_port, opens) = burst::ports(ip.next_header(), l4)?;
+    Some((
+        FlowKey {
+            protocol: u8::from(ip.next_header()),
+            src_addr: ip.src_addr(),
+            src_port,
+            dst_addr: ip.dst_addr(),
+            dst_port,
+        },
+        opens,
+    ))
 }
 
 /// Handles the IPv4 packet after the link-layer header of `frame`.

@@ -27,24 +27,27 @@ use crate::wire::{Icmpv6Packet, Icmpv6Type, IpProtocol, Ipv6Packet, TcpFlags, Tc
 
 /// The flow key of the IPv6 TCP or UDP packet after the link-layer header of `frame` (after
 /// any extension headers), read with checked views but without [`handle`]'s checks: a hint
-/// for [`super::process_burst`], which `handle` confirms. `None` for anything else, fragments
-/// included.
+/// for [`super::process_burst`], which `handle` confirms; with it, whether the packet is a
+/// TCP SYN without ACK (a connection opening). `None` for anything else, fragments included.
 #[inline]
-pub(super) fn flow_key(frame: &[u8], rx: &Rx) -> Option<FlowKey<Ipv6Addr>> {
+pub(super) fn flow_key(frame: &[u8], rx: &Rx) -> Option<(FlowKey<Ipv6Addr>, bool)> {
     let l3 = rx.l2_len;
     let ip = Ipv6Packet::new_checked(&frame[l3..rx.len]).ok()?;
     let upper = ip.upper_layer().ok()?;
     if upper.fragment.is_some() || !matches!(upper.protocol, IpProtocol::Tcp | IpProtocol::Udp) {
         return None;
     }
-    let (src_port, dst_port) = burst::ports(upper.protocol, &frame[l3 + upper.offset..l3 + ip.total_len()])?;
-    Some(FlowKey {
-        protocol: u8::from(upper.protocol),
-        src_addr: ip.src_addr(),
-        src_port,
-        dst_addr: ip.dst_addr(),
-        dst_port,
-    })
+    let (src_port, dst_port, opens) = burst::ports(upper.protocol, &frame[l3 + upper.offset..l3 + ip.total_len()])?;
+    Some((
+        FlowKey {
+            protocol: u8::from(upper.protocol),
+            src_addr: ip.src_addr(),
+            src_port,
+            dst_addr: ip.dst_addr(),
+            dst_port,
+        },
+        opens,
+    ))
 }
 
 /// Handles the IPv6 packet after the link-layer header of `frame`.

@@ -551,7 +551,7 @@ impl<B: AsRef<[u8]>> Table<B> {
     /// [`Table::prefetch_frontend_record`]).
     #[inline]
     pub fn frontend(&self, addr: IpAddr, protocol: u8, port: u16) -> Option<FrontendRef<'_>> {
-        self.frontend_hashed(self.frontend_index.hash_ip(addr, protocol, port), addr, protocol, port)
+        self.frontend_hashed(self.frontend_index.hash_ip(addr, protocol, port), None, addr, protocol, port)
     }
 
     /// The hash under which [`Table::frontend`] searches this table's index for
@@ -563,17 +563,31 @@ impl<B: AsRef<[u8]>> Table<B> {
     }
 
     /// [`Table::frontend`] with the key's hash computed ahead ([`Table::frontend_hash`] of
-    /// the same key). A hash computed by another table is not used: the key is hashed
-    /// anew. Same result as [`Table::frontend`].
+    /// the same key) and, optionally, a `candidate` position to try first (what
+    /// [`Table::prefetch_frontend_record`] returned for `h`): when the front door there has
+    /// the key it is the answer (front-door keys are unique: the section is strictly
+    /// sorted) and the index is not searched again. A hash computed by another table is not
+    /// used: the key is hashed anew; a wrong candidate costs one record comparison. Same
+    /// result as [`Table::frontend`].
     #[inline]
-    pub fn frontend_hashed(&self, h: FrontendHash, addr: IpAddr, protocol: u8, port: u16) -> Option<FrontendRef<'_>> {
+    pub fn frontend_hashed(
+        &self,
+        h: FrontendHash,
+        candidate: Option<u32>,
+        addr: IpAddr,
+        protocol: u8,
+        port: u16,
+    ) -> Option<FrontendRef<'_>> {
         let addr = layout::addr16(addr);
+        let fronts = self.frontends();
+        let holds =
+            |i: usize| fronts.get(i).is_some_and(|f| f.addr == addr && f.protocol == protocol && f.port.get() == port);
+        if let Some(i) = candidate.map(|c| c as usize).filter(|&i| holds(i)) {
+            return self.frontend_at(i);
+        }
         let h = if self.frontend_index.owns(h) { h } else { self.frontend_index.hash(addr, protocol, port) };
         debug_assert_eq!(h, self.frontend_index.hash(addr, protocol, port), "a hash of another key");
-        let fronts = self.frontends();
-        let i = self.frontend_index.find(h, |i| {
-            fronts.get(i).is_some_and(|f| f.addr == addr && f.protocol == protocol && f.port.get() == port)
-        })?;
+        let i = self.frontend_index.find(h, holds)?;
         self.frontend_at(i)
     }
 
@@ -601,13 +615,14 @@ impl<B: AsRef<[u8]>> Table<B> {
 
     /// Starts loading the front-door record [`Table::frontend`] will likely confirm for
     /// `h` (stage 2: reads the index line, which [`Table::prefetch_frontend`] should have
-    /// cached); nothing when no fingerprint matches (no such front door). No effect on
-    /// results.
+    /// cached) and returns its position, the candidate for [`Table::frontend_hashed`];
+    /// nothing when no fingerprint matches in the home bucket (no such front door, or one
+    /// that overflowed into the next bucket). No effect on results.
     #[inline]
-    pub fn prefetch_frontend_record(&self, h: FrontendHash) {
-        if let Some(f) = self.frontend_index.candidate(h).and_then(|i| self.frontends().get(i)) {
-            prefetch_lines(f);
-        }
+    pub fn prefetch_frontend_record(&self, h: FrontendHash) -> Option<u32> {
+        let i = self.frontend_index.candidate(h)?;
+        prefetch_lines(self.frontends().get(i)?);
+        Some(i as u32)
     }
 
     /// Starts loading the record of service `id` (0-based, [`FrontendRef::service`]) that
@@ -906,7 +921,8 @@ mod tests {
         t.prefetch_frontend(h);
         t.prefetch_frontend_record(h);
         t.prefetch_service(0);
-        assert!(t.frontend_hashed(h, ip("203.0.113.10"), 6, 80).is_none());
+        assert!(t.frontend_hashed(h, None, ip("203.0.113.10"), 6, 80).is_none());
+        assert!(t.frontend_hashed(h, Some(0), ip("203.0.113.10"), 6, 80).is_none());
     }
 
     /// The front door for a key by binary search over the sorted section: what
@@ -953,7 +969,7 @@ mod tests {
         let want = frontend_by_search(t, addr, protocol, port);
         let h = t.frontend_hash(addr, protocol, port);
         t.prefetch_frontend(h);
-        t.prefetch_frontend_record(h);
+        let candidate = t.prefetch_frontend_record(h);
         if let Some(f) = want {
             t.prefetch_service(f.service);
             let s = t.service(f.service).unwrap();
@@ -963,8 +979,10 @@ mod tests {
             }
         }
         t.frontend(addr, protocol, port) == want
-            && t.frontend_hashed(h, addr, protocol, port) == want
-            && t.frontend_hashed(other.frontend_hash(addr, protocol, port), addr, protocol, port) == want
+            && t.frontend_hashed(h, None, addr, protocol, port) == want
+            && t.frontend_hashed(h, candidate, addr, protocol, port) == want
+            && (0..t.frontends().len() as u32 + 1).all(|c| t.frontend_hashed(h, Some(c), addr, protocol, port) == want)
+            && t.frontend_hashed(other.frontend_hash(addr, protocol, port), None, addr, protocol, port) == want
     }
 
     fn arb_addr() -> impl proptest::strategy::Strategy<Value = IpAddr> {
