@@ -378,7 +378,6 @@ fn prefetch_route<A: Family>(st: &WorkerState, to: A, frontend: u32) -> Option<R
 /// Prefetches the conntrack index slots of the reply tuple a new flow `key` to endpoint
 /// `to`:`port` leaving by interface `out` will be inserted with: the SNAT port is the one
 /// [`crate::snat::SnatPorts::peek_for`] says the allocation would take now (a guess: a frame
-/// [`crate::snat::SnatPorts::peek_for`] says the allocation would take now (a guess: a frame
 /// processed in between may take it, and then this load was for nothing). A tuple not yet
 /// tracked: its index line and the next are prefetched, as for a SYN.
 #[inline]
