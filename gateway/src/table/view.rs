@@ -569,7 +569,7 @@ impl<B: AsRef<[u8]>> Table<B> {
     /// sorted) and the index is not searched again. A hash computed by another table is not
     /// used: the key is hashed anew; a wrong candidate costs one record comparison. Same
     /// result as [`Table::frontend`].
-    #[inline]
+    #[inline(always)]
     pub fn frontend_hashed(
         &self,
         h: FrontendHash,
@@ -618,7 +618,7 @@ impl<B: AsRef<[u8]>> Table<B> {
     /// cached) and returns its position, the candidate for [`Table::frontend_hashed`];
     /// nothing when no fingerprint matches in the home bucket (no such front door, or one
     /// that overflowed into the next bucket). No effect on results.
-    #[inline]
+    #[inline(always)]
     pub fn prefetch_frontend_record(&self, h: FrontendHash) -> Option<u32> {
         let i = self.frontend_index.candidate(h)?;
         prefetch_lines(self.frontends().get(i)?);
@@ -648,7 +648,7 @@ impl<B: AsRef<[u8]>> Table<B> {
 
     /// Service `id` (0-based, as in [`FrontendRef::service`]); `None` when out of range.
     /// O(1): reads the service record; its name is not looked at ([`ServiceRef::name`]).
-    #[inline]
+    #[inline(always)]
     pub fn service(&self, id: u32) -> Option<ServiceRef<'_>> {
         let s = self.services().get(id as usize)?;
         let (bo, bn) = (s.backends_offset.get() as usize, s.backends_count.get() as usize);
