@@ -8,7 +8,7 @@ use crate::affinity::{self, Sticky};
 use crate::conntrack::{Flow, FlowKey};
 use crate::maglev;
 use crate::table::layout::{self, Backend};
-use crate::table::{ServiceRef, Table};
+use crate::table::{ServiceRef, ServiceRing, Table};
 
 /// The endpoint for a new flow: with `sessionAffinity: ClientIP`, the one this client was
 /// last sent to if it is still an endpoint and the affinity has not timed out, else the
@@ -44,9 +44,9 @@ pub(super) fn choose<'s, A: Family>(
 /// The hash whose ring slot [`choose`] takes for a new flow `key` to `service` (when no
 /// remembered endpoint applies): the client address's with `sessionAffinity: ClientIP`,
 /// the 5-tuple's without. What a burst looks the choice up with ahead
-/// ([`ServiceRef::slot`], [`ServiceRef::ring_backend`]). O(1), reads only `service`.
+/// ([`ServiceRing::slot`], [`ServiceRing::ring_backend`]). O(1), reads only `service`.
 #[inline]
-pub(super) fn ring_hash<A: Family>(service: &ServiceRef<'_>, key: &FlowKey<A>) -> u64 {
+pub(super) fn ring_hash<A: Family>(service: &ServiceRing<'_>, key: &FlowKey<A>) -> u64 {
     if service.affinity_timeout_s == 0 {
         A::flow_hash(key)
     } else {

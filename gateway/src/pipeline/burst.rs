@@ -50,7 +50,7 @@ use super::{backend, ipv4, ipv6, process, Meta, Verdict, WorkerState};
 use crate::conntrack::{Conntrack, Direction, FlowId, FlowKey};
 use crate::host::Host;
 use crate::table::layout::{self, Backend};
-use crate::table::{FrontendHash, ServiceRef, Table};
+use crate::table::{FrontendHash, ServiceRing, Table};
 use crate::wire::{EtherType, IpProtocol, SctpPacket, TcpFlags, TcpPacket, UdpPacket};
 
 /// Frames [`process_burst`] has in flight at once: from a frame's stage 1 to its processing
@@ -102,11 +102,11 @@ enum Ahead<'t> {
     FrontendRecord(FrontendHash, Option<u32>),
     /// The service record is on its way: service and front door (positions in the table).
     Service(u32, u32),
-    /// The ring slot is on its way: the service, the front door and the slot.
-    Slot(ServiceRef<'t>, u32, u32),
-    /// The chosen endpoint's record is on its way: the service, the front door and the
-    /// endpoint's position among the service's backends.
-    Endpoint(ServiceRef<'t>, u32, u32),
+    /// The ring slot is on its way: the service's ring, the front door and the slot.
+    Slot(ServiceRing<'t>, u32, u32),
+    /// The chosen endpoint's record is on its way: the service's ring, the front door and
+    /// the endpoint's position among the service's backends.
+    Endpoint(ServiceRing<'t>, u32, u32),
 }
 
 /// What [`process_burst`] found ahead for a frame opening a new flow, for
@@ -117,7 +117,7 @@ pub(super) struct NewFlowHint {
     /// The front door's position in the table ([`Table::frontend_at`]).
     pub frontend: u32,
     /// The position among its service's backends of the one the Maglev ring names for the
-    /// key ([`backend::ring_hash`], [`crate::table::ServiceRef::ring_backend`]).
+    /// key ([`backend::ring_hash`], [`crate::table::ServiceRing::ring_backend`]).
     pub ring_backend: u32,
     /// That backend's record when the service has no session affinity, so that the ring's
     /// choice is the endpoint ([`backend::choose`]) and `new_flow` need not view the service
@@ -333,7 +333,7 @@ fn visit<'t, A: Family>(
             Some(s) => match s.slot(backend::ring_hash(&s, key)) {
                 Some(slot) => {
                     s.prefetch_slot(slot);
-                    *ahead = Ahead::Slot(s, frontend, slot as u32);
+                    *ahead = Ahead::Slot(s.ring_view(), frontend, slot as u32);
                 }
                 None => *ahead = Ahead::Done,
             },

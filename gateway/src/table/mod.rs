@@ -19,4 +19,4 @@ mod view;
 pub use build::{build, merge_byte_ranges, BuildError, BuildStats, TableBuilder};
 pub use index::FrontendHash;
 pub use spec::*;
-pub use view::{FrontendRef, Ring, ServiceRef, SourceRanges, Storage, Table, TableError};
+pub use view::{FrontendRef, Ring, ServiceRef, ServiceRing, SourceRanges, Storage, Table, TableError};

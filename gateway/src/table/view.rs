@@ -10,7 +10,7 @@
 //! searches: a new flow's lookups are O(1) — one index line and one front-door record, then
 //! the service record, one ring entry and one backend record — and each of these reads has
 //! a prefetch hint ([`Table::prefetch_frontend`], [`Table::prefetch_frontend_record`],
-//! [`Table::prefetch_service`], [`ServiceRef::prefetch_slot`], [`ServiceRef::prefetch_backend`])
+//! [`Table::prefetch_service`], [`ServiceRing::prefetch_slot`], [`ServiceRing::prefetch_backend`])
 //! that a burst issues for all its packets before it reads any, so the cache misses overlap.
 
 use std::net::IpAddr;
@@ -174,18 +174,39 @@ impl<'t> SourceRanges<'t> {
     }
 }
 
-/// A service's backends and ring, borrowed from the table.
+/// A service's backends and ring, borrowed from the table: its name and draining endpoints
+/// here, and through [`Deref`](std::ops::Deref) its [`ServiceRing`] (backends, Maglev ring,
+/// affinity timeout), the part a new flow's endpoint choice reads.
 #[derive(Clone, Copy, Debug)]
 pub struct ServiceRef<'t> {
     /// `namespace/name:port`, UTF-8 ([`Table::new`] checked it); read through
     /// [`ServiceRef::name`] or [`ServiceRef::name_bytes`], so that looking a service up does
     /// not validate it again.
     name: &'t [u8],
-    /// Backends in table order (sorted by address, port).
-    pub backends: &'t [Backend],
     /// Draining endpoints (sorted by address, port): not on the ring, chosen for no new
     /// flow, but still endpoints for the flows already steered to them.
     pub draining: &'t [Backend],
+    /// Backends, ring and affinity timeout.
+    choice: ServiceRing<'t>,
+}
+
+impl<'t> std::ops::Deref for ServiceRef<'t> {
+    type Target = ServiceRing<'t>;
+
+    #[inline]
+    fn deref(&self) -> &ServiceRing<'t> {
+        &self.choice
+    }
+}
+
+/// What choosing a new flow's endpoint reads of a service ([`ServiceRef`] derefs to it):
+/// small enough for a burst to carry from one look-ahead stage to the next
+/// (`pipeline::process_burst`), where the whole view would be copied for fields no stage
+/// reads.
+#[derive(Clone, Copy, Debug)]
+pub struct ServiceRing<'t> {
+    /// Backends in table order (sorted by address, port).
+    pub backends: &'t [Backend],
     /// Maglev ring: 1-based indices into `backends`; empty when there are none.
     pub ring: Ring<'t>,
     /// `sessionAffinity: ClientIP` timeout in seconds, 0 without affinity.
@@ -208,6 +229,21 @@ impl<'t> ServiceRef<'t> {
         self.name
     }
 
+    /// The backends, ring and affinity timeout alone, by value.
+    #[inline]
+    pub fn ring_view(&self) -> ServiceRing<'t> {
+        self.choice
+    }
+
+    /// Whether `addr:port` is still an endpoint for established flows: a ring backend or a
+    /// draining endpoint. Two binary searches.
+    #[inline]
+    pub fn serves(&self, addr: [u8; 16], port: u16) -> bool {
+        self.backend(addr, port).is_some() || find_backend(self.draining, addr, port).is_some()
+    }
+}
+
+impl<'t> ServiceRing<'t> {
     /// The ring slot `hash % M` (Maglev §3.4), `None` without backends.
     #[inline]
     pub fn slot(&self, hash: u64) -> Option<usize> {
@@ -215,7 +251,7 @@ impl<'t> ServiceRef<'t> {
         (len != 0).then(|| (hash % len as u64) as usize)
     }
 
-    /// The position in [`ServiceRef::backends`] of the backend ring slot `slot` names;
+    /// The position in [`ServiceRing::backends`] of the backend ring slot `slot` names;
     /// `None` past the end of the ring (or for an entry naming no backend, which a validated
     /// table does not have).
     #[inline]
@@ -231,16 +267,16 @@ impl<'t> ServiceRef<'t> {
         self.backends.get(self.ring_backend(self.slot(hash)?)? as usize)
     }
 
-    /// Starts loading ring slot `slot` ([`ServiceRef::slot`]), which
-    /// [`ServiceRef::ring_backend`] reads: stage 4 of a new flow's lookups (the service
+    /// Starts loading ring slot `slot` ([`ServiceRing::slot`]), which
+    /// [`ServiceRing::ring_backend`] reads: stage 4 of a new flow's lookups (the service
     /// record is cached). Nothing past the end; no effect on results.
     #[inline]
     pub fn prefetch_slot(&self, slot: usize) {
         self.ring.prefetch(slot);
     }
 
-    /// Starts loading the record of backend `position` ([`ServiceRef::ring_backend`]): stage
-    /// 5. Nothing past the end; no effect on results.
+    /// Starts loading the record of backend `position` ([`ServiceRing::ring_backend`]):
+    /// stage 5. Nothing past the end; no effect on results.
     #[inline]
     pub fn prefetch_backend(&self, position: u32) {
         if let Some(b) = self.backends.get(position as usize) {
@@ -253,13 +289,6 @@ impl<'t> ServiceRef<'t> {
     #[inline]
     pub fn backend(&self, addr: [u8; 16], port: u16) -> Option<&'t Backend> {
         find_backend(self.backends, addr, port)
-    }
-
-    /// Whether `addr:port` is still an endpoint for established flows: a ring backend or a
-    /// draining endpoint. Two binary searches.
-    #[inline]
-    pub fn serves(&self, addr: [u8; 16], port: u16) -> bool {
-        self.backend(addr, port).is_some() || find_backend(self.draining, addr, port).is_some()
     }
 }
 
@@ -657,13 +686,15 @@ impl<B: AsRef<[u8]>> Table<B> {
         let (no, nl) = (s.name_offset.get() as usize, s.name_len.get() as usize);
         Some(ServiceRef {
             name: self.names().get(no..no.saturating_add(nl)).unwrap_or(&[]),
-            backends: self.backends().get(bo..bo.saturating_add(bn)).unwrap_or(&[]),
             draining: self.backends().get(do_..do_.saturating_add(dn)).unwrap_or(&[]),
-            ring: Ring::new(
-                self.ring().get(ro..ro.saturating_add(rn.saturating_mul(usize::from(w)))).unwrap_or(&[]),
-                w,
-            ),
-            affinity_timeout_s: s.affinity_timeout_s.get(),
+            choice: ServiceRing {
+                backends: self.backends().get(bo..bo.saturating_add(bn)).unwrap_or(&[]),
+                ring: Ring::new(
+                    self.ring().get(ro..ro.saturating_add(rn.saturating_mul(usize::from(w)))).unwrap_or(&[]),
+                    w,
+                ),
+                affinity_timeout_s: s.affinity_timeout_s.get(),
+            },
         })
     }
 }
