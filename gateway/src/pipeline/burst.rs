@@ -49,7 +49,7 @@ use super::link;
 use super::{backend, ipv4, ipv6, process, Meta, Verdict, WorkerState};
 use crate::conntrack::{Conntrack, Direction, FlowId, FlowKey};
 use crate::host::Host;
-use crate::table::layout::{self, Backend};
+use crate::table::layout;
 use crate::table::{FrontendHash, ServiceRing, Table};
 use crate::wire::{EtherType, IpProtocol, SctpPacket, TcpFlags, TcpPacket, UdpPacket};
 
@@ -119,10 +119,11 @@ pub(super) struct NewFlowHint {
     /// The position among its service's backends of the one the Maglev ring names for the
     /// key ([`backend::ring_hash`], [`crate::table::ServiceRing::ring_backend`]).
     pub ring_backend: u32,
-    /// That backend's record when the service has no session affinity, so that the ring's
-    /// choice is the endpoint ([`backend::choose`]) and `new_flow` need not view the service
-    /// again; `None` with affinity, where a remembered endpoint may win.
-    pub endpoint: Option<Backend>,
+    /// That backend's address (IPv4-mapped addresses as IPv4, [`layout::addr_from16`]) and
+    /// port when the service has no session affinity, so that the ring's choice is the
+    /// endpoint ([`backend::choose`]) and `new_flow` need not view the service again; `None`
+    /// with affinity, where a remembered endpoint may win.
+    pub endpoint: Option<(IpAddr, u16)>,
 }
 
 /// What the stages found ahead for one frame, handed to [`process`] with it (in its slot of
@@ -349,14 +350,15 @@ fn visit<'t, A: Family>(
         Ahead::Endpoint(s, frontend, position) => {
             *ahead = Ahead::Done;
             let endpoint = s.backends.get(position as usize)?;
+            let (addr, port) = (layout::addr_from16(endpoint.addr), endpoint.port.get());
             let new_flow = NewFlowHint {
                 frontend,
                 ring_backend: position,
-                endpoint: (s.affinity_timeout_s == 0).then_some(*endpoint),
+                endpoint: (s.affinity_timeout_s == 0).then_some((addr, port)),
             };
-            let route = A::from_ip(layout::addr_from16(endpoint.addr)).and_then(|to| {
+            let route = A::from_ip(addr).and_then(|to| {
                 let route = prefetch_route(st, to, frontend)?;
-                prefetch_reply_slot(st, key, to, endpoint.port.get(), route.out);
+                prefetch_reply_slot(st, key, to, port, route.out);
                 Some(route)
             });
             return Some((new_flow, route));

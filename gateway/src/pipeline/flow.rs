@@ -313,23 +313,25 @@ fn new_flow<A: Family>(
     // A burst that found the endpoint ahead (a service without affinity: the ring's choice)
     // spares viewing the service again.
     let hinted = ahead.and_then(|h| h.endpoint);
-    let service = match hinted {
-        Some(_) => None,
-        None => Some(table.service(fe.service).ok_or(Verdict::Drop(DropReason::NoFrontend))?),
-    };
-    let Some(backend) = hinted.as_ref().or_else(|| backend::choose(now, service.as_ref()?, &key, ring_backend, st))
-    else {
-        return Err(reject(frame, rx, st));
+    let (backend_addr, backend_port) = match hinted {
+        Some(endpoint) => endpoint,
+        None => {
+            let service = table.service(fe.service).ok_or(Verdict::Drop(DropReason::NoFrontend))?;
+            let Some(backend) = backend::choose(now, &service, &key, ring_backend, st) else {
+                return Err(reject(frame, rx, st));
+            };
+            (layout::addr_from16(backend.addr), backend.port.get())
+        }
     };
     debug_assert!(
         hinted.is_none_or(|h| table
             .service(fe.service)
             .filter(|s| s.affinity_timeout_s == 0)
-            .and_then(|s| s.pick(backend::ring_hash(&s, &key)).copied())
+            .and_then(|s| s.pick(backend::ring_hash(&s, &key)).map(|b| (layout::addr_from16(b.addr), b.port.get())))
             == Some(h)),
         "a new-flow hint with another endpoint than the ring's"
     );
-    let Some(backend_ip) = A::from_ip(layout::addr_from16(backend.addr)) else {
+    let Some(backend_ip) = A::from_ip(backend_addr) else {
         return Err(Verdict::Drop(DropReason::UnsupportedFamily));
     };
     let Some((out, _)) = route(st, backend_ip) else {
@@ -338,7 +340,7 @@ fn new_flow<A: Family>(
     let Some((snat_index, snat_ip)) = st.host.snat_address::<A>(out) else {
         return Err(Verdict::Drop(DropReason::UnsupportedFamily));
     };
-    let endpoint = SocketAddr::new(backend_ip.into(), backend.port.get());
+    let endpoint = SocketAddr::new(backend_ip.into(), backend_port);
     let Some(snat_port) = st.snat.alloc_for(snat_index, key.protocol, endpoint) else {
         return Err(Verdict::Drop(if st.snat.is_steered() && endpoint.is_ipv6() {
             DropReason::UnsupportedFamily
@@ -352,7 +354,7 @@ fn new_flow<A: Family>(
         reply: FlowKey {
             protocol: key.protocol,
             src_addr: backend_ip,
-            src_port: backend.port.get(),
+            src_port: backend_port,
             dst_addr: snat_ip,
             dst_port: snat_port,
         },
