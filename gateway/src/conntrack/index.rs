@@ -170,23 +170,29 @@ impl Index {
     }
 
     /// The first tag in the probe run of `hash` whose fingerprint matches the hash's (the
-    /// almost certain hit of a lookup), without reading any record; `None` when no slot of
-    /// the run matches, which proves the key absent. For prefetching ahead of a burst.
-    /// O(probe run length), the run's slots only.
+    /// almost certain hit of a lookup), without reading any record; when no slot of the run
+    /// matches, which proves the key absent, `Probe::Vacant` with the empty slot that ends
+    /// the run. For prefetching ahead of a burst. O(probe run length), the run's slots only.
     #[inline]
-    pub(super) fn candidate(&self, hash: u64) -> Option<u32> {
+    pub(super) fn candidate(&self, hash: u64) -> Probe {
         let fingerprint = fingerprint_field(hash);
         let mut pos = self.home(hash);
         loop {
             let slot = self.slots[pos];
             if slot == EMPTY {
-                return None;
+                return Probe::Vacant(pos);
             }
             if slot & FP_FIELD == fingerprint {
-                return Some(slot as u32 & TAG_MASK as u32);
+                return Probe::Found(slot as u32 & TAG_MASK as u32);
             }
             pos = self.next(pos);
         }
+    }
+
+    /// Whether slot `pos` is empty (`false` past the end).
+    #[inline]
+    pub(super) fn is_empty_at(&self, pos: usize) -> bool {
+        self.slots.get(pos) == Some(&EMPTY)
     }
 
     /// Indexes `tag` for a key with hash `hash`, in the first empty slot at or after `start`.

@@ -516,6 +516,30 @@ pub struct Conntrack<A: Address = Ipv4Addr> {
     never_used: u32,
     /// Next record [`Conntrack::expire`] examines.
     expire_cursor: usize,
+    /// Flows removed so far (wrapping): a [`Vacancy`] taken before a removal is stale.
+    removals: u32,
+}
+
+/// What [`Conntrack::prefetch_record`] found for a hash ahead of the lookup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Candidate {
+    /// The flow whose tuple the key almost certainly is, and which tuple (its record is on
+    /// its way).
+    Flow(FlowId, Direction),
+    /// No flow has a tuple with this hash: where the key's probe run ended.
+    Absent(Vacancy),
+}
+
+/// Where a key's probe run ended when [`Conntrack::prefetch_record`] proved the key absent:
+/// the empty slot linear probing would place it in. It stays the answer while no flow is
+/// removed (removal shifts entries back; insertion only fills empty slots) and the slot is
+/// still empty (an insertion into the run fills that very slot): then the key is still
+/// absent, and [`Conntrack::lookup_candidate`] and [`Conntrack::insert_hashed`] need not walk
+/// the run again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Vacancy {
+    slot: u32,
+    removals: u32,
 }
 
 impl<A: Address> fmt::Debug for Conntrack<A> {
@@ -612,6 +636,7 @@ impl<A: Address> Conntrack<A> {
             free_head: NO_FREE,
             never_used: 0,
             expire_cursor: 0,
+            removals: 0,
         }
     }
 
@@ -695,27 +720,38 @@ impl<A: Address> Conntrack<A> {
         }
     }
 
-    /// [`Conntrack::lookup_hashed`], trying first the flow `candidate` (what
-    /// [`Conntrack::prefetch_record`] said for this hash): when that flow is live and its
-    /// tuple in that direction is `key`, it is the answer (a tuple belongs to one live flow
-    /// at most) and the index is not probed. Same result as [`Conntrack::lookup_hashed`].
+    /// [`Conntrack::lookup_hashed`], using what [`Conntrack::prefetch_record`] said for this
+    /// hash: a candidate flow that is live and whose tuple in that direction is `key` is the
+    /// answer (a tuple belongs to one live flow at most), and a [`Vacancy`] that still holds
+    /// proves the key absent; in either case the index is not probed. Same result as
+    /// [`Conntrack::lookup_hashed`].
     #[inline]
     #[must_use]
     pub fn lookup_candidate(
         &self,
         key: &FlowKey<A>,
         hash: u64,
-        candidate: Option<(FlowId, Direction)>,
+        candidate: Option<Candidate>,
     ) -> Option<(FlowId, Direction)> {
         match candidate {
-            Some((id, direction))
+            Some(Candidate::Flow(id, direction))
                 if self.records.get(id as usize).is_some_and(|r| r.live && r.matches(direction, key, &self.snat)) =>
             {
                 debug_assert!(self.is_live(id));
                 Some((id, direction))
             }
+            Some(Candidate::Absent(v)) if self.holds(v) => {
+                debug_assert_eq!(self.lookup_hashed(key, hash), None, "a vacancy of another key");
+                None
+            }
             _ => self.lookup_hashed(key, hash),
         }
+    }
+
+    /// Whether `v` is still where its key's probe run ends (see [`Vacancy`]).
+    #[inline]
+    fn holds(&self, v: Vacancy) -> bool {
+        v.removals == self.removals && self.index.is_empty_at(v.slot as usize)
     }
 
     /// Starts loading the index slot where a lookup of `hash` begins (and the next cache line
@@ -737,13 +773,19 @@ impl<A: Address> Conntrack<A> {
     /// Reads the probe run of `hash` in the index (prefetched earlier by
     /// [`Conntrack::prefetch_index`]) by fingerprint alone and, for the first tuple whose
     /// fingerprint matches, starts loading its flow record and returns its id and direction:
-    /// the flow a lookup of the key will almost certainly find. `None` proves that no flow
-    /// has a tuple with this hash (a new flow). Changes no result. Expected O(1).
+    /// the flow a lookup of the key will almost certainly find. [`Candidate::Absent`] proves
+    /// that no flow has a tuple with this hash (a new flow) and says where the run ends.
+    /// Changes no result. Expected O(1).
     #[inline]
-    pub fn prefetch_record(&self, hash: u64) -> Option<(FlowId, Direction)> {
-        let (id, direction) = untag(self.index.candidate(hash)?);
-        crate::prefetch::prefetch_lines(&self.records[id as usize]);
-        Some((id, direction))
+    pub fn prefetch_record(&self, hash: u64) -> Candidate {
+        match self.index.candidate(hash) {
+            Probe::Found(tag) => {
+                let (id, direction) = untag(tag);
+                crate::prefetch::prefetch_lines(&self.records[id as usize]);
+                Candidate::Flow(id, direction)
+            }
+            Probe::Vacant(slot) => Candidate::Absent(Vacancy { slot: slot as u32, removals: self.removals }),
+        }
     }
 
     /// Flow `id` as its record holds it now, whether or not it is live, for work ahead of a
@@ -836,17 +878,24 @@ impl<A: Address> Conntrack<A> {
     ///
     /// On error the table is unchanged.
     pub fn insert(&mut self, flow: Flow<A>) -> Result<FlowId, InsertError> {
-        self.insert_hashed(flow, self.hash(&flow.original))
+        self.insert_hashed(flow, self.hash(&flow.original), None)
     }
 
     /// [`Conntrack::insert`] with the original tuple's [`Conntrack::hash_key`] already
-    /// computed (by the lookup that missed). A hash that is not the tuple's indexes it where
-    /// no lookup finds it (a wrong answer, never a panic).
+    /// computed (by the lookup that missed) and, optionally, the [`Vacancy`]
+    /// [`Conntrack::prefetch_record`] found for it: while it holds, the original tuple goes
+    /// there without its probe run being walked again. A hash or vacancy that is not the
+    /// tuple's indexes it where no lookup finds it (a wrong answer, never a panic).
     ///
     /// # Errors
     /// As [`Conntrack::insert`].
     #[inline]
-    pub fn insert_hashed(&mut self, flow: Flow<A>, original_hash: u64) -> Result<FlowId, InsertError> {
+    pub fn insert_hashed(
+        &mut self,
+        flow: Flow<A>,
+        original_hash: u64,
+        vacancy: Option<Vacancy>,
+    ) -> Result<FlowId, InsertError> {
         debug_assert_eq!(original_hash, self.hash(&flow.original), "a hash of another tuple");
         let snat = self.snat.iter().position(|a| *a == flow.reply.dst_addr).ok_or(InsertError::NotFullNat)?;
         if flow.reply.protocol != flow.original.protocol {
@@ -857,11 +906,18 @@ impl<A: Address> Conntrack<A> {
         }
         let reply_hash = self.hash(&flow.reply);
         let (records, snat_addrs) = (&*self.records, &*self.snat);
-        let Probe::Vacant(original_pos) =
-            self.index.find(original_hash, |t| tag_matches(records, snat_addrs, t, &flow.original))
-        else {
-            return Err(InsertError::Exists);
+        let original_pos = match vacancy.filter(|&v| self.holds(v)) {
+            Some(v) => v.slot as usize,
+            None => match self.index.find(original_hash, |t| tag_matches(records, snat_addrs, t, &flow.original)) {
+                Probe::Vacant(pos) => pos,
+                Probe::Found(_) => return Err(InsertError::Exists),
+            },
         };
+        debug_assert_eq!(
+            self.index.find(original_hash, |t| tag_matches(records, snat_addrs, t, &flow.original)),
+            Probe::Vacant(original_pos),
+            "a vacancy of another tuple"
+        );
         let Probe::Vacant(reply_pos) =
             self.index.find(reply_hash, |t| tag_matches(records, snat_addrs, t, &flow.reply))
         else {
@@ -917,6 +973,7 @@ impl<A: Address> Conntrack<A> {
         self.records[id as usize].state.frontend = self.free_head;
         self.free_head = id;
         self.len -= 1;
+        self.removals = self.removals.wrapping_add(1);
         flow
     }
 

@@ -535,15 +535,22 @@ fn hashed_lookups_and_prefetches_agree_with_lookup() {
         let ahead = ct.prefetch_record(hash);
         assert_eq!(ct.lookup_hashed(&key, hash), ct.lookup(&key));
         assert_eq!(ct.lookup(&key).is_some(), i < 200);
-        if let Some(found) = ct.lookup(&key) {
-            // A hit is the candidate found ahead (fingerprints of 24 bits: a false candidate
-            // among 400 tuples is not expected).
-            assert_eq!(ahead, Some(found));
-            assert_eq!(ct.peek(found.0), ct.get(found.0));
+        match ct.lookup(&key) {
+            Some(found) => {
+                // A hit is the candidate found ahead (fingerprints of 24 bits: a false
+                // candidate among 400 tuples is not expected).
+                assert_eq!(ahead, Candidate::Flow(found.0, found.1));
+                assert_eq!(ct.peek(found.0), ct.get(found.0));
+            }
+            None => assert!(matches!(ahead, Candidate::Absent(_)), "{i}: a miss ends at a vacancy"),
         }
         // Any candidate (right, of another flow, the other direction, none) gives the lookup's answer.
-        let other = (i * 7 % 200, Direction::Original);
-        for candidate in [ahead, Some(other), ahead.map(|(id, _)| (id, Direction::Original)), None] {
+        let other = Candidate::Flow(i as u32 * 7 % 200, Direction::Original);
+        let original = match ahead {
+            Candidate::Flow(id, _) => Candidate::Flow(id, Direction::Original),
+            absent => absent,
+        };
+        for candidate in [Some(ahead), Some(other), Some(original), None] {
             assert_eq!(ct.lookup_candidate(&key, hash, candidate), ct.lookup(&key), "{i} {candidate:?}");
         }
     }
@@ -551,8 +558,45 @@ fn hashed_lookups_and_prefetches_agree_with_lookup() {
     let key = flows[3].original;
     let hash = ct.hash_key(&key);
     let candidate = ct.prefetch_record(hash);
-    let _ = ct.remove(candidate.unwrap().0);
-    assert_eq!(ct.lookup_candidate(&key, hash, candidate), None);
+    let Candidate::Flow(id, _) = candidate else { panic!("flow 3 is tracked") };
+    let _ = ct.remove(id);
+    assert_eq!(ct.lookup_candidate(&key, hash, Some(candidate)), None);
+}
+
+/// A vacancy found ahead is used only while it still holds: after an insertion into its
+/// run or any removal, the lookup and the insert walk the run again, with the same results
+/// as without it.
+#[test]
+fn vacancies_hold_until_the_run_changes() {
+    let mut ct = table(256, 16);
+    for i in 0..150 {
+        let _ = ct.insert(similar_flow(i, 1)).unwrap();
+    }
+    let vacancy_of = |ct: &Conntrack, key: &FlowKey| match ct.prefetch_record(ct.hash_key(key)) {
+        Candidate::Absent(v) => v,
+        c => panic!("{key:?} is not tracked: {c:?}"),
+    };
+    // Held: the new flow goes where the run ended, and is found there.
+    let new = similar_flow(200, 1);
+    let hash = ct.hash_key(&new.original);
+    let v = vacancy_of(&ct, &new.original);
+    assert_eq!(ct.lookup_candidate(&new.original, hash, Some(Candidate::Absent(v))), None);
+    let id = ct.insert_hashed(new, hash, Some(v)).unwrap();
+    assert_eq!(ct.lookup(&new.original), Some((id, Direction::Original)));
+    assert_eq!(ct.lookup(&new.reply), Some((id, Direction::Reply)));
+    // Stale after an insertion filled its slot: the same flow inserted again is found, not
+    // placed twice.
+    assert_eq!(ct.lookup_candidate(&new.original, hash, Some(Candidate::Absent(v))), Some((id, Direction::Original)));
+    assert_eq!(ct.insert_hashed(new, hash, Some(v)), Err(InsertError::Exists));
+    // Stale after a removal: a vacancy taken before it is not trusted.
+    let next = similar_flow(201, 1);
+    let hash = ct.hash_key(&next.original);
+    let v = vacancy_of(&ct, &next.original);
+    let _ = ct.remove(ct.lookup(&similar_flow(7, 1).original).unwrap().0);
+    assert_eq!(ct.lookup_candidate(&next.original, hash, Some(Candidate::Absent(v))), None);
+    let id = ct.insert_hashed(next, hash, Some(v)).unwrap();
+    assert_eq!(ct.lookup(&next.original), Some((id, Direction::Original)));
+    check_invariants(&ct, index::DISP_CAP);
 }
 
 #[test]

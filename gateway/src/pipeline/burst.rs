@@ -47,7 +47,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use super::family::Family;
 use super::link;
 use super::{backend, ipv4, ipv6, process, Meta, Verdict, WorkerState};
-use crate::conntrack::{Conntrack, Direction, FlowId, FlowKey};
+use crate::conntrack::{Candidate, Conntrack, Direction, FlowId, FlowKey, Vacancy};
 use crate::host::Host;
 use crate::table::layout;
 use crate::table::{FrontendHash, ServiceRing, Table};
@@ -95,8 +95,9 @@ enum Ahead<'t> {
     Done,
     /// A flow the lookup will almost certainly find: its record is on its way.
     Flow(FlowId, Direction),
-    /// No flow has the key (a new flow): its front door's index line is on its way.
-    Frontend(FrontendHash),
+    /// No flow has the key (a new flow): its front door's index line is on its way (and
+    /// where the key's probe run ended, which the frame's hints hold too).
+    Frontend(FrontendHash, Vacancy),
     /// The front-door record is on its way: the key's hash and the record's position, if the
     /// key's home bucket names one (a key that overflowed its bucket is searched for).
     FrontendRecord(FrontendHash, Option<u32>),
@@ -133,9 +134,10 @@ pub(super) struct NewFlowHint {
 pub(super) struct FrameHints {
     /// The frame's flow key and its conntrack hash (stage 1).
     pub flow: Option<FlowHint>,
-    /// The flow whose tuple the key almost certainly is, and which tuple (stage 2:
+    /// The flow whose tuple the key almost certainly is, and which tuple, or where the key's
+    /// probe run ended when no flow has it (stage 2:
     /// [`crate::conntrack::Conntrack::prefetch_record`]), in the conntrack of the key's family.
-    pub candidate: Option<(FlowId, Direction)>,
+    pub candidate: Option<Candidate>,
     /// Where the packet will go (stage 3, or a new flow's last visit).
     pub route: Option<RouteHint>,
     /// A new flow's front door and ring endpoint.
@@ -221,8 +223,11 @@ pub fn process_burst<B: AsMut<[u8]>>(
                 None => Ahead::Done,
             };
             match ahead[j] {
-                Ahead::Frontend(_) => new_flows |= 1 << j,
-                Ahead::Flow(id, direction) => st.hints.frames[j].candidate = Some((id, direction)),
+                Ahead::Frontend(_, vacancy) => {
+                    new_flows |= 1 << j;
+                    st.hints.frames[j].candidate = Some(Candidate::Absent(vacancy));
+                }
+                Ahead::Flow(id, direction) => st.hints.frames[j].candidate = Some(Candidate::Flow(id, direction)),
                 _ => {}
             }
         }
@@ -264,11 +269,11 @@ pub fn process_burst<B: AsMut<[u8]>>(
 #[inline]
 fn probe<'t, A: Family>(st: &WorkerState, table: &'t Table, key: &FlowKey<A>, hash: u64) -> Ahead<'t> {
     match A::conntrack(st).prefetch_record(hash) {
-        Some((id, direction)) => Ahead::Flow(id, direction),
-        None => {
+        Candidate::Flow(id, direction) => Ahead::Flow(id, direction),
+        Candidate::Absent(vacancy) => {
             let h = table.frontend_hash(key.dst_addr.into(), key.protocol, key.dst_port);
             table.prefetch_frontend(h);
-            Ahead::Frontend(h)
+            Ahead::Frontend(h, vacancy)
         }
     }
 }
@@ -318,7 +323,7 @@ fn visit<'t, A: Family>(
     // (service-view sized) enum on every visit.
     match *ahead {
         Ahead::Done | Ahead::Flow(..) => *ahead = Ahead::Done,
-        Ahead::Frontend(h) => {
+        Ahead::Frontend(h, _) => {
             *ahead = Ahead::FrontendRecord(h, table.prefetch_frontend_record(h));
         }
         Ahead::FrontendRecord(h, candidate) => {

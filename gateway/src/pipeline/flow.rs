@@ -27,7 +27,8 @@ use super::sctp::{self, Chunks};
 use super::{backend, Verdict, WorkerState};
 use crate::conntrack::tcp::{self, Segment as TcpSegment};
 use crate::conntrack::{
-    track_tcp, track_udp, Deadline, Direction, Flow, FlowId, FlowKey, FlowState, InsertError, Tracked,
+    track_tcp, track_udp, Candidate, Deadline, Direction, Flow, FlowId, FlowKey, FlowState, InsertError, Tracked,
+    Vacancy,
 };
 use crate::counters::DropReason;
 use crate::nat::Rewrite;
@@ -121,9 +122,14 @@ pub(super) fn handle<A: Family>(
     if seg.ttl <= 1 {
         return Verdict::Drop(DropReason::TtlExceeded);
     }
+    // Where stage 2 found the key's probe run to end, for the insert (checked there).
+    let vacancy = match candidate {
+        Some(Candidate::Absent(v)) => Some(v),
+        _ => None,
+    };
     let (mut id, dir) = match hit {
         Some(h) => h,
-        None => match new_flow(now, frame, rx, table, st, key, hash, seg, ahead) {
+        None => match new_flow(now, frame, rx, table, st, key, (hash, vacancy), seg, ahead) {
             Ok(id) => (id, Direction::Original),
             Err(v) => return v,
         },
@@ -133,7 +139,7 @@ pub(super) fn handle<A: Family>(
         // A new connection on the tuple of a closed one: forget the old flow, choose the
         // endpoint anew.
         remove_flow::<A>(st, id);
-        id = match new_flow(now, frame, rx, table, st, key, hash, seg, ahead) {
+        id = match new_flow(now, frame, rx, table, st, key, (hash, None), seg, ahead) {
             Ok(id) => id,
             Err(v) => return v,
         };
@@ -273,8 +279,9 @@ fn route<A: Family>(st: &WorkerState, to: A) -> Option<(u8, A)> {
 /// ([`DropReason::SourceRangeDenied`]), as by kube-proxy's firewall chain, whether or not
 /// the Service has endpoints.
 ///
-/// `hash` is the key's conntrack hash ([`crate::conntrack::Conntrack::hash_key`]); `ahead`
-/// is what `process_burst` found ahead for this key in this table (front door and the ring's
+/// `hash` is the key's conntrack hash ([`crate::conntrack::Conntrack::hash_key`]), with
+/// where stage 2 of `process_burst` found its probe run to end, if it did (the insert checks
+/// that it still holds); `ahead` is what `process_burst` found ahead for this key in this table (front door and the ring's
 /// endpoint), used instead of looking them up again.
 #[allow(clippy::too_many_arguments)]
 fn new_flow<A: Family>(
@@ -284,7 +291,7 @@ fn new_flow<A: Family>(
     table: &Table,
     st: &mut WorkerState,
     key: FlowKey<A>,
-    hash: u64,
+    (hash, vacancy): (u64, Option<Vacancy>),
     seg: &Segment<A>,
     ahead: Option<NewFlowHint>,
 ) -> Result<FlowId, Verdict> {
@@ -360,13 +367,13 @@ fn new_flow<A: Family>(
         },
         state: FlowState::new(fe.index, table.generation() as u32, Deadline::at(now)),
     };
-    let mut inserted = A::conntrack_mut(st).insert_hashed(flow, hash);
+    let mut inserted = A::conntrack_mut(st).insert_hashed(flow, hash, vacancy);
     if inserted == Err(InsertError::Full) {
         // Linux's early drop: evict a flow near this one that is worth less, then retry.
         if let Some(evicted) = A::conntrack_mut(st).early_drop(&key, now) {
             free_snat_port(&mut st.snat, &st.host, &evicted);
             st.counters.conntrack_evicted += 1;
-            inserted = A::conntrack_mut(st).insert_hashed(flow, hash);
+            inserted = A::conntrack_mut(st).insert_hashed(flow, hash, None);
         }
     }
     match inserted {
