@@ -545,7 +545,7 @@ fn hashed_lookups_and_prefetches_agree_with_lookup() {
             None => assert!(matches!(ahead, Candidate::Absent(_)), "{i}: a miss ends at a vacancy"),
         }
         // Any candidate (right, of another flow, the other direction, none) gives the lookup's answer.
-        let other = Candidate::Flow(i as u32 * 7 % 200, Direction::Original);
+        let other = Candidate::Flow(i * 7 % 200, Direction::Original);
         let original = match ahead {
             Candidate::Flow(id, _) => Candidate::Flow(id, Direction::Original),
             absent => absent,
