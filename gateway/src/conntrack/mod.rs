@@ -530,6 +530,18 @@ pub enum Candidate {
     Absent(Vacancy),
 }
 
+impl Candidate {
+    /// The vacancy of an absent key, `None` for a flow.
+    #[inline]
+    #[must_use]
+    pub fn vacancy(self) -> Option<Vacancy> {
+        match self {
+            Candidate::Absent(v) => Some(v),
+            Candidate::Flow(..) => None,
+        }
+    }
+}
+
 /// Where a key's probe run ended when [`Conntrack::prefetch_record`] proved the key absent:
 /// the empty slot linear probing would place it in. It stays the answer while no flow is
 /// removed (removal shifts entries back; insertion only fills empty slots) and the slot is

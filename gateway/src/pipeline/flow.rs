@@ -122,17 +122,15 @@ pub(super) fn handle<A: Family>(
     if seg.ttl <= 1 {
         return Verdict::Drop(DropReason::TtlExceeded);
     }
-    // Where stage 2 found the key's probe run to end, for the insert (checked there).
-    let vacancy = match candidate {
-        Some(Candidate::Absent(v)) => Some(v),
-        _ => None,
-    };
     let (mut id, dir) = match hit {
         Some(h) => h,
-        None => match new_flow(now, frame, rx, table, st, key, (hash, vacancy), seg, ahead) {
-            Ok(id) => (id, Direction::Original),
-            Err(v) => return v,
-        },
+        // Where stage 2 found the key's probe run to end goes to the insert (which checks it).
+        None => {
+            match new_flow(now, frame, rx, table, st, key, (hash, candidate.and_then(Candidate::vacancy)), seg, ahead) {
+                Ok(id) => (id, Direction::Original),
+                Err(v) => return v,
+            }
+        }
     };
     let mut tracked = track(now, st, id, dir, seg);
     if tracked == Tracked::Reopen {
