@@ -78,6 +78,12 @@
 //! Expected cost at load ≤ 3/4 (Knuth, TAOCP vol. 3, § 6.4): a hit probes ≈ 2.5 slots, a
 //! miss ≈ 8.5 slots (about two cache lines of index), one record read per hit.
 //!
+//! A burst's look-ahead (`pipeline::process_burst`) reads each key's probe run early
+//! ([`Conntrack::prefetch_record`]): a hit's candidate flow, or for a miss the [`Vacancy`]
+//! where the run ends, which later proves the key still absent and places its original tuple
+//! without the run being walked again, as long as no flow was removed in between and the slot
+//! is still empty.
+//!
 //! ```
 //! use std::net::Ipv4Addr;
 //! use torii_gateway::conntrack::{Conntrack, Deadline, Direction, Flow, FlowKey, FlowState};

@@ -15,10 +15,10 @@
 //!    hop's neighbour slot and the front door's counters are prefetched, and the route is
 //!    handed to [`super::flow::egress`]. A new flow goes on down the table, one dependent
 //!    load per stage: the front-door record (at the position its index line names, which
-//!    the next stage confirms without searching the line again), the service record, the Maglev ring slot, the
-//!    chosen endpoint's record, and last the endpoint's next hop, the front door's
-//!    counters and the conntrack index slot its reply tuple will take (with the SNAT port
-//!    the allocation would give it now);
+//!    the next stage confirms without searching the line again), the service record, the
+//!    Maglev ring slot, the chosen endpoint's record, and last the endpoint's next hop, the
+//!    front door's counters and the conntrack index slot its reply tuple will take (with
+//!    the SNAT port the allocation would give it now);
 //! 4. the frame is processed by [`process`].
 //!
 //! The stages are software-pipelined over the whole burst: frame `i`'s stage 1 runs at step
@@ -38,9 +38,10 @@
 //! [`process`] ([`FrameHints`]) is used only when the full parse finds the same key the early
 //! parse did: the hash; the flow found ahead, only if its record is still live and holds
 //! the key ([`crate::conntrack::Conntrack::lookup_candidate`]: an earlier frame of the burst
-//! may have removed or replaced it); a new flow's front door and ring endpoint, which depend
-//! on nothing but the key and the burst's table; the route, checked against its
-//! destination.
+//! may have removed or replaced it); for a new flow, where its probe run ended, only while no
+//! flow was removed and that slot is still empty ([`crate::conntrack::Vacancy`]); a new
+//! flow's front door and ring endpoint, which depend on nothing but the key and the burst's
+//! table; the route, checked against its destination.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 

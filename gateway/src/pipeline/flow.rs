@@ -279,8 +279,8 @@ fn route<A: Family>(st: &WorkerState, to: A) -> Option<(u8, A)> {
 ///
 /// `hash` is the key's conntrack hash ([`crate::conntrack::Conntrack::hash_key`]), with
 /// where stage 2 of `process_burst` found its probe run to end, if it did (the insert checks
-/// that it still holds); `ahead` is what `process_burst` found ahead for this key in this table (front door and the ring's
-/// endpoint), used instead of looking them up again.
+/// that it still holds); `ahead` is what `process_burst` found ahead for this key in this
+/// table (front door and the ring's endpoint), used instead of looking them up again.
 #[allow(clippy::too_many_arguments)]
 fn new_flow<A: Family>(
     now: u64,
