@@ -48,11 +48,12 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use super::family::Family;
 use super::link;
 use super::{backend, ipv4, ipv6, process, Meta, Verdict, WorkerState};
+use crate::conntrack::tcp::Segment as TcpSegment;
 use crate::conntrack::{Candidate, Conntrack, Direction, FlowId, FlowKey, Vacancy};
 use crate::host::Host;
 use crate::table::layout;
 use crate::table::{FrontendHash, ServiceRing, Table};
-use crate::wire::{EtherType, IpProtocol, SctpPacket, TcpFlags, TcpPacket, UdpPacket};
+use crate::wire::{EtherType, IpProtocol, SctpPacket, TcpPacket, UdpPacket};
 
 /// Frames [`process_burst`] has in flight at once: from a frame's stage 1 to its processing
 /// (`PROCESS_AT` steps: 12) its hints take one of this many slots.
@@ -340,7 +341,7 @@ fn visit<'t, A: Family>(
             Some(s) => match s.slot(backend::ring_hash(&s, key)) {
                 Some(slot) => {
                     s.prefetch_slot(slot);
-                    *ahead = Ahead::Slot(s.ring_view(), frontend, slot as u32);
+                    *ahead = Ahead::Slot(*s, frontend, slot as u32);
                 }
                 None => *ahead = Ahead::Done,
             },
@@ -456,13 +457,14 @@ fn prefetch<A: Family>(conntrack: &Conntrack<A>, key: &FlowKey<A>, absent: bool)
 }
 
 /// The (source, destination) ports of the TCP, UDP or SCTP header `l4` of `protocol`, read
-/// with checked views, and whether it is a TCP SYN without ACK (RFC 9293 § 3.5: a
-/// connection's first segment); `None` for another protocol or a header that does not fit.
+/// with checked views, and whether it is a TCP SYN ([`TcpSegment::Syn`]: without ACK or
+/// RST, a connection's first segment, RFC 9293 § 3.5); `None` for another protocol or a
+/// header that does not fit.
 #[inline]
 pub(super) fn ports(protocol: IpProtocol, l4: &[u8]) -> Option<(u16, u16, bool)> {
     match protocol {
         IpProtocol::Tcp => TcpPacket::new_checked(l4)
-            .map(|t| (t.src_port(), t.dst_port(), t.flags() & (TcpFlags::SYN | TcpFlags::ACK) == TcpFlags::SYN))
+            .map(|t| (t.src_port(), t.dst_port(), TcpSegment::of(t.flags()) == TcpSegment::Syn))
             .ok(),
         IpProtocol::Udp => UdpPacket::new_checked(l4).map(|u| (u.src_port(), u.dst_port(), false)).ok(),
         IpProtocol::Sctp => SctpPacket::new_checked(l4).map(|p| (p.src_port(), p.dst_port(), false)).ok(),

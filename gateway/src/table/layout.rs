@@ -152,7 +152,7 @@ pub struct Service {
 }
 
 /// One endpoint.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout, Unaligned)]
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, Immutable, KnownLayout, Unaligned)]
 #[repr(C)]
 pub struct Backend {
     /// Endpoint address, 16-byte form.

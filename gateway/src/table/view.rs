@@ -229,12 +229,6 @@ impl<'t> ServiceRef<'t> {
         self.name
     }
 
-    /// The backends, ring and affinity timeout alone, by value.
-    #[inline]
-    pub fn ring_view(&self) -> ServiceRing<'t> {
-        self.choice
-    }
-
     /// Whether `addr:port` is still an endpoint for established flows: a ring backend or a
     /// draining endpoint. Two binary searches.
     #[inline]
