@@ -78,6 +78,15 @@ pub enum DropReason {
     /// A TCP segment whose flags do not fit its flow's state (Linux marks it INVALID in
     /// `nf_conntrack_tcp_packet`; kube-proxy drops INVALID packets).
     TcpInvalid,
+    /// A TCP segment outside its connection's sequence or acknowledgement window, or a RST
+    /// before the data its receiver acknowledged (Linux `tcp_in_window` marks it INVALID;
+    /// kube-proxy drops INVALID packets): what a blind injection or reset looks like.
+    TcpOutOfWindow,
+    /// A packet (or an ICMP error) of a tracked flow that arrived on another interface than
+    /// the one its direction arrives on: a reply from the client side, or a client's packet
+    /// from the endpoints' side — a forgery, as reverse-path filtering would judge it
+    /// (RFC 3704 § 2.2).
+    WrongLink,
     /// The chosen endpoint is of the other address family than the front door (an IPv4
     /// front door with an IPv6 endpoint or the reverse: full NAT does not translate families).
     UnsupportedFamily,
@@ -100,7 +109,7 @@ pub enum DropReason {
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 33] = [
+    pub const ALL: [DropReason; 35] = [
         Self::Truncated,
         Self::UnknownInterface,
         Self::NotOurMac,
@@ -127,6 +136,8 @@ impl DropReason {
         Self::SourceRangeDenied,
         Self::NoConntrack,
         Self::TcpInvalid,
+        Self::TcpOutOfWindow,
+        Self::WrongLink,
         Self::UnsupportedFamily,
         Self::NoRoute,
         Self::SnatExhausted,
@@ -165,6 +176,8 @@ impl DropReason {
             Self::SourceRangeDenied => "source_range_denied",
             Self::NoConntrack => "no_conntrack",
             Self::TcpInvalid => "tcp_invalid",
+            Self::TcpOutOfWindow => "tcp_out_of_window",
+            Self::WrongLink => "wrong_link",
             Self::UnsupportedFamily => "unsupported_family",
             Self::NoRoute => "no_route",
             Self::SnatExhausted => "snat_exhausted",

@@ -222,6 +222,8 @@ where
                 Arc::clone(steering),
             );
         }
+        // SNAT ports from a random position (RFC 6056 § 3.3.1), unlike the tests' states.
+        state.snat.reseed(seed(w));
         let worker = Worker {
             state,
             tables: Arc::clone(&tables),

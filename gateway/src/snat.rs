@@ -14,14 +14,22 @@
 //!   keeps a bit set over the whole range and any worker may use any port for some
 //!   endpoint. Allocation needs the endpoint: [`SnatPorts::alloc_for`].
 //!
-//! Ports are tracked per (SNAT address, protocol) in a bit set; allocation walks from a
-//! rotating cursor so a just-freed port is reused last (a backend may still hold the old
-//! connection in TIME-WAIT).
+//! Ports are tracked per (SNAT address, protocol) in a bit set. Allocation takes the first
+//! free port the rule allows from a cursor that jumps to a random position after every
+//! allocation — RFC 6056's "simple port randomization" (§ 3.3.1): a sender on the client
+//! side cannot guess the SNAT port of another client's flow from its own, and a just-freed
+//! port is taken again only by chance (one in the number of free ports). The generator is
+//! `fastrand`'s wyrand, seeded per worker ([`SnatPorts::reseed`]) from the process's
+//! random state; its output is not a cryptographic secret, which RFC 6056 does not ask
+//! for (§ 3.3.1 allows any PRNG with a good distribution).
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::Arc;
 
 use bitvec::prelude::*;
+
+/// Seed of the cursor jumps until [`SnatPorts::reseed`] sets one.
+const DEFAULT_SEED: u64 = 0x5eed_5a47_0000_0001;
 
 /// Protocols with their own port space.
 const PROTOCOLS: [u8; 3] = [6, 17, 132];
@@ -56,6 +64,8 @@ pub struct SnatPorts {
     /// `used[address_index * PROTOCOLS.len() + protocol_index]`.
     used: Vec<BitVec>,
     cursors: Vec<usize>,
+    /// Where the cursors jump after an allocation.
+    rng: fastrand::Rng,
     /// `Some` for the steered rule (then `stride` is 1 and `first` the range's start).
     steered: Option<Steered>,
 }
@@ -80,6 +90,7 @@ impl SnatPorts {
             count,
             used: (0..slots).map(|_| bitvec![0; count]).collect(),
             cursors: vec![0; slots],
+            rng: fastrand::Rng::with_seed(DEFAULT_SEED ^ worker as u64),
             steered: None,
         }
     }
@@ -102,7 +113,20 @@ impl SnatPorts {
             count,
             used: (0..slots).map(|_| bitvec![0; count]).collect(),
             cursors: vec![0; slots],
+            rng: fastrand::Rng::with_seed(DEFAULT_SEED ^ worker as u64),
             steered: Some(Steered { steering, worker, addresses: addresses.to_vec() }),
+        }
+    }
+
+    /// Draws the cursor jumps from `seed` from now on and moves every cursor to a random
+    /// position, so that not even the first port is predictable. The constructors start
+    /// every cursor at the first port and use a fixed seed, so that tests are repeatable;
+    /// the gateway reseeds each worker's ports with a random seed before its first packet.
+    pub fn reseed(&mut self, seed: u64) {
+        self.rng = fastrand::Rng::with_seed(seed);
+        let count = self.count;
+        for c in &mut self.cursors {
+            *c = if count == 0 { 0 } else { self.rng.usize(..count) };
         }
     }
 
@@ -137,7 +161,7 @@ impl SnatPorts {
     pub fn alloc_for(&mut self, address: usize, protocol: u8, endpoint: SocketAddr) -> Option<u16> {
         let (slot, i) = self.find_free(address, protocol, endpoint)?;
         self.used[slot].set(i, true);
-        self.cursors[slot] = if i + 1 >= self.count { 0 } else { i + 1 };
+        self.cursors[slot] = self.rng.usize(..self.count);
         Some(self.port_at(i))
     }
 
@@ -279,13 +303,43 @@ mod tests {
     fn alloc_for_follows_the_modulo_rule_without_steering() {
         let mut s = SnatPorts::new(1, 2, 1000, 1009, 1);
         let e = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 80));
-        let ports: Vec<u16> = std::iter::from_fn(|| s.alloc_for(0, 6, e)).collect();
+        let mut ports: Vec<u16> = std::iter::from_fn(|| s.alloc_for(0, 6, e)).collect();
+        ports.sort_unstable();
         assert_eq!(ports, [1001, 1003, 1005, 1007, 1009]);
         // Any family under the modulo rule (the fanout program steers IPv6 replies too).
         let mut s = SnatPorts::new(1, 2, 1000, 1009, 2);
         let e6: SocketAddr = "[fd00:70::11]:8080".parse().unwrap();
-        let ports: Vec<u16> = std::iter::from_fn(|| s.alloc_for(1, 6, e6)).collect();
+        let mut ports: Vec<u16> = std::iter::from_fn(|| s.alloc_for(1, 6, e6)).collect();
+        ports.sort_unstable();
         assert_eq!(ports, [1001, 1003, 1005, 1007, 1009]);
+    }
+
+    #[test]
+    fn ports_come_in_no_predictable_order_and_peek_foretells_the_next() {
+        let e = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 80));
+        let mut s = SnatPorts::new(0, 1, 1024, 65535, 1);
+        s.reseed(42);
+        let mut ports = Vec::new();
+        for _ in 0..1000 {
+            let next = s.peek_for(0, 6, e);
+            let p = s.alloc_for(0, 6, e);
+            assert_eq!(p, next, "peek_for is what alloc_for takes next");
+            ports.push(p.unwrap());
+        }
+        // RFC 6056 § 3.3.1: not one after the other. Sequential allocation would give 999
+        // steps of +1; a uniform choice about none.
+        let sequential = ports.windows(2).filter(|w| w[1] == w[0] + 1).count();
+        assert!(sequential < 10, "{sequential} of 999 allocations took the next port");
+        let mut unique = ports.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), 1000, "no port handed out twice");
+        let other: Vec<u16> = {
+            let mut s = SnatPorts::new(0, 1, 1024, 65535, 1);
+            s.reseed(43);
+            (0..1000).map(|_| s.alloc_for(0, 6, e).unwrap()).collect()
+        };
+        assert_ne!(ports, other, "another seed, another sequence");
     }
 
     #[test]

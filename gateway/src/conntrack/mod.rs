@@ -41,14 +41,16 @@
 //! # Layout
 //!
 //! ```text
-//!  records: [Record<A>; capacity]   40 B (IPv4) / 76 B (IPv6) per flow, see below
+//!  records: [Record<A>; capacity]   44 B (IPv4) / 80 B (IPv6) per flow, see below
+//!  windows: [TcpWindows; capacity]  36 B per flow: TCP sequence windows (`window`)
 //!  live:    [u64; ⌈capacity / 64⌉]  1 bit per flow: record in use
 //!  index:   [u64; ⌈8·capacity/3⌉]   one slot per tuple (2 per flow), load ≤ 3/4 at capacity
 //!           slot = tag (id << 1 | direction) | 24-bit fingerprint | 8-bit displacement
 //!
 //!  Record<A> (repr(C)):
 //!    state              FlowState: deadline u32 ms, frontend u32, table_generation u32,
-//!                       tcp_state u8, seen_reply, assured            16 B
+//!                       tcp_state u8, seen_reply, assured, links
+//!                       (arrival interface of each direction)         20 B
 //!    original src, dst  A, A                                          8 B / 32 B
 //!    reply src          A (the endpoint)                              4 B / 16 B
 //!    ports              original src, dst; reply src, dst (SNAT)      8 B
@@ -70,8 +72,9 @@
 //! storage, so the free list costs no memory.
 //!
 //! Memory per flow at capacity ([`Conntrack::memory_bytes`] gives the exact figure): for
-//! IPv4, a 40 B record, 8 · 8/3 ≈ 21.3 B of index and 1 bit ≈ **61.5 B**; for IPv6, 76 B,
-//! 21.3 B and 1 bit ≈ 97.5 B. The client's MAC address is not kept per flow: replies are
+//! IPv4, a 44 B record, 36 B of TCP windows, 8 · 8/3 ≈ 21.3 B of index and 1 bit ≈
+//! **101.5 B**; for IPv6, 80 B, 36 B, 21.3 B and 1 bit ≈ 137.5 B. The windows sit apart
+//! from the records so that UDP and SCTP packets never touch them. The client's MAC address is not kept per flow: replies are
 //! routed to the client like any other packet (next hop and neighbour table), as a Linux
 //! router does.
 //!
@@ -117,9 +120,11 @@ pub mod tcp;
 #[cfg(test)]
 mod tests;
 mod track;
+pub mod window;
 
 pub use tcp::TcpState;
 pub use track::{track_tcp, track_udp, Timeouts, Tracked};
+pub use window::{TcpSeq, TcpWindows};
 
 use std::fmt;
 use std::hash::Hash;
@@ -287,7 +292,8 @@ impl Deadline {
 }
 
 /// The part of a flow the pipeline updates while it lives, stored verbatim in the record
-/// ([`Conntrack::state`], [`Conntrack::state_mut`]). 16 bytes.
+/// ([`Conntrack::state`], [`Conntrack::state_mut`]), and the links its two directions
+/// arrive on. 20 bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(C)]
 pub struct FlowState {
@@ -307,6 +313,35 @@ pub struct FlowState {
     /// Set once the flow is worth keeping under pressure (Linux `IPS_ASSURED`: TCP
     /// established, UDP traffic after a reply); not-assured flows may be evicted early.
     pub assured: bool,
+    /// The interfaces (indices into the host's interfaces: a port and VLAN) on which each
+    /// direction arrives; opaque to conntrack. The pipeline drops a packet of either tuple
+    /// that arrives on another link, so a sender on the client side cannot pass for an
+    /// endpoint (a forged reply) nor the reverse.
+    pub links: Links,
+}
+
+/// The interfaces the two directions of a flow arrive on ([`FlowState::links`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct Links {
+    /// Where the original direction (client → front door) arrives: the interface its first
+    /// packet came in on.
+    pub original: u8,
+    /// Where the reply direction (endpoint → SNAT address) arrives: the interface that
+    /// reaches the endpoint.
+    pub reply: u8,
+}
+
+impl Links {
+    /// The link packets of `direction` arrive on.
+    #[inline]
+    #[must_use]
+    pub fn of(self, direction: Direction) -> u8 {
+        match direction {
+            Direction::Original => self.original,
+            Direction::Reply => self.reply,
+        }
+    }
 }
 
 impl FlowState {
@@ -314,7 +349,15 @@ impl FlowState {
     /// `table_generation` (low 32 bits), expiring at `deadline`; no TCP state, no reply seen.
     #[must_use]
     pub fn new(frontend: u32, table_generation: u32, deadline: Deadline) -> Self {
-        Self { deadline, frontend, table_generation, tcp_state: TcpState::None, seen_reply: false, assured: false }
+        Self {
+            deadline,
+            frontend,
+            table_generation,
+            tcp_state: TcpState::None,
+            seen_reply: false,
+            assured: false,
+            links: Links { original: 0, reply: 0 },
+        }
     }
 }
 
@@ -371,6 +414,7 @@ impl<A: Address> Record<A> {
             tcp_state: TcpState::None,
             seen_reply: false,
             assured: false,
+            links: Links { original: 0, reply: 0 },
         },
         original_src: A::UNSPECIFIED,
         original_dst: A::UNSPECIFIED,
@@ -453,20 +497,16 @@ impl<A: Address> Record<A> {
 pub type Conntrack6 = Conntrack<Ipv6Addr>;
 
 const _: () = assert!(size_of::<Deadline>() == 4);
-const _: () = assert!(size_of::<FlowState>() == 16);
-const _: () = assert!(size_of::<Record<Ipv4Addr>>() == 40, "IPv4 record: see Layout");
-const _: () = assert!(size_of::<Record<Ipv6Addr>>() == 76, "IPv6 record: see Layout");
-/// Bytes of table per flow at capacity, times 24 (to stay in integers): the record, its
-/// index slots (8 B each) and its bit of the occupancy bitmap.
+const _: () = assert!(size_of::<FlowState>() == 20);
+const _: () = assert!(size_of::<Record<Ipv4Addr>>() == 44, "IPv4 record: see Layout");
+const _: () = assert!(size_of::<Record<Ipv6Addr>>() == 80, "IPv6 record: see Layout");
+/// Bytes of table per flow at capacity, times 24 (to stay in integers): the record, its TCP
+/// windows, its index slots (8 B each) and its bit of the occupancy bitmap.
 const fn bytes_per_flow_x24(record: usize) -> usize {
-    24 * record + 24 * 8 * INDEX_SLOTS_PER_FLOW.0 / INDEX_SLOTS_PER_FLOW.1 + 3
+    24 * (record + size_of::<TcpWindows>()) + 24 * 8 * INDEX_SLOTS_PER_FLOW.0 / INDEX_SLOTS_PER_FLOW.1 + 3
 }
-const _: () = assert!(
-    bytes_per_flow_x24(size_of::<Record<Ipv4Addr>>()) <= 24 * 64,
-    "at most 64 B of conntrack state per IPv4 flow at capacity"
-);
-const _: () = assert!(bytes_per_flow_x24(size_of::<Record<Ipv4Addr>>()) == 1475, "61.46 B per IPv4 flow");
-const _: () = assert!(bytes_per_flow_x24(size_of::<Record<Ipv6Addr>>()) == 2339, "97.46 B per IPv6 flow");
+const _: () = assert!(bytes_per_flow_x24(size_of::<Record<Ipv4Addr>>()) == 2435, "101.46 B per IPv4 flow");
+const _: () = assert!(bytes_per_flow_x24(size_of::<Record<Ipv6Addr>>()) == 3299, "137.46 B per IPv6 flow");
 const _: () = assert!(MAX_CAPACITY <= 1 << 30, "flow id << 1 | direction must fit 31 bits");
 const _: () = assert!(
     (MAX_CAPACITY as u64 * INDEX_SLOTS_PER_FLOW.0 as u64).div_ceil(INDEX_SLOTS_PER_FLOW.1 as u64) <= 1 << 32,
@@ -508,6 +548,9 @@ pub struct Conntrack<A: Address = Ipv4Addr> {
     records: crate::memory::HugeSlice<Record<A>>,
     /// Bit `id % 64` of word `id / 64` is set iff record `id` holds a live flow.
     live: Box<[u64]>,
+    /// The TCP sequence windows of flow `id` ([`window`]); `capacity` long, reset when a
+    /// flow takes the record, read and written only for TCP segments.
+    windows: crate::memory::HugeSlice<TcpWindows>,
     /// Both tuples of every live flow.
     index: Index,
     /// The SNAT addresses reply tuples go to; records hold an index into it.
@@ -647,6 +690,7 @@ impl<A: Address> Conntrack<A> {
         Self {
             records: crate::memory::filled(capacity, Record::VACANT),
             live: vec![0; capacity.div_ceil(64)].into_boxed_slice(),
+            windows: crate::memory::filled(capacity, TcpWindows::default()),
             index,
             snat: snat_addresses.into(),
             hasher: KeyHash::new(seed),
@@ -683,12 +727,13 @@ impl<A: Address> Conntrack<A> {
         &self.snat
     }
 
-    /// Bytes of heap memory the table holds (records, occupancy bitmap, index, SNAT
-    /// addresses), fixed at construction: at capacity about 61.5 B per IPv4 flow and 97.5 B
-    /// per IPv6 flow (module documentation, "Layout").
+    /// Bytes of heap memory the table holds (records, TCP windows, occupancy bitmap, index,
+    /// SNAT addresses), fixed at construction: at capacity about 101.5 B per IPv4 flow and
+    /// 137.5 B per IPv6 flow (module documentation, "Layout").
     #[must_use]
     pub fn memory_bytes(&self) -> usize {
         self.records.len() * size_of::<Record<A>>()
+            + self.windows.len() * size_of::<TcpWindows>()
             + self.live.len() * size_of::<u64>()
             + self.index.slot_count() * size_of::<u64>()
             + self.snat.len() * size_of::<A>()
@@ -882,6 +927,18 @@ impl<A: Address> Conntrack<A> {
         &mut self.records[id as usize].state
     }
 
+    /// The state and TCP windows of flow `id`, mutable, with the same contract as
+    /// [`Conntrack::get`]: what [`track_tcp`] updates.
+    ///
+    /// # Panics
+    ///
+    /// If `id >= capacity` (always), or if `id` is not live (debug builds).
+    #[inline]
+    pub fn tcp_mut(&mut self, id: FlowId) -> (&mut FlowState, &mut TcpWindows) {
+        debug_assert!(self.is_live(id), "conntrack: flow id {id} is not live");
+        (&mut self.records[id as usize].state, &mut self.windows[id as usize])
+    }
+
     /// Tracks `flow`, indexing both [`Flow::original`] and [`Flow::reply`], and returns its id.
     /// Expected O(1); allocates nothing.
     ///
@@ -944,6 +1001,7 @@ impl<A: Address> Conntrack<A> {
         let id = self.allocate().ok_or(InsertError::Full)?;
         // `snat < MAX_SNAT_ADDRESSES`, checked in `new`.
         self.records[id as usize] = Record::pack(&flow, snat as u8);
+        self.windows[id as usize] = TcpWindows::default();
         self.live[id as usize / 64] |= 1 << (id % 64);
         self.len += 1;
         self.index.place(original_pos, original_hash, tag(id, Direction::Original));

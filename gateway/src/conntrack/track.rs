@@ -7,8 +7,8 @@
 //! configurable under `[conntrack]` in the gateway's configuration.
 
 use super::tcp::{self, Segment, TcpState, Transition};
+use super::window::{self, Fit, TcpSeq, TcpWindows};
 use super::{Deadline, Direction, FlowState};
-use crate::wire::TcpFlags;
 
 const NS_PER_S: u64 = 1_000_000_000;
 
@@ -106,34 +106,43 @@ pub enum Tracked {
     Reopen,
     /// Drop it and leave the flow as it was (Linux: INVALID, which kube-proxy drops).
     Invalid,
+    /// Drop it and leave the flow as it was: its sequence or acknowledgement number does not
+    /// fit the connection's windows, or it is a RST before the receiver's acknowledged data
+    /// ([`window::check`]; Linux: INVALID, which kube-proxy drops).
+    OutOfWindow,
 }
 
-/// Applies TCP segment `flags`, travelling in `direction`, to a tracked flow at `now_ns`:
+/// Applies TCP segment `seg`, travelling in `direction`, to a tracked flow at `now_ns`:
 /// moves [`FlowState::tcp_state`] by [`tcp::transition`] and Linux's rules around it
-/// (`nf_conntrack_tcp_packet`), refreshes the deadline, and sets `seen_reply` and `assured`.
+/// (`nf_conntrack_tcp_packet`), checks the segment against the flow's sequence windows
+/// `windows` ([`window::check`], Linux's `tcp_in_window`) and moves them forward, refreshes
+/// the deadline, and sets `seen_reply` and `assured`.
 ///
 /// - A state change (or a repeat) refreshes the deadline to the new state's timeout; a RST
 ///   gets the CLOSE timeout (10 s by default) and ends the flow at once if no reply was ever
-///   seen ([`Tracked::ForwardThenRemove`]).
+///   seen ([`Tracked::ForwardThenRemove`]). A RST in the window but not at the exact
+///   sequence number the receiver expects keeps an established flow's state (RFC 5961
+///   § 3.2: the endpoint answers it with a challenge ACK).
 /// - Before any reply, a retransmitted SYN does not extend SYN_SENT (so a client reusing
 ///   its port cannot keep a dead entry alive), and a connection picked up mid-stream gets
-///   at most [`Timeouts::tcp_unacknowledged_ns`].
+///   at most [`Timeouts::tcp_unacknowledged_ns`] (and liberal window checks, as in Linux).
 /// - The flow becomes assured (not evicted early when the table is full) when an ACK
 ///   completes the handshake (SYN_RECV or ESTABLISHED → ESTABLISHED after a reply).
-/// - Ignored segments change nothing, not even the deadline; invalid ones are dropped.
+/// - Ignored segments change nothing, not even the deadline; invalid ones
+///   ([`Tracked::Invalid`], [`Tracked::OutOfWindow`]) are dropped and change nothing.
 ///
-/// Not modelled, as in Linux with `nf_conntrack_tcp_be_liberal=1`: sequence-window checks,
-/// and the retransmission and zero-window timeouts that depend on them.
+/// Not modelled: the retransmission and zero-window timeouts (`nf_conntrack_tcp_max_retrans`).
 pub fn track_tcp(
     state: &mut FlowState,
+    windows: &mut TcpWindows,
     direction: Direction,
-    flags: TcpFlags,
+    seg: &TcpSeq,
     now_ns: u64,
     timeouts: &Timeouts,
 ) -> Tracked {
     let old = state.tcp_state;
-    let segment = Segment::of(flags);
-    let new = match tcp::transition(old, direction, segment) {
+    let segment = Segment::of(seg.flags);
+    let mut new = match tcp::transition(old, direction, segment) {
         Transition::Invalid => return Tracked::Invalid,
         Transition::Ignore => {
             mark_seen(state, direction);
@@ -146,6 +155,15 @@ pub fn track_tcp(
         }
         Transition::To(new) => new,
     };
+    match window::check(windows, direction, old, state.assured, seg) {
+        Fit::Accept => {}
+        Fit::AcceptRstKeepState => new = old,
+        Fit::Ignore => {
+            mark_seen(state, direction);
+            return Tracked::Forward;
+        }
+        Fit::OutOfWindow => return Tracked::OutOfWindow,
+    }
     state.tcp_state = new;
     let mut timeout = if segment == Segment::Rst { timeouts.tcp_close_ns } else { timeouts.tcp(new) };
     if !state.seen_reply {
@@ -196,7 +214,15 @@ fn mark_seen(state: &mut FlowState, direction: Direction) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::TcpFlags;
     use Direction::{Original as O, Reply as R};
+
+    /// [`track_tcp`] on a segment with `flags` and every number zero, under liberal windows:
+    /// the state machine and timeouts alone (the windows have tests of their own).
+    fn track_tcp(state: &mut FlowState, direction: Direction, flags: TcpFlags, now_ns: u64, t: &Timeouts) -> Tracked {
+        let seg = TcpSeq { flags, ..TcpSeq::default() };
+        super::track_tcp(state, &mut TcpWindows::liberal(), direction, &seg, now_ns, t)
+    }
 
     const S: u64 = NS_PER_S;
     const T: Timeouts = Timeouts::DEFAULT;
@@ -330,6 +356,30 @@ mod tests {
             ],
         );
         assert!(st.assured, "a valid answer to a picked-up connection assures it");
+    }
+
+    #[test]
+    fn a_blind_rst_changes_nothing_and_an_inexact_one_keeps_the_state() {
+        let mut st = fresh();
+        let mut w = TcpWindows::default();
+        let seg = |flags, seq, ack| TcpSeq {
+            flags,
+            seq,
+            ack,
+            window: 64240,
+            len: u32::from(flags == SYN || flags == SYN_ACK),
+            wscale: None,
+        };
+        assert_eq!(super::track_tcp(&mut st, &mut w, O, &seg(SYN, 1000, 0), 0, &T), Tracked::Forward);
+        assert_eq!(super::track_tcp(&mut st, &mut w, R, &seg(SYN_ACK, 5000, 1001), 0, &T), Tracked::Forward);
+        assert_eq!(super::track_tcp(&mut st, &mut w, O, &seg(ACK, 1001, 5001), 0, &T), Tracked::Forward);
+        let before = (st, w);
+        assert_eq!(super::track_tcp(&mut st, &mut w, R, &seg(RST, 0xdead_beef, 0), S, &T), Tracked::OutOfWindow);
+        assert_eq!((st, w), before, "an out-of-window RST changes nothing");
+        assert_eq!(super::track_tcp(&mut st, &mut w, R, &seg(RST, 5002, 0), S, &T), Tracked::Forward);
+        assert_eq!(st.tcp_state, TcpState::Established, "in the window, not exact: kept for a challenge ACK");
+        assert_eq!(super::track_tcp(&mut st, &mut w, R, &seg(RST, 5001, 0), S, &T), Tracked::Forward);
+        assert_eq!(st.tcp_state, TcpState::Close, "at RCV.NXT: closed");
     }
 
     #[test]

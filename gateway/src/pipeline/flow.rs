@@ -4,6 +4,9 @@
 //! first), the flow's TCP state and timeouts ([`crate::conntrack::track_tcp`]: a RST before
 //! any reply ends the flow, a client's SYN on a TIME_WAIT or CLOSE flow reopens it with a
 //! new endpoint, segments that do not fit the state are dropped; SCTP's in [`super::sctp`]),
+//! TCP sequence windows ([`crate::conntrack::window`]: out-of-window segments and blind RSTs
+//! are dropped), the arrival link of each direction (a packet of a tracked tuple that
+//! arrives on another interface is a forgery and is dropped before it touches the flow),
 //! the NAT rewrite and MAC addressing of the forwarded frame, and the per-front-door counts
 //! of what was forwarded (packets and IPv4 bytes per direction, new flows); a first
 //! fragment's translation is recorded for the datagram's later fragments
@@ -27,14 +30,14 @@ use super::sctp::{self, Chunks};
 use super::{backend, Verdict, WorkerState};
 use crate::conntrack::tcp::{self, Segment as TcpSegment};
 use crate::conntrack::{
-    track_tcp, track_udp, Candidate, Deadline, Direction, Flow, FlowId, FlowKey, FlowState, InsertError, Tracked,
-    Vacancy,
+    track_tcp, track_udp, Candidate, Deadline, Direction, Flow, FlowId, FlowKey, FlowState, InsertError, Links, TcpSeq,
+    Tracked, Vacancy,
 };
 use crate::counters::DropReason;
 use crate::nat::Rewrite;
 use crate::table::layout;
 use crate::table::Table;
-use crate::wire::{EthernetFrame, IpProtocol, MacAddr, TcpFlags};
+use crate::wire::{EthernetFrame, IpProtocol, MacAddr, TcpFlags, TcpPacket};
 
 /// The fields of a received TCP, UDP or SCTP packet (IPv4 or IPv6) the flow path uses.
 #[derive(Clone, Copy, Debug)]
@@ -57,12 +60,32 @@ pub(super) struct Segment<A> {
     pub sport: u16,
     /// Transport destination port.
     pub dport: u16,
-    /// TCP flags; empty for UDP and SCTP.
-    pub tcp_flags: TcpFlags,
+    /// TCP flags, sequence and acknowledgement numbers, window ([`tcp_seq`]); all zero for
+    /// UDP and SCTP.
+    pub tcp: TcpSeq,
     /// SCTP chunks that matter to tracking; empty for TCP and UDP.
     pub sctp: Chunks,
     /// Set for the first fragment of a fragmented datagram (TCP or UDP only).
     pub first_fragment: Option<Fragment<A>>,
+}
+
+/// The window-tracking fields of TCP segment `t` (the whole segment: header and data):
+/// flags, SEG.SEQ, SEG.ACK, SEG.WND, SEG.LEN, and on a SYN the Window Scale option.
+#[inline]
+pub(super) fn tcp_seq(t: &TcpPacket<&[u8]>) -> TcpSeq {
+    let flags = t.flags();
+    TcpSeq {
+        flags,
+        seq: t.seq_number(),
+        ack: t.ack_number(),
+        window: t.window_len(),
+        len: t.segment_len(),
+        wscale: if flags.contains(TcpFlags::SYN) {
+            crate::conntrack::window::window_scale_option(t.options())
+        } else {
+            None
+        },
+    }
 }
 
 /// Forwards the TCP, UDP or SCTP packet `seg` in `frame` along its flow, creating the flow
@@ -92,11 +115,16 @@ pub(super) fn handle<A: Family>(
         None => (A::conntrack(st).hash_key(&key), None, None),
     };
     let mut hit = A::conntrack(st).lookup_candidate(&key, hash, candidate);
-    if let Some((id, _)) = hit {
-        if A::conntrack(st).state(id).deadline.is_due(now) {
+    if let Some((id, dir)) = hit {
+        let state = A::conntrack(st).state(id);
+        if state.deadline.is_due(now) {
             // Idle past its timeout but not reaped yet: it is gone.
             remove_flow::<A>(st, id);
             hit = None;
+        } else if rx.iface != state.links.of(dir) {
+            // A packet of this flow's tuple from the wrong side (a reply from the clients'
+            // link, a client's packet from the endpoints'): a forgery; the flow is untouched.
+            return Verdict::Drop(DropReason::WrongLink);
         }
     }
     if let Some((id, Direction::Original)) = hit {
@@ -112,7 +140,7 @@ pub(super) fn handle<A: Family>(
                 // steered anew by this very packet.
                 remove_flow::<A>(st, id);
                 st.counters.endpoint_gone += 1;
-                if seg.proto == IpProtocol::Tcp && TcpSegment::of(seg.tcp_flags) != TcpSegment::Syn {
+                if seg.proto == IpProtocol::Tcp && TcpSegment::of(seg.tcp.flags) != TcpSegment::Syn {
                     return reject(frame, rx, st);
                 }
                 hit = None;
@@ -143,8 +171,10 @@ pub(super) fn handle<A: Family>(
         };
         tracked = track(now, st, id, Direction::Original, seg);
     }
-    if tracked == Tracked::Invalid {
-        return Verdict::Drop(DropReason::TcpInvalid);
+    match tracked {
+        Tracked::Invalid => return Verdict::Drop(DropReason::TcpInvalid),
+        Tracked::OutOfWindow => return Verdict::Drop(DropReason::TcpOutOfWindow),
+        _ => {}
     }
     let flow = A::conntrack(st).get(id);
     let frontend = frontend_index(table, &flow);
@@ -173,13 +203,23 @@ fn frontend_index<A: Family>(table: &Table, flow: &Flow<A>) -> Option<u32> {
 }
 
 /// Applies the packet to flow `id`'s state ([`track_tcp`], [`track_udp`], [`sctp::track`]):
-/// TCP state, idle deadline, `seen_reply`, `assured`.
+/// TCP state and sequence windows, idle deadline, `seen_reply`, `assured`.
+///
+/// A TCP flow whose segments arrive fragmented is tracked with liberal windows from then
+/// on: a first fragment does not carry the segment's length (Linux reassembles before
+/// conntrack sees a segment; the gateway does not).
 fn track<A: Family>(now: u64, st: &mut WorkerState, id: FlowId, dir: Direction, seg: &Segment<A>) -> Tracked {
     let (conntrack, host) = A::conntrack_and_host(st);
-    let (state, timeouts) = (conntrack.state_mut(id), &host.timeouts);
+    let timeouts = &host.timeouts;
     if seg.proto == IpProtocol::Tcp {
-        track_tcp(state, dir, seg.tcp_flags, now, timeouts)
-    } else if seg.proto == IpProtocol::Sctp {
+        let (state, windows) = conntrack.tcp_mut(id);
+        if seg.first_fragment.is_some() {
+            windows.make_liberal();
+        }
+        return track_tcp(state, windows, dir, &seg.tcp, now, timeouts);
+    }
+    let state = conntrack.state_mut(id);
+    if seg.proto == IpProtocol::Sctp {
         sctp::track(state, dir, seg.sctp, now);
         Tracked::Forward
     } else {
@@ -308,7 +348,7 @@ fn new_flow<A: Family>(
     // What cannot open a connection creates no flow: a TCP segment no state starts from
     // (a RST), an SCTP ABORT or SHUTDOWN COMPLETE of an unknown association.
     let stray = match seg.proto {
-        IpProtocol::Tcp => tcp::initial(TcpSegment::of(seg.tcp_flags)).is_none(),
+        IpProtocol::Tcp => tcp::initial(TcpSegment::of(seg.tcp.flags)).is_none(),
         IpProtocol::Sctp => seg.sctp.close,
         _ => false,
     };
@@ -363,7 +403,10 @@ fn new_flow<A: Family>(
             dst_addr: snat_ip,
             dst_port: snat_port,
         },
-        state: FlowState::new(fe.index, table.generation() as u32, Deadline::at(now)),
+        state: FlowState {
+            links: Links { original: rx.iface, reply: out },
+            ..FlowState::new(fe.index, table.generation() as u32, Deadline::at(now))
+        },
     };
     let mut inserted = A::conntrack_mut(st).insert_hashed(flow, hash, vacancy);
     if inserted == Err(InsertError::Full) {

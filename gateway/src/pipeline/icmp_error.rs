@@ -154,6 +154,10 @@ pub(super) fn handle<A: ErrorFamily>(
         return Verdict::Drop(DropReason::IcmpErrorUntracked);
     }
     let flow = A::conntrack(st).get(id);
+    // The error comes from where the flow's packets in direction `dir` come from.
+    if rx.iface != flow.state.links.of(dir) {
+        return Verdict::Drop(DropReason::WrongLink);
+    }
     if A::hop_limit(&frame[l3..l4.end]) <= 1 {
         return Verdict::Drop(DropReason::TtlExceeded);
     }

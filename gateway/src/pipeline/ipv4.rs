@@ -12,11 +12,11 @@ use super::fragment::{self, Fragment};
 use super::link::Rx;
 use super::sctp::{self, Chunks};
 use super::{icmp, Verdict, WorkerState};
-use crate::conntrack::FlowKey;
+use crate::conntrack::{FlowKey, TcpSeq};
 use crate::counters::DropReason;
 use crate::fragments::FragmentKey;
 use crate::table::Table;
-use crate::wire::{IpProtocol, Ipv4Packet, TcpFlags, TcpPacket, UdpPacket};
+use crate::wire::{IpProtocol, Ipv4Packet, TcpPacket, UdpPacket};
 
 /// The flow key of the TCP, UDP or SCTP packet after the link-layer header of `frame`, read with
 /// checked views but without [`handle`]'s checks (header checksum, TTL): a hint for
@@ -75,28 +75,27 @@ pub(super) fn handle(now: u64, frame: &mut [u8], rx: &Rx, table: &Table, st: &mu
         }
         first_fragment = Some(fragment);
     }
-    let (sport, dport, tcp_flags, chunks) = match proto {
+    let (sport, dport, tcp, chunks) = match proto {
         IpProtocol::Tcp => match TcpPacket::new_checked(&frame[l4.clone()]) {
-            Ok(t) => (t.src_port(), t.dst_port(), t.flags(), Chunks::default()),
+            Ok(t) => (t.src_port(), t.dst_port(), flow::tcp_seq(&t), Chunks::default()),
             Err(_) => return Verdict::Drop(DropReason::MalformedL4),
         },
         IpProtocol::Udp if first_fragment.is_some() => match fragment::first_udp_header(&frame[l4.clone()]) {
-            Some((sport, dport, _)) => (sport, dport, TcpFlags::default(), Chunks::default()),
+            Some((sport, dport, _)) => (sport, dport, TcpSeq::default(), Chunks::default()),
             None => return Verdict::Drop(DropReason::MalformedL4),
         },
         IpProtocol::Udp => match UdpPacket::new_checked(&frame[l4.clone()]) {
-            Ok(u) => (u.src_port(), u.dst_port(), TcpFlags::default(), Chunks::default()),
+            Ok(u) => (u.src_port(), u.dst_port(), TcpSeq::default(), Chunks::default()),
             Err(_) => return Verdict::Drop(DropReason::MalformedL4),
         },
         IpProtocol::Sctp => match sctp::parse(&frame[l4.clone()], rx.l4_csum_partial) {
-            Ok((sport, dport, chunks)) => (sport, dport, TcpFlags::default(), chunks),
+            Ok((sport, dport, chunks)) => (sport, dport, TcpSeq::default(), chunks),
             Err(sctp::Refused::Malformed) => return Verdict::Drop(DropReason::MalformedL4),
             Err(sctp::Refused::Checksum) => return Verdict::Drop(DropReason::BadSctpChecksum),
         },
         IpProtocol::Icmp => return icmp::handle(now, frame, rx, table, st, src, dst, l4),
         _ => return Verdict::Drop(DropReason::UnsupportedProtocol),
     };
-    let seg =
-        Segment { src, dst, proto, ttl, l4_offset: ihl, total, sport, dport, tcp_flags, sctp: chunks, first_fragment };
+    let seg = Segment { src, dst, proto, ttl, l4_offset: ihl, total, sport, dport, tcp, sctp: chunks, first_fragment };
     flow::handle(now, frame, rx, table, st, &seg)
 }

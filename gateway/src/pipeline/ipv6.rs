@@ -18,12 +18,12 @@ use super::fragment::{self, Fragment};
 use super::link::Rx;
 use super::sctp::Chunks;
 use super::{icmp, icmp_error, ndp, Verdict, WorkerState};
-use crate::conntrack::FlowKey;
+use crate::conntrack::{FlowKey, TcpSeq};
 use crate::counters::DropReason;
 use crate::fragments::FragmentKey;
 use crate::table::Table;
 use crate::wire::ipv6::Ipv6Fragment;
-use crate::wire::{Icmpv6Packet, Icmpv6Type, IpProtocol, Ipv6Packet, TcpFlags, TcpPacket, UdpPacket};
+use crate::wire::{Icmpv6Packet, Icmpv6Type, IpProtocol, Ipv6Packet, TcpPacket, UdpPacket};
 
 /// The flow key of the IPv6 TCP or UDP packet after the link-layer header of `frame` (after
 /// any extension headers), read with checked views but without [`handle`]'s checks: a hint
@@ -87,19 +87,19 @@ pub(super) fn handle(now: u64, frame: &mut [u8], rx: &Rx, table: &Table, st: &mu
         }
         first_fragment = Some(fragment);
     }
-    let (sport, dport, tcp_flags) = match upper.protocol {
+    let (sport, dport, tcp) = match upper.protocol {
         IpProtocol::Tcp => match TcpPacket::new_checked(&frame[l4.clone()]) {
-            Ok(t) => (t.src_port(), t.dst_port(), t.flags()),
+            Ok(t) => (t.src_port(), t.dst_port(), flow::tcp_seq(&t)),
             Err(_) => return Verdict::Drop(DropReason::MalformedL4),
         },
         IpProtocol::Udp if first_fragment.is_some() => match fragment::first_udp_header(&frame[l4.clone()]) {
-            Some((sport, dport, checksum)) if checksum != 0 => (sport, dport, TcpFlags::default()),
+            Some((sport, dport, checksum)) if checksum != 0 => (sport, dport, TcpSeq::default()),
             _ => return Verdict::Drop(DropReason::MalformedL4),
         },
         // RFC 8200 § 8.1: "IPv6 receivers must discard UDP packets containing a zero
         // checksum"; forwarding one would only move the discard to the endpoint.
         IpProtocol::Udp => match UdpPacket::new_checked(&frame[l4.clone()]) {
-            Ok(u) if u.checksum() != 0 => (u.src_port(), u.dst_port(), TcpFlags::default()),
+            Ok(u) if u.checksum() != 0 => (u.src_port(), u.dst_port(), TcpSeq::default()),
             _ => return Verdict::Drop(DropReason::MalformedL4),
         },
         IpProtocol::Icmpv6 => return handle_icmpv6(now, frame, rx, table, st, (src, dst, hop_limit), l4),
@@ -114,7 +114,7 @@ pub(super) fn handle(now: u64, frame: &mut [u8], rx: &Rx, table: &Table, st: &mu
         total,
         sport,
         dport,
-        tcp_flags,
+        tcp,
         sctp: Chunks::default(),
         first_fragment,
     };

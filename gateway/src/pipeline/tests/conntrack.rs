@@ -15,6 +15,14 @@ const RST_ACK: TcpFlags = TcpFlags(TcpFlags::RST.0 | TcpFlags::ACK.0);
 const T: Timeouts = Timeouts::DEFAULT;
 const BACKEND: &str = "10.70.0.11";
 
+/// SEG.SEQ and SEG.ACK of a segment with `flags`, either side: both ends' initial sequence
+/// number is 1, so a SYN carries 1 and everything after it 2, acknowledging the other end's
+/// SYN (2). Later data and FINs are never acknowledged, which the windows allow: the
+/// segments stay in sequence and every RST is at the sequence number its receiver expects.
+fn seq_ack(flags: TcpFlags) -> (u32, u32) {
+    (if flags.contains(TcpFlags::SYN) { 1 } else { 2 }, 2)
+}
+
 /// One client connection to `VIP:80`, served by [`BACKEND`] through a worker.
 struct Conn {
     t: Table,
@@ -34,36 +42,38 @@ impl Conn {
     }
 
     /// The client's segment and the frame the gateway must send to the endpoint for it.
-    fn client_segment(&self, flags: TcpFlags, seq: u32, payload: &[u8]) -> (Vec<u8>, Vec<u8>) {
-        let input = frames::tcp(to_gw(), self.client, (VIP, 80), flags, seq, 7, payload, 64);
+    fn client_segment(&self, flags: TcpFlags, payload: &[u8]) -> (Vec<u8>, Vec<u8>) {
+        let (seq, ack) = seq_ack(flags);
+        let input = frames::tcp(to_gw(), self.client, (VIP, 80), flags, seq, ack, payload, 64);
         let l2 = L2 { src: GW_BACK_MAC, dst: backend_mac(11) };
-        let want = frames::tcp(l2, (SNAT, self.snat_port), Self::backend(), flags, seq, 7, payload, 63);
+        let want = frames::tcp(l2, (SNAT, self.snat_port), Self::backend(), flags, seq, ack, payload, 63);
         (input, want)
     }
 
     /// The endpoint's segment and the frame the gateway must send to the client for it.
-    fn endpoint_segment(&self, flags: TcpFlags, seq: u32) -> (Vec<u8>, Vec<u8>) {
+    fn endpoint_segment(&self, flags: TcpFlags) -> (Vec<u8>, Vec<u8>) {
+        let (seq, ack) = seq_ack(flags);
         let l2 = L2 { src: backend_mac(11), dst: GW_BACK_MAC };
-        let input = frames::tcp(l2, Self::backend(), (SNAT, self.snat_port), flags, seq, 9, &[], 64);
+        let input = frames::tcp(l2, Self::backend(), (SNAT, self.snat_port), flags, seq, ack, &[], 64);
         let want =
-            frames::tcp(L2 { src: GW_FRONT_MAC, dst: CLIENT_MAC }, (VIP, 80), self.client, flags, seq, 9, &[], 63);
+            frames::tcp(L2 { src: GW_FRONT_MAC, dst: CLIENT_MAC }, (VIP, 80), self.client, flags, seq, ack, &[], 63);
         (input, want)
     }
 
     /// Sends a client segment at `now` and checks that it is forwarded, translated.
     fn client(&mut self, now: u64, flags: TcpFlags) {
-        let (input, _) = self.client_segment(flags, 1, b"");
+        let (input, _) = self.client_segment(flags, b"");
         let (v, out) = run(now, &input, FRONT, &self.t, &mut self.st);
         if self.snat_port == 0 {
             self.snat_port = TcpPacket::new_checked(&out[34..]).map_or(0, |t| t.src_port());
         }
-        let (_, want) = self.client_segment(flags, 1, b"");
+        let (_, want) = self.client_segment(flags, b"");
         assert_eq!((v, &out), (tx(BACK, &want), &want), "client {flags:?} at {now}");
     }
 
     /// Sends an endpoint segment at `now` and checks that it is forwarded, translated.
     fn endpoint(&mut self, now: u64, flags: TcpFlags) {
-        let (input, want) = self.endpoint_segment(flags, 1);
+        let (input, want) = self.endpoint_segment(flags);
         assert_eq!(run(now, &input, BACK, &self.t, &mut self.st), (tx(FRONT, &want), want), "endpoint {flags:?}");
     }
 
@@ -105,7 +115,7 @@ fn a_connection_walks_linux_states_with_their_timeouts() {
     assert_eq!(T.tcp_established_ns, 86_400 * SEC, "kube-proxy's --conntrack-tcp-timeout-established");
     assert!(c.st.conntrack.state(c.flow_id()).assured);
     // Data both ways.
-    let (input, want) = c.client_segment(ACK, 1, b"GET / HTTP/1.1\r\n\r\n");
+    let (input, want) = c.client_segment(ACK, b"GET / HTTP/1.1\r\n\r\n");
     assert_eq!(run(4 * SEC, &input, FRONT, &c.t, &mut c.st), (tx(BACK, &want), want));
     c.endpoint(5 * SEC, ACK);
     c.expect(TcpState::Established, 5 * SEC, T.tcp_established_ns);
@@ -274,17 +284,55 @@ fn a_syn_on_the_tuple_of_a_flow_whose_endpoint_left_opens_a_new_flow_instead_of_
 }
 
 #[test]
+fn a_reply_forged_on_the_clients_link_and_blind_resets_leave_the_connection_alone() {
+    let mut c = Conn::new(1024);
+    c.establish();
+    let expect_untouched = |c: &Conn| c.expect(TcpState::Established, 2 * SEC, T.tcp_established_ns);
+    // The endpoint's tuple (endpoint → SNAT address:port), from the clients' side: a
+    // forged reply, whatever its flags and numbers.
+    for flags in [RST, ACK, FIN_ACK] {
+        let (seq, ack) = seq_ack(flags);
+        let forged = frames::tcp(to_gw(), Conn::backend(), (SNAT, c.snat_port), flags, seq, ack, b"", 64);
+        assert_eq!(run(3 * SEC, &forged, FRONT, &c.t, &mut c.st).0, Verdict::Drop(DropReason::WrongLink));
+        expect_untouched(&c);
+    }
+    // The client's tuple from the endpoints' side.
+    let (seq, ack) = seq_ack(RST);
+    let l2 = L2 { src: backend_mac(12), dst: GW_BACK_MAC };
+    let forged = frames::tcp(l2, c.client, (VIP, 80), RST, seq, ack, b"", 64);
+    assert_eq!(run(3 * SEC, &forged, BACK, &c.t, &mut c.st).0, Verdict::Drop(DropReason::WrongLink));
+    expect_untouched(&c);
+    // A blind RST with the client's tuple, on the right link, at a guessed sequence number.
+    for seq in [0, 0x8000_0000, 0xdead_beef, 2u32.wrapping_sub(70_000)] {
+        let blind = frames::tcp(to_gw(), c.client, (VIP, 80), RST, seq, 0, b"", 64);
+        assert_eq!(run(3 * SEC, &blind, FRONT, &c.t, &mut c.st).0, Verdict::Drop(DropReason::TcpOutOfWindow));
+        expect_untouched(&c);
+    }
+    assert_eq!(c.st.counters.drops_of(DropReason::WrongLink), 4);
+    assert_eq!(c.st.counters.drops_of(DropReason::TcpOutOfWindow), 4);
+    // One in the window but not at the expected number is forwarded (the endpoint answers
+    // it with a challenge ACK, RFC 5961 § 3.2) and closes nothing.
+    let near = frames::tcp(to_gw(), c.client, (VIP, 80), RST, 2 + 1000, 0, b"", 64);
+    assert!(matches!(run(4 * SEC, &near, FRONT, &c.t, &mut c.st).0, Verdict::Transmit { iface: BACK, .. }));
+    c.expect(TcpState::Established, 4 * SEC, T.tcp_close_ns);
+    // The connection goes on.
+    c.client(5 * SEC, ACK);
+    c.endpoint(5 * SEC, ACK);
+    c.expect(TcpState::Established, 5 * SEC, T.tcp_established_ns);
+}
+
+#[test]
 fn segments_that_do_not_fit_are_dropped_and_unknown_flows_open_only_on_syn_or_ack() {
     let mut c = Conn::new(1024);
     // Only a SYN opens a flow, or an ACK (mid-stream pickup); nothing else creates state.
     for flags in [SYN_ACK, FIN_ACK, RST, TcpFlags::EMPTY] {
-        let (input, _) = c.client_segment(flags, 1, b"");
+        let (input, _) = c.client_segment(flags, b"");
         assert_eq!(run(0, &input, FRONT, &c.t, &mut c.st).0, Verdict::Drop(DropReason::NoConntrack), "{flags:?}");
     }
     assert!(c.st.conntrack.is_empty());
     c.client(0, SYN);
     // An ACK from the client before the endpoint answered: Linux's INVALID.
-    let (input, _) = c.client_segment(ACK, 1, b"");
+    let (input, _) = c.client_segment(ACK, b"");
     assert_eq!(run(SEC, &input, FRONT, &c.t, &mut c.st).0, Verdict::Drop(DropReason::TcpInvalid));
     c.expect(TcpState::SynSent, 0, T.tcp_syn_sent_ns);
     assert_eq!(c.st.counters.drops_of(DropReason::TcpInvalid), 1);
@@ -339,12 +387,12 @@ fn a_full_table_evicts_unassured_flows_then_refuses() {
     let mut snat_ports = Vec::new();
     for i in 0..CAPACITY as u16 {
         let mut c = conn(50_000 + i);
-        let (syn, _) = c.client_segment(SYN, 1, b"");
+        let (syn, _) = c.client_segment(SYN, b"");
         let (v, out) = run(0, &syn, FRONT, &t, &mut st);
         assert!(matches!(v, Verdict::Transmit { .. }));
         c.snat_port = TcpPacket::new_checked(&out[34..]).unwrap().src_port();
-        let (syn_ack, _) = c.endpoint_segment(SYN_ACK, 1);
-        let (ack, _) = c.client_segment(ACK, 1, b"");
+        let (syn_ack, _) = c.endpoint_segment(SYN_ACK);
+        let (ack, _) = c.client_segment(ACK, b"");
         assert!(matches!(run(SEC, &syn_ack, BACK, &t, &mut st).0, Verdict::Transmit { .. }));
         assert!(matches!(run(2 * SEC, &ack, FRONT, &t, &mut st).0, Verdict::Transmit { .. }));
         snat_ports.push(c.snat_port);
@@ -353,15 +401,14 @@ fn a_full_table_evicts_unassured_flows_then_refuses() {
     assert!(st.conntrack.iter().all(|(_, f)| f.state.assured));
     // A fifth connection finds nothing to evict: refused, counted.
     let late = conn(50_100);
-    let (syn, _) = late.client_segment(SYN, 1, b"");
+    let (syn, _) = late.client_segment(SYN, b"");
     assert_eq!(run(3 * SEC, &syn, FRONT, &t, &mut st).0, Verdict::Drop(DropReason::ConntrackFull));
     assert_eq!((st.counters.drops_of(DropReason::ConntrackFull), st.counters.conntrack_evicted), (1, 0));
     // One connection closes and sits in TIME_WAIT: worth less than a new connection.
     let mut closing = conn(50_000);
     closing.snat_port = snat_ports[0];
     for (now, from_client, flags) in [(4, true, FIN_ACK), (5, false, ACK), (6, false, FIN_ACK), (7, true, ACK)] {
-        let input =
-            if from_client { closing.client_segment(flags, 1, b"").0 } else { closing.endpoint_segment(flags, 1).0 };
+        let input = if from_client { closing.client_segment(flags, b"").0 } else { closing.endpoint_segment(flags).0 };
         let iface = if from_client { FRONT } else { BACK };
         assert!(matches!(run(now * SEC, &input, iface, &t, &mut st).0, Verdict::Transmit { .. }));
     }
@@ -376,7 +423,7 @@ fn a_full_table_evicts_unassured_flows_then_refuses() {
     // evicted — a flood of SYNs displaces only other unanswered SYNs, never established
     // connections.
     let sixth = conn(50_200);
-    let (syn6, _) = sixth.client_segment(SYN, 1, b"");
+    let (syn6, _) = sixth.client_segment(SYN, b"");
     assert!(matches!(run(9 * SEC, &syn6, FRONT, &t, &mut st).0, Verdict::Transmit { .. }));
     assert_eq!(st.counters.conntrack_evicted, 2);
     let clients: Vec<u16> = st.conntrack.iter().map(|(_, f)| f.original.src_port).collect();

@@ -1,0 +1,456 @@
+//! TCP sequence-window tracking, after Linux's `tcp_in_window` and the RST rules of
+//! `nf_conntrack_tcp_packet` (`net/netfilter/nf_conntrack_proto_tcp.c`): the gateway sees
+//! both directions of every connection, so it knows which sequence and acknowledgement
+//! numbers each end can accept, and forwards only segments that fit. A blind attacker who
+//! knows a connection's addresses and ports but not its sequence numbers cannot inject a
+//! segment, and cannot reset it: a RST is honoured only at the exact sequence number the
+//! receiver expects (RFC 5961 § 3.2); one merely in the window is forwarded — the endpoint
+//! answers it with a challenge ACK — but does not close the flow.
+//!
+//! # Contract
+//!
+//! - [`TcpWindows`] holds, per direction, what Linux's `struct ip_ct_tcp_state` holds:
+//!   `end` (the highest SEG.SEQ + SEG.LEN sent), `maxend` (the highest SEG.ACK + SEG.WND
+//!   the other end advertised: how far this end may send), `maxwin` (the largest window
+//!   this end advertised, scaled), `maxack` (the highest SEG.ACK this end sent), the window
+//!   scale it announced and flags. All zero for a new flow.
+//! - [`check`] is a pure function of (windows, direction, state, segment): it initialises a
+//!   direction from its first segment (a SYN or SYN+ACK, or anything for a connection picked
+//!   up mid-stream, which is then tracked liberally, as Linux does), applies Linux's four
+//!   bounds, and on success moves the windows forward. It never changes the windows of a
+//!   segment it refuses.
+//! - Not modelled: SACK blocks (the acknowledgement bound uses SEG.ACK, which is never above
+//!   the highest SACK edge, so only an acknowledgement more than a window behind could be
+//!   refused where Linux accepts it), retransmission counting (`nf_conntrack_tcp_max_retrans`),
+//!   and Linux's `last_index` bookkeeping: a RST right after its sender's own data ("part of
+//!   a train") is recognised by its sequence number equalling the sender's `end`.
+
+use super::tcp::{Segment, TcpState};
+use super::Direction;
+use crate::wire::TcpFlags;
+
+/// The window-tracking fields of one TCP segment, as received: [RFC 9293 § 3.1] names.
+///
+/// [RFC 9293 § 3.1]: https://www.rfc-editor.org/rfc/rfc9293#section-3.1
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TcpSeq {
+    /// Control flags.
+    pub flags: TcpFlags,
+    /// SEG.SEQ.
+    pub seq: u32,
+    /// SEG.ACK (meaningful when ACK is set).
+    pub ack: u32,
+    /// SEG.WND as carried (unscaled).
+    pub window: u16,
+    /// SEG.LEN: data octets plus one for SYN and one for FIN ([RFC 9293 § 3.4]).
+    ///
+    /// [RFC 9293 § 3.4]: https://www.rfc-editor.org/rfc/rfc9293#section-3.4
+    pub len: u32,
+    /// The Window Scale option's shift count ([RFC 7323 § 2]), read from SYN segments only
+    /// (it is ignored on others); capped at 14 as the RFC says.
+    ///
+    /// [RFC 7323 § 2]: https://www.rfc-editor.org/rfc/rfc7323#section-2
+    pub wscale: Option<u8>,
+}
+
+impl TcpSeq {
+    /// SEG.SEQ + SEG.LEN: the sequence number after the segment.
+    #[inline]
+    #[must_use]
+    pub fn end(&self) -> u32 {
+        self.seq.wrapping_add(self.len)
+    }
+}
+
+/// The Window Scale option's shift count in the options of a TCP header (`options`: the
+/// bytes after the fixed 20), or `None` when it is absent or the options are malformed
+/// ([RFC 7323 § 2.2]; kind 3, length 3; shifts above 14 are used as 14, § 2.3).
+///
+/// [RFC 7323 § 2.2]: https://www.rfc-editor.org/rfc/rfc7323#section-2.2
+#[must_use]
+pub fn window_scale_option(options: &[u8]) -> Option<u8> {
+    let mut i = 0;
+    while i < options.len() {
+        match options[i] {
+            0 => return None,
+            1 => i += 1,
+            kind => {
+                let len = usize::from(*options.get(i + 1)?);
+                if len < 2 || i + len > options.len() {
+                    return None;
+                }
+                if kind == 3 && len == 3 {
+                    return Some(options[i + 2].min(MAX_WSCALE));
+                }
+                i += len;
+            }
+        }
+    }
+    None
+}
+
+/// Largest Window Scale shift ([RFC 7323 § 2.3]).
+///
+/// [RFC 7323 § 2.3]: https://www.rfc-editor.org/rfc/rfc7323#section-2.3
+const MAX_WSCALE: u8 = 14;
+
+/// The direction announced a Window Scale option in its SYN (Linux `IP_CT_TCP_FLAG_WINDOW_SCALE`).
+const WSCALE: u8 = 1 << 0;
+/// `maxack` holds an acknowledgement this direction sent (Linux `IP_CT_TCP_FLAG_MAXACK_SET`).
+const MAXACK_SET: u8 = 1 << 1;
+/// Out-of-window segments are accepted (Linux `IP_CT_TCP_FLAG_BE_LIBERAL`): set on both
+/// directions of a connection picked up mid-stream, whose window scales are unknown.
+const LIBERAL: u8 = 1 << 2;
+
+/// Acknowledgements further behind than this are refused when the sender never advertised
+/// a window (Linux `MAXACKWINDOW`'s fallback, 66 000 octets).
+const MAX_ACK_WINDOW_DEFAULT: u32 = 66_000;
+
+/// Both directions' window state of one TCP flow (index 0: original, 1: reply): see the
+/// module documentation. 36 bytes; all zero for a new flow.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct TcpWindows {
+    end: [u32; 2],
+    maxend: [u32; 2],
+    maxwin: [u32; 2],
+    maxack: [u32; 2],
+    scale: [u8; 2],
+    flags: [u8; 2],
+}
+
+const _: () = assert!(std::mem::size_of::<TcpWindows>() == 36);
+
+/// What [`check`] says of a segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fit {
+    /// In the window: forward it and apply it to the flow's state.
+    Accept,
+    /// A RST in the window but not at the receiver's expected sequence number: forward it
+    /// (the endpoint answers with a challenge ACK, RFC 5961 § 3.2) but keep the flow's
+    /// state (Linux keeps ESTABLISHED "to allow a possible challenge ACK").
+    AcceptRstKeepState,
+    /// An acknowledgement older than the sender's window allows (Linux: "ignored ACK under
+    /// lower bound (possible overly delayed)"): forward it, change nothing.
+    Ignore,
+    /// Outside the window (or a RST before the receiver's acknowledged data): drop it,
+    /// change nothing (Linux: INVALID, which kube-proxy drops).
+    OutOfWindow,
+}
+
+#[inline]
+fn before(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) < 0
+}
+
+#[inline]
+fn after(a: u32, b: u32) -> bool {
+    before(b, a)
+}
+
+impl TcpWindows {
+    /// Windows with both directions liberal: what a flow whose history is unknown gets.
+    #[must_use]
+    pub fn liberal() -> Self {
+        Self { flags: [LIBERAL; 2], ..Self::default() }
+    }
+
+    /// Makes both directions liberal from now on (out-of-window segments accepted; the RST
+    /// rule still applies), keeping what is known.
+    pub fn make_liberal(&mut self) {
+        self.flags = [self.flags[0] | LIBERAL, self.flags[1] | LIBERAL];
+    }
+
+    /// Initialises direction `s` from its SYN or SYN+ACK `seg` (Linux `tcp_options` and the
+    /// SYN branch of `tcp_in_window`).
+    fn init_from_syn(&mut self, s: usize, seg: &TcpSeq) {
+        let end = seg.end();
+        self.end[s] = end;
+        self.maxend[s] = end;
+        self.maxwin[s] = u32::from(seg.window).max(1);
+        match seg.wscale {
+            Some(shift) => {
+                self.scale[s] = shift;
+                self.flags[s] |= WSCALE;
+            }
+            None => {
+                self.scale[s] = 0;
+                self.flags[s] &= !WSCALE;
+            }
+        }
+    }
+}
+
+/// Whether established flow state `(state, assured)` is Linux's
+/// `nf_conntrack_tcp_established`: ESTABLISHED and assured.
+#[inline]
+fn established(state: TcpState, assured: bool) -> bool {
+    state == TcpState::Established && assured
+}
+
+/// Checks TCP segment `seg`, travelling in `direction` of a flow in state `state` (before
+/// this segment; `assured` as [`super::FlowState::assured`]), whose flags move the flow to
+/// `new_state`, against the flow's windows `w`, and on success moves them forward.
+///
+/// Linux's rules: the first segment of a direction initialises it (from a SYN or SYN+ACK;
+/// anything else picks the connection up mid-stream and makes both directions liberal);
+/// then SEG.SEQ must not be beyond what the receiver allowed (I), the segment's end must
+/// not be more than the receiver's window behind (II), SEG.ACK must not acknowledge data
+/// not yet sent (III) and should not be more than the sender's window behind (IV; else
+/// [`Fit::Ignore`]). A RST that would close the flow must carry exactly the sequence number
+/// the receiver acknowledged last (or follow its sender's own last segment); one before it
+/// is refused, one merely in the window keeps the state (RFC 5961 § 3.2).
+#[must_use]
+pub fn check(w: &mut TcpWindows, direction: Direction, state: TcpState, assured: bool, seg: &TcpSeq) -> Fit {
+    let (s, r) = match direction {
+        Direction::Original => (0, 1),
+        Direction::Reply => (1, 0),
+    };
+    let class = Segment::of(seg.flags);
+    let syn = seg.flags.contains(TcpFlags::SYN);
+    let has_ack = seg.flags.contains(TcpFlags::ACK);
+    let mut seq = seg.seq;
+    let mut end = seg.end();
+
+    if state == TcpState::None && !syn {
+        // The first segment of a flow is not a SYN: a connection picked up mid-stream
+        // (Linux `tcp_new` with `nf_conntrack_tcp_loose`).
+        *w = TcpWindows::liberal();
+    }
+
+    // The RST rules of Linux's TCP_CONNTRACK_CLOSE case, before the window check.
+    let mut keep_state = false;
+    if class == Segment::Rst && w.flags[r] & MAXACK_SET != 0 {
+        let expected = w.maxack[r];
+        if !(seq == 0 && !established(state, assured)) {
+            if before(seq, expected) {
+                return Fit::OutOfWindow;
+            }
+            if established(state, assured) && seq != expected && seq != w.end[s] {
+                keep_state = true;
+            }
+        }
+    }
+
+    if w.maxwin[s] == 0 {
+        if syn {
+            // A SYN+ACK answering a SYN (or a SYN of a simultaneous open).
+            w.init_from_syn(s, seg);
+            // RFC 7323 § 2.2: window scaling is in effect only if both ends sent the option,
+            // which the answering end's SYN tells.
+            if direction == Direction::Reply && (w.flags[s] & WSCALE == 0 || w.flags[r] & WSCALE == 0) {
+                w.scale = [0, 0];
+            }
+            if !has_ack {
+                return Fit::Accept;
+            }
+        } else {
+            // This direction's history is unknown: take what the segment says.
+            w.end[s] = end;
+            let swin = (u32::from(seg.window) << w.scale[s]).max(1);
+            w.maxwin[s] = swin;
+            w.maxend[s] = end.wrapping_add(swin);
+            if w.maxwin[r] == 0 {
+                // Nothing seen the other way yet: let III and IV pass until it is.
+                let ack = if has_ack { seg.ack } else { 0 };
+                w.end[r] = ack;
+                w.maxend[r] = ack;
+            } else if has_ack && seg.ack == w.end[r].wrapping_add(1) {
+                // Likely the answer to a keepalive probe.
+                w.end[r] = w.end[r].wrapping_add(1);
+            }
+        }
+    } else if syn
+        && after(end, w.end[s])
+        && matches!(state, TcpState::SynSent | TcpState::SynRecv)
+        && direction == Direction::Original
+    {
+        // A SYN retransmitted with a new initial sequence number (RFC 9293 § 3.4.1: a
+        // reinitialised TCP "must only be sure to use sequence numbers larger than those
+        // recently used").
+        w.init_from_syn(s, seg);
+    }
+
+    let mut ack = seg.ack;
+    if !has_ack || (seg.flags.contains(TcpFlags::RST) && ack == 0) {
+        // No acknowledgement (or a broken stack's RST with ACK and a zero SEG.ACK):
+        // pretend it acknowledges what the receiver sent.
+        ack = w.end[r];
+    }
+    if seg.flags.contains(TcpFlags::RST) && seq == 0 && state == TcpState::SynSent {
+        // A RST answering a SYN (RFC 9293 § 3.10.7.1 without ACK).
+        seq = w.end[s];
+        end = w.end[s];
+    }
+
+    let liberal = w.flags[s] & LIBERAL != 0;
+    let max_ack_window = if w.maxwin[s] == 0 { MAX_ACK_WINDOW_DEFAULT } else { w.maxwin[s] };
+    let in_recv_win = w.maxwin[r] == 0 || after(end, w.end[s].wrapping_sub(w.maxwin[r]).wrapping_sub(1));
+    let seq_ok = before(seq, w.maxend[s].wrapping_add(1)) && in_recv_win; // I, II
+    let ack_not_ahead = before(ack, w.end[r].wrapping_add(1)); // III
+    let ack_not_stale = after(ack, w.end[r].wrapping_sub(max_ack_window).wrapping_sub(1)); // IV
+    if !liberal {
+        if !seq_ok || !ack_not_ahead {
+            return Fit::OutOfWindow;
+        }
+        if !ack_not_stale {
+            return Fit::Ignore;
+        }
+    } else if !(seq_ok && ack_not_ahead && ack_not_stale) {
+        // Liberal: accepted, but such a segment teaches nothing (Linux updates the windows
+        // only in its in-window branch).
+        return Fit::Accept;
+    }
+
+    // In the window: move the sender's and receiver's state forward.
+    let mut win = u32::from(seg.window);
+    if !syn {
+        win <<= w.scale[s];
+    }
+    if w.maxwin[s] < win {
+        w.maxwin[s] = win;
+    }
+    if after(end, w.end[s]) {
+        w.end[s] = end;
+    }
+    if has_ack {
+        if w.flags[s] & MAXACK_SET == 0 {
+            w.maxack[s] = ack;
+            w.flags[s] |= MAXACK_SET;
+        } else if after(ack, w.maxack[s]) {
+            w.maxack[s] = ack;
+        }
+    }
+    if w.maxwin[r] != 0 && after(end, w.maxend[s]) {
+        w.maxwin[r] = w.maxwin[r].wrapping_add(end.wrapping_sub(w.maxend[s]));
+    }
+    let right_edge = ack.wrapping_add(win);
+    if after(right_edge, w.maxend[r].wrapping_sub(1)) {
+        w.maxend[r] = if win == 0 { right_edge.wrapping_add(1) } else { right_edge };
+    }
+    if keep_state {
+        Fit::AcceptRstKeepState
+    } else {
+        Fit::Accept
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Direction::{Original as O, Reply as R};
+
+    const SYN: TcpFlags = TcpFlags::SYN;
+    const SYN_ACK: TcpFlags = TcpFlags(TcpFlags::SYN.0 | TcpFlags::ACK.0);
+    const ACK: TcpFlags = TcpFlags::ACK;
+    const RST: TcpFlags = TcpFlags::RST;
+    const RST_ACK: TcpFlags = TcpFlags(TcpFlags::RST.0 | TcpFlags::ACK.0);
+
+    fn seg(flags: TcpFlags, seq: u32, ack: u32, window: u16, data: u32) -> TcpSeq {
+        let len = data + u32::from(flags.contains(TcpFlags::SYN)) + u32::from(flags.contains(TcpFlags::FIN));
+        TcpSeq { flags, seq, ack, window, len, wscale: None }
+    }
+
+    /// Client ISN 1000, server ISN 5000, both windows 64 240, handshake done.
+    fn established_windows() -> TcpWindows {
+        let mut w = TcpWindows::default();
+        assert_eq!(check(&mut w, O, TcpState::None, false, &seg(SYN, 1000, 0, 64240, 0)), Fit::Accept);
+        assert_eq!(check(&mut w, R, TcpState::SynSent, false, &seg(SYN_ACK, 5000, 1001, 64240, 0)), Fit::Accept);
+        assert_eq!(check(&mut w, O, TcpState::SynRecv, false, &seg(ACK, 1001, 5001, 64240, 0)), Fit::Accept);
+        w
+    }
+
+    #[test]
+    fn a_handshake_and_data_fit() {
+        let mut w = established_windows();
+        let e = TcpState::Established;
+        assert_eq!(check(&mut w, O, e, true, &seg(ACK, 1001, 5001, 64240, 100)), Fit::Accept);
+        assert_eq!(check(&mut w, R, e, true, &seg(ACK, 5001, 1101, 64240, 1000)), Fit::Accept);
+        assert_eq!(check(&mut w, O, e, true, &seg(ACK, 1101, 6001, 64240, 0)), Fit::Accept);
+        // A retransmission of data already acknowledged, within the window, still fits.
+        assert_eq!(check(&mut w, O, e, true, &seg(ACK, 1001, 6001, 64240, 100)), Fit::Accept);
+    }
+
+    #[test]
+    fn a_segment_beyond_the_window_or_acknowledging_unsent_data_is_refused() {
+        let mut w = established_windows();
+        let e = TcpState::Established;
+        let before = w;
+        assert_eq!(check(&mut w, O, e, true, &seg(ACK, 1001 + 200_000, 5001, 64240, 10)), Fit::OutOfWindow);
+        assert_eq!(check(&mut w, O, e, true, &seg(ACK, 1001, 5001 + 10, 64240, 0)), Fit::OutOfWindow);
+        assert_eq!(
+            check(&mut w, O, e, true, &seg(ACK, 1001u32.wrapping_sub(300_000), 5001, 64240, 10)),
+            Fit::OutOfWindow
+        );
+        assert_eq!(w, before, "a refused segment changes nothing");
+    }
+
+    #[test]
+    fn a_blind_rst_is_refused_an_in_window_one_keeps_the_state_an_exact_one_closes() {
+        let e = TcpState::Established;
+        // From the client side, forging the server (reply direction).
+        let mut w = established_windows();
+        assert_eq!(check(&mut w, R, e, true, &seg(RST, 123_456_789, 0, 0, 0)), Fit::OutOfWindow);
+        assert_eq!(check(&mut w, R, e, true, &seg(RST, 4000, 0, 0, 0)), Fit::OutOfWindow, "before the ack");
+        assert_eq!(check(&mut w, R, e, true, &seg(RST, 5001 + 100, 0, 0, 0)), Fit::AcceptRstKeepState);
+        assert_eq!(check(&mut w, R, e, true, &seg(RST, 5001, 0, 0, 0)), Fit::Accept, "RCV.NXT exactly");
+        // The client's own RST, at its current sequence number.
+        let mut w = established_windows();
+        assert_eq!(check(&mut w, O, e, true, &seg(RST_ACK, 1001, 5001, 0, 0)), Fit::Accept);
+    }
+
+    #[test]
+    fn a_rst_answering_a_syn_fits() {
+        let mut w = TcpWindows::default();
+        assert_eq!(check(&mut w, O, TcpState::None, false, &seg(SYN, 1000, 0, 64240, 0)), Fit::Accept);
+        assert_eq!(check(&mut w, R, TcpState::SynSent, false, &seg(RST_ACK, 0, 1001, 0, 0)), Fit::Accept);
+    }
+
+    #[test]
+    fn window_scaling_counts_only_when_both_ends_offer_it() {
+        let mut w = TcpWindows::default();
+        let syn = TcpSeq { wscale: Some(7), ..seg(SYN, 1000, 0, 64240, 0) };
+        let syn_ack = TcpSeq { wscale: Some(7), ..seg(SYN_ACK, 5000, 1001, 64240, 0) };
+        assert_eq!(check(&mut w, O, TcpState::None, false, &syn), Fit::Accept);
+        assert_eq!(check(&mut w, R, TcpState::SynSent, false, &syn_ack), Fit::Accept);
+        assert_eq!(check(&mut w, O, TcpState::SynRecv, false, &seg(ACK, 1001, 5001, 1000, 0)), Fit::Accept);
+        // The client's window is 1000 << 7 = 128 000: the server may send 100 000 octets ahead.
+        assert_eq!(
+            check(&mut w, R, TcpState::Established, true, &seg(ACK, 5001 + 100_000, 1001, 1000, 1)),
+            Fit::Accept
+        );
+
+        let mut w = TcpWindows::default();
+        assert_eq!(check(&mut w, O, TcpState::None, false, &syn), Fit::Accept);
+        assert_eq!(check(&mut w, R, TcpState::SynSent, false, &seg(SYN_ACK, 5000, 1001, 64240, 0)), Fit::Accept);
+        assert_eq!(check(&mut w, O, TcpState::SynRecv, false, &seg(ACK, 1001, 5001, 1000, 0)), Fit::Accept);
+        assert_eq!(
+            check(&mut w, R, TcpState::Established, true, &seg(ACK, 5001 + 100_000, 1001, 1000, 1)),
+            Fit::OutOfWindow,
+            "no scaling: the client allowed 1000 octets"
+        );
+    }
+
+    #[test]
+    fn a_connection_picked_up_mid_stream_is_liberal_but_refuses_a_rst_before_the_ack() {
+        let mut w = TcpWindows::default();
+        let e = TcpState::Established;
+        assert_eq!(check(&mut w, O, TcpState::None, false, &seg(ACK, 77_777, 99_999, 512, 10)), Fit::Accept);
+        assert_eq!(check(&mut w, R, e, false, &seg(ACK, 99_999, 77_787, 512, 10)), Fit::Accept);
+        // Far outside what a 512-octet window allows, but the scales are unknown.
+        assert_eq!(check(&mut w, O, e, false, &seg(ACK, 77_787 + 400_000, 100_009, 512, 10)), Fit::Accept);
+        assert_eq!(check(&mut w, R, e, false, &seg(RST, 42, 0, 0, 0)), Fit::OutOfWindow);
+        assert_eq!(check(&mut w, R, e, false, &seg(RST, 100_009, 0, 0, 0)), Fit::Accept);
+    }
+
+    #[test]
+    fn the_window_scale_option_is_found_among_others() {
+        // MSS, NOP, WS 7, NOP, NOP, SACK permitted, EOL.
+        let opts = [2, 4, 5, 0xb4, 1, 3, 3, 7, 1, 1, 4, 2, 0];
+        assert_eq!(window_scale_option(&opts), Some(7));
+        assert_eq!(window_scale_option(&[3, 3, 20]), Some(14), "capped at 14");
+        assert_eq!(window_scale_option(&[2, 4, 5, 0xb4]), None);
+        assert_eq!(window_scale_option(&[3, 0, 7]), None, "malformed length");
+        assert_eq!(window_scale_option(&[2, 40]), None, "overruns");
+    }
+}
