@@ -98,6 +98,7 @@ fn demo_scenario(test: &str, driver: &str, prefix: &str) -> Result<()> {
     step_driver_is(&h, driver)?;
     step_new_connections_spread(&mut h, "1 new connections spread over backends", &web_url())?;
     let (mut pinned, pinned_backend) = step_long_lived_connection_keeps_backend(&mut h)?;
+    step_forged_resets_change_nothing(&mut h, &mut pinned, &pinned_backend)?;
     step_udp_round_trips(&mut h, "3 UDP round trips", WEB_VIP.into())?;
     step_reject_without_endpoints(&mut h, "4 reject without endpoints", REJECT_VIP.into())?;
     step_new_connections_spread(&mut h, "4a IPv6: curl -6 to the IPv6 VIP", &url_of(WEB_VIP6.into(), 80))?;
@@ -250,6 +251,99 @@ fn step_long_lived_connection_keeps_backend(h: &mut Harness) -> Result<(HttpConn
     }
     progress(STEP, format!("5 requests on {} → {addr} all answered by {first}", conn.local_addr()));
     Ok((conn, first))
+}
+
+/// Step 2a: an attacker on the clients' link, who knows the long-lived connection's
+/// addresses and ports but not its SNAT port nor its sequence numbers, cannot reset it:
+/// hping3 sends (a) a RST forged as the endpoint's reply (endpoint:8080 → SNAT address)
+/// to every SNAT port, and (b) RSTs with the client's own tuple at guessed sequence
+/// numbers. The connection keeps answering from its backend, and the gateway counts the
+/// forged reply as `wrong_link` and the blind RSTs as `tcp_out_of_window` (or forwards one
+/// that falls in the window, which the backend answers with a challenge ACK).
+fn step_forged_resets_change_nothing(h: &mut Harness, pinned: &mut HttpConn, backend: &str) -> Result<()> {
+    const STEP: &str = "2a forged resets change nothing";
+    let client = h.ns("client");
+    let (_, backend_ip) = *WEB_BACKENDS.iter().find(|(n, _)| *n == backend).expect("a web backend");
+    let snat = "10.70.0.1";
+    let local_port = pinned.local_addr().port();
+    let before = drop_counts(h, &["wrong_link", "tcp_out_of_window"]).map_err(|e| h.fail(STEP, e))?;
+    let ip = |args: &[&str]| {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &client]).args(args);
+        output_with_timeout(&mut cmd, Duration::from_secs(120))
+    };
+    // The attacker routes the SNAT address through the gateway (the client does not).
+    let route = ["ip", "route", "replace", &format!("{snat}/32"), "via", &NODE_IP.to_string(), "dev", "eth0"];
+    let out = ip(&route).map_err(|e| h.fail(STEP, e))?;
+    if !out.status.success() {
+        return Err(h.fail(STEP, format!("{route:?}: {}", String::from_utf8_lossy(&out.stderr))));
+    }
+    // (a) 64 512 RSTs, endpoint:8080 → SNAT:1024..65535, one every 40 µs.
+    let src = backend_ip.to_string();
+    let forged_reply =
+        ["hping3", "-q", "-R", "-a", &src, "-s", "8080", "-k", "-p", "++1024", "-c", "64512", "-i", "u40", snat];
+    // (b) RSTs with the client's tuple at 64 sequence numbers spread over the space.
+    let sport = local_port.to_string();
+    let vip = WEB_VIP.to_string();
+    let mut runs = vec![forged_reply.iter().map(|s| s.to_string()).collect::<Vec<_>>()];
+    for k in 0..64u32 {
+        let seq = (k.wrapping_mul(0x0400_0000) ^ 0x1357_9bdf).to_string();
+        let blind = ["hping3", "-q", "-R", "-s", &sport, "-k", "-p", "80", "-M", &seq, "-c", "1", &vip];
+        runs.push(blind.iter().map(|s| s.to_string()).collect());
+    }
+    for args in &runs {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = ip(&args).map_err(|e| h.fail(STEP, e))?;
+        // hping3 exits 1 when it received no answer, which is the point here.
+        if !matches!(out.status.code(), Some(0 | 1)) {
+            return Err(h.fail(STEP, format!("{args:?}: {} {}", out.status, String::from_utf8_lossy(&out.stderr))));
+        }
+    }
+    let _ = ip(&["ip", "route", "del", &format!("{snat}/32")]);
+    for i in 1..=3 {
+        let r = pinned
+            .get("/")
+            .map_err(|e| h.fail(STEP, format!("request {i} on the attacked connection after the forged RSTs: {e}")))?;
+        if r.status != 200 || r.body != backend {
+            return Err(h.fail(STEP, format!("request {i}: HTTP {} from {:?}, expected 200 from {backend}", r.status, r.body)));
+        }
+    }
+    sleep(Duration::from_millis(1500)); // workers publish counters about once a second
+    let after = drop_counts(h, &["wrong_link", "tcp_out_of_window"]).map_err(|e| h.fail(STEP, e))?;
+    let (wrong_link, out_of_window) = (after[0] - before[0], after[1] - before[1]);
+    if wrong_link == 0 || out_of_window == 0 {
+        return Err(h.fail(
+            STEP,
+            format!("expected wrong_link and tcp_out_of_window drops, counted {wrong_link} and {out_of_window}"),
+        ));
+    }
+    progress(
+        STEP,
+        format!(
+            "{} forged RSTs sent; {} → {WEB_VIP}:80 answered by {backend} after them; drops: wrong_link {wrong_link}, \
+             tcp_out_of_window {out_of_window}",
+            64512 + 64,
+            pinned.local_addr()
+        ),
+    );
+    Ok(())
+}
+
+/// The gateway's drop counters for `reasons`, summed over workers (from `/metrics`).
+fn drop_counts(h: &Harness, reasons: &[&str]) -> Result<Vec<u64>> {
+    let metrics = curl_get(&h.ns("gw"), &format!("http://{METRICS_LISTEN}/metrics"))?;
+    Ok(reasons
+        .iter()
+        .map(|reason| {
+            let label = format!(",reason=\"{reason}\"}} ");
+            metrics
+                .body
+                .lines()
+                .filter(|l| l.starts_with("torii_gateway_drops_total{"))
+                .filter_map(|l| l.split_once(label.as_str()).and_then(|(_, v)| v.parse::<u64>().ok()))
+                .sum()
+        })
+        .collect())
 }
 
 /// Step 3 (and 4b over IPv6): datagrams to demo/echo at `vip` come back `echo:`-prefixed,
