@@ -305,7 +305,9 @@ fn step_forged_resets_change_nothing(h: &mut Harness, pinned: &mut HttpConn, bac
             .get("/")
             .map_err(|e| h.fail(STEP, format!("request {i} on the attacked connection after the forged RSTs: {e}")))?;
         if r.status != 200 || r.body != backend {
-            return Err(h.fail(STEP, format!("request {i}: HTTP {} from {:?}, expected 200 from {backend}", r.status, r.body)));
+            return Err(
+                h.fail(STEP, format!("request {i}: HTTP {} from {:?}, expected 200 from {backend}", r.status, r.body))
+            );
         }
     }
     sleep(Duration::from_millis(1500)); // workers publish counters about once a second

@@ -24,7 +24,8 @@ pub enum DropReason {
     /// Stacked VLAN tags (802.1ad `0x88A8` outer tag, or a tag inside a tag): the gateway
     /// terminates single 802.1Q VLANs only.
     VlanStacked,
-    /// ARP that is not a well-formed Ethernet/IPv4 ARP packet.
+    /// ARP that is not a well-formed Ethernet/IPv4 ARP request or reply (an unknown opcode
+    /// included: its sender is not learned).
     MalformedArp,
     /// ARP request for an address that is neither ours nor a VIP.
     ArpNotForUs,
@@ -37,6 +38,15 @@ pub enum DropReason {
     MalformedIpv4,
     /// IPv4 header checksum wrong.
     BadIpv4Checksum,
+    /// IPv4 with a Loose or Strict Source and Record Route option (RFC 791 § 3.1): RFC 7126
+    /// § 4.3 and § 4.4 advise routers to drop them; Linux does unless
+    /// `accept_source_route` is set.
+    SourceRouted,
+    /// A new flow from a source no router forwards from (RFC 1812 § 5.3.7, RFC 6890 and
+    /// RFC 4291): "this network" (0/8), loopback, limited broadcast, class E, multicast, or
+    /// one of the gateway's own addresses (a SNAT address arriving from outside); IPv6
+    /// unspecified or loopback.
+    MartianSource,
     /// IPv6 header or extension-header chain truncated or malformed (RFC 8200 § 3, § 4), or
     /// a multicast source address.
     MalformedIpv6,
@@ -75,8 +85,9 @@ pub enum DropReason {
     /// A TCP segment of an unknown flow that cannot open one: only a SYN, or an ACK
     /// (picked up mid-stream), does (Linux `tcp_new` with `nf_conntrack_tcp_loose=1`).
     NoConntrack,
-    /// A TCP segment whose flags do not fit its flow's state (Linux marks it INVALID in
-    /// `nf_conntrack_tcp_packet`; kube-proxy drops INVALID packets).
+    /// A TCP segment whose flags do not fit its flow's state, or a combination no TCP sends
+    /// (SYN+FIN, FIN without ACK, none of SYN, ACK, RST: Linux's `tcp_valid_flags` in
+    /// `tcp_error`). Linux marks it INVALID; kube-proxy drops INVALID packets.
     TcpInvalid,
     /// A TCP segment outside its connection's sequence or acknowledgement window, or a RST
     /// before the data its receiver acknowledged (Linux `tcp_in_window` marks it INVALID;
@@ -109,7 +120,7 @@ pub enum DropReason {
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 35] = [
+    pub const ALL: [DropReason; 37] = [
         Self::Truncated,
         Self::UnknownInterface,
         Self::NotOurMac,
@@ -122,6 +133,8 @@ impl DropReason {
         Self::NdpNotForUs,
         Self::MalformedIpv4,
         Self::BadIpv4Checksum,
+        Self::SourceRouted,
+        Self::MartianSource,
         Self::MalformedIpv6,
         Self::Fragment,
         Self::FragmentNoFirst,
@@ -162,6 +175,8 @@ impl DropReason {
             Self::NdpNotForUs => "ndp_not_for_us",
             Self::MalformedIpv4 => "malformed_ipv4",
             Self::BadIpv4Checksum => "bad_ipv4_checksum",
+            Self::SourceRouted => "source_routed",
+            Self::MartianSource => "martian_source",
             Self::MalformedIpv6 => "malformed_ipv6",
             Self::Fragment => "fragment",
             Self::FragmentNoFirst => "fragment_no_first",

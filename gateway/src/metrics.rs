@@ -24,8 +24,9 @@
 //!
 //! # Health
 //!
-//! `/healthz` answers `200 ok` when every worker reported within the last
-//! [`STALE_AFTER_NS`] and has acknowledged (in the shared state region, once no older
+//! `/healthz` answers `200 ok` when the gateway holds a published table (not the empty one
+//! it starts with: a gateway that found only invalid publications forwards nothing), every
+//! worker reported within the last [`STALE_AFTER_NS`] and has acknowledged (in the shared state region, once no older
 //! table is mapped) the table generation the gateway holds, once that table has been held for
 //! [`ADOPT_GRACE_NS`]; otherwise `503` and what is wrong (a stuck worker, or one still on
 //! an older table).
@@ -252,11 +253,19 @@ fn escape(v: &str) -> String {
     out
 }
 
-/// The health verdict of `s`: `Ok(text)` when every worker reported recently and (after
-/// [`ADOPT_GRACE_NS`]) acknowledged the table the gateway holds, else `Err(what is wrong)`.
+/// The health verdict of `s`: `Ok(text)` when the gateway holds a published table, and
+/// every worker reported recently and (after [`ADOPT_GRACE_NS`]) acknowledged it, else
+/// `Err(what is wrong)`.
 pub fn health(s: &Snapshot) -> Result<String, String> {
     let want = s.table.generation();
     let mut problems = Vec::new();
+    if want == 0 {
+        // Generation 0 is the empty table every gateway starts with (`Table::empty`).
+        problems.push(format!(
+            "no published table adopted: nothing is forwarded ({} publication(s) rejected as invalid)",
+            s.tables_rejected
+        ));
+    }
     for (w, r) in s.workers.iter().enumerate() {
         let acked = s.acked.get(w).copied().unwrap_or(0);
         if r.table.is_none() || s.now_ns.saturating_sub(r.at_ns) > STALE_AFTER_NS {
@@ -513,6 +522,18 @@ mod tests {
         s.now_ns = STALE_AFTER_NS + 2_000;
         let e = health(&s).unwrap_err();
         assert!(e.starts_with("worker 0 has not reported for over 5 s"), "{e}");
+    }
+
+    #[test]
+    fn health_needs_a_published_table() {
+        let mut s = snapshot();
+        s.table = Arc::new(Table::empty());
+        s.acked = vec![0, 0];
+        s.tables_rejected = 2;
+        assert_eq!(
+            health(&s),
+            Err("no published table adopted: nothing is forwarded (2 publication(s) rejected as invalid)\n".into())
+        );
     }
 
     fn get(addr: SocketAddr, method: &str, path: &str) -> (u16, String) {

@@ -77,6 +77,22 @@ impl TcpState {
     }
 }
 
+/// Whether a TCP stack can send a segment with `flags`: Linux's `tcp_valid_flags` table
+/// (`tcp_error` in `nf_conntrack_proto_tcp.c`), with PSH, ECE and CWR ignored — SYN,
+/// SYN+ACK, RST, RST+ACK, FIN+ACK and ACK, and URG with SYN, FIN+ACK or ACK. Anything else (SYN+FIN, a FIN without ACK, no flag, "Xmas") is
+/// INVALID and dropped, as kube-proxy drops INVALID packets.
+#[inline]
+#[must_use]
+pub fn valid_flags(flags: TcpFlags) -> bool {
+    const FIN: u8 = TcpFlags::FIN.0;
+    const SYN: u8 = TcpFlags::SYN.0;
+    const RST: u8 = TcpFlags::RST.0;
+    const ACK: u8 = TcpFlags::ACK.0;
+    const URG: u8 = TcpFlags::URG.0;
+    let f = flags.0 & !(TcpFlags::PSH.0 | TcpFlags::ECE.0 | TcpFlags::CWR.0);
+    [SYN, SYN | URG, SYN | ACK, RST, RST | ACK, FIN | ACK, FIN | ACK | URG, ACK, ACK | URG].contains(&f)
+}
+
 /// Which control flags a segment carries, as Linux's `get_conntrack_index` ranks them:
 /// RST over SYN over FIN over ACK.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -323,5 +339,17 @@ mod tests {
             assert_eq!(*state as usize, i);
         }
         assert_eq!(TimeWait.name(), "TIME_WAIT");
+    }
+
+    #[test]
+    fn flag_combinations_no_stack_sends_are_invalid() {
+        let f = |bits: u8| valid_flags(TcpFlags(bits));
+        for ok in [0x02, 0x12, 0x04, 0x14, 0x11, 0x10, 0x18, 0x19, 0x30, 0x22, 0xc2, 0x52] {
+            assert!(f(ok), "{ok:#04x}");
+        }
+        // SYN+FIN, FIN alone, none, Xmas (FIN+PSH+URG), SYN+RST, SYN+ACK+URG.
+        for bad in [0x03, 0x01, 0x00, 0x29, 0x06, 0x32, 0x08] {
+            assert!(!f(bad), "{bad:#04x}");
+        }
     }
 }

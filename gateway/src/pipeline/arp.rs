@@ -20,6 +20,11 @@ pub(super) fn handle(now: u64, frame: &mut [u8], rx: &Rx, table: &Table, st: &mu
         };
         (arp.operation(), arp.sender_hardware_addr(), arp.sender_protocol_addr(), arp.target_protocol_addr())
     };
+    // RFC 826 knows requests and replies only (RFC 5494 reserves the rest): anything else
+    // teaches nothing.
+    if let ArpOperation::Unknown(_) = op {
+        return Verdict::Drop(DropReason::MalformedArp);
+    }
     // Learn the sender when it sits on this link (RFC 826 "merge" step), never from
     // broadcast or zero addresses.
     if sha.is_unicast() && !spa.is_unspecified() && iface.addresses.iter().any(|c| c.contains(spa)) {

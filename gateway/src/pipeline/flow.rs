@@ -17,7 +17,7 @@
 //! own family (full NAT does not translate between families: a dual-stack Service has one
 //! front door per family, each with the endpoints of that family).
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use super::burst::NewFlowHint;
 use super::expire::{free_snat_port, remove_flow};
@@ -98,6 +98,9 @@ pub(super) fn handle<A: Family>(
     st: &mut WorkerState,
     seg: &Segment<A>,
 ) -> Verdict {
+    if seg.proto == IpProtocol::Tcp && !tcp::valid_flags(seg.tcp.flags) {
+        return Verdict::Drop(DropReason::TcpInvalid);
+    }
     let key = FlowKey {
         protocol: u8::from(seg.proto),
         src_addr: seg.src,
@@ -342,6 +345,9 @@ fn new_flow<A: Family>(
     let Some((fe, ring_backend)) = found.or_else(|| lookup().map(|f| (f, None))) else {
         return Err(Verdict::Drop(DropReason::NoFrontend));
     };
+    if martian(key.src_addr.into()) || st.host.is_own(key.src_addr) {
+        return Err(Verdict::Drop(DropReason::MartianSource));
+    }
     if !fe.source_ranges.admits(key.src_addr.into()) {
         return Err(Verdict::Drop(DropReason::SourceRangeDenied));
     }
@@ -433,6 +439,20 @@ fn new_flow<A: Family>(
                 InsertError::Exists | InsertError::NotFullNat => DropReason::SnatExhausted,
             }))
         }
+    }
+}
+
+/// Whether no router forwards from source `ip` ([RFC 1812 § 5.3.7]; the special-purpose
+/// registries of [RFC 6890]): IPv4 "this network" 0/8, loopback 127/8, class E 240/4 and
+/// the limited broadcast, multicast; IPv6 unspecified, loopback, multicast (RFC 4291
+/// § 2.7) and IPv4-mapped (RFC 4291 § 2.5.5.2: never on the wire).
+///
+/// [RFC 1812 § 5.3.7]: https://www.rfc-editor.org/rfc/rfc1812#section-5.3.7
+/// [RFC 6890]: https://www.rfc-editor.org/rfc/rfc6890
+fn martian(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(a) => a.octets()[0] == 0 || a.octets()[0] >= 224 || a.is_loopback(),
+        IpAddr::V6(a) => a.is_unspecified() || a.is_loopback() || a.is_multicast() || a.to_ipv4_mapped().is_some(),
     }
 }
 

@@ -44,6 +44,27 @@ pub(super) fn flow_key(frame: &[u8], rx: &Rx) -> Option<(FlowKey, bool)> {
     ))
 }
 
+/// Whether IPv4 `options` hold a Loose (131) or Strict (137) Source and Record Route option
+/// ([RFC 791 § 3.1]). Malformed options end the walk (the packet is then not source-routed
+/// as far as this check goes; nothing else reads options).
+///
+/// [RFC 791 § 3.1]: https://www.rfc-editor.org/rfc/rfc791#section-3.1
+fn source_routed(options: &[u8]) -> bool {
+    let mut i = 0;
+    while let Some(&kind) = options.get(i) {
+        match kind {
+            0 => return false,
+            1 => i += 1,
+            131 | 137 => return true,
+            _ => match options.get(i + 1) {
+                Some(&len) if len >= 2 => i += usize::from(len),
+                _ => return false,
+            },
+        }
+    }
+    false
+}
+
 /// Handles the IPv4 packet after the link-layer header of `frame`.
 pub(super) fn handle(now: u64, frame: &mut [u8], rx: &Rx, table: &Table, st: &mut WorkerState) -> Verdict {
     let l3 = rx.l2_len;
@@ -53,6 +74,9 @@ pub(super) fn handle(now: u64, frame: &mut [u8], rx: &Rx, table: &Table, st: &mu
         };
         if !ip.verify_checksum() {
             return Verdict::Drop(DropReason::BadIpv4Checksum);
+        }
+        if ip.header_len() > Ipv4Packet::<&[u8]>::HEADER_LEN && source_routed(ip.options()) {
+            return Verdict::Drop(DropReason::SourceRouted);
         }
         let frag = ip.is_fragment().then(|| (ip.ident(), ip.frag_offset(), ip.more_frags()));
         let (ihl, total) = (ip.header_len(), usize::from(ip.total_len()));

@@ -415,7 +415,8 @@ fn client_ip_affinity_holds_across_connections_and_workers_until_it_times_out() 
     // Many clients: each one's connections (on either worker) all reach one endpoint.
     let mut per_client = std::collections::HashMap::new();
     for client in 1..=40u8 {
-        let src = Ipv4Addr::new(198, 51, 100, client);
+        // 198.51.100.1 is the gateway's own (a martian source).
+        let src = Ipv4Addr::new(198, 51, 100, 10 + client);
         for port in 0..6u16 {
             let syn = frames::tcp(to_gw(), (src, 30000 + port), (VIP, 80), TcpFlags::SYN, 1, 0, &[], 64);
             let (v, out) = run(SEC * u64::from(port), &syn, FRONT, &t, &mut workers[usize::from(port % 2)]);
@@ -428,7 +429,7 @@ fn client_ip_affinity_holds_across_connections_and_workers_until_it_times_out() 
     assert_eq!(used.len(), 3, "clients spread over the endpoints: {per_client:?}");
 
     // The affinity outlives table changes while its endpoint stays, even if others join.
-    let client = Ipv4Addr::new(198, 51, 100, 1);
+    let client = Ipv4Addr::new(198, 51, 100, 11);
     let first = per_client[&1];
     let bigger = table_with_affinity(&["10.70.0.11", "10.70.0.12", "10.70.0.13", "10.70.0.14", "10.70.0.15"], Some(60));
     for port in 100..110u16 {
@@ -551,5 +552,7 @@ mod burst;
 mod frontends;
 
 mod fragment;
+/// Martian sources, source routes, invalid TCP flags, unknown ARP opcodes.
+mod hygiene;
 mod icmp_error;
 mod sctp;
