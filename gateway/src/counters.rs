@@ -222,7 +222,8 @@ pub struct Counters {
     /// Flows removed by idle expiry.
     pub expired_flows: u64,
     /// Flows evicted to make room for a new one in a full conntrack table (Linux
-    /// `early_drop`); the refusals are the `conntrack_full` drops.
+    /// `early_drop`), or to free a SNAT port when every one is taken; the refusals are the
+    /// `conntrack_full` and `snat_exhausted` drops.
     pub conntrack_evicted: u64,
     /// Flows ended because their endpoint left the Service (TCP: RST sent; UDP: re-steered).
     pub endpoint_gone: u64,

@@ -565,6 +565,8 @@ pub struct Conntrack<A: Address = Ipv4Addr> {
     never_used: u32,
     /// Next record [`Conntrack::expire`] examines.
     expire_cursor: usize,
+    /// Next record [`Conntrack::evict_scan`] examines.
+    evict_cursor: usize,
     /// Flows removed so far (wrapping): a [`Vacancy`] taken before a removal is stale.
     removals: u32,
 }
@@ -698,6 +700,7 @@ impl<A: Address> Conntrack<A> {
             free_head: NO_FREE,
             never_used: 0,
             expire_cursor: 0,
+            evict_cursor: 0,
             removals: 0,
         }
     }
@@ -1085,6 +1088,28 @@ impl<A: Address> Conntrack<A> {
             self.expire_cursor = if first + span == capacity { 0 } else { first + span };
         }
         removed
+    }
+
+    /// Removes and returns the first flow, among the next `min(budget, capacity)` records from
+    /// a rotating cursor, that is worth least as [`Conntrack::early_drop`] judges it (expired,
+    /// never assured, or closing) and for which `wanted` holds; `None` when none of them is.
+    /// For freeing a resource a flow holds (a SNAT port) rather than a place in the index,
+    /// where [`Conntrack::early_drop`]'s neighbourhood of one key is the wrong place to look.
+    /// O(budget).
+    pub fn evict_scan(&mut self, now_ns: u64, budget: usize, wanted: impl Fn(&Flow<A>) -> bool) -> Option<Flow<A>> {
+        let capacity = self.records.len();
+        for _ in 0..budget.min(capacity) {
+            let id = self.evict_cursor;
+            self.evict_cursor = if id + 1 == capacity { 0 } else { id + 1 };
+            let record = &self.records[id];
+            if self.live[id / 64] & (1 << (id % 64)) != 0
+                && evictable(&record.state, now_ns)
+                && wanted(&record.unpack(&self.snat))
+            {
+                return Some(self.remove(id as FlowId));
+            }
+        }
+        None
     }
 
     /// Every live flow with its id, in id order. O(capacity); for tests and diagnostics, not

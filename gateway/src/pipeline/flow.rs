@@ -392,7 +392,8 @@ fn new_flow<A: Family>(
         return Err(Verdict::Drop(DropReason::UnsupportedFamily));
     };
     let endpoint = SocketAddr::new(backend_ip.into(), backend_port);
-    let Some(snat_port) = st.snat.alloc_for(snat_index, key.protocol, endpoint) else {
+    let snat_port = st.snat.alloc_for(snat_index, key.protocol, endpoint);
+    let Some(snat_port) = snat_port.or_else(|| evict_for_snat_port::<A>(now, st, &key, snat_index, endpoint)) else {
         return Err(Verdict::Drop(if st.snat.is_steered() && endpoint.is_ipv6() {
             DropReason::UnsupportedFamily
         } else {
@@ -440,6 +441,40 @@ fn new_flow<A: Family>(
             }))
         }
     }
+}
+
+/// Flows [`evict_for_snat_port`] may evict for one new flow.
+const SNAT_EVICTIONS: usize = 4;
+/// Records [`evict_for_snat_port`] examines per eviction.
+const SNAT_EVICTION_SCAN: usize = 256;
+
+/// Makes a SNAT port free for a new flow `key` to `endpoint` from SNAT address `snat_index`
+/// when every port is taken, as a full table makes room ([`crate::conntrack::Conntrack::early_drop`]):
+/// evicts up to [`SNAT_EVICTIONS`] flows worth less — expired, never answered (a SYN
+/// flood's half-open flows, one-way UDP) or closing — that hold a port of the same SNAT
+/// address and protocol ([`crate::conntrack::Conntrack::evict_scan`], at most
+/// [`SNAT_EVICTION_SCAN`] records each), allocating again after each. A flood of
+/// unanswered flows therefore cannot hold every port while a legitimate client waits;
+/// answered (assured) flows are never evicted. Counted as `conntrack_evicted`.
+fn evict_for_snat_port<A: Family>(
+    now: u64,
+    st: &mut WorkerState,
+    key: &FlowKey<A>,
+    snat_index: usize,
+    endpoint: SocketAddr,
+) -> Option<u16> {
+    let snat_addr = *A::snat_addresses(&st.host).get(snat_index.checked_sub(A::snat_index_base(&st.host))?)?;
+    let protocol = key.protocol;
+    for _ in 0..SNAT_EVICTIONS {
+        let evicted = A::conntrack_mut(st)
+            .evict_scan(now, SNAT_EVICTION_SCAN, |f| f.reply.protocol == protocol && f.reply.dst_addr == snat_addr)?;
+        free_snat_port(&mut st.snat, &st.host, &evicted);
+        st.counters.conntrack_evicted += 1;
+        if let Some(port) = st.snat.alloc_for(snat_index, protocol, endpoint) {
+            return Some(port);
+        }
+    }
+    None
 }
 
 /// Whether no router forwards from source `ip` ([RFC 1812 § 5.3.7]; the special-purpose

@@ -322,6 +322,24 @@ fn a_reply_forged_on_the_clients_link_and_blind_resets_leave_the_connection_alon
 }
 
 #[test]
+fn half_open_flows_holding_every_snat_port_yield_to_a_new_client() {
+    let mut c = Conn::new(1024);
+    let addresses = c.st.host.snat_addresses.len() + c.st.host.snat_addresses6.len();
+    c.st.snat = crate::snat::SnatPorts::new(0, 1, 1024, 1027, addresses);
+    // A flood's SYNs (never answered) take the four ports.
+    for i in 0..4u8 {
+        let syn = frames::tcp(to_gw(), (Ipv4Addr::new(198, 51, 100, 100 + i), 5000), (VIP, 80), SYN, 1, 0, &[], 64);
+        assert!(matches!(run(0, &syn, FRONT, &c.t, &mut c.st).0, Verdict::Transmit { iface: BACK, .. }));
+    }
+    assert_eq!(c.st.snat.peek_for(0, 6, std::net::SocketAddr::from(Conn::backend())), None, "every port taken");
+    // A new client's SYN evicts one of them instead of being refused.
+    let syn = frames::tcp(to_gw(), c.client, (VIP, 80), SYN, 1, 0, &[], 64);
+    assert!(matches!(run(SEC, &syn, FRONT, &c.t, &mut c.st).0, Verdict::Transmit { iface: BACK, .. }));
+    assert_eq!((c.st.counters.conntrack_evicted, c.st.conntrack.len()), (1, 4));
+    assert_eq!(c.st.counters.drops_of(DropReason::SnatExhausted), 0);
+}
+
+#[test]
 fn segments_that_do_not_fit_are_dropped_and_unknown_flows_open_only_on_syn_or_ack() {
     let mut c = Conn::new(1024);
     // Only a SYN opens a flow, or an ACK (mid-stream pickup); nothing else creates state.
