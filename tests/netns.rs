@@ -99,6 +99,7 @@ fn demo_scenario(test: &str, driver: &str, prefix: &str) -> Result<()> {
     step_new_connections_spread(&mut h, "1 new connections spread over backends", &web_url())?;
     let (mut pinned, pinned_backend) = step_long_lived_connection_keeps_backend(&mut h)?;
     step_forged_resets_change_nothing(&mut h, &mut pinned, &pinned_backend)?;
+    step_syn_flood_does_not_displace_service(&mut h, &mut pinned, &pinned_backend)?;
     step_udp_round_trips(&mut h, "3 UDP round trips", WEB_VIP.into())?;
     step_reject_without_endpoints(&mut h, "4 reject without endpoints", REJECT_VIP.into())?;
     step_new_connections_spread(&mut h, "4a IPv6: curl -6 to the IPv6 VIP", &url_of(WEB_VIP6.into(), 80))?;
@@ -329,6 +330,95 @@ fn step_forged_resets_change_nothing(h: &mut Harness, pinned: &mut HttpConn, bac
         ),
     );
     Ok(())
+}
+
+/// Step 2b: a SYN flood from random sources at a fixed rate (hping3, 10 000 SYNs a second
+/// for about 10 s: more half-open flows than the workers have SNAT ports) displaces
+/// nothing: while it runs, the long-lived connection answers a request every 100 ms with
+/// no gap over 1 s, and at least 99 of 100 new connections succeed. Half-open flows give
+/// their SNAT ports up to new clients (`conntrack_evicted`).
+fn step_syn_flood_does_not_displace_service(h: &mut Harness, pinned: &mut HttpConn, backend: &str) -> Result<()> {
+    const STEP: &str = "2b SYN flood displaces nothing";
+    const NEW_CONNECTIONS: usize = 100;
+    let client = h.ns("client");
+    let evicted_before = counter_sum(h, "conntrack_evicted_total").map_err(|e| h.fail(STEP, e))?;
+    let mut flood = Command::new("ip")
+        .args(["netns", "exec", &client, "hping3", "-q", "-S", "-p", "80", "--rand-source", "-i", "u100"])
+        .args(["-c", "100000", &WEB_VIP.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| h.fail(STEP, format!("start hping3: {e}")))?;
+    // Let the flood take the SNAT ports first (a worker owns about 32 000 per protocol).
+    sleep(Duration::from_secs(5));
+    let url = web_url();
+    let (worst_gap, pinned_result, failures) = std::thread::scope(|s| {
+        let stream = s.spawn(|| -> (Duration, io::Result<()>) {
+            let start = Instant::now();
+            let mut last = Instant::now();
+            let mut worst = Duration::ZERO;
+            while start.elapsed() < Duration::from_secs(5) {
+                match pinned.get("/") {
+                    Ok(r) if r.status == 200 && r.body == backend => {}
+                    Ok(r) => return (worst, Err(io::Error::other(format!("HTTP {} from {:?}", r.status, r.body)))),
+                    Err(e) => return (worst, Err(e)),
+                }
+                worst = worst.max(last.elapsed());
+                last = Instant::now();
+                sleep(Duration::from_millis(100));
+            }
+            (worst, Ok(()))
+        });
+        let mut failures = Vec::new();
+        for i in 1..=NEW_CONNECTIONS {
+            match curl_get_timeout(&client, &url, Duration::from_secs(3)) {
+                Ok(r) if r.status == 200 && is_web_backend(&r.body) => {}
+                Ok(r) => failures.push(format!("#{i}: HTTP {} {:?}", r.status, r.body)),
+                Err(e) => failures.push(format!("#{i}: {e:#}")),
+            }
+        }
+        let (worst, result) = stream.join().expect("the stream thread does not panic");
+        (worst, result, failures)
+    });
+    let _ = flood.kill();
+    let _ = flood.wait();
+    sleep(Duration::from_millis(1500)); // workers publish counters about once a second
+    let evicted = counter_sum(h, "conntrack_evicted_total").map_err(|e| h.fail(STEP, e))? - evicted_before;
+    if let Err(e) = pinned_result {
+        return Err(h.fail(STEP, format!("the long-lived connection failed during the flood: {e}")));
+    }
+    if worst_gap > Duration::from_secs(1) || failures.len() > NEW_CONNECTIONS / 100 {
+        return Err(h.fail(
+            STEP,
+            format!(
+                "during the flood: longest wait on the long-lived connection {worst_gap:?}; {} of {NEW_CONNECTIONS} new \
+                 connections failed: {failures:?}",
+                failures.len()
+            ),
+        ));
+    }
+    progress(
+        STEP,
+        format!(
+            "under ~10 000 SYN/s from random sources: {}/{NEW_CONNECTIONS} new connections, longest wait on the \
+             long-lived one {:.0} ms; {evicted} half-open flows evicted",
+            NEW_CONNECTIONS - failures.len(),
+            worst_gap.as_secs_f64() * 1000.0
+        ),
+    );
+    Ok(())
+}
+
+/// A per-worker counter (`torii_gateway_<name>{worker="N"}`) summed over workers.
+fn counter_sum(h: &Harness, name: &str) -> Result<u64> {
+    let metrics = curl_get(&h.ns("gw"), &format!("http://{METRICS_LISTEN}/metrics"))?;
+    let prefix = format!("torii_gateway_{name}{{worker=");
+    Ok(metrics
+        .body
+        .lines()
+        .filter(|l| l.starts_with(prefix.as_str()))
+        .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<u64>().ok()))
+        .sum())
 }
 
 /// The gateway's drop counters for `reasons`, summed over workers (from `/metrics`).

@@ -302,7 +302,11 @@ impl Counters {
         f("forwarded_reply", "Frames forwarded endpoint to client.", self.forwarded_reply);
         f("new_flows", "Flows created.", self.new_flows);
         f("expired_flows", "Flows removed by idle expiry.", self.expired_flows);
-        f("conntrack_evicted", "Flows evicted early to make room in a full conntrack table.", self.conntrack_evicted);
+        f(
+            "conntrack_evicted",
+            "Flows evicted early to make room in a full conntrack table or free a SNAT port.",
+            self.conntrack_evicted,
+        );
         f("endpoint_gone", "Flows ended because their endpoint left the Service.", self.endpoint_gone);
         f("rejected", "TCP RSTs and ICMP port unreachables sent for front doors without endpoints.", self.rejected);
         f("arp_replies", "ARP replies sent for own addresses and VIPs.", self.arp_replies);
