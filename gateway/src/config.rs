@@ -507,6 +507,12 @@ pub struct ConntrackConfig {
     /// UDP once both directions were seen (default 120, Linux
     /// `nf_conntrack_udp_timeout_stream`).
     pub udp_stream_timeout_s: u32,
+    /// New flows a second one source address may open through one worker
+    /// ([`crate::limiter`]); 0 (the default) for no limit.
+    pub new_flows_per_source_per_s: u32,
+    /// Bursts of new flows one source may open at once under that limit (at least 1;
+    /// default: one second's worth).
+    pub new_flows_per_source_burst: u32,
 }
 
 /// Longest conntrack timeout, seconds (about 23.8 days): flow deadlines are 32-bit
@@ -776,6 +782,8 @@ struct RawConntrack {
     tcp_unacknowledged_timeout_s: u32,
     udp_timeout_s: u32,
     udp_stream_timeout_s: u32,
+    new_flows_per_source_per_s: u32,
+    new_flows_per_source_burst: Option<u32>,
     /// Replaced by the per-state TCP timeouts; accepted only to say so.
     tcp_transitory_timeout_s: Option<u32>,
 }
@@ -797,6 +805,8 @@ impl Default for RawConntrack {
             tcp_unacknowledged_timeout_s: s(t.tcp_unacknowledged_ns),
             udp_timeout_s: s(t.udp_ns),
             udp_stream_timeout_s: s(t.udp_stream_ns),
+            new_flows_per_source_per_s: 0,
+            new_flows_per_source_burst: None,
             tcp_transitory_timeout_s: None,
         }
     }
@@ -1172,6 +1182,17 @@ impl Config {
                 ));
             }
         }
+        if ct.new_flows_per_source_per_s > 1_000_000_000 {
+            return Err(invalid(
+                "conntrack.new_flows_per_source_per_s",
+                format!("{} is out of range 0..=1000000000 (0: no limit)", ct.new_flows_per_source_per_s),
+            ));
+        }
+        let new_flows_per_source_burst = match ct.new_flows_per_source_burst {
+            Some(0) => return Err(invalid("conntrack.new_flows_per_source_burst", "must be at least 1")),
+            Some(b) => b,
+            None => ct.new_flows_per_source_per_s.max(1),
+        };
         Ok(Self {
             node_name: raw.node_name,
             shm_dir: raw.shm_dir,
@@ -1202,6 +1223,8 @@ impl Config {
                 tcp_unacknowledged_timeout_s: ct.tcp_unacknowledged_timeout_s,
                 udp_timeout_s: ct.udp_timeout_s,
                 udp_stream_timeout_s: ct.udp_stream_timeout_s,
+                new_flows_per_source_per_s: ct.new_flows_per_source_per_s,
+                new_flows_per_source_burst,
             },
             control: raw.control.validate()?,
             metrics: MetricsConfig {

@@ -101,6 +101,9 @@ pub enum DropReason {
     /// The chosen endpoint is of the other address family than the front door (an IPv4
     /// front door with an IPv6 endpoint or the reverse: full NAT does not translate families).
     UnsupportedFamily,
+    /// A new flow from a source that opened more than `[conntrack]
+    /// new_flows_per_source_per_s` (and its burst) through this worker.
+    NewFlowRateLimited,
     /// No interface or router reaches the endpoint.
     NoRoute,
     /// Every SNAT port of this worker is in use.
@@ -120,7 +123,7 @@ pub enum DropReason {
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 37] = [
+    pub const ALL: [DropReason; 38] = [
         Self::Truncated,
         Self::UnknownInterface,
         Self::NotOurMac,
@@ -152,6 +155,7 @@ impl DropReason {
         Self::TcpOutOfWindow,
         Self::WrongLink,
         Self::UnsupportedFamily,
+        Self::NewFlowRateLimited,
         Self::NoRoute,
         Self::SnatExhausted,
         Self::ConntrackFull,
@@ -194,6 +198,7 @@ impl DropReason {
             Self::TcpOutOfWindow => "tcp_out_of_window",
             Self::WrongLink => "wrong_link",
             Self::UnsupportedFamily => "unsupported_family",
+            Self::NewFlowRateLimited => "new_flow_rate_limited",
             Self::NoRoute => "no_route",
             Self::SnatExhausted => "snat_exhausted",
             Self::ConntrackFull => "conntrack_full",

@@ -385,6 +385,9 @@ pub struct Host {
     pub router6: Option<(Ipv6Addr, u8)>,
     /// Conntrack timeouts.
     pub timeouts: Timeouts,
+    /// New flows a second per source and burst (`[conntrack] new_flows_per_source_*`; a
+    /// rate of 0: no limit), for each worker's [`crate::limiter::SourceLimiter`].
+    pub new_flows_per_source: (u32, u32),
     /// The IPv4 connected subnets of `interfaces`, indexed ([`ConnectedIndex`]); built by
     /// [`Host::new`], which is why the fields above are not meant to change afterwards.
     connected: ConnectedIndex<u32>,
@@ -443,6 +446,10 @@ impl Host {
             router: config.router.as_ref().map(|r| (r.address, r.interface as u8)),
             router6: config.router6.as_ref().map(|r| (r.address, r.interface as u8)),
             timeouts: config.conntrack.timeouts(),
+            new_flows_per_source: (
+                config.conntrack.new_flows_per_source_per_s,
+                config.conntrack.new_flows_per_source_burst,
+            ),
             snat_by_interface: Vec::new(),
             snat_by_interface6: Vec::new(),
         };

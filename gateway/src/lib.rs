@@ -24,6 +24,7 @@ pub mod fragments;
 pub mod frames;
 pub mod host;
 pub mod io;
+pub mod limiter;
 pub mod maglev;
 mod memory;
 pub mod metrics;

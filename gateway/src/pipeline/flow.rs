@@ -351,6 +351,9 @@ fn new_flow<A: Family>(
     if !fe.source_ranges.admits(key.src_addr.into()) {
         return Err(Verdict::Drop(DropReason::SourceRangeDenied));
     }
+    if !st.sources.admit(key.src_addr.into(), now) {
+        return Err(Verdict::Drop(DropReason::NewFlowRateLimited));
+    }
     // What cannot open a connection creates no flow: a TCP segment no state starts from
     // (a RST), an SCTP ABORT or SHUTDOWN COMPLETE of an unknown association.
     let stray = match seg.proto {

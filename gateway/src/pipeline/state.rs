@@ -13,6 +13,7 @@ use crate::conntrack::Conntrack;
 use crate::counters::{Counters, FrontendCounters};
 use crate::fragments::{self, FragmentTable};
 use crate::host::Host;
+use crate::limiter::SourceLimiter;
 use crate::neighbour::Neighbours;
 use crate::snat::SnatPorts;
 use crate::table::Table;
@@ -51,6 +52,8 @@ pub struct WorkerState {
     pub conntrack6: Conntrack<Ipv6Addr>,
     /// This worker's SNAT ports.
     pub snat: SnatPorts,
+    /// The per-source new-flow rate limit (off unless configured).
+    pub sources: SourceLimiter,
     /// This worker's counters.
     pub counters: Counters,
     /// Where the later fragments of datagrams whose first fragment this worker forwarded go
@@ -88,6 +91,7 @@ impl WorkerState {
             conntrack: Conntrack::new(capacity, seed, &host.snat_addresses),
             conntrack6: Conntrack::new(capacity, seed, &host.snat_addresses6),
             snat,
+            sources: SourceLimiter::new(host.new_flows_per_source.0, host.new_flows_per_source.1, seed ^ 0x50_f7ce),
             host,
             neighbours: Arc::clone(&shared.neighbours),
             affinity: Arc::clone(&shared.affinity),

@@ -61,3 +61,22 @@ fn arp_with_an_unknown_opcode_is_counted_and_teaches_nothing() {
     assert_eq!(run(0, &f, FRONT, &t, &mut st).0, Verdict::Drop(DropReason::MalformedArp));
     assert_eq!(st.neighbours.lookup(stranger), None, "the sender is not learned");
 }
+
+#[test]
+fn a_source_over_its_new_flow_rate_is_dropped_and_others_are_not() {
+    let t = table(&["10.70.0.11"]);
+    let mut st = state(0, 1);
+    st.sources = crate::limiter::SourceLimiter::new(10, 3, 1);
+    let syn = |src: Ipv4Addr, port: u16| frames::tcp(to_gw(), (src, port), (VIP, 80), TcpFlags::SYN, 1, 0, &[], 64);
+    let greedy = ip("198.51.100.20");
+    let verdicts: Vec<bool> = (0..5)
+        .map(|i| matches!(run(0, &syn(greedy, 40000 + i), FRONT, &t, &mut st).0, Verdict::Transmit { .. }))
+        .collect();
+    assert_eq!(verdicts, [true, true, true, false, false], "a burst of 3");
+    assert_eq!(st.counters.drops_of(DropReason::NewFlowRateLimited), 2);
+    assert!(matches!(run(0, &syn(ip("198.51.100.21"), 40000), FRONT, &t, &mut st).0, Verdict::Transmit { .. }));
+    // 100 ms later the greedy source may open one more; its established flows never wait.
+    assert!(matches!(run(SEC / 10, &syn(greedy, 40010), FRONT, &t, &mut st).0, Verdict::Transmit { .. }));
+    let again = syn(greedy, 40000);
+    assert!(matches!(run(SEC / 10, &again, FRONT, &t, &mut st).0, Verdict::Transmit { .. }), "a retransmitted SYN");
+}
