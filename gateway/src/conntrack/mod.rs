@@ -848,6 +848,9 @@ impl<A: Address> Conntrack<A> {
             Probe::Found(tag) => {
                 let (id, direction) = untag(tag);
                 crate::prefetch::prefetch_lines(&self.records[id as usize]);
+                // A TCP segment reads its windows too (the record's protocol is not known
+                // yet; for UDP and SCTP this line is fetched for nothing).
+                crate::prefetch::prefetch_lines(&self.windows[id as usize]);
                 Candidate::Flow(id, direction)
             }
             Probe::Vacant(slot) => Candidate::Absent(Vacancy { slot: slot as u32, removals: self.removals }),
