@@ -21,7 +21,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use torii_gateway::table::TableSpec;
+use torii_table::TableSpec;
 
 use super::{
     frontend_spec, sort_frontends, update_claims, Claims, CompileOptions, Compiled, Draft, Frontend, Gateway, Output,
@@ -603,9 +603,10 @@ fn message(e: &ModelError, skipped: Skipped, location: Option<&str>) -> String {
 mod tests {
     use std::collections::BTreeMap;
 
+    use crate::config::NodePortAddresses;
     use serde_json::{json, Value};
-    use torii_gateway::config::{IpCidr, NodePortAddresses};
-    use torii_gateway::table::{build, TableBuilder};
+    use torii_table::IpCidr;
+    use torii_table::{build, TableBuilder};
 
     use super::*;
     use crate::model::Objects;

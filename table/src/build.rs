@@ -671,7 +671,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::table::{FrontendKind, FrontendSpec, Protocol, Table};
+    use crate::{FrontendKind, FrontendSpec, Protocol, Table};
 
     fn backend(n: u32) -> BackendSpec {
         BackendSpec { addr: IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + n)), port: 8080 }
@@ -724,10 +724,10 @@ mod tests {
     #[test]
     fn a_ring_of_wide_entries_reads_back() {
         let bytes: Vec<u8> = [7u32, 70_000, 1].iter().flat_map(|v| v.to_le_bytes()).collect();
-        let r = crate::table::Ring::new(&bytes, 4);
+        let r = crate::Ring::new(&bytes, 4);
         assert_eq!(r.iter().collect::<Vec<_>>(), [7, 70_000, 1]);
         assert!(r.all_in(70_000) && !r.all_in(69_999));
-        assert!(crate::table::Ring::new(&bytes, 3).is_empty(), "an invalid width reads as empty");
+        assert!(crate::Ring::new(&bytes, 3).is_empty(), "an invalid width reads as empty");
     }
 
     #[test]

@@ -55,7 +55,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use memmap2::{Mmap, MmapOptions, MmapRaw};
 
 use super::view::{Storage, Table, TableError};
-use crate::config::MAX_WORKERS;
+
+/// Largest number of workers a gateway runs: the number of acknowledgement slots in the
+/// state region.
+pub const MAX_WORKERS: usize = 64;
 
 /// Size of the state region file in bytes.
 pub const STATE_LEN: usize = 4096;
@@ -418,7 +421,7 @@ mod tests {
         let region = Arc::new(StateRegion::open(&dir).unwrap());
         region.register_gateway(std::process::id(), 2);
         for g in 1..=2 {
-            std::fs::write(dir.join(table_file_name(g)), crate::table::build(&Default::default(), g).unwrap()).unwrap();
+            std::fs::write(dir.join(table_file_name(g)), crate::build(&Default::default(), g).unwrap()).unwrap();
         }
         let mappings = Mappings::new(Arc::clone(&region), 2);
         let t1 = Arc::new(mappings.load_table(&dir, 1).unwrap());

@@ -223,7 +223,7 @@ impl<'t> ServiceRef<'t> {
     }
 
     /// The name's UTF-8 bytes, without a check: O(1) (the `sessionAffinity` key hashes them,
-    /// [`crate::affinity::service_key`]).
+    /// torii-gateway's `affinity::service_key`).
     #[inline]
     pub fn name_bytes(&self) -> &'t [u8] {
         self.name
@@ -733,7 +733,7 @@ mod tests {
             kind: FrontendKind::LoadBalancer,
             source_ranges: ["198.51.100.0/24", "192.0.2.128/25", "2001:db8:1::/48"]
                 .iter()
-                .map(|c| crate::config::IpCidr::parse(c).unwrap())
+                .map(|c| crate::IpCidr::parse(c).unwrap())
                 .collect(),
             ..fe("203.0.113.20", Protocol::Tcp, 443, 0)
         };
@@ -827,10 +827,10 @@ mod tests {
     fn duplicates_and_dangling_ids_are_build_errors() {
         let mut s = spec();
         s.frontends.push(s.frontends[0].clone());
-        assert!(matches!(build(&s, 1), Err(crate::table::BuildError::DuplicateFrontend { .. })));
+        assert!(matches!(build(&s, 1), Err(crate::BuildError::DuplicateFrontend { .. })));
         let mut s = spec();
         s.frontends[0].service = 5;
-        assert!(matches!(build(&s, 1), Err(crate::table::BuildError::BadServiceIndex { .. })));
+        assert!(matches!(build(&s, 1), Err(crate::BuildError::BadServiceIndex { .. })));
     }
 
     #[test]
