@@ -87,7 +87,10 @@
 
 mod incremental;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+
+// aHash rather than SipHash: these maps are probed for every object of every compile.
+use ahash::AHashMap as HashMap;
 use std::net::IpAddr;
 
 pub use crate::config::NodePortAddresses;

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
+use crossbeam_utils::CachePadded;
 
 use crate::counters::{Counters, DropReason};
 use crate::metrics::{ReportSlot, WorkerReport};
@@ -98,7 +99,10 @@ pub trait PacketIo {
 /// The table the workers should be using, published by the [`TableWatcher`].
 pub struct TableHandle {
     current: ArcSwap<Table>,
-    generation: AtomicU64,
+    /// Read by every worker every burst, written once per adopted table: on a cache line of
+    /// its own, so the health check's lock of `stored_at` and the swap's reference counts
+    /// do not take the line from the workers.
+    generation: CachePadded<AtomicU64>,
     /// When the current table was stored (read by the health check only).
     stored_at: std::sync::Mutex<Instant>,
 }
@@ -112,7 +116,7 @@ impl std::fmt::Debug for TableHandle {
 impl TableHandle {
     /// A handle holding `table`.
     pub fn new(table: Table) -> Self {
-        let generation = AtomicU64::new(table.generation());
+        let generation = CachePadded::new(AtomicU64::new(table.generation()));
         Self { current: ArcSwap::from_pointee(table), generation, stored_at: std::sync::Mutex::new(Instant::now()) }
     }
 

@@ -26,12 +26,14 @@
 //! merged, so that the data plane decides with one binary search; front doors with the
 //! same merged list share its records.
 
-use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 
 use zerocopy::byteorder::little_endian::U32;
 use zerocopy::IntoBytes;
+
+// aHash: the ring cache hashes whole backend lists on every build.
+use ahash::AHashMap as HashMap;
 
 use super::layout::{self, section, Backend, Frontend, Header, Section, Service, SourceRange};
 use super::spec::{BackendSpec, FrontendSpec, IpCidr, ServiceSpec, TableSpec};

@@ -19,7 +19,10 @@
 //! random edits in this module's tests). Objects changed through [`Compiler::apply`] have
 //! no source location; their model errors come after the located ones, sorted by object.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+
+// aHash rather than SipHash: these maps are probed for every object of every compile.
+use ahash::AHashMap as HashMap;
 
 use torii_table::TableSpec;
 
