@@ -16,14 +16,13 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use crossbeam_utils::CachePadded;
 
-use crate::counters::{Counters, DropReason};
-use crate::metrics::{ReportSlot, WorkerReport};
+use crate::counters::{Counters, DropReason, FrontendCounters};
 use crate::pipeline::{self, Meta, Verdict, WorkerState};
 use crate::table::shm::{Mappings, StateRegion};
 use crate::table::Table;
@@ -95,6 +94,27 @@ pub trait PacketIo {
     /// Sleeps until a frame may be waiting or `timeout` passes (idle workers).
     fn wait(&mut self, timeout: Duration);
 }
+
+/// What one worker publishes for reporting, about once a second.
+#[derive(Clone, Debug, Default)]
+pub struct WorkerReport {
+    /// Its counters.
+    pub counters: Counters,
+    /// Its per-front-door counts, indexed like `table`'s front doors.
+    pub frontends: FrontendCounters,
+    /// The table the worker uses (`None` before its first report). The worker refreshes its
+    /// report when it switches tables, so this never keeps an old snapshot mapped past the
+    /// switch; a scrape's copy keeps it only while it renders, and the gateway's
+    /// acknowledgements wait for that (`crate::table::shm::Mappings`).
+    pub table: Option<Arc<Table>>,
+    /// Flows in its conntrack.
+    pub flows: u64,
+    /// When it reported: ns since the gateway's clock origin.
+    pub at_ns: u64,
+}
+
+/// A worker's report slot, shared with the metrics thread.
+pub type ReportSlot = Arc<Mutex<WorkerReport>>;
 
 /// The table the workers should be using, published by the [`TableWatcher`].
 pub struct TableHandle {
