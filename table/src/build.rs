@@ -38,6 +38,8 @@ use ahash::AHashMap as HashMap;
 use super::layout::{self, section, Backend, Frontend, Header, Section, Service, SourceRange};
 use super::spec::{BackendSpec, FrontendSpec, IpCidr, ServiceSpec, TableSpec};
 use crate::maglev;
+use crate::storage::Storage;
+use crate::view::Table;
 
 /// Why a [`TableSpec`] could not be laid out.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -458,7 +460,7 @@ impl TableBuilder {
     /// Writes the header (with `generation`) and the checksum.
     fn seal(&mut self, generation: u64) {
         self.write_header(generation);
-        let crc = super::view::checksum(&self.out);
+        let crc = layout::checksum(&self.out);
         self.out[layout::CHECKSUM_OFFSET..layout::CHECKSUM_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
     }
 
@@ -664,6 +666,15 @@ fn encode_ring(backends: &[BackendSpec]) -> Ring {
 
 fn u32_of(n: usize) -> Result<u32, BuildError> {
     u32::try_from(n).map_err(|_| BuildError::TooLarge)
+}
+
+impl Table<Storage> {
+    /// An empty table (generation 0): no front doors. What a gateway serves before the
+    /// first publication.
+    pub fn empty() -> Self {
+        let bytes = build(&TableSpec::default(), 0).expect("empty spec builds");
+        Self::new(Storage::Owned(bytes)).expect("empty table validates")
+    }
 }
 
 #[cfg(test)]

@@ -232,3 +232,13 @@ pub fn addr_from16(b: [u8; 16]) -> IpAddr {
 pub fn frontend_key(addr: [u8; 16], protocol: u8, port: u16) -> (u128, u32) {
     (u128::from_be_bytes(addr), (u32::from(protocol) << 16) | u32::from(port))
 }
+
+/// CRC-32 (IEEE) of a snapshot with its checksum field taken as zero.
+pub fn checksum(bytes: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    let at = CHECKSUM_OFFSET;
+    h.update(&bytes[..at]);
+    h.update(&[0; 4]);
+    h.update(&bytes[at + 4..]);
+    h.finalize()
+}

@@ -24,9 +24,11 @@ pub mod maglev;
 pub mod prefetch;
 pub mod shm;
 mod spec;
+mod storage;
 mod view;
 
 pub use build::{build, merge_byte_ranges, BuildError, BuildStats, TableBuilder};
 pub use index::FrontendHash;
 pub use spec::*;
-pub use view::{FrontendRef, Ring, ServiceRef, ServiceRing, SourceRanges, Storage, Table, TableError};
+pub use storage::{Mapping, Storage};
+pub use view::{FrontendRef, Ring, ServiceRef, ServiceRing, SourceRanges, Table, TableError};
