@@ -4,7 +4,8 @@
 //!
 //! Run with `scripts/test`, or after `cargo build --release --workspace --bins`:
 //! `cargo test --release -p torii-integration --test netns -- --nocapture`.
-//! Needs root (namespaces); without it the topology test prints `SKIPPED` and passes.
+//! Needs root (namespaces); without it the topology test prints `SKIPPED` and passes, or
+//! fails with `TORII_REQUIRE_CAPABILITIES=1` (as `.ci/run` sets it).
 //!
 //! The topology test is one `#[test]` on purpose: its steps share one topology, one
 //! gateway and one long-lived connection, and run in order. Each step's failure message

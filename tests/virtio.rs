@@ -13,7 +13,8 @@
 //! The two DPDK processes get different CPUs (peer on 0, gateway's worker on 1), their
 //! own file prefixes, and hugepages when enough are free (`--in-memory
 //! --single-file-segments`; scripts/setup reserves 512), else `--no-huge`.
-//! Needs DPDK (skipped, loudly, when it is not installed); not root.
+//! Needs DPDK (skipped, loudly, when it is not installed; a failure with
+//! `TORII_REQUIRE_CAPABILITIES=1`, as `.ci/run` sets it); not root.
 
 use std::fmt::Write as _;
 use std::fs;

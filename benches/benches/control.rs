@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, SamplingMode};
 use torii_benches::{cluster, from_scratch, one_endpoint_changed, shm_tempdir, Daemon, ENDPOINTS, SERVICES};
 use torii_control::compile::Change;
-use torii_gateway::table::{build, TableBuilder};
+use torii_table::{build, TableBuilder};
 
 fn control(c: &mut Criterion) {
     let objects = cluster(SERVICES, ENDPOINTS);

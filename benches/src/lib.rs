@@ -32,8 +32,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use torii_control::compile::{self, Change, CompileOptions, Compiled, Compiler};
 use torii_control::model::{KubeObject, Objects};
 use torii_control::publish::Publisher;
-use torii_gateway::table::shm::{self, StateRegion};
-use torii_gateway::table::TableSpec;
+use torii_table::shm::{self, StateRegion};
+use torii_table::TableSpec;
 
 /// Services in the target workload.
 pub const SERVICES: usize = 10_000;
@@ -260,7 +260,7 @@ impl SimulatedGateway {
                 let mut adopted = 0;
                 while !flag.load(Ordering::Relaxed) {
                     let g = region.published_generation();
-                    if g != 0 && table.as_ref().is_none_or(|t: &torii_gateway::table::Table| t.generation() != g) {
+                    if g != 0 && table.as_ref().is_none_or(|t: &torii_table::Table| t.generation() != g) {
                         if let Ok(t) = shm::load_table(&dir, g) {
                             table = Some(t); // the previous table is dropped before the ack
                             region.ack(0, g);

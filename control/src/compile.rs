@@ -87,12 +87,15 @@
 
 mod incremental;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+
+// aHash rather than SipHash: these maps are probed for every object of every compile.
+use ahash::AHashMap as HashMap;
 use std::net::IpAddr;
 
+pub use crate::config::NodePortAddresses;
 use serde::{Serialize, Serializer};
-pub use torii_gateway::config::NodePortAddresses;
-use torii_gateway::table::{BackendSpec, FrontendKind, FrontendSpec, IpCidr, Protocol, ServiceSpec, TableSpec};
+use torii_table::{BackendSpec, FrontendKind, FrontendSpec, IpCidr, Protocol, ServiceSpec, TableSpec};
 
 pub use incremental::{Change, Compiler, CompilerStats};
 
@@ -1408,7 +1411,7 @@ endpoints: [{addresses: ["fd00:1::1"]}, {addresses: ["fd00:1::2"], conditions: {
 
     #[test]
     fn node_port_addresses_like_kube_proxy() {
-        use torii_gateway::config::IpCidr;
+        use torii_table::IpCidr;
         let o = objects(DUAL_STACK_NODE_PORT);
         let with = |npa: NodePortAddresses| compile(&o, &CompileOptions { node_port_addresses: npa, ..opts() });
         let cidrs = |list: &[&str]| NodePortAddresses::Cidrs(list.iter().map(|s| IpCidr::parse(s).unwrap()).collect());
@@ -1564,7 +1567,7 @@ endpoints:
     /// but serving endpoint drains, the one no longer serving is gone.
     #[test]
     fn source_ranges_and_draining_reach_the_table() {
-        use torii_gateway::table::{build, Table};
+        use torii_table::{build, Table};
         let c = compile(&objects(RANGES), &opts());
         let table = Table::new(build(&c.to_table_spec(), 1).unwrap()).unwrap();
         let ip = |s: &str| s.parse::<IpAddr>().unwrap();
@@ -1576,7 +1579,7 @@ endpoints:
         assert!(external.source_ranges.is_empty() && external.source_ranges.admits(ip("192.0.2.200")));
         assert_eq!(lb.service, external.service, "one backend set for both front doors");
         let s = table.service(lb.service).unwrap();
-        let addr16 = |s: &str| torii_gateway::table::layout::addr16(ip(s));
+        let addr16 = |s: &str| torii_table::layout::addr16(ip(s));
         assert_eq!(s.backends.len(), 1);
         assert!(s.backend(addr16("10.0.0.1"), 8080).is_some());
         assert!(s.serves(addr16("10.0.0.2"), 8080) && s.backend(addr16("10.0.0.2"), 8080).is_none());

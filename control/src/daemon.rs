@@ -44,7 +44,7 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
-use torii_gateway::table::TableSpec;
+use torii_table::TableSpec;
 
 use crate::compile::{CompileOptions, Compiled, Compiler};
 use crate::publish::Publisher;

@@ -10,9 +10,12 @@
 //!   object is skipped with an error naming it and the field, everything else is served.
 //! - [`compile`]: the pure, deterministic compiler (kube-proxy's semantics) from model to
 //!   front doors and backends; its [`compile::Compiled`] is the JSON `torii-control
-//!   compile` prints and converts to the gateway's
-//!   [`TableSpec`](torii_gateway::table::TableSpec).
+//!   compile` prints and converts to the table ABI's
+//!   [`TableSpec`](torii_table::TableSpec) (crate torii-table, shared with the gateway;
+//!   torii-control never depends on the data plane crate).
 //! - [`publish`]: the only code that writes shared memory.
+//! - [`config`]: the shared configuration file as torii-control reads it (`[control]`,
+//!   validated here, and the keys both binaries read).
 //! - [`daemon`]: `torii-control run`'s loop: snapshots in, tables published, the
 //!   gateway's acknowledgements and the network-programming latency measured.
 //!
@@ -20,6 +23,7 @@
 //! a table that cannot be built or published leaves the last good one in place.
 
 pub mod compile;
+pub mod config;
 pub mod daemon;
 pub mod model;
 pub mod publish;

@@ -25,10 +25,10 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 use torii_control::compile::CompileOptions;
+use torii_control::config::Config;
 use torii_control::daemon::{self, Source};
 use torii_control::source::files::{DirWatch, DEFAULT_QUIET};
 use torii_control::source::kube::{self as kube_source, ClusterConfig, KubeSettings, KubeWatch};
-use torii_gateway::config::Config;
 
 /// How long `compile --kubeconfig` waits for the API server's lists.
 const LIST_TIMEOUT: Duration = Duration::from_secs(60);

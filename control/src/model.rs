@@ -25,7 +25,7 @@ use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::discovery::v1 as discovery;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use torii_gateway::table::{IpCidr, Protocol};
+use torii_table::{IpCidr, Protocol};
 
 /// The label that ties an EndpointSlice to its Service (the only link; see the
 /// EndpointSlice documentation, "Ownership").

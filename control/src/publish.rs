@@ -1,6 +1,6 @@
 //! Publication of compiled tables into shared memory — the only code that writes it.
 //!
-//! Protocol (see `torii_gateway::table::shm`): write the snapshot to `table-N.tmp` (mode
+//! Protocol (see `torii_table::shm`): write the snapshot to `table-N.tmp` (mode
 //! 0600), rename it to `table-N`, then store `N` as the published generation. Generations
 //! continue from whatever is already published, so a restarted torii-control publishes
 //! the same content under a newer generation and the gateway adopts it without
@@ -20,7 +20,7 @@
 //!    workers have acknowledged, and not the published one. An acknowledgement of `G`
 //!    promises that the gateway maps no snapshot older than `G` (it counts its mappings
 //!    and acknowledges only past the oldest one it still holds, in a worker, its table
-//!    handle or its metrics; see `torii_gateway::table::shm`), a starting gateway
+//!    handle or its metrics; see `torii_table::shm`), a starting gateway
 //!    registers, which resets the acknowledgements, before it maps anything, and the
 //!    gateway only ever opens the published generation. So the file can be renamed to
 //!    `table-recycle.tmp` (no name points at it while it changes), patched with the ranges
@@ -43,8 +43,8 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
 
-use torii_gateway::table::shm::{self, StateRegion};
-use torii_gateway::table::{merge_byte_ranges, BuildError, TableBuilder, TableSpec};
+use torii_table::shm::{self, StateRegion};
+use torii_table::{merge_byte_ranges, BuildError, TableBuilder, TableSpec};
 
 /// Writes table snapshots into the shared-memory directory and advances the published
 /// generation.
@@ -456,7 +456,7 @@ impl Drop for Publisher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use torii_gateway::table::{build, BackendSpec, FrontendKind, FrontendSpec, Protocol, ServiceSpec};
+    use torii_table::{build, BackendSpec, FrontendKind, FrontendSpec, Protocol, ServiceSpec};
 
     fn spec(port: u16) -> TableSpec {
         TableSpec {
@@ -539,7 +539,7 @@ mod tests {
         let check = |p: &mut Publisher, spec: &TableSpec| {
             let g = p.publish(spec).unwrap();
             let path = dir.path().join(shm::table_file_name(g));
-            assert_eq!(std::fs::read(&path).unwrap(), torii_gateway::table::build(spec, g).unwrap(), "generation {g}");
+            assert_eq!(std::fs::read(&path).unwrap(), torii_table::build(spec, g).unwrap(), "generation {g}");
             assert!(shm::load_table(dir.path(), g).is_ok());
             use std::os::unix::fs::PermissionsExt;
             assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
@@ -554,10 +554,7 @@ mod tests {
         // A larger table (more backends): everything after the rings is written.
         let mut big = spec(81);
         big.services[0].backends = (1..=40u32)
-            .map(|n| torii_gateway::table::BackendSpec {
-                addr: std::net::Ipv4Addr::from(0x0a00_0000 + n).into(),
-                port: 80,
-            })
+            .map(|n| torii_table::BackendSpec { addr: std::net::Ipv4Addr::from(0x0a00_0000 + n).into(), port: 80 })
             .collect();
         check(&mut p, &big);
         assert!(!dir.path().join(shm::table_file_name(g1)).exists(), "the job deleted the old snapshots");
@@ -566,7 +563,7 @@ mod tests {
         check(&mut p, &spec(82));
         let stats = p.stats();
         assert_eq!((stats.spare_used, stats.spare_missed), (4, 1));
-        let len = |s: &TableSpec| torii_gateway::table::build(s, 1).unwrap().len() as u64;
+        let len = |s: &TableSpec| torii_table::build(s, 1).unwrap().len() as u64;
         let whole = len(&spec(80)) + len(&spec(81)) + len(&big) + 2 * len(&spec(82));
         assert!(stats.bytes_written < whole - len(&spec(82)), "{stats:?}: only changes were written");
         drop(p);
@@ -697,7 +694,7 @@ mod tests {
         let g = p.publish(&spec(83)).unwrap();
         assert_eq!(
             std::fs::read(dir.path().join(shm::table_file_name(g))).unwrap(),
-            torii_gateway::table::build(&spec(83), g).unwrap()
+            torii_table::build(&spec(83), g).unwrap()
         );
         settle(&p);
         // Corrupt the spare's bookkeeping: pretend it copies another generation.
@@ -710,7 +707,7 @@ mod tests {
         let g = p.publish(&spec(84)).unwrap();
         assert_eq!(
             std::fs::read(dir.path().join(shm::table_file_name(g))).unwrap(),
-            torii_gateway::table::build(&spec(84), g).unwrap()
+            torii_table::build(&spec(84), g).unwrap()
         );
     }
 

@@ -156,10 +156,10 @@ fn run_publishes_republishes_on_change_and_stops_on_sigterm() {
     for f in ["node.yaml", "web.yaml"] {
         std::fs::copy(demo_dir().join(f), manifests.join(f)).unwrap();
     }
-    let config = torii_gateway::config::EMBEDDED_DEFAULT
+    let config = torii_table::config::EMBEDDED_DEFAULT
         .replace("shm_dir = \"/dev/shm/torii\"", &format!("shm_dir = {:?}", shm.display().to_string()))
         .replace("manifests = \"configs/demo\"", &format!("manifests = {:?}", manifests.display().to_string()));
-    assert_ne!(config, torii_gateway::config::EMBEDDED_DEFAULT);
+    assert_ne!(config, torii_table::config::EMBEDDED_DEFAULT);
     let config_path = tmp.path().join("gateway.toml");
     std::fs::write(&config_path, config).unwrap();
 

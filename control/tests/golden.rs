@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use torii_control::compile::{CompileOptions, Compiler, NodePortAddresses};
-use torii_gateway::config::IpCidr;
+use torii_table::IpCidr;
 
 fn manifest_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

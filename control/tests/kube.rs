@@ -16,8 +16,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{json, Value};
 use tempfile::TempDir;
-use torii_gateway::table::shm::{self, StateRegion};
 use torii_kube_double::{stamp_trigger_time, FakeApiServer, Objects, Resource};
+use torii_table::shm::{self, StateRegion};
 
 /// Longest a change may take to reach the published table.
 const CONVERGE: Duration = Duration::from_secs(15);
@@ -195,9 +195,9 @@ impl Daemon {
     fn start_with(cluster: &Cluster, node_name: &str, cluster_ips: bool) -> Self {
         let tmp = tempfile::tempdir().unwrap();
         let shm = tmp.path().join("shm");
-        let mut config = torii_gateway::config::EMBEDDED_DEFAULT
+        let mut config = torii_table::config::EMBEDDED_DEFAULT
             .replace("shm_dir = \"/dev/shm/torii\"", &format!("shm_dir = {:?}", shm.display().to_string()));
-        assert_ne!(config, torii_gateway::config::EMBEDDED_DEFAULT);
+        assert_ne!(config, torii_table::config::EMBEDDED_DEFAULT);
         if cluster_ips {
             config = config.replace("cluster_ips = false", "cluster_ips = true");
             assert!(config.contains("cluster_ips = true"));
@@ -278,7 +278,7 @@ impl Drop for Daemon {
 }
 
 /// A published table and the lookups the gateway does.
-struct Table(torii_gateway::table::Table);
+struct Table(torii_table::Table);
 
 impl Table {
     /// The backends of the front door (ip, TCP=6/UDP=17, port), sorted; `None` without one.
@@ -287,7 +287,7 @@ impl Table {
         let f = t.frontend(ip.parse().unwrap(), protocol, port)?;
         let s = t.service(f.service)?;
         let mut b: Vec<(IpAddr, u16)> =
-            s.backends.iter().map(|b| (torii_gateway::table::layout::addr_from16(b.addr), b.port.get())).collect();
+            s.backends.iter().map(|b| (torii_table::layout::addr_from16(b.addr), b.port.get())).collect();
         b.sort();
         Some(b)
     }
@@ -703,5 +703,5 @@ fn kubernetes_manifests_are_consistent() {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("gateway.toml");
     std::fs::write(&path, cm["data"]["gateway.toml"].as_str().unwrap()).unwrap();
-    torii_gateway::config::Config::load(Some(&path)).unwrap();
+    torii_control::config::Config::load(Some(&path)).unwrap();
 }

@@ -1,9 +1,13 @@
-//! The gateway host's configuration: one TOML file shared by torii-gateway and
-//! torii-control (`configs/gateway.toml` is the documented example and the embedded default).
+//! The gateway host's configuration: the data plane's reading of the one TOML file shared by
+//! torii-gateway and torii-control (`configs/gateway.toml` is the documented example and the
+//! embedded default).
 //!
 //! [`Config::from_toml`] parses and validates; every error names the offending key
 //! (`interfaces[1].addresses[0]: "10.0.0.1/33" is not an address/prefix`). Unknown keys are
-//! errors too, so a typo never silently falls back to a default.
+//! errors too, so a typo never silently falls back to a default. The keys both binaries
+//! read (`node_name`, `shm_dir`, `snat.addresses`) are parsed by
+//! [`torii_table::config::Common`]; the `[control]` table is torii-control's to validate
+//! (`torii_control::config`): the gateway only accepts that it is there.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -12,42 +16,10 @@ use serde::Deserialize;
 
 use crate::wire::vlan::VID_MAX;
 
-/// The default configuration compiled into both binaries: `configs/gateway.toml`,
-/// which is also the demo's configuration.
-pub const EMBEDDED_DEFAULT: &str = include_str!("../../configs/gateway.toml");
-
-/// Largest number of workers a gateway runs (the size of the acknowledgement array in
-/// the shared state region).
-pub const MAX_WORKERS: usize = 64;
-
-/// A configuration error, naming the key and what is wrong with it.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The file could not be read.
-    #[error("cannot read {path}: {source}")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// TOML syntax, an unknown key or a value of the wrong type.
-    #[error("{0}")]
-    Syntax(String),
-    /// A value that parses but is not acceptable.
-    #[error("{key}: {message}")]
-    Invalid {
-        /// Dotted path of the key, e.g. `interfaces[0].addresses[1]`.
-        key: String,
-        /// What is wrong and what would be right.
-        message: String,
-    },
-}
-
-fn invalid(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid { key: key.into(), message: message.into() }
-}
+use torii_table::config::{invalid, Common};
+pub use torii_table::config::{ConfigError, EMBEDDED_DEFAULT};
+pub use torii_table::shm::MAX_WORKERS;
+pub use torii_table::IpCidr;
 
 /// An IPv4 address with its prefix length, as written `198.51.100.1/24`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -113,110 +85,6 @@ impl Ipv6Cidr {
         (ip.to_bits() & self.mask()) == (self.addr.to_bits() & self.mask())
     }
 }
-
-/// An IPv4 or IPv6 prefix, as written `192.0.2.0/24` or `2001:db8::/64`. Host bits are
-/// cleared when parsing (as kube-proxy's `ParseCIDRSloppy` does for `nodePortAddresses`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct IpCidr {
-    /// The network address (host bits zero).
-    pub addr: IpAddr,
-    /// Prefix length: 0..=32 for IPv4, 0..=128 for IPv6.
-    pub prefix_len: u8,
-}
-
-impl IpCidr {
-    /// Parses `address/length`; `None` when either part is malformed or the length is
-    /// too long for the family.
-    pub fn parse(s: &str) -> Option<Self> {
-        let (a, l) = s.trim().split_once('/')?;
-        let addr: IpAddr = a.parse().ok()?;
-        if l.is_empty() || !l.bytes().all(|b| b.is_ascii_digit()) {
-            return None;
-        }
-        let prefix_len: u8 = l.parse().ok()?;
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        (prefix_len <= max).then(|| Self { addr: mask(addr, prefix_len), prefix_len })
-    }
-
-    /// Whether `ip` is inside this prefix (never, when the families differ).
-    pub fn contains(&self, ip: IpAddr) -> bool {
-        ip.is_ipv4() == self.addr.is_ipv4() && mask(ip, self.prefix_len) == self.addr
-    }
-}
-
-impl std::fmt::Display for IpCidr {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.addr, self.prefix_len)
-    }
-}
-
-/// `ip` with every bit after the first `prefix_len` cleared.
-fn mask(ip: IpAddr, prefix_len: u8) -> IpAddr {
-    match ip {
-        IpAddr::V4(v4) => {
-            let m = u32::MAX.checked_shl(32 - u32::from(prefix_len.min(32))).unwrap_or(0);
-            IpAddr::V4(Ipv4Addr::from(u32::from(v4) & m))
-        }
-        IpAddr::V6(v6) => {
-            let m = u128::MAX.checked_shl(128 - u32::from(prefix_len.min(128))).unwrap_or(0);
-            IpAddr::V6(Ipv6Addr::from(u128::from(v6) & m))
-        }
-    }
-}
-
-/// Which of the gateway Node's addresses NodePort front doors are served on: kube-proxy's
-/// `--nodeport-addresses` (`pkg/proxy/util/nodeport_addresses.go`), applied to the
-/// InternalIP and ExternalIP addresses of the gateway's Node object.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub enum NodePortAddresses {
-    /// No restriction (the key is absent or empty): every InternalIP and ExternalIP.
-    #[default]
-    All,
-    /// `["primary"]`: the Node's primary address of each family, as kube-proxy picks it
-    /// (`GetNodeHostIPs`: the first InternalIP, else the first ExternalIP, of each family).
-    Primary,
-    /// Addresses inside these prefixes. Per address family: a family none of the prefixes
-    /// belongs to is not restricted (kube-proxy adds `0.0.0.0/0` or `::/0` for it).
-    Cidrs(Vec<IpCidr>),
-}
-
-impl NodePortAddresses {
-    /// The addresses of `internal` (InternalIPs, in order) and `external` (ExternalIPs, in
-    /// order) that NodePorts are served on, without duplicates, in that order.
-    pub fn select(&self, internal: &[IpAddr], external: &[IpAddr]) -> Vec<IpAddr> {
-        let mut out: Vec<IpAddr> = Vec::new();
-        let all = internal.iter().chain(external).copied();
-        match self {
-            Self::All => all.for_each(|ip| push_unique(&mut out, ip)),
-            Self::Primary => {
-                for v4 in [true, false] {
-                    if let Some(ip) = internal.iter().chain(external).find(|ip| ip.is_ipv4() == v4) {
-                        push_unique(&mut out, *ip);
-                    }
-                }
-            }
-            Self::Cidrs(cidrs) => {
-                for ip in all {
-                    let mut same_family = cidrs.iter().filter(|c| c.addr.is_ipv4() == ip.is_ipv4()).peekable();
-                    if same_family.peek().is_none() || same_family.any(|c| c.contains(ip)) {
-                        push_unique(&mut out, ip);
-                    }
-                }
-            }
-        }
-        out
-    }
-}
-
-fn push_unique(out: &mut Vec<IpAddr>, ip: IpAddr) {
-    if !out.contains(&ip) {
-        out.push(ip);
-    }
-}
-
-/// The value of [`NodePortAddresses::Primary`] in the configuration (kube-proxy's
-/// `NodePortAddressesPrimary`).
-pub const NODE_PORT_ADDRESSES_PRIMARY: &str = "primary";
 
 /// Parses `interfaces[i].addresses`.
 /// The IPv4 and the IPv6 prefixes of `interfaces[i].addresses`.
@@ -540,30 +408,6 @@ impl ConntrackConfig {
     }
 }
 
-/// torii-control's settings.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ControlConfig {
-    /// Directory of Kubernetes manifests to serve (the files source).
-    pub manifests: Option<PathBuf>,
-    /// Serve ClusterIP front doors too.
-    pub cluster_ips: bool,
-    /// `proxy_name`: serve only the Services whose label
-    /// `service.kubernetes.io/service-proxy-name` equals it. `None`: serve only the
-    /// Services without that label (what kube-proxy does: a labelled Service belongs to
-    /// another proxy).
-    pub proxy_name: Option<String>,
-    /// `load_balancer_class`: only Services whose `spec.loadBalancerClass` equals it get
-    /// load-balancer front doors (`status.loadBalancer.ingress[].ip`). `None`: every
-    /// Service's (kube-proxy ignores the class).
-    pub load_balancer_class: Option<String>,
-    /// `node_port_addresses`: which of the gateway Node's addresses serve NodePorts.
-    pub node_port_addresses: NodePortAddresses,
-    /// `min_interval_ms`: shortest time between two publications under churn, in
-    /// milliseconds (kube-proxy's `--min-sync-period`; at most 60 000). `None`:
-    /// torii-control's default.
-    pub min_interval_ms: Option<u64>,
-}
-
 /// A validated gateway host configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -591,8 +435,6 @@ pub struct Config {
     pub snat: Snat,
     /// Connection tracking.
     pub conntrack: ConntrackConfig,
-    /// Control plane.
-    pub control: ControlConfig,
     /// The gateway's metrics endpoint.
     pub metrics: MetricsConfig,
 }
@@ -610,9 +452,11 @@ pub struct MetricsConfig {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
-    node_name: String,
-    #[serde(default = "default_shm_dir")]
-    shm_dir: PathBuf,
+    /// Read through [`Common`], as are `shm_dir` and `snat.addresses`.
+    #[serde(rename = "node_name")]
+    _node_name: toml::Value,
+    #[serde(rename = "shm_dir")]
+    _shm_dir: Option<toml::Value>,
     #[serde(default = "default_driver")]
     driver: Driver,
     #[serde(default = "default_workers")]
@@ -627,8 +471,9 @@ struct RawConfig {
     snat: RawSnat,
     #[serde(default)]
     conntrack: RawConntrack,
-    #[serde(default)]
-    control: RawControl,
+    /// torii-control's section, validated by torii-control.
+    #[serde(rename = "control")]
+    _control: Option<toml::Value>,
     #[serde(default)]
     metrics: RawMetrics,
 }
@@ -639,9 +484,6 @@ struct RawMetrics {
     listen: Option<String>,
 }
 
-fn default_shm_dir() -> PathBuf {
-    PathBuf::from("/dev/shm/torii")
-}
 fn default_driver() -> Driver {
     Driver::AfPacket
 }
@@ -812,115 +654,6 @@ impl Default for RawConntrack {
     }
 }
 
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields, default)]
-struct RawControl {
-    manifests: Option<PathBuf>,
-    cluster_ips: bool,
-    proxy_name: Option<String>,
-    load_balancer_class: Option<String>,
-    node_port_addresses: Vec<String>,
-    min_interval_ms: Option<u64>,
-}
-
-impl RawControl {
-    fn validate(self) -> Result<ControlConfig, ConfigError> {
-        if let Some(ms) = self.min_interval_ms.filter(|&ms| ms > 60_000) {
-            return Err(invalid("control.min_interval_ms", format!("{ms} is over 60000 (one minute)")));
-        }
-        if let Some(name) = &self.proxy_name {
-            if !is_label_value(name) || name.is_empty() {
-                return Err(invalid(
-                    "control.proxy_name",
-                    format!(
-                        "{name:?} is not a label value (1 to 63 letters, digits, '-', '_' or '.', starting and \
-                         ending with a letter or digit), as label service.kubernetes.io/service-proxy-name needs"
-                    ),
-                ));
-            }
-        }
-        if let Some(class) = &self.load_balancer_class {
-            if !is_qualified_name(class) {
-                return Err(invalid(
-                    "control.load_balancer_class",
-                    format!(
-                        "{class:?} is not a label-style name like \"example.com/internal-vip\" (what \
-                         spec.loadBalancerClass accepts)"
-                    ),
-                ));
-            }
-        }
-        let node_port_addresses = if self.node_port_addresses.is_empty() {
-            NodePortAddresses::All
-        } else if self.node_port_addresses.iter().any(|s| s == NODE_PORT_ADDRESSES_PRIMARY) {
-            if self.node_port_addresses.len() > 1 {
-                return Err(invalid(
-                    "control.node_port_addresses",
-                    "\"primary\" must be the only entry (as kube-proxy's --nodeport-addresses requires)",
-                ));
-            }
-            NodePortAddresses::Primary
-        } else {
-            let mut cidrs = Vec::with_capacity(self.node_port_addresses.len());
-            for (i, s) in self.node_port_addresses.iter().enumerate() {
-                let c = IpCidr::parse(s).ok_or_else(|| {
-                    invalid(
-                        format!("control.node_port_addresses[{i}]"),
-                        format!("{s:?} is not a CIDR like \"192.0.2.0/24\" or \"2001:db8::/64\", nor \"primary\""),
-                    )
-                })?;
-                cidrs.push(c);
-            }
-            NodePortAddresses::Cidrs(cidrs)
-        };
-        Ok(ControlConfig {
-            manifests: self.manifests,
-            cluster_ips: self.cluster_ips,
-            proxy_name: self.proxy_name,
-            load_balancer_class: self.load_balancer_class,
-            node_port_addresses,
-            min_interval_ms: self.min_interval_ms,
-        })
-    }
-}
-
-/// A Kubernetes label value: at most 63 characters of `[A-Za-z0-9_.-]`, starting and
-/// ending with a letter or digit (empty is a valid label value).
-fn is_label_value(s: &str) -> bool {
-    s.is_empty() || is_label_name(s)
-}
-
-/// A non-empty label name part: `[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?`.
-fn is_label_name(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b[0].is_ascii_alphanumeric()
-        && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
-}
-
-/// A Kubernetes qualified name (`spec.loadBalancerClass`, label keys): an optional DNS
-/// subdomain prefix (at most 253 characters, lowercase) and `/`, then a label name.
-fn is_qualified_name(s: &str) -> bool {
-    match s.split_once('/') {
-        None => is_label_name(s),
-        Some((prefix, name)) => {
-            let subdomain_ok = !prefix.is_empty()
-                && prefix.len() <= 253
-                && prefix.split('.').all(|part| {
-                    let b = part.as_bytes();
-                    !b.is_empty()
-                        && b.len() <= 63
-                        && b[0].is_ascii_alphanumeric()
-                        && b[b.len() - 1].is_ascii_alphanumeric()
-                        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-                });
-            subdomain_ok && is_label_name(name)
-        }
-    }
-}
-
 impl Config {
     /// The embedded default ([`EMBEDDED_DEFAULT`]).
     ///
@@ -935,14 +668,7 @@ impl Config {
     /// # Errors
     /// [`ConfigError`] naming the file or the key.
     pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
-        match path {
-            None => Ok(Self::embedded_default()),
-            Some(p) => {
-                let text =
-                    std::fs::read_to_string(p).map_err(|source| ConfigError::Read { path: p.to_owned(), source })?;
-                Self::from_toml(&text)
-            }
-        }
+        Self::from_toml(&torii_table::config::read(path)?)
     }
 
     /// Parses and validates TOML text.
@@ -952,9 +678,7 @@ impl Config {
     /// names the key and line); [`ConfigError::Invalid`] for values out of range.
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
         let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
-        if raw.node_name.trim().is_empty() {
-            return Err(invalid("node_name", "must not be empty"));
-        }
+        let common = Common::from_toml(text)?;
         if raw.workers == 0 || raw.workers > MAX_WORKERS {
             return Err(invalid("workers", format!("{} is out of range 1..={MAX_WORKERS}", raw.workers)));
         }
@@ -1120,9 +844,8 @@ impl Config {
             ));
         }
         let (mut snat_addrs, mut snat_addrs6) = (Vec::new(), Vec::new());
-        for (i, a) in raw.snat.addresses.iter().enumerate() {
+        for (i, &ip) in common.snat_addresses.iter().enumerate() {
             let key = format!("snat.addresses[{i}]");
-            let ip: IpAddr = a.parse().map_err(|_| invalid(&key, format!("{a:?} is not an IPv4 or IPv6 address")))?;
             let own = interfaces.iter().any(|x| match ip {
                 IpAddr::V4(v4) => x.addresses.iter().any(|c| c.addr == v4),
                 IpAddr::V6(v6) => x.addresses6.iter().any(|c| c.addr == v6),
@@ -1194,8 +917,8 @@ impl Config {
             None => ct.new_flows_per_source_per_s.max(1),
         };
         Ok(Self {
-            node_name: raw.node_name,
-            shm_dir: raw.shm_dir,
+            node_name: common.node_name,
+            shm_dir: common.shm_dir,
             driver: raw.driver,
             workers: raw.workers,
             dpdk: raw.dpdk.validate()?,
@@ -1226,7 +949,6 @@ impl Config {
                 new_flows_per_source_per_s: ct.new_flows_per_source_per_s,
                 new_flows_per_source_burst,
             },
-            control: raw.control.validate()?,
             metrics: MetricsConfig {
                 listen: match &raw.metrics.listen {
                     None => None,
@@ -1257,9 +979,18 @@ mod tests {
         let bad = EMBEDDED_DEFAULT.replacen("10.70.0.1/24", "10.70.0.1/33", 1);
         let e = Config::from_toml(&bad).unwrap_err().to_string();
         assert!(e.contains("interfaces[1].addresses[0]"), "{e}");
-        let bad = format!("{EMBEDDED_DEFAULT}\nbogus_key = 1\n");
+        let bad = format!("bogus_key = 1\n{EMBEDDED_DEFAULT}");
         let e = Config::from_toml(&bad).unwrap_err().to_string();
         assert!(e.contains("bogus_key"), "{e}");
+        let bad = EMBEDDED_DEFAULT.replacen("[snat]\n", "[snat]\nbogus_key = 1\n", 1);
+        let e = Config::from_toml(&bad).unwrap_err().to_string();
+        assert!(e.contains("bogus_key"), "{e}");
+    }
+
+    #[test]
+    fn the_control_section_is_torii_controls_to_validate() {
+        let c = format!("{EMBEDDED_DEFAULT}\nproxy_name = \"-bad\"\nbogus_key = 1\n");
+        assert_eq!(Config::from_toml(&c).unwrap(), Config::embedded_default());
     }
 
     /// The embedded default with its `[conntrack]` table replaced by `lines`.
@@ -1310,91 +1041,6 @@ mod tests {
         ] {
             let e = Config::from_toml(&with_conntrack(lines)).unwrap_err().to_string();
             assert!(e.contains(key), "{lines}: {e}");
-        }
-    }
-
-    fn with_control(lines: &str) -> String {
-        let base = EMBEDDED_DEFAULT.split("\n[control]").next().unwrap().to_owned();
-        format!("{base}\n[control]\n{lines}\n")
-    }
-
-    #[test]
-    fn control_keys() {
-        let c = Config::from_toml(&with_control(
-            "proxy_name = \"torii\"\nload_balancer_class = \"example.com/torii\"\n\
-             node_port_addresses = [\"192.0.2.1/24\", \"2001:db8::/64\"]",
-        ))
-        .unwrap();
-        assert_eq!(c.control.proxy_name.as_deref(), Some("torii"));
-        assert_eq!(c.control.load_balancer_class.as_deref(), Some("example.com/torii"));
-        let NodePortAddresses::Cidrs(cidrs) = &c.control.node_port_addresses else { panic!() };
-        assert_eq!(cidrs[0].to_string(), "192.0.2.0/24", "host bits are cleared");
-        assert_eq!(cidrs[1].to_string(), "2001:db8::/64");
-        let c = Config::from_toml(&with_control("node_port_addresses = [\"primary\"]")).unwrap();
-        assert_eq!(c.control.node_port_addresses, NodePortAddresses::Primary);
-        let c = Config::embedded_default();
-        assert_eq!(c.control.node_port_addresses, NodePortAddresses::All);
-        assert_eq!(c.control.proxy_name, None);
-        assert_eq!(c.control.load_balancer_class, None);
-        assert_eq!(c.control.min_interval_ms, None);
-        let c = Config::from_toml(&with_control("min_interval_ms = 0")).unwrap();
-        assert_eq!(c.control.min_interval_ms, Some(0));
-        let e = Config::from_toml(&with_control("min_interval_ms = 60001")).unwrap_err().to_string();
-        assert!(e.starts_with("control.min_interval_ms: 60001 is over 60000"), "{e}");
-    }
-
-    #[test]
-    fn control_key_errors_name_the_key() {
-        let err = |lines: &str| Config::from_toml(&with_control(lines)).unwrap_err().to_string();
-        let e = err("proxy_name = \"-bad\"");
-        assert!(e.starts_with("control.proxy_name: \"-bad\" is not a label value"), "{e}");
-        let e = err("proxy_name = \"\"");
-        assert!(e.starts_with("control.proxy_name: "), "{e}");
-        let e = err("load_balancer_class = \"Example.com/x\"");
-        assert!(e.starts_with("control.load_balancer_class: "), "{e}");
-        let e = err("node_port_addresses = [\"192.0.2.0/24\", \"192.0.2.0/33\"]");
-        assert!(e.starts_with("control.node_port_addresses[1]: \"192.0.2.0/33\" is not a CIDR"), "{e}");
-        let e = err("node_port_addresses = [\"primary\", \"192.0.2.0/24\"]");
-        assert!(e.starts_with("control.node_port_addresses: \"primary\" must be the only entry"), "{e}");
-        let e = err("node_port_addresses = [\"10.0.0.1\"]");
-        assert!(e.starts_with("control.node_port_addresses[0]: "), "{e}");
-    }
-
-    #[test]
-    fn node_port_addresses_select_like_kube_proxy() {
-        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
-        let internal = [ip("10.0.0.5"), ip("192.0.2.5"), ip("fd00::5")];
-        let external = [ip("203.0.113.5"), ip("10.0.0.5"), ip("2001:db8::5")];
-        let all = NodePortAddresses::All.select(&internal, &external);
-        assert_eq!(all.len(), 5, "duplicates are served once: {all:?}");
-        assert_eq!(
-            NodePortAddresses::Primary.select(&internal, &external),
-            [ip("10.0.0.5"), ip("fd00::5")],
-            "the first address of each family, InternalIPs first"
-        );
-        let v4_only = NodePortAddresses::Cidrs(vec![IpCidr::parse("192.0.2.0/24").unwrap()]);
-        assert_eq!(
-            v4_only.select(&internal, &external),
-            [ip("192.0.2.5"), ip("fd00::5"), ip("2001:db8::5")],
-            "a family without prefixes is not restricted"
-        );
-        let both = NodePortAddresses::Cidrs(vec![
-            IpCidr::parse("10.0.0.0/8").unwrap(),
-            IpCidr::parse("2001:db8::/32").unwrap(),
-        ]);
-        assert_eq!(both.select(&internal, &external), [ip("10.0.0.5"), ip("2001:db8::5")]);
-        let none = NodePortAddresses::Cidrs(vec![IpCidr::parse("198.51.100.0/24").unwrap()]);
-        assert_eq!(none.select(&internal[..2], &[]), Vec::<IpAddr>::new());
-    }
-
-    #[test]
-    fn ip_cidr_parse_and_contains() {
-        assert!(IpCidr::parse("0.0.0.0/0").unwrap().contains("1.2.3.4".parse().unwrap()));
-        assert!(!IpCidr::parse("0.0.0.0/0").unwrap().contains("::1".parse().unwrap()));
-        assert!(IpCidr::parse("::/0").unwrap().contains("2001:db8::1".parse().unwrap()));
-        assert!(IpCidr::parse("2001:db8::1/128").unwrap().contains("2001:db8::1".parse().unwrap()));
-        for bad in ["10.0.0.0", "10.0.0.0/", "10.0.0.0/+8", "::/129", "x/8", "10.0.0.0/8/8"] {
-            assert!(IpCidr::parse(bad).is_none(), "{bad}");
         }
     }
 

@@ -4,8 +4,10 @@
 //! - [`wire`]: checked zero-copy views over Ethernet, 802.1Q tags, ARP, IPv4, ICMPv4, TCP and UDP,
 //!   and Internet checksums (RFC 1071, RFC 1624). No I/O, no allocation.
 //! - [`table`]: the shared-memory table ABI that torii-control publishes and the gateway
-//!   validates and adopts (layout, builder, validated view, publication files).
-//! - [`maglev`]: Maglev consistent-hash rings (Eisenbud et al., NSDI 2016, §3.4).
+//!   validates and adopts (layout, builder, validated view, publication files) — the
+//!   `torii-table` crate, which both binaries depend on, re-exported under this name.
+//! - [`maglev`]: Maglev consistent-hash rings (Eisenbud et al., NSDI 2016, §3.4), part of
+//!   the table ABI (`torii_table::maglev`).
 //! - [`conntrack`]: the per-worker flow table (both directions, fixed capacity, idle expiry).
 //! - [`fragments`]: the per-worker table that lets later IP fragments follow their first.
 //! - [`pipeline`]: `process(now, frame, meta, table, worker_state) -> Verdict`, the one
@@ -14,7 +16,8 @@
 //! - [`counters`] and [`metrics`]: per-worker and per-front-door counters, served as
 //!   Prometheus metrics with a health check over HTTP.
 //! - [`config`]: the gateway host's TOML configuration.
-//! - [`prefetch`]: the cache prefetch hint of the burst path.
+//! - [`prefetch`]: the cache prefetch hint of the burst path (`torii_table::prefetch`, which
+//!   the table's lookups issue too).
 
 pub mod affinity;
 pub mod config;
@@ -25,14 +28,14 @@ pub mod frames;
 pub mod host;
 pub mod io;
 pub mod limiter;
-pub mod maglev;
 mod memory;
 pub mod metrics;
 pub mod nat;
 pub mod neighbour;
 pub mod pipeline;
-pub mod prefetch;
 pub mod snat;
-pub mod table;
 pub mod wire;
 pub mod worker;
+
+pub use torii_table as table;
+pub use torii_table::{maglev, prefetch};

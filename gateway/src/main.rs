@@ -19,13 +19,13 @@ use torii_gateway::host::Host;
 use torii_gateway::io::af_packet::{AfPacketSocket, RingConfig};
 use torii_gateway::io::af_packet_io::AfPacketIo;
 use torii_gateway::io::fanout;
-use torii_gateway::metrics::{ReportSlot, Server as MetricsServer, Source as MetricsSource};
+use torii_gateway::metrics::{Server as MetricsServer, Source as MetricsSource};
 use torii_gateway::pipeline::{Shared, WorkerState};
 use torii_gateway::snat::{ReplySteering, SnatPorts};
 use torii_gateway::table::shm::{Mappings, StateRegion};
 use torii_gateway::table::Table;
 use torii_gateway::wire::MacAddr;
-use torii_gateway::worker::{PacketIo, TableHandle, TableWatcher, Worker};
+use torii_gateway::worker::{PacketIo, ReportSlot, TableHandle, TableWatcher, Worker};
 
 /// torii's data plane: serves Kubernetes Service front doors with per-flow full NAT.
 #[derive(Parser, Debug)]

@@ -11,7 +11,7 @@
 //!
 //! # Metrics (all prefixed `torii_gateway_`)
 //!
-//! - per worker (`worker="0"`): every [`Counters`] field as `<name>_total`, drops as
+//! - per worker (`worker="0"`): every [`Counters`](crate::counters::Counters) field as `<name>_total`, drops as
 //!   `drops_total{reason}` for every [`DropReason`] (zeros included), `flows` (gauge:
 //!   tracked flows), `worker_table_generation` (gauge: the table the worker uses);
 //! - per front door, summed over workers and labelled `service` (`namespace/name:port`),
@@ -37,7 +37,7 @@ use std::fmt::Write as _;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -45,9 +45,9 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Method, Request, Response, StatusCode};
 
-use crate::counters::{Counters, DropReason, FrontendCount, FrontendCounters};
+use crate::counters::{DropReason, FrontendCount};
 use crate::table::{layout, Protocol, Table};
-use crate::worker::TableWatcher;
+use crate::worker::{ReportSlot, TableWatcher, WorkerReport};
 
 /// A worker that has not reported for this long (ns) is unhealthy (it reports every second).
 pub const STALE_AFTER_NS: u64 = 5_000_000_000;
@@ -55,27 +55,6 @@ pub const STALE_AFTER_NS: u64 = 5_000_000_000;
 /// How long (ns) workers may take to adopt a newly held table before health says they lag
 /// (they adopt it at their next burst boundary, normally within microseconds).
 pub const ADOPT_GRACE_NS: u64 = 1_000_000_000;
-
-/// What one worker publishes for reporting, about once a second.
-#[derive(Clone, Debug, Default)]
-pub struct WorkerReport {
-    /// Its counters.
-    pub counters: Counters,
-    /// Its per-front-door counts, indexed like `table`'s front doors.
-    pub frontends: FrontendCounters,
-    /// The table the worker uses (`None` before its first report). The worker refreshes its
-    /// report when it switches tables, so this never keeps an old snapshot mapped past the
-    /// switch; a scrape's copy keeps it only while it renders, and the gateway's
-    /// acknowledgements wait for that (`crate::table::shm::Mappings`).
-    pub table: Option<Arc<Table>>,
-    /// Flows in its conntrack.
-    pub flows: u64,
-    /// When it reported: ns since the gateway's clock origin.
-    pub at_ns: u64,
-}
-
-/// A worker's report slot, shared with the metrics thread.
-pub type ReportSlot = Arc<Mutex<WorkerReport>>;
 
 /// Everything the endpoint reads: the workers' slots and the table watcher.
 pub struct Source {
@@ -375,8 +354,10 @@ mod tests {
     use std::io::{Read, Write};
     use std::net::Ipv4Addr;
     use std::sync::atomic::AtomicU64;
+    use std::sync::Mutex;
 
     use super::*;
+    use crate::counters::{Counters, FrontendCounters};
     use crate::table::shm::{Mappings, StateRegion};
     use crate::table::{build, BackendSpec, FrontendKind, FrontendSpec, ServiceSpec, Storage, TableSpec};
     use crate::worker::TableHandle;

@@ -16,13 +16,13 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
+use crossbeam_utils::CachePadded;
 
-use crate::counters::{Counters, DropReason};
-use crate::metrics::{ReportSlot, WorkerReport};
+use crate::counters::{Counters, DropReason, FrontendCounters};
 use crate::pipeline::{self, Meta, Verdict, WorkerState};
 use crate::table::shm::{Mappings, StateRegion};
 use crate::table::Table;
@@ -95,10 +95,34 @@ pub trait PacketIo {
     fn wait(&mut self, timeout: Duration);
 }
 
+/// What one worker publishes for reporting, about once a second.
+#[derive(Clone, Debug, Default)]
+pub struct WorkerReport {
+    /// Its counters.
+    pub counters: Counters,
+    /// Its per-front-door counts, indexed like `table`'s front doors.
+    pub frontends: FrontendCounters,
+    /// The table the worker uses (`None` before its first report). The worker refreshes its
+    /// report when it switches tables, so this never keeps an old snapshot mapped past the
+    /// switch; a scrape's copy keeps it only while it renders, and the gateway's
+    /// acknowledgements wait for that (`crate::table::shm::Mappings`).
+    pub table: Option<Arc<Table>>,
+    /// Flows in its conntrack.
+    pub flows: u64,
+    /// When it reported: ns since the gateway's clock origin.
+    pub at_ns: u64,
+}
+
+/// A worker's report slot, shared with the metrics thread.
+pub type ReportSlot = Arc<Mutex<WorkerReport>>;
+
 /// The table the workers should be using, published by the [`TableWatcher`].
 pub struct TableHandle {
     current: ArcSwap<Table>,
-    generation: AtomicU64,
+    /// Read by every worker every burst, written once per adopted table: on a cache line of
+    /// its own, so the health check's lock of `stored_at` and the swap's reference counts
+    /// do not take the line from the workers.
+    generation: CachePadded<AtomicU64>,
     /// When the current table was stored (read by the health check only).
     stored_at: std::sync::Mutex<Instant>,
 }
@@ -112,7 +136,7 @@ impl std::fmt::Debug for TableHandle {
 impl TableHandle {
     /// A handle holding `table`.
     pub fn new(table: Table) -> Self {
-        let generation = AtomicU64::new(table.generation());
+        let generation = CachePadded::new(AtomicU64::new(table.generation()));
         Self { current: ArcSwap::from_pointee(table), generation, stored_at: std::sync::Mutex::new(Instant::now()) }
     }
 

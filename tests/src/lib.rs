@@ -119,10 +119,22 @@ pub fn netns_unavailable(prefix: &str) -> Option<String> {
     }
 }
 
+/// The environment variable that turns a skip for a missing capability (root, network
+/// namespaces, DPDK) into a test failure. `.ci/run` sets it to `1`: a CI machine that lost a
+/// capability fails instead of going green on skipped tests.
+pub const REQUIRE_CAPABILITIES: &str = "TORII_REQUIRE_CAPABILITIES";
+
 /// Prints a loud skip banner on stderr (the test then returns successfully). It is
 /// written to the process's stderr directly, past libtest's output capture, so that
 /// `cargo test` shows it; nextest shows it with `--success-output immediate`.
+///
+/// # Panics
+/// When [`REQUIRE_CAPABILITIES`] is `1`: the skip is then a failure naming the reason.
 pub fn print_skipped(test: &str, reason: &str) {
+    assert!(
+        std::env::var(REQUIRE_CAPABILITIES).as_deref() != Ok("1"),
+        "{test}: {reason}; a skip is a failure with {REQUIRE_CAPABILITIES}=1 (set by .ci/run)"
+    );
     let banner = format!(
         "\n################################################################\n\
          SKIPPED: {test}: {reason}\n\

@@ -30,8 +30,8 @@ use torii_benches::{endpoint_slice, node, service, shm_tempdir, NODE_NAME};
 use torii_control::daemon::{self, Source};
 use torii_control::model::KubeObject;
 use torii_control::source::kube::{self as kube_source, ClusterConfig, KubeSettings, KubeWatch};
-use torii_gateway::table::shm::{Mappings, StateRegion};
 use torii_kube_double::{FakeApiServer, Objects};
+use torii_table::shm::{Mappings, StateRegion};
 
 fn arg(n: usize, default: usize) -> usize {
     std::env::args().nth(n).and_then(|a| a.parse().ok()).unwrap_or(default)
@@ -68,7 +68,7 @@ fn simulated_gateway(dir: std::path::PathBuf, expected: Arc<Mutex<Vec<Expected>>
     let region = Arc::new(StateRegion::open(&dir).expect("state region"));
     region.register_gateway(std::process::id(), 1);
     let mappings = Mappings::new(Arc::clone(&region), 1);
-    let mut table: Option<torii_gateway::table::Table> = None;
+    let mut table: Option<torii_table::Table> = None;
     let mut adopted = 0;
     while !stop.load(Ordering::Relaxed) {
         let g = region.published_generation();
@@ -84,9 +84,7 @@ fn simulated_gateway(dir: std::path::PathBuf, expected: Arc<Mutex<Vec<Expected>>
                     for e in expected.lock().expect("lock").iter_mut().filter(|e| e.adopted_after.is_none()) {
                         let has =
                             t.frontend(e.external_ip, 6, 80).and_then(|f| t.service(f.service)).is_some_and(|s| {
-                                s.backends
-                                    .iter()
-                                    .any(|b| torii_gateway::table::layout::addr_from16(b.addr) == e.backend)
+                                s.backends.iter().any(|b| torii_table::layout::addr_from16(b.addr) == e.backend)
                             });
                         if has {
                             e.published_after = Some(seen.saturating_duration_since(e.written_at));

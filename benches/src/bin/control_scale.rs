@@ -43,7 +43,7 @@ fn main() {
         let dir = shm_tempdir();
         let (stages, compiled, spec) = from_scratch(&objects, dir.path());
         frontends = compiled.frontends.len();
-        table_len = torii_gateway::table::build(&spec, 1).map(|b| b.len()).unwrap_or(0);
+        table_len = torii_table::build(&spec, 1).map(|b| b.len()).unwrap_or(0);
         totals.push(stages.total());
         validate.push(stages.validate);
         compile.push(stages.compile);
@@ -181,7 +181,7 @@ fn main() {
 
     // The publication's parts: laying the table out (incremental builder) and writing a
     // new file (what a publication costs when no pre-allocated file is ready).
-    let mut builder = torii_gateway::table::TableBuilder::new();
+    let mut builder = torii_table::TableBuilder::new();
     builder.build(daemon.compiler.table_spec(), 0).expect("build");
     let mut build = Vec::with_capacity(changes);
     let mut write = Vec::with_capacity(changes);

@@ -19,9 +19,12 @@
 //! random edits in this module's tests). Objects changed through [`Compiler::apply`] have
 //! no source location; their model errors come after the located ones, sorted by object.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
-use torii_gateway::table::TableSpec;
+// aHash rather than SipHash: these maps are probed for every object of every compile.
+use ahash::AHashMap as HashMap;
+
+use torii_table::TableSpec;
 
 use super::{
     frontend_spec, sort_frontends, update_claims, Claims, CompileOptions, Compiled, Draft, Frontend, Gateway, Output,
@@ -603,9 +606,10 @@ fn message(e: &ModelError, skipped: Skipped, location: Option<&str>) -> String {
 mod tests {
     use std::collections::BTreeMap;
 
+    use crate::config::NodePortAddresses;
     use serde_json::{json, Value};
-    use torii_gateway::config::{IpCidr, NodePortAddresses};
-    use torii_gateway::table::{build, TableBuilder};
+    use torii_table::IpCidr;
+    use torii_table::{build, TableBuilder};
 
     use super::*;
     use crate::model::Objects;

@@ -222,7 +222,8 @@ pub fn check(w: &mut TcpWindows, direction: Direction, state: TcpState, assured:
     let mut keep_state = false;
     if class == Segment::Rst && w.flags[r] & MAXACK_SET != 0 {
         let expected = w.maxack[r];
-        if !(seq == 0 && !established(state, assured)) {
+        // A zero SEG.SEQ before the connection is established answers a SYN: not judged here.
+        if seq != 0 || established(state, assured) {
             if before(seq, expected) {
                 return Fit::OutOfWindow;
             }

@@ -751,8 +751,13 @@ pub(crate) mod test_net {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::{Duration, Instant};
 
-    /// Reports a skipped test loudly.
+    /// Reports a skipped test loudly; with `TORII_REQUIRE_CAPABILITIES=1` (set by `.ci/run`)
+    /// fails it instead, so a CI machine that lost root or namespaces does not stay green.
     pub(crate) fn skip(reason: &str) {
+        assert!(
+            std::env::var("TORII_REQUIRE_CAPABILITIES").as_deref() != Ok("1"),
+            "{reason}; a skip is a failure with TORII_REQUIRE_CAPABILITIES=1 (set by .ci/run)"
+        );
         eprintln!("SKIPPED: {reason}");
     }
 

@@ -6,7 +6,7 @@
 
 use std::net::IpAddr;
 
-pub use crate::config::IpCidr;
+pub use crate::cidr::IpCidr;
 
 /// Transport protocol of a front door, numbered as in the IANA protocol registry
 /// (the IPv4 `protocol` / IPv6 `next header` field).

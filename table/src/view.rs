@@ -21,6 +21,7 @@ use super::index::{FrontendHash, FrontendIndex};
 use super::layout::{self, section, Backend, Frontend, Header, Service, SourceRange};
 use super::spec::{FrontendKind, Protocol};
 use crate::prefetch::{prefetch, prefetch_lines};
+use crate::storage::Storage;
 
 /// Why a snapshot was rejected. The gateway logs it, counts it and keeps its last good table.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -72,34 +73,6 @@ pub enum TableError {
 
 fn record(what: &'static str, index: usize, problem: impl Into<String>) -> TableError {
     TableError::Record { what, index, problem: problem.into() }
-}
-
-/// CRC-32 (IEEE) of a snapshot with its checksum field taken as zero.
-pub(crate) fn checksum(bytes: &[u8]) -> u32 {
-    let mut h = crc32fast::Hasher::new();
-    let at = layout::CHECKSUM_OFFSET;
-    h.update(&bytes[..at]);
-    h.update(&[0; 4]);
-    h.update(&bytes[at + 4..]);
-    h.finalize()
-}
-
-/// Where a snapshot's bytes live.
-pub enum Storage {
-    /// In process memory (tests, benchmarks, the empty table).
-    Owned(Vec<u8>),
-    /// A read-only mapping of a published snapshot file (counted by the gateway's
-    /// [`super::shm::Mappings`] while it lives, when it was mapped through them).
-    Mapped(super::shm::Mapping),
-}
-
-impl AsRef<[u8]> for Storage {
-    fn as_ref(&self) -> &[u8] {
-        match self {
-            Self::Owned(v) => v,
-            Self::Mapped(m) => m.as_ref(),
-        }
-    }
 }
 
 /// A validated snapshot over any byte storage (`Vec<u8>`, an mmap), with its hashed
@@ -223,7 +196,7 @@ impl<'t> ServiceRef<'t> {
     }
 
     /// The name's UTF-8 bytes, without a check: O(1) (the `sessionAffinity` key hashes them,
-    /// [`crate::affinity::service_key`]).
+    /// torii-gateway's `affinity::service_key`).
     #[inline]
     pub fn name_bytes(&self) -> &'t [u8] {
         self.name
@@ -384,15 +357,6 @@ impl<'t> Ring<'t> {
     }
 }
 
-impl Table<Storage> {
-    /// An empty table (generation 0): no front doors. What a gateway serves before the
-    /// first publication.
-    pub fn empty() -> Self {
-        let bytes = super::build(&super::TableSpec::default(), 0).expect("empty spec builds");
-        Self::new(Storage::Owned(bytes)).expect("empty table validates")
-    }
-}
-
 impl<B: AsRef<[u8]>> Table<B> {
     /// Validates `bytes` as a snapshot (O(size)) and builds its front-door index (O(n): one
     /// hash and one store per front door): at most 16 bytes of process memory per front
@@ -424,7 +388,7 @@ impl<B: AsRef<[u8]>> Table<B> {
                 b.len()
             )));
         }
-        let computed = checksum(b);
+        let computed = layout::checksum(b);
         if computed != header.checksum.get() {
             return Err(TableError::Checksum { stored: header.checksum.get(), computed });
         }
@@ -733,7 +697,7 @@ mod tests {
             kind: FrontendKind::LoadBalancer,
             source_ranges: ["198.51.100.0/24", "192.0.2.128/25", "2001:db8:1::/48"]
                 .iter()
-                .map(|c| crate::config::IpCidr::parse(c).unwrap())
+                .map(|c| crate::IpCidr::parse(c).unwrap())
                 .collect(),
             ..fe("203.0.113.20", Protocol::Tcp, 443, 0)
         };
@@ -827,10 +791,10 @@ mod tests {
     fn duplicates_and_dangling_ids_are_build_errors() {
         let mut s = spec();
         s.frontends.push(s.frontends[0].clone());
-        assert!(matches!(build(&s, 1), Err(crate::table::BuildError::DuplicateFrontend { .. })));
+        assert!(matches!(build(&s, 1), Err(crate::BuildError::DuplicateFrontend { .. })));
         let mut s = spec();
         s.frontends[0].service = 5;
-        assert!(matches!(build(&s, 1), Err(crate::table::BuildError::BadServiceIndex { .. })));
+        assert!(matches!(build(&s, 1), Err(crate::BuildError::BadServiceIndex { .. })));
     }
 
     #[test]
@@ -854,7 +818,7 @@ mod tests {
         let t = Table::new(bytes.clone()).unwrap();
         let ring_off = t.sections[section::RING].0;
         bytes[ring_off..ring_off + 4].copy_from_slice(&99u32.to_le_bytes());
-        let crc = checksum(&bytes);
+        let crc = layout::checksum(&bytes);
         bytes[layout::CHECKSUM_OFFSET..layout::CHECKSUM_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
         let e = Table::new(bytes).unwrap_err();
         assert!(matches!(e, TableError::Record { what: "ring entry", .. }), "{e}");
@@ -869,7 +833,7 @@ mod tests {
         let mut rec = T::read_from_bytes(&bytes[at..at + size_of::<T>()]).unwrap();
         f(&mut rec);
         bytes[at..at + size_of::<T>()].copy_from_slice(rec.as_bytes());
-        let crc = checksum(&bytes);
+        let crc = layout::checksum(&bytes);
         bytes[layout::CHECKSUM_OFFSET..layout::CHECKSUM_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
         bytes
     }

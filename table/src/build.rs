@@ -26,16 +26,20 @@
 //! merged, so that the data plane decides with one binary search; front doors with the
 //! same merged list share its records.
 
-use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 
 use zerocopy::byteorder::little_endian::U32;
 use zerocopy::IntoBytes;
 
+// aHash: the ring cache hashes whole backend lists on every build.
+use ahash::AHashMap as HashMap;
+
 use super::layout::{self, section, Backend, Frontend, Header, Section, Service, SourceRange};
 use super::spec::{BackendSpec, FrontendSpec, IpCidr, ServiceSpec, TableSpec};
 use crate::maglev;
+use crate::storage::Storage;
+use crate::view::Table;
 
 /// Why a [`TableSpec`] could not be laid out.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -456,7 +460,7 @@ impl TableBuilder {
     /// Writes the header (with `generation`) and the checksum.
     fn seal(&mut self, generation: u64) {
         self.write_header(generation);
-        let crc = super::view::checksum(&self.out);
+        let crc = layout::checksum(&self.out);
         self.out[layout::CHECKSUM_OFFSET..layout::CHECKSUM_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
     }
 
@@ -664,6 +668,15 @@ fn u32_of(n: usize) -> Result<u32, BuildError> {
     u32::try_from(n).map_err(|_| BuildError::TooLarge)
 }
 
+impl Table<Storage> {
+    /// An empty table (generation 0): no front doors. What a gateway serves before the
+    /// first publication.
+    pub fn empty() -> Self {
+        let bytes = build(&TableSpec::default(), 0).expect("empty spec builds");
+        Self::new(Storage::Owned(bytes)).expect("empty table validates")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::net::{IpAddr, Ipv4Addr};
@@ -671,7 +684,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::table::{FrontendKind, FrontendSpec, Protocol, Table};
+    use crate::{FrontendKind, FrontendSpec, Protocol, Table};
 
     fn backend(n: u32) -> BackendSpec {
         BackendSpec { addr: IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + n)), port: 8080 }
@@ -724,10 +737,10 @@ mod tests {
     #[test]
     fn a_ring_of_wide_entries_reads_back() {
         let bytes: Vec<u8> = [7u32, 70_000, 1].iter().flat_map(|v| v.to_le_bytes()).collect();
-        let r = crate::table::Ring::new(&bytes, 4);
+        let r = crate::Ring::new(&bytes, 4);
         assert_eq!(r.iter().collect::<Vec<_>>(), [7, 70_000, 1]);
         assert!(r.all_in(70_000) && !r.all_in(69_999));
-        assert!(crate::table::Ring::new(&bytes, 3).is_empty(), "an invalid width reads as empty");
+        assert!(crate::Ring::new(&bytes, 3).is_empty(), "an invalid width reads as empty");
     }
 
     #[test]

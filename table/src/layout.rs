@@ -109,7 +109,7 @@ pub struct Frontend {
     pub port: Be16,
     /// IANA protocol number (6, 17, 132).
     pub protocol: u8,
-    /// [`crate::table::FrontendKind`] as a number.
+    /// [`crate::FrontendKind`] as a number.
     pub kind: u8,
     /// Index of its first [`SourceRange`] in the source-range section.
     pub source_ranges_offset: U32,
@@ -168,7 +168,7 @@ pub struct Backend {
 /// `a/n` is the range from its network address to its last address; an IPv4 prefix
 /// covers IPv4-mapped addresses only, so it never admits an IPv6 client. A front door's
 /// ranges are sorted by `first` and disjoint (`last` < the next `first`), so one binary
-/// search decides ([`crate::table::SourceRanges::admits`]).
+/// search decides ([`crate::SourceRanges::admits`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, FromBytes, IntoBytes, Immutable, KnownLayout, Unaligned)]
 #[repr(C)]
 pub struct SourceRange {
@@ -226,8 +226,19 @@ pub fn addr_from16(b: [u8; 16]) -> IpAddr {
     Ipv6Addr::from(b).to_canonical()
 }
 
-/// Lookup key of a front door: sorts as (address, protocol, port).
+/// Lookup key of a front door: sorts as (address, protocol, port), the order of the
+/// front-door section (the gateway's per-front-door counters merge two tables by it).
 #[inline]
-pub(crate) fn frontend_key(addr: [u8; 16], protocol: u8, port: u16) -> (u128, u32) {
+pub fn frontend_key(addr: [u8; 16], protocol: u8, port: u16) -> (u128, u32) {
     (u128::from_be_bytes(addr), (u32::from(protocol) << 16) | u32::from(port))
+}
+
+/// CRC-32 (IEEE) of a snapshot with its checksum field taken as zero.
+pub fn checksum(bytes: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    let at = CHECKSUM_OFFSET;
+    h.update(&bytes[..at]);
+    h.update(&[0; 4]);
+    h.update(&bytes[at + 4..]);
+    h.finalize()
 }

@@ -52,10 +52,15 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use memmap2::{Mmap, MmapOptions, MmapRaw};
+use memmap2::{MmapOptions, MmapRaw};
 
-use super::view::{Storage, Table, TableError};
-use crate::config::MAX_WORKERS;
+pub use crate::storage::Mapping;
+use crate::storage::Storage;
+use crate::view::{Table, TableError};
+
+/// Largest number of workers a gateway runs: the number of acknowledgement slots in the
+/// state region.
+pub const MAX_WORKERS: usize = 64;
 
 /// Size of the state region file in bytes.
 pub const STATE_LEN: usize = 4096;
@@ -232,26 +237,6 @@ pub enum LoadError {
     },
 }
 
-/// A read-only mapping of a snapshot file, counted by the [`Mappings`] it was made
-/// through (if any) until it is unmapped.
-pub struct Mapping {
-    // Field order matters: the map is unmapped before the lease is released.
-    map: Mmap,
-    _lease: Option<Lease>,
-}
-
-impl AsRef<[u8]> for Mapping {
-    fn as_ref(&self) -> &[u8] {
-        &self.map
-    }
-}
-
-impl std::fmt::Debug for Mapping {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Mapping").field("len", &self.map.len()).finish()
-    }
-}
-
 /// One live mapping of `generation`, released (and the acknowledgements brought up to date)
 /// when dropped.
 struct Lease {
@@ -390,7 +375,7 @@ fn map_table(dir: &Path, generation: u64, lease: Option<Lease>) -> Result<Table,
         // change under us. They are only read through `Table`, which validates bounds
         // first.
         let map = unsafe { MmapOptions::new().map(&file) }.map_err(io_err)?;
-        Storage::Mapped(Mapping { map, _lease: lease })
+        Storage::Mapped(Mapping::new(map, lease.map(|l| Box::new(l) as Box<dyn Send + Sync>)))
     };
     let table = Table::new(storage).map_err(|source| LoadError::Invalid { path: path.clone(), source })?;
     if table.generation() != generation {
@@ -418,7 +403,7 @@ mod tests {
         let region = Arc::new(StateRegion::open(&dir).unwrap());
         region.register_gateway(std::process::id(), 2);
         for g in 1..=2 {
-            std::fs::write(dir.join(table_file_name(g)), crate::table::build(&Default::default(), g).unwrap()).unwrap();
+            std::fs::write(dir.join(table_file_name(g)), crate::build(&Default::default(), g).unwrap()).unwrap();
         }
         let mappings = Mappings::new(Arc::clone(&region), 2);
         let t1 = Arc::new(mappings.load_table(&dir, 1).unwrap());

@@ -1,4 +1,4 @@
-//! The table ABI: how torii-control hands the data plane its service tables.
+//! torii-table: the table ABI, how torii-control hands the data plane its service tables.
 //!
 //! A table is an immutable snapshot — front doors with the client ranges they admit
 //! (`loadBalancerSourceRanges`), backend sets with their draining endpoints, Maglev
@@ -8,15 +8,27 @@
 //! [`shm`] defines the publication protocol in shared memory: snapshot files named by
 //! generation, and a state region holding the published generation and one
 //! acknowledgement slot per worker. torii-control writes; the gateway only reads and acks.
+//!
+//! The crate is self-contained so that both binaries depend on it and torii-control never
+//! on the data plane: it also holds what the ABI needs — address prefixes ([`cidr`]), the
+//! Maglev rings the table stores and the lookup that reads them ([`maglev`]), the prefetch
+//! hint its lookups issue ([`prefetch`]) — and the part of the shared configuration file
+//! both binaries read ([`config`]).
 
 mod build;
+pub mod cidr;
+pub mod config;
 mod index;
 pub mod layout;
+pub mod maglev;
+pub mod prefetch;
 pub mod shm;
 mod spec;
+mod storage;
 mod view;
 
 pub use build::{build, merge_byte_ranges, BuildError, BuildStats, TableBuilder};
 pub use index::FrontendHash;
 pub use spec::*;
-pub use view::{FrontendRef, Ring, ServiceRef, ServiceRing, SourceRanges, Storage, Table, TableError};
+pub use storage::{Mapping, Storage};
+pub use view::{FrontendRef, Ring, ServiceRef, ServiceRing, SourceRanges, Table, TableError};
