@@ -97,6 +97,7 @@ fn demo_scenario(test: &str, driver: &str, prefix: &str) -> Result<()> {
 
     step_gateway_answers(&mut h)?;
     step_driver_is(&h, driver)?;
+    step_second_instances_refused(&mut h, &bins)?;
     step_new_connections_spread(&mut h, "1 new connections spread over backends", &web_url())?;
     let (mut pinned, pinned_backend) = step_long_lived_connection_keeps_backend(&mut h)?;
     step_forged_resets_change_nothing(&mut h, &mut pinned, &pinned_backend)?;
@@ -159,6 +160,32 @@ fn step_driver_is(h: &Harness, driver: &str) -> Result<()> {
     }
     let shown = line.split_once("running: ").map_or(line, |(_, l)| l);
     progress(STEP, shown.split(" driver=\"").next().unwrap_or(shown));
+    Ok(())
+}
+
+/// Step 0b: a second torii-gateway and a second torii-control on the same configuration
+/// (so the same shared-memory directory) exit at once with an error naming the holder, and
+/// the running gateway keeps serving.
+fn step_second_instances_refused(h: &mut Harness, bins: &Binaries) -> Result<()> {
+    const STEP: &str = "0b second gateway and control refused";
+    let mut gateway = Command::new("ip");
+    gateway.args(["netns", "exec", &h.ns("gw")]).arg(&bins.gateway).arg("--config").arg(&h.config);
+    let mut control = Command::new(&bins.control);
+    control.arg("run").arg("--config").arg(&h.config).arg("--manifests").arg(h.workdir.join("no-such-dir"));
+    for (name, cmd) in [("torii-gateway", &mut gateway), ("torii-control", &mut control)] {
+        let out = output_with_timeout(cmd.env("NO_COLOR", "1"), Duration::from_secs(20))
+            .map_err(|e| h.fail(STEP, format!("second {name}: {e:#}")))?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let wanted = format!("another {name} (pid ");
+        if out.status.success() || !stderr.contains(&wanted) {
+            return Err(h.fail(STEP, format!("second {name} exited {}; expected {wanted:?} in:\n{stderr}", out.status)));
+        }
+    }
+    let r = curl_get(&h.ns("client"), &web_url()).map_err(|e| h.fail(STEP, format!("{e:#}")))?;
+    if r.status != 200 {
+        return Err(h.fail(STEP, format!("the first gateway stopped serving: HTTP {}", r.status)));
+    }
+    progress(STEP, "both exited with an error naming the holder; the first gateway still serves");
     Ok(())
 }
 

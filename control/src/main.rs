@@ -195,6 +195,8 @@ fn compile(args: CompileArgs) -> anyhow::Result<()> {
 
 fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = load_config(args.config.as_deref())?;
+    // One torii-control per shared-memory directory, checked before anything is written there.
+    let _lock = torii_table::shm::lock_dir(&config.shm_dir, torii_table::shm::Role::Control)?;
     let options = compile_options(&config, args.node_name, false);
     let cluster = args.source.cluster();
     let dir = match cluster {

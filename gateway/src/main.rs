@@ -55,6 +55,8 @@ fn main() -> Result<()> {
         println!("{config:#?}");
         return Ok(());
     }
+    // One gateway per shared-memory directory, checked before anything is written there.
+    let _lock = torii_gateway::table::shm::lock_dir(&config.shm_dir, torii_gateway::table::shm::Role::Gateway)?;
     match config.driver {
         Driver::AfPacket => run_af_packet(&config, "driver=af_packet".into()),
         Driver::Dpdk => run_dpdk(&config),

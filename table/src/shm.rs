@@ -39,8 +39,11 @@
 //! (A file truncated or rewritten under a live mapping would fault or change a validated
 //! table under its reader; this discipline is what makes mapping snapshots safe.)
 //!
-//! One gateway per directory: a second one registering resets the slots the first one
-//! still writes to.
+//! One gateway and one torii-control per directory: each takes its role's lock
+//! ([`lock_dir`]: `<dir>/gateway.lock`, `<dir>/control.lock`) before it writes anything, and
+//! a second one exits with an error naming the holder — a second gateway registering would
+//! reset the slots the first one still writes to, a second torii-control would publish
+//! over the first's generations.
 
 #![allow(unsafe_code)] // mapping files and atomics over shared memory; see the SAFETY comments
 
@@ -82,6 +85,94 @@ pub fn table_file_name(generation: u64) -> String {
 pub fn parse_table_file_name(name: &str) -> Option<u64> {
     let g = name.strip_prefix("table-")?;
     (g.len() == 20 && g.bytes().all(|c| c.is_ascii_digit())).then(|| g.parse().ok()).flatten()
+}
+
+/// Which process holds a directory's lock ([`lock_dir`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// torii-gateway: `<dir>/gateway.lock`.
+    Gateway,
+    /// torii-control: `<dir>/control.lock`.
+    Control,
+}
+
+impl Role {
+    fn name(self) -> &'static str {
+        match self {
+            Role::Gateway => "torii-gateway",
+            Role::Control => "torii-control",
+        }
+    }
+}
+
+/// Why [`lock_dir`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    /// Another process holds the lock.
+    #[error(
+        "another {role} (pid {holder}) already uses {dir}: one {role} per shared-memory directory; stop it or \
+         give this one another `shm_dir`"
+    )]
+    Held {
+        /// The role.
+        role: &'static str,
+        /// The directory.
+        dir: PathBuf,
+        /// The holder's process id, as it wrote it in the lock file (0 if unreadable).
+        holder: u32,
+    },
+    /// The directory or the lock file could not be created or locked.
+    #[error("cannot lock {path}: {source}")]
+    Io {
+        /// The lock file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// A held directory lock: released when dropped (or when the process exits, however it
+/// exits — the kernel drops an `flock` with its last file descriptor).
+#[derive(Debug)]
+pub struct DirLock {
+    _file: File,
+}
+
+/// Takes `role`'s exclusive lock on shared-memory directory `dir` (creating `dir`, mode
+/// 0700, and the lock file, mode 0600), without waiting, and writes this process's id into
+/// the lock file. Take it before writing anything else in `dir`.
+///
+/// # Errors
+/// [`LockError::Held`] when another process holds it; [`LockError::Io`] when the directory
+/// or file cannot be created or locked.
+pub fn lock_dir(dir: &Path, role: Role) -> Result<DirLock, LockError> {
+    let path = dir.join(match role {
+        Role::Gateway => "gateway.lock",
+        Role::Control => "control.lock",
+    });
+    let io_err = |source| LockError::Io { path: path.clone(), source };
+    ensure_dir(dir).map_err(io_err)?;
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&path)
+        .map_err(io_err)?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let holder = std::fs::read_to_string(&path).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
+            return Err(LockError::Held { role: role.name(), dir: dir.to_owned(), holder });
+        }
+        Err(std::fs::TryLockError::Error(e)) => return Err(io_err(e)),
+    }
+    use std::io::Write as _;
+    file.set_len(0).map_err(io_err)?;
+    writeln!(file, "{}", std::process::id()).map_err(io_err)?;
+    Ok(DirLock { _file: file })
 }
 
 /// Creates `dir` (mode 0700) if it is missing.
@@ -387,6 +478,19 @@ fn map_table(dir: &Path, generation: u64, lease: Option<Lease>) -> Result<Table,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_process_per_role_holds_a_directory() {
+        let dir = std::env::temp_dir().join(format!("torii-lock-test-{}", std::process::id()));
+        let first = lock_dir(&dir, Role::Gateway).unwrap();
+        let control = lock_dir(&dir, Role::Control).unwrap();
+        let e = lock_dir(&dir, Role::Gateway).unwrap_err().to_string();
+        assert!(e.starts_with(&format!("another torii-gateway (pid {}) already uses", std::process::id())), "{e}");
+        drop(first);
+        let again = lock_dir(&dir, Role::Gateway).unwrap();
+        drop((again, control));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn file_names_round_trip() {
