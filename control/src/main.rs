@@ -18,6 +18,7 @@
 //!
 //! Logs go to stderr, filtered by `RUST_LOG` (default `info`).
 
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -157,6 +158,13 @@ fn compile_options(config: &Config, node_name: Option<String>, cluster_ips: bool
         proxy_name: config.control.proxy_name.clone(),
         load_balancer_class: config.control.load_balancer_class.clone(),
         node_port_addresses: config.control.node_port_addresses.clone(),
+        snat_addresses: config
+            .snat
+            .addresses
+            .iter()
+            .map(|&a| IpAddr::from(a))
+            .chain(config.snat.addresses6.iter().map(|&a| IpAddr::from(a)))
+            .collect(),
     }
 }
 
