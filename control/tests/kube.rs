@@ -150,6 +150,40 @@ fn compile_kubeconfig_skips_malformed_objects_and_serves_the_rest() {
     assert_eq!(json["frontends"], clean["frontends"], "everything else is served");
 }
 
+/// Issue 17: the API's accepted-but-odd objects lose only their bad parts, exactly as the
+/// same objects do from manifests (golden `smallest-unit.json`).
+#[test]
+fn compile_kubeconfig_serves_accepted_but_odd_objects_as_manifests_do() {
+    let cluster = Cluster::start(&Objects::accepted_but_odd());
+    let (out, json) = cluster.compile(&["--node-name", "gw"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let json = json.unwrap();
+    let files = compile_manifests(&repo().join("control/tests/fixtures/compile/smallest-unit"), &["--node-name", "gw"]);
+    let files: Value = serde_json::from_slice(&files.stdout).unwrap();
+    assert_eq!(json["frontends"], files["frontends"]);
+    // The same errors, without the manifests' locations (the API lists by resource, so
+    // the order differs).
+    let strip = |v: &Value| -> Vec<String> {
+        let mut errors: Vec<String> = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                let e = e.as_str().unwrap();
+                e.split_once(": document ").map_or(e, |(_, rest)| rest.split_once(": ").unwrap().1).to_owned()
+            })
+            .collect();
+        errors.sort();
+        errors
+    };
+    assert_eq!(strip(&json["errors"]), strip(&files["errors"]));
+    assert!(stderr.contains("EndpointSlice odd/ports-1: ports[1].port: 0 is out of range 1..=65535; port skipped"));
+    assert!(stderr.contains("Node gw: status.addresses[0].address: \"gw.internal\" is not an IPv4 or IPv6 address"));
+    let lb = json["frontends"].as_array().unwrap().iter().find(|f| f["ip"] == "198.51.100.10").unwrap();
+    assert_eq!(lb["source_ranges"], json!(["10.0.0.0/8", "198.51.100.0/24"]));
+}
+
 #[test]
 fn compile_kubeconfig_fails_clearly_without_rbac_or_server() {
     let cluster = Cluster::start(&demo());
