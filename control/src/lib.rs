@@ -53,5 +53,18 @@ pub fn compile_loaded(loaded: &Loaded, options: &CompileOptions) -> Compiled {
 /// Only when the directory itself cannot be listed; everything else that is wrong is in
 /// [`Compiled::errors`].
 pub fn compile_dir(dir: &Path, options: &CompileOptions) -> Result<Compiled, SourceError> {
-    Ok(compile_loaded(&source::files::load_dir(dir)?, options))
+    compile_dir_with(dir, options, &source::files::Limits::default())
+}
+
+/// [`compile_dir`] with the manifests source's `limits` (file size, nesting depth).
+///
+/// # Errors
+/// As [`compile_dir`].
+pub fn compile_dir_with(
+    dir: &Path,
+    options: &CompileOptions,
+    limits: &source::files::Limits,
+) -> Result<Compiled, SourceError> {
+    let loaded = source::files::load_dir_cached(dir, limits, &mut source::files::FileCache::default())?;
+    Ok(compile_loaded(&loaded, options))
 }

@@ -27,7 +27,7 @@ use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 use torii_control::compile::CompileOptions;
 use torii_control::daemon::{self, Source};
-use torii_control::source::files::{DirWatch, DEFAULT_QUIET};
+use torii_control::source::files::{self, DirWatch, DEFAULT_QUIET};
 use torii_control::source::kube::{self as kube_source, ClusterConfig, KubeSettings, KubeWatch};
 use torii_gateway::config::Config;
 
@@ -53,8 +53,14 @@ enum Command {
 }
 
 /// Where objects come from.
-#[derive(Args, Debug, Default)]
+#[derive(Args, Debug)]
 struct SourceArgs {
+    /// Manifests source: skip (with an error) any file larger than this many bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = files::DEFAULT_MAX_FILE_BYTES)]
+    max_manifest_bytes: u64,
+    /// Manifests source: skip (with an error) any document nested deeper than this.
+    #[arg(long, value_name = "LEVELS", default_value_t = files::DEFAULT_MAX_DEPTH)]
+    max_manifest_depth: usize,
     /// Directory of Service, EndpointSlice and Node manifests (YAML or JSON). Default:
     /// `[control] manifests` of the configuration.
     #[arg(long, value_name = "DIR", conflicts_with_all = ["kubeconfig", "in_cluster"])]
@@ -68,7 +74,23 @@ struct SourceArgs {
     in_cluster: bool,
 }
 
+impl Default for SourceArgs {
+    fn default() -> Self {
+        Self {
+            max_manifest_bytes: files::DEFAULT_MAX_FILE_BYTES,
+            max_manifest_depth: files::DEFAULT_MAX_DEPTH,
+            manifests: None,
+            kubeconfig: None,
+            in_cluster: false,
+        }
+    }
+}
+
 impl SourceArgs {
+    fn limits(&self) -> files::Limits {
+        files::Limits { max_file_bytes: self.max_manifest_bytes, max_depth: self.max_manifest_depth }
+    }
+
     fn cluster(&self) -> Option<ClusterConfig> {
         match (&self.kubeconfig, self.in_cluster) {
             (Some(path), _) => Some(ClusterConfig::Kubeconfig(path.clone())),
@@ -188,7 +210,10 @@ fn compile(args: CompileArgs) -> anyhow::Result<()> {
             })??;
             torii_control::compile_loaded(&loaded, &options)
         }
-        None => torii_control::compile_dir(&manifests_dir(args.source.manifests, &config)?, &options)?,
+        None => {
+            let limits = args.source.limits();
+            torii_control::compile_dir_with(&manifests_dir(args.source.manifests, &config)?, &options, &limits)?
+        }
     };
     for e in &compiled.errors {
         eprintln!("torii-control: error: {e}");
@@ -205,6 +230,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = load_config(args.config.as_deref())?;
     let options = compile_options(&config, args.node_name, false);
     let cluster = args.source.cluster();
+    let limits = args.source.limits();
     let dir = match cluster {
         Some(_) => None,
         None => Some(manifests_dir(args.source.manifests, &config)?),
@@ -232,7 +258,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                 Source::Kube(Box::new(KubeWatch::start(&client, settings)))
             }
             (None, Some(dir)) => {
-                let watch = DirWatch::start(dir, DEFAULT_QUIET)?;
+                let watch = DirWatch::start_with(dir, DEFAULT_QUIET, limits)?;
                 tracing::info!(
                     manifests = %dir.display(),
                     node_name = %options.node_name,
