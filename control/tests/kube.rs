@@ -739,3 +739,21 @@ fn kubernetes_manifests_are_consistent() {
     std::fs::write(&path, cm["data"]["gateway.toml"].as_str().unwrap()).unwrap();
     torii_gateway::config::Config::load(Some(&path)).unwrap();
 }
+
+/// Issue 17: a list that keeps failing (403: no RBAC rule) is retried with client-go's
+/// backoff — 0.8 s doubling, with jitter — not every second because each relist attempt
+/// starts with an event; once the rule is there, the next attempt serves everything.
+#[test]
+fn run_retries_failed_lists_with_doubling_backoff() {
+    let cluster = Cluster::start(&demo());
+    cluster.api.set_failure(Resource::Services, Some(403));
+    let d = Daemon::start(&cluster, "gateway-1");
+    std::thread::sleep(Duration::from_secs(5));
+    // Attempts at 0, 0.8–1.6 s, +1.6–3.2 s, +3.2–6.4 s: at most 3 within 5 s (a fixed
+    // 0.8–1.6 s retry makes 4 to 6).
+    let lists = cluster.services_lists();
+    assert!((2..=3).contains(&lists), "{lists} lists of services in 5 s");
+    cluster.api.set_failure(Resource::Services, None);
+    d.wait_table("served once the list works", |t| t.expect("203.0.113.10", 80, &WEB3));
+    d.wait_log(0, &["WARN", "watch failed", "retrying in"]);
+}
