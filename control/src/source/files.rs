@@ -270,7 +270,7 @@ fn parse_json(path: &Path, text: &str, limits: &Limits, out: &mut Loaded) {
         out.errors.push(SourceError::TooDeep { location: Box::new(location), limit: limits.max_depth });
         return;
     }
-    let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
+    let mut stream = serde_json::Deserializer::from_str(text).into_iter::<UniqueKeys>();
     let mut document = 0;
     // Lines are counted incrementally: each byte of `text` is looked at once.
     let (mut counted, mut line) = (0, 1);
@@ -283,7 +283,7 @@ fn parse_json(path: &Path, text: &str, limits: &Limits, out: &mut Loaded) {
         document += 1;
         let location = DocumentLocation { path: path.to_owned(), document, line, item: None };
         match res {
-            Ok(value) => handle_document(value, &location, out),
+            Ok(UniqueKeys(value)) => handle_document(value, &location, out),
             Err(e) => {
                 out.errors.push(SourceError::Syntax {
                     location: Box::new(location),
@@ -529,14 +529,94 @@ fn parse_yaml(path: &Path, text: &str, limits: &Limits, out: &mut Loaded) {
             out.errors.push(SourceError::TooDeep { location: Box::new(location), limit: limits.max_depth });
             continue;
         }
-        match serde_yaml_ng::from_str::<Value>(&doc) {
-            Ok(value) => handle_document(value, &location, out),
+        match serde_yaml_ng::from_str::<UniqueKeys>(&doc) {
+            Ok(UniqueKeys(value)) => handle_document(value, &location, out),
             Err(e) => out.errors.push(SourceError::Syntax {
                 location: Box::new(location),
                 format: "YAML",
                 message: shift_lines(&e.to_string(), start),
             }),
         }
+    }
+}
+
+/// A document's value, read so that a mapping with the same key twice is an error (the
+/// document is skipped) rather than silently the last value: the API server refuses such
+/// JSON too (strict decoding, "duplicate field"), and in a manifest it is most often an
+/// edit gone wrong, e.g. two `ports:` of which one would be lost.
+struct UniqueKeys(Value);
+
+impl<'de> serde::Deserialize<'de> for UniqueKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(UniqueKeysVisitor).map(UniqueKeys)
+    }
+}
+
+struct UniqueKeysVisitor;
+
+impl<'de> serde::de::Visitor<'de> for UniqueKeysVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a YAML or JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        serde::Deserialize::deserialize(d).map(|UniqueKeys(v)| v)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
+        while let Some(UniqueKeys(v)) = seq.next_element()? {
+            items.push(v);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut object = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if object.contains_key(&key) {
+                return Err(serde::de::Error::custom(format_args!(
+                    "duplicate key {key:?} in one mapping; remove one of them"
+                )));
+            }
+            let UniqueKeys(v) = map.next_value()?;
+            object.insert(key, v);
+        }
+        Ok(Value::Object(object))
     }
 }
 
@@ -1236,6 +1316,22 @@ mod limits_tests {
         // Brackets in plain and quoted scalars, comments and block scalars do not count.
         let scalars = "a: echo [x\nb: \"[[[[\"\nc: '{{{{'\nd: x # [[[[\ne: |\n  [[[[[[\n    {{{{{\nf: it's [\n";
         assert_eq!(nesting_depth(scalars, 100), 1);
+    }
+
+    #[test]
+    fn duplicate_keys_skip_the_document() {
+        let mut out = Loaded::default();
+        let text = "apiVersion: v1\nkind: Node\nmetadata: {name: a}\nmetadata: {name: b}\n---\napiVersion: v1\nkind: Node\nmetadata: {name: c}\n";
+        parse_manifests(Path::new("d.yaml"), text, &mut out);
+        assert_eq!(out.objects.len(), 1);
+        let e = errors(&out);
+        assert!(
+            e[0].starts_with("d.yaml:1: document 1: not valid YAML: duplicate key \"metadata\" in one mapping"),
+            "{e:?}"
+        );
+        let mut out = Loaded::default();
+        parse_manifests(Path::new("d.json"), r#"{"kind": "Node", "kind": "Service"}"#, &mut out);
+        assert!(errors(&out)[0].contains("duplicate key \"kind\""), "{:?}", errors(&out));
     }
 
     #[test]
