@@ -757,3 +757,24 @@ fn run_retries_failed_lists_with_doubling_backoff() {
     d.wait_table("served once the list works", |t| t.expect("203.0.113.10", 80, &WEB3));
     d.wait_log(0, &["WARN", "watch failed", "retrying in"]);
 }
+
+/// Issue 17: a warning about a Service is logged once while it lasts, not again with
+/// every batch of unrelated changes.
+#[test]
+fn run_logs_each_warning_once_while_it_lasts() {
+    let cluster = Cluster::start(&demo());
+    let d = Daemon::start(&cluster, "gateway-1");
+    d.wait_table("initial sync", |t| t.expect("203.0.113.10", 80, &WEB3));
+    let mut lb = service("open-v4", "203.0.113.30");
+    lb["spec"]["type"] = json!("LoadBalancer");
+    lb["spec"]["loadBalancerSourceRanges"] = json!(["2001:db8::/32"]);
+    lb["status"] = json!({"loadBalancer": {"ingress": [{"ip": "203.0.113.31"}]}});
+    cluster.api.apply(lb).unwrap();
+    let warning = "Service demo/open-v4: load balancer IP 203.0.113.31 admits every client";
+    d.wait_log(0, &[warning]);
+    for (i, ip) in ["203.0.113.40", "203.0.113.41", "203.0.113.42"].iter().enumerate() {
+        cluster.api.apply(service(&format!("other-{i}"), ip)).unwrap();
+        d.wait_table("unrelated change served", |t| t.expect(ip, 80, &[]));
+    }
+    assert_eq!(d.log().matches(warning).count(), 1, "{}", d.log());
+}
