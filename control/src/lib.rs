@@ -13,6 +13,7 @@
 //!   compile` prints and converts to the gateway's
 //!   [`TableSpec`](torii_gateway::table::TableSpec).
 //! - [`publish`]: the only code that writes shared memory.
+//! - [`status`]: `torii-control status`, the live table read back from shared memory.
 //! - [`daemon`]: `torii-control run`'s loop: snapshots in, tables published, the
 //!   gateway's acknowledgements and the network-programming latency measured.
 //!
@@ -24,6 +25,7 @@ pub mod daemon;
 pub mod model;
 pub mod publish;
 pub mod source;
+pub mod status;
 
 use std::path::Path;
 

@@ -50,6 +50,23 @@ enum Command {
     /// Compile, publish to the gateway, watch the source and republish on changes
     /// (the default).
     Run(RunArgs),
+    /// Show what the gateway serves now: the published table's generation, which gateway
+    /// workers adopted it, and per Service port its front doors and endpoints.
+    Status(StatusArgs),
+}
+
+#[derive(Args, Debug)]
+struct StatusArgs {
+    /// Gateway configuration (TOML) whose `shm_dir` to read. Default: the embedded
+    /// `configs/gateway.toml`.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// The shared-memory directory, overriding the configuration's `shm_dir`.
+    #[arg(long, value_name = "DIR")]
+    shm_dir: Option<PathBuf>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Where objects come from.
@@ -149,6 +166,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Some(Command::Compile(args)) => compile(args),
         Some(Command::Run(args)) => run(args),
+        Some(Command::Status(args)) => status(args),
         None => run(RunArgs::default()),
     };
     match result {
@@ -223,6 +241,20 @@ fn compile(args: CompileArgs) -> anyhow::Result<()> {
     }
     let json = serde_json::to_string_pretty(&compiled).context("serialising the table")?;
     println!("{json}");
+    Ok(())
+}
+
+fn status(args: StatusArgs) -> anyhow::Result<()> {
+    let dir = match args.shm_dir {
+        Some(d) => d,
+        None => load_config(args.config.as_deref())?.shm_dir,
+    };
+    let status = torii_control::status::read(&dir)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&status).context("serialising the status")?);
+    } else {
+        print!("{}", status.render());
+    }
     Ok(())
 }
 
