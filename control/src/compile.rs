@@ -75,7 +75,13 @@
 //!   (`pkg/proxy/iptables/proxier.go`, `usesFWChain`; `pkg/proxy/nftables/proxier.go`,
 //!   the `firewall-ips` set). Each front door gets the ranges of its own address family
 //!   (`MapCIDRsByIPFamily` in `pkg/proxy/serviceport.go`); a family without ranges is not
-//!   restricted (kube-proxy), and a warning says so when the other family is. The data
+//!   restricted (kube-proxy), and a warning says so when the other family is — unless an
+//!   entry could not be read ([`Service::source_ranges_unreadable`]): then a family without
+//!   a readable range is closed, its load-balancer IPs not served, with an error (torii
+//!   fails closed where kube-proxy, ignoring the entry, would admit everyone).
+//! - **Addresses at the gateway's SNAT addresses** ([`CompileOptions::snat_addresses`]):
+//!   ClusterIP, externalIP and load-balancer front doors there, and endpoints there, are
+//!   not served, each with an error (replies to a SNAT address belong to translated flows). The data
 //!   plane checks new flows only (kube-proxy's firewall matches `ctstate NEW`), so a
 //!   change of the ranges leaves established flows alone; a denied client is dropped
 //!   silently, also when the Service has no endpoint (kube-proxy would reject it there,
