@@ -76,17 +76,18 @@
 //!   the `firewall-ips` set). Each front door gets the ranges of its own address family
 //!   (`MapCIDRsByIPFamily` in `pkg/proxy/serviceport.go`); a family without ranges is not
 //!   restricted (kube-proxy), and a warning says so when the other family is — unless an
-//!   entry could not be read ([`Service::source_ranges_unreadable`]): then a family without
+//!   entry could not be read ([`crate::model::Service::source_ranges_unreadable`]): then a family without
 //!   a readable range is closed, its load-balancer IPs not served, with an error (torii
-//!   fails closed where kube-proxy, ignoring the entry, would admit everyone).
-//! - **Addresses at the gateway's SNAT addresses** ([`CompileOptions::snat_addresses`]):
-//!   ClusterIP, externalIP and load-balancer front doors there, and endpoints there, are
-//!   not served, each with an error (replies to a SNAT address belong to translated flows). The data
+//!   fails closed where kube-proxy, ignoring the entry, would admit everyone). The data
 //!   plane checks new flows only (kube-proxy's firewall matches `ctstate NEW`), so a
 //!   change of the ranges leaves established flows alone; a denied client is dropped
 //!   silently, also when the Service has no endpoint (kube-proxy would reject it there,
 //!   as its firewall chain exists only with endpoints; torii tells a denied client
 //!   nothing).
+//! - **Addresses at the gateway's SNAT addresses** ([`CompileOptions::snat_addresses`]):
+//!   ClusterIP, externalIP and load-balancer front doors there, and endpoints there, are
+//!   not served, each with an error (replies to a SNAT address belong to translated
+//!   flows). NodePorts on the gateway's node addresses are served whatever they are.
 //! - Two Services claiming one front door (address, protocol, port): the Service that
 //!   sorts first by namespace/name keeps it; the other loses that front door, with an
 //!   error naming both.
