@@ -757,6 +757,18 @@ impl Draft {
                 if door.kind == FrontendKind::LoadBalancer && closed.contains(&door.ip) {
                     continue;
                 }
+                if door.kind == FrontendKind::ClusterIp {
+                    if let Some(why) = crate::model::forbidden_front_door_address(door.ip) {
+                        if snat_doors.insert((door.kind, door.ip)) {
+                            draft.errors.push(format!(
+                                "Service {service}: spec.clusterIPs: {} {why}: it can never be a front door; \
+                                 front door skipped",
+                                door.ip
+                            ));
+                        }
+                        continue;
+                    }
+                }
                 if door.kind != FrontendKind::NodePort && options.snat_addresses.contains(&door.ip) {
                     if snat_doors.insert((door.kind, door.ip)) {
                         draft.errors.push(format!(

@@ -221,6 +221,9 @@ fn snat_collisions() {
     let snat_addresses = ["10.70.0.1", "fd00:70::1"].iter().map(|a| a.parse().unwrap()).collect();
     check(
         "snat-collisions",
-        &render_with(&fixture("snat-collisions"), &gw(CompileOptions { snat_addresses, ..Default::default() })),
+        &render_with(
+            &fixture("snat-collisions"),
+            &gw(CompileOptions { snat_addresses, cluster_ips: true, ..Default::default() }),
+        ),
     );
 }
