@@ -8,10 +8,16 @@
 //! `sessionAffinityConfig.clientIP.timeoutSeconds: 10800`, EndpointSlice conditions
 //! `ready`/`serving` absent = true, `terminating` absent = false).
 //!
-//! Conversion never panics and never half-accepts an object: it returns the model or one
-//! [`ModelError`] naming the object and the field, e.g.
-//! `Service default/web: spec.ports[1].port: 0 is out of range 1..=65535`. The caller
-//! skips that object and serves everything else ([`Objects::from_kube`]).
+//! Conversion never panics. The smallest unit goes, never more: a part the API server
+//! accepts but torii cannot serve — an EndpointSlice port or endpoint, a Node address, an
+//! externalIP or load-balancer ingress entry, a source range — is left out with a
+//! [`ModelError`] naming the object and the field, and the rest of the object is served
+//! ([`Validated::skipped_parts`], [`Skipped`]). What makes the whole object unusable
+//! (e.g. `Service default/web: spec.ports[1].port: 0 is out of range 1..=65535`) skips
+//! that object; everything else is served ([`Objects::from_kube`]). Addresses are read as
+//! kube-proxy reads them ([`parse_ip_sloppy`], [`parse_cidr_sloppy`]: legacy leading
+//! zeros are decimal), and nothing unreadable ever widens access
+//! ([`Service::source_ranges_unreadable`]).
 //!
 //! The rules come from the Kubernetes API reference (core/v1 Service and Node,
 //! discovery.k8s.io/v1 EndpointSlice) and what kube-proxy reads from them
