@@ -67,6 +67,6 @@ pub fn compile_dir_with(
     options: &CompileOptions,
     limits: &source::files::Limits,
 ) -> Result<Compiled, SourceError> {
-    let loaded = source::files::load_dir_cached(dir, limits, &mut source::files::FileCache::default())?;
+    let loaded = source::files::load_dir_cached(dir, limits, &mut source::files::FileCache::one_shot())?;
     Ok(compile_loaded(&loaded, options))
 }

@@ -123,13 +123,27 @@ impl Stamp {
 
 /// The parsed manifests files of a directory, so that a reload parses only the files that
 /// changed ([`load_dir_cached`]; [`DirWatch`] keeps one).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct FileCache {
     files: std::collections::HashMap<PathBuf, (Stamp, Limits, Loaded)>,
     parsed: u64,
+    /// Keep what was parsed (a watch); `false` for a one-shot load, which then moves the
+    /// objects out instead of copying them.
+    retain: bool,
+}
+
+impl Default for FileCache {
+    fn default() -> Self {
+        Self { files: std::collections::HashMap::new(), parsed: 0, retain: true }
+    }
 }
 
 impl FileCache {
+    /// A cache that keeps nothing: for loading a directory once ([`load_dir`]).
+    pub fn one_shot() -> Self {
+        Self { retain: false, ..Self::default() }
+    }
+
     /// Files parsed so far (the others were reused).
     pub fn parsed_files(&self) -> u64 {
         self.parsed
@@ -143,7 +157,7 @@ impl FileCache {
 /// [`SourceError::ReadDir`] when the directory cannot be listed. Everything else that
 /// goes wrong is reported in [`Loaded::errors`] and skipped.
 pub fn load_dir(dir: &Path) -> Result<Loaded, SourceError> {
-    load_dir_cached(dir, &Limits::default(), &mut FileCache::default())
+    load_dir_cached(dir, &Limits::default(), &mut FileCache::one_shot())
 }
 
 /// [`load_dir`] with `limits`, parsing only the files that are not in `cache` as they are
@@ -195,8 +209,14 @@ pub fn load_dir_cached(dir: &Path, limits: &Limits, cache: &mut FileCache) -> Re
                 let mut file = Loaded::default();
                 parse_manifests_with(&path, &text, limits, &mut file);
                 cache.parsed += 1;
-                append_copy(&mut loaded, &file);
-                cache.files.insert(path, (stamp, *limits, file));
+                if cache.retain {
+                    append_copy(&mut loaded, &file);
+                    cache.files.insert(path, (stamp, *limits, file));
+                } else {
+                    loaded.objects.append(&mut file.objects);
+                    loaded.locations.append(&mut file.locations);
+                    loaded.errors.append(&mut file.errors);
+                }
             }
             Err(source) => {
                 cache.files.remove(&path);
