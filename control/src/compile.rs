@@ -75,12 +75,19 @@
 //!   (`pkg/proxy/iptables/proxier.go`, `usesFWChain`; `pkg/proxy/nftables/proxier.go`,
 //!   the `firewall-ips` set). Each front door gets the ranges of its own address family
 //!   (`MapCIDRsByIPFamily` in `pkg/proxy/serviceport.go`); a family without ranges is not
-//!   restricted (kube-proxy), and a warning says so when the other family is. The data
+//!   restricted (kube-proxy), and a warning says so when the other family is — unless an
+//!   entry could not be read ([`crate::model::Service::source_ranges_unreadable`]): then a family without
+//!   a readable range is closed, its load-balancer IPs not served, with an error (torii
+//!   fails closed where kube-proxy, ignoring the entry, would admit everyone). The data
 //!   plane checks new flows only (kube-proxy's firewall matches `ctstate NEW`), so a
 //!   change of the ranges leaves established flows alone; a denied client is dropped
 //!   silently, also when the Service has no endpoint (kube-proxy would reject it there,
 //!   as its firewall chain exists only with endpoints; torii tells a denied client
 //!   nothing).
+//! - **Addresses at the gateway's SNAT addresses** ([`CompileOptions::snat_addresses`]):
+//!   ClusterIP, externalIP and load-balancer front doors there, and endpoints there, are
+//!   not served, each with an error (replies to a SNAT address belong to translated
+//!   flows). NodePorts on the gateway's node addresses are served whatever they are.
 //! - Two Services claiming one front door (address, protocol, port): the Service that
 //!   sorts first by namespace/name keeps it; the other loses that front door, with an
 //!   error naming both.
@@ -128,6 +135,10 @@ pub struct CompileOptions {
     /// Which Node addresses serve NodePorts (configuration key
     /// `[control] node_port_addresses`).
     pub node_port_addresses: NodePortAddresses,
+    /// The gateway's SNAT addresses (`snat.addresses` of its configuration): a ClusterIP,
+    /// externalIP or load-balancer IP equal to one is not served, nor is an endpoint at
+    /// one (replies to the SNAT address belong to translated flows); each with an error.
+    pub snat_addresses: Vec<IpAddr>,
 }
 
 /// The compiled table, as `torii-control compile` prints it (JSON, via serde):
@@ -557,6 +568,9 @@ fn candidates(
             // kube-proxy uses only an endpoint's first address (the EndpointSlice API says
             // consumers must use the first; the others are reserved for future use).
             let Some(&ip) = ep.addresses.first().filter(|ip| ip.is_ipv4() == ipv4) else { continue };
+            if options.snat_addresses.contains(&ip) {
+                continue; // reported by `Draft::new`
+            }
             let hints = ep.hints.as_ref();
             out.push(Candidate {
                 backend: Backend { ip, port: number },
@@ -593,6 +607,16 @@ fn in_family(svc: &Service, ip: IpAddr) -> bool {
 fn source_ranges_for(ranges: &[IpCidr], ip: IpAddr) -> Vec<IpCidr> {
     let set: BTreeSet<IpCidr> = ranges.iter().filter(|c| c.addr.is_ipv4() == ip.is_ipv4()).copied().collect();
     set.into_iter().collect()
+}
+
+/// The Service field a front door of `kind` comes from, for messages.
+fn door_field(kind: FrontendKind) -> &'static str {
+    match kind {
+        FrontendKind::ClusterIp => "spec.clusterIPs",
+        FrontendKind::ExternalIp => "spec.externalIPs",
+        FrontendKind::LoadBalancer => "status.loadBalancer.ingress[].ip",
+        FrontendKind::NodePort => "spec.ports[].nodePort",
+    }
 }
 
 /// Whether `svc` is one this gateway serves at all (see the module documentation).
@@ -670,6 +694,9 @@ struct Draft {
     wants_node_ports: bool,
     /// Addresses not served because of the Service's address families.
     warnings: Vec<String>,
+    /// Front doors and endpoints not served: load-balancer IPs closed by unreadable
+    /// source ranges, addresses equal to a SNAT address.
+    errors: Vec<String>,
     /// Every front door in claim order (ports in order; per port ClusterIPs, externalIPs,
     /// load-balancer IPs, NodePorts). A key may appear more than once.
     doors: Vec<Frontend>,
@@ -693,12 +720,36 @@ impl Draft {
         }
         let ranges = &svc.load_balancer_source_ranges;
         let mut open = BTreeSet::new();
+        let mut closed = BTreeSet::new();
         for ip in lb_ips.filter(|ip| in_family(svc, **ip)) {
-            if !ranges.is_empty() && !ranges.iter().any(|c| c.addr.is_ipv4() == ip.is_ipv4()) && open.insert(*ip) {
+            if ranges.iter().any(|c| c.addr.is_ipv4() == ip.is_ipv4()) {
+                continue;
+            }
+            if svc.source_ranges_unreadable {
+                if closed.insert(*ip) {
+                    draft.errors.push(format!(
+                        "Service {service}: spec.loadBalancerSourceRanges: load balancer IP {ip} is closed to every \
+                         client (not served): an entry cannot be read and no readable range is of its address \
+                         family, so torii cannot tell whom to admit (kube-proxy would admit everyone)"
+                    ));
+                }
+            } else if !ranges.is_empty() && open.insert(*ip) {
                 draft.warnings.push(format!(
                     "Service {service}: load balancer IP {ip} admits every client: loadBalancerSourceRanges has no \
                      range of its address family (ranges apply per family, as in kube-proxy)"
                 ));
+            }
+        }
+        let mut snat_doors = BTreeSet::new();
+        for slice in slices {
+            for ep in &slice.endpoints {
+                if let Some(ip) = ep.addresses.first().filter(|ip| options.snat_addresses.contains(ip)) {
+                    draft.errors.push(format!(
+                        "EndpointSlice {}/{}: endpoints[{}].addresses[0]: {ip} is a SNAT address of this gateway \
+                         (snat.addresses): replies to it belong to translated flows; endpoint skipped",
+                        slice.namespace, slice.name, ep.index
+                    ));
+                }
             }
         }
         for port in &svc.ports {
@@ -706,6 +757,32 @@ impl Draft {
             let mut sets: BTreeMap<(bool, TrafficPolicy), Selection> = BTreeMap::new();
             let mut family: BTreeMap<bool, Vec<Candidate>> = BTreeMap::new();
             for door in doors(svc, port, gw, options) {
+                if door.kind == FrontendKind::LoadBalancer && closed.contains(&door.ip) {
+                    continue;
+                }
+                if door.kind == FrontendKind::ClusterIp {
+                    if let Some(why) = crate::model::forbidden_front_door_address(door.ip) {
+                        if snat_doors.insert((door.kind, door.ip)) {
+                            draft.errors.push(format!(
+                                "Service {service}: spec.clusterIPs: {} {why}: it can never be a front door; \
+                                 front door skipped",
+                                door.ip
+                            ));
+                        }
+                        continue;
+                    }
+                }
+                if door.kind != FrontendKind::NodePort && options.snat_addresses.contains(&door.ip) {
+                    if snat_doors.insert((door.kind, door.ip)) {
+                        draft.errors.push(format!(
+                            "Service {service}: {}: {} is a SNAT address of this gateway (snat.addresses): replies \
+                             to it belong to translated flows; front door skipped",
+                            door_field(door.kind),
+                            door.ip
+                        ));
+                    }
+                    continue;
+                }
                 let ipv4 = door.ip.is_ipv4();
                 let policy = match door.kind {
                     FrontendKind::ClusterIp => svc.internal_traffic_policy,
@@ -765,7 +842,7 @@ struct Output {
 impl Output {
     /// Gives `key`'s draft the front doors it owns according to `claims`.
     fn resolve(key: &ServiceKey, draft: &Draft, claims: &Claims) -> Self {
-        let mut out = Self { warnings: draft.warnings.clone(), ..Self::default() };
+        let mut out = Self { warnings: draft.warnings.clone(), errors: draft.errors.clone(), ..Self::default() };
         let mut served = BTreeSet::new();
         for f in &draft.doors {
             let owner = claims.get(&f.key()).and_then(|c| c.first_key_value());
@@ -1610,7 +1687,8 @@ endpoints:
         assert_eq!(
             errors,
             ["Service d/lb: spec.loadBalancerSourceRanges[1]: \"10.0.0.0/40\" is not an IPv4 or IPv6 CIDR \
-              (address/prefix length); the other ranges apply (kube-proxy ignores invalid ranges too)"]
+              (address/prefix length); it admits nobody, and a load-balancer IP of a family without a readable \
+              range is closed to every client (kube-proxy would ignore the entry and could admit everyone)"]
         );
         // An empty field: the annotation, entries trimmed, errors naming the entry.
         let (ranges, errors) = with("[]", " 192.0.2.0/24 ,2001:db8::1/64, x ");
@@ -1624,11 +1702,20 @@ endpoints:
             "{}",
             errors[0]
         );
-        // Nothing valid: every client is admitted, and the error says so.
+        // Nothing readable: the Service is marked so that the compiler closes its
+        // load-balancer IPs instead of opening them (kube-proxy would admit everyone).
         let (ranges, errors) = with("[nope]", "");
         assert!(ranges.is_empty());
-        assert!(
-            errors[0].ends_with("no valid range is left, so the load balancer admits every client, as kube-proxy does")
-        );
+        assert!(errors[0].contains("closed to every client"), "{}", errors[0]);
+        let svc: k8s_openapi::api::core::v1::Service = serde_yaml_ng::from_str(
+            "metadata: {name: lb}\nspec: {type: LoadBalancer, loadBalancerSourceRanges: [nope]}\n\
+             status: {loadBalancer: {ingress: [{ip: 192.0.2.1}]}}",
+        )
+        .unwrap();
+        let s = Service::try_from(&svc).unwrap();
+        assert!(s.source_ranges_unreadable);
+        let c = compile(&Objects { services: vec![s], ..Default::default() }, &CompileOptions::default());
+        assert!(c.frontends.is_empty(), "{:?}", c.frontends);
+        assert!(c.errors[0].contains("192.0.2.1 is closed to every client"), "{:?}", c.errors);
     }
 }

@@ -386,9 +386,11 @@ pub async fn serve(
 ) -> Result<(), DaemonError> {
     let mut shutdown = std::pin::pin!(shutdown);
     let mut publishing = Publishing::new(shm_dir);
-    // The API source repeats its errors in every batch: log each once while it lasts.
+    // The API source repeats its errors and warnings in every batch: log each once
+    // while it lasts (a reload of the manifests directory logs them all again).
     let dedupe = matches!(source, Source::Kube(_));
     let mut logged: BTreeSet<String> = BTreeSet::new();
+    let mut warned: BTreeSet<String> = BTreeSet::new();
     // Incremental: unchanged objects are not validated again, unchanged Services not
     // compiled again (the result equals `compile_loaded` of the same objects).
     let mut compiler = Compiler::new(options.clone());
@@ -422,7 +424,14 @@ pub async fn serve(
                         logged = compiled.errors.iter().cloned().collect();
                     }
                     for w in &compiled.warnings {
-                        tracing::warn!("{w}");
+                        if !dedupe || !warned.contains(w) {
+                            tracing::warn!("{w}");
+                        }
+                    }
+                    if dedupe && (compiled.warnings.len() != warned.len()
+                        || compiled.warnings.iter().any(|w| !warned.contains(w)))
+                    {
+                        warned = compiled.warnings.iter().cloned().collect();
                     }
                     tracing::info!(
                         objects,

@@ -16,6 +16,7 @@
 //! - [`publish`]: the only code that writes shared memory.
 //! - [`config`]: the shared configuration file as torii-control reads it (`[control]`,
 //!   validated here, and the keys both binaries read).
+//! - [`status`]: `torii-control status`, the live table read back from shared memory.
 //! - [`daemon`]: `torii-control run`'s loop: snapshots in, tables published, the
 //!   gateway's acknowledgements and the network-programming latency measured.
 //!
@@ -28,6 +29,7 @@ pub mod daemon;
 pub mod model;
 pub mod publish;
 pub mod source;
+pub mod status;
 
 use std::path::Path;
 
@@ -57,5 +59,18 @@ pub fn compile_loaded(loaded: &Loaded, options: &CompileOptions) -> Compiled {
 /// Only when the directory itself cannot be listed; everything else that is wrong is in
 /// [`Compiled::errors`].
 pub fn compile_dir(dir: &Path, options: &CompileOptions) -> Result<Compiled, SourceError> {
-    Ok(compile_loaded(&source::files::load_dir(dir)?, options))
+    compile_dir_with(dir, options, &source::files::Limits::default())
+}
+
+/// [`compile_dir`] with the manifests source's `limits` (file size, nesting depth).
+///
+/// # Errors
+/// As [`compile_dir`].
+pub fn compile_dir_with(
+    dir: &Path,
+    options: &CompileOptions,
+    limits: &source::files::Limits,
+) -> Result<Compiled, SourceError> {
+    let loaded = source::files::load_dir_cached(dir, limits, &mut source::files::FileCache::one_shot())?;
+    Ok(compile_loaded(&loaded, options))
 }

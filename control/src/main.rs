@@ -27,7 +27,7 @@ use clap::{Args, Parser, Subcommand};
 use torii_control::compile::CompileOptions;
 use torii_control::config::Config;
 use torii_control::daemon::{self, Source};
-use torii_control::source::files::{DirWatch, DEFAULT_QUIET};
+use torii_control::source::files::{self, DirWatch, DEFAULT_QUIET};
 use torii_control::source::kube::{self as kube_source, ClusterConfig, KubeSettings, KubeWatch};
 
 /// How long `compile --kubeconfig` waits for the API server's lists.
@@ -49,11 +49,34 @@ enum Command {
     /// Compile, publish to the gateway, watch the source and republish on changes
     /// (the default).
     Run(RunArgs),
+    /// Show what the gateway serves now: the published table's generation, which gateway
+    /// workers adopted it, and per Service port its front doors and endpoints.
+    Status(StatusArgs),
+}
+
+#[derive(Args, Debug)]
+struct StatusArgs {
+    /// Gateway configuration (TOML) whose `shm_dir` to read. Default: the embedded
+    /// `configs/gateway.toml`.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// The shared-memory directory, overriding the configuration's `shm_dir`.
+    #[arg(long, value_name = "DIR")]
+    shm_dir: Option<PathBuf>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Where objects come from.
-#[derive(Args, Debug, Default)]
+#[derive(Args, Debug)]
 struct SourceArgs {
+    /// Manifests source: skip (with an error) any file larger than this many bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = files::DEFAULT_MAX_FILE_BYTES)]
+    max_manifest_bytes: u64,
+    /// Manifests source: skip (with an error) any document nested deeper than this.
+    #[arg(long, value_name = "LEVELS", default_value_t = files::DEFAULT_MAX_DEPTH)]
+    max_manifest_depth: usize,
     /// Directory of Service, EndpointSlice and Node manifests (YAML or JSON). Default:
     /// `[control] manifests` of the configuration.
     #[arg(long, value_name = "DIR", conflicts_with_all = ["kubeconfig", "in_cluster"])]
@@ -67,7 +90,23 @@ struct SourceArgs {
     in_cluster: bool,
 }
 
+impl Default for SourceArgs {
+    fn default() -> Self {
+        Self {
+            max_manifest_bytes: files::DEFAULT_MAX_FILE_BYTES,
+            max_manifest_depth: files::DEFAULT_MAX_DEPTH,
+            manifests: None,
+            kubeconfig: None,
+            in_cluster: false,
+        }
+    }
+}
+
 impl SourceArgs {
+    fn limits(&self) -> files::Limits {
+        files::Limits { max_file_bytes: self.max_manifest_bytes, max_depth: self.max_manifest_depth }
+    }
+
     fn cluster(&self) -> Option<ClusterConfig> {
         match (&self.kubeconfig, self.in_cluster) {
             (Some(path), _) => Some(ClusterConfig::Kubeconfig(path.clone())),
@@ -126,6 +165,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Some(Command::Compile(args)) => compile(args),
         Some(Command::Run(args)) => run(args),
+        Some(Command::Status(args)) => status(args),
         None => run(RunArgs::default()),
     };
     match result {
@@ -157,6 +197,7 @@ fn compile_options(config: &Config, node_name: Option<String>, cluster_ips: bool
         proxy_name: config.control.proxy_name.clone(),
         load_balancer_class: config.control.load_balancer_class.clone(),
         node_port_addresses: config.control.node_port_addresses.clone(),
+        snat_addresses: config.snat_addresses.clone(),
     }
 }
 
@@ -180,7 +221,10 @@ fn compile(args: CompileArgs) -> anyhow::Result<()> {
             })??;
             torii_control::compile_loaded(&loaded, &options)
         }
-        None => torii_control::compile_dir(&manifests_dir(args.source.manifests, &config)?, &options)?,
+        None => {
+            let limits = args.source.limits();
+            torii_control::compile_dir_with(&manifests_dir(args.source.manifests, &config)?, &options, &limits)?
+        }
     };
     for e in &compiled.errors {
         eprintln!("torii-control: error: {e}");
@@ -193,12 +237,27 @@ fn compile(args: CompileArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn status(args: StatusArgs) -> anyhow::Result<()> {
+    let dir = match args.shm_dir {
+        Some(d) => d,
+        None => load_config(args.config.as_deref())?.shm_dir,
+    };
+    let status = torii_control::status::read(&dir)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&status).context("serialising the status")?);
+    } else {
+        print!("{}", status.render());
+    }
+    Ok(())
+}
+
 fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = load_config(args.config.as_deref())?;
     // One torii-control per shared-memory directory, checked before anything is written there.
     let _lock = torii_table::shm::lock_dir(&config.shm_dir, torii_table::shm::Role::Control)?;
     let options = compile_options(&config, args.node_name, false);
     let cluster = args.source.cluster();
+    let limits = args.source.limits();
     let dir = match cluster {
         Some(_) => None,
         None => Some(manifests_dir(args.source.manifests, &config)?),
@@ -226,7 +285,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                 Source::Kube(Box::new(KubeWatch::start(&client, settings)))
             }
             (None, Some(dir)) => {
-                let watch = DirWatch::start(dir, DEFAULT_QUIET)?;
+                let watch = DirWatch::start_with(dir, DEFAULT_QUIET, limits)?;
                 tracing::info!(
                     manifests = %dir.display(),
                     node_name = %options.node_name,

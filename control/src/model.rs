@@ -8,10 +8,16 @@
 //! `sessionAffinityConfig.clientIP.timeoutSeconds: 10800`, EndpointSlice conditions
 //! `ready`/`serving` absent = true, `terminating` absent = false).
 //!
-//! Conversion never panics and never half-accepts an object: it returns the model or one
-//! [`ModelError`] naming the object and the field, e.g.
-//! `Service default/web: spec.ports[1].port: 0 is out of range 1..=65535`. The caller
-//! skips that object and serves everything else ([`Objects::from_kube`]).
+//! Conversion never panics. The smallest unit goes, never more: a part the API server
+//! accepts but torii cannot serve — an EndpointSlice port or endpoint, a Node address, an
+//! externalIP or load-balancer ingress entry, a source range — is left out with a
+//! [`ModelError`] naming the object and the field, and the rest of the object is served
+//! ([`Validated::skipped_parts`], [`Skipped`]). What makes the whole object unusable
+//! (e.g. `Service default/web: spec.ports[1].port: 0 is out of range 1..=65535`) skips
+//! that object; everything else is served ([`Objects::from_kube`]). Addresses are read as
+//! kube-proxy reads them ([`parse_ip_sloppy`], [`parse_cidr_sloppy`]: legacy leading
+//! zeros are decimal), and nothing unreadable ever widens access
+//! ([`Service::source_ranges_unreadable`]).
 //!
 //! The rules come from the Kubernetes API reference (core/v1 Service and Node,
 //! discovery.k8s.io/v1 EndpointSlice) and what kube-proxy reads from them
@@ -177,7 +183,7 @@ impl Ctx {
     }
 
     fn ip(&self, field: impl Into<String>, s: &str) -> Result<IpAddr, ModelError> {
-        s.trim().parse().map_err(|_| self.invalid(field, format!("{s:?} is not an IPv4 or IPv6 address")))
+        parse_ip_sloppy(s.trim()).ok_or_else(|| self.invalid(field, format!("{s:?} is not an IPv4 or IPv6 address")))
     }
 
     fn port(&self, field: impl Into<String>, n: i32) -> Result<u16, ModelError> {
@@ -194,6 +200,78 @@ impl Ctx {
             Some("SCTP") => Ok(Protocol::Sctp),
             Some(other) => Err(self.invalid(field, format!("{other:?} is not one of \"TCP\", \"UDP\", \"SCTP\""))),
         }
+    }
+}
+
+/// Parses an IP address as Kubernetes' `netutils.ParseIPSloppy` (`k8s.io/utils/net`) does,
+/// which kube-proxy uses for every address it reads: IPv4 octets may carry leading zeros
+/// and are read as **decimal** (`010.070.000.241` is `10.70.0.241`), also in the dotted
+/// tail of an IPv6 address (`::ffff:010.0.0.1`). Such values were accepted by the API
+/// server before `StrictIPCIDRValidation` and may still be stored; Go's and Rust's strict
+/// parsers refuse them (an octal reading would be a third interpretation). No trimming:
+/// callers trim where Kubernetes does.
+pub fn parse_ip_sloppy(s: &str) -> Option<IpAddr> {
+    if let Ok(ip) = s.parse() {
+        return Some(ip);
+    }
+    if !s.contains(':') {
+        return parse_ipv4_sloppy(s).map(IpAddr::V4);
+    }
+    // IPv6 with a dotted IPv4 tail: rewrite the tail in canonical form and parse again.
+    let (head, tail) = s.rsplit_once(':')?;
+    let v4 = parse_ipv4_sloppy(tail)?;
+    format!("{head}:{v4}").parse().ok()
+}
+
+/// Four dot-separated decimal octets, each of at least one digit, any number of leading
+/// zeros, value at most 255 (Go 1.16's `parseIPv4`, which `k8s.io/utils/net` forked).
+fn parse_ipv4_sloppy(s: &str) -> Option<std::net::Ipv4Addr> {
+    let mut octets = [0_u8; 4];
+    let mut parts = s.split('.');
+    for o in &mut octets {
+        let part = parts.next()?;
+        if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let digits = part.trim_start_matches('0');
+        *o = if digits.is_empty() { 0 } else { u8::try_from(digits.parse::<u16>().ok()?).ok()? };
+    }
+    parts.next().is_none().then(|| octets.into())
+}
+
+/// Parses a CIDR as Kubernetes' `netutils.ParseCIDRSloppy` does: the address as
+/// [`parse_ip_sloppy`], the prefix length decimal (leading zeros allowed), at most 32 for
+/// IPv4 and 128 for IPv6; host bits are cleared (Go's `ParseCIDR` returns the network).
+pub fn parse_cidr_sloppy(s: &str) -> Option<IpCidr> {
+    let (a, l) = s.split_once('/')?;
+    let addr = parse_ip_sloppy(a)?;
+    if l.is_empty() || !l.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let digits = l.trim_start_matches('0');
+    let len: u8 = if digits.is_empty() { 0 } else { digits.parse().ok()? };
+    IpCidr::parse(&format!("{addr}/{len}"))
+}
+
+/// Why `ip` can never be a front door (a phrase to follow the address in a message), or
+/// `None` when it can. The API server refuses unspecified, loopback and link-local
+/// addresses for `spec.externalIPs` and load-balancer ingress IPs (`ValidateNonSpecialIP`
+/// in `pkg/apis/core/validation`), though older objects may still hold them; multicast
+/// and broadcast addresses are destinations of no unicast flow. Packets to any of them
+/// never reach a gateway as a Service's traffic, and answering ARP or NDP for them
+/// would disturb the network.
+pub fn forbidden_front_door_address(ip: IpAddr) -> Option<&'static str> {
+    match ip.to_canonical() {
+        IpAddr::V4(v4) if v4.is_unspecified() => Some("is unspecified (0.0.0.0)"),
+        IpAddr::V4(v4) if v4.is_loopback() => Some("is in the loopback range 127.0.0.0/8"),
+        IpAddr::V4(v4) if v4.is_link_local() => Some("is in the link-local range 169.254.0.0/16"),
+        IpAddr::V4(v4) if v4.is_multicast() => Some("is a multicast address (224.0.0.0/4)"),
+        IpAddr::V4(v4) if v4.is_broadcast() => Some("is the broadcast address 255.255.255.255"),
+        IpAddr::V6(v6) if v6.is_unspecified() => Some("is unspecified (::)"),
+        IpAddr::V6(v6) if v6.is_loopback() => Some("is the loopback address ::1"),
+        IpAddr::V6(v6) if v6.is_unicast_link_local() => Some("is in the link-local range fe80::/10"),
+        IpAddr::V6(v6) if v6.is_multicast() => Some("is a multicast address (ff00::/8)"),
+        _ => None,
     }
 }
 
@@ -356,10 +434,14 @@ pub struct Service {
     /// `spec.clusterIPs` (or `spec.clusterIP` when `clusterIPs` is absent); empty when
     /// unallocated (a hand-written manifest may leave it out).
     pub cluster_ips: Vec<IpAddr>,
-    /// `spec.externalIPs`.
+    /// `spec.externalIPs` (without the skipped ones).
     pub external_ips: Vec<IpAddr>,
-    /// `status.loadBalancer.ingress[]` entries with an `ip`.
+    /// `status.loadBalancer.ingress[]` entries with an `ip` (without the skipped ones).
     pub load_balancer_ingress: Vec<LoadBalancerIngress>,
+    /// The `spec.externalIPs` and load-balancer ingress entries left out: not an address
+    /// (after [`parse_ip_sloppy`]), one that can never be a front door
+    /// ([`forbidden_front_door_address`]), or an unknown `ipMode`. The rest is served.
+    pub skipped_addresses: Vec<ModelError>,
     /// `spec.ports`, in manifest order; names and (port, protocol) pairs are unique.
     pub ports: Vec<ServicePort>,
     /// `spec.sessionAffinity` with its timeout.
@@ -374,9 +456,15 @@ pub struct Service {
     /// The client ranges its load-balancer front doors admit: the valid entries of
     /// `spec.loadBalancerSourceRanges`, or, when that is empty, of the comma-separated
     /// annotation [`LOAD_BALANCER_SOURCE_RANGES_ANNOTATION`] (the cloud providers'
-    /// precedence; kube-proxy reads only the field). Trimmed, host bits cleared; entries
-    /// that are not CIDRs are left out (kube-proxy ignores them too). Empty: every client.
+    /// precedence; kube-proxy reads only the field). Trimmed, read as
+    /// [`parse_cidr_sloppy`], host bits cleared; entries that are not CIDRs are left out
+    /// and set [`Service::source_ranges_unreadable`]. Empty and not unreadable: every client.
     pub load_balancer_source_ranges: Vec<IpCidr>,
+    /// Some source-range entry could not be read. Then a load-balancer front door whose
+    /// address family has no readable range is **closed** to every client (the compiler
+    /// leaves it out), never opened: the unreadable entry may have been the only one of
+    /// that family. kube-proxy ignores such entries, which would admit everyone.
+    pub source_ranges_unreadable: bool,
     /// The entries left out of `load_balancer_source_ranges` (not a CIDR); the rest of the
     /// Service is served.
     pub skipped_source_ranges: Vec<ModelError>,
@@ -426,9 +514,22 @@ impl TryFrom<&core::Service> for Service {
             }
         }
 
+        // A front-door address that cannot be read or can never be a VIP is left out
+        // with an error; the Service's other front doors are served.
+        let mut skipped_addresses = Vec::new();
+        let front_door = |field: String, s: &str| -> Result<IpAddr, ModelError> {
+            let ip = cx.ip(&field, s)?;
+            match forbidden_front_door_address(ip) {
+                None => Ok(ip),
+                Some(why) => Err(cx.invalid(field, format!("{ip} {why}: it can never be a front door"))),
+            }
+        };
         let mut external_ips = Vec::new();
         for (i, s) in spec.external_ips.iter().flatten().enumerate() {
-            external_ips.push(cx.ip(format!("spec.externalIPs[{i}]"), s)?);
+            match front_door(format!("spec.externalIPs[{i}]"), s) {
+                Ok(ip) => external_ips.push(ip),
+                Err(e) => skipped_addresses.push(e),
+            }
         }
 
         let mut load_balancer_ingress = Vec::new();
@@ -438,17 +539,20 @@ impl TryFrom<&core::Service> for Service {
                 None | Some("") | Some("VIP") => IpMode::Vip,
                 Some("Proxy") => IpMode::Proxy,
                 Some(other) => {
-                    return Err(cx.invalid(
+                    // Unknown mode: the entry is left out, not captured (a newer mode
+                    // may mean "do not capture", as Proxy does).
+                    skipped_addresses.push(cx.invalid(
                         format!("status.loadBalancer.ingress[{i}].ipMode"),
                         format!("{other:?} is not one of \"VIP\", \"Proxy\""),
-                    ))
+                    ));
+                    continue;
                 }
             };
             match ing.ip.as_deref() {
-                Some(s) if !s.is_empty() => {
-                    let ip = cx.ip(format!("status.loadBalancer.ingress[{i}].ip"), s)?;
-                    load_balancer_ingress.push(LoadBalancerIngress { ip, ip_mode });
-                }
+                Some(s) if !s.is_empty() => match front_door(format!("status.loadBalancer.ingress[{i}].ip"), s) {
+                    Ok(ip) => load_balancer_ingress.push(LoadBalancerIngress { ip, ip_mode }),
+                    Err(e) => skipped_addresses.push(e),
+                },
                 _ => {} // hostname-only ingress: nothing to capture
             }
         }
@@ -540,8 +644,10 @@ impl TryFrom<&core::Service> for Service {
             external_traffic_policy,
             internal_traffic_policy,
             load_balancer_class: spec.load_balancer_class.clone().filter(|s| !s.is_empty()),
+            source_ranges_unreadable: !skipped_source_ranges.is_empty(),
             load_balancer_source_ranges,
             skipped_source_ranges,
+            skipped_addresses,
             labels: svc.metadata.labels.clone().unwrap_or_default(),
         })
     }
@@ -558,11 +664,12 @@ impl TryFrom<&core::Service> for Service {
 /// Service restricted that way is not opened by moving it to torii.
 ///
 /// Entries are trimmed of spaces (the API accepts space-padded entries; kube-proxy trims
-/// them too), and host bits are cleared (`10.0.0.1/8` is `10.0.0.0/8`, as Go's
-/// `ParseCIDR` returns the network). An entry that is not a CIDR is left out with an
-/// error naming the Service and the field, and the others still apply — kube-proxy's
-/// `MapCIDRsByIPFamily` logs "Invalid CIDR ignored" and goes on. As there, a list of
-/// which no entry is valid restricts nothing; the error says so.
+/// them too), read as kube-proxy's `MapCIDRsByIPFamily` does (`ParseCIDRSloppy`: legacy
+/// leading zeros are decimal), and host bits are cleared (`10.0.0.1/8` is `10.0.0.0/8`).
+/// An entry that still is not a CIDR is left out with an error naming the Service and the
+/// field, and the others still apply. Unlike kube-proxy, which logs "Invalid CIDR
+/// ignored" and so admits everyone when no valid entry of a family is left, torii fails
+/// closed: see [`Service::source_ranges_unreadable`].
 fn load_balancer_source_ranges(cx: &Ctx, svc: &core::Service) -> (Vec<IpCidr>, Vec<ModelError>) {
     let field = svc.spec.as_ref().and_then(|s| s.load_balancer_source_ranges.as_deref()).unwrap_or_default();
     let annotation = svc
@@ -584,22 +691,22 @@ fn load_balancer_source_ranges(cx: &Ctx, svc: &core::Service) -> (Vec<IpCidr>, V
     let mut ranges = Vec::with_capacity(entries.len());
     let mut bad = Vec::new();
     for (path, entry) in &entries {
-        match IpCidr::parse(entry) {
+        match parse_cidr_sloppy(entry.trim()) {
             Some(c) => ranges.push(c),
             None => bad.push((path, entry)),
         }
     }
-    let consequence = if ranges.is_empty() {
-        "no valid range is left, so the load balancer admits every client, as kube-proxy does"
-    } else {
-        "the other ranges apply (kube-proxy ignores invalid ranges too)"
-    };
     let skipped = bad
         .into_iter()
         .map(|(path, entry)| {
             cx.invalid(
                 path.as_str(),
-                format!("{:?} is not an IPv4 or IPv6 CIDR (address/prefix length); {consequence}", entry.trim()),
+                format!(
+                    "{:?} is not an IPv4 or IPv6 CIDR (address/prefix length); it admits nobody, and a \
+                     load-balancer IP of a family without a readable range is closed to every client \
+                     (kube-proxy would ignore the entry and could admit everyone)",
+                    entry.trim()
+                ),
             )
         })
         .collect();
@@ -646,6 +753,8 @@ pub struct EndpointHints {
 /// One `endpoints[]` entry of an EndpointSlice.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Endpoint {
+    /// Its index in the slice's `endpoints` (for messages: skipped ones leave gaps).
+    pub index: usize,
     /// `addresses`, all of the slice's address family (fungible: any one reaches the endpoint).
     pub addresses: Vec<IpAddr>,
     /// `conditions.ready` (absent = true): ready for new traffic.
@@ -673,12 +782,16 @@ pub struct EndpointSlice {
     pub service: ServiceKey,
     /// `addressType`.
     pub address_type: AddressType,
-    /// `ports`.
+    /// `ports`, without the skipped ones.
     pub ports: Vec<EndpointPort>,
+    /// Why ports were left out of `ports` (a number out of 1..=65535, an unknown
+    /// protocol); the slice's other ports are served.
+    pub skipped_ports: Vec<ModelError>,
     /// `endpoints` (empty for `FQDN` slices), without the skipped ones.
     pub endpoints: Vec<Endpoint>,
-    /// Why endpoints were left out of `endpoints` (an address the EndpointSlice API
-    /// forbids, see [`forbidden_endpoint_address`]); the rest of the slice is served.
+    /// Why endpoints were left out of `endpoints` (no address, an address that is not one
+    /// even read as [`parse_ip_sloppy`], one of the other family, or one the EndpointSlice
+    /// API forbids, see [`forbidden_endpoint_address`]); the rest of the slice is served.
     pub skipped_endpoints: Vec<ModelError>,
 }
 
@@ -709,13 +822,20 @@ impl TryFrom<&discovery::EndpointSlice> for EndpointSlice {
             }
         };
 
+        // A port entry that cannot be served is left out (kube-proxy skips such a port and
+        // keeps the others, `pkg/proxy/endpointslicecache.go`); the Service port of that
+        // name then has no endpoints from this slice.
         let mut ports = Vec::new();
+        let mut skipped_ports = Vec::new();
         for (i, p) in slice.ports.iter().flatten().enumerate() {
-            ports.push(EndpointPort {
-                name: p.name.clone().unwrap_or_default(),
-                protocol: cx.protocol(format!("ports[{i}].protocol"), p.protocol.as_deref())?,
-                port: p.port.map(|n| cx.port(format!("ports[{i}].port"), n)).transpose()?,
-            });
+            let protocol = cx.protocol(format!("ports[{i}].protocol"), p.protocol.as_deref());
+            let port = p.port.map(|n| cx.port(format!("ports[{i}].port"), n)).transpose();
+            match (protocol, port) {
+                (Ok(protocol), Ok(port)) => {
+                    ports.push(EndpointPort { name: p.name.clone().unwrap_or_default(), protocol, port });
+                }
+                (Err(e), _) | (_, Err(e)) => skipped_ports.push(e),
+            }
         }
 
         let mut endpoints = Vec::new();
@@ -723,23 +843,31 @@ impl TryFrom<&discovery::EndpointSlice> for EndpointSlice {
         if address_type != AddressType::Fqdn {
             'endpoints: for (i, ep) in slice.endpoints.iter().flatten().enumerate() {
                 if ep.addresses.is_empty() {
-                    return Err(
-                        cx.missing(format!("endpoints[{i}].addresses"), "an endpoint needs at least one address")
+                    skipped_endpoints.push(
+                        cx.missing(format!("endpoints[{i}].addresses"), "an endpoint needs at least one address"),
                     );
+                    continue;
                 }
                 let mut addresses = Vec::with_capacity(ep.addresses.len());
                 for (j, a) in ep.addresses.iter().enumerate() {
                     let field = format!("endpoints[{i}].addresses[{j}]");
-                    let ip = cx.ip(&field, a)?;
+                    let ip = match cx.ip(&field, a) {
+                        Ok(ip) => ip,
+                        Err(e) => {
+                            skipped_endpoints.push(e);
+                            continue 'endpoints;
+                        }
+                    };
                     let family_ok = match address_type {
                         AddressType::Ipv4 => ip.is_ipv4(),
                         AddressType::Ipv6 => ip.is_ipv6(),
                         AddressType::Fqdn => true,
                     };
                     if !family_ok {
-                        return Err(
-                            cx.invalid(field, format!("{ip} does not match addressType {:?}", slice.address_type))
+                        skipped_endpoints.push(
+                            cx.invalid(field, format!("{ip} does not match addressType {:?}", slice.address_type)),
                         );
+                        continue 'endpoints;
                     }
                     if let Some(why) = forbidden_endpoint_address(ip) {
                         skipped_endpoints.push(cx.invalid(field, format!("{ip} {why}")));
@@ -753,6 +881,7 @@ impl TryFrom<&discovery::EndpointSlice> for EndpointSlice {
                     for_nodes: h.for_nodes.iter().flatten().map(|n| n.name.clone()).collect(),
                 });
                 endpoints.push(Endpoint {
+                    index: i,
                     addresses,
                     ready: c.and_then(|c| c.ready).unwrap_or(true),
                     serving: c.and_then(|c| c.serving).unwrap_or(true),
@@ -770,6 +899,7 @@ impl TryFrom<&discovery::EndpointSlice> for EndpointSlice {
             name,
             address_type,
             ports,
+            skipped_ports,
             endpoints,
             skipped_endpoints,
         })
@@ -825,6 +955,9 @@ pub struct Node {
     pub other_addresses: Vec<(String, String)>,
     /// Label `topology.kubernetes.io/zone`.
     pub zone: Option<String>,
+    /// The InternalIP / ExternalIP entries left out because they are not IP addresses
+    /// (even read as [`parse_ip_sloppy`]); the Node's other addresses and zone are used.
+    pub skipped_addresses: Vec<ModelError>,
 }
 
 impl Node {
@@ -845,6 +978,7 @@ impl TryFrom<&core::Node> for Node {
         let mut internal_ips = Vec::new();
         let mut external_ips = Vec::new();
         let mut other_addresses = Vec::new();
+        let mut skipped_addresses = Vec::new();
         let addresses = node.status.as_ref().and_then(|s| s.addresses.as_ref());
         for (i, a) in addresses.into_iter().flatten().enumerate() {
             let list = match a.type_.as_str() {
@@ -855,13 +989,16 @@ impl TryFrom<&core::Node> for Node {
                     continue;
                 }
             };
-            let ip = cx.ip(format!("status.addresses[{i}].address"), &a.address)?;
-            if !list.contains(&ip) {
-                list.push(ip);
+            // The API accepts any string here; Kubernetes' own helpers skip an entry that
+            // is not an IP and use the others, and so does torii.
+            match cx.ip(format!("status.addresses[{i}].address"), &a.address) {
+                Ok(ip) if !list.contains(&ip) => list.push(ip),
+                Ok(_) => {}
+                Err(e) => skipped_addresses.push(e),
             }
         }
         let zone = node.metadata.labels.as_ref().and_then(|l| l.get(ZONE_LABEL)).cloned();
-        Ok(Self { name, internal_ips, external_ips, other_addresses, zone })
+        Ok(Self { name, internal_ips, external_ips, other_addresses, zone, skipped_addresses })
     }
 }
 
@@ -891,15 +1028,22 @@ pub enum Skipped {
     Endpoint,
     /// One `loadBalancerSourceRanges` entry of a Service; the rest of the Service is served.
     SourceRange,
+    /// One `ports[]` entry of an EndpointSlice; the slice's other ports are served.
+    Port,
+    /// One address of a Service (`spec.externalIPs[]`, a load-balancer ingress entry) or
+    /// of a Node (`status.addresses[]`); the rest of the object is served.
+    Address,
 }
 
 impl Skipped {
-    /// `"object"`, `"endpoint"` or `"source range"`, for messages ending `; object skipped`.
+    /// `"object"`, `"endpoint"`, `"source range"`, `"port"` or `"address"`, for messages ending `; object skipped`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Object => "object",
             Self::Endpoint => "endpoint",
             Self::SourceRange => "source range",
+            Self::Port => "port",
+            Self::Address => "address",
         }
     }
 }
@@ -918,14 +1062,18 @@ pub enum Validated {
 
 impl Validated {
     /// The parts of a valid object that were left out, and what each was
-    /// ([`EndpointSlice::skipped_endpoints`], [`Service::skipped_source_ranges`]).
+    /// ([`Service::skipped_addresses`], [`Service::skipped_source_ranges`],
+    /// [`EndpointSlice::skipped_ports`], [`EndpointSlice::skipped_endpoints`],
+    /// [`Node::skipped_addresses`]).
     pub fn skipped_parts(&self) -> Vec<(ModelError, Skipped)> {
-        let (errors, what) = match self {
-            Self::Service(s) => (&s.skipped_source_ranges, Skipped::SourceRange),
-            Self::EndpointSlice(s) => (&s.skipped_endpoints, Skipped::Endpoint),
-            Self::Node(_) => return Vec::new(),
+        let lists: [(&[ModelError], Skipped); 2] = match self {
+            Self::Service(s) => {
+                [(&s.skipped_addresses, Skipped::Address), (&s.skipped_source_ranges, Skipped::SourceRange)]
+            }
+            Self::EndpointSlice(s) => [(&s.skipped_ports, Skipped::Port), (&s.skipped_endpoints, Skipped::Endpoint)],
+            Self::Node(n) => [(&n.skipped_addresses, Skipped::Address), (&[], Skipped::Address)],
         };
-        errors.iter().map(|e| (e.clone(), what)).collect()
+        lists.into_iter().flat_map(|(errors, what)| errors.iter().map(move |e| (e.clone(), what))).collect()
     }
 
     /// Validates one object.
@@ -1071,8 +1219,6 @@ status:
         assert_eq!(e, "Service default/web: spec.ports[1].port: 0 is out of range 1..=65535");
         let e = service_err("metadata: {name: web, namespace: demo}\nspec: {ports: [{port: 80, targetPort: 70000}]}");
         assert_eq!(e, "Service demo/web: spec.ports[0].targetPort: 70000 is out of range 1..=65535");
-        let e = service_err("metadata: {name: web}\nspec: {externalIPs: [1.2.3.4, bogus]}");
-        assert_eq!(e, "Service default/web: spec.externalIPs[1]: \"bogus\" is not an IPv4 or IPv6 address");
         let e = service_err("metadata: {name: web}\nspec: {ports: [{port: 80, protocol: ICMP}]}");
         assert!(e.starts_with("Service default/web: spec.ports[0].protocol: \"ICMP\" is not one of"), "{e}");
         let e = service_err("metadata: {name: web}\nspec: {ports: [{port: 80}, {port: 81}]}");
@@ -1094,8 +1240,51 @@ status:
         assert!(e.starts_with("Service default/web: spec.type: \"Magic\""), "{e}");
         let e = service_err("metadata: {namespace: demo}\nspec: {}");
         assert!(e.starts_with("Service demo/<unnamed>: metadata.name: required but missing"), "{e}");
-        let e = service_err("metadata: {name: lb}\nstatus: {loadBalancer: {ingress: [{ip: 1.2.3.4, ipMode: Magic}]}}");
-        assert!(e.starts_with("Service default/lb: status.loadBalancer.ingress[0].ipMode: \"Magic\""), "{e}");
+    }
+
+    #[test]
+    fn front_door_addresses_are_skipped_one_by_one() {
+        let s = Service::try_from(&service(
+            "metadata: {name: web}\nspec: {externalIPs: [1.2.3.4, bogus, 203.0.113.011, 127.0.0.1, 0.0.0.0, \
+             224.0.0.9, 255.255.255.255, '::1', 'ff02::1', 169.254.1.1]}\nstatus: {loadBalancer: {ingress: \
+             [{ip: 1.2.3.5, ipMode: Magic}, {ip: 198.051.100.007}, {ip: '::'}]}}",
+        ))
+        .unwrap();
+        let ips: Vec<String> = s.external_ips.iter().map(ToString::to_string).collect();
+        assert_eq!(ips, ["1.2.3.4", "203.0.113.11"], "legacy leading zeros are decimal");
+        assert_eq!(s.load_balancer_ingress.len(), 1);
+        assert_eq!(s.load_balancer_ingress[0].ip.to_string(), "198.51.100.7");
+        let errors: Vec<String> = s.skipped_addresses.iter().map(ToString::to_string).collect();
+        assert_eq!(errors.len(), 10, "{errors:#?}");
+        assert_eq!(errors[0], "Service default/web: spec.externalIPs[1]: \"bogus\" is not an IPv4 or IPv6 address");
+        assert_eq!(
+            errors[1],
+            "Service default/web: spec.externalIPs[3]: 127.0.0.1 is in the loopback range 127.0.0.0/8: it can never \
+             be a front door"
+        );
+        assert!(errors[7].starts_with("Service default/web: spec.externalIPs[9]: 169.254.1.1"), "{errors:#?}");
+        assert!(errors[8].starts_with("Service default/web: status.loadBalancer.ingress[0].ipMode: \"Magic\""));
+        assert!(errors[9].starts_with("Service default/web: status.loadBalancer.ingress[2].ip: :: is unspecified"));
+    }
+
+    #[test]
+    fn sloppy_parsers_read_legacy_leading_zeros_as_decimal() {
+        let ip = |s: &str| parse_ip_sloppy(s).map(|a| a.to_string());
+        assert_eq!(ip("010.070.000.241").as_deref(), Some("10.70.0.241"));
+        assert_eq!(ip("0000000010.0.0.1").as_deref(), Some("10.0.0.1"));
+        assert_eq!(ip("::ffff:010.0.0.011").as_deref(), Some("::ffff:10.0.0.11"));
+        assert_eq!(ip("2001:db8::1").as_deref(), Some("2001:db8::1"));
+        for bad in ["256.0.0.1", "1.2.3", "1.2.3.4.5", "1..2.3", "0x1.2.3.4", "", "1.2.3.4 ", "a.b.c.d", "1.2.3.-4"] {
+            assert_eq!(ip(bad), None, "{bad:?}");
+        }
+        let cidr = |s: &str| parse_cidr_sloppy(s).map(|c| c.to_string());
+        assert_eq!(cidr("010.0.0.0/8").as_deref(), Some("10.0.0.0/8"));
+        assert_eq!(cidr("192.168.001.000/024").as_deref(), Some("192.168.1.0/24"));
+        assert_eq!(cidr("010.1.2.3/8").as_deref(), Some("10.0.0.0/8"));
+        assert_eq!(cidr("2001:db8::1/0064").as_deref(), Some("2001:db8::/64"));
+        for bad in ["10.0.0.0/33", "10.0.0.0/", "10.0.0.0", "010.0.0.0/-1", "x/8", "::/129"] {
+            assert_eq!(cidr(bad), None, "{bad:?}");
+        }
     }
 
     #[test]
@@ -1129,18 +1318,35 @@ endpoints:
         let err = |y: &str| EndpointSlice::try_from(&slice(y)).unwrap_err().to_string();
         let e = err("metadata: {name: s}\naddressType: IPv4");
         assert!(e.starts_with("EndpointSlice default/s: metadata.labels[kubernetes.io/service-name]: required"), "{e}");
-        let e = err(
-            "metadata: {name: s, labels: {kubernetes.io/service-name: w}}\naddressType: IPv4\nendpoints: [{addresses: ['fd00::1']}]",
-        );
-        assert_eq!(
-            e,
-            "EndpointSlice default/s: endpoints[0].addresses[0]: fd00::1 does not match addressType \"IPv4\""
-        );
-        let e =
-            err("metadata: {name: s, labels: {kubernetes.io/service-name: w}}\naddressType: IPv4\nports: [{port: 0}]");
-        assert_eq!(e, "EndpointSlice default/s: ports[0].port: 0 is out of range 1..=65535");
         let e = err("metadata: {name: s, labels: {kubernetes.io/service-name: w}}\naddressType: IPX");
         assert!(e.starts_with("EndpointSlice default/s: addressType: \"IPX\""), "{e}");
+    }
+
+    #[test]
+    fn endpoint_slice_parts_are_skipped_one_by_one() {
+        let s = EndpointSlice::try_from(&slice(
+            "metadata: {name: s, labels: {kubernetes.io/service-name: w}}\naddressType: IPv4\n\
+             ports: [{name: a, port: 80}, {name: b, port: 0}, {name: c, port: 70000}, {name: d, protocol: ICMP, port: 1}]\n\
+             endpoints: [{addresses: ['fd00::1']}, {addresses: [010.070.000.241]}, {addresses: []}, {addresses: [x]}]",
+        ))
+        .unwrap();
+        assert_eq!(s.ports, vec![EndpointPort { name: "a".into(), protocol: Protocol::Tcp, port: Some(80) }]);
+        let errors: Vec<String> = s.skipped_ports.iter().map(ToString::to_string).collect();
+        assert_eq!(errors[0], "EndpointSlice default/s: ports[1].port: 0 is out of range 1..=65535");
+        assert_eq!(errors[1], "EndpointSlice default/s: ports[2].port: 70000 is out of range 1..=65535");
+        assert!(errors[2].starts_with("EndpointSlice default/s: ports[3].protocol: \"ICMP\""), "{errors:?}");
+        assert_eq!(s.endpoints.len(), 1);
+        assert_eq!((s.endpoints[0].index, s.endpoints[0].addresses[0].to_string()), (1, "10.70.0.241".into()));
+        let errors: Vec<String> = s.skipped_endpoints.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            errors,
+            [
+                "EndpointSlice default/s: endpoints[0].addresses[0]: fd00::1 does not match addressType \"IPv4\"",
+                "EndpointSlice default/s: endpoints[2].addresses: required but missing; an endpoint needs at least \
+                 one address",
+                "EndpointSlice default/s: endpoints[3].addresses[0]: \"x\" is not an IPv4 or IPv6 address",
+            ]
+        );
     }
 
     #[test]
@@ -1173,12 +1379,21 @@ status:
         assert_eq!(n.other_addresses, vec![("Hostname".to_owned(), "gw-1".to_owned())]);
         assert_eq!(n.zone.as_deref(), Some("zone-a"));
 
-        let bad: core::Node =
-            serde_yaml_ng::from_str("metadata: {name: n}\nstatus: {addresses: [{type: InternalIP, address: x}]}")
-                .unwrap();
+        let bad: core::Node = serde_yaml_ng::from_str(
+            "metadata: {name: n, labels: {topology.kubernetes.io/zone: z}}\nstatus: {addresses: [{type: InternalIP, \
+             address: x}, {type: InternalIP, address: 192.000.002.010}, {type: ExternalIP, address: gw.example}]}",
+        )
+        .unwrap();
+        let n = Node::try_from(&bad).unwrap();
+        assert_eq!(n.node_port_ips(), ["192.0.2.10".parse::<IpAddr>().unwrap()]);
+        assert_eq!(n.zone.as_deref(), Some("z"));
+        let errors: Vec<String> = n.skipped_addresses.iter().map(ToString::to_string).collect();
         assert_eq!(
-            Node::try_from(&bad).unwrap_err().to_string(),
-            "Node n: status.addresses[0].address: \"x\" is not an IPv4 or IPv6 address"
+            errors,
+            [
+                "Node n: status.addresses[0].address: \"x\" is not an IPv4 or IPv6 address",
+                "Node n: status.addresses[2].address: \"gw.example\" is not an IPv4 or IPv6 address",
+            ]
         );
     }
 

@@ -204,3 +204,26 @@ fn dual_stack_and_node_port_addresses() {
 fn forbidden_endpoint_addresses() {
     check("forbidden-endpoint-addresses", &render(&fixture("forbidden-endpoint-addresses"), "gw", false));
 }
+
+/// Issue 17: objects the API server accepts lose only their bad part (an EndpointSlice
+/// port, an endpoint, a Node address, a front-door address); legacy leading-zero IPv4
+/// values are read as decimal, as kube-proxy reads them; an unreadable source range
+/// closes its load-balancer IP to everyone.
+#[test]
+fn smallest_unit_skipped_and_legacy_values() {
+    check("smallest-unit", &render(&fixture("smallest-unit"), "gw", false));
+}
+
+/// VIPs and endpoints at the gateway's SNAT addresses are skipped with errors; an
+/// externalIP equal to the gateway's node address is served.
+#[test]
+fn snat_collisions() {
+    let snat_addresses = ["10.70.0.1", "fd00:70::1"].iter().map(|a| a.parse().unwrap()).collect();
+    check(
+        "snat-collisions",
+        &render_with(
+            &fixture("snat-collisions"),
+            &gw(CompileOptions { snat_addresses, cluster_ips: true, ..Default::default() }),
+        ),
+    );
+}

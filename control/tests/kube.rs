@@ -150,6 +150,40 @@ fn compile_kubeconfig_skips_malformed_objects_and_serves_the_rest() {
     assert_eq!(json["frontends"], clean["frontends"], "everything else is served");
 }
 
+/// Issue 17: the API's accepted-but-odd objects lose only their bad parts, exactly as the
+/// same objects do from manifests (golden `smallest-unit.json`).
+#[test]
+fn compile_kubeconfig_serves_accepted_but_odd_objects_as_manifests_do() {
+    let cluster = Cluster::start(&Objects::accepted_but_odd());
+    let (out, json) = cluster.compile(&["--node-name", "gw"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let json = json.unwrap();
+    let files = compile_manifests(&repo().join("control/tests/fixtures/compile/smallest-unit"), &["--node-name", "gw"]);
+    let files: Value = serde_json::from_slice(&files.stdout).unwrap();
+    assert_eq!(json["frontends"], files["frontends"]);
+    // The same errors, without the manifests' locations (the API lists by resource, so
+    // the order differs).
+    let strip = |v: &Value| -> Vec<String> {
+        let mut errors: Vec<String> = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                let e = e.as_str().unwrap();
+                e.split_once(": document ").map_or(e, |(_, rest)| rest.split_once(": ").unwrap().1).to_owned()
+            })
+            .collect();
+        errors.sort();
+        errors
+    };
+    assert_eq!(strip(&json["errors"]), strip(&files["errors"]));
+    assert!(stderr.contains("EndpointSlice odd/ports-1: ports[1].port: 0 is out of range 1..=65535; port skipped"));
+    assert!(stderr.contains("Node gw: status.addresses[0].address: \"gw.internal\" is not an IPv4 or IPv6 address"));
+    let lb = json["frontends"].as_array().unwrap().iter().find(|f| f["ip"] == "198.51.100.10").unwrap();
+    assert_eq!(lb["source_ranges"], json!(["10.0.0.0/8", "198.51.100.0/24"]));
+}
+
 #[test]
 fn compile_kubeconfig_fails_clearly_without_rbac_or_server() {
     let cluster = Cluster::start(&demo());
@@ -704,4 +738,43 @@ fn kubernetes_manifests_are_consistent() {
     let path = tmp.path().join("gateway.toml");
     std::fs::write(&path, cm["data"]["gateway.toml"].as_str().unwrap()).unwrap();
     torii_control::config::Config::load(Some(&path)).unwrap();
+}
+
+/// Issue 17: a list that keeps failing (403: no RBAC rule) is retried with client-go's
+/// backoff — 0.8 s doubling, with jitter — not every second because each relist attempt
+/// starts with an event; once the rule is there, the next attempt serves everything.
+#[test]
+fn run_retries_failed_lists_with_doubling_backoff() {
+    let cluster = Cluster::start(&demo());
+    cluster.api.set_failure(Resource::Services, Some(403));
+    let d = Daemon::start(&cluster, "gateway-1");
+    std::thread::sleep(Duration::from_secs(5));
+    // Attempts at 0, 0.8–1.6 s, +1.6–3.2 s, +3.2–6.4 s: at most 3 within 5 s (a fixed
+    // 0.8–1.6 s retry makes 4 to 6).
+    let lists = cluster.services_lists();
+    assert!((2..=3).contains(&lists), "{lists} lists of services in 5 s");
+    cluster.api.set_failure(Resource::Services, None);
+    d.wait_table("served once the list works", |t| t.expect("203.0.113.10", 80, &WEB3));
+    d.wait_log(0, &["WARN", "watch failed", "retrying in"]);
+}
+
+/// Issue 17: a warning about a Service is logged once while it lasts, not again with
+/// every batch of unrelated changes.
+#[test]
+fn run_logs_each_warning_once_while_it_lasts() {
+    let cluster = Cluster::start(&demo());
+    let d = Daemon::start(&cluster, "gateway-1");
+    d.wait_table("initial sync", |t| t.expect("203.0.113.10", 80, &WEB3));
+    let mut lb = service("open-v4", "203.0.113.30");
+    lb["spec"]["type"] = json!("LoadBalancer");
+    lb["spec"]["loadBalancerSourceRanges"] = json!(["2001:db8::/32"]);
+    lb["status"] = json!({"loadBalancer": {"ingress": [{"ip": "203.0.113.31"}]}});
+    cluster.api.apply(lb).unwrap();
+    let warning = "Service demo/open-v4: load balancer IP 203.0.113.31 admits every client";
+    d.wait_log(0, &[warning]);
+    for (i, ip) in ["203.0.113.40", "203.0.113.41", "203.0.113.42"].iter().enumerate() {
+        cluster.api.apply(service(&format!("other-{i}"), ip)).unwrap();
+        d.wait_table("unrelated change served", |t| t.expect(ip, 80, &[]));
+    }
+    assert_eq!(d.log().matches(warning).count(), 1, "{}", d.log());
 }

@@ -365,7 +365,7 @@ impl Thash {
             return Err(Error::InvalidArgument("thash helper belongs to another context".into()));
         }
         let max = MAX_TUPLE_LEN.min(self.key_len.saturating_sub(4));
-        if tuple.is_empty() || tuple.len() % 4 != 0 || tuple.len() > max {
+        if tuple.is_empty() || !tuple.len().is_multiple_of(4) || tuple.len() > max {
             return Err(Error::InvalidArgument(format!(
                 "thash tuple of {} bytes: needs a multiple of 4, at most {max} (with a {}-byte key)",
                 tuple.len(),

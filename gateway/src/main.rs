@@ -263,7 +263,7 @@ where
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(100));
         ticks += 1;
-        if ticks % 100 == 0 {
+        if ticks.is_multiple_of(100) {
             let total = totals(&exports);
             if total != last {
                 tracing::info!("counters: {total}");

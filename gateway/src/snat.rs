@@ -209,7 +209,7 @@ impl SnatPorts {
     #[inline]
     pub fn free(&mut self, address: usize, protocol: u8, port: u16) {
         let Some(p) = protocol_index(protocol) else { return };
-        if port < self.first || (port - self.first) % self.stride != 0 {
+        if port < self.first || !(port - self.first).is_multiple_of(self.stride) {
             return;
         }
         let i = usize::from((port - self.first) / self.stride);

@@ -187,6 +187,21 @@ impl Objects {
         o
     }
 
+    /// Objects a kube-apiserver accepts (or accepted before `StrictIPCIDRValidation`, and
+    /// still stores) that a proxy must serve in part: an EndpointSlice with ports 0 and
+    /// 70000 among valid ones and an endpoint that is not an IP, a Node whose
+    /// `status.addresses` holds a host name as an InternalIP, legacy leading-zero IPv4
+    /// values (`010.070.000.241`, `203.0.113.011`, `010.0.0.0/8`) in slice addresses,
+    /// externalIPs, load-balancer IPs, source ranges and node addresses, an unreadable
+    /// source range, and externalIPs that can never be VIPs (loopback, unspecified,
+    /// multicast, broadcast). `fixtures/accepted-but-odd.json`, a `v1` `List` of the same
+    /// objects as torii-control's `tests/fixtures/compile/smallest-unit` manifests.
+    pub fn accepted_but_odd() -> Self {
+        let mut o = Self::new();
+        o.add_json(include_str!("../fixtures/accepted-but-odd.json")).expect("the fixture is valid JSON");
+        o
+    }
+
     /// The objects, in order.
     pub fn objects(&self) -> &[Value] {
         &self.objects

@@ -215,7 +215,7 @@ impl StateRegion {
     }
 
     fn atomic(&self, offset: usize) -> &AtomicU64 {
-        debug_assert!(offset % 8 == 0 && offset + 8 <= STATE_LEN);
+        debug_assert!(offset.is_multiple_of(8) && offset + 8 <= STATE_LEN);
         // SAFETY: the mapping is STATE_LEN bytes long, page-aligned and lives as long as
         // `self`; `offset` is a multiple of 8 inside it (all callers use the constants
         // above), so the pointer is valid and aligned for an AtomicU64. The memory is

@@ -796,6 +796,7 @@ mod tests {
                 1 => NodePortAddresses::Cidrs(vec![IpCidr::parse("10.0.0.0/8").unwrap()]),
                 _ => NodePortAddresses::All,
             },
+            snat_addresses: if rng.chance(30) { vec!["10.0.0.1".parse().unwrap()] } else { Vec::new() },
         }
     }
 

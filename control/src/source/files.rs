@@ -18,8 +18,17 @@
 //! and line), the object and the field; everything else is still loaded. Only a directory
 //! that cannot be listed fails the load as a whole.
 //!
+//! Hostile or mistaken input costs bounded time and memory ([`Limits`]): parsing is
+//! linear in a file's size (documents are slices of the file; parser line numbers are
+//! translated, not padded for), a file larger than [`Limits::max_file_bytes`] is skipped
+//! unread, and a document nested deeper than [`Limits::max_depth`] is skipped before the
+//! parser sees it ([`nesting_depth`]). An object defined twice (same kind, namespace and
+//! name, in one file or two) is served from its first definition in file-name and then
+//! document order; each later one is skipped with an error naming both places.
+//!
 //! [`DirWatch`] watches the directory with inotify (through `notify`), waits for a quiet
-//! period after a burst of changes, then reloads the whole directory and hands the new
+//! period after a burst of changes, then reloads the directory — parsing again only the
+//! files whose size, times or inode changed ([`FileCache`]) — and hands the new
 //! snapshot over. Editors that save by writing a temporary file and renaming it over the
 //! original, and Kubernetes ConfigMap volumes (which swap a `..data` symlink), are seen
 //! like any other change. If the directory itself disappears, the watch reports the
@@ -62,12 +71,107 @@ pub fn is_manifest_name(name: &OsStr) -> bool {
     MANIFEST_EXTENSIONS.iter().any(|e| e.eq_ignore_ascii_case(ext))
 }
 
-/// Loads every manifest file of `dir` (see the module documentation).
+/// Defaults of [`Limits`]: 64 MiB per file, 64 levels of nesting.
+pub const DEFAULT_MAX_FILE_BYTES: u64 = 64 << 20;
+
+/// See [`DEFAULT_MAX_FILE_BYTES`]. Kubernetes objects nest about 10 levels deep (15 with
+/// `managedFields`); serde_yaml_ng and serde_json give up at 128.
+pub const DEFAULT_MAX_DEPTH: usize = 64;
+
+/// What the manifests source refuses to parse, so that one hostile or mistaken file costs
+/// bounded time and memory (command line: `--max-manifest-bytes`, `--max-manifest-depth`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// A larger file is skipped unread ([`SourceError::TooLarge`]).
+    pub max_file_bytes: u64,
+    /// A document nested deeper (mappings, sequences and flow collections inside each
+    /// other) is skipped before it is parsed ([`SourceError::TooDeep`]).
+    pub max_depth: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self { max_file_bytes: DEFAULT_MAX_FILE_BYTES, max_depth: DEFAULT_MAX_DEPTH }
+    }
+}
+
+/// What identifies one version of a file without reading it: device, inode, size,
+/// modification and status-change times (a rename over it, a ConfigMap's symlink swap and
+/// an in-place write all change one of them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime_ns: i128,
+    ctime_ns: i128,
+}
+
+impl Stamp {
+    fn of(m: &std::fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt as _;
+        let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
+        Self {
+            dev: m.dev(),
+            ino: m.ino(),
+            len: m.len(),
+            mtime_ns: ns(m.mtime(), m.mtime_nsec()),
+            ctime_ns: ns(m.ctime(), m.ctime_nsec()),
+        }
+    }
+}
+
+/// The parsed manifests files of a directory, so that a reload parses only the files that
+/// changed ([`load_dir_cached`]; [`DirWatch`] keeps one).
+#[derive(Debug)]
+pub struct FileCache {
+    files: std::collections::HashMap<PathBuf, (Stamp, Limits, Loaded)>,
+    parsed: u64,
+    /// Keep what was parsed (a watch); `false` for a one-shot load, which then moves the
+    /// objects out instead of copying them.
+    retain: bool,
+}
+
+impl Default for FileCache {
+    fn default() -> Self {
+        Self { files: std::collections::HashMap::new(), parsed: 0, retain: true }
+    }
+}
+
+impl FileCache {
+    /// A cache that keeps nothing: for loading a directory once ([`load_dir`]).
+    pub fn one_shot() -> Self {
+        Self { retain: false, ..Self::default() }
+    }
+
+    /// Files parsed so far (the others were reused).
+    pub fn parsed_files(&self) -> u64 {
+        self.parsed
+    }
+}
+
+/// Loads every manifest file of `dir` (see the module documentation) with the default
+/// [`Limits`].
 ///
 /// # Errors
 /// [`SourceError::ReadDir`] when the directory cannot be listed. Everything else that
 /// goes wrong is reported in [`Loaded::errors`] and skipped.
 pub fn load_dir(dir: &Path) -> Result<Loaded, SourceError> {
+    load_dir_cached(dir, &Limits::default(), &mut FileCache::one_shot())
+}
+
+/// [`load_dir`] with `limits`, parsing only the files that are not in `cache` as they are
+/// now (and updating it).
+///
+/// A (kind, namespace, name) defined in more than one place is served from the first, in
+/// file-name order and then document order; every later definition is skipped with a
+/// [`SourceError::Duplicate`] naming both places. The winner is thus the same whatever
+/// order the files were written in, and never a silent one.
+///
+/// # Errors
+/// [`SourceError::ReadDir`] when the directory cannot be listed. Everything else that
+/// goes wrong is reported in [`Loaded::errors`] and skipped.
+pub fn load_dir_cached(dir: &Path, limits: &Limits, cache: &mut FileCache) -> Result<Loaded, SourceError> {
     let read_dir_err = |source| SourceError::ReadDir { dir: dir.to_owned(), source };
     let mut paths = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(read_dir_err)? {
@@ -78,47 +182,128 @@ pub fn load_dir(dir: &Path) -> Result<Loaded, SourceError> {
     }
     paths.sort();
     let mut loaded = Loaded::default();
+    let mut present = std::collections::HashSet::with_capacity(paths.len());
     for path in paths {
         // Follows symlinks: a dangling one is reported, a directory named *.yaml is not a file.
-        match std::fs::metadata(&path) {
+        let stamp = match std::fs::metadata(&path) {
             Ok(m) if !m.is_file() => continue,
-            Ok(_) => {}
+            Ok(m) => Stamp::of(&m),
             Err(source) => {
                 loaded.errors.push(SourceError::ReadFile { path, source });
                 continue;
             }
+        };
+        if stamp.len > limits.max_file_bytes {
+            loaded.errors.push(SourceError::TooLarge { path, bytes: stamp.len, limit: limits.max_file_bytes });
+            continue;
+        }
+        present.insert(path.clone());
+        if let Some((s, l, file)) = cache.files.get(&path) {
+            if *s == stamp && l == limits {
+                append_copy(&mut loaded, file);
+                continue;
+            }
         }
         match std::fs::read_to_string(&path) {
-            Ok(text) => parse_manifests(&path, &text, &mut loaded),
-            Err(source) => loaded.errors.push(SourceError::ReadFile { path, source }),
+            Ok(text) => {
+                let mut file = Loaded::default();
+                parse_manifests_with(&path, &text, limits, &mut file);
+                cache.parsed += 1;
+                if cache.retain {
+                    append_copy(&mut loaded, &file);
+                    cache.files.insert(path, (stamp, *limits, file));
+                } else {
+                    loaded.objects.append(&mut file.objects);
+                    loaded.locations.append(&mut file.locations);
+                    loaded.errors.append(&mut file.errors);
+                }
+            }
+            Err(source) => {
+                cache.files.remove(&path);
+                loaded.errors.push(SourceError::ReadFile { path, source });
+            }
         }
     }
+    cache.files.retain(|p, _| present.contains(p));
+    drop_duplicates(&mut loaded);
     Ok(loaded)
 }
 
+/// Appends a copy of one cached file's objects, locations and errors.
+fn append_copy(out: &mut Loaded, file: &Loaded) {
+    out.objects.extend(file.objects.iter().cloned());
+    out.locations.extend(file.locations.iter().cloned());
+    out.errors.extend(file.errors.iter().filter_map(SourceError::try_clone));
+}
+
+/// Removes every definition of an object after its first, with an error naming both.
+fn drop_duplicates(loaded: &mut Loaded) {
+    let mut first: std::collections::HashMap<crate::model::ObjectRef, usize> =
+        std::collections::HashMap::with_capacity(loaded.objects.len());
+    let mut keep = vec![true; loaded.objects.len()];
+    for (i, o) in loaded.objects.iter().enumerate() {
+        let r = o.object_ref();
+        if r.name.is_empty() {
+            continue; // unnamed: the model reports it
+        }
+        if let Some(&j) = first.get(&r) {
+            keep[i] = false;
+            loaded.errors.push(SourceError::Duplicate {
+                location: Box::new(loaded.locations[i].clone()),
+                object: r.to_string(),
+                first: Box::new(loaded.locations[j].clone()),
+            });
+        } else {
+            first.insert(r, i);
+        }
+    }
+    if keep.iter().all(|&k| k) {
+        return;
+    }
+    let mut k = keep.iter();
+    loaded.objects.retain(|_| *k.next().unwrap_or(&true));
+    let mut k = keep.iter();
+    loaded.locations.retain(|_| *k.next().unwrap_or(&true));
+}
+
 /// Parses the text of one manifests file into `out`; `path` names it in errors and its
-/// ending chooses the format (`.json`: JSON, anything else: YAML).
+/// ending chooses the format (`.json`: JSON, anything else: YAML). Default [`Limits`].
 pub fn parse_manifests(path: &Path, text: &str, out: &mut Loaded) {
+    parse_manifests_with(path, text, &Limits::default(), out);
+}
+
+/// [`parse_manifests`] with `limits` (only [`Limits::max_depth`] applies to text).
+/// Linear in the size of `text`.
+pub fn parse_manifests_with(path: &Path, text: &str, limits: &Limits, out: &mut Loaded) {
     let is_json = path.extension().and_then(OsStr::to_str).is_some_and(|e| e.eq_ignore_ascii_case("json"));
     if is_json {
-        parse_json(path, text, out);
+        parse_json(path, text, limits, out);
     } else {
-        parse_yaml(path, text, out);
+        parse_yaml(path, text, limits, out);
     }
 }
 
-fn parse_json(path: &Path, text: &str, out: &mut Loaded) {
-    let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
+fn parse_json(path: &Path, text: &str, limits: &Limits, out: &mut Loaded) {
+    let depth = nesting_depth(text, limits.max_depth);
+    if depth > limits.max_depth {
+        let location = DocumentLocation { path: path.to_owned(), document: 1, line: 1, item: None };
+        out.errors.push(SourceError::TooDeep { location: Box::new(location), limit: limits.max_depth });
+        return;
+    }
+    let mut stream = serde_json::Deserializer::from_str(text).into_iter::<UniqueKeys>();
     let mut document = 0;
+    // Lines are counted incrementally: each byte of `text` is looked at once.
+    let (mut counted, mut line) = (0, 1);
     loop {
         let start = stream.byte_offset();
         let start = start + text[start..].len() - text[start..].trim_start().len();
-        let line = text[..start].matches('\n').count() + 1;
+        line += newline_count(&text.as_bytes()[counted..start]);
+        counted = start;
         let Some(res) = stream.next() else { break };
         document += 1;
         let location = DocumentLocation { path: path.to_owned(), document, line, item: None };
         match res {
-            Ok(value) => handle_document(value, &location, out),
+            Ok(UniqueKeys(value)) => handle_document(value, &location, out),
             Err(e) => {
                 out.errors.push(SourceError::Syntax {
                     location: Box::new(location),
@@ -131,12 +316,18 @@ fn parse_json(path: &Path, text: &str, out: &mut Loaded) {
     }
 }
 
+/// Number of newlines in `bytes`.
+fn newline_count(bytes: &[u8]) -> usize {
+    bytes.iter().filter(|&&b| b == b'\n').count()
+}
+
 /// Splits YAML text at document markers (`---` and `...` at the start of a line, which
 /// YAML reserves for that wherever they appear), so that one malformed document does not
 /// take the following ones with it. Returns, for every document that has content, the
-/// line of its first content line (for messages) and its text, padded with the newlines
-/// before it so that the parser's line numbers are the file's.
-fn split_yaml_documents(text: &str) -> Vec<(usize, String)> {
+/// file line of its first content line (for messages), the file line its text starts at
+/// (to translate the parser's line numbers), and its text. Linear in the size of `text`:
+/// each document is a slice of it, except where content follows a `---` on the same line.
+fn split_yaml_documents(text: &str) -> Vec<(usize, usize, std::borrow::Cow<'_, str>)> {
     fn is_marker(line: &str, m: &str) -> bool {
         line.strip_prefix(m).is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '\t']))
     }
@@ -148,44 +339,304 @@ fn split_yaml_documents(text: &str) -> Vec<(usize, String)> {
         })
     }
     let mut docs = Vec::new();
-    let mut current = String::new();
-    let mut start = 1;
-    let mut flush = |current: &mut String, start: usize| {
-        if let Some(first) = first_content(current) {
-            docs.push((start + first, "\n".repeat(start - 1) + current));
+    // The current document: text[from..to], starting at file line `start`; `head` holds
+    // a `---` line's own content (columns kept) when there is some.
+    let (mut from, mut to, mut start) = (0, 0, 1);
+    let mut head: Option<String> = None;
+    let mut flush = |head: &mut Option<String>, from: usize, to: usize, start: usize| {
+        let body = &text[from..to];
+        let doc: std::borrow::Cow<'_, str> = match head.take() {
+            Some(h) => (h + body).into(),
+            None => body.into(),
+        };
+        if let Some(first) = first_content(&doc) {
+            docs.push((start + first, start, doc));
         }
-        current.clear();
     };
+    let mut offset = 0;
     for (i, raw) in text.split_inclusive('\n').enumerate() {
         let line = raw.trim_end_matches(['\n', '\r']);
+        let next = offset + raw.len();
         if is_marker(line, "---") {
-            flush(&mut current, start);
+            flush(&mut head, from, to, start);
             start = i + 1;
-            // Content may follow the marker on the same line (`--- {a: 1}`); keep its columns.
-            current.push_str("   ");
-            current.push_str(&raw[3..]);
+            // The document's text starts on the marker's line: content may follow the
+            // marker there (`--- {a: 1}`), its columns kept.
+            head = Some(format!("   {}", &raw[3..]));
+            (from, to) = (next, next);
         } else if is_marker(line, "...") {
-            flush(&mut current, start);
+            flush(&mut head, from, to, start);
             start = i + 2;
+            (from, to) = (next, next);
         } else {
-            current.push_str(raw);
+            to = next;
         }
+        offset = next;
     }
-    flush(&mut current, start);
+    flush(&mut head, from, to, start);
     docs
 }
 
-fn parse_yaml(path: &Path, text: &str, out: &mut Loaded) {
-    for (i, (line, doc)) in split_yaml_documents(text).into_iter().enumerate() {
+/// Rewrites the `line N` positions of a parser message about a document that starts at
+/// file line `start` into file lines.
+fn shift_lines(message: &str, start: usize) -> String {
+    if start <= 1 {
+        return message.to_owned();
+    }
+    let mut out = String::with_capacity(message.len() + 8);
+    let mut rest = message;
+    while let Some(i) = rest.find("line ") {
+        let (before, after) = rest.split_at(i + 5);
+        out.push_str(before);
+        let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+        match after[..digits].parse::<usize>() {
+            Ok(n) => out.push_str(&(n + start - 1).to_string()),
+            Err(_) => out.push_str(&after[..digits]),
+        }
+        rest = &after[digits..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// An upper estimate of how deeply the collections of a YAML (or JSON) document nest,
+/// found in one pass over its text without parsing it; stops counting once past `limit`.
+///
+/// Block collections count by indentation (each line indented deeper than the lines it
+/// belongs to opens one level, a compact `- ` entry another), flow collections by their
+/// brackets outside quoted scalars, and block scalars (`|`, `>`) not at all. A bracket
+/// inside a plain block scalar (`command: echo [x]`) is not a flow collection and is not
+/// counted. This guards the parser, whose cost on a deeply nested document is far from
+/// linear; the parser itself still decides what is valid.
+pub fn nesting_depth(doc: &str, limit: usize) -> usize {
+    let mut max = 0;
+    let mut indents: Vec<usize> = Vec::new();
+    let mut flow = 0_usize;
+    let mut quote: Option<u8> = None;
+    let mut block_scalar: Option<usize> = None;
+    // The level of the collection the current flow collections are inside.
+    let mut base = 0;
+    for line in doc.lines() {
+        let b = line.as_bytes();
+        let indent = b.iter().take_while(|&&c| c == b' ').count();
+        if let Some(i) = block_scalar {
+            if indent > i || line.trim().is_empty() {
+                continue;
+            }
+            block_scalar = None;
+        }
+        let mut pos = indent;
+        if flow == 0 && quote.is_none() {
+            let content = line[indent..].trim_end();
+            if content.is_empty() || content.starts_with('#') {
+                continue;
+            }
+            while indents.last().is_some_and(|&t| t >= indent) {
+                indents.pop();
+            }
+            indents.push(indent);
+            let mut dashes = 0;
+            while pos < b.len() && b[pos] == b'-' && (pos + 1 == b.len() || b[pos + 1] == b' ') {
+                dashes += 1;
+                pos += 1;
+                while pos < b.len() && b[pos] == b' ' {
+                    pos += 1;
+                }
+            }
+            // Each `- ` is a sequence: the first at this line's level, the others nested.
+            base = indents.len() - 1 + dashes;
+            if dashes > 0 {
+                max = max.max(base);
+            }
+            // Where the value of this line starts: right here, or after `key: ` (a
+            // mapping one level inside); a line of a plain scalar opens nothing.
+            let here = &line[pos..];
+            let starts_value = |s: &str| s.starts_with(['[', '{', '"', '\'', '|', '>', '!', '&']);
+            if !starts_value(here) {
+                let Some(colon) = find_key_end(here) else { continue };
+                pos += colon + 1;
+                while pos < b.len() && b[pos] == b' ' {
+                    pos += 1;
+                }
+                base += 1;
+                max = max.max(base);
+            }
+            // Tags and anchors before the value.
+            while pos < b.len() && (b[pos] == b'!' || b[pos] == b'&') {
+                while pos < b.len() && b[pos] != b' ' {
+                    pos += 1;
+                }
+                while pos < b.len() && b[pos] == b' ' {
+                    pos += 1;
+                }
+            }
+            match b.get(pos) {
+                Some(b'|' | b'>') => {
+                    block_scalar = Some(indent);
+                    continue;
+                }
+                Some(b'[' | b'{' | b'"' | b'\'') => {}
+                _ => continue, // a plain scalar, or nothing: the value is on later lines
+            }
+        }
+        let mut prev = b' ';
+        let mut i = pos;
+        while i < b.len() {
+            let c = b[i];
+            if let Some(q) = quote {
+                if q == b'"' && c == b'\\' {
+                    i += 2;
+                    continue;
+                }
+                if c == q {
+                    if q == b'\'' && b.get(i + 1) == Some(&b'\'') {
+                        i += 2;
+                        continue;
+                    }
+                    quote = None;
+                }
+                prev = c;
+                i += 1;
+                continue;
+            }
+            match c {
+                b'"' | b'\'' if matches!(prev, b' ' | b'\t' | b'[' | b'{' | b',' | b':') => quote = Some(c),
+                b'[' | b'{' => {
+                    flow += 1;
+                    max = max.max(base + flow);
+                    if max > limit {
+                        return max;
+                    }
+                }
+                b']' | b'}' => flow = flow.saturating_sub(1),
+                b'#' if matches!(prev, b' ' | b'\t') => break,
+                _ => {}
+            }
+            prev = c;
+            i += 1;
+        }
+        if max > limit {
+            return max;
+        }
+    }
+    max
+}
+
+/// The index of the `:` that ends a block mapping key on this line (followed by a space,
+/// a tab or the end of the line), skipping a quoted key.
+fn find_key_end(s: &str) -> Option<usize> {
+    let b = s.as_bytes();
+    let mut i = 0;
+    if let Some(&q @ (b'"' | b'\'')) = b.first() {
+        i = 1 + s[1..].find(q as char)? + 1;
+    }
+    while i < b.len() {
+        if b[i] == b':' && (i + 1 == b.len() || matches!(b[i + 1], b' ' | b'\t')) {
+            return Some(i);
+        }
+        if b[i] == b'#' && i > 0 && b[i - 1] == b' ' {
+            return None;
+        }
+        i += 1;
+    }
+    None
+}
+
+fn parse_yaml(path: &Path, text: &str, limits: &Limits, out: &mut Loaded) {
+    for (i, (line, start, doc)) in split_yaml_documents(text).into_iter().enumerate() {
         let location = DocumentLocation { path: path.to_owned(), document: i + 1, line, item: None };
-        match serde_yaml_ng::from_str::<Value>(&doc) {
-            Ok(value) => handle_document(value, &location, out),
+        if nesting_depth(&doc, limits.max_depth) > limits.max_depth {
+            out.errors.push(SourceError::TooDeep { location: Box::new(location), limit: limits.max_depth });
+            continue;
+        }
+        match serde_yaml_ng::from_str::<UniqueKeys>(&doc) {
+            Ok(UniqueKeys(value)) => handle_document(value, &location, out),
             Err(e) => out.errors.push(SourceError::Syntax {
                 location: Box::new(location),
                 format: "YAML",
-                message: e.to_string(),
+                message: shift_lines(&e.to_string(), start),
             }),
         }
+    }
+}
+
+/// A document's value, read so that a mapping with the same key twice is an error (the
+/// document is skipped) rather than silently the last value: the API server refuses such
+/// JSON too (strict decoding, "duplicate field"), and in a manifest it is most often an
+/// edit gone wrong, e.g. two `ports:` of which one would be lost.
+struct UniqueKeys(Value);
+
+impl<'de> serde::Deserialize<'de> for UniqueKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(UniqueKeysVisitor).map(UniqueKeys)
+    }
+}
+
+struct UniqueKeysVisitor;
+
+impl<'de> serde::de::Visitor<'de> for UniqueKeysVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a YAML or JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        serde::Deserialize::deserialize(d).map(|UniqueKeys(v)| v)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
+        while let Some(UniqueKeys(v)) = seq.next_element()? {
+            items.push(v);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut object = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if object.contains_key(&key) {
+                return Err(serde::de::Error::custom(format_args!(
+                    "duplicate key {key:?} in one mapping; remove one of them"
+                )));
+            }
+            let UniqueKeys(v) = map.next_value()?;
+            object.insert(key, v);
+        }
+        Ok(Value::Object(object))
     }
 }
 
@@ -378,6 +829,15 @@ impl DirWatch {
     /// [`SourceError::ReadDir`] when `dir` cannot be listed, [`SourceError::Watch`] when
     /// the inotify watch cannot be set up.
     pub fn start(dir: impl Into<PathBuf>, quiet: Duration) -> Result<Self, SourceError> {
+        Self::start_with(dir, quiet, Limits::default())
+    }
+
+    /// [`DirWatch::start`] with `limits`. Each reload parses only the files that changed
+    /// since the previous one ([`FileCache`]).
+    ///
+    /// # Errors
+    /// As [`DirWatch::start`].
+    pub fn start_with(dir: impl Into<PathBuf>, quiet: Duration, limits: Limits) -> Result<Self, SourceError> {
         let dir = dir.into();
         std::fs::read_dir(&dir).map_err(|source| SourceError::ReadDir { dir: dir.clone(), source })?;
         let (ev_tx, ev_rx) = mpsc::unbounded_channel();
@@ -389,7 +849,7 @@ impl DirWatch {
         .map_err(watch_err)?;
         watcher.watch(&dir, RecursiveMode::NonRecursive).map_err(watch_err)?;
         let (tx, rx) = mpsc::channel(1);
-        let task = tokio::spawn(run_watch(dir, quiet, watcher, ev_rx, tx));
+        let task = tokio::spawn(run_watch(dir, quiet, limits, watcher, ev_rx, tx));
         Ok(Self { rx, task })
     }
 
@@ -450,10 +910,19 @@ fn triage(res: &notify::Result<Event>, dir: &Path) -> Triage {
     t
 }
 
-async fn reload(dir: &Path) -> Result<Loaded, SourceError> {
+async fn reload(dir: &Path, limits: Limits, cache: &mut FileCache) -> Result<Loaded, SourceError> {
     let d = dir.to_owned();
-    match tokio::task::spawn_blocking(move || load_dir(&d)).await {
-        Ok(res) => res,
+    let mut c = std::mem::take(cache);
+    match tokio::task::spawn_blocking(move || {
+        let res = load_dir_cached(&d, &limits, &mut c);
+        (res, c)
+    })
+    .await
+    {
+        Ok((res, c)) => {
+            *cache = c;
+            res
+        }
         Err(e) => Err(SourceError::ReadDir { dir: dir.to_owned(), source: std::io::Error::other(e.to_string()) }),
     }
 }
@@ -461,12 +930,14 @@ async fn reload(dir: &Path) -> Result<Loaded, SourceError> {
 async fn run_watch(
     dir: PathBuf,
     quiet: Duration,
+    limits: Limits,
     mut watcher: notify::RecommendedWatcher,
     mut events: mpsc::UnboundedReceiver<notify::Result<Event>>,
     out: mpsc::Sender<Result<Loaded, SourceError>>,
 ) {
     let mut attached = true;
     let mut first = true;
+    let mut cache = FileCache::default();
     loop {
         if first {
             first = false;
@@ -507,7 +978,7 @@ async fn run_watch(
             tracing::info!(dir = %dir.display(), "manifests directory is back; watching it again");
             while events.try_recv().is_ok() {}
         }
-        let res = reload(&dir).await;
+        let res = reload(&dir, limits, &mut cache).await;
         if let Err(SourceError::ReadDir { .. }) = &res {
             if attached {
                 let _ = watcher.unwatch(&dir);
@@ -573,7 +1044,9 @@ metadata: {name: ignored}
         let docs = split_yaml_documents(MULTI);
         let starts: Vec<usize> = docs.iter().map(|d| d.0).collect();
         assert_eq!(starts, [3, 10, 16, 18]);
-        assert_eq!(docs[1].1.lines().nth(9), Some("apiVersion: discovery.k8s.io/v1"));
+        // The document's text starts at file line `.1` (its `---`), unpadded.
+        assert_eq!(docs[1].1, 9);
+        assert_eq!(docs[1].2.lines().nth(10 - 9), Some("apiVersion: discovery.k8s.io/v1"));
     }
 
     #[test]
@@ -768,5 +1241,194 @@ metadata: {name: versionless}
         next_with(&mut w, &["Node a"]).await;
         std::fs::write(p.join("b.yaml"), node("b")).unwrap();
         next_with(&mut w, &["Node a", "Node b"]).await;
+    }
+}
+
+#[cfg(test)]
+mod limits_tests {
+    use std::time::Instant;
+
+    use super::*;
+
+    fn errors(l: &Loaded) -> Vec<String> {
+        l.errors.iter().map(ToString::to_string).collect()
+    }
+
+    /// `n` small Services in one YAML file, about 130 bytes each.
+    fn many_services(n: usize) -> String {
+        let mut s = String::with_capacity(n * 140);
+        for i in 0..n {
+            s.push_str(&format!(
+                "---\napiVersion: v1\nkind: Service\nmetadata: {{name: s{i}, namespace: scale}}\nspec: {{ports: [{{port: 80}}]}}\n"
+            ));
+        }
+        s
+    }
+
+    /// Peak resident memory of this process so far, in KiB (`VmHWM`).
+    fn peak_rss_kib() -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap_or("VmHWM: 0 kB");
+        line.split_whitespace().nth(1).and_then(|n| n.parse().ok()).unwrap_or(0)
+    }
+
+    /// Issue 17: parsing is linear. 10 × the documents in one file must cost about 10 × the
+    /// time (a quadratic parser costs 100 ×), and 100 000 documents in one file must fit
+    /// in 500 MB (debug build; this test's own share of the process's peak).
+    #[test]
+    fn one_file_of_many_documents_parses_in_linear_time_and_bounded_memory() {
+        let time = |n: usize| {
+            let text = many_services(n);
+            let t = Instant::now();
+            let mut out = Loaded::default();
+            parse_manifests(Path::new("scale.yaml"), &text, &mut out);
+            let elapsed = t.elapsed();
+            assert_eq!((out.objects.len(), out.errors.len()), (n, 0));
+            assert_eq!(out.locations[n - 1].line, 5 * n - 3);
+            elapsed
+        };
+        let before = peak_rss_kib();
+        let small = time(10_000);
+        let large = time(100_000);
+        let grown_mib = peak_rss_kib().saturating_sub(before) / 1024;
+        let ratio = large.as_secs_f64() / small.as_secs_f64();
+        eprintln!("10 k documents: {small:?}, 100 k: {large:?} (× {ratio:.1}); peak RSS grew {grown_mib} MiB");
+        assert!(ratio < 25.0, "100 k documents took {ratio:.1} × the time of 10 k: not linear");
+        assert!(grown_mib < 500, "100 k documents took {grown_mib} MiB");
+    }
+
+    #[test]
+    fn deep_documents_are_refused_at_the_configured_depth_before_parsing() {
+        let limits = Limits { max_depth: 20, ..Limits::default() };
+        let parse = |text: &str, name: &str| {
+            let mut out = Loaded::default();
+            parse_manifests_with(Path::new(name), text, &limits, &mut out);
+            out
+        };
+        // 200 000 levels of flow sequences (400 KB): refused at once.
+        let deep = format!("a: {}{}\n", "[".repeat(200_000), "]".repeat(200_000));
+        let t = Instant::now();
+        let out = parse(&deep, "deep.yaml");
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        assert_eq!(errors(&out), ["deep.yaml:1: document 1: nested more than 20 levels deep; document skipped (no Kubernetes object nests so deep; raise --max-manifest-depth if this one must)"]);
+        let out = parse(&format!("{}{}", "[".repeat(200_000), "]".repeat(200_000)), "deep.json");
+        assert!(errors(&out)[0].starts_with("deep.json:1: document 1: nested more than 20 levels deep"));
+
+        // Block nesting: 20 levels pass, 21 are refused; the next document is still read.
+        let block = |levels: usize| {
+            let mut s = String::new();
+            for i in 0..levels {
+                s.push_str(&format!("{}k{i}:\n", " ".repeat(i)));
+            }
+            s.push_str(&format!("{}v\n---\napiVersion: v1\nkind: Node\nmetadata: {{name: n}}\n", " ".repeat(levels)));
+            s
+        };
+        let ok = parse(&block(20), "b.yaml");
+        assert_eq!(ok.errors.len(), 1, "{:?}", errors(&ok));
+        assert!(errors(&ok)[0].contains("kind: missing"), "parsed: {:?}", errors(&ok));
+        let refused = parse(&block(21), "b.yaml");
+        assert_eq!(errors(&refused).len(), 1, "{:?}", errors(&refused));
+        assert!(errors(&refused)[0].starts_with("b.yaml:1: document 1: nested more than 20 levels deep"));
+        assert_eq!(refused.objects.len(), 1, "the next document is served");
+        // Compact sequences and flow collections add up.
+        assert_eq!(nesting_depth("- - - [[a]]\n", 100), 5);
+        assert_eq!(nesting_depth("a: {b: [1, {c: d}]}\n", 100), 4);
+        // Brackets in plain and quoted scalars, comments and block scalars do not count.
+        let scalars = "a: echo [x\nb: \"[[[[\"\nc: '{{{{'\nd: x # [[[[\ne: |\n  [[[[[[\n    {{{{{\nf: it's [\n";
+        assert_eq!(nesting_depth(scalars, 100), 1);
+    }
+
+    #[test]
+    fn duplicate_keys_skip_the_document() {
+        let mut out = Loaded::default();
+        let text = "apiVersion: v1\nkind: Node\nmetadata: {name: a}\nmetadata: {name: b}\n---\napiVersion: v1\nkind: Node\nmetadata: {name: c}\n";
+        parse_manifests(Path::new("d.yaml"), text, &mut out);
+        assert_eq!(out.objects.len(), 1);
+        let e = errors(&out);
+        assert!(
+            e[0].starts_with("d.yaml:1: document 1: not valid YAML: duplicate key \"metadata\" in one mapping"),
+            "{e:?}"
+        );
+        let mut out = Loaded::default();
+        parse_manifests(Path::new("d.json"), r#"{"kind": "Node", "kind": "Service"}"#, &mut out);
+        assert!(errors(&out)[0].contains("duplicate key \"kind\""), "{:?}", errors(&out));
+    }
+
+    #[test]
+    fn a_real_object_with_managed_fields_is_within_the_default_depth() {
+        let text = r#"apiVersion: v1
+kind: Service
+metadata:
+  name: web
+  managedFields:
+  - apiVersion: v1
+    fieldsType: FieldsV1
+    fieldsV1:
+      f:spec:
+        f:ports:
+          .: {}
+          k:{"port":80,"protocol":"TCP"}:
+            .: {}
+            f:name: {}
+spec:
+  ports: [{name: http, port: 80}]
+"#;
+        assert!(nesting_depth(text, DEFAULT_MAX_DEPTH) < 12, "{}", nesting_depth(text, 100));
+        let mut out = Loaded::default();
+        parse_manifests(Path::new("web.yaml"), text, &mut out);
+        assert!(out.errors.is_empty(), "{:?}", errors(&out));
+    }
+
+    #[test]
+    fn large_files_are_skipped_unread_and_only_changed_files_are_parsed_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        let node = |n: &str| format!("apiVersion: v1\nkind: Node\nmetadata: {{name: {n}}}\n");
+        std::fs::write(p.join("a.yaml"), node("a")).unwrap();
+        std::fs::write(p.join("b.yaml"), node("b")).unwrap();
+        std::fs::write(p.join("big.yaml"), "#".repeat(2000)).unwrap();
+        let limits = Limits { max_file_bytes: 1000, ..Limits::default() };
+        let mut cache = FileCache::default();
+        let l = load_dir_cached(p, &limits, &mut cache).unwrap();
+        assert_eq!(l.objects.len(), 2);
+        assert_eq!(
+            errors(&l),
+            [format!(
+                "{}: 2000 bytes, more than the limit of 1000 bytes per manifests file; file skipped (split it, or \
+                 raise --max-manifest-bytes)",
+                p.join("big.yaml").display()
+            )]
+        );
+        assert_eq!(cache.parsed_files(), 2);
+        std::fs::write(p.join("b.yaml"), node("b2")).unwrap();
+        let l = load_dir_cached(p, &limits, &mut cache).unwrap();
+        assert_eq!(cache.parsed_files(), 3, "only b.yaml again");
+        let names: Vec<String> = l.objects.iter().map(|o| o.object_ref().to_string()).collect();
+        assert_eq!(names, ["Node a", "Node b2"]);
+        std::fs::remove_file(p.join("a.yaml")).unwrap();
+        let l = load_dir_cached(p, &limits, &mut cache).unwrap();
+        assert_eq!((l.objects.len(), cache.parsed_files()), (1, 3));
+    }
+
+    #[test]
+    fn a_duplicate_in_an_earlier_file_is_reported_with_both_places() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        let svc = |ip: &str| {
+            format!("apiVersion: v1\nkind: Service\nmetadata: {{name: web, namespace: demo}}\nspec: {{externalIPs: [{ip}]}}\n")
+        };
+        std::fs::write(p.join("web.yaml"), svc("192.0.2.1")).unwrap();
+        std::fs::write(p.join("00-evil.yaml"), format!("---\n{}", svc("192.0.2.66"))).unwrap();
+        let l = load_dir(p).unwrap();
+        assert_eq!(l.objects.len(), 1);
+        assert_eq!(l.locations[0].path, p.join("00-evil.yaml"), "the first in file-name order is served");
+        assert_eq!(
+            errors(&l),
+            [format!(
+                "{d}/web.yaml:1: document 1: Service demo/web: also defined at {d}/00-evil.yaml:2: document 1, \
+                 which is served (the first definition in file-name and document order); this definition skipped",
+                d = p.display()
+            )]
+        );
     }
 }

@@ -6,8 +6,8 @@
 //! [`watcher::Config::any_semantic`]), then a watch from the list's resourceVersion with
 //! bookmarks on, resumed from the last seen resourceVersion when the connection drops or
 //! times out, and a full relist when the server answers 410 Gone. Errors are logged and
-//! retried with kube-runtime's default backoff (client-go's: 0.8 s doubling to 30 s, with
-//! jitter); none is fatal.
+//! retried with client-go's backoff ([`RetryBackoff`]: 0.8 s doubling to 30 s, with
+//! jitter, reset after two minutes without a failure — not on every event); none is fatal.
 //!
 //! What is watched, as kube-proxy does:
 //! - every Service;
@@ -55,7 +55,7 @@ use k8s_openapi::api::discovery::v1 as discovery;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::ListParams;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::runtime::{watcher, WatchStreamExt as _};
+use kube::runtime::watcher;
 use kube::{Api, Client};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
@@ -757,8 +757,38 @@ impl<K: Kind> Tracker<K> {
     }
 }
 
+/// The delay before retrying a failed list or watch: client-go's reflector backoff
+/// (`wait.NewExponentialBackoffManager(800ms, 30s, 2m, 2.0, 1.0)`): 0.8 s doubling, with
+/// up to 100 % jitter, never more than 30 s, back to 0.8 s only after two minutes without
+/// a failure.
+///
+/// kube-runtime's `default_backoff()` stream adapter uses the same schedule but resets it
+/// on every successful item — and the watcher yields one (`Event::Init`) at the start of
+/// every relist attempt, so a list that keeps failing (a 403, an API server that is
+/// down) was retried every 0.8–1.6 s forever. Here only failures and time move it.
+#[derive(Default)]
+pub struct RetryBackoff(watcher::DefaultBackoff);
+
+impl Debug for RetryBackoff {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RetryBackoff")
+    }
+}
+
+impl RetryBackoff {
+    /// The longest delay, jitter included (kube-runtime adds the jitter after capping,
+    /// which gives up to 60 s).
+    pub const MAX: Duration = Duration::from_secs(30);
+
+    /// The delay before the next attempt, after a failure.
+    pub fn after_failure(&mut self) -> Duration {
+        self.0.next().unwrap_or(Self::MAX).min(Self::MAX)
+    }
+}
+
 /// One resource's watcher loop: records changes and trigger times in `shared`
-/// ([`Tracker`]), logs errors (the backoff is in the stream).
+/// ([`Tracker`]), logs errors and waits [`RetryBackoff`] after each before polling the
+/// watcher again (which then resumes the watch or relists).
 async fn run_watch<K: Kind>(
     api: Api<ApiObject<K>>,
     config: watcher::Config,
@@ -767,17 +797,26 @@ async fn run_watch<K: Kind>(
     started: SystemTime,
 ) {
     let resource = RESOURCES[index];
-    let stream = watcher(api, config).default_backoff();
+    let stream = watcher(api, config);
     let mut stream = std::pin::pin!(stream);
     let mut tracker = Tracker::<K>::new(index, started);
+    let mut backoff = RetryBackoff::default();
     while let Some(item) = stream.next().await {
-        match item {
-            Ok(event) => tracker.handle(event, &shared),
-            Err(watcher::Error::WatchError(status)) if status.code == 410 => {
-                tracing::warn!(resource, "watch expired (410 Gone: {}); relisting", status.message);
+        let e = match item {
+            Ok(event) => {
+                tracker.handle(event, &shared);
+                continue;
             }
-            Err(e) => tracing::warn!(resource, "watch failed: {e}; retrying with backoff"),
+            Err(e) => e,
+        };
+        let delay = backoff.after_failure();
+        match e {
+            watcher::Error::WatchError(status) if status.code == 410 => {
+                tracing::warn!(resource, "watch expired (410 Gone: {}); relisting in {delay:.1?}", status.message);
+            }
+            e => tracing::warn!(resource, "watch failed: {e}; retrying in {delay:.1?}"),
         }
+        tokio::time::sleep(delay).await;
     }
 }
 
@@ -840,6 +879,20 @@ pub async fn load(config: &ClusterConfig, node_name: &str) -> Result<Loaded, Sou
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The schedule; the reset after two quiet minutes is kube-runtime's
+    /// `ResetTimerBackoff`, tested there.
+    #[tokio::test]
+    async fn retry_backoff_doubles_to_30_s_with_jitter() {
+        let mut b = RetryBackoff::default();
+        let delays: Vec<f64> = (0..8).map(|_| b.after_failure().as_secs_f64()).collect();
+        // 0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 30, 30 s, each with up to 100 % jitter on top,
+        // capped at 30 s.
+        for (i, d) in delays.iter().enumerate() {
+            let base = (0.8 * 2_f64.powi(i32::try_from(i).unwrap())).min(30.0);
+            assert!(*d >= base - 1e-9 && *d <= (2.0 * base).min(30.0) + 1e-9, "attempt {i}: {d} s ({delays:?})");
+        }
+    }
 
     fn at(secs: u64, nanos: u32) -> SystemTime {
         UNIX_EPOCH + Duration::new(secs, nanos)

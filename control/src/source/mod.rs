@@ -125,6 +125,35 @@ pub enum SourceError {
         #[source]
         source: std::io::Error,
     },
+    /// A file is larger than [`files::Limits::max_file_bytes`]; it is skipped unread.
+    #[error("{}: {bytes} bytes, more than the limit of {limit} bytes per manifests file; file skipped (split it, or raise --max-manifest-bytes)", path.display())]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// Its size.
+        bytes: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// A document nests deeper than [`files::Limits::max_depth`]; it is skipped unparsed.
+    #[error("{location}: nested more than {limit} levels deep; document skipped (no Kubernetes object nests so deep; raise --max-manifest-depth if this one must)")]
+    TooDeep {
+        /// Where.
+        location: Box<DocumentLocation>,
+        /// The limit.
+        limit: usize,
+    },
+    /// An object is defined a second time (same kind, namespace and name); this later
+    /// definition is skipped and the first one served.
+    #[error("{location}: {object}: also defined at {first}, which is served (the first definition in file-name and document order); this definition skipped")]
+    Duplicate {
+        /// Where the skipped definition is.
+        location: Box<DocumentLocation>,
+        /// `kind namespace/name`.
+        object: String,
+        /// Where the served definition is.
+        first: Box<DocumentLocation>,
+    },
     /// A document is not well-formed YAML or JSON; it is skipped.
     #[error("{location}: not valid {format}: {message}; document skipped")]
     Syntax {
@@ -187,6 +216,39 @@ pub enum SourceError {
         #[source]
         source: Box<::kube::Error>,
     },
+}
+
+impl SourceError {
+    /// A copy of an error about a file's content (what [`files::FileCache`] keeps);
+    /// `None` for the others, which carry an I/O or API error and are not cached.
+    pub fn try_clone(&self) -> Option<Self> {
+        Some(match self {
+            Self::TooLarge { path, bytes, limit } => {
+                Self::TooLarge { path: path.clone(), bytes: *bytes, limit: *limit }
+            }
+            Self::TooDeep { location, limit } => Self::TooDeep { location: location.clone(), limit: *limit },
+            Self::Duplicate { location, object, first } => {
+                Self::Duplicate { location: location.clone(), object: object.clone(), first: first.clone() }
+            }
+            Self::Syntax { location, format, message } => {
+                Self::Syntax { location: location.clone(), format, message: message.clone() }
+            }
+            Self::NotAnObject { location, found } => Self::NotAnObject { location: location.clone(), found },
+            Self::Object { location, object, field, message } => Self::Object {
+                location: location.clone(),
+                object: object.clone(),
+                field: field.clone(),
+                message: message.clone(),
+            },
+            Self::ApiObject { object, field, message } => {
+                Self::ApiObject { object: object.clone(), field: field.clone(), message: message.clone() }
+            }
+            Self::KubeConfig { config, message } => {
+                Self::KubeConfig { config: config.clone(), message: message.clone() }
+            }
+            Self::ReadDir { .. } | Self::Watch { .. } | Self::ReadFile { .. } | Self::KubeList { .. } => return None,
+        })
+    }
 }
 
 /// What to do about a failed list.

@@ -134,7 +134,7 @@ impl Layout {
     fn new(cfg: &RingConfig, page: usize) -> Result<Self, String> {
         let block = cfg.block_size as usize;
         let frame = cfg.frame_size as usize;
-        if block == 0 || block % page != 0 {
+        if block == 0 || !block.is_multiple_of(page) {
             return Err(format!("block_size {block} is not a positive multiple of the page size {page}"));
         }
         if cfg.block_count == 0 {
@@ -143,7 +143,7 @@ impl Layout {
         if cfg.block_size.checked_mul(cfg.block_count).is_none() {
             return Err(format!("block_size × block_count ({block} × {}) exceeds 4 GiB", cfg.block_count));
         }
-        if frame % libc::TPACKET_ALIGNMENT != 0 || frame < TX_DATA_OFF + ETH_HLEN || frame > block {
+        if !frame.is_multiple_of(libc::TPACKET_ALIGNMENT) || frame < TX_DATA_OFF + ETH_HLEN || frame > block {
             return Err(format!(
                 "frame_size {frame} must be a multiple of {} in {}..={block}",
                 libc::TPACKET_ALIGNMENT,
@@ -1016,7 +1016,7 @@ mod tests {
         assert!(l.tx_frames_per_block * l.tx_frame_size <= l.tx_block_size);
         let odd = RingConfig { frame_size: 3008, tx_frame_count: 5, ..RingConfig::default() };
         let l = Layout::new(&odd, page).unwrap();
-        assert!(l.tx_frame_count() >= 5 && l.tx_block_size % page == 0);
+        assert!(l.tx_frame_count() >= 5 && l.tx_block_size.is_multiple_of(page));
         for (bad, what) in [
             (RingConfig { block_size: 1000, ..RingConfig::default() }, "block_size"),
             (RingConfig { block_count: 0, ..RingConfig::default() }, "block_count"),
