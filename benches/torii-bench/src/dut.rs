@@ -7,15 +7,16 @@
 //! The device that is not being measured is frozen (SIGSTOP) and thawed (SIGCONT) for
 //! its own trials, so the two never share the forwarding core during a trial. Every
 //! process started here is stopped (SIGTERM, then SIGKILL after 5 s) when its [`Proc`]
-//! is dropped.
+//! is dropped, or killed by the kernel if torii-bench dies first (`PR_SET_PDEATHSIG`).
 
 use std::fs::File;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use rustix::process::{kill_process, Pid, Signal};
+use rustix::process::{kill_process, set_parent_process_death_signal, Pid, Signal};
 
 /// Which memory the DPDK processes use: all of them the same, or vhost-user cannot map
 /// the other side's memory.
@@ -72,6 +73,14 @@ impl Proc {
     pub fn spawn(name: &str, mut cmd: Command, log: &Path) -> Result<Self> {
         let out = File::create(log).with_context(|| format!("create {}", log.display()))?;
         let err = out.try_clone()?;
+        // SAFETY: the closure runs in the forked child before exec and makes one system
+        // call (prctl PR_SET_PDEATHSIG), which is async-signal-safe; it allocates nothing.
+        // A DPDK process left behind would busy-poll a core of a shared machine: if
+        // torii-bench dies without its Drop running (SIGKILL, a timeout), so do they.
+        #[allow(unsafe_code)]
+        unsafe {
+            cmd.pre_exec(|| set_parent_process_death_signal(Some(Signal::KILL)).map_err(std::io::Error::from));
+        }
         let child = cmd
             .stdin(Stdio::piped())
             .stdout(out)
