@@ -377,6 +377,7 @@ fn run(args: &Args) -> Result<bool> {
                         searches[k].0.record(Point {
                             offered_pps: t.offered_pps(),
                             received_pps: t.received_pps(),
+                            forwarded_pps: t.forwarded_pps(),
                             loss_ratio: t.loss_ratio(),
                         });
                         searches[k].1.push(t);

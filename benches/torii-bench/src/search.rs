@@ -5,7 +5,7 @@
 //!
 //! - the first trial offers the maximum rate: if nothing is lost there, the maximum (what
 //!   the generator managed to offer) is the answer for both;
-//! - otherwise the next trial offers the rate that was *received* in the lowest failing
+//! - otherwise the next trial offers the rate the device *carried* in the lowest failing
 //!   trial (CSIT's first guess: a device forwards about what it can), then each trial
 //!   halves the interval between the highest passing and the lowest failing rate, for NDR
 //!   first, then PDR;
@@ -37,6 +37,9 @@ pub struct Point {
     pub offered_pps: f64,
     /// Rate received back, frames/s.
     pub received_pps: f64,
+    /// Rate the device carried, frames/s (one-armed: half the frames it forwarded in
+    /// both directions, so requests whose replies it refused count).
+    pub forwarded_pps: f64,
     /// Lost frames / offered frames.
     pub loss_ratio: f64,
 }
@@ -113,12 +116,12 @@ impl Search {
             if upper <= self.config.min_pps {
                 continue; // nothing passes even at the lowest rate worth trying
             }
-            // First guess after the maximum: what came back in the lowest failing trial.
+            // First guess after the maximum: what the device carried in the lowest failing trial.
             let guess = self
                 .points
                 .iter()
                 .filter(|p| p.offered_pps == upper)
-                .map(|p| p.received_pps * (1.0 - allowed) * 0.99)
+                .map(|p| p.forwarded_pps * (1.0 - allowed) * 0.99)
                 .next()
                 .filter(|&g| b.lower_pps == 0.0 && g > b.lower_pps && g < upper && self.points.len() == 1);
             let rate = guess.unwrap_or((b.lower_pps + upper) / 2.0).max(self.config.min_pps);
@@ -153,7 +156,12 @@ mod tests {
         let mut s = Search::new(config());
         while let Some(rate) = s.next_rate() {
             let received = rate.min(capacity) * (1.0 - floor_loss);
-            s.record(Point { offered_pps: rate, received_pps: received, loss_ratio: 1.0 - received / rate });
+            s.record(Point {
+                offered_pps: rate,
+                received_pps: received,
+                forwarded_pps: received,
+                loss_ratio: 1.0 - received / rate,
+            });
         }
         s
     }
@@ -188,7 +196,12 @@ mod tests {
         c.max_trials = 3;
         let mut s = Search::new(c);
         while let Some(rate) = s.next_rate() {
-            s.record(Point { offered_pps: rate, received_pps: rate / 3.0, loss_ratio: 2.0 / 3.0 });
+            s.record(Point {
+                offered_pps: rate,
+                received_pps: rate / 3.0,
+                forwarded_pps: rate / 3.0,
+                loss_ratio: 2.0 / 3.0,
+            });
         }
         assert_eq!(s.points().len(), 3);
     }

@@ -109,6 +109,12 @@ impl TrialOutcome {
         self.received as f64 / self.duration_s.max(1e-9)
     }
 
+    /// Requests per second the device carried: half the frames it forwarded both ways
+    /// (requests that reached an endpoint plus replies that reached a client).
+    pub fn forwarded_pps(&self) -> f64 {
+        (self.reflected + self.received) as f64 / 2.0 / self.duration_s.max(1e-9)
+    }
+
     /// Lost / offered (0 when nothing was offered).
     pub fn loss_ratio(&self) -> f64 {
         if self.offered == 0 {
