@@ -11,10 +11,13 @@
 //! - [`search`]: the NDR/PDR search (pure);
 //! - [`traffic`]: the generator and sink on a DPDK port;
 //! - [`dut`]: the processes under test;
-//! - [`report`]: the JSON result and the summary table.
+//! - [`report`]: the JSON result and the summary table;
+//! - [`vhost`]: the `net_vhost` side of the link (EAL arguments, ports, ARP answers),
+//!   shared with the virtio integration test's peer.
 
 pub mod dut;
 pub mod plan;
 pub mod report;
 pub mod search;
 pub mod traffic;
+pub mod vhost;

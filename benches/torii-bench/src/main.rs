@@ -19,8 +19,9 @@ use torii_bench::plan::{Dut, Plan};
 use torii_bench::report::{self, DutResult, LatencyResult, Machine, Percentiles, Report, Run, SearchResult};
 use torii_bench::search::{median, Point, Search, SearchConfig};
 use torii_bench::traffic::{Generator, Link, TrialOutcome, TrialSpec};
+use torii_bench::vhost;
 use torii_dpdk::mempool::DEFAULT_DATA_ROOM;
-use torii_dpdk::{Eal, Mempool, Port, PortConfig};
+use torii_dpdk::{Eal, Mempool};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Baseline {
@@ -197,30 +198,16 @@ fn run(args: &Args) -> Result<bool> {
     );
 
     // Our EAL: one lcore, one net_vhost server port per device.
-    let mut eal_args: Vec<String> = vec![
-        "--file-prefix".into(),
-        format!("torii-bench-{pid}"),
-        "-l".into(),
-        args.bench_cpu.to_string(),
-        "--no-pci".into(),
-        "--no-telemetry".into(),
-        "--log-level=*:notice".into(),
-        "--vdev".into(),
-        format!("net_vhost0,iface={},queues=1", socks[0].display()),
-    ];
-    if baseline {
-        eal_args.extend(["--vdev".into(), format!("net_vhost1,iface={},queues=1", socks[1].display())]);
-    }
-    eal_args.extend(memory.eal_args());
-    let eal = Eal::builder().args(eal_args).init().context("EAL")?;
+    let sock_paths: Vec<&std::path::Path> =
+        socks.iter().take(if baseline { 2 } else { 1 }).map(PathBuf::as_path).collect();
+    let eal = Eal::builder()
+        .args(vhost::eal_args(&format!("torii-bench-{pid}"), args.bench_cpu, &sock_paths, memory))
+        .init()
+        .context("EAL")?;
     let _ = std::fs::remove_dir(eal.runtime_dir());
     let pool = Mempool::new(&eal, "bench", 16383, 256, DEFAULT_DATA_ROOM, None).context("mempool")?;
     let open = |name: &str, dut: Dut| -> Result<Link> {
-        let mut port = Port::by_name(&eal, name).with_context(|| format!("port {name}"))?;
-        port.configure(1, 1, &PortConfig::default())?;
-        port.setup_rx_queue(0, 1024, &pool)?;
-        port.setup_tx_queue(0, 1024)?;
-        port.start()?;
+        let port = vhost::open_port(&eal, name, &pool).with_context(|| format!("port {name}"))?;
         Ok(Link::new(dut, port, max_flows)?)
     };
     let mut torii_link = open("net_vhost0", Dut::Torii)?;
@@ -469,7 +456,7 @@ fn wait_link(link: &Link, proc: &mut Proc) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         proc.check_alive()?;
-        if Generator::wait_link(link, Duration::from_millis(200)).is_ok() {
+        if vhost::wait_link(&link.port, Duration::from_millis(200)).is_ok() {
             return Ok(());
         }
         if Instant::now() > deadline {

@@ -13,15 +13,13 @@
 //! one SNAT port per flow for torii) and every reply that reaches a client
 //! ([`plan::check_to_client`]); checksums on one frame in `checksum_every`.
 
-use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use torii_dpdk::{Mbuf, Mempool, Port, RxQueue, TxQueue};
-use torii_gateway::frames::{self, L2};
-use torii_gateway::wire::{ArpOperation, ArpPacket, EtherType, EthernetFrame};
 
 use crate::plan::{self, Dut, Plan, Received};
+use crate::vhost;
 
 const BURST: usize = 32;
 /// Frames kept of the first problems found, for the report.
@@ -193,21 +191,6 @@ impl Generator {
         self.epoch.elapsed().as_nanos() as u64
     }
 
-    /// Waits until the port's link is up (the device under test connected).
-    ///
-    /// # Errors
-    /// When it is not up by `timeout`.
-    pub fn wait_link(link: &Link, timeout: Duration) -> anyhow::Result<()> {
-        let deadline = Instant::now() + timeout;
-        while !link.port.link()?.up {
-            if Instant::now() > deadline {
-                anyhow::bail!("{}: no device connected to {} within {timeout:?}", link.dut.name(), link.port.name());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(())
-    }
-
     /// Runs one trial on `link`: offers frames for `spec.duration`, then keeps receiving
     /// until nothing arrived for 50 ms (at most 1 s). `tick` is called about every 100 ms.
     pub fn trial(&mut self, link: &mut Link, spec: TrialSpec, tick: &mut dyn FnMut(&TrialOutcome)) -> TrialOutcome {
@@ -328,7 +311,7 @@ impl Generator {
                     }
                 }
                 Received::Arp => {
-                    if let Some(reply) = arp_reply(&self.plan, m.data()) {
+                    if let Some(reply) = vhost::arp_reply(m.data(), |ip| self.plan.mac_of(ip)) {
                         arp_replies.push(reply);
                         out.arp_answered += 1;
                     }
@@ -351,26 +334,4 @@ impl Generator {
         }
         n
     }
-}
-
-/// The answer to an ARP request for an address torii-bench plays.
-fn arp_reply(plan: &Plan, frame: &[u8]) -> Option<Vec<u8>> {
-    let eth = EthernetFrame::new_checked(frame).ok()?;
-    if eth.ethertype() != EtherType::Arp {
-        return None;
-    }
-    let arp = ArpPacket::new_checked(eth.payload()).ok()?;
-    if arp.operation() != ArpOperation::Request {
-        return None;
-    }
-    let who: Ipv4Addr = arp.target_protocol_addr();
-    let mac = plan.mac_of(who)?;
-    Some(frames::arp(
-        L2 { src: mac, dst: arp.sender_hardware_addr() },
-        ArpOperation::Reply,
-        mac,
-        who,
-        arp.sender_hardware_addr(),
-        arp.sender_protocol_addr(),
-    ))
 }
