@@ -43,7 +43,7 @@ enum MemoryArg {
 
 /// Line-rate benchmark of torii-gateway: NDR/PDR search, latency, io-fwd baseline.
 #[derive(Debug, Parser)]
-#[command(version, about)]
+#[command(version, about, args_override_self = true)]
 struct Args {
     /// Client flow counts to measure, each a run of its own (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "1000")]
