@@ -22,7 +22,7 @@ use torii_integration::{dpdk_unavailable, output_with_timeout, print_skipped, Bi
 
 /// Flows, rate (client requests/s) and trial length of the smoke run.
 const FLOWS: u64 = 1000;
-const RATE: u64 = 2000;
+const RATE: u64 = 1000;
 const TRIAL_S: u64 = 3;
 
 fn testpmd_installed() -> bool {

@@ -78,6 +78,9 @@ struct Args {
     /// Latency trial's rate as a fraction of NDR.
     #[arg(long, default_value_t = 0.5)]
     latency_fraction: f64,
+    /// First warm-up attempt's rate, requests/s (each further attempt halves it).
+    #[arg(long, default_value_t = 50_000.0)]
+    warmup_pps: f64,
     /// Skip the search: one trial per device at this rate (requests/s), latency recorded.
     #[arg(long)]
     fixed_rate: Option<f64>,
@@ -283,14 +286,18 @@ fn run(args: &Args) -> Result<bool> {
         // Warm-up: every flow's first frames, until a pass over all flows loses none.
         for link in links.iter_mut() {
             duts.select(link.dut)?;
-            let rate = 100_000f64.min(f64::from(plan.flows) * 20.0).max(1000.0);
-            let d = Duration::from_secs_f64((f64::from(plan.flows) / rate).max(0.5));
+            // Each attempt sends only the flows not answered yet, at half the rate of the
+            // one before (a busy machine loses frames at any rate).
+            let mut rate = args.warmup_pps;
             let mut warmup = Vec::new();
             gen.reset_answered();
             for attempt in 1..=WARMUP_ATTEMPTS {
                 pb.set_message(format!("[{} flows] {}: warm-up {attempt}", plan.flows, link.dut.name()));
-                let t = gen
-                    .trial(link, TrialSpec { rate_pps: Some(rate), duration: d, latency: false }, &mut |_| pb.tick());
+                let missing = f64::from(plan.flows - gen.answered());
+                let d = Duration::from_secs_f64((missing / rate).clamp(0.5, 5.0));
+                let spec = TrialSpec { rate_pps: Some(rate), duration: d, latency: false, unanswered_only: true };
+                let t = gen.trial(link, spec, &mut |_| pb.tick());
+                rate = (rate / 2.0).max(1000.0);
                 say(format!(
                     "[{} flows] {} warm-up {attempt}: {} sent, {} back, {} ARP answered; {}/{} flows answered{}",
                     plan.flows,
@@ -482,7 +489,7 @@ fn timed_trial(
         link.dut.name(),
         rate.map_or("max".into(), |r| format!("{:.3}", r / 1e6))
     );
-    gen.trial(link, TrialSpec { rate_pps: rate, duration, latency }, &mut |t| {
+    gen.trial(link, TrialSpec { rate_pps: rate, duration, latency, unanswered_only: false }, &mut |t| {
         pb.set_message(format!(
             "{head} — {:.1}/{:.0} s, {} sent, {} back",
             t.duration_s,

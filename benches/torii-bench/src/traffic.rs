@@ -58,6 +58,9 @@ pub struct TrialSpec {
     pub duration: Duration,
     /// Whether to record every reply's latency.
     pub latency: bool,
+    /// Warm-up: send only flows whose reply has not reached their client yet (since
+    /// [`Generator::reset_answered`]), and stop sending once every flow's has.
+    pub unanswered_only: bool,
 }
 
 /// What a trial measured.
@@ -224,10 +227,19 @@ impl Generator {
                     Some(r) => (now.duration_since(start).as_secs_f64() * r) as u64,
                     None => out.offered + BURST as u64,
                 };
-                let n = due.saturating_sub(out.offered).min(BURST as u64) as usize;
+                let mut n = due.saturating_sub(out.offered).min(BURST as u64) as usize;
+                if spec.unanswered_only && self.answered_count == self.plan.flows {
+                    n = 0;
+                }
                 if n > 0 && self.pool.alloc_bulk(&mut self.tx, n).is_ok() {
                     let ts = self.now_ns();
                     for m in &mut self.tx {
+                        if spec.unanswered_only {
+                            // Bounded: some flow is unanswered (checked above).
+                            while self.answered[self.next_flow as usize] {
+                                self.next_flow = (self.next_flow + 1) % self.plan.flows;
+                            }
+                        }
                         let off = self.next_flow as usize * flen;
                         self.next_flow += 1;
                         if self.next_flow == self.plan.flows {
