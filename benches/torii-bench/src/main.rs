@@ -15,7 +15,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use torii_bench::dut::{self, Memory, Proc};
-use torii_bench::plan::{Dut, Plan};
+use torii_bench::plan::{Dut, Plan, Protocol};
 use torii_bench::report::{self, DutResult, LatencyResult, Machine, Percentiles, Report, Run, SearchResult};
 use torii_bench::search::{median, Point, Search, SearchConfig};
 use torii_bench::traffic::{Generator, Link, TrialOutcome, TrialSpec};
@@ -45,6 +45,10 @@ enum MemoryArg {
 #[derive(Debug, Parser)]
 #[command(version, about, args_override_self = true)]
 struct Args {
+    /// Transport protocols to measure, each a run of its own (comma-separated). TCP flows
+    /// are opened with a handshake through the gateway during the warm-up.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "udp")]
+    protocols: Vec<Protocol>,
     /// Client flow counts to measure, each a run of its own (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "1000")]
     flows: Vec<u32>,
@@ -177,9 +181,9 @@ fn run(args: &Args) -> Result<bool> {
     let started_unix_s = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let max_flows = *args.flows.iter().max().context("--flows is empty")?;
     let plans: Vec<Plan> = args
-        .flows
+        .protocols
         .iter()
-        .map(|&f| Plan::new(f, args.services, args.endpoints, args.frame_size))
+        .flat_map(|&p| args.flows.iter().map(move |&f| Plan::new(p, f, args.services, args.endpoints, args.frame_size)))
         .collect::<Result<_, _>>()?;
     let memory = match args.memory {
         MemoryArg::Auto => Memory::choose(600 << 20),
@@ -224,7 +228,7 @@ fn run(args: &Args) -> Result<bool> {
     )?;
     let gw_eal = if memory == Memory::NoHuge { memory.eal_args() } else { Vec::new() };
     let config = workdir.join("gateway.toml");
-    let biggest = Plan::new(max_flows, args.services, args.endpoints, args.frame_size)?;
+    let biggest = Plan::new(args.protocols[0], max_flows, args.services, args.endpoints, args.frame_size)?;
     std::fs::write(
         &config,
         biggest.gateway_config(
@@ -292,15 +296,15 @@ fn run(args: &Args) -> Result<bool> {
             let mut warmup = Vec::new();
             gen.reset_answered();
             for attempt in 1..=WARMUP_ATTEMPTS {
-                pb.set_message(format!("[{} flows] {}: warm-up {attempt}", plan.flows, link.dut.name()));
+                pb.set_message(format!("[{}] {}: warm-up {attempt}", plan.tag(), link.dut.name()));
                 let missing = f64::from(plan.flows - gen.answered());
                 let d = Duration::from_secs_f64((missing / rate).clamp(0.5, 5.0));
                 let spec = TrialSpec { rate_pps: Some(rate), duration: d, latency: false, unanswered_only: true };
                 let t = gen.trial(link, spec, &mut |_| pb.tick());
                 rate = (rate / 2.0).max(1000.0);
                 say(format!(
-                    "[{} flows] {} warm-up {attempt}: {} sent, {} back, {} ARP answered; {}/{} flows answered{}",
-                    plan.flows,
+                    "[{}] {} warm-up {attempt}: {} sent, {} back, {} ARP answered; {}/{} flows answered{}",
+                    plan.tag(),
                     link.dut.name(),
                     t.offered,
                     t.received,
@@ -317,8 +321,8 @@ fn run(args: &Args) -> Result<bool> {
                 if attempt == WARMUP_ATTEMPTS {
                     all_ok = false;
                     say(format!(
-                        "[{} flows] {}: warm-up FAILED: {} flows never answered",
-                        plan.flows,
+                        "[{}] {}: warm-up FAILED: {} flows never answered",
+                        plan.tag(),
                         link.dut.name(),
                         plan.flows - gen.answered()
                     ));
@@ -413,7 +417,12 @@ fn run(args: &Args) -> Result<bool> {
         }
         drop(links);
         pool = Some(gen.into_pool());
-        runs.push(Run { flows: plan.flows, frame_size: plan.frame_size, duts: results });
+        runs.push(Run {
+            protocol: plan.protocol.name(),
+            flows: plan.flows,
+            frame_size: plan.frame_size,
+            duts: results,
+        });
     }
     pb.finish_and_clear();
     duts.select(Dut::Torii)?;
@@ -430,7 +439,7 @@ fn run(args: &Args) -> Result<bool> {
         machine: Machine::detect(Eal::version()),
         setup: serde_json::json!({
             "topology": "one-armed: torii-bench net_vhost <-> device net_virtio_user",
-            "protocol": "udp", "ip": "ipv4",
+            "protocols": args.protocols.iter().map(|p| p.name()).collect::<Vec<_>>(), "ip": "ipv4",
             "services": args.services, "endpoints": args.endpoints, "frame_size": args.frame_size,
             "memory": memory, "bench_cpu": args.bench_cpu, "dut_cpu": args.dut_cpu,
             "trial_s": args.trial_s, "repeats": args.repeats, "precision": args.precision,
@@ -445,8 +454,9 @@ fn run(args: &Args) -> Result<bool> {
     let json = serde_json::to_string_pretty(&report)?;
     std::fs::write(&args.out, json + "\n").with_context(|| format!("write {}", args.out.display()))?;
     let title = format!(
-        "torii-bench: {}-byte UDP/IPv4, one-armed vhost-user pipe, trials {} s, {} search(es); {:.0} s in all; results in {}",
+        "torii-bench: {}-byte {}/IPv4, one-armed vhost-user pipe, trials {} s, {} search(es); {:.0} s in all; results in {}",
         args.frame_size,
+        args.protocols.iter().map(|p| p.name().to_uppercase()).collect::<Vec<_>>().join(" and "),
         args.trial_s,
         args.repeats,
         started.elapsed().as_secs_f64(),
@@ -484,8 +494,8 @@ fn timed_trial(
     latency: bool,
 ) -> TrialOutcome {
     let head = format!(
-        "[{} flows] {} {label}: {} Mreq/s",
-        plan.flows,
+        "[{}] {} {label}: {} Mreq/s",
+        plan.tag(),
         link.dut.name(),
         rate.map_or("max".into(), |r| format!("{:.3}", r / 1e6))
     );
@@ -503,8 +513,8 @@ fn timed_trial(
 
 fn describe(plan: &Plan, dut: Dut, label: &str, t: &TrialOutcome) -> String {
     format!(
-        "[{} flows] {} {label}: offered {:.3} Mreq/s, back {:.3}, loss {:.4} % ({} lost, {} refused by the device's ring){}{}",
-        plan.flows,
+        "[{}] {} {label}: offered {:.3} Mreq/s, back {:.3}, loss {:.4} % ({} lost, {} refused by the device's ring){}{}",
+        plan.tag(),
         dut.name(),
         t.offered_pps() / 1e6,
         t.received_pps() / 1e6,

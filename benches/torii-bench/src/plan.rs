@@ -11,25 +11,35 @@
 //!   the SNAT address, ports 1024–65535).
 //! - Client flow `i`: host 198.51.100.(10 + i / 50 000), source port 10 000 + i % 50 000,
 //!   MAC [`CLIENT_MAC`], to Service `i % services`.
-//! - Service `s`: VIP 203.0.113.(10 + s), UDP port 7 → `targetPort` 7007, `endpoints`
-//!   ready endpoints; endpoint `k = s × endpoints + j` is 10.70.(1 + k / 250).(2 + k %
+//! - Service `s`: VIP 203.0.113.(10 + s), UDP port 7 → `targetPort` 7007 and TCP port
+//!   80 → 8080, `endpoints` ready endpoints; endpoint `k = s × endpoints + j` is 10.70.(1 + k / 250).(2 + k %
 //!   250), MAC 02:00:0a:46 followed by its last two address bytes.
 //!
 //! Every address is in a documentation or private range and exists only on the
 //! kernel-free vhost-user link.
 //!
-//! # The probe payload (UDP, 18 bytes at 64-byte frames)
+//! # Probes
 //!
-//! | bytes | field |
+//! UDP (18 bytes of payload at 64-byte frames):
+//!
+//! | bytes of the payload | field |
 //! |-------|-------|
 //! | 0..4  | [`MAGIC`] |
 //! | 4..8  | flow index, big-endian |
 //! | 8..10 | trial number, big-endian |
 //! | 10..18 | transmit time, ns since the generator started, big-endian |
 //!
-//! The template of each flow carries zero in the trial and time fields, so stamping a
-//! frame updates the UDP checksum incrementally ([RFC 1624 § 3], eqn. 3) with the sum of
-//! the stamped words.
+//! TCP (a 20-byte header and 6 bytes of payload at 64-byte frames): the payload is
+//! [`MAGIC`] and the trial number; the sequence number carries the flow index and the
+//! acknowledgment number the low 32 bits of the transmit time. The numbers are not a real
+//! byte stream: torii, like Linux with `nf_conntrack_tcp_be_liberal`, tracks TCP states
+//! by flags, not sequence windows, and the endpoints torii-bench plays never check them.
+//! Every flow is opened with a real handshake through the gateway first (SYN; SYN-ACK
+//! from the endpoint; ACK), then carries `ACK|PSH` data segments both ways.
+//!
+//! Each flow's template carries zero in the trial and time fields, so stamping a
+//! frame updates the UDP or TCP checksum incrementally ([RFC 1624 § 3], eqn. 3) with the
+//! sum of the stamped words.
 //!
 //! [RFC 1624 § 3]: https://www.rfc-editor.org/rfc/rfc1624#section-3
 
@@ -37,7 +47,7 @@ use std::fmt::Write as _;
 use std::net::Ipv4Addr;
 
 use torii_gateway::frames::{self, L2};
-use torii_gateway::wire::{EthernetFrame, Ipv4Packet, MacAddr, UdpPacket};
+use torii_gateway::wire::{EthernetFrame, Ipv4Packet, MacAddr, TcpFlags, TcpPacket, UdpPacket};
 
 /// The gateway's MAC address (given to its `net_virtio_user` device).
 pub const GATEWAY_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 0, 0x01]);
@@ -53,6 +63,10 @@ pub const CLIENT_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 0, 0x0a]);
 pub const VIP_PORT: u16 = 7;
 /// The endpoints' UDP port (`targetPort`).
 pub const ENDPOINT_PORT: u16 = 7007;
+/// The Services' TCP port.
+pub const VIP_TCP_PORT: u16 = 80;
+/// The endpoints' TCP port (`targetPort`).
+pub const ENDPOINT_TCP_PORT: u16 = 8080;
 /// First bytes of every probe payload: "tRB1".
 pub const MAGIC: [u8; 4] = *b"tRB1";
 /// Client flows per client host.
@@ -67,8 +81,16 @@ pub const MAX_SERVICES: u32 = 240;
 
 /// Offset of the UDP payload in an untagged IPv4 frame with a 20-byte header.
 pub const PAYLOAD_OFFSET: usize = 14 + 20 + 8;
-/// Bytes of the probe payload.
+/// Bytes of the UDP probe payload.
 pub const PROBE_LEN: usize = 18;
+/// Offset of the TCP payload (20-byte IPv4 and TCP headers).
+pub const TCP_PAYLOAD_OFFSET: usize = 14 + 20 + 20;
+/// Bytes of the TCP probe payload.
+pub const TCP_PROBE_LEN: usize = 6;
+const TCP_SEQ_OFFSET: usize = 34 + 4;
+const TCP_ACK_OFFSET: usize = 34 + 8;
+const TCP_FLAGS_WORD_OFFSET: usize = 34 + 12;
+const TCP_CSUM_OFFSET: usize = 34 + 16;
 /// Smallest frame on the wire, FCS included (RFC 2544 § 9.1).
 pub const MIN_FRAME_SIZE: usize = 64;
 /// Largest frame size accepted (a standard Ethernet frame, FCS included).
@@ -96,9 +118,70 @@ impl Dut {
     }
 }
 
+/// The transport protocol of a workload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Protocol {
+    /// UDP datagrams (a flow exists from its first datagram).
+    Udp,
+    /// TCP: a handshake per flow, then data segments.
+    Tcp,
+}
+
+impl Protocol {
+    /// The name used in results.
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Udp => "udp",
+            Protocol::Tcp => "tcp",
+        }
+    }
+}
+
+/// What a TCP segment of the benchmark is, by its flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Segment {
+    /// Not TCP (a UDP probe).
+    Datagram,
+    /// A SYN (handshake, client → endpoint).
+    Syn,
+    /// A SYN-ACK (handshake, endpoint → client).
+    SynAck,
+    /// A bare ACK (the handshake's last segment).
+    Ack,
+    /// A data segment (`ACK|PSH`).
+    Data,
+    /// Any other combination of flags.
+    Other,
+}
+
+impl Segment {
+    fn of_flags(flags: u8) -> Self {
+        match flags & 0x1f {
+            0x02 => Segment::Syn,
+            0x12 => Segment::SynAck,
+            0x10 => Segment::Ack,
+            0x18 => Segment::Data,
+            _ => Segment::Other,
+        }
+    }
+
+    /// The flags byte of this kind of segment.
+    pub fn flags(self) -> u8 {
+        match self {
+            Segment::Syn => 0x02,
+            Segment::SynAck => 0x12,
+            Segment::Ack => 0x10,
+            Segment::Data | Segment::Datagram | Segment::Other => 0x18,
+        }
+    }
+}
+
 /// The shape of the workload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct Plan {
+    /// Transport protocol.
+    pub protocol: Protocol,
     /// Client flows (distinct 5-tuples).
     pub flows: u32,
     /// Services (VIPs).
@@ -132,7 +215,13 @@ impl Plan {
     ///
     /// # Errors
     /// The first knob out of range.
-    pub fn new(flows: u32, services: u32, endpoints: u32, frame_size: usize) -> Result<Self, PlanError> {
+    pub fn new(
+        protocol: Protocol,
+        flows: u32,
+        services: u32,
+        endpoints: u32,
+        frame_size: usize,
+    ) -> Result<Self, PlanError> {
         if flows == 0 || flows > MAX_FLOWS {
             return Err(PlanError::Flows(flows));
         }
@@ -145,7 +234,12 @@ impl Plan {
         if !(MIN_FRAME_SIZE..=MAX_FRAME_SIZE).contains(&frame_size) {
             return Err(PlanError::FrameSize(frame_size));
         }
-        Ok(Self { flows, services, endpoints, frame_size })
+        Ok(Self { protocol, flows, services, endpoints, frame_size })
+    }
+
+    /// A short name for logs: "udp, 1000 flows".
+    pub fn tag(&self) -> String {
+        format!("{}, {} flows", self.protocol.name(), self.flows)
     }
 
     /// Bytes of each frame as handed to the port (no FCS).
@@ -157,6 +251,22 @@ impl Plan {
     pub fn client(&self, i: u32) -> (Ipv4Addr, u16) {
         let host = 10 + i / FLOWS_PER_HOST;
         (Ipv4Addr::new(198, 51, 100, host as u8), FIRST_CLIENT_PORT + (i % FLOWS_PER_HOST) as u16)
+    }
+
+    /// The Services' port for this protocol.
+    pub fn vip_port(&self) -> u16 {
+        match self.protocol {
+            Protocol::Udp => VIP_PORT,
+            Protocol::Tcp => VIP_TCP_PORT,
+        }
+    }
+
+    /// The endpoints' port for this protocol.
+    pub fn endpoint_port(&self) -> u16 {
+        match self.protocol {
+            Protocol::Udp => ENDPOINT_PORT,
+            Protocol::Tcp => ENDPOINT_TCP_PORT,
+        }
     }
 
     /// The Service flow `i` goes to.
@@ -195,18 +305,24 @@ impl Plan {
         self.service_of_endpoint(ip).map(|_| MacAddr([0x02, 0, 0x0a, 0x46, o[2], o[3]]))
     }
 
-    /// The frame flow `i`'s client sends, with the trial and time fields zero.
+    /// The frame flow `i`'s client sends (TCP: a data segment), with the trial and time
+    /// fields zero.
     pub fn template(&self, i: u32) -> Vec<u8> {
-        let mut payload = vec![0u8; self.frame_len() - PAYLOAD_OFFSET];
-        payload[..4].copy_from_slice(&MAGIC);
-        payload[4..8].copy_from_slice(&i.to_be_bytes());
-        frames::udp(
-            L2 { src: CLIENT_MAC, dst: GATEWAY_MAC },
-            self.client(i),
-            (Self::vip(self.service_of(i)), VIP_PORT),
-            &payload,
-            64,
-        )
+        let l2 = L2 { src: CLIENT_MAC, dst: GATEWAY_MAC };
+        let dst = (Self::vip(self.service_of(i)), self.vip_port());
+        match self.protocol {
+            Protocol::Udp => {
+                let mut payload = vec![0u8; self.frame_len() - PAYLOAD_OFFSET];
+                payload[..4].copy_from_slice(&MAGIC);
+                payload[4..8].copy_from_slice(&i.to_be_bytes());
+                frames::udp(l2, self.client(i), dst, &payload, 64)
+            }
+            Protocol::Tcp => {
+                let mut payload = vec![0u8; self.frame_len() - TCP_PAYLOAD_OFFSET];
+                payload[..4].copy_from_slice(&MAGIC);
+                frames::tcp(l2, self.client(i), dst, TcpFlags::ACK | TcpFlags::PSH, i, 0, &payload, 64)
+            }
+        }
     }
 
     /// The Kubernetes objects torii-control serves: a Node for the gateway, and per
@@ -222,9 +338,11 @@ impl Plan {
                 "---\napiVersion: v1\nkind: Service\nmetadata:\n  name: bench-{s}\n  namespace: bench\n\
                  spec:\n  type: ClusterIP\n  clusterIP: 10.96.{}.{}\n  externalIPs: [{}]\n  ports:\n\
                  \x20 - {{name: echo, protocol: UDP, port: {VIP_PORT}, targetPort: {ENDPOINT_PORT}}}\n\
+                 \x20 - {{name: web, protocol: TCP, port: {VIP_TCP_PORT}, targetPort: {ENDPOINT_TCP_PORT}}}\n\
                  ---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: bench-{s}-a\n\
                  \x20 namespace: bench\n  labels:\n    kubernetes.io/service-name: bench-{s}\n\
-                 addressType: IPv4\nports:\n- {{name: echo, protocol: UDP, port: {ENDPOINT_PORT}}}\nendpoints:\n",
+                 addressType: IPv4\nports:\n- {{name: echo, protocol: UDP, port: {ENDPOINT_PORT}}}\n\
+                 - {{name: web, protocol: TCP, port: {ENDPOINT_TCP_PORT}}}\nendpoints:\n",
                 1 + s / 250,
                 2 + s % 250,
                 Self::vip(s),
@@ -241,7 +359,7 @@ impl Plan {
     }
 
     /// torii-gateway's configuration: one worker on `cpu`, one `net_virtio_user` interface
-    /// on `socket` carrying both subnets, conntrack sized for the flows.
+    /// on `socket` carrying both subnets, conntrack sized for the flows of both protocols.
     pub fn gateway_config(
         &self,
         shm_dir: &str,
@@ -250,7 +368,8 @@ impl Plan {
         cpu: usize,
         eal: &[String],
     ) -> String {
-        let capacity = (u64::from(self.flows) * 2).next_power_of_two().max(65_536);
+        // Flows of both protocols may be tracked at once (runs share the gateway).
+        let capacity = (u64::from(self.flows) * 4).next_power_of_two().max(65_536);
         let eal: Vec<String> = eal.iter().map(|a| format!("{a:?}")).collect();
         format!(
             "# Written by torii-bench.\nnode_name = \"gateway-1\"\nshm_dir = {shm_dir:?}\ndriver = \"dpdk\"\nworkers = 1\n\n\
@@ -265,26 +384,49 @@ impl Plan {
 }
 
 /// Writes the trial number and transmit time into a frame copied from a template, and
-/// updates its UDP checksum for them (the template has zeros there).
-pub fn stamp(frame: &mut [u8], trial: u16, tx_ns: u64) {
-    let p = PAYLOAD_OFFSET;
-    frame[p + 8..p + 10].copy_from_slice(&trial.to_be_bytes());
-    frame[p + 10..p + 18].copy_from_slice(&tx_ns.to_be_bytes());
-    let mut sum = u32::from(trial);
-    for k in 0..4 {
-        sum += ((tx_ns >> (16 * k)) & 0xffff) as u32;
+/// updates its UDP or TCP checksum for them (the template has zeros there).
+pub fn stamp(protocol: Protocol, frame: &mut [u8], trial: u16, tx_ns: u64) {
+    match protocol {
+        Protocol::Udp => {
+            let p = PAYLOAD_OFFSET;
+            frame[p + 8..p + 10].copy_from_slice(&trial.to_be_bytes());
+            frame[p + 10..p + 18].copy_from_slice(&tx_ns.to_be_bytes());
+            let sum = u32::from(trial) + (0..4).map(|k| ((tx_ns >> (16 * k)) & 0xffff) as u32).sum::<u32>();
+            add_to_checksum(frame, UDP_CSUM_OFFSET, sum, true);
+        }
+        Protocol::Tcp => {
+            let ts = tx_ns as u32;
+            frame[TCP_PAYLOAD_OFFSET + 4..TCP_PAYLOAD_OFFSET + 6].copy_from_slice(&trial.to_be_bytes());
+            frame[TCP_ACK_OFFSET..TCP_ACK_OFFSET + 4].copy_from_slice(&ts.to_be_bytes());
+            let sum = u32::from(trial) + (ts >> 16) + (ts & 0xffff);
+            add_to_checksum(frame, TCP_CSUM_OFFSET, sum, false);
+        }
     }
-    let old = u16::from_be_bytes([frame[UDP_CSUM_OFFSET], frame[UDP_CSUM_OFFSET + 1]]);
-    // RFC 1624 eqn. 3 with m = 0: HC' = ~(~HC + m').
+}
+
+/// Rewrites a TCP segment's flags (a copy of a data template, or a received SYN turned
+/// into the SYN-ACK), updating its checksum.
+pub fn set_tcp_flags(frame: &mut [u8], segment: Segment) {
+    let w = TCP_FLAGS_WORD_OFFSET;
+    let old = u16::from_be_bytes([frame[w], frame[w + 1]]);
+    frame[w + 1] = segment.flags();
+    let new = u16::from_be_bytes([frame[w], frame[w + 1]]);
+    // RFC 1624 eqn. 3: HC' = ~(~HC + ~m + m').
+    add_to_checksum(frame, TCP_CSUM_OFFSET, u32::from(!old) + u32::from(new), false);
+}
+
+/// Adds `sum` (of 16-bit words) to the one's complement checksum at `at`.
+fn add_to_checksum(frame: &mut [u8], at: usize, sum: u32, udp: bool) {
+    let old = u16::from_be_bytes([frame[at], frame[at + 1]]);
     let mut acc = u32::from(!old) + sum;
     while acc > 0xffff {
         acc = (acc & 0xffff) + (acc >> 16);
     }
     let mut new = !(acc as u16);
-    if new == 0 {
+    if udp && new == 0 {
         new = 0xffff; // RFC 768: a computed zero is sent as all ones
     }
-    frame[UDP_CSUM_OFFSET..UDP_CSUM_OFFSET + 2].copy_from_slice(&new.to_be_bytes());
+    frame[at..at + 2].copy_from_slice(&new.to_be_bytes());
 }
 
 /// What a frame the generator received is.
@@ -295,17 +437,21 @@ pub enum Received {
     /// A probe on its way to an endpoint (torii: translated to SNAT → endpoint; io-fwd:
     /// the client's own frame): to be reflected as the endpoint's reply.
     ToEndpoint {
-        /// Flow index from the payload.
+        /// Flow index from the payload (TCP: the sequence number).
         flow: u32,
+        /// What kind of TCP segment it is.
+        segment: Segment,
     },
     /// A probe's reply arriving at its client: the end of the round trip.
     ToClient {
-        /// Flow index from the payload.
+        /// Flow index from the payload (TCP: the sequence number).
         flow: u32,
         /// Trial number from the payload.
         trial: u16,
-        /// Transmit time from the payload.
+        /// Transmit time from the payload (TCP: its low 32 bits).
         tx_ns: u64,
+        /// What kind of TCP segment it is.
+        segment: Segment,
     },
     /// Anything else (not IPv4/UDP with a 20-byte header, not a probe).
     Other,
@@ -314,27 +460,45 @@ pub enum Received {
 /// Classifies a received frame by its destination address (fast: fixed offsets, no
 /// checksum). Frames to the clients' subnet are replies; other probes go to endpoints.
 pub fn classify(frame: &[u8]) -> Received {
-    if frame.len() < PAYLOAD_OFFSET + PROBE_LEN {
-        return if frame.len() >= 14 && frame[12..14] == [0x08, 0x06] { Received::Arp } else { Received::Other };
+    if frame.len() >= 14 && frame[12..14] == [0x08, 0x06] {
+        return Received::Arp;
     }
-    match [frame[12], frame[13]] {
-        [0x08, 0x06] => return Received::Arp,
-        [0x08, 0x00] => {}
-        _ => return Received::Other,
-    }
-    if frame[14] != 0x45 || frame[23] != 17 || frame[PAYLOAD_OFFSET..PAYLOAD_OFFSET + 4] != MAGIC {
+    if frame.len() < TCP_PAYLOAD_OFFSET + TCP_PROBE_LEN || frame[12..14] != [0x08, 0x00] || frame[14] != 0x45 {
         return Received::Other;
     }
-    let p = PAYLOAD_OFFSET;
-    let flow = u32::from_be_bytes(frame[p + 4..p + 8].try_into().unwrap_or_default());
-    if frame[30..33] == [198, 51, 100] {
-        Received::ToClient {
-            flow,
-            trial: u16::from_be_bytes([frame[p + 8], frame[p + 9]]),
-            tx_ns: u64::from_be_bytes(frame[p + 10..p + 18].try_into().unwrap_or_default()),
+    let to_client = frame[30..33] == [198, 51, 100];
+    let (flow, trial, tx_ns, segment) = match frame[23] {
+        17 if frame.len() >= PAYLOAD_OFFSET + PROBE_LEN => {
+            let p = PAYLOAD_OFFSET;
+            if frame[p..p + 4] != MAGIC {
+                return Received::Other;
+            }
+            (
+                u32::from_be_bytes([frame[p + 4], frame[p + 5], frame[p + 6], frame[p + 7]]),
+                u16::from_be_bytes([frame[p + 8], frame[p + 9]]),
+                u64::from_be_bytes(frame[p + 10..p + 18].try_into().unwrap_or_default()),
+                Segment::Datagram,
+            )
         }
+        6 if frame[34 + 12] == 0x50 => {
+            let p = TCP_PAYLOAD_OFFSET;
+            if frame[p..p + 4] != MAGIC {
+                return Received::Other;
+            }
+            let word = |at: usize| u32::from_be_bytes([frame[at], frame[at + 1], frame[at + 2], frame[at + 3]]);
+            (
+                word(TCP_SEQ_OFFSET),
+                u16::from_be_bytes([frame[p + 4], frame[p + 5]]),
+                u64::from(word(TCP_ACK_OFFSET)),
+                Segment::of_flags(frame[TCP_FLAGS_WORD_OFFSET + 1]),
+            )
+        }
+        _ => return Received::Other,
+    };
+    if to_client {
+        Received::ToClient { flow, trial, tx_ns, segment }
     } else {
-        Received::ToEndpoint { flow }
+        Received::ToEndpoint { flow, segment }
     }
 }
 
@@ -354,40 +518,39 @@ pub fn reflect(frame: &mut [u8]) {
 
 /// Checks a request as the endpoint receives it. For torii: from the gateway's MAC and
 /// the SNAT address, a port in the SNAT range, to an endpoint of the flow's Service on
-/// [`ENDPOINT_PORT`] at that endpoint's MAC. For io-fwd: the client's frame unchanged.
-/// With `checksums`, the IPv4 and UDP checksums too. Returns the SNAT port (torii).
+/// the endpoints' port at that endpoint's MAC. For io-fwd: the client's frame unchanged.
+/// With `checksums`, the IPv4 and UDP/TCP checksums too. Returns the SNAT port (torii).
 ///
 /// # Errors
 /// What is wrong, naming the flow.
 pub fn check_to_endpoint(plan: &Plan, dut: Dut, frame: &[u8], flow: u32, checksums: bool) -> Result<u16, String> {
-    let (eth, ip, udp) = views(frame)?;
-    let what =
-        || format!("flow {flow}: request {}:{} -> {}:{}", ip.src_addr(), udp.src_port(), ip.dst_addr(), udp.dst_port());
+    let h = headers(plan.protocol, frame)?;
+    let what = || format!("flow {flow}: request {}:{} -> {}:{}", h.src, h.sport, h.dst, h.dport);
     if flow >= plan.flows {
         return Err(format!("{}: flow index out of range", what()));
     }
     let service = plan.service_of(flow);
     if checksums {
-        check_sums(&ip, &udp).map_err(|e| format!("{}: {e}", what()))?;
+        h.sums.map_err(|e| format!("{}: {e}", what()))?;
     }
     match dut {
         Dut::Torii => {
-            if eth.src_addr() != GATEWAY_MAC {
-                return Err(format!("{}: source MAC {} is not the gateway's", what(), eth.src_addr()));
+            if h.eth_src != GATEWAY_MAC {
+                return Err(format!("{}: source MAC {} is not the gateway's", what(), h.eth_src));
             }
-            if ip.src_addr() != SNAT_IP || udp.src_port() < SNAT_PORT_MIN {
+            if h.src != SNAT_IP || h.sport < SNAT_PORT_MIN {
                 return Err(format!("{}: not from the SNAT address and range", what()));
             }
-            if plan.service_of_endpoint(ip.dst_addr()) != Some(service) || udp.dst_port() != ENDPOINT_PORT {
+            if plan.service_of_endpoint(h.dst) != Some(service) || h.dport != plan.endpoint_port() {
                 return Err(format!("{}: not an endpoint of Service bench-{service}", what()));
             }
-            if Some(eth.dst_addr()) != plan.mac_of(ip.dst_addr()) {
-                return Err(format!("{}: destination MAC {} is not the endpoint's", what(), eth.dst_addr()));
+            if Some(h.eth_dst) != plan.mac_of(h.dst) {
+                return Err(format!("{}: destination MAC {} is not the endpoint's", what(), h.eth_dst));
             }
-            Ok(udp.src_port())
+            Ok(h.sport)
         }
         Dut::IoFwd => {
-            if (ip.src_addr(), udp.src_port()) != plan.client(flow) || ip.dst_addr() != Plan::vip(service) {
+            if (h.src, h.sport) != plan.client(flow) || (h.dst, h.dport) != (Plan::vip(service), plan.vip_port()) {
                 return Err(format!("{}: io-fwd changed the frame", what()));
             }
             Ok(0)
@@ -395,65 +558,83 @@ pub fn check_to_endpoint(plan: &Plan, dut: Dut, frame: &[u8], flow: u32, checksu
     }
 }
 
-/// Checks a reply as its client receives it: from the flow's VIP and [`VIP_PORT`], to the
-/// flow's client address and port at [`CLIENT_MAC`] (and, with `checksums`, valid
+/// Checks a reply as its client receives it: from the flow's VIP and Service port, to
+/// the flow's client address and port at [`CLIENT_MAC`] (and, with `checksums`, valid
 /// checksums). The same for both devices.
 ///
 /// # Errors
 /// What is wrong, naming the flow.
 pub fn check_to_client(plan: &Plan, frame: &[u8], flow: u32, checksums: bool) -> Result<(), String> {
-    let (eth, ip, udp) = views(frame)?;
-    let what =
-        || format!("flow {flow}: reply {}:{} -> {}:{}", ip.src_addr(), udp.src_port(), ip.dst_addr(), udp.dst_port());
+    let h = headers(plan.protocol, frame)?;
+    let what = || format!("flow {flow}: reply {}:{} -> {}:{}", h.src, h.sport, h.dst, h.dport);
     if flow >= plan.flows {
         return Err(format!("{}: flow index out of range", what()));
     }
     if checksums {
-        check_sums(&ip, &udp).map_err(|e| format!("{}: {e}", what()))?;
+        h.sums.map_err(|e| format!("{}: {e}", what()))?;
     }
-    if (ip.src_addr(), udp.src_port()) != (Plan::vip(plan.service_of(flow)), VIP_PORT)
-        || (ip.dst_addr(), udp.dst_port()) != plan.client(flow)
+    if (h.src, h.sport) != (Plan::vip(plan.service_of(flow)), plan.vip_port()) || (h.dst, h.dport) != plan.client(flow)
     {
         return Err(format!("{}: not the flow's VIP and client", what()));
     }
-    if eth.dst_addr() != CLIENT_MAC {
-        return Err(format!("{}: destination MAC {} is not the client's", what(), eth.dst_addr()));
+    if h.eth_dst != CLIENT_MAC {
+        return Err(format!("{}: destination MAC {} is not the client's", what(), h.eth_dst));
     }
     Ok(())
 }
 
-type Views<'a> = (EthernetFrame<&'a [u8]>, Ipv4Packet<&'a [u8]>, UdpPacket<&'a [u8]>);
+/// The fields the checks read, parsed with the gateway's checked views.
+struct Headers {
+    eth_src: MacAddr,
+    eth_dst: MacAddr,
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    sport: u16,
+    dport: u16,
+    /// Whether the IPv4 and L4 checksums are valid.
+    sums: Result<(), String>,
+}
 
-fn views(frame: &[u8]) -> Result<Views<'_>, String> {
+fn headers(protocol: Protocol, frame: &[u8]) -> Result<Headers, String> {
     let eth = EthernetFrame::new_checked(frame).map_err(|e| format!("bad Ethernet frame: {e:?}"))?;
-    let l3 = frame.get(14..).unwrap_or_default();
-    let ip = Ipv4Packet::new_checked(l3).map_err(|e| format!("bad IPv4 packet: {e:?}"))?;
-    let l4 = l3.get(ip.header_len()..usize::from(ip.total_len())).unwrap_or_default();
-    let udp = UdpPacket::new_checked(l4).map_err(|e| format!("bad UDP datagram: {e:?}"))?;
-    Ok((eth, ip, udp))
-}
-
-fn check_sums(ip: &Ipv4Packet<&[u8]>, udp: &UdpPacket<&[u8]>) -> Result<(), String> {
-    if !ip.verify_checksum() {
-        return Err(format!("bad IPv4 header checksum {:#06x}", ip.checksum()));
-    }
-    if udp.checksum() == 0 || !udp.verify_checksum(ip.src_addr(), ip.dst_addr()) {
-        return Err(format!("bad UDP checksum {:#06x}", udp.checksum()));
-    }
-    Ok(())
+    let ip = Ipv4Packet::new_checked(eth.payload()).map_err(|e| format!("bad IPv4 packet: {e:?}"))?;
+    let (src, dst) = (ip.src_addr(), ip.dst_addr());
+    let ip_sum =
+        if ip.verify_checksum() { Ok(()) } else { Err(format!("bad IPv4 header checksum {:#06x}", ip.checksum())) };
+    let (sport, dport, l4_sum) = match protocol {
+        Protocol::Udp => {
+            let u = UdpPacket::new_checked(ip.payload()).map_err(|e| format!("bad UDP datagram: {e:?}"))?;
+            let ok = u.checksum() != 0 && u.verify_checksum(src, dst);
+            (
+                u.src_port(),
+                u.dst_port(),
+                if ok { Ok(()) } else { Err(format!("bad UDP checksum {:#06x}", u.checksum())) },
+            )
+        }
+        Protocol::Tcp => {
+            let t = TcpPacket::new_checked(ip.payload()).map_err(|e| format!("bad TCP segment: {e:?}"))?;
+            let ok = t.verify_checksum(src, dst);
+            (
+                t.src_port(),
+                t.dst_port(),
+                if ok { Ok(()) } else { Err(format!("bad TCP checksum {:#06x}", t.checksum())) },
+            )
+        }
+    };
+    Ok(Headers { eth_src: eth.src_addr(), eth_dst: eth.dst_addr(), src, dst, sport, dport, sums: ip_sum.and(l4_sum) })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn plan() -> Plan {
-        Plan::new(60_000, 3, 4, 64).unwrap()
+    fn plan(protocol: Protocol) -> Plan {
+        Plan::new(protocol, 60_000, 3, 4, 64).unwrap()
     }
 
     #[test]
     fn addresses_round_trip() {
-        let p = plan();
+        let p = plan(Protocol::Udp);
         assert_eq!(p.client(0), (Ipv4Addr::new(198, 51, 100, 10), 10_000));
         assert_eq!(p.client(50_001), (Ipv4Addr::new(198, 51, 100, 11), 10_001));
         for s in 0..3 {
@@ -471,42 +652,65 @@ mod tests {
 
     #[test]
     fn plan_rejects_out_of_range() {
-        assert_eq!(Plan::new(0, 1, 1, 64), Err(PlanError::Flows(0)));
-        assert_eq!(Plan::new(1, 241, 1, 64), Err(PlanError::Services(241)));
-        assert_eq!(Plan::new(1, 1, 1, 63), Err(PlanError::FrameSize(63)));
-        assert!(Plan::new(1, 1, 1, 1518).is_ok());
+        let udp = Protocol::Udp;
+        assert_eq!(Plan::new(udp, 0, 1, 1, 64), Err(PlanError::Flows(0)));
+        assert_eq!(Plan::new(udp, 1, 241, 1, 64), Err(PlanError::Services(241)));
+        assert_eq!(Plan::new(udp, 1, 1, 1, 63), Err(PlanError::FrameSize(63)));
+        assert!(Plan::new(udp, 1, 1, 1, 1518).is_ok());
     }
 
     #[test]
-    fn template_is_a_64_byte_probe_with_valid_checksums() {
-        let p = plan();
-        let f = p.template(7);
-        assert_eq!(f.len(), 60);
-        assert_eq!(classify(&f), Received::ToEndpoint { flow: 7 });
-        check_to_endpoint(&p, Dut::IoFwd, &f, 7, true).unwrap();
-        assert_eq!(Plan::new(1, 1, 1, 1518).unwrap().template(0).len(), 1514);
+    fn templates_are_64_byte_probes_with_valid_checksums() {
+        for protocol in [Protocol::Udp, Protocol::Tcp] {
+            let p = plan(protocol);
+            let f = p.template(7);
+            assert_eq!(f.len(), 60, "{protocol:?}");
+            let segment = if protocol == Protocol::Tcp { Segment::Data } else { Segment::Datagram };
+            assert_eq!(classify(&f), Received::ToEndpoint { flow: 7, segment });
+            check_to_endpoint(&p, Dut::IoFwd, &f, 7, true).unwrap();
+            assert_eq!(Plan::new(protocol, 1, 1, 1, 1518).unwrap().template(0).len(), 1514);
+        }
     }
 
     #[test]
-    fn stamp_keeps_the_udp_checksum_valid() {
-        let p = plan();
-        for (trial, ts) in [(1, 0), (65535, u64::MAX), (3, 0x0123_4567_89ab_cdef), (0, 1)] {
-            let mut f = p.template(59_999);
-            stamp(&mut f, trial, ts);
-            check_to_endpoint(&p, Dut::IoFwd, &f, 59_999, true).unwrap();
-            reflect(&mut f);
-            assert_eq!(classify(&f), Received::ToClient { flow: 59_999, trial, tx_ns: ts });
-            let mut back = f.clone();
-            // As io-fwd returns it: the reflected frame is what the client receives.
-            check_to_client(&p, &back, 59_999, true).unwrap();
-            back[PAYLOAD_OFFSET + 12] ^= 1;
-            assert!(check_to_client(&p, &back, 59_999, true).unwrap_err().contains("UDP checksum"));
+    fn stamp_keeps_the_checksum_valid() {
+        for protocol in [Protocol::Udp, Protocol::Tcp] {
+            let p = plan(protocol);
+            for (trial, ts) in [(1, 0), (65535, u64::MAX), (3, 0x0123_4567_89ab_cdef), (0, 1)] {
+                let mut f = p.template(59_999);
+                stamp(protocol, &mut f, trial, ts);
+                check_to_endpoint(&p, Dut::IoFwd, &f, 59_999, true).unwrap();
+                reflect(&mut f);
+                let (tx_ns, segment) = match protocol {
+                    Protocol::Udp => (ts, Segment::Datagram),
+                    Protocol::Tcp => (ts & 0xffff_ffff, Segment::Data),
+                };
+                assert_eq!(classify(&f), Received::ToClient { flow: 59_999, trial, tx_ns, segment });
+                // As io-fwd returns it: the reflected frame is what the client receives.
+                check_to_client(&p, &f, 59_999, true).unwrap();
+                let mut bad = f.clone();
+                bad[50] ^= 1; // in the UDP payload, or the TCP checksum
+                let err = check_to_client(&p, &bad, 59_999, true).unwrap_err();
+                assert!(err.contains("checksum"), "{err}");
+            }
+        }
+    }
+
+    #[test]
+    fn handshake_flags_keep_the_checksum_valid() {
+        let p = plan(Protocol::Tcp);
+        let mut f = p.template(12);
+        for segment in [Segment::Syn, Segment::SynAck, Segment::Ack, Segment::Data] {
+            set_tcp_flags(&mut f, segment);
+            stamp(Protocol::Tcp, &mut f, 0, 0);
+            assert_eq!(classify(&f), Received::ToEndpoint { flow: 12, segment });
+            check_to_endpoint(&p, Dut::IoFwd, &f, 12, true).unwrap();
         }
     }
 
     #[test]
     fn translated_request_is_checked() {
-        let p = plan();
+        let p = plan(Protocol::Udp);
         let ep = p.endpoint(1, 2);
         let mut payload = vec![0u8; PROBE_LEN];
         payload[..4].copy_from_slice(&MAGIC);
@@ -516,20 +720,24 @@ mod tests {
         assert_eq!(check_to_endpoint(&p, Dut::Torii, &f, 4, true), Ok(2000));
         let err = check_to_endpoint(&p, Dut::Torii, &f, 5, true).unwrap_err();
         assert!(err.contains("not an endpoint of Service bench-2"), "{err}");
-        let wrong_mac =
-            frames::udp(L2 { src: GATEWAY_MAC, dst: CLIENT_MAC }, (SNAT_IP, 2000), (ep, ENDPOINT_PORT), &payload, 63);
+        let to_client = L2 { src: GATEWAY_MAC, dst: CLIENT_MAC };
+        let wrong_mac = frames::udp(to_client, (SNAT_IP, 2000), (ep, ENDPOINT_PORT), &payload, 63);
         assert!(check_to_endpoint(&p, Dut::Torii, &wrong_mac, 4, false).unwrap_err().contains("destination MAC"));
+        let tcp = plan(Protocol::Tcp);
+        let seg = frames::tcp(l2, (SNAT_IP, 2000), (ep, ENDPOINT_TCP_PORT), TcpFlags::SYN, 4, 0, &MAGIC, 63);
+        assert_eq!(check_to_endpoint(&tcp, Dut::Torii, &seg, 4, true), Ok(2000));
     }
 
     #[test]
     fn manifests_and_config_name_every_service() {
-        let p = plan();
+        let p = plan(Protocol::Udp);
         let m = p.manifests();
         assert_eq!(m.matches("kind: Service\n").count(), 3);
         assert_eq!(m.matches("- addresses: [10.70.").count(), 12);
+        assert_eq!(m.matches("protocol: TCP, port: 8080").count(), 3);
         assert!(m.contains("externalIPs: [203.0.113.12]"));
         let c = p.gateway_config("/dev/shm/x", "/tmp/m", "/tmp/s.sock", 1, &["--no-huge".into()]);
-        assert!(c.contains("capacity = 131072"), "{c}");
+        assert!(c.contains("capacity = 262144"), "{c}");
         assert!(c.contains("mac=02:00:00:00:00:01"), "{c}");
         assert!(c.contains("eal_args = [\"--no-huge\"]"), "{c}");
     }

@@ -72,6 +72,8 @@ impl Machine {
 /// Results for one flow count.
 #[derive(Debug, Serialize)]
 pub struct Run {
+    /// Transport protocol ("udp", "tcp").
+    pub protocol: &'static str,
     /// Client flows.
     pub flows: u32,
     /// Frame size on the wire, FCS included.
@@ -187,7 +189,8 @@ pub fn table(report: &Report, title: &str) -> String {
     );
     let _ = writeln!(
         s,
-        "{:>6} {:>7} | {:>9} {:>9} | {:>9} {:>9} | {:>8} | latency µs at {:>9}: {:>6} {:>6} {:>7} {:>7}",
+        "{:>4} {:>6} {:>7} | {:>9} {:>9} | {:>9} {:>9} | {:>8} | latency µs at {:>9}: {:>6} {:>6} {:>7} {:>7}",
+        "",
         "flows",
         "device",
         "NDR Mreq",
@@ -221,7 +224,8 @@ pub fn table(report: &Report, title: &str) -> String {
             let star = if d.ndr_at_generator_max { "*" } else { " " };
             let _ = writeln!(
                 s,
-                "{:>6} {:>7} | {:>8}{star} {:>9} | {:>9} {:>9} | {:>9} | latency µs at {at:>9}: {lat}",
+                "{:>4} {:>6} {:>7} | {:>8}{star} {:>9} | {:>9} {:>9} | {:>9} | latency µs at {at:>9}: {lat}",
+                run.protocol,
                 run.flows,
                 d.dut,
                 mpps(d.ndr_offered_pps),

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use torii_dpdk::{Mbuf, Mempool, Port, RxQueue, TxQueue};
 
-use crate::plan::{self, Dut, Plan, Received};
+use crate::plan::{self, Dut, Plan, Protocol, Received, Segment};
 use crate::vhost;
 
 const BURST: usize = 32;
@@ -59,7 +59,9 @@ pub struct TrialSpec {
     /// Whether to record every reply's latency.
     pub latency: bool,
     /// Warm-up: send only flows whose reply has not reached their client yet (since
-    /// [`Generator::reset_answered`]), and stop sending once every flow's has.
+    /// [`Generator::reset_answered`]), and stop sending once every flow's has. For TCP
+    /// the frames sent are SYNs and a flow is answered when its SYN-ACK arrives (and its
+    /// ACK is sent).
     pub unanswered_only: bool,
 }
 
@@ -78,8 +80,10 @@ pub struct TrialOutcome {
     pub reflected: u64,
     /// Reflected replies the port refused (the device's ring full).
     pub reflect_refused: u64,
-    /// Replies of this trial that reached their client.
+    /// Replies of this trial that reached their client (TCP warm-up: SYN-ACKs).
     pub received: u64,
+    /// TCP: handshake ACKs that reached their endpoint (not answered).
+    pub handshake_acks: u64,
     /// Replies of earlier trials that arrived during this one (not counted).
     pub late: u64,
     /// Frames that were not probes or ARP.
@@ -203,6 +207,8 @@ impl Generator {
             out.latency = Histogram::new_with_bounds(1, 60_000_000_000, 3).ok();
         }
         let flen = self.plan.frame_len();
+        // A TCP warm-up opens the connections: SYNs, not data.
+        let open_tcp = spec.unanswered_only && self.plan.protocol == Protocol::Tcp;
         let start = Instant::now();
         let end = start + spec.duration;
         let mut last_rx = start;
@@ -246,7 +252,10 @@ impl Generator {
                             self.next_flow = 0;
                         }
                         if m.extend_from_slice(&self.templates[off..off + flen]) {
-                            plan::stamp(m.data_mut(), self.trial, ts);
+                            if open_tcp {
+                                plan::set_tcp_flags(m.data_mut(), Segment::Syn);
+                            }
+                            plan::stamp(self.plan.protocol, m.data_mut(), self.trial, ts);
                         }
                     }
                     link.tx.tx_burst(&mut self.tx);
@@ -281,7 +290,7 @@ impl Generator {
         let mut arp_replies: Vec<Vec<u8>> = Vec::new();
         for mut m in self.rx.drain(..) {
             match plan::classify(m.data()) {
-                Received::ToEndpoint { flow } => {
+                Received::ToEndpoint { flow, segment } => {
                     *checked += 1;
                     let sums = *checked % self.checksum_every == 0;
                     match plan::check_to_endpoint(&self.plan, link.dut, m.data(), flow, sums) {
@@ -293,6 +302,18 @@ impl Generator {
                                 }
                                 *seen = snat;
                             }
+                            match segment {
+                                Segment::Datagram | Segment::Data => {}
+                                Segment::Syn => plan::set_tcp_flags(m.data_mut(), Segment::SynAck),
+                                Segment::Ack => {
+                                    out.handshake_acks += 1;
+                                    continue;
+                                }
+                                Segment::SynAck | Segment::Other => {
+                                    out.problem(format!("flow {flow}: unexpected {segment:?} at the endpoint"));
+                                    continue;
+                                }
+                            }
                             plan::reflect(m.data_mut());
                             self.back.push(m);
                             out.reflected += 1;
@@ -300,7 +321,7 @@ impl Generator {
                         Err(e) => out.problem(e),
                     }
                 }
-                Received::ToClient { flow, trial, tx_ns } => {
+                Received::ToClient { flow, trial, tx_ns, segment } => {
                     if trial != self.trial {
                         out.late += 1;
                         continue;
@@ -311,6 +332,23 @@ impl Generator {
                         out.problem(e);
                         continue;
                     }
+                    match segment {
+                        Segment::Datagram | Segment::Data => {}
+                        Segment::SynAck => {
+                            // The client completes the handshake: the buffer becomes its ACK.
+                            let flen = self.plan.frame_len();
+                            let off = flow as usize * flen;
+                            if m.set_len(0) && m.extend_from_slice(&self.templates[off..off + flen]) {
+                                plan::set_tcp_flags(m.data_mut(), Segment::Ack);
+                                plan::stamp(self.plan.protocol, m.data_mut(), self.trial, now);
+                                self.back.push(m);
+                            }
+                        }
+                        Segment::Syn | Segment::Ack | Segment::Other => {
+                            out.problem(format!("flow {flow}: unexpected {segment:?} at the client"));
+                            continue;
+                        }
+                    }
                     out.received += 1;
                     if !self.answered[flow as usize] {
                         self.answered[flow as usize] = true;
@@ -318,7 +356,12 @@ impl Generator {
                     }
                     if latency {
                         if let Some(h) = out.latency.as_mut() {
-                            let _ = h.record(now.saturating_sub(tx_ns).max(1));
+                            let rtt = match self.plan.protocol {
+                                Protocol::Udp => now.saturating_sub(tx_ns),
+                                // TCP probes carry the low 32 bits of the time.
+                                Protocol::Tcp => u64::from((now as u32).wrapping_sub(tx_ns as u32)),
+                            };
+                            let _ = h.record(rtt.max(1));
                         }
                     }
                 }
