@@ -1,5 +1,6 @@
 //! The smoke test of torii-bench, the line-rate harness (benches/torii-bench): a few
-//! seconds at a fixed low rate through the real torii-gateway (on DPDK's
+//! seconds of UDP, then of TCP (each flow opened with a handshake through the gateway), at
+//! a fixed low rate through the real torii-gateway (on DPDK's
 //! `net_virtio_user`, with torii-control serving the manifests torii-bench writes), and
 //! through testpmd's io forwarding when `dpdk-testpmd` is installed. It asserts that
 //! nothing was lost, that every frame passed torii-bench's checks (addresses, ports,
@@ -7,8 +8,8 @@
 //! well formed. It measures nothing: the rate is far below what either device forwards,
 //! so loss here is a bug, not a slow machine.
 //!
-//! Cost: about 15 s of wall time (three DPDK processes start, warm up 1000 flows, one
-//! 3-second trial per device). The DPDK two-process tests run one at a time
+//! Cost: about 20 s of wall time (three DPDK processes start; per protocol, 1000 flows
+//! warmed up and one 3-second trial per device). The DPDK two-process tests run one at a time
 //! (.config/nextest.toml, group `dpdk-pipe`), so they do not share CPUs and hugepages.
 //! Needs DPDK (skipped, loudly, when it is not installed); not root.
 
@@ -49,7 +50,8 @@ fn torii_bench_smoke_through_the_gateway() -> Result<()> {
         eprintln!("[bench] dpdk-testpmd not found: torii only (scripts/setup installs Debian's dpdk)");
     }
     let mut cmd = Command::new(&bench);
-    cmd.args(["--flows", &FLOWS.to_string(), "--fixed-rate", &RATE.to_string(), "--trial-s", &TRIAL_S.to_string()])
+    cmd.args(["--protocols", "udp,tcp", "--flows", &FLOWS.to_string()])
+        .args(["--fixed-rate", &RATE.to_string(), "--trial-s", &TRIAL_S.to_string()])
         .args(["--checksum-every", "1", "--baseline", if baseline { "io-fwd" } else { "none" }])
         .arg("--out")
         .arg(&result)
@@ -75,8 +77,18 @@ fn check_result(r: &Value, baseline: bool) -> Result<()> {
     ensure!(r["ok"] == true && r["bad_frames"] == 0, "checks failed: ok {}, bad_frames {}", r["ok"], r["bad_frames"]);
     ensure!(r["machine"]["cpu_model"].as_str().is_some_and(|s| !s.is_empty()), "no CPU model");
     let runs = r["runs"].as_array().context("runs is not an array")?;
-    ensure!(runs.len() == 1 && runs[0]["flows"] == FLOWS && runs[0]["frame_size"] == 64, "runs: {runs:?}");
-    let duts = runs[0]["duts"].as_array().context("duts is not an array")?;
+    let protocols: Vec<&str> = runs.iter().filter_map(|run| run["protocol"].as_str()).collect();
+    ensure!(protocols == ["udp", "tcp"], "runs of {protocols:?}, expected udp and tcp");
+    for run in runs {
+        ensure!(run["flows"] == FLOWS && run["frame_size"] == 64, "run: {run}");
+        check_run(run, baseline).with_context(|| format!("{} run", run["protocol"]))?;
+    }
+    Ok(())
+}
+
+fn check_run(run: &Value, baseline: bool) -> Result<()> {
+    let tcp = run["protocol"] == "tcp";
+    let duts = run["duts"].as_array().context("duts is not an array")?;
     let names: Vec<&str> = duts.iter().filter_map(|d| d["dut"].as_str()).collect();
     let want: &[&str] = if baseline { &["torii", "io-fwd"] } else { &["torii"] };
     ensure!(names == want, "devices {names:?}, expected {want:?}");
@@ -84,6 +96,11 @@ fn check_result(r: &Value, baseline: bool) -> Result<()> {
         let name = &d["dut"];
         let warmups = d["warmup"].as_array().context("warmup")?;
         ensure!(!warmups.is_empty(), "{name}: no warm-up");
+        if tcp {
+            // Every flow's handshake went through: its ACK reached the endpoint.
+            let acks: u64 = warmups.iter().filter_map(|w| w["handshake_acks"].as_u64()).sum();
+            ensure!(acks >= FLOWS, "{name}: {acks} handshake ACKs reached the endpoints for {FLOWS} flows");
+        }
         let l = &d["latency"];
         let t = &l["trial"];
         let offered = t["offered"].as_u64().context("offered")?;
