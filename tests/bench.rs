@@ -4,7 +4,7 @@
 //! `net_virtio_user`, with torii-control serving the manifests torii-bench writes), and
 //! through testpmd's io forwarding when `dpdk-testpmd` is installed. It asserts that
 //! nothing was lost, that every frame passed torii-bench's checks (addresses, ports,
-//! MACs, one SNAT port per flow; checksums on a sample) and that the JSON result is
+//! MACs, one SNAT port per flow, every checksum) and that the JSON result is
 //! well formed. It measures nothing: the rate is far below what either device forwards,
 //! so loss here is a bug, not a slow machine.
 //!
