@@ -599,8 +599,11 @@ fn headers(protocol: Protocol, frame: &[u8], checksums: bool) -> Result<Headers,
     let eth = EthernetFrame::new_checked(frame).map_err(|e| format!("bad Ethernet frame: {e:?}"))?;
     let ip = Ipv4Packet::new_checked(eth.payload()).map_err(|e| format!("bad IPv4 packet: {e:?}"))?;
     let (src, dst) = (ip.src_addr(), ip.dst_addr());
-    let ip_sum =
-        if ip.verify_checksum() { Ok(()) } else { Err(format!("bad IPv4 header checksum {:#06x}", ip.checksum())) };
+    let ip_sum = if !checksums || ip.verify_checksum() {
+        Ok(())
+    } else {
+        Err(format!("bad IPv4 header checksum {:#06x}", ip.checksum()))
+    };
     let (sport, dport, l4_sum) = match protocol {
         Protocol::Udp => {
             let u = UdpPacket::new_checked(ip.payload()).map_err(|e| format!("bad UDP datagram: {e:?}"))?;
