@@ -167,7 +167,11 @@ pub fn testpmd_command(program: &Path, socket: &Path, main_cpu: usize, dut_cpu: 
         .args(["--file-prefix", &format!("torii-bench-testpmd-{}", std::process::id())])
         .args(memory.eal_args())
         .args(["--no-pci", "--no-telemetry", "--log-level=*:notice", "--vdev"])
-        .arg(format!("net_virtio_user0,path={},queues=1", socket.display()))
+        .arg(format!(
+            "net_virtio_user0,path={},queues=1,queue_size={}",
+            socket.display(),
+            crate::plan::VIRTIO_QUEUE_SIZE
+        ))
         .args([
             "--",
             "--forward-mode=io",

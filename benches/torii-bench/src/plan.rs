@@ -76,6 +76,10 @@ pub const FIRST_CLIENT_PORT: u16 = 10_000;
 /// Most flows this version drives: the gateway chooses one SNAT port per flow from
 /// 1024–65535 for its one SNAT address (64 512 ports), and leaves some room.
 pub const MAX_FLOWS: u32 = 64_000;
+/// Descriptors of each virtio ring (`net_virtio_user`'s `queue_size`; its default, 256,
+/// would hold a quarter of what the devices configure and turn every short preemption of
+/// the device's core into loss).
+pub const VIRTIO_QUEUE_SIZE: u16 = 1024;
 /// Most Services (VIPs 203.0.113.10–.249).
 pub const MAX_SERVICES: u32 = 240;
 
@@ -375,7 +379,7 @@ impl Plan {
             "# Written by torii-bench.\nnode_name = \"gateway-1\"\nshm_dir = {shm_dir:?}\ndriver = \"dpdk\"\nworkers = 1\n\n\
              [dpdk]\neal_args = [{eal}]\ncpus = [{cpu}]\nfallback_to_af_packet = false\nidle_sleep_us = 100\n\n\
              [[interfaces]]\nname = \"virtio0\"\naddresses = [\"198.51.100.1/24\", \"10.70.0.1/16\"]\n\
-             device = \"net_virtio_user0,path={socket},queues=1,mac={GATEWAY_MAC}\"\n\n\
+             device = \"net_virtio_user0,path={socket},queues=1,queue_size={VIRTIO_QUEUE_SIZE},mac={GATEWAY_MAC}\"\n\n\
              [snat]\naddresses = [\"10.70.0.1\"]\nport_min = {SNAT_PORT_MIN}\nport_max = 65535\n\n\
              [conntrack]\ncapacity = {capacity}\n\n[control]\nmanifests = {manifests_dir:?}\n",
             eal = eal.join(", "),
@@ -741,7 +745,7 @@ mod tests {
         assert!(m.contains("externalIPs: [203.0.113.12]"));
         let c = p.gateway_config("/dev/shm/x", "/tmp/m", "/tmp/s.sock", 1, &["--no-huge".into()]);
         assert!(c.contains("capacity = 262144"), "{c}");
-        assert!(c.contains("mac=02:00:00:00:00:01"), "{c}");
+        assert!(c.contains("queue_size=1024,mac=02:00:00:00:00:01"), "{c}");
         assert!(c.contains("eal_args = [\"--no-huge\"]"), "{c}");
     }
 }
