@@ -24,21 +24,9 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
-use torii_integration::{print_skipped, repo_root, tail, Binaries, Daemon, Manifests};
-
-/// Why DPDK cannot run here, if it cannot.
-fn dpdk_unavailable() -> Option<String> {
-    let ok = Command::new("pkg-config").args(["--exists", "libdpdk"]).status().is_ok_and(|s| s.success());
-    (!ok).then(|| "DPDK is not installed (pkg-config libdpdk failed): run scripts/setup".to_string())
-}
-
-fn free_hugepage_bytes() -> u64 {
-    let meminfo = fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let field = |name: &str| {
-        meminfo.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':')?.split_whitespace().next()?.parse().ok())
-    };
-    field("HugePages_Free").unwrap_or(0u64) * field("Hugepagesize").unwrap_or(0u64) * 1024
-}
+use torii_integration::{
+    dpdk_unavailable, free_hugepage_bytes, print_skipped, repo_root, tail, Binaries, Daemon, Manifests,
+};
 
 /// The gateway's configuration: one interface on virtio-user carrying both the client
 /// subnet and the endpoints' subnet.

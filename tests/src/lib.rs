@@ -124,6 +124,21 @@ pub fn netns_unavailable(prefix: &str) -> Option<String> {
 /// capability fails instead of going green on skipped tests.
 pub const REQUIRE_CAPABILITIES: &str = "TORII_REQUIRE_CAPABILITIES";
 
+/// Why DPDK cannot run here, if it cannot (tests on DPDK's virtual devices skip then).
+pub fn dpdk_unavailable() -> Option<String> {
+    let ok = Command::new("pkg-config").args(["--exists", "libdpdk"]).status().is_ok_and(|s| s.success());
+    (!ok).then(|| "DPDK is not installed (pkg-config libdpdk failed): run scripts/setup".to_string())
+}
+
+/// Free hugepage memory in bytes (`/proc/meminfo`).
+pub fn free_hugepage_bytes() -> u64 {
+    let meminfo = fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let field = |name: &str| {
+        meminfo.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':')?.split_whitespace().next()?.parse().ok())
+    };
+    field("HugePages_Free").unwrap_or(0u64) * field("Hugepagesize").unwrap_or(0u64) * 1024
+}
+
 /// Prints a loud skip banner on stderr (the test then returns successfully). It is
 /// written to the process's stderr directly, past libtest's output capture, so that
 /// `cargo test` shows it; nextest shows it with `--success-output immediate`.

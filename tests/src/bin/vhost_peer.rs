@@ -16,7 +16,8 @@
 //!
 //! It exits 0 when every flow made the round trip, and 1 with the reasons otherwise (or
 //! on `--timeout-s`). Frames are built with `torii_gateway::frames` and parsed with its
-//! checked views. Run by `tests/virtio.rs`; usable by hand:
+//! checked views; the vhost-user side (EAL, port, ARP answers) is torii-bench's
+//! (`torii_bench::vhost`), shared with the line-rate harness. Run by `tests/virtio.rs`; usable by hand:
 //!
 //! ```text
 //! torii-vhost-peer --socket /tmp/vhost.sock --cpu 0 [--no-huge] [--tcp-flows 40] [--udp-flows 10]
@@ -27,8 +28,12 @@ use std::net::Ipv4Addr;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use std::path::Path;
 use torii_dpdk::mempool::DEFAULT_DATA_ROOM;
-use torii_dpdk::{Eal, Mbuf, Mempool, Port, PortConfig, RxQueue, TxQueue};
+
+use torii_bench::dut::Memory;
+use torii_bench::vhost;
+use torii_dpdk::{Eal, Mbuf, Mempool, RxQueue, TxQueue};
 use torii_gateway::frames::{self, L2};
 use torii_gateway::wire::{
     ArpOperation, ArpPacket, EtherType, EthernetFrame, IpProtocol, Ipv4Packet, MacAddr, TcpFlags, TcpPacket, UdpPacket,
@@ -147,42 +152,20 @@ fn main() -> ExitCode {
 
 fn run() -> Result<(), String> {
     let args = parse_args()?;
-    let mut eal_args: Vec<String> = vec![
-        "--file-prefix".into(),
-        format!("torii-vhost-{}", std::process::id()),
-        "-l".into(),
-        args.cpu.to_string(),
-        "--no-pci".into(),
-        "--no-telemetry".into(),
-        "--log-level=*:notice".into(),
-        "--vdev".into(),
-        format!("net_vhost0,iface={},queues=1", args.socket),
-    ];
-    if args.no_huge {
-        eal_args.extend(["--no-huge", "-m", "256", "--no-shconf"].map(String::from));
-    } else {
-        eal_args.extend(["--in-memory", "--single-file-segments"].map(String::from));
-    }
+    let memory = if args.no_huge { Memory::NoHuge } else { Memory::Hugepages };
+    let prefix = format!("torii-vhost-{}", std::process::id());
+    let eal_args = vhost::eal_args(&prefix, args.cpu, &[Path::new(&args.socket)], memory);
     eprintln!("torii-vhost-peer: EAL {}", eal_args.join(" "));
     let eal = Eal::builder().args(eal_args).init().map_err(|e| format!("EAL: {e}"))?;
     let _ = std::fs::remove_dir(eal.runtime_dir());
     let pool = Mempool::new(&eal, "peer", 4095, 64, DEFAULT_DATA_ROOM, None).map_err(|e| format!("mempool: {e}"))?;
-    let mut port = Port::by_name(&eal, "net_vhost0").map_err(|e| format!("port net_vhost0: {e}"))?;
-    port.configure(1, 1, &PortConfig::default()).map_err(|e| format!("configure: {e}"))?;
-    port.setup_rx_queue(0, 1024, &pool).map_err(|e| format!("rx queue: {e}"))?;
-    port.setup_tx_queue(0, 1024).map_err(|e| format!("tx queue: {e}"))?;
-    port.start().map_err(|e| format!("start: {e}"))?;
+    let mut port = vhost::open_port(&eal, "net_vhost0", &pool).map_err(|e| format!("port net_vhost0: {e}"))?;
     eprintln!("torii-vhost-peer: vhost-user server listening on {}", args.socket);
     // Tell the test the socket exists: it starts the gateway now.
     println!("listening");
 
     let deadline = Instant::now() + args.timeout;
-    while !port.link().map_err(|e| format!("link: {e}"))?.up {
-        if Instant::now() > deadline {
-            return Err(format!("no virtio-user device connected to {} within {:?}", args.socket, args.timeout));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    vhost::wait_link(&port, args.timeout).map_err(|e| e.to_string())?;
     eprintln!("torii-vhost-peer: virtio-user connected, link up");
     let mut link = Link {
         rx: port.rx_queue(0).map_err(|e| e.to_string())?,
@@ -292,23 +275,17 @@ fn exchange(link: &mut Link, args: &Args, deadline: Instant) -> Result<(), Strin
                         }
                         ArpOperation::Request => {
                             let who = arp.target_protocol_addr();
-                            let mac = if is_endpoint(who) {
-                                endpoint_mac(who)
-                            } else if who == CLIENT_IP {
-                                CLIENT_MAC
-                            } else {
-                                continue;
+                            let played = |ip: Ipv4Addr| {
+                                if is_endpoint(ip) {
+                                    Some(endpoint_mac(ip))
+                                } else {
+                                    (ip == CLIENT_IP).then_some(CLIENT_MAC)
+                                }
                             };
-                            arp_answered.insert(who);
-                            let reply = frames::arp(
-                                L2 { src: mac, dst: arp.sender_hardware_addr() },
-                                ArpOperation::Reply,
-                                mac,
-                                who,
-                                arp.sender_hardware_addr(),
-                                arp.sender_protocol_addr(),
-                            );
-                            link.send(&reply);
+                            if let Some(reply) = vhost::arp_reply(&frame, played) {
+                                arp_answered.insert(who);
+                                link.send(&reply);
+                            }
                         }
                         _ => {}
                     }

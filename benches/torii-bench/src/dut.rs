@@ -1,0 +1,186 @@
+//! The devices under test as processes: torii-control and torii-gateway (on
+//! `net_virtio_user` against torii-bench's first `net_vhost` port), and testpmd's io
+//! forwarding (on `net_virtio_user` against the second). Each runs in its own process
+//! with its own EAL file prefix; the forwarding core of both is `dut_cpu`, torii-bench's
+//! own is another.
+//!
+//! The device that is not being measured is frozen (SIGSTOP) and thawed (SIGCONT) for
+//! its own trials, so the two never share the forwarding core during a trial. Every
+//! process started here is stopped (SIGTERM, then SIGKILL after 5 s) when its [`Proc`]
+//! is dropped, or killed by the kernel if torii-bench dies first (`PR_SET_PDEATHSIG`).
+
+use std::fs::File;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use rustix::process::{kill_process, set_parent_process_death_signal, Pid, Signal};
+
+/// Which memory the DPDK processes use: all of them the same, or vhost-user cannot map
+/// the other side's memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Memory {
+    /// 2 MiB hugepages, `--in-memory --single-file-segments`.
+    Hugepages,
+    /// `--no-huge -m 256 --no-shconf` (slower; when too few hugepages are free).
+    NoHuge,
+}
+
+impl Memory {
+    /// EAL arguments for this choice.
+    pub fn eal_args(self) -> Vec<String> {
+        match self {
+            Memory::Hugepages => vec!["--in-memory".into(), "--single-file-segments".into()],
+            Memory::NoHuge => ["--no-huge", "-m", "256", "--no-shconf"].map(String::from).to_vec(),
+        }
+    }
+
+    /// Hugepages when at least `need_bytes` of them are free, else none.
+    pub fn choose(need_bytes: u64) -> Self {
+        if free_hugepage_bytes() >= need_bytes {
+            Memory::Hugepages
+        } else {
+            Memory::NoHuge
+        }
+    }
+}
+
+/// Free hugepage memory in bytes (`/proc/meminfo`).
+pub fn free_hugepage_bytes() -> u64 {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let field = |name: &str| {
+        meminfo.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':')?.split_whitespace().next()?.parse().ok())
+    };
+    field("HugePages_Free").unwrap_or(0u64) * field("Hugepagesize").unwrap_or(0u64) * 1024
+}
+
+/// A process torii-bench started, with its log file.
+pub struct Proc {
+    name: String,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Proc {
+    /// Starts `cmd` with stdout and stderr to `log` and stdin a pipe kept open (testpmd
+    /// waits on it).
+    ///
+    /// # Errors
+    /// When the program cannot be started.
+    pub fn spawn(name: &str, mut cmd: Command, log: &Path) -> Result<Self> {
+        let out = File::create(log).with_context(|| format!("create {}", log.display()))?;
+        let err = out.try_clone()?;
+        // SAFETY: the closure runs in the forked child before exec and makes one system
+        // call (prctl PR_SET_PDEATHSIG), which is async-signal-safe; it allocates nothing.
+        // A DPDK process left behind would busy-poll a core of a shared machine: if
+        // torii-bench dies without its Drop running (SIGKILL, a timeout), so do they.
+        #[allow(unsafe_code)]
+        unsafe {
+            cmd.pre_exec(|| set_parent_process_death_signal(Some(Signal::KILL)).map_err(std::io::Error::from));
+        }
+        let child = cmd
+            .stdin(Stdio::piped())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .with_context(|| format!("start {name} ({:?})", cmd.get_program()))?;
+        Ok(Self { name: name.into(), child, log: log.to_path_buf() })
+    }
+
+    /// The log file.
+    pub fn log(&self) -> &Path {
+        &self.log
+    }
+
+    /// The exit status, if it has exited.
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// Fails with the log's tail if the process has exited.
+    ///
+    /// # Errors
+    /// When it has.
+    pub fn check_alive(&mut self) -> Result<()> {
+        if let Some(status) = self.exited() {
+            bail!("{} exited ({status}); last lines of {}:\n{}", self.name, self.log.display(), tail(&self.log, 25));
+        }
+        Ok(())
+    }
+
+    fn signal(&self, sig: Signal) {
+        if let Some(pid) = Pid::from_raw(self.child.id() as i32) {
+            let _ = kill_process(pid, sig);
+        }
+    }
+
+    /// Freezes the process (SIGSTOP).
+    pub fn freeze(&self) {
+        self.signal(Signal::STOP);
+    }
+
+    /// Thaws the process (SIGCONT).
+    pub fn thaw(&self) {
+        self.signal(Signal::CONT);
+    }
+
+    /// SIGTERM, then SIGKILL after `grace`; returns the exit status.
+    pub fn stop(&mut self, grace: Duration) -> Option<ExitStatus> {
+        if let Some(s) = self.exited() {
+            return Some(s);
+        }
+        self.thaw();
+        self.signal(Signal::TERM);
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline {
+            if let Some(s) = self.exited() {
+                return Some(s);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        self.child.wait().ok()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.stop(Duration::from_secs(5));
+    }
+}
+
+/// The last `lines` lines of a file.
+pub fn tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// testpmd's command line: io forwarding on one `net_virtio_user` port looped to itself,
+/// its forwarding lcore on `dut_cpu`, its main lcore on `main_cpu`, started forwarding.
+pub fn testpmd_command(program: &Path, socket: &Path, main_cpu: usize, dut_cpu: usize, memory: Memory) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.args(["-l", &format!("{main_cpu},{dut_cpu}"), "--main-lcore", &main_cpu.to_string()])
+        .args(["--file-prefix", &format!("torii-bench-testpmd-{}", std::process::id())])
+        .args(memory.eal_args())
+        .args(["--no-pci", "--no-telemetry", "--log-level=*:notice", "--vdev"])
+        .arg(format!(
+            "net_virtio_user0,path={},queues=1,queue_size={}",
+            socket.display(),
+            crate::plan::VIRTIO_QUEUE_SIZE
+        ))
+        .args([
+            "--",
+            "--forward-mode=io",
+            "--port-topology=loop",
+            "--nb-cores=1",
+            "--rxd=1024",
+            "--txd=1024",
+            "--burst=32",
+            "--auto-start",
+        ]);
+    cmd
+}

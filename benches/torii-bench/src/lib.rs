@@ -1,0 +1,23 @@
+//! torii-bench: the line-rate harness. A DPDK generator and sink in its own process that
+//! plays the clients and the endpoints of a set of Services, against torii-gateway on
+//! `net_virtio_user` and, in the same run, testpmd's io forwarding on the same kind of
+//! pipe and the same core (the do-nothing ceiling, which is also the generator's own
+//! ceiling). It finds NDR and PDR by a binary search (RFC 2544 § 26.1, FD.io CSIT),
+//! measures latency at a fraction of NDR with an HDR histogram (RFC 2544 § 26.2), checks
+//! what comes back, and writes the results as JSON and a table. docs/benchmarking.md
+//! describes the method.
+//!
+//! - [`plan`]: addresses, manifests, the gateway's configuration, frames and checks (pure);
+//! - [`search`]: the NDR/PDR search (pure);
+//! - [`traffic`]: the generator and sink on a DPDK port;
+//! - [`dut`]: the processes under test;
+//! - [`report`]: the JSON result and the summary table;
+//! - [`vhost`]: the `net_vhost` side of the link (EAL arguments, ports, ARP answers),
+//!   shared with the virtio integration test's peer.
+
+pub mod dut;
+pub mod plan;
+pub mod report;
+pub mod search;
+pub mod traffic;
+pub mod vhost;

@@ -1,0 +1,751 @@
+//! The test network torii-bench plays, as pure data: who the clients, the VIPs and the
+//! endpoints are, the manifests and the gateway configuration that make torii serve
+//! them, the frames the clients send, and how a frame coming back is recognised and
+//! checked. Nothing here does I/O; `traffic` puts it on a DPDK port, `dut` starts the
+//! processes.
+//!
+//! # Addresses (one-armed: one link carries both sides)
+//!
+//! - The gateway: MAC [`GATEWAY_MAC`] (set on its `net_virtio_user` device), addresses
+//!   198.51.100.1/24 (the clients' subnet) and 10.70.0.1/16 (the endpoints' subnet, also
+//!   the SNAT address, ports 1024–65535).
+//! - Client flow `i`: host 198.51.100.(10 + i / 50 000), source port 10 000 + i % 50 000,
+//!   MAC [`CLIENT_MAC`], to Service `i % services`.
+//! - Service `s`: VIP 203.0.113.(10 + s), UDP port 7 → `targetPort` 7007 and TCP port
+//!   80 → 8080, `endpoints` ready endpoints; endpoint `k = s × endpoints + j` is 10.70.(1 + k / 250).(2 + k %
+//!   250), MAC 02:00:0a:46 followed by its last two address bytes.
+//!
+//! Every address is in a documentation or private range and exists only on the
+//! kernel-free vhost-user link.
+//!
+//! # Probes
+//!
+//! UDP (18 bytes of payload at 64-byte frames):
+//!
+//! | bytes of the payload | field |
+//! |-------|-------|
+//! | 0..4  | [`MAGIC`] |
+//! | 4..8  | flow index, big-endian |
+//! | 8..10 | trial number, big-endian |
+//! | 10..18 | transmit time, ns since the generator started, big-endian |
+//!
+//! TCP (a 20-byte header and 6 bytes of payload at 64-byte frames): the payload is
+//! [`MAGIC`] and the trial number; the sequence number carries the flow index and the
+//! acknowledgment number the low 32 bits of the transmit time. The numbers are not a real
+//! byte stream: torii, like Linux with `nf_conntrack_tcp_be_liberal`, tracks TCP states
+//! by flags, not sequence windows, and the endpoints torii-bench plays never check them.
+//! Every flow is opened with a real handshake through the gateway first (SYN; SYN-ACK
+//! from the endpoint; ACK), then carries `ACK|PSH` data segments both ways.
+//!
+//! Each flow's template carries zero in the trial and time fields, so stamping a
+//! frame updates the UDP or TCP checksum incrementally ([RFC 1624 § 3], eqn. 3) with the
+//! sum of the stamped words.
+//!
+//! [RFC 1624 § 3]: https://www.rfc-editor.org/rfc/rfc1624#section-3
+
+use std::fmt::Write as _;
+use std::net::Ipv4Addr;
+
+use torii_gateway::frames::{self, L2};
+use torii_gateway::wire::{EthernetFrame, Ipv4Packet, MacAddr, TcpFlags, TcpPacket, UdpPacket};
+
+/// The gateway's MAC address (given to its `net_virtio_user` device).
+pub const GATEWAY_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 0, 0x01]);
+/// The gateway's address on the clients' subnet.
+pub const GATEWAY_CLIENT_IP: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 1);
+/// The gateway's address on the endpoints' subnet, and its SNAT address.
+pub const SNAT_IP: Ipv4Addr = Ipv4Addr::new(10, 70, 0, 1);
+/// Lowest SNAT port the gateway may choose.
+pub const SNAT_PORT_MIN: u16 = 1024;
+/// Every client's MAC address.
+pub const CLIENT_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 0, 0x0a]);
+/// The Services' UDP port.
+pub const VIP_PORT: u16 = 7;
+/// The endpoints' UDP port (`targetPort`).
+pub const ENDPOINT_PORT: u16 = 7007;
+/// The Services' TCP port.
+pub const VIP_TCP_PORT: u16 = 80;
+/// The endpoints' TCP port (`targetPort`).
+pub const ENDPOINT_TCP_PORT: u16 = 8080;
+/// First bytes of every probe payload: "tRB1".
+pub const MAGIC: [u8; 4] = *b"tRB1";
+/// Client flows per client host.
+pub const FLOWS_PER_HOST: u32 = 50_000;
+/// First client source port.
+pub const FIRST_CLIENT_PORT: u16 = 10_000;
+/// Most flows this version drives: the gateway chooses one SNAT port per flow from
+/// 1024–65535 for its one SNAT address (64 512 ports), and leaves some room.
+pub const MAX_FLOWS: u32 = 64_000;
+/// Descriptors of each virtio ring (`net_virtio_user`'s `queue_size`; its default, 256,
+/// would hold a quarter of what the devices configure and turn every short preemption of
+/// the device's core into loss).
+pub const VIRTIO_QUEUE_SIZE: u16 = 1024;
+/// Most Services (VIPs 203.0.113.10–.249).
+pub const MAX_SERVICES: u32 = 240;
+
+/// Offset of the UDP payload in an untagged IPv4 frame with a 20-byte header.
+pub const PAYLOAD_OFFSET: usize = 14 + 20 + 8;
+/// Bytes of the UDP probe payload.
+pub const PROBE_LEN: usize = 18;
+/// Offset of the TCP payload (20-byte IPv4 and TCP headers).
+pub const TCP_PAYLOAD_OFFSET: usize = 14 + 20 + 20;
+/// Bytes of the TCP probe payload.
+pub const TCP_PROBE_LEN: usize = 6;
+const TCP_SEQ_OFFSET: usize = 34 + 4;
+const TCP_ACK_OFFSET: usize = 34 + 8;
+const TCP_FLAGS_WORD_OFFSET: usize = 34 + 12;
+const TCP_CSUM_OFFSET: usize = 34 + 16;
+/// Smallest frame on the wire, FCS included (RFC 2544 § 9.1).
+pub const MIN_FRAME_SIZE: usize = 64;
+/// Largest frame size accepted (a standard Ethernet frame, FCS included).
+pub const MAX_FRAME_SIZE: usize = 1518;
+const UDP_CSUM_OFFSET: usize = 14 + 20 + 6;
+
+/// What is being tested, which decides what a frame coming back should look like.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Dut {
+    /// torii-gateway: requests come back translated (SNAT → endpoint), replies translated
+    /// back (VIP → client).
+    Torii,
+    /// testpmd's io forwarding: every frame comes back unchanged.
+    IoFwd,
+}
+
+impl Dut {
+    /// The name used in results.
+    pub fn name(self) -> &'static str {
+        match self {
+            Dut::Torii => "torii",
+            Dut::IoFwd => "io-fwd",
+        }
+    }
+}
+
+/// The transport protocol of a workload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Protocol {
+    /// UDP datagrams (a flow exists from its first datagram).
+    Udp,
+    /// TCP: a handshake per flow, then data segments.
+    Tcp,
+}
+
+impl Protocol {
+    /// The name used in results.
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Udp => "udp",
+            Protocol::Tcp => "tcp",
+        }
+    }
+}
+
+/// What a TCP segment of the benchmark is, by its flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Segment {
+    /// Not TCP (a UDP probe).
+    Datagram,
+    /// A SYN (handshake, client → endpoint).
+    Syn,
+    /// A SYN-ACK (handshake, endpoint → client).
+    SynAck,
+    /// A bare ACK (the handshake's last segment).
+    Ack,
+    /// A data segment (`ACK|PSH`).
+    Data,
+    /// Any other combination of flags.
+    Other,
+}
+
+impl Segment {
+    fn of_flags(flags: u8) -> Self {
+        match flags & 0x1f {
+            0x02 => Segment::Syn,
+            0x12 => Segment::SynAck,
+            0x10 => Segment::Ack,
+            0x18 => Segment::Data,
+            _ => Segment::Other,
+        }
+    }
+
+    /// The flags byte of this kind of segment.
+    pub fn flags(self) -> u8 {
+        match self {
+            Segment::Syn => 0x02,
+            Segment::SynAck => 0x12,
+            Segment::Ack => 0x10,
+            Segment::Data | Segment::Datagram | Segment::Other => 0x18,
+        }
+    }
+}
+
+/// The shape of the workload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Plan {
+    /// Transport protocol.
+    pub protocol: Protocol,
+    /// Client flows (distinct 5-tuples).
+    pub flows: u32,
+    /// Services (VIPs).
+    pub services: u32,
+    /// Ready endpoints per Service.
+    pub endpoints: u32,
+    /// Frame size on the wire in bytes, FCS included (the frame handed to the port is 4
+    /// bytes shorter).
+    pub frame_size: usize,
+}
+
+/// A [`Plan`] that cannot be run, and why.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum PlanError {
+    /// Too many or no flows.
+    #[error("--flows {0}: must be 1..={MAX_FLOWS} (one SNAT address gives the gateway 64 512 ports)")]
+    Flows(u32),
+    /// Too many or no Services.
+    #[error("--services {0}: must be 1..={MAX_SERVICES} (one VIP each in 203.0.113.0/24)")]
+    Services(u32),
+    /// Too many or no endpoints.
+    #[error("--endpoints {0}: must be 1..=1000 per Service, and services × endpoints at most 60 000")]
+    Endpoints(u32),
+    /// Frame size out of range.
+    #[error("--frame-size {0}: must be {MIN_FRAME_SIZE}..={MAX_FRAME_SIZE} bytes (FCS included)")]
+    FrameSize(usize),
+}
+
+impl Plan {
+    /// Checks the plan's ranges.
+    ///
+    /// # Errors
+    /// The first knob out of range.
+    pub fn new(
+        protocol: Protocol,
+        flows: u32,
+        services: u32,
+        endpoints: u32,
+        frame_size: usize,
+    ) -> Result<Self, PlanError> {
+        if flows == 0 || flows > MAX_FLOWS {
+            return Err(PlanError::Flows(flows));
+        }
+        if services == 0 || services > MAX_SERVICES {
+            return Err(PlanError::Services(services));
+        }
+        if endpoints == 0 || endpoints > 1000 || services * endpoints > 60_000 {
+            return Err(PlanError::Endpoints(endpoints));
+        }
+        if !(MIN_FRAME_SIZE..=MAX_FRAME_SIZE).contains(&frame_size) {
+            return Err(PlanError::FrameSize(frame_size));
+        }
+        Ok(Self { protocol, flows, services, endpoints, frame_size })
+    }
+
+    /// A short name for logs: "udp, 1000 flows".
+    pub fn tag(&self) -> String {
+        format!("{}, {} flows", self.protocol.name(), self.flows)
+    }
+
+    /// Bytes of each frame as handed to the port (no FCS).
+    pub fn frame_len(&self) -> usize {
+        self.frame_size - 4
+    }
+
+    /// Client address and source port of flow `i`.
+    pub fn client(&self, i: u32) -> (Ipv4Addr, u16) {
+        let host = 10 + i / FLOWS_PER_HOST;
+        (Ipv4Addr::new(198, 51, 100, host as u8), FIRST_CLIENT_PORT + (i % FLOWS_PER_HOST) as u16)
+    }
+
+    /// The Services' port for this protocol.
+    pub fn vip_port(&self) -> u16 {
+        match self.protocol {
+            Protocol::Udp => VIP_PORT,
+            Protocol::Tcp => VIP_TCP_PORT,
+        }
+    }
+
+    /// The endpoints' port for this protocol.
+    pub fn endpoint_port(&self) -> u16 {
+        match self.protocol {
+            Protocol::Udp => ENDPOINT_PORT,
+            Protocol::Tcp => ENDPOINT_TCP_PORT,
+        }
+    }
+
+    /// The Service flow `i` goes to.
+    pub fn service_of(&self, i: u32) -> u32 {
+        i % self.services
+    }
+
+    /// VIP of Service `s`.
+    pub fn vip(s: u32) -> Ipv4Addr {
+        Ipv4Addr::new(203, 0, 113, 10 + s as u8)
+    }
+
+    /// Address of endpoint `j` of Service `s`.
+    pub fn endpoint(&self, s: u32, j: u32) -> Ipv4Addr {
+        let k = s * self.endpoints + j;
+        Ipv4Addr::new(10, 70, (1 + k / 250) as u8, (2 + k % 250) as u8)
+    }
+
+    /// The Service an endpoint address belongs to, if it is one of the plan's.
+    pub fn service_of_endpoint(&self, ip: Ipv4Addr) -> Option<u32> {
+        let o = ip.octets();
+        if o[0] != 10 || o[1] != 70 || o[2] == 0 || o[3] < 2 || o[3] >= 252 {
+            return None;
+        }
+        let k = u32::from(o[2] - 1) * 250 + u32::from(o[3] - 2);
+        (k < self.services * self.endpoints).then_some(k / self.endpoints)
+    }
+
+    /// The MAC address torii-bench answers ARP with for an address of the link, if it
+    /// plays that address (a client host or an endpoint).
+    pub fn mac_of(&self, ip: Ipv4Addr) -> Option<MacAddr> {
+        let o = ip.octets();
+        if o[..3] == [198, 51, 100] && o[3] >= 10 && u32::from(o[3]) < 10 + self.flows.div_ceil(FLOWS_PER_HOST) {
+            return Some(CLIENT_MAC);
+        }
+        self.service_of_endpoint(ip).map(|_| MacAddr([0x02, 0, 0x0a, 0x46, o[2], o[3]]))
+    }
+
+    /// The frame flow `i`'s client sends (TCP: a data segment), with the trial and time
+    /// fields zero.
+    pub fn template(&self, i: u32) -> Vec<u8> {
+        let l2 = L2 { src: CLIENT_MAC, dst: GATEWAY_MAC };
+        let dst = (Self::vip(self.service_of(i)), self.vip_port());
+        match self.protocol {
+            Protocol::Udp => {
+                let mut payload = vec![0u8; self.frame_len() - PAYLOAD_OFFSET];
+                payload[..4].copy_from_slice(&MAGIC);
+                payload[4..8].copy_from_slice(&i.to_be_bytes());
+                frames::udp(l2, self.client(i), dst, &payload, 64)
+            }
+            Protocol::Tcp => {
+                let mut payload = vec![0u8; self.frame_len() - TCP_PAYLOAD_OFFSET];
+                payload[..4].copy_from_slice(&MAGIC);
+                frames::tcp(l2, self.client(i), dst, TcpFlags::ACK | TcpFlags::PSH, i, 0, &payload, 64)
+            }
+        }
+    }
+
+    /// The Kubernetes objects torii-control serves: a Node for the gateway, and per
+    /// Service a `Service` with the VIP as an `externalIPs` address and one EndpointSlice.
+    pub fn manifests(&self) -> String {
+        let mut y = String::from(
+            "# Written by torii-bench: the Services it sends traffic to.\napiVersion: v1\nkind: Node\n\
+             metadata:\n  name: gateway-1\nstatus:\n  addresses:\n  - {type: InternalIP, address: 198.51.100.1}\n",
+        );
+        for s in 0..self.services {
+            let _ = write!(
+                y,
+                "---\napiVersion: v1\nkind: Service\nmetadata:\n  name: bench-{s}\n  namespace: bench\n\
+                 spec:\n  type: ClusterIP\n  clusterIP: 10.96.{}.{}\n  externalIPs: [{}]\n  ports:\n\
+                 \x20 - {{name: echo, protocol: UDP, port: {VIP_PORT}, targetPort: {ENDPOINT_PORT}}}\n\
+                 \x20 - {{name: web, protocol: TCP, port: {VIP_TCP_PORT}, targetPort: {ENDPOINT_TCP_PORT}}}\n\
+                 ---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: bench-{s}-a\n\
+                 \x20 namespace: bench\n  labels:\n    kubernetes.io/service-name: bench-{s}\n\
+                 addressType: IPv4\nports:\n- {{name: echo, protocol: UDP, port: {ENDPOINT_PORT}}}\n\
+                 - {{name: web, protocol: TCP, port: {ENDPOINT_TCP_PORT}}}\nendpoints:\n",
+                1 + s / 250,
+                2 + s % 250,
+                Self::vip(s),
+            );
+            for j in 0..self.endpoints {
+                let _ = writeln!(
+                    y,
+                    "- addresses: [{}]\n  conditions: {{ready: true, serving: true, terminating: false}}",
+                    self.endpoint(s, j)
+                );
+            }
+        }
+        y
+    }
+
+    /// torii-gateway's configuration: one worker on `cpu`, one `net_virtio_user` interface
+    /// on `socket` carrying both subnets, conntrack sized for the flows of both protocols.
+    pub fn gateway_config(
+        &self,
+        shm_dir: &str,
+        manifests_dir: &str,
+        socket: &str,
+        cpu: usize,
+        eal: &[String],
+    ) -> String {
+        // Flows of both protocols may be tracked at once (runs share the gateway).
+        let capacity = (u64::from(self.flows) * 4).next_power_of_two().max(65_536);
+        let eal: Vec<String> = eal.iter().map(|a| format!("{a:?}")).collect();
+        format!(
+            "# Written by torii-bench.\nnode_name = \"gateway-1\"\nshm_dir = {shm_dir:?}\ndriver = \"dpdk\"\nworkers = 1\n\n\
+             [dpdk]\neal_args = [{eal}]\ncpus = [{cpu}]\nfallback_to_af_packet = false\nidle_sleep_us = 100\n\n\
+             [[interfaces]]\nname = \"virtio0\"\naddresses = [\"198.51.100.1/24\", \"10.70.0.1/16\"]\n\
+             device = \"net_virtio_user0,path={socket},queues=1,queue_size={VIRTIO_QUEUE_SIZE},mac={GATEWAY_MAC}\"\n\n\
+             [snat]\naddresses = [\"10.70.0.1\"]\nport_min = {SNAT_PORT_MIN}\nport_max = 65535\n\n\
+             [conntrack]\ncapacity = {capacity}\n\n[control]\nmanifests = {manifests_dir:?}\n",
+            eal = eal.join(", "),
+        )
+    }
+}
+
+/// Writes the trial number and transmit time into a frame copied from a template, and
+/// updates its UDP or TCP checksum for them (the template has zeros there).
+pub fn stamp(protocol: Protocol, frame: &mut [u8], trial: u16, tx_ns: u64) {
+    match protocol {
+        Protocol::Udp => {
+            let p = PAYLOAD_OFFSET;
+            frame[p + 8..p + 10].copy_from_slice(&trial.to_be_bytes());
+            frame[p + 10..p + 18].copy_from_slice(&tx_ns.to_be_bytes());
+            let sum = u32::from(trial) + (0..4).map(|k| ((tx_ns >> (16 * k)) & 0xffff) as u32).sum::<u32>();
+            add_to_checksum(frame, UDP_CSUM_OFFSET, sum, true);
+        }
+        Protocol::Tcp => {
+            let ts = tx_ns as u32;
+            frame[TCP_PAYLOAD_OFFSET + 4..TCP_PAYLOAD_OFFSET + 6].copy_from_slice(&trial.to_be_bytes());
+            frame[TCP_ACK_OFFSET..TCP_ACK_OFFSET + 4].copy_from_slice(&ts.to_be_bytes());
+            let sum = u32::from(trial) + (ts >> 16) + (ts & 0xffff);
+            add_to_checksum(frame, TCP_CSUM_OFFSET, sum, false);
+        }
+    }
+}
+
+/// Rewrites a TCP segment's flags (a copy of a data template, or a received SYN turned
+/// into the SYN-ACK), updating its checksum.
+pub fn set_tcp_flags(frame: &mut [u8], segment: Segment) {
+    let w = TCP_FLAGS_WORD_OFFSET;
+    let old = u16::from_be_bytes([frame[w], frame[w + 1]]);
+    frame[w + 1] = segment.flags();
+    let new = u16::from_be_bytes([frame[w], frame[w + 1]]);
+    // RFC 1624 eqn. 3: HC' = ~(~HC + ~m + m').
+    add_to_checksum(frame, TCP_CSUM_OFFSET, u32::from(!old) + u32::from(new), false);
+}
+
+/// Adds `sum` (of 16-bit words) to the one's complement checksum at `at`.
+fn add_to_checksum(frame: &mut [u8], at: usize, sum: u32, udp: bool) {
+    let old = u16::from_be_bytes([frame[at], frame[at + 1]]);
+    let mut acc = u32::from(!old) + sum;
+    while acc > 0xffff {
+        acc = (acc & 0xffff) + (acc >> 16);
+    }
+    let mut new = !(acc as u16);
+    if udp && new == 0 {
+        new = 0xffff; // RFC 768: a computed zero is sent as all ones
+    }
+    frame[at..at + 2].copy_from_slice(&new.to_be_bytes());
+}
+
+/// What a frame the generator received is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Received {
+    /// An ARP packet (answered by the caller if it asks for an address torii-bench plays).
+    Arp,
+    /// A probe on its way to an endpoint (torii: translated to SNAT → endpoint; io-fwd:
+    /// the client's own frame): to be reflected as the endpoint's reply.
+    ToEndpoint {
+        /// Flow index from the payload (TCP: the sequence number).
+        flow: u32,
+        /// What kind of TCP segment it is.
+        segment: Segment,
+    },
+    /// A probe's reply arriving at its client: the end of the round trip.
+    ToClient {
+        /// Flow index from the payload (TCP: the sequence number).
+        flow: u32,
+        /// Trial number from the payload.
+        trial: u16,
+        /// Transmit time from the payload (TCP: its low 32 bits).
+        tx_ns: u64,
+        /// What kind of TCP segment it is.
+        segment: Segment,
+    },
+    /// Anything else (not IPv4/UDP with a 20-byte header, not a probe).
+    Other,
+}
+
+/// Classifies a received frame by its destination address (fast: fixed offsets, no
+/// checksum). Frames to the clients' subnet are replies; other probes go to endpoints.
+pub fn classify(frame: &[u8]) -> Received {
+    if frame.len() >= 14 && frame[12..14] == [0x08, 0x06] {
+        return Received::Arp;
+    }
+    if frame.len() < TCP_PAYLOAD_OFFSET + TCP_PROBE_LEN || frame[12..14] != [0x08, 0x00] || frame[14] != 0x45 {
+        return Received::Other;
+    }
+    let to_client = frame[30..33] == [198, 51, 100];
+    let (flow, trial, tx_ns, segment) = match frame[23] {
+        17 if frame.len() >= PAYLOAD_OFFSET + PROBE_LEN => {
+            let p = PAYLOAD_OFFSET;
+            if frame[p..p + 4] != MAGIC {
+                return Received::Other;
+            }
+            (
+                u32::from_be_bytes([frame[p + 4], frame[p + 5], frame[p + 6], frame[p + 7]]),
+                u16::from_be_bytes([frame[p + 8], frame[p + 9]]),
+                u64::from_be_bytes(frame[p + 10..p + 18].try_into().unwrap_or_default()),
+                Segment::Datagram,
+            )
+        }
+        6 if frame[34 + 12] == 0x50 => {
+            let p = TCP_PAYLOAD_OFFSET;
+            if frame[p..p + 4] != MAGIC {
+                return Received::Other;
+            }
+            let word = |at: usize| u32::from_be_bytes([frame[at], frame[at + 1], frame[at + 2], frame[at + 3]]);
+            (
+                word(TCP_SEQ_OFFSET),
+                u16::from_be_bytes([frame[p + 4], frame[p + 5]]),
+                u64::from(word(TCP_ACK_OFFSET)),
+                Segment::of_flags(frame[TCP_FLAGS_WORD_OFFSET + 1]),
+            )
+        }
+        _ => return Received::Other,
+    };
+    if to_client {
+        Received::ToClient { flow, trial, tx_ns, segment }
+    } else {
+        Received::ToEndpoint { flow, segment }
+    }
+}
+
+/// Turns a request that reached its endpoint into the endpoint's reply, in place: MAC,
+/// address and port pairs swapped (no checksum changes: the sums are the same).
+pub fn reflect(frame: &mut [u8]) {
+    for k in 0..6 {
+        frame.swap(k, 6 + k);
+    }
+    for k in 0..4 {
+        frame.swap(26 + k, 30 + k);
+    }
+    for k in 0..2 {
+        frame.swap(34 + k, 36 + k);
+    }
+}
+
+/// Checks a request as the endpoint receives it. For torii: from the gateway's MAC and
+/// the SNAT address, a port in the SNAT range, to an endpoint of the flow's Service on
+/// the endpoints' port at that endpoint's MAC. For io-fwd: the client's frame unchanged.
+/// With `checksums`, the IPv4 and UDP/TCP checksums too. Returns the SNAT port (torii).
+///
+/// # Errors
+/// What is wrong, naming the flow.
+pub fn check_to_endpoint(plan: &Plan, dut: Dut, frame: &[u8], flow: u32, checksums: bool) -> Result<u16, String> {
+    let h = headers(plan.protocol, frame, checksums)?;
+    let what = || format!("flow {flow}: request {}:{} -> {}:{}", h.src, h.sport, h.dst, h.dport);
+    if flow >= plan.flows {
+        return Err(format!("{}: flow index out of range", what()));
+    }
+    let service = plan.service_of(flow);
+    if checksums {
+        h.sums.map_err(|e| format!("{}: {e}", what()))?;
+    }
+    match dut {
+        Dut::Torii => {
+            if h.eth_src != GATEWAY_MAC {
+                return Err(format!("{}: source MAC {} is not the gateway's", what(), h.eth_src));
+            }
+            if h.src != SNAT_IP || h.sport < SNAT_PORT_MIN {
+                return Err(format!("{}: not from the SNAT address and range", what()));
+            }
+            if plan.service_of_endpoint(h.dst) != Some(service) || h.dport != plan.endpoint_port() {
+                return Err(format!("{}: not an endpoint of Service bench-{service}", what()));
+            }
+            if Some(h.eth_dst) != plan.mac_of(h.dst) {
+                return Err(format!("{}: destination MAC {} is not the endpoint's", what(), h.eth_dst));
+            }
+            Ok(h.sport)
+        }
+        Dut::IoFwd => {
+            if (h.src, h.sport) != plan.client(flow) || (h.dst, h.dport) != (Plan::vip(service), plan.vip_port()) {
+                return Err(format!("{}: io-fwd changed the frame", what()));
+            }
+            Ok(0)
+        }
+    }
+}
+
+/// Checks a reply as its client receives it: from the flow's VIP and Service port, to
+/// the flow's client address and port at [`CLIENT_MAC`] (and, with `checksums`, valid
+/// checksums). The same for both devices.
+///
+/// # Errors
+/// What is wrong, naming the flow.
+pub fn check_to_client(plan: &Plan, frame: &[u8], flow: u32, checksums: bool) -> Result<(), String> {
+    let h = headers(plan.protocol, frame, checksums)?;
+    let what = || format!("flow {flow}: reply {}:{} -> {}:{}", h.src, h.sport, h.dst, h.dport);
+    if flow >= plan.flows {
+        return Err(format!("{}: flow index out of range", what()));
+    }
+    if checksums {
+        h.sums.map_err(|e| format!("{}: {e}", what()))?;
+    }
+    if (h.src, h.sport) != (Plan::vip(plan.service_of(flow)), plan.vip_port()) || (h.dst, h.dport) != plan.client(flow)
+    {
+        return Err(format!("{}: not the flow's VIP and client", what()));
+    }
+    if h.eth_dst != CLIENT_MAC {
+        return Err(format!("{}: destination MAC {} is not the client's", what(), h.eth_dst));
+    }
+    Ok(())
+}
+
+/// The fields the checks read, parsed with the gateway's checked views.
+struct Headers {
+    eth_src: MacAddr,
+    eth_dst: MacAddr,
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    sport: u16,
+    dport: u16,
+    /// Whether the IPv4 and L4 checksums are valid (not computed: `Ok`).
+    sums: Result<(), String>,
+}
+
+fn headers(protocol: Protocol, frame: &[u8], checksums: bool) -> Result<Headers, String> {
+    let eth = EthernetFrame::new_checked(frame).map_err(|e| format!("bad Ethernet frame: {e:?}"))?;
+    let ip = Ipv4Packet::new_checked(eth.payload()).map_err(|e| format!("bad IPv4 packet: {e:?}"))?;
+    let (src, dst) = (ip.src_addr(), ip.dst_addr());
+    let ip_sum = if !checksums || ip.verify_checksum() {
+        Ok(())
+    } else {
+        Err(format!("bad IPv4 header checksum {:#06x}", ip.checksum()))
+    };
+    let (sport, dport, l4_sum) = match protocol {
+        Protocol::Udp => {
+            let u = UdpPacket::new_checked(ip.payload()).map_err(|e| format!("bad UDP datagram: {e:?}"))?;
+            let ok = !checksums || (u.checksum() != 0 && u.verify_checksum(src, dst));
+            (
+                u.src_port(),
+                u.dst_port(),
+                if ok { Ok(()) } else { Err(format!("bad UDP checksum {:#06x}", u.checksum())) },
+            )
+        }
+        Protocol::Tcp => {
+            let t = TcpPacket::new_checked(ip.payload()).map_err(|e| format!("bad TCP segment: {e:?}"))?;
+            let ok = !checksums || t.verify_checksum(src, dst);
+            (
+                t.src_port(),
+                t.dst_port(),
+                if ok { Ok(()) } else { Err(format!("bad TCP checksum {:#06x}", t.checksum())) },
+            )
+        }
+    };
+    Ok(Headers { eth_src: eth.src_addr(), eth_dst: eth.dst_addr(), src, dst, sport, dport, sums: ip_sum.and(l4_sum) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(protocol: Protocol) -> Plan {
+        Plan::new(protocol, 60_000, 3, 4, 64).unwrap()
+    }
+
+    #[test]
+    fn addresses_round_trip() {
+        let p = plan(Protocol::Udp);
+        assert_eq!(p.client(0), (Ipv4Addr::new(198, 51, 100, 10), 10_000));
+        assert_eq!(p.client(50_001), (Ipv4Addr::new(198, 51, 100, 11), 10_001));
+        for s in 0..3 {
+            for j in 0..4 {
+                assert_eq!(p.service_of_endpoint(p.endpoint(s, j)), Some(s));
+            }
+        }
+        assert_eq!(p.service_of_endpoint(SNAT_IP), None);
+        assert_eq!(p.service_of_endpoint(Ipv4Addr::new(10, 70, 1, 14)), None, "k = 12 is past 3 × 4");
+        assert_eq!(p.mac_of(Ipv4Addr::new(198, 51, 100, 11)), Some(CLIENT_MAC));
+        assert_eq!(p.mac_of(Ipv4Addr::new(198, 51, 100, 12)), None);
+        assert_eq!(p.mac_of(GATEWAY_CLIENT_IP), None);
+        assert_eq!(p.mac_of(p.endpoint(0, 1)), Some(MacAddr([2, 0, 0x0a, 0x46, 1, 3])));
+    }
+
+    #[test]
+    fn plan_rejects_out_of_range() {
+        let udp = Protocol::Udp;
+        assert_eq!(Plan::new(udp, 0, 1, 1, 64), Err(PlanError::Flows(0)));
+        assert_eq!(Plan::new(udp, 1, 241, 1, 64), Err(PlanError::Services(241)));
+        assert_eq!(Plan::new(udp, 1, 1, 1, 63), Err(PlanError::FrameSize(63)));
+        assert!(Plan::new(udp, 1, 1, 1, 1518).is_ok());
+    }
+
+    #[test]
+    fn templates_are_64_byte_probes_with_valid_checksums() {
+        for protocol in [Protocol::Udp, Protocol::Tcp] {
+            let p = plan(protocol);
+            let f = p.template(7);
+            assert_eq!(f.len(), 60, "{protocol:?}");
+            let segment = if protocol == Protocol::Tcp { Segment::Data } else { Segment::Datagram };
+            assert_eq!(classify(&f), Received::ToEndpoint { flow: 7, segment });
+            check_to_endpoint(&p, Dut::IoFwd, &f, 7, true).unwrap();
+            assert_eq!(Plan::new(protocol, 1, 1, 1, 1518).unwrap().template(0).len(), 1514);
+        }
+    }
+
+    #[test]
+    fn stamp_keeps_the_checksum_valid() {
+        for protocol in [Protocol::Udp, Protocol::Tcp] {
+            let p = plan(protocol);
+            for (trial, ts) in [(1, 0), (65535, u64::MAX), (3, 0x0123_4567_89ab_cdef), (0, 1)] {
+                let mut f = p.template(59_999);
+                stamp(protocol, &mut f, trial, ts);
+                check_to_endpoint(&p, Dut::IoFwd, &f, 59_999, true).unwrap();
+                reflect(&mut f);
+                let (tx_ns, segment) = match protocol {
+                    Protocol::Udp => (ts, Segment::Datagram),
+                    Protocol::Tcp => (ts & 0xffff_ffff, Segment::Data),
+                };
+                assert_eq!(classify(&f), Received::ToClient { flow: 59_999, trial, tx_ns, segment });
+                // As io-fwd returns it: the reflected frame is what the client receives.
+                check_to_client(&p, &f, 59_999, true).unwrap();
+                let mut bad = f.clone();
+                bad[50] ^= 1; // in the UDP payload, or the TCP checksum
+                let err = check_to_client(&p, &bad, 59_999, true).unwrap_err();
+                assert!(err.contains("checksum"), "{err}");
+            }
+        }
+    }
+
+    #[test]
+    fn handshake_flags_keep_the_checksum_valid() {
+        let p = plan(Protocol::Tcp);
+        let mut f = p.template(12);
+        for segment in [Segment::Syn, Segment::SynAck, Segment::Ack, Segment::Data] {
+            set_tcp_flags(&mut f, segment);
+            stamp(Protocol::Tcp, &mut f, 0, 0);
+            assert_eq!(classify(&f), Received::ToEndpoint { flow: 12, segment });
+            check_to_endpoint(&p, Dut::IoFwd, &f, 12, true).unwrap();
+        }
+    }
+
+    #[test]
+    fn translated_request_is_checked() {
+        let p = plan(Protocol::Udp);
+        let ep = p.endpoint(1, 2);
+        let mut payload = vec![0u8; PROBE_LEN];
+        payload[..4].copy_from_slice(&MAGIC);
+        payload[4..8].copy_from_slice(&4u32.to_be_bytes()); // flow 4 → service 1
+        let l2 = L2 { src: GATEWAY_MAC, dst: p.mac_of(ep).unwrap() };
+        let f = frames::udp(l2, (SNAT_IP, 2000), (ep, ENDPOINT_PORT), &payload, 63);
+        assert_eq!(check_to_endpoint(&p, Dut::Torii, &f, 4, true), Ok(2000));
+        let err = check_to_endpoint(&p, Dut::Torii, &f, 5, true).unwrap_err();
+        assert!(err.contains("not an endpoint of Service bench-2"), "{err}");
+        let to_client = L2 { src: GATEWAY_MAC, dst: CLIENT_MAC };
+        let wrong_mac = frames::udp(to_client, (SNAT_IP, 2000), (ep, ENDPOINT_PORT), &payload, 63);
+        assert!(check_to_endpoint(&p, Dut::Torii, &wrong_mac, 4, false).unwrap_err().contains("destination MAC"));
+        let tcp = plan(Protocol::Tcp);
+        let seg = frames::tcp(l2, (SNAT_IP, 2000), (ep, ENDPOINT_TCP_PORT), TcpFlags::SYN, 4, 0, &MAGIC, 63);
+        assert_eq!(check_to_endpoint(&tcp, Dut::Torii, &seg, 4, true), Ok(2000));
+    }
+
+    #[test]
+    fn manifests_and_config_name_every_service() {
+        let p = plan(Protocol::Udp);
+        let m = p.manifests();
+        assert_eq!(m.matches("kind: Service\n").count(), 3);
+        assert_eq!(m.matches("- addresses: [10.70.").count(), 12);
+        assert_eq!(m.matches("protocol: TCP, port: 8080").count(), 3);
+        assert!(m.contains("externalIPs: [203.0.113.12]"));
+        let c = p.gateway_config("/dev/shm/x", "/tmp/m", "/tmp/s.sock", 1, &["--no-huge".into()]);
+        assert!(c.contains("capacity = 262144"), "{c}");
+        assert!(c.contains("queue_size=1024,mac=02:00:00:00:00:01"), "{c}");
+        assert!(c.contains("eal_args = [\"--no-huge\"]"), "{c}");
+    }
+}

@@ -1,0 +1,124 @@
+//! The smoke test of torii-bench, the line-rate harness (benches/torii-bench): a few
+//! seconds of UDP, then of TCP (each flow opened with a handshake through the gateway), at
+//! a fixed low rate through the real torii-gateway (on DPDK's
+//! `net_virtio_user`, with torii-control serving the manifests torii-bench writes), and
+//! through testpmd's io forwarding when `dpdk-testpmd` is installed. It asserts that
+//! nothing was lost, that every frame passed torii-bench's checks (addresses, ports,
+//! MACs, one SNAT port per flow, every checksum) and that the JSON result is
+//! well formed. It measures nothing: the rate is far below what either device forwards,
+//! so loss here is a bug, not a slow machine.
+//!
+//! Cost: about 20 s of wall time (three DPDK processes start; per protocol, 1000 flows
+//! warmed up and one 3-second trial per device). The DPDK two-process tests run one at a time
+//! (.config/nextest.toml, group `dpdk-pipe`), so they do not share CPUs and hugepages.
+//! Needs DPDK (skipped, loudly, when it is not installed); not root.
+
+use std::fs;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use serde_json::Value;
+use torii_integration::{dpdk_unavailable, output_with_timeout, print_skipped, Binaries};
+
+/// Flows, rate (client requests/s) and trial length of the smoke run.
+const FLOWS: u64 = 1000;
+const RATE: u64 = 1000;
+const TRIAL_S: u64 = 3;
+
+fn testpmd_installed() -> bool {
+    Command::new("dpdk-testpmd").arg("--version").output().is_ok()
+}
+
+#[test]
+fn torii_bench_smoke_through_the_gateway() -> Result<()> {
+    if let Some(reason) = dpdk_unavailable() {
+        print_skipped("torii_bench_smoke_through_the_gateway", &reason);
+        return Ok(());
+    }
+    let bins = Binaries::locate()?;
+    let bench = bins.gateway.with_file_name("torii-bench");
+    if !bench.is_file() {
+        bail!("{} not found: run `cargo build --release --workspace --bins` first", bench.display());
+    }
+    let workdir = std::env::temp_dir().join(format!("torii-it{}-bench", std::process::id()));
+    let _ = fs::remove_dir_all(&workdir);
+    fs::create_dir_all(&workdir)?;
+    let result = workdir.join("result.json");
+    let baseline = testpmd_installed();
+    if !baseline {
+        eprintln!("[bench] dpdk-testpmd not found: torii only (scripts/setup installs Debian's dpdk)");
+    }
+    let mut cmd = Command::new(&bench);
+    cmd.args(["--protocols", "udp,tcp", "--flows", &FLOWS.to_string()])
+        .args(["--fixed-rate", &RATE.to_string(), "--trial-s", &TRIAL_S.to_string()])
+        .args(["--checksum-every", "1", "--baseline", if baseline { "io-fwd" } else { "none" }])
+        .arg("--out")
+        .arg(&result)
+        .arg("--workdir")
+        .arg(workdir.join("run"));
+    let start = Instant::now();
+    let out = output_with_timeout(&mut cmd, Duration::from_secs(110))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("[bench] torii-bench took {:.1} s:\n{stdout}", start.elapsed().as_secs_f64());
+    if !out.status.success() {
+        bail!("torii-bench failed ({}):\n{stdout}\n{stderr}", out.status);
+    }
+    let text = fs::read_to_string(&result).with_context(|| format!("read {}", result.display()))?;
+    let r: Value = serde_json::from_str(&text).with_context(|| format!("{} is not JSON", result.display()))?;
+    check_result(&r, baseline).with_context(|| format!("result {}:\n{text}\nstderr:\n{stderr}", result.display()))?;
+    let _ = fs::remove_dir_all(&workdir);
+    Ok(())
+}
+
+fn check_result(r: &Value, baseline: bool) -> Result<()> {
+    ensure!(r["tool"] == "torii-bench" && r["schema"] == 1, "not a torii-bench schema 1 result");
+    ensure!(r["ok"] == true && r["bad_frames"] == 0, "checks failed: ok {}, bad_frames {}", r["ok"], r["bad_frames"]);
+    ensure!(r["machine"]["cpu_model"].as_str().is_some_and(|s| !s.is_empty()), "no CPU model");
+    let runs = r["runs"].as_array().context("runs is not an array")?;
+    let protocols: Vec<&str> = runs.iter().filter_map(|run| run["protocol"].as_str()).collect();
+    ensure!(protocols == ["udp", "tcp"], "runs of {protocols:?}, expected udp and tcp");
+    for run in runs {
+        ensure!(run["flows"] == FLOWS && run["frame_size"] == 64, "run: {run}");
+        check_run(run, baseline).with_context(|| format!("{} run", run["protocol"]))?;
+    }
+    Ok(())
+}
+
+fn check_run(run: &Value, baseline: bool) -> Result<()> {
+    let tcp = run["protocol"] == "tcp";
+    let duts = run["duts"].as_array().context("duts is not an array")?;
+    let names: Vec<&str> = duts.iter().filter_map(|d| d["dut"].as_str()).collect();
+    let want: &[&str] = if baseline { &["torii", "io-fwd"] } else { &["torii"] };
+    ensure!(names == want, "devices {names:?}, expected {want:?}");
+    for d in duts {
+        let name = &d["dut"];
+        let warmups = d["warmup"].as_array().context("warmup")?;
+        ensure!(!warmups.is_empty(), "{name}: no warm-up");
+        if tcp {
+            // Every flow's handshake went through: its ACK reached the endpoint.
+            let acks: u64 = warmups.iter().filter_map(|w| w["handshake_acks"].as_u64()).sum();
+            ensure!(acks >= FLOWS, "{name}: {acks} handshake ACKs reached the endpoints for {FLOWS} flows");
+        }
+        let l = &d["latency"];
+        let t = &l["trial"];
+        let offered = t["offered"].as_u64().context("offered")?;
+        // A paced trial offers rate × duration frames, give or take a burst.
+        ensure!(offered.abs_diff(RATE * TRIAL_S) <= 64, "{name}: offered {offered}, expected about {}", RATE * TRIAL_S);
+        ensure!(l["lost"] == 0 && t["received"] == offered, "{name}: lost {} of {offered}", l["lost"]);
+        ensure!(t["refused"] == 0 && t["reflect_refused"] == 0 && t["bad"] == 0, "{name}: {t}");
+        ensure!(t["reflected"] == offered, "{name}: reflected {} of {offered}", t["reflected"]);
+        if name == "torii" {
+            ensure!(t["snat_changed"] == 0, "torii: a flow's SNAT port changed: {t}");
+        }
+        let p = &l["percentiles_ns"];
+        ensure!(p["count"] == offered, "{name}: {} latency samples for {offered} replies", p["count"]);
+        let (p50, p99, max) = (p["p50"].as_u64(), p["p99"].as_u64(), p["max"].as_u64());
+        ensure!(
+            matches!((p50, p99, max), (Some(a), Some(b), Some(c)) if 0 < a && a <= b && b <= c),
+            "{name}: percentiles out of order: {p}"
+        );
+    }
+    Ok(())
+}
