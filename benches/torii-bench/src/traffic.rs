@@ -292,7 +292,7 @@ impl Generator {
             match plan::classify(m.data()) {
                 Received::ToEndpoint { flow, segment } => {
                     *checked += 1;
-                    let sums = *checked % self.checksum_every == 0;
+                    let sums = (*checked).is_multiple_of(self.checksum_every);
                     match plan::check_to_endpoint(&self.plan, link.dut, m.data(), flow, sums) {
                         Ok(snat) => {
                             if link.dut == Dut::Torii {
@@ -327,7 +327,7 @@ impl Generator {
                         continue;
                     }
                     *checked += 1;
-                    let sums = *checked % self.checksum_every == 0;
+                    let sums = (*checked).is_multiple_of(self.checksum_every);
                     if let Err(e) = plan::check_to_client(&self.plan, m.data(), flow, sums) {
                         out.problem(e);
                         continue;
