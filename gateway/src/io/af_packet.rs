@@ -7,7 +7,9 @@
 //! no system call except [`AfPacketSocket::tx_flush`] (one `sendto` per burst that queued
 //! frames) and, for idle workers, [`AfPacketSocket::wait_readable`]. Frames are whole
 //! Ethernet frames, without the 802.1Q tag when the kernel stripped one (it is reported in
-//! [`RxFlags::vlan_tci`]).
+//! [`RxFlags::vlan_tci`]) — except those of [`AfPacketSocket::rx_frames`], which hands the
+//! worker frames **in the ring** to rewrite in place, with the tag put back and room to
+//! grow, and holds their blocks until [`AfPacketSocket::release_rx`].
 //!
 //! The ring protocol follows the kernel's `Documentation/networking/packet_mmap.rst`:
 //! a receive block belongs to user space while its `block_status` has `TP_STATUS_USER`
