@@ -206,6 +206,38 @@ impl Mbuf {
         }
     }
 
+    /// The buffer from the data's start to the end of the first segment's buffer
+    /// (`data_off .. buf_len`): the data, then the tailroom — what a program that rewrites
+    /// a received packet in place may grow it into. The data's length is not changed:
+    /// set it with [`set_len`](Self::set_len) afterwards.
+    #[inline]
+    pub fn room_mut(&mut self) -> &mut [u8] {
+        let m = self.raw_mut();
+        let len = usize::from(m.buf_len).saturating_sub(usize::from(m.data_off));
+        // SAFETY: buf_addr + data_off .. buf_addr + buf_len is the first segment's buffer
+        // past the headroom (data_off <= buf_len is an mbuf invariant; the saturating
+        // subtraction guards it anyway); the buffer is exclusively ours (direct mbuf,
+        // refcnt 1, module contract) and &mut self excludes other references.
+        unsafe { std::slice::from_raw_parts_mut(m.buf_addr.cast::<u8>().add(usize::from(m.data_off)), len) }
+    }
+
+    /// Frees every mbuf of `batch` with one `rte_pktmbuf_free_bulk` (mempool puts batched
+    /// per pool, instead of one `rte_pktmbuf_free` each) and empties it.
+    #[inline]
+    pub fn free_bulk(batch: &mut Vec<Mbuf>) {
+        let n = batch.len();
+        if n == 0 {
+            return;
+        }
+        // SAFETY: the n elements are owned mbufs laid out as *mut rte_mbuf (Mbuf is
+        // transparent); the length is set to 0 first so none is dropped again, and DPDK
+        // takes ownership of all of them (a u32 count: a Vec of mbufs never holds 2^32).
+        unsafe {
+            batch.set_len(0);
+            ffi::rte_pktmbuf_free_bulk(batch.as_mut_ptr().cast::<*mut ffi::rte_mbuf>(), n as u32);
+        }
+    }
+
     /// Sets the length of a one-segment mbuf's data (`data_len` and `pkt_len`), keeping
     /// where it starts. Bytes exposed by growing are whatever the buffer held. Returns
     /// false (and changes nothing) for chained mbufs or when `len` exceeds the room after
@@ -458,6 +490,28 @@ mod tests {
         assert!(m.set_len(room));
         m.reset();
         assert_eq!((m.len(), m.headroom(), m.ol_flags()), (0, usize::from(HEADROOM), 0));
+    }
+
+    #[test]
+    fn the_room_runs_to_the_end_of_the_buffer_and_bulk_free_returns_everything() {
+        let p = pool("t_mbuf_room", 63);
+        let mut m = p.alloc().unwrap();
+        assert!(m.extend_from_slice(&[1, 2, 3]));
+        let room = usize::from(DEFAULT_DATA_ROOM - HEADROOM);
+        assert_eq!(m.room_mut().len(), room);
+        assert_eq!(&m.room_mut()[..3], &[1, 2, 3], "the room starts with the data");
+        m.room_mut()[3] = 4;
+        assert!(m.set_len(4));
+        assert_eq!(m.data(), &[1, 2, 3, 4]);
+        m.prepend(4).unwrap().fill(0);
+        assert_eq!(m.room_mut().len(), room + 4, "a prepend moves the start");
+        let mut v = vec![m];
+        p.alloc_bulk(&mut v, 40).unwrap();
+        assert_eq!(p.in_use(), 41);
+        Mbuf::free_bulk(&mut v);
+        assert!(v.is_empty());
+        assert_eq!(p.in_use(), 0);
+        Mbuf::free_bulk(&mut v);
     }
 
     #[test]

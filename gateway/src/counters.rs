@@ -293,6 +293,12 @@ impl Counters {
         self.drops[reason as usize] += 1;
     }
 
+    /// Counts `n` drops of one reason (what a driver refused, in bulk).
+    #[inline]
+    pub fn drop_n(&mut self, reason: DropReason, n: usize) {
+        self.drops[reason as usize] += n as u64;
+    }
+
     /// The count for `reason`.
     pub fn drops_of(&self, reason: DropReason) -> u64 {
         self.drops[reason as usize]

@@ -8,7 +8,7 @@
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -17,9 +17,9 @@ use torii_gateway::config::{Config, Driver};
 use torii_gateway::counters::Counters;
 use torii_gateway::host::Host;
 use torii_gateway::io::af_packet::{AfPacketSocket, RingConfig};
-use torii_gateway::io::af_packet_io::AfPacketIo;
+use torii_gateway::io::af_packet_io::{AfPacketDevices, AfPacketIo};
 use torii_gateway::io::fanout;
-use torii_gateway::metrics::{Server as MetricsServer, Source as MetricsSource};
+use torii_gateway::metrics::{PortReport, PortSlot, Server as MetricsServer, Source as MetricsSource};
 use torii_gateway::pipeline::{Shared, WorkerState};
 use torii_gateway::snat::{ReplySteering, SnatPorts};
 use torii_gateway::table::shm::{Mappings, StateRegion};
@@ -64,15 +64,17 @@ fn main() -> Result<()> {
 }
 
 /// What a driver hands the common part of the gateway: how many workers, the interfaces'
-/// MACs, each worker's I/O-to-be (`seeds[w]`, moved into worker `w`'s thread) and, under
-/// RSS, the SNAT port steering.
-struct Plan<S> {
+/// MACs, each worker's I/O-to-be (`seeds[w]`, moved into worker `w`'s thread), under
+/// RSS the SNAT port steering, and how to read the ports' device counters.
+struct Plan<'a, S> {
     /// The startup line's driver part (`driver=...`), which scripts/demo shows.
     driver_line: String,
     workers: usize,
     macs: Vec<MacAddr>,
     seeds: Vec<S>,
     steering: Option<Arc<dyn ReplySteering>>,
+    /// Reads every port's device counters (on the main thread, about once a second).
+    devices: Box<dyn FnMut() -> Vec<PortReport> + 'a>,
 }
 
 /// Writes `reason` (an error chain) on one line.
@@ -94,6 +96,7 @@ fn run_dpdk(config: &Config) -> Result<()> {
                 macs: driver.macs().to_vec(),
                 seeds,
                 steering: driver.steering(),
+                devices: Box::new(|| driver.port_reports()),
             };
             let result = serve(config, plan, |seed: WorkerSeed| seed.into_io().map_err(anyhow::Error::from));
             driver.shutdown();
@@ -146,20 +149,37 @@ fn run_af_packet(config: &Config, driver_line: String) -> Result<()> {
         sockets.push(per_port);
     }
     let macs: Vec<MacAddr> = sockets[0].iter().map(|s| MacAddr(s.mac_addr())).collect();
-    let plan = Plan { driver_line, workers, macs, seeds: sockets, steering: None };
+    let mut handles = Vec::with_capacity(config.ports.len());
+    for (i, port) in config.ports.iter().enumerate() {
+        let per_worker = sockets
+            .iter()
+            .map(|w| w[i].statistics_handle())
+            .collect::<std::io::Result<Vec<_>>>()
+            .with_context(|| format!("{}: a handle on the sockets' statistics", port.name))?;
+        handles.push((port.name.clone(), per_worker));
+    }
+    let mut devices = AfPacketDevices::new(handles);
+    let plan = Plan {
+        driver_line,
+        workers,
+        macs,
+        seeds: sockets,
+        steering: None,
+        devices: Box::new(move || devices.reports()),
+    };
     serve(config, plan, |socks| Ok(AfPacketIo::new(socks)))
 }
 
 /// Runs the gateway on `plan`'s driver until SIGINT/SIGTERM: the table watcher, one
 /// worker thread per seed (`open` turns the seed into the worker's [`PacketIo`] on that
 /// thread), and the counter reports.
-fn serve<S, I, F>(config: &Config, plan: Plan<S>, open: F) -> Result<()>
+fn serve<S, I, F>(config: &Config, plan: Plan<'_, S>, open: F) -> Result<()>
 where
     S: Send + 'static,
     I: PacketIo,
     F: Fn(S) -> Result<I> + Send + Copy + 'static,
 {
-    let Plan { driver_line, workers, macs, seeds, steering } = plan;
+    let Plan { driver_line, workers, macs, seeds, steering, mut devices } = plan;
     for iface in &config.interfaces {
         let addrs: Vec<String> = iface.addresses.iter().map(|c| format!("{}/{}", c.addr, c.prefix_len)).collect();
         let mac = macs[iface.port];
@@ -202,10 +222,16 @@ where
     );
 
     let exports: Vec<ReportSlot> = (0..workers).map(|_| Arc::default()).collect();
+    let ports = PortSlot::new(Mutex::new(devices()));
     let metrics = match config.metrics.listen {
         None => None,
         Some(listen) => {
-            let source = Arc::new(MetricsSource { reports: exports.clone(), watcher: Arc::clone(&watcher), epoch });
+            let source = Arc::new(MetricsSource {
+                reports: exports.clone(),
+                watcher: Arc::clone(&watcher),
+                epoch,
+                ports: Arc::clone(&ports),
+            });
             let server = MetricsServer::start(listen, source, Arc::clone(&stop))
                 .with_context(|| format!("metrics.listen: serving /metrics on {listen}"))?;
             tracing::info!(addr = %server.addr, "serving /metrics and /healthz");
@@ -263,6 +289,12 @@ where
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(100));
         ticks += 1;
+        if ticks.is_multiple_of(10) {
+            let reports = devices();
+            if let Ok(mut p) = ports.lock() {
+                *p = reports;
+            }
+        }
         if ticks.is_multiple_of(100) {
             let total = totals(&exports);
             if total != last {

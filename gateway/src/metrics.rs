@@ -20,7 +20,15 @@
 //!   `reply`), and `frontend_new_flows_total`. Every front door of the current table is
 //!   listed, at zero until used; one that left the table with counts is listed until the
 //!   workers drop it at their next table switch;
-//! - `table_generation` (gauge: the table the gateway holds) and `tables_rejected_total`.
+//! - `table_generation` (gauge: the table the gateway holds) and `tables_rejected_total`;
+//! - per port (`port`: `interfaces[].name`, `device`: the DPDK device or the kernel
+//!   interface), from the driver, about once a second: what happened to frames the pipeline
+//!   never saw ([`PortReport`]). `port_link_up` and `port_link_speed_mbps` (gauges),
+//!   `port_rx_packets_total`, `port_tx_packets_total`, `port_rx_missed_total` (the receive
+//!   ring or queue was full: DPDK `imissed`, AF_PACKET `tp_drops` of every worker's socket),
+//!   `port_rx_nombuf_total` (DPDK: no mbuf to receive into), `port_rx_errors_total` and
+//!   `port_tx_errors_total`, and `port_queue_drops_total{queue}` per worker's queue (DPDK
+//!   `q_errors`, AF_PACKET the socket's `tp_drops`).
 //!
 //! # Health
 //!
@@ -37,7 +45,7 @@ use std::fmt::Write as _;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -56,6 +64,40 @@ pub const STALE_AFTER_NS: u64 = 5_000_000_000;
 /// (they adopt it at their next burst boundary, normally within microseconds).
 pub const ADOPT_GRACE_NS: u64 = 1_000_000_000;
 
+/// One port's device counters and link state, as its driver reports them: drops and errors
+/// before the pipeline saw a frame or after it let one go. Counters count from the start
+/// of the gateway; a field a driver does not know stays at zero (`None` for the link).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PortReport {
+    /// The port's name (`interfaces[].name`).
+    pub name: String,
+    /// The device: the DPDK ethdev name, or the kernel interface under AF_PACKET.
+    pub device: String,
+    /// Whether the link is up (DPDK `rte_eth_link_get_nowait`; AF_PACKET the interface's
+    /// `operstate`); `None` when unknown.
+    pub link_up: Option<bool>,
+    /// Link speed in Mb/s; 0 when unknown.
+    pub speed_mbps: u32,
+    /// Frames the device received (DPDK `ipackets`; AF_PACKET the kernel's `rx_packets`).
+    pub rx_packets: u64,
+    /// Frames the device sent (DPDK `opackets`; AF_PACKET the kernel's `tx_packets`).
+    pub tx_packets: u64,
+    /// Frames dropped because a receive ring or queue was full: DPDK `imissed`; AF_PACKET
+    /// the `tp_drops` of every worker's socket (`PACKET_STATISTICS`).
+    pub rx_missed: u64,
+    /// DPDK `rx_nombuf`: receive mbuf allocations that failed (the pool ran dry).
+    pub rx_nombuf: u64,
+    /// Receive errors (DPDK `ierrors`; AF_PACKET the kernel's `rx_errors`).
+    pub rx_errors: u64,
+    /// Transmit errors (DPDK `oerrors`; AF_PACKET the kernel's `tx_errors`).
+    pub tx_errors: u64,
+    /// Drops per queue, i.e. per worker: DPDK `q_errors`, AF_PACKET the socket's `tp_drops`.
+    pub queue_drops: Vec<u64>,
+}
+
+/// The ports' reports, refreshed by the gateway's main thread, shared with the metrics thread.
+pub type PortSlot = Arc<Mutex<Vec<PortReport>>>;
+
 /// Everything the endpoint reads: the workers' slots and the table watcher.
 pub struct Source {
     /// One slot per worker, by worker index.
@@ -64,6 +106,8 @@ pub struct Source {
     pub watcher: Arc<TableWatcher>,
     /// The gateway's clock origin (as the workers').
     pub epoch: Instant,
+    /// The ports' device counters.
+    pub ports: PortSlot,
 }
 
 /// A consistent copy of what the endpoint reports.
@@ -81,6 +125,8 @@ pub struct Snapshot {
     pub table_held_ns: u64,
     /// When the snapshot was taken, ns since the clock origin.
     pub now_ns: u64,
+    /// The ports' device counters, by port index.
+    pub ports: Vec<PortReport>,
 }
 
 impl std::fmt::Debug for Source {
@@ -100,6 +146,7 @@ impl Source {
             acked: (0..self.reports.len()).map(|w| self.watcher.region.acked(w)).collect(),
             table_held_ns: self.watcher.handle.held_for().as_nanos() as u64,
             now_ns: self.epoch.elapsed().as_nanos() as u64,
+            ports: self.ports.lock().map(|p| p.clone()).unwrap_or_default(),
         }
     }
 }
@@ -161,6 +208,8 @@ pub fn render(s: &Snapshot) -> String {
     family(&mut out, "tables_rejected_total", "counter", "Published tables rejected as invalid.");
     let _ = writeln!(out, "torii_gateway_tables_rejected_total {}", s.tables_rejected);
 
+    render_ports(&mut out, &s.ports);
+
     // Per front door, summed over workers by (address, protocol, port).
     let doors = frontend_totals(s);
     family(&mut out, "frontend_packets_total", "counter", "Packets forwarded through the front door.");
@@ -184,6 +233,59 @@ pub fn render(s: &Snapshot) -> String {
         let _ = writeln!(out, "torii_gateway_frontend_new_flows_total{{{labels}}} {}", c.new_flows);
     }
     out
+}
+
+/// A per-port counter family: name, help, and how to read it.
+type PortCounter = (&'static str, &'static str, fn(&PortReport) -> u64);
+
+/// The per-port families of [`PortReport`] (see the module documentation).
+fn render_ports(out: &mut String, ports: &[PortReport]) {
+    if ports.is_empty() {
+        return;
+    }
+    let family = |out: &mut String, name: &str, kind: &str, help: &str| {
+        let _ = writeln!(out, "# HELP torii_gateway_{name} {help}\n# TYPE torii_gateway_{name} {kind}");
+    };
+    let labels = |p: &PortReport| format!("port=\"{}\",device=\"{}\"", escape(&p.name), escape(&p.device));
+    family(out, "port_link_up", "gauge", "Whether the port's link is up (1) or down (0); absent when unknown.");
+    for p in ports {
+        if let Some(up) = p.link_up {
+            let _ = writeln!(out, "torii_gateway_port_link_up{{{}}} {}", labels(p), u8::from(up));
+        }
+    }
+    family(out, "port_link_speed_mbps", "gauge", "The port's link speed in Mb/s (0: unknown).");
+    for p in ports {
+        let _ = writeln!(out, "torii_gateway_port_link_speed_mbps{{{}}} {}", labels(p), p.speed_mbps);
+    }
+    let counters: [PortCounter; 6] = [
+        ("port_rx_packets_total", "Frames the port's device received.", |p| p.rx_packets),
+        ("port_tx_packets_total", "Frames the port's device sent.", |p| p.tx_packets),
+        (
+            "port_rx_missed_total",
+            "Frames dropped before the pipeline because a receive ring or queue was full (DPDK imissed, AF_PACKET tp_drops).",
+            |p| p.rx_missed,
+        ),
+        ("port_rx_nombuf_total", "Receive buffer allocations that failed (DPDK rx_nombuf).", |p| p.rx_nombuf),
+        ("port_rx_errors_total", "Receive errors of the port's device.", |p| p.rx_errors),
+        ("port_tx_errors_total", "Transmit errors of the port's device.", |p| p.tx_errors),
+    ];
+    for (name, help, value) in counters {
+        family(out, name, "counter", help);
+        for p in ports {
+            let _ = writeln!(out, "torii_gateway_{name}{{{}}} {}", labels(p), value(p));
+        }
+    }
+    family(
+        out,
+        "port_queue_drops_total",
+        "counter",
+        "Frames dropped by one worker's queue of the port (DPDK q_errors, AF_PACKET tp_drops).",
+    );
+    for p in ports {
+        for (q, n) in p.queue_drops.iter().enumerate() {
+            let _ = writeln!(out, "torii_gateway_port_queue_drops_total{{{},queue=\"{q}\"}} {n}", labels(p));
+        }
+    }
 }
 
 /// Every front door of the current table (at zero until counted) and every front door a
@@ -426,6 +528,19 @@ mod tests {
             acked: vec![7, 7],
             table_held_ns: 10 * ADOPT_GRACE_NS,
             now_ns: 2_000,
+            ports: vec![PortReport {
+                name: "tg-front".into(),
+                device: "net_virtio_user0".into(),
+                link_up: Some(true),
+                speed_mbps: 10_000,
+                rx_packets: 1_000,
+                tx_packets: 990,
+                rx_missed: 7,
+                rx_nombuf: 3,
+                rx_errors: 1,
+                tx_errors: 2,
+                queue_drops: vec![4, 5],
+            }],
         }
     }
 
@@ -434,6 +549,7 @@ mod tests {
         let text = render(&snapshot());
         let web = "service=\"demo/web:http\",vip=\"203.0.113.10\",protocol=\"TCP\",port=\"80\"";
         let dns = "service=\"kube-system/\\\"dns\\\":dns\",vip=\"203.0.113.10\",protocol=\"UDP\",port=\"53\"";
+        let port = "port=\"tg-front\",device=\"net_virtio_user0\"";
         for line in [
             "# TYPE torii_gateway_rx_frames_total counter".to_string(),
             "torii_gateway_rx_frames_total{worker=\"0\"} 10".into(),
@@ -453,6 +569,16 @@ mod tests {
             format!("torii_gateway_frontend_new_flows_total{{{web}}} 2"),
             format!("torii_gateway_frontend_packets_total{{{dns},direction=\"original\"}} 1"),
             format!("torii_gateway_frontend_new_flows_total{{{dns}}} 0"),
+            "# TYPE torii_gateway_port_rx_missed_total counter".into(),
+            format!("torii_gateway_port_link_up{{{port}}} 1"),
+            format!("torii_gateway_port_link_speed_mbps{{{port}}} 10000"),
+            format!("torii_gateway_port_rx_packets_total{{{port}}} 1000"),
+            format!("torii_gateway_port_tx_packets_total{{{port}}} 990"),
+            format!("torii_gateway_port_rx_missed_total{{{port}}} 7"),
+            format!("torii_gateway_port_rx_nombuf_total{{{port}}} 3"),
+            format!("torii_gateway_port_rx_errors_total{{{port}}} 1"),
+            format!("torii_gateway_port_tx_errors_total{{{port}}} 2"),
+            format!("torii_gateway_port_queue_drops_total{{{port},queue=\"1\"}} 5"),
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
         }
@@ -549,7 +675,7 @@ mod tests {
                 Arc::new(Mutex::new(r))
             })
             .collect();
-        let source = Arc::new(Source { reports: reports.clone(), watcher, epoch });
+        let source = Arc::new(Source { reports: reports.clone(), watcher, epoch, ports: PortSlot::default() });
         let stop = Arc::new(AtomicBool::new(false));
         let server = Server::start("127.0.0.1:0".parse().unwrap(), source, Arc::clone(&stop)).unwrap();
 

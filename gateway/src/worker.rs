@@ -4,8 +4,13 @@
 //! [`pipeline::process`], with the memory loads of many frames overlapped) and transmit
 //! it; then do bounded housekeeping (ARP requests, conntrack expiry, counter export).
 //!
-//! The loop is written against [`PacketIo`], so every driver (AF_PACKET now, DPDK next)
-//! runs the same code. Table adoption follows DESIGN.md: the gateway's table watcher
+//! The frames stay in the driver's buffers throughout (zero copy, DESIGN.md): the worker
+//! processes the vector in place ([`PacketIo::vector`]) and hands it back with its verdicts
+//! ([`PacketIo::tx_vector`]); only frames the worker builds itself are copied into buffers
+//! of the driver's ([`PacketIo::tx_copy`]).
+//!
+//! The loop is written against [`PacketIo`], generic over the driver's buffer type, so
+//! every driver (AF_PACKET, DPDK) runs the same code. Table adoption follows DESIGN.md: the gateway's table watcher
 //! ([`TableWatcher`]) validates a newly published snapshot once and stores it in a
 //! [`TableHandle`]; each worker notices the new generation between loop passes, switches,
 //! drops its old table (and refreshes its report, which then holds the new one), and then
@@ -26,7 +31,6 @@ use crate::counters::{Counters, DropReason, FrontendCounters};
 use crate::pipeline::{self, Meta, Verdict, WorkerState};
 use crate::table::shm::{Mappings, StateRegion};
 use crate::table::Table;
-use crate::wire::vlan;
 
 /// Frames per receive call (DPDK's customary 32).
 pub const BURST: usize = 32;
@@ -37,60 +41,66 @@ pub const BURST: usize = 32;
 /// lightly loaded one is processed as soon as a receive call comes back short, so nothing
 /// waits for a vector to fill.
 pub const VECTOR: usize = 256;
-/// Size of each frame buffer: a 1500-byte MTU frame with room to spare.
-pub const FRAME_BUFFER: usize = 2048;
-/// Bytes between the starts of consecutive frame buffers: one cache line more than a buffer,
-/// so that their first lines (the headers) spread over the L1 cache's sets (with a 2 KiB
-/// stride they would all fall in two of its 64 sets: 24 lines, on this 12-way 48 KiB L1,
-/// for a vector's 256 headers).
-const FRAME_STRIDE: usize = FRAME_BUFFER + 64;
-
-/// One frame buffer of [`FRAME_BUFFER`] bytes in a slot of [`FRAME_STRIDE`]: only the
-/// buffer is ever seen (the pipeline builds no frame longer than it).
-#[derive(Clone, Copy)]
-struct FrameSlot([u8; FRAME_STRIDE]);
-
-impl AsMut<[u8]> for FrameSlot {
-    #[inline]
-    fn as_mut(&mut self) -> &mut [u8] {
-        &mut self.0[..FRAME_BUFFER]
-    }
-}
-
-impl AsRef<[u8]> for FrameSlot {
-    #[inline]
-    fn as_ref(&self) -> &[u8] {
-        &self.0[..FRAME_BUFFER]
-    }
-}
 /// Conntrack records examined for expiry per loop iteration.
 const EXPIRE_BUDGET: usize = 64;
 /// Empty polls before a worker sleeps in [`PacketIo::wait`].
 const IDLE_SPINS: u32 = 2000;
 
-/// What a driver knows about a received frame besides its bytes.
+/// What one receive call did ([`PacketIo::rx`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RxInfo {
-    /// The L4 checksum holds only the pseudo-header sum (see [`Meta::l4_csum_partial`]).
-    pub l4_csum_partial: bool,
-    /// The VLAN tag the device took out of the frame on receive, as (TPID, TCI): Linux
-    /// reports it in the packet's auxdata (`tp_vlan_tci`, `tp_vlan_tpid`), DPDK in
-    /// `mbuf.vlan_tci` with `RTE_MBUF_F_RX_VLAN_STRIPPED`. The worker puts it back, so the
-    /// pipeline sees the frame as it was on the wire.
-    pub stripped_tag: Option<(u16, u16)>,
+pub struct Received {
+    /// Frames taken off the port, kept or not: what bounds a vector, so a port full of
+    /// frames that are all thrown away cannot hold the worker.
+    pub taken: usize,
+    /// Of those, frames the driver dropped because no buffer holds them whole (larger than
+    /// a buffer, chained, cut by the ring): the worker counts them
+    /// [`DropReason::Oversize`].
+    pub oversize: usize,
 }
 
-/// A worker's packet I/O: its RX and TX queues on every port.
+/// A worker's packet I/O: its RX and TX queues on every port, and the **vector** — the
+/// frames received from one port that the worker is processing, in buffers the driver
+/// owns (DPDK: the received mbufs; AF_PACKET: the frames in the receive ring). The worker
+/// rewrites them in place ([`pipeline::process_burst`]) and hands them back with their
+/// verdicts ([`PacketIo::tx_vector`]): a forwarded frame leaves in the buffer it came in
+/// (DPDK) or is copied once, into the transmit ring (AF_PACKET).
 pub trait PacketIo {
+    /// A received frame's buffer. `as_mut()` is what the pipeline may write: the frame
+    /// from its first byte (its length is the frame's [`Meta::len`]), then the room after
+    /// it to the end of the buffer — at least [`pipeline::MIN_BUFFER`] bytes in all, so an
+    /// ICMP error or RST can be built in place, and normally 4 bytes more than the frame,
+    /// so a frame can gain an 802.1Q tag (where not, the pipeline drops it as
+    /// [`DropReason::Oversize`]). A tag the device stripped on receive is back in the frame.
+    type Buf: AsMut<[u8]>;
+
     /// Number of ports (indices `0..n` as in [`crate::config::Config::ports`]).
     fn interfaces(&self) -> usize;
-    /// Receives up to `max` frames from port `iface`, calling `f(frame, info)` for each.
-    /// Returns the number received. Never blocks.
-    fn rx(&mut self, iface: usize, max: usize, f: &mut dyn FnMut(&[u8], RxInfo)) -> usize;
-    /// Queues `frame` for transmission on port `iface`; false when the queue is full.
-    fn tx(&mut self, iface: usize, frame: &[u8]) -> bool;
-    /// Hands queued frames to the NIC.
-    fn flush(&mut self);
+
+    /// Receives up to `max` frames from port `iface` and appends them, with their
+    /// [`Meta`], to the vector. Never blocks. A vector holds the frames of one port:
+    /// [`tx_vector`](Self::tx_vector) ends it before another port is received from.
+    fn rx(&mut self, iface: usize, max: usize) -> Received;
+
+    /// The vector: its frames' buffers and their metadata, index for index.
+    fn vector(&mut self) -> (&mut [Self::Buf], &[Meta]);
+
+    /// Ends the vector with one verdict per frame: each [`Verdict::Transmit`] frame
+    /// (its first `len` bytes) is queued on its port, every other buffer is freed (in
+    /// bulk). Returns how many frames to transmit the TX queues had no room for (freed
+    /// too; the worker counts them [`DropReason::TxRingFull`]). The vector is empty
+    /// afterwards.
+    fn tx_vector(&mut self, verdicts: &[Verdict]) -> usize;
+
+    /// Queues a copy of `frame`, which the worker built (the ARP requests and Neighbor
+    /// Solicitations of [`pipeline::poll_transmit`]), on port `iface` in a buffer of the
+    /// driver's (a fresh mbuf from the worker's pool; a transmit-ring slot); false when
+    /// the queue is full or no buffer is free.
+    fn tx_copy(&mut self, iface: usize, frame: &[u8]) -> bool;
+
+    /// Hands queued frames to the NICs. Returns how many frames they still refused after
+    /// a few tries, freed (the worker counts them [`DropReason::TxRingFull`]).
+    fn flush(&mut self) -> usize;
+
     /// Sleeps until a frame may be waiting or `timeout` passes (idle workers).
     fn wait(&mut self, timeout: Duration);
 }
@@ -115,6 +125,58 @@ pub struct WorkerReport {
 
 /// A worker's report slot, shared with the metrics thread.
 pub type ReportSlot = Arc<Mutex<WorkerReport>>;
+
+/// A driver's vector storage ([`PacketIo::vector`]): buffers and their metadata, index for
+/// index, with room for [`VECTOR`] frames reserved once so receiving never allocates.
+#[derive(Debug)]
+pub struct Vector<B> {
+    bufs: Vec<B>,
+    metas: Vec<Meta>,
+}
+
+impl<B> Default for Vector<B> {
+    fn default() -> Self {
+        Self { bufs: Vec::with_capacity(VECTOR), metas: Vec::with_capacity(VECTOR) }
+    }
+}
+
+impl<B> Vector<B> {
+    /// Frames in the vector.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.bufs.len()
+    }
+
+    /// Whether the vector is empty.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.bufs.is_empty()
+    }
+
+    /// Appends a received frame.
+    #[inline]
+    pub fn push(&mut self, buf: B, meta: Meta) {
+        debug_assert!(self.bufs.len() < VECTOR, "a vector holds at most VECTOR frames");
+        self.bufs.push(buf);
+        self.metas.push(meta);
+    }
+
+    /// The buffers and their metadata.
+    #[inline]
+    pub fn parts(&mut self) -> (&mut [B], &[Meta]) {
+        (&mut self.bufs, &self.metas)
+    }
+
+    /// Empties the vector, handing each buffer with its verdict to `f` in order (a frame
+    /// without a verdict gets [`Verdict::Consumed`]: freed).
+    #[inline]
+    pub fn drain(&mut self, verdicts: &[Verdict], mut f: impl FnMut(B, Verdict)) {
+        self.metas.clear();
+        for (k, buf) in self.bufs.drain(..).enumerate() {
+            f(buf, verdicts.get(k).copied().unwrap_or(Verdict::Consumed));
+        }
+    }
+}
 
 /// The table the workers should be using, published by the [`TableWatcher`].
 pub struct TableHandle {
@@ -240,24 +302,9 @@ pub struct Worker {
     pub epoch: Instant,
 }
 
-/// Copies a received frame into a worker buffer, putting back the VLAN tag its device
-/// stripped. `None` when it does not fit (counted [`DropReason::Oversize`]).
-#[inline]
-fn copy_frame(buf: &mut [u8], frame: &[u8], stripped_tag: Option<(u16, u16)>) -> Option<usize> {
-    match stripped_tag {
-        None => {
-            buf.get_mut(..frame.len())?.copy_from_slice(frame);
-            Some(frame.len())
-        }
-        Some((tpid, tci)) => vlan::copy_tagged(buf, frame, tpid, tci),
-    }
-}
-
 impl Worker {
     /// Runs the poll loop until `stop` is set.
     pub fn run<I: PacketIo>(mut self, io: &mut I) -> Counters {
-        let mut bufs = vec![FrameSlot([0u8; FRAME_STRIDE]); VECTOR];
-        let mut metas = [Meta::default(); VECTOR];
         let mut verdicts = [Verdict::Consumed; VECTOR];
         let mut scratch = [0u8; pipeline::POLL_TRANSMIT_LEN];
         let mut table = self.tables.load();
@@ -275,49 +322,34 @@ impl Worker {
             }
             let mut received = 0;
             for iface in 0..ifaces {
-                let mut n = 0;
-                let mut oversize = 0;
-                // Frames taken off the port, kept or not (oversize, or refused by the
-                // driver): what bounds the vector, so a port full of frames that are all
-                // thrown away cannot hold the worker here.
                 let mut taken = 0;
                 loop {
-                    let got = io.rx(iface, BURST, &mut |frame, info| {
-                        let Some(len) = copy_frame(bufs[n].as_mut(), frame, info.stripped_tag) else {
-                            oversize += 1;
-                            return;
-                        };
-                        metas[n] = Meta { iface: iface as u8, len, l4_csum_partial: info.l4_csum_partial };
-                        n += 1;
-                    });
-                    taken += got;
-                    if got < BURST || taken + BURST > VECTOR {
+                    let got = io.rx(iface, BURST);
+                    taken += got.taken;
+                    self.state.counters.drop_n(DropReason::Oversize, got.oversize);
+                    if got.taken < BURST || taken + BURST > VECTOR {
                         break;
                     }
                 }
-                for _ in 0..oversize {
-                    self.state.counters.drop(DropReason::Oversize);
-                }
+                let (frames, metas) = io.vector();
+                let n = frames.len();
                 received += n;
-                pipeline::process_burst(now, &mut bufs[..n], &metas[..n], &table, &mut self.state, &mut verdicts);
-                for k in 0..n {
-                    if let Verdict::Transmit { iface: out, len } = verdicts[k] {
-                        if !io.tx(usize::from(out), &bufs[k].as_ref()[..len]) {
-                            self.state.counters.drop(DropReason::TxRingFull);
-                        }
-                    }
-                }
+                pipeline::process_burst(now, frames, metas, &table, &mut self.state, &mut verdicts);
+                let refused = io.tx_vector(&verdicts[..n]);
+                self.state.counters.drop_n(DropReason::TxRingFull, refused);
                 if n > 0 {
                     // A vector can fill a transmit ring: hand it over before the next port's.
-                    io.flush();
+                    let refused = io.flush();
+                    self.state.counters.drop_n(DropReason::TxRingFull, refused);
                 }
             }
             while let Some((iface, len)) = pipeline::poll_transmit(now, &mut scratch, &mut self.state) {
-                if !io.tx(usize::from(iface), &scratch[..len]) {
+                if !io.tx_copy(usize::from(iface), &scratch[..len]) {
                     self.state.counters.drop(DropReason::TxRingFull);
                 }
             }
-            io.flush();
+            let refused = io.flush();
+            self.state.counters.drop_n(DropReason::TxRingFull, refused);
             pipeline::poll_expire(now, EXPIRE_BUDGET, &mut self.state);
             if now - last_export > 1_000_000_000 {
                 last_export = now;
@@ -373,26 +405,5 @@ impl Worker {
         }
         self.mappings.adopted(self.state.worker, table.generation());
         tracing::debug!(worker = self.state.worker, generation = table.generation(), "worker adopted table");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn received_frames_are_copied_with_their_stripped_tag_restored() {
-        let frame: Vec<u8> = (0u8..60).collect();
-        let mut buf = [0xa5u8; FRAME_BUFFER];
-        assert_eq!(copy_frame(&mut buf, &frame, None), Some(60));
-        assert_eq!(&buf[..60], &frame[..]);
-        assert_eq!(copy_frame(&mut buf, &frame, Some((0x8100, 0x0064))), Some(64));
-        assert_eq!(&buf[..16], &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0x81, 0x00, 0x00, 0x64]);
-        assert_eq!(&buf[16..64], &frame[12..]);
-        // A frame that (with its tag) does not fit is refused, counted oversize by the caller.
-        let big = vec![0u8; FRAME_BUFFER - 2];
-        assert_eq!(copy_frame(&mut buf, &big, None), Some(FRAME_BUFFER - 2));
-        assert_eq!(copy_frame(&mut buf, &big, Some((0x8100, 1))), None);
-        assert_eq!(copy_frame(&mut buf, &[0u8; FRAME_BUFFER + 1], None), None);
     }
 }

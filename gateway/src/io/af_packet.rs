@@ -7,7 +7,9 @@
 //! no system call except [`AfPacketSocket::tx_flush`] (one `sendto` per burst that queued
 //! frames) and, for idle workers, [`AfPacketSocket::wait_readable`]. Frames are whole
 //! Ethernet frames, without the 802.1Q tag when the kernel stripped one (it is reported in
-//! [`RxFlags::vlan_tci`]).
+//! [`RxFlags::vlan_tci`]) — except those of [`AfPacketSocket::rx_frames`], which hands the
+//! worker frames **in the ring** to rewrite in place, with the tag put back and room to
+//! grow, and holds their blocks until [`AfPacketSocket::release_rx`].
 //!
 //! The ring protocol follows the kernel's `Documentation/networking/packet_mmap.rst`:
 //! a receive block belongs to user space while its `block_status` has `TP_STATUS_USER`
@@ -43,6 +45,8 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use libc::{c_int, c_void, sock_filter, socklen_t};
+
+use crate::pipeline::MIN_BUFFER;
 
 /// Length of an Ethernet header (destination, source, EtherType).
 const ETH_HLEN: usize = 14;
@@ -115,6 +119,37 @@ pub struct RxFlags {
     /// 0 without [`Self::vlan_tci`].
     pub vlan_tpid: u16,
 }
+
+/// A received frame in the receive ring (or in a spare buffer of the socket), handed out by
+/// [`AfPacketSocket::rx_frames`] to be rewritten in place: `as_mut()` is the frame's bytes
+/// and the room after them. Valid until the socket's next
+/// [`release_rx`](AfPacketSocket::release_rx) (see the safety contract there).
+#[derive(Debug)]
+pub struct RingFrame {
+    data: NonNull<u8>,
+    room: usize,
+}
+
+impl AsMut<[u8]> for RingFrame {
+    #[inline]
+    fn as_mut(&mut self) -> &mut [u8] {
+        // SAFETY: `rx_frames` hands out `room` writable bytes at `data` that nothing else
+        // refers to (a frame's part of a block the process holds, or a spare slot), valid
+        // until the release its caller promised not to reach while this frame lives.
+        unsafe { std::slice::from_raw_parts_mut(self.data.as_ptr(), self.room) }
+    }
+}
+
+impl AsRef<[u8]> for RingFrame {
+    #[inline]
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: as in `as_mut`, shared.
+        unsafe { std::slice::from_raw_parts(self.data.as_ptr(), self.room) }
+    }
+}
+
+/// Spare buffers of a socket beyond one per receive block (see [`AfPacketSocket::rx_frames`]).
+const SPARE_EXTRA: usize = 8;
 
 /// Ring sizes derived from a [`RingConfig`] and the page size.
 #[derive(Clone, Copy, Debug)]
@@ -203,6 +238,20 @@ pub struct AfPacketSocket {
     rx_frame_idx: u32,
     /// Offset in `rx_block` of the next frame to deliver (valid when `rx_frame_idx > 0`).
     rx_frame_off: usize,
+    /// The header of that frame, read before the frame delivered ahead of it could grow
+    /// over it ([`rx_frames`](Self::rx_frames)).
+    rx_next_hdr: Option<libc::tpacket3_hdr>,
+    /// Blocks before `rx_block` whose frames were all delivered by `rx_frames` but which
+    /// are not handed back yet ([`release_rx`](Self::release_rx)).
+    rx_held: usize,
+    /// Buffers for frames `rx_frames` cannot hand over in the ring (too little room after
+    /// them): `spare_count` slots of `spare_len` bytes (a leaked `Box<[u8]>`, freed in
+    /// `Drop`, so that the frames' pointers into it are the only references), `spare_used`
+    /// of them taken.
+    spare: NonNull<u8>,
+    spare_count: usize,
+    spare_len: usize,
+    spare_used: usize,
     /// Next transmit slot to fill.
     tx_head: usize,
     /// A slot was marked `TP_STATUS_SEND_REQUEST` and may not have been sent yet.
@@ -211,7 +260,7 @@ pub struct AfPacketSocket {
     tx_max_len: usize,
 }
 
-// SAFETY: the socket exclusively owns its file descriptor and mapping; nothing in it is tied
+// SAFETY: the socket exclusively owns its file descriptor, mapping and spare buffers; nothing in it is tied
 // to the creating thread (no thread-local state, no reference shared with another value).
 // Moving it to a worker thread moves that ownership with it. It is not `Sync` (the raw
 // pointer keeps it so): the ring cursors must have a single user.
@@ -389,6 +438,9 @@ impl AfPacketSocket {
         }
 
         let ring_len = layout.rx_len() + layout.tx_len();
+        // A spare slot holds any frame the transmit ring could send, with a tag put back.
+        let spare_len = (layout.tx_frame_size - TX_DATA_OFF + VLAN_HLEN).max(MIN_BUFFER).next_multiple_of(64);
+        let spare_count = layout.rx_block_count + SPARE_EXTRA;
         // SAFETY: a fresh shared mapping (no address hint) of exactly the size of the two rings
         // the kernel just allocated for this socket (RX then TX, as packet_mmap lays them
         // out); the result is checked before use.
@@ -418,6 +470,12 @@ impl AfPacketSocket {
             rx_block: 0,
             rx_frame_idx: 0,
             rx_frame_off: 0,
+            rx_next_hdr: None,
+            rx_held: 0,
+            spare: NonNull::from(Box::leak(vec![0u8; spare_len * spare_count].into_boxed_slice())).cast::<u8>(),
+            spare_count,
+            spare_len,
+            spare_used: 0,
             tx_head: 0,
             tx_pending: false,
             tx_max_len: (layout.tx_frame_size - TX_DATA_OFF).min(mtu + ETH_HLEN + VLAN_HLEN),
@@ -531,9 +589,106 @@ impl AfPacketSocket {
     /// position inside a partly consumed block is kept for the next call. The slice is only
     /// valid during the call to `f`. Returns the number of frames delivered.
     pub fn rx_burst(&mut self, max: usize, mut f: impl FnMut(&[u8], RxFlags)) -> usize {
+        let delivered = self.walk(max, |data, len, _room, flags| {
+            // SAFETY: `walk` hands over `len` readable bytes of a user-owned block, which
+            // stays so until `release_rx` below; the slice does not outlive this call.
+            f(unsafe { std::slice::from_raw_parts(data.as_ptr(), len) }, flags)
+        });
+        self.release_rx();
+        delivered
+    }
+
+    /// Delivers up to `max` received frames **in the ring** to `f`, in arrival order, without
+    /// blocking: each as a [`RingFrame`] (its bytes and the room after them, to rewrite in
+    /// place), its length and its flags. A tag the kernel stripped is back in the frame
+    /// (so `RxFlags::vlan_tci` is `None`), truncated frames (`tp_snaplen < tp_len`) are
+    /// skipped. Every frame has at least [`MIN_BUFFER`] bytes of room, and 4 more than its
+    /// length: where the ring has less after a frame (the last frame of a block, a tiny
+    /// frame), it is copied into one of the socket's spare buffers instead; when those are
+    /// all taken, or the frame is too large for one, it is skipped too. Returns the frames
+    /// taken off the ring and how many of them were skipped.
+    ///
+    /// The blocks of the frames delivered stay the process's until
+    /// [`release_rx`](Self::release_rx), and the spare buffers taken stay taken.
+    ///
+    /// # Safety
+    /// Every `RingFrame` delivered must be dropped before the next `release_rx` (or
+    /// `rx_burst`, which releases) and before the socket is dropped: after that its memory
+    /// is the kernel's again (or unmapped).
+    pub unsafe fn rx_frames(&mut self, max: usize, mut f: impl FnMut(RingFrame, usize, RxFlags)) -> (usize, usize) {
+        let mut skipped = 0;
+        let (spare, spare_len, spare_count) = (self.spare, self.spare_len, self.spare_count);
+        let mut spare_used = self.spare_used;
+        let taken = self.walk(max, |mut data, mut len, mut room, mut flags| {
+            if flags.truncated {
+                skipped += 1;
+                return;
+            }
+            if let Some(tci) = flags.vlan_tci.take() {
+                // The 4 bytes before the frame are its own (sockaddr_ll and padding, which
+                // nothing reads; `walk` keeps the frame before from growing into them):
+                // move the MAC addresses there and write the tag after them.
+                // SAFETY: `data - 4 .. data + len` lies in this frame's part of a
+                // user-owned block (`walk`'s contract); `ptr::copy` allows the overlap.
+                unsafe {
+                    let start = data.as_ptr().sub(VLAN_HLEN);
+                    std::ptr::copy(data.as_ptr(), start, 2 * 6);
+                    let tag = start.add(2 * 6);
+                    tag.copy_from_nonoverlapping(flags.vlan_tpid.to_be_bytes().as_ptr(), 2);
+                    tag.add(2).copy_from_nonoverlapping(tci.to_be_bytes().as_ptr(), 2);
+                    data = NonNull::new_unchecked(start);
+                }
+                (len, room) = (len + VLAN_HLEN, room + VLAN_HLEN);
+                flags.vlan_tpid = 0;
+            }
+            if room < MIN_BUFFER.max(len + VLAN_HLEN) {
+                if spare_used == spare_count || len + VLAN_HLEN > spare_len {
+                    skipped += 1;
+                    return;
+                }
+                // SAFETY: slot `spare_used < spare_count` lies inside `spare`, which lives
+                // as long as the socket and is reachable only through these pointers; the
+                // frame's `len` bytes are readable (`walk`) and fit (checked above).
+                unsafe {
+                    let slot = spare.as_ptr().add(spare_used * spare_len);
+                    slot.copy_from_nonoverlapping(data.as_ptr(), len);
+                    data = NonNull::new_unchecked(slot);
+                }
+                spare_used += 1;
+                room = spare_len;
+            }
+            f(RingFrame { data, room }, len, flags);
+        });
+        self.spare_used = spare_used;
+        (taken, skipped)
+    }
+
+    /// Hands back to the kernel every receive block whose frames were all delivered and
+    /// frees the spare buffers (see [`rx_frames`](Self::rx_frames)).
+    pub fn release_rx(&mut self) {
+        let n = self.layout.rx_block_count;
+        for k in 0..self.rx_held {
+            let block = self.rx_block_ptr((self.rx_block + n - self.rx_held + k) % n);
+            // SAFETY: as in `walk`: aligned, inside the live mapping, atomic-only access.
+            let status = unsafe { shared_u32(block.add(BLOCK_STATUS_OFF)) };
+            status.store(libc::TP_STATUS_KERNEL, Ordering::Release);
+        }
+        self.rx_held = 0;
+        self.spare_used = 0;
+    }
+
+    /// The ring walk of [`rx_burst`](Self::rx_burst) and [`rx_frames`](Self::rx_frames):
+    /// calls `f(data, len, room, flags)` for up to `max` frames — `data` points to the
+    /// frame's `len` bytes in a block the process owns, followed by `room - len` more bytes
+    /// it may overwrite: up to 4 bytes short of where the next frame's bytes start in the
+    /// block (the next frame's header is read first), or to the end of the block; the 4
+    /// bytes before `data` are the frame's own. A block whose frames were all delivered is
+    /// held (`rx_held`) for [`release_rx`](Self::release_rx). Returns the frames delivered.
+    fn walk(&mut self, max: usize, mut f: impl FnMut(NonNull<u8>, usize, usize, RxFlags)) -> usize {
         let block_size = self.layout.rx_block_size;
+        let hdr_len = size_of::<libc::tpacket3_hdr>();
         let mut delivered = 0usize;
-        while delivered < max {
+        while delivered < max && self.rx_held < self.layout.rx_block_count {
             let block = self.rx_block_ptr(self.rx_block);
             // SAFETY: a block starts on a page boundary, so `block_status` is aligned; it is
             // inside the mapping, which lives as long as `self`; this process accesses it only
@@ -544,7 +699,8 @@ impl AfPacketSocket {
             }
             // SAFETY: in bounds (fixed offsets in the block descriptor); after the Acquire
             // load above the kernel has published the descriptor and does not touch the
-            // block until we store TP_STATUS_KERNEL.
+            // block until we store TP_STATUS_KERNEL. Frames never grow over the descriptor
+            // (it precedes the first frame).
             let (num_pkts, first) = unsafe {
                 (
                     block.add(BLOCK_NUM_PKTS_OFF).cast::<u32>().read(),
@@ -553,26 +709,42 @@ impl AfPacketSocket {
             };
             if self.rx_frame_idx == 0 {
                 self.rx_frame_off = first;
+                self.rx_next_hdr = None;
             }
-            while self.rx_frame_idx < num_pkts && delivered < max {
-                let off = self.rx_frame_off;
-                if off.checked_add(size_of::<libc::tpacket3_hdr>()).is_none_or(|end| end > block_size) {
+            // Reads the header at `off` of this block, if it lies inside it.
+            let read_hdr = |off: usize| {
+                if off.checked_add(hdr_len).is_none_or(|end| end > block_size) {
                     debug_assert!(false, "tpacket3_hdr at {off} outside the block");
-                    self.rx_frame_idx = num_pkts;
-                    break;
+                    return None;
                 }
                 // SAFETY: the header lies inside this user-owned block (checked just above);
                 // read unaligned so no alignment assumption is needed.
-                let h = unsafe { block.add(off).cast::<libc::tpacket3_hdr>().read_unaligned() };
+                Some(unsafe { block.add(off).cast::<libc::tpacket3_hdr>().read_unaligned() })
+            };
+            while self.rx_frame_idx < num_pkts && delivered < max {
+                let off = self.rx_frame_off;
+                let Some(h) = self.rx_next_hdr.take().or_else(|| read_hdr(off)) else {
+                    self.rx_frame_idx = num_pkts;
+                    break;
+                };
                 let (mac, snaplen) = (usize::from(h.tp_mac), h.tp_snaplen as usize);
-                if off + mac + snaplen > block_size {
+                if off + mac + snaplen > block_size || mac < hdr_len + VLAN_HLEN {
                     debug_assert!(false, "frame at {off}+{mac} ({snaplen} bytes) outside the block");
                     self.rx_frame_idx = num_pkts;
                     break;
                 }
-                // SAFETY: the bytes lie inside this block (checked above), which the kernel
-                // leaves alone until we hand it back; `&mut self` prevents that during `f`.
-                let data = unsafe { std::slice::from_raw_parts(block.add(off + mac), snaplen) };
+                let next_off = off + h.tp_next_offset as usize;
+                // The room ends 4 bytes before the next frame's bytes (they may take a tag
+                // back there), after its header was read, or at the block's end.
+                let mut end = block_size;
+                if self.rx_frame_idx + 1 < num_pkts {
+                    self.rx_next_hdr = read_hdr(next_off);
+                    end = self.rx_next_hdr.map_or(off + mac + snaplen, |n| {
+                        (next_off + usize::from(n.tp_mac))
+                            .saturating_sub(VLAN_HLEN)
+                            .clamp(off + mac + snaplen, block_size)
+                    });
+                }
                 let flags = RxFlags {
                     csum_not_ready: h.tp_status & libc::TP_STATUS_CSUMNOTREADY != 0,
                     truncated: h.tp_snaplen < h.tp_len,
@@ -583,15 +755,17 @@ impl AfPacketSocket {
                         _ => h.hv1.tp_vlan_tpid,
                     },
                 };
-                f(data, flags);
+                // SAFETY: `off + mac <= block_size` (checked above), inside the block; not null.
+                let data = unsafe { NonNull::new_unchecked(block.add(off + mac)) };
+                f(data, snaplen, end - (off + mac), flags);
                 delivered += 1;
                 self.rx_frame_idx += 1;
-                self.rx_frame_off = off + h.tp_next_offset as usize;
+                self.rx_frame_off = next_off;
             }
             if self.rx_frame_idx < num_pkts {
                 break; // `max` reached inside the block: keep our place.
             }
-            status.store(libc::TP_STATUS_KERNEL, Ordering::Release);
+            self.rx_held += 1;
             self.rx_block = (self.rx_block + 1) % self.layout.rx_block_count;
             self.rx_frame_idx = 0;
         }
@@ -713,23 +887,57 @@ impl AfPacketSocket {
     /// # Errors
     /// The OS error of `getsockopt`, with context.
     pub fn stats(&mut self) -> io::Result<(u32, u32)> {
-        let mut st = libc::tpacket_stats_v3 { tp_packets: 0, tp_drops: 0, tp_freeze_q_cnt: 0 };
-        let mut len = size_of::<libc::tpacket_stats_v3>() as socklen_t;
-        // SAFETY: `st` and `len` are valid for writes; the kernel writes at most `len` bytes.
-        let r = unsafe {
-            libc::getsockopt(
-                self.fd.as_raw_fd(),
-                libc::SOL_PACKET,
-                libc::PACKET_STATISTICS,
-                (&mut st as *mut libc::tpacket_stats_v3).cast::<c_void>(),
-                &mut len,
-            )
-        };
-        if r != 0 {
-            return Err(context(&self.ifname, "getsockopt(PACKET_STATISTICS)", io::Error::last_os_error()));
-        }
-        Ok((st.tp_packets, st.tp_drops))
+        packet_statistics(&self.fd, &self.ifname)
     }
+
+    /// A handle on this socket's `PACKET_STATISTICS` for another thread (a duplicate of the
+    /// descriptor): the gateway's main thread reads the workers' drops with it. Reading
+    /// resets the counters, so one reader only — the socket's own
+    /// [`stats`](Self::stats) or this handle.
+    ///
+    /// # Errors
+    /// `dup` failed.
+    pub fn statistics_handle(&self) -> io::Result<PacketStatistics> {
+        Ok(PacketStatistics { fd: self.fd.try_clone()?, ifname: self.ifname.clone() })
+    }
+}
+
+/// A handle on an [`AfPacketSocket`]'s counters, for a thread other than the worker's
+/// ([`AfPacketSocket::statistics_handle`]).
+#[derive(Debug)]
+pub struct PacketStatistics {
+    fd: OwnedFd,
+    ifname: String,
+}
+
+impl PacketStatistics {
+    /// `(tp_packets, tp_drops)` since the previous read, as [`AfPacketSocket::stats`].
+    ///
+    /// # Errors
+    /// The OS error of `getsockopt`, with context.
+    pub fn read(&self) -> io::Result<(u32, u32)> {
+        packet_statistics(&self.fd, &self.ifname)
+    }
+}
+
+/// `getsockopt(PACKET_STATISTICS)` on `fd`: `(tp_packets, tp_drops)` since the last read.
+fn packet_statistics(fd: &OwnedFd, ifname: &str) -> io::Result<(u32, u32)> {
+    let mut st = libc::tpacket_stats_v3 { tp_packets: 0, tp_drops: 0, tp_freeze_q_cnt: 0 };
+    let mut len = size_of::<libc::tpacket_stats_v3>() as socklen_t;
+    // SAFETY: `st` and `len` are valid for writes; the kernel writes at most `len` bytes.
+    let r = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_STATISTICS,
+            (&mut st as *mut libc::tpacket_stats_v3).cast::<c_void>(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(context(ifname, "getsockopt(PACKET_STATISTICS)", io::Error::last_os_error()));
+    }
+    Ok((st.tp_packets, st.tp_drops))
 }
 
 impl Drop for AfPacketSocket {
@@ -740,6 +948,12 @@ impl Drop for AfPacketSocket {
         unsafe {
             libc::munmap(self.ring.as_ptr().cast::<c_void>(), self.ring_len);
         }
+        // SAFETY: `spare` is the leaked box of `spare_count * spare_len` bytes made in
+        // `open`, freed only here; no frame pointing into it outlives the socket
+        // (`rx_frames`' contract).
+        drop(unsafe {
+            Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.spare.as_ptr(), self.spare_count * self.spare_len))
+        });
     }
 }
 
@@ -1143,6 +1357,67 @@ mod tests {
                 let n = crate::wire::vlan::copy_tagged(&mut restored, bytes, flags.vlan_tpid, tci).unwrap();
                 assert_eq!(&restored[..n], &sent[..]);
             }
+        });
+    }
+
+    /// Frames handed out in the ring ([`AfPacketSocket::rx_frames`]): each with its stripped
+    /// tag back, at least `MIN_BUFFER` bytes and 4 more than its length of room, and
+    /// writing all of that room — in arrival order, as the pipeline would — never touches
+    /// the frames after it. Small blocks make many frames the last of their block, whose
+    /// room ends with the block: those go to spare buffers when it is too small.
+    #[test]
+    fn frames_are_rewritten_in_place_in_the_ring() {
+        let Some(ns) = ns_or_skip("afp-inplace") else { return };
+        ns.run(|| {
+            let cfg = RingConfig { block_size: 8192, block_count: 4, ..RingConfig::default() };
+            let mut a = AfPacketSocket::open("a", &cfg).expect("open a");
+            let mut b = AfPacketSocket::open("b", &cfg).expect("open b");
+            let (dst, src) = (a.mac_addr(), b.mac_addr());
+            let ring = a.ring.as_ptr() as usize..a.ring.as_ptr() as usize + a.layout.rx_len();
+            let sizes = [60usize, 64, 42, 200, 1000, 1514, 128, 700];
+            let sent: Vec<Vec<u8>> = (0..120u32)
+                .map(|i| {
+                    let f = Frame::raw(dst, src, sizes[i as usize % sizes.len()].max(26), i);
+                    if i % 3 == 0 {
+                        crate::frames::tagged(&f, 0x8100, 100 + i as u16)
+                    } else {
+                        f
+                    }
+                })
+                .collect();
+            let (mut got, mut in_ring) = (0usize, 0usize);
+            for chunk in sent.chunks(10) {
+                send_all(&mut b, chunk);
+                let deadline = std::time::Instant::now() + Duration::from_secs(2);
+                let (mut frames, mut ours) = (Vec::new(), 0);
+                while ours < chunk.len() && std::time::Instant::now() < deadline {
+                    // SAFETY: the frames are dropped (`frames.clear()`) before `release_rx`.
+                    let (_, skipped) = unsafe {
+                        a.rx_frames(3, |f, len, flags| {
+                            assert_eq!(flags.vlan_tci, None, "the tag is back in the frame");
+                            ours += usize::from(Frame::tag_of(&f.as_ref()[..len]).is_some());
+                            frames.push((f, len));
+                        })
+                    };
+                    assert_eq!(skipped, 0);
+                    let _ = a.wait_readable(1);
+                }
+                for (f, len) in &mut frames {
+                    let addr = f.as_ref().as_ptr() as usize;
+                    in_ring += usize::from(ring.contains(&addr));
+                    let room = f.as_mut();
+                    let Some(tag) = Frame::tag_of(&room[..*len]) else { continue };
+                    assert_eq!(&room[..*len], &sent[tag as usize][..], "frame {tag} intact");
+                    assert!(room.len() >= MIN_BUFFER.max(*len + VLAN_HLEN), "frame {tag}: room {}", room.len());
+                    // The pipeline may write all of it.
+                    room[*len..].fill(0xa5);
+                    got += 1;
+                }
+                frames.clear();
+                a.release_rx();
+            }
+            assert_eq!(got, sent.len());
+            assert!(in_ring > sent.len() * 3 / 4, "{in_ring} of {} frames processed in the ring", sent.len());
         });
     }
 

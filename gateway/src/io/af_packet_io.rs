@@ -1,49 +1,94 @@
 //! [`PacketIo`] over AF_PACKET: one [`AfPacketSocket`] per port for one worker.
+//!
+//! Frames are processed where the kernel put them, in the `TPACKET_V3` receive ring
+//! ([`AfPacketSocket::rx_frames`]): the vector is a list of [`RingFrame`]s, and a forwarded
+//! frame is copied once, into the transmit ring of its egress port
+//! ([`AfPacketSocket::tx_send`]). The receive blocks a vector used go back to the kernel
+//! when the vector ends ([`PacketIo::tx_vector`]).
+
+// One unsafe call: `rx_frames`, whose frames must not outlive the release of their blocks.
+// This adapter keeps them only in its vector, which `tx_vector` empties before releasing.
+#![allow(unsafe_code)]
 
 use std::time::Duration;
 
-use super::af_packet::AfPacketSocket;
-use crate::worker::{PacketIo, RxInfo};
+use super::af_packet::{AfPacketSocket, PacketStatistics, RingFrame};
+use crate::metrics::PortReport;
+use crate::pipeline::{Meta, Verdict};
+use crate::worker::{PacketIo, Received, Vector, VECTOR};
 
 /// A worker's AF_PACKET sockets, indexed like the configured ports ([`crate::config::Config::ports`]).
 pub struct AfPacketIo {
+    /// Declared (so dropped) before `sockets`: no frame outlives its socket.
+    vector: Vector<RingFrame>,
+    /// The port the vector's frames came from.
+    vector_iface: usize,
     sockets: Vec<AfPacketSocket>,
 }
 
 impl AfPacketIo {
     /// Wraps one worker's sockets (`sockets[p]` on port `p`).
     pub fn new(sockets: Vec<AfPacketSocket>) -> Self {
-        Self { sockets }
+        Self { vector: Vector::default(), vector_iface: 0, sockets }
     }
 }
 
 impl PacketIo for AfPacketIo {
+    type Buf = RingFrame;
+
     fn interfaces(&self) -> usize {
         self.sockets.len()
     }
 
-    fn rx(&mut self, iface: usize, max: usize, f: &mut dyn FnMut(&[u8], RxInfo)) -> usize {
-        match self.sockets.get_mut(iface) {
-            Some(s) => s.rx_burst(max, |frame, flags| {
-                if !flags.truncated {
-                    let stripped_tag = flags.vlan_tci.map(|tci| (flags.vlan_tpid, tci));
-                    f(frame, RxInfo { l4_csum_partial: flags.csum_not_ready, stripped_tag });
-                }
-            }),
-            None => 0,
-        }
+    fn rx(&mut self, iface: usize, max: usize) -> Received {
+        let Some(s) = self.sockets.get_mut(iface) else { return Received::default() };
+        debug_assert!(self.vector.is_empty() || self.vector_iface == iface, "one port per vector");
+        self.vector_iface = iface;
+        let max = max.min(VECTOR - self.vector.len());
+        let vector = &mut self.vector;
+        // SAFETY: the frames go into `self.vector` only; `tx_vector` empties it before it
+        // releases this socket's blocks, and it is dropped before the sockets.
+        let (taken, oversize) = unsafe {
+            s.rx_frames(max, |frame, len, flags| {
+                vector.push(frame, Meta { iface: iface as u8, len, l4_csum_partial: flags.csum_not_ready });
+            })
+        };
+        Received { taken, oversize }
     }
 
-    fn tx(&mut self, iface: usize, frame: &[u8]) -> bool {
+    fn vector(&mut self) -> (&mut [RingFrame], &[Meta]) {
+        self.vector.parts()
+    }
+
+    fn tx_vector(&mut self, verdicts: &[Verdict]) -> usize {
+        let sockets = &mut self.sockets;
+        let mut refused = 0;
+        self.vector.drain(verdicts, |frame, verdict| {
+            if let Verdict::Transmit { iface, len } = verdict {
+                let frame = frame.as_ref().get(..len);
+                if !sockets.get_mut(usize::from(iface)).zip(frame).is_some_and(|(s, f)| s.tx_send(f)) {
+                    refused += 1;
+                }
+            }
+        });
+        if let Some(s) = self.sockets.get_mut(self.vector_iface) {
+            s.release_rx();
+        }
+        refused
+    }
+
+    fn tx_copy(&mut self, iface: usize, frame: &[u8]) -> bool {
         self.sockets.get_mut(iface).is_some_and(|s| s.tx_send(frame))
     }
 
-    fn flush(&mut self) {
+    fn flush(&mut self) -> usize {
         for s in &mut self.sockets {
             if let Err(e) = s.tx_flush() {
                 tracing::warn!("AF_PACKET transmit failed: {e}");
             }
         }
+        // Frames the kernel did not take yet stay in the transmit ring for the next flush.
+        0
     }
 
     fn wait(&mut self, timeout: Duration) {
@@ -56,6 +101,71 @@ impl PacketIo for AfPacketIo {
                 return;
             }
         }
+    }
+}
+
+/// The AF_PACKET ports' device counters for the metrics ([`PortReport`]), read on the
+/// gateway's main thread: the receive-ring drops of every worker's socket
+/// (`PACKET_STATISTICS` through [`PacketStatistics`] handles; the kernel resets them on
+/// each read, so they are summed here) and the kernel's view of the interface from sysfs
+/// (`operstate`, `speed`, `statistics/{rx,tx}_{packets,errors}`).
+#[derive(Debug)]
+pub struct AfPacketDevices {
+    ports: Vec<DevicePort>,
+}
+
+#[derive(Debug)]
+struct DevicePort {
+    name: String,
+    /// One handle per worker's socket.
+    sockets: Vec<PacketStatistics>,
+    /// Drops per worker's socket so far.
+    drops: Vec<u64>,
+}
+
+impl AfPacketDevices {
+    /// `ports[p]`: port `p`'s interface name and the statistics handles of its sockets,
+    /// by worker.
+    pub fn new(ports: Vec<(String, Vec<PacketStatistics>)>) -> Self {
+        let ports = ports
+            .into_iter()
+            .map(|(name, sockets)| DevicePort { name, drops: vec![0; sockets.len()], sockets })
+            .collect();
+        Self { ports }
+    }
+
+    /// Reads the counters (a few system calls per port: call it about once a second).
+    pub fn reports(&mut self) -> Vec<PortReport> {
+        self.ports
+            .iter_mut()
+            .map(|p| {
+                for (s, d) in p.sockets.iter().zip(&mut p.drops) {
+                    if let Ok((_, drops)) = s.read() {
+                        *d += u64::from(drops);
+                    }
+                }
+                let sys = |file: &str| std::fs::read_to_string(format!("/sys/class/net/{}/{file}", p.name)).ok();
+                let number = |file: &str| sys(file).and_then(|v| v.trim().parse::<i64>().ok());
+                let counter = |file: &str| number(&format!("statistics/{file}")).map_or(0, |v| v.max(0) as u64);
+                PortReport {
+                    name: p.name.clone(),
+                    device: p.name.clone(),
+                    link_up: sys("operstate").and_then(|s| match s.trim() {
+                        "up" => Some(true),
+                        "down" | "lowerlayerdown" | "notpresent" => Some(false),
+                        _ => None,
+                    }),
+                    speed_mbps: number("speed").and_then(|v| u32::try_from(v).ok()).unwrap_or(0),
+                    rx_packets: counter("rx_packets"),
+                    tx_packets: counter("tx_packets"),
+                    rx_missed: p.drops.iter().sum(),
+                    rx_nombuf: 0,
+                    rx_errors: counter("rx_errors"),
+                    tx_errors: counter("tx_errors"),
+                    queue_drops: p.drops.clone(),
+                }
+            })
+            .collect()
     }
 }
 

@@ -100,7 +100,7 @@ pub struct Meta {
     /// Index of the port the frame arrived on ([`crate::host::Host::ports`], as
     /// [`crate::config::Config::ports`]; equal to the interface index when every
     /// interface has its own port). The frame holds its 802.1Q tag, if it had one: a
-    /// driver whose device stripped it puts it back ([`crate::wire::vlan::copy_tagged`]).
+    /// driver whose device stripped it puts it back.
     pub iface: u8,
     /// Length of the received frame in the buffer, bytes.
     pub len: usize,

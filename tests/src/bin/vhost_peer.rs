@@ -20,8 +20,15 @@
 //! (`torii_bench::vhost`), shared with the line-rate harness. Run by `tests/virtio.rs`; usable by hand:
 //!
 //! ```text
-//! torii-vhost-peer --socket /tmp/vhost.sock --cpu 0 [--no-huge] [--tcp-flows 40] [--udp-flows 10]
+//! torii-vhost-peer --socket /tmp/vhost.sock --cpu 0 [--no-huge] [--tcp-flows 40] [--udp-flows 10] [--load-s 10]
 //! ```
+//!
+//! With `--load-s N`, once every flow made the round trip, the peer turns generator and
+//! sink for a throughput figure: for one second of warm-up and then `N` seconds it sends
+//! the UDP flows' 64-byte datagrams (client → VIP, established flows) as fast as the link
+//! takes them, receives what the gateway forwards and frees it, and prints the rates
+//! (`load: ...`): frames offered, frames taken by the link, translated frames received
+//! (forward direction, to the echo endpoint) per second.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::Ipv4Addr;
@@ -67,6 +74,7 @@ struct Args {
     udp_flows: u16,
     timeout: Duration,
     snat_ports: (u16, u16),
+    load: Option<Duration>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -78,6 +86,7 @@ fn parse_args() -> Result<Args, String> {
         udp_flows: 10,
         timeout: Duration::from_secs(30),
         snat_ports: (1024, 65535),
+        load: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -90,6 +99,7 @@ fn parse_args() -> Result<Args, String> {
             "--tcp-flows" => a.tcp_flows = num(v()?)?.min(10_000) as u16,
             "--udp-flows" => a.udp_flows = num(v()?)?.min(10_000) as u16,
             "--timeout-s" => a.timeout = Duration::from_secs(num(v()?)?),
+            "--load-s" => a.load = Some(Duration::from_secs(num(v()?)?)),
             "--snat-ports" => {
                 let s = v()?;
                 let (lo, hi) = s.split_once('-').ok_or_else(|| format!("--snat-ports {s:?}: expected MIN-MAX"))?;
@@ -174,7 +184,10 @@ fn run() -> Result<(), String> {
         batch: Vec::with_capacity(32),
         sent: 0,
     };
-    let result = exchange(&mut link, &args, deadline);
+    let result = exchange(&mut link, &args, deadline).and_then(|gw| match args.load {
+        Some(d) if args.udp_flows > 0 => load(&mut link, gw, args.udp_flows, d),
+        _ => Ok(()),
+    });
     let stats = port.stats().map_err(|e| e.to_string())?;
     eprintln!(
         "torii-vhost-peer: port counters: rx {} tx {} (sent {}), rx_missed {}",
@@ -185,8 +198,72 @@ fn run() -> Result<(), String> {
     result
 }
 
-/// The conversation: ARP for the gateway, the flows, the checks.
-fn exchange(link: &mut Link, args: &Args, deadline: Instant) -> Result<(), String> {
+/// Generator and sink (`--load-s`): the UDP flows' datagrams as fast as the link takes
+/// them for a second of warm-up and then `duration`, counting the translated frames that
+/// come back. Prints the rates.
+fn load(link: &mut Link, gw: MacAddr, flows: u16, duration: Duration) -> Result<(), String> {
+    let templates: Vec<Vec<u8>> = (0..flows)
+        .map(|k| {
+            let payload = format!("torii flow {k}");
+            frames::udp(
+                L2 { src: CLIENT_MAC, dst: gw },
+                (CLIENT_IP, FIRST_CLIENT_PORT + k),
+                (VIP, 7),
+                payload.as_bytes(),
+                64,
+            )
+        })
+        .collect();
+    let mut out: Vec<Mbuf> = Vec::with_capacity(32);
+    let mut next = 0usize;
+    let (mut offered, mut taken, mut received, mut translated) = (0u64, 0u64, 0u64, 0u64);
+    let warm_up = Instant::now() + Duration::from_secs(1);
+    let mut start = None;
+    loop {
+        let now = Instant::now();
+        if start.is_none() && now >= warm_up {
+            start = Some(now);
+            (offered, taken, received, translated) = (0, 0, 0, 0);
+        }
+        if start.is_some_and(|s| now - s >= duration) {
+            break;
+        }
+        if link.pool.alloc_bulk(&mut out, 32).is_ok() {
+            for m in &mut out {
+                let t = &templates[next % templates.len()];
+                next += 1;
+                m.extend_from_slice(t);
+            }
+            offered += 32;
+            taken += link.tx.tx_burst(&mut out) as u64;
+            out.clear();
+        }
+        for _ in 0..4 {
+            link.batch.clear();
+            let n = link.rx.rx_burst(&mut link.batch, 32);
+            received += n as u64;
+            // Forward direction to the echo endpoint: destination 10.70.0.21 at bytes 30..34.
+            translated += link.batch.iter().filter(|m| m.data().get(30..34) == Some(&ECHO.octets()[..])).count() as u64;
+            if n < 32 {
+                break;
+            }
+        }
+    }
+    link.batch.clear();
+    let secs = start.map_or(0.0, |s| s.elapsed().as_secs_f64());
+    let rate = |n: u64| n as f64 / secs / 1e6;
+    println!(
+        "load: {secs:.2} s, offered {:.3} Mpps, taken by the link {:.3} Mpps, received {:.3} Mpps, translated {:.3} Mpps",
+        rate(offered),
+        rate(taken),
+        rate(received),
+        rate(translated)
+    );
+    Ok(())
+}
+
+/// The conversation: ARP for the gateway, the flows, the checks. Returns the gateway's MAC.
+fn exchange(link: &mut Link, args: &Args, deadline: Instant) -> Result<MacAddr, String> {
     let client_l2 = |gw: MacAddr| L2 { src: CLIENT_MAC, dst: gw };
     let mut gateway_mac: Option<MacAddr> = None;
     let mut tcp: Vec<Flow> = vec![Flow::default(); usize::from(args.tcp_flows)];
@@ -341,7 +418,7 @@ fn exchange(link: &mut Link, args: &Args, deadline: Instant) -> Result<(), Strin
             tcp.len(),
             udp.len()
         );
-        Ok(())
+        gateway_mac.ok_or_else(|| "no gateway MAC".to_string())
     } else {
         Err(problems.join("; "))
     }
