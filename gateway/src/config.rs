@@ -381,6 +381,10 @@ pub struct ConntrackConfig {
     /// Bursts of new flows one source may open at once under that limit (at least 1;
     /// default: one second's worth).
     pub new_flows_per_source_burst: u32,
+    /// Accept TCP segments outside their connection's sequence windows (Linux's
+    /// `nf_conntrack_tcp_be_liberal`, kube-proxy's `--conntrack-tcp-be-liberal`; default
+    /// false): a RST must still carry the expected sequence number to close a flow.
+    pub tcp_be_liberal: bool,
 }
 
 /// Longest conntrack timeout, seconds (about 23.8 days): flow deadlines are 32-bit
@@ -626,6 +630,7 @@ struct RawConntrack {
     udp_stream_timeout_s: u32,
     new_flows_per_source_per_s: u32,
     new_flows_per_source_burst: Option<u32>,
+    tcp_be_liberal: bool,
     /// Replaced by the per-state TCP timeouts; accepted only to say so.
     tcp_transitory_timeout_s: Option<u32>,
 }
@@ -649,6 +654,7 @@ impl Default for RawConntrack {
             udp_stream_timeout_s: s(t.udp_stream_ns),
             new_flows_per_source_per_s: 0,
             new_flows_per_source_burst: None,
+            tcp_be_liberal: false,
             tcp_transitory_timeout_s: None,
         }
     }
@@ -948,6 +954,7 @@ impl Config {
                 udp_stream_timeout_s: ct.udp_stream_timeout_s,
                 new_flows_per_source_per_s: ct.new_flows_per_source_per_s,
                 new_flows_per_source_burst,
+                tcp_be_liberal: ct.tcp_be_liberal,
             },
             metrics: MetricsConfig {
                 listen: match &raw.metrics.listen {

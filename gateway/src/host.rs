@@ -388,6 +388,8 @@ pub struct Host {
     /// New flows a second per source and burst (`[conntrack] new_flows_per_source_*`; a
     /// rate of 0: no limit), for each worker's [`crate::limiter::SourceLimiter`].
     pub new_flows_per_source: (u32, u32),
+    /// Whether TCP windows are checked liberally (`[conntrack] tcp_be_liberal`).
+    pub tcp_be_liberal: bool,
     /// The IPv4 connected subnets of `interfaces`, indexed ([`ConnectedIndex`]); built by
     /// [`Host::new`], which is why the fields above are not meant to change afterwards.
     connected: ConnectedIndex<u32>,
@@ -450,6 +452,7 @@ impl Host {
                 config.conntrack.new_flows_per_source_per_s,
                 config.conntrack.new_flows_per_source_burst,
             ),
+            tcp_be_liberal: config.conntrack.tcp_be_liberal,
             snat_by_interface: Vec::new(),
             snat_by_interface6: Vec::new(),
         };

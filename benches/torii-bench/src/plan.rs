@@ -32,8 +32,10 @@
 //! TCP (a 20-byte header and 6 bytes of payload at 64-byte frames): the payload is
 //! [`MAGIC`] and the trial number; the sequence number carries the flow index and the
 //! acknowledgment number the low 32 bits of the transmit time. The numbers are not a real
-//! byte stream: torii, like Linux with `nf_conntrack_tcp_be_liberal`, tracks TCP states
-//! by flags, not sequence windows, and the endpoints torii-bench plays never check them.
+//! byte stream, so the gateway runs with `[conntrack] tcp_be_liberal = true` (Linux's
+//! `nf_conntrack_tcp_be_liberal`): it tracks states by flags and does not drop segments
+//! outside the sequence windows (it still tracks them), and the endpoints torii-bench
+//! plays never check them.
 //! Every flow is opened with a real handshake through the gateway first (SYN; SYN-ACK
 //! from the endpoint; ACK), then carries `ACK|PSH` data segments both ways.
 //!
@@ -381,7 +383,7 @@ impl Plan {
              [[interfaces]]\nname = \"virtio0\"\naddresses = [\"198.51.100.1/24\", \"10.70.0.1/16\"]\n\
              device = \"net_virtio_user0,path={socket},queues=1,queue_size={VIRTIO_QUEUE_SIZE},mac={GATEWAY_MAC}\"\n\n\
              [snat]\naddresses = [\"10.70.0.1\"]\nport_min = {SNAT_PORT_MIN}\nport_max = 65535\n\n\
-             [conntrack]\ncapacity = {capacity}\n\n[control]\nmanifests = {manifests_dir:?}\n",
+             [conntrack]\ncapacity = {capacity}\ntcp_be_liberal = true\n\n[control]\nmanifests = {manifests_dir:?}\n",
             eal = eal.join(", "),
         )
     }

@@ -210,13 +210,14 @@ fn frontend_index<A: Family>(table: &Table, flow: &Flow<A>) -> Option<u32> {
 ///
 /// A TCP flow whose segments arrive fragmented is tracked with liberal windows from then
 /// on: a first fragment does not carry the segment's length (Linux reassembles before
-/// conntrack sees a segment; the gateway does not).
+/// conntrack sees a segment; the gateway does not). With `[conntrack] tcp_be_liberal`
+/// every TCP flow is.
 fn track<A: Family>(now: u64, st: &mut WorkerState, id: FlowId, dir: Direction, seg: &Segment<A>) -> Tracked {
     let (conntrack, host) = A::conntrack_and_host(st);
     let timeouts = &host.timeouts;
     if seg.proto == IpProtocol::Tcp {
         let (state, windows) = conntrack.tcp_mut(id);
-        if seg.first_fragment.is_some() {
+        if seg.first_fragment.is_some() || host.tcp_be_liberal {
             windows.make_liberal();
         }
         return track_tcp(state, windows, dir, &seg.tcp, now, timeouts);
