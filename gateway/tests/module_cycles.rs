@@ -9,21 +9,21 @@
 //! (a `tests` module, `#[cfg(test)]` to the end of the file, `tests.rs` and `tests/`).
 //! Comments are skipped. Then it looks for strongly connected components (Tarjan).
 //!
-//! Cycles known when the check was written are listed in [`KNOWN`]; the test fails on any
-//! other cycle, and on a listed one that is gone (delete it from the list). To see the
-//! edges: `cargo test -p torii-gateway --test module_cycles -- --nocapture`.
+//! The test fails on any cycle not listed in [`KNOWN`] (empty: the gateway has none), and on
+//! a listed one that is gone (delete it from the list). To see the edges:
+//! `cargo test -p torii-gateway --no-default-features --test module_cycles -- --nocapture`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// Cycles (strongly connected components, sorted module paths joined by `, `) in the
-/// pipeline, whose restructuring waits for the data-path work (issue 14): `burst` should use
-/// the per-family parsers, not the reverse. When written, the mutual pairs were
-/// `pipeline` (mod.rs) ↔ `arp`, `ipv4`, `ipv6`, `link`; `burst` ↔ `family`, `ipv4`, `ipv6`,
-/// `state`; `family` ↔ `fragment`; `state` ↔ `fragment`, `resolve`.
-const KNOWN: &[&str] = &["pipeline, pipeline::arp, pipeline::backend, pipeline::burst, pipeline::expire, \
-     pipeline::family, pipeline::flow, pipeline::fragment, pipeline::icmp, pipeline::icmp_error, pipeline::ipv4, \
-     pipeline::ipv6, pipeline::link, pipeline::ndp, pipeline::reject, pipeline::resolve, pipeline::state"];
+/// Cycles (strongly connected components, sorted module paths joined by `, `) the gateway is
+/// allowed to keep: none. The pipeline's one component (all of `pipeline/`: `pipeline` ↔
+/// `arp`, `ipv4`, `ipv6`, `link`; `burst` ↔ `family`, `ipv4`, `ipv6`, `state`; `family` ↔
+/// `fragment`; `state` ↔ `fragment`, `resolve`) was broken (issue 14) by moving the shared
+/// frame types to the leaf `pipeline::frame`, `burst`'s hint types and `ports` to the leaf
+/// `pipeline::hint`, and the fragment and resolution entries into `pipeline::state`. A cycle
+/// accepted for a while goes here, with the reason, until it is broken.
+const KNOWN: &[&str] = &[];
 
 /// A module path relative to the crate root: `[]` is `lib.rs`, `["pipeline", "burst"]` is
 /// `pipeline/burst.rs`.

@@ -43,21 +43,19 @@
 //! flow's front door and ring endpoint, which depend on nothing but the key and the burst's
 //! table; the route, checked against its destination.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use super::family::Family;
+use super::hint::{FlowHint, FrameHints, NewFlowHint, RouteHint, PREFETCH_WINDOW};
 use super::link;
 use super::{backend, ipv4, ipv6, process, Meta, Verdict, WorkerState};
-use crate::conntrack::tcp::Segment as TcpSegment;
 use crate::conntrack::{Candidate, Conntrack, Direction, FlowId, FlowKey, Vacancy};
 use crate::host::Host;
 use crate::table::layout;
 use crate::table::{FrontendHash, ServiceRing, Table};
-use crate::wire::{EtherType, IpProtocol, SctpPacket, TcpPacket, UdpPacket};
+use crate::wire::EtherType;
 
-/// Frames [`process_burst`] has in flight at once: from a frame's stage 1 to its processing
-/// (`PROCESS_AT` steps: 12) its hints take one of this many slots.
-pub const PREFETCH_WINDOW: usize = 16;
+// `PREFETCH_WINDOW` lives in `hint`, with the ring of hint slots it sizes.
 const _: () = assert!(
     PREFETCH_WINDOW > PROCESS_AT && PREFETCH_WINDOW <= 32,
     "process_burst keeps the frames in flight in as many slots, their new flows in a 32-bit mask"
@@ -74,19 +72,6 @@ pub const PROCESS_AT: usize = 3 * STAGE_DISTANCE;
 /// flow's frame past stage 2: front-door record, service record, ring slot, endpoint record,
 /// next hop. The table is far smaller than the conntrack, so these loads come sooner.
 const NEW_FLOW_VISITS: [usize; 5] = [6, 8, 9, 10, 11];
-
-/// Where [`process_burst`] found ahead (stage 3) that a frame's packet will go: for a
-/// packet to `to`, the egress interface `out` and next hop `hop` of [`crate::host::Host::route`].
-/// [`super::flow::egress`] uses it instead of routing again when its destination is `to`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct RouteHint {
-    /// The destination routed.
-    pub to: IpAddr,
-    /// Its egress interface.
-    pub out: u8,
-    /// Its next hop.
-    pub hop: IpAddr,
-}
 
 /// How far the prefetches of a frame have come: what the next visit reads (it was prefetched
 /// by the previous one) and prefetches. A new flow's service is viewed once
@@ -110,83 +95,6 @@ enum Ahead<'t> {
     /// The chosen endpoint's record is on its way: the service's ring, the front door and
     /// the endpoint's position among the service's backends.
     Endpoint(ServiceRing<'t>, u32, u32),
-}
-
-/// What [`process_burst`] found ahead for a frame opening a new flow, for
-/// [`super::flow`]'s `new_flow` to use instead of looking it up again. Valid for the frame's
-/// flow key and the burst's table only: a pure function of the two.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct NewFlowHint {
-    /// The front door's position in the table ([`Table::frontend_at`]).
-    pub frontend: u32,
-    /// The position among its service's backends of the one the Maglev ring names for the
-    /// key ([`backend::ring_hash`], [`crate::table::ServiceRing::ring_backend`]).
-    pub ring_backend: u32,
-    /// That backend's address (IPv4-mapped addresses as IPv4, [`layout::addr_from16`]) and
-    /// port when the service has no session affinity, so that the ring's choice is the
-    /// endpoint ([`backend::choose`]) and `new_flow` need not view the service again; `None`
-    /// with affinity, where a remembered endpoint may win.
-    pub endpoint: Option<(IpAddr, u16)>,
-}
-
-/// What the stages found ahead for one frame, handed to [`process`] with it (in its slot of
-/// [`HintRing`], in `WorkerState::hints`): hints all, which the flow path confirms or
-/// ignores.
-#[derive(Clone, Copy, Debug, Default)]
-pub(super) struct FrameHints {
-    /// The frame's flow key and its conntrack hash (stage 1).
-    pub flow: Option<FlowHint>,
-    /// The flow whose tuple the key almost certainly is, and which tuple, or where the key's
-    /// probe run ended when no flow has it (stage 2:
-    /// [`crate::conntrack::Conntrack::prefetch_record`]), in the conntrack of the key's family.
-    pub candidate: Option<Candidate>,
-    /// Where the packet will go (stage 3, or a new flow's last visit).
-    pub route: Option<RouteHint>,
-    /// A new flow's front door and ring endpoint.
-    pub new_flow: Option<NewFlowHint>,
-}
-
-/// The hints of the frames [`process_burst`] has in flight, frame `i`'s in slot
-/// `i % PREFETCH_WINDOW`, and which slot belongs to the frame [`process`] is processing:
-/// [`PREFETCH_WINDOW`], a slot that always holds no hints, outside a burst. Kept in
-/// [`WorkerState`] so that [`process`] reads its frame's hints where stage 1 wrote them,
-/// with no copy.
-#[derive(Clone, Debug)]
-pub(crate) struct HintRing {
-    /// The slots; the last never holds hints (see [`HintRing::current`]).
-    pub frames: [FrameHints; PREFETCH_WINDOW + 1],
-    /// The slot of the frame being processed.
-    pub current: usize,
-}
-
-impl Default for HintRing {
-    fn default() -> Self {
-        Self { frames: [FrameHints::default(); PREFETCH_WINDOW + 1], current: PREFETCH_WINDOW }
-    }
-}
-
-impl HintRing {
-    /// The hints of the frame being processed (none outside a burst), to take from.
-    #[inline]
-    pub fn current(&mut self) -> &mut FrameHints {
-        &mut self.frames[self.current]
-    }
-
-    /// The hints of the frame being processed (none outside a burst).
-    #[inline]
-    pub fn current_ref(&self) -> &FrameHints {
-        &self.frames[self.current]
-    }
-}
-
-/// A frame's flow key and its conntrack hash (in the conntrack of the key's family),
-/// computed ahead of [`process`].
-#[derive(Clone, Copy, Debug)]
-pub(super) enum FlowHint {
-    /// An IPv4 flow key and its hash in the worker's IPv4 conntrack.
-    V4(FlowKey<Ipv4Addr>, u64),
-    /// An IPv6 flow key and its hash in the worker's IPv6 conntrack.
-    V6(FlowKey<Ipv6Addr>, u64),
 }
 
 /// Processes a burst: `verdicts[i]` becomes what `process(now, frames[i], metas[i], ..)`
@@ -454,20 +362,4 @@ fn prefetch<A: Family>(conntrack: &Conntrack<A>, key: &FlowKey<A>, absent: bool)
         conntrack.prefetch_index(hash);
     }
     hash
-}
-
-/// The (source, destination) ports of the TCP, UDP or SCTP header `l4` of `protocol`, read
-/// with checked views, and whether it is a TCP SYN ([`TcpSegment::Syn`]: without ACK or
-/// RST, a connection's first segment, RFC 9293 § 3.5); `None` for another protocol or a
-/// header that does not fit.
-#[inline]
-pub(super) fn ports(protocol: IpProtocol, l4: &[u8]) -> Option<(u16, u16, bool)> {
-    match protocol {
-        IpProtocol::Tcp => TcpPacket::new_checked(l4)
-            .map(|t| (t.src_port(), t.dst_port(), TcpSegment::of(t.flags()) == TcpSegment::Syn))
-            .ok(),
-        IpProtocol::Udp => UdpPacket::new_checked(l4).map(|u| (u.src_port(), u.dst_port(), false)).ok(),
-        IpProtocol::Sctp => SctpPacket::new_checked(l4).map(|p| (p.src_port(), p.dst_port(), false)).ok(),
-        _ => None,
-    }
 }

@@ -7,8 +7,8 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use super::burst::FlowHint;
-use super::fragment::FragmentTarget;
+use super::hint::FlowHint;
+use super::state::FragmentTarget;
 use super::WorkerState;
 use crate::conntrack::{Address, Conntrack, FlowKey};
 use crate::fragments::{FragmentAddr, FragmentTable};

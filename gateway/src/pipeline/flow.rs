@@ -19,14 +19,15 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use super::burst::NewFlowHint;
 use super::expire::{free_snat_port, remove_flow};
 use super::family::Family;
-use super::fragment::{self, Fragment, FragmentTarget};
+use super::fragment::{self, Fragment};
+use super::hint::NewFlowHint;
 use super::link::{self, Rx};
 use super::reject::reject;
 use super::resolve::neighbour;
 use super::sctp::{self, Chunks};
+use super::state::FragmentTarget;
 use super::{backend, Verdict, WorkerState};
 use crate::conntrack::tcp::{self, Segment as TcpSegment};
 use crate::conntrack::{

@@ -28,48 +28,11 @@ use std::net::Ipv4Addr;
 
 use super::family::Family;
 use super::link::{self, Rx};
+use super::state::FragmentTarget;
 use super::{Verdict, WorkerState};
 use crate::counters::DropReason;
-use crate::fragments::{FragmentAddr, FragmentKey, Insert};
+use crate::fragments::{FragmentKey, Insert};
 use crate::table::Table;
-use crate::wire::MacAddr;
-
-/// Capacity of each of a worker's two fragment tables (IPv4, IPv6): datagrams in flight at
-/// once per family.
-pub(super) const FRAGMENT_SLOTS: usize = 1024;
-
-/// What the first fragment of a datagram became: the IP-layer half of its translation and
-/// its next hop. Generic over the address family: IPv6 fragments (RFC 8200 § 4.5) use the
-/// same type in their own table.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct FragmentTarget<A = Ipv4Addr> {
-    /// New source address.
-    pub src: A,
-    /// New destination address.
-    pub dst: A,
-    /// Egress interface.
-    pub iface: u8,
-    /// Next hop's MAC address.
-    pub mac: MacAddr,
-    /// Whether the datagram travels in its flow's original direction (client → endpoint).
-    pub original: bool,
-    /// The flow's front-door index and the (low 32 bits of the) table generation it belongs
-    /// to, for the per-front-door counts of the later fragments.
-    pub frontend: Option<(u32, u32)>,
-}
-
-impl<A: FragmentAddr> Default for FragmentTarget<A> {
-    fn default() -> Self {
-        Self {
-            src: A::UNSPECIFIED,
-            dst: A::UNSPECIFIED,
-            iface: 0,
-            mac: MacAddr::UNSPECIFIED,
-            original: false,
-            frontend: None,
-        }
-    }
-}
 
 /// A received fragment's place in its datagram.
 #[derive(Clone, Copy, Debug)]

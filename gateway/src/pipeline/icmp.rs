@@ -6,8 +6,9 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::ops::Range;
 
+use super::frame::ORIGINATED_TTL;
 use super::link::{self, Rx};
-use super::{icmp_error, Verdict, WorkerState, ORIGINATED_TTL};
+use super::{icmp_error, Verdict, WorkerState};
 use crate::counters::DropReason;
 use crate::table::Table;
 use crate::wire::checksum;

@@ -6,9 +6,9 @@
 
 use std::ops::Range;
 
-use super::burst;
 use super::flow::{self, Segment};
 use super::fragment::{self, Fragment};
+use super::hint;
 use super::link::Rx;
 use super::sctp::{self, Chunks};
 use super::{icmp, Verdict, WorkerState};
@@ -31,7 +31,7 @@ pub(super) fn flow_key(frame: &[u8], rx: &Rx) -> Option<(FlowKey, bool)> {
         return None;
     }
     let l4 = &frame[l3 + ip.header_len()..l3 + usize::from(ip.total_len())];
-    let (src_port, dst_port, opens) = burst::ports(ip.next_header(), l4)?;
+    let (src_port, dst_port, opens) = hint::ports(ip.next_header(), l4)?;
     Some((
         FlowKey {
             protocol: u8::from(ip.next_header()),

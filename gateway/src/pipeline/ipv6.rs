@@ -12,9 +12,9 @@
 
 use std::net::Ipv6Addr;
 
-use super::burst;
 use super::flow::{self, Segment};
 use super::fragment::{self, Fragment};
+use super::hint;
 use super::link::Rx;
 use super::sctp::Chunks;
 use super::{icmp, icmp_error, ndp, Verdict, WorkerState};
@@ -37,7 +37,7 @@ pub(super) fn flow_key(frame: &[u8], rx: &Rx) -> Option<(FlowKey<Ipv6Addr>, bool
     if upper.fragment.is_some() || !matches!(upper.protocol, IpProtocol::Tcp | IpProtocol::Udp) {
         return None;
     }
-    let (src_port, dst_port, opens) = burst::ports(upper.protocol, &frame[l3 + upper.offset..l3 + ip.total_len()])?;
+    let (src_port, dst_port, opens) = hint::ports(upper.protocol, &frame[l3 + upper.offset..l3 + ip.total_len()])?;
     Some((
         FlowKey {
             protocol: u8::from(upper.protocol),

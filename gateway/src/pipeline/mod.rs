@@ -51,9 +51,23 @@
 //!
 //! # Modules
 //!
-//! `state` holds the per-worker and shared state; each other module holds one step of the
-//! path above; `burst` runs a burst with its lookups' memory latency overlapped. Only
-//! [`process`], [`process_burst`], [`poll_transmit`], [`poll_expire`], the state types and
+//! Besides `frame`, `hint`, `state` and `family`, which the steps share, each module holds
+//! one step of the path above. The modules form layers, each using only the ones before it
+//! in this list (`gateway/tests/module_cycles.rs` checks that there is no cycle):
+//!
+//! - leaves: `frame` (what every step shares: [`Meta`], [`Verdict`], [`MIN_BUFFER`], the
+//!   TTL of originated packets), `hint` (what [`process_burst`] finds ahead for a frame,
+//!   and the transport-port read both families' early parse shares), `sctp`;
+//! - `state`: the per-worker and shared state, with the entries of the worker's fragment
+//!   tables and resolution queue;
+//! - `link`, `family` (the per-family accessors), and the steps that use only these: `arp`,
+//!   `ndp`, `reject`, `resolve`, then `backend`, `expire`, `fragment`;
+//! - `flow`, then `icmp_error`, then `icmp`, then the per-family parsers `ipv4`, `ipv6`;
+//! - this module, which holds only [`process`] and its dispatch by EtherType;
+//! - `burst`, which runs [`process`] over a burst with its lookups' memory latency
+//!   overlapped, using the per-family parsers for its early parse.
+//!
+//! Only [`process`], [`process_burst`], [`poll_transmit`], [`poll_expire`], the state types and
 //! the driver-facing [`Meta`] / [`Verdict`] are public.
 
 mod arp;
@@ -63,6 +77,8 @@ mod expire;
 mod family;
 mod flow;
 mod fragment;
+mod frame;
+mod hint;
 mod icmp;
 mod icmp_error;
 mod ipv4;
@@ -74,57 +90,16 @@ mod resolve;
 mod sctp;
 mod state;
 
-pub use burst::{process_burst, PREFETCH_WINDOW};
+pub use burst::process_burst;
 pub use expire::poll_expire;
+pub use frame::{Meta, Verdict, MIN_BUFFER};
+pub use hint::PREFETCH_WINDOW;
 pub use resolve::{poll_transmit, POLL_TRANSMIT_LEN};
 pub use state::{Shared, WorkerState};
 
 use crate::counters::DropReason;
 use crate::table::Table;
 use crate::wire::EtherType;
-
-/// Smallest frame buffer a driver may hand to [`process`]: room for the largest ICMP error
-/// it builds (Ethernet 14, 802.1Q tag 4, IPv4 20, ICMP 8, the quoted IPv4 header up to 60
-/// and 8 bytes of its payload). Frames may grow by a tag (4 bytes) when forwarded onto a
-/// VLAN: a driver that wants every frame forwarded leaves 4 bytes beyond the largest frame
-/// it receives.
-pub const MIN_BUFFER: usize = 14 + 4 + 20 + 8 + 60 + 8;
-
-/// TTL (IPv6: Hop Limit) of packets the gateway originates (RST, ICMP, echo replies);
-/// Linux's default.
-const ORIGINATED_TTL: u8 = 64;
-
-/// Per-frame metadata from the driver.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Meta {
-    /// Index of the port the frame arrived on ([`crate::host::Host::ports`], as
-    /// [`crate::config::Config::ports`]; equal to the interface index when every
-    /// interface has its own port). The frame holds its 802.1Q tag, if it had one: a
-    /// driver whose device stripped it puts it back.
-    pub iface: u8,
-    /// Length of the received frame in the buffer, bytes.
-    pub len: usize,
-    /// The L4 checksum holds only the pseudo-header sum (the sender offloaded it to a NIC
-    /// that does not exist on a veth): recompute it in full when rewriting.
-    pub l4_csum_partial: bool,
-}
-
-/// What the driver does with the frame after [`process`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
-    /// Send the first `len` bytes of the buffer on port `iface`.
-    Transmit {
-        /// Egress port index (as [`Meta::iface`]); the frame carries the egress
-        /// interface's VLAN tag, if it has one.
-        iface: u8,
-        /// Frame length, bytes.
-        len: usize,
-    },
-    /// Nothing to send: the frame was consumed (e.g. an ARP reply that was learned from).
-    Consumed,
-    /// Dropped; already counted under the reason.
-    Drop(DropReason),
-}
 
 /// Processes one received frame. See the module documentation.
 #[inline]

@@ -7,8 +7,9 @@
 
 use std::net::Ipv6Addr;
 
+use super::frame::ORIGINATED_TTL;
 use super::link::{self, Rx};
-use super::{Verdict, WorkerState, ORIGINATED_TTL};
+use super::{Verdict, WorkerState};
 use crate::counters::DropReason;
 use crate::wire::checksum::PseudoHeaderAddr;
 use crate::wire::icmpv4::DST_UNREACHABLE_PORT;

@@ -8,6 +8,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use super::state::{Pending, PENDING_SLOTS};
 use super::{link, WorkerState};
 use crate::host::HostInterface;
 use crate::neighbour::NeighbourAddr;
@@ -24,18 +25,6 @@ const ARP_RETRY_NS: u64 = 1_000_000_000;
 const ARP_TRIES: u8 = 3;
 /// Age after which a resolved neighbour is re-confirmed by a new request, ns.
 const NEIGHBOUR_REFRESH_NS: u64 = 60_000_000_000;
-
-/// One queued resolution: `ip` on interface `iface`, next attempt at `next_ns`.
-#[derive(Clone, Copy, Debug, Default)]
-pub(super) struct Pending {
-    ip: Option<IpAddr>,
-    iface: u8,
-    next_ns: u64,
-    tries: u8,
-}
-
-/// Resolutions a worker keeps queued at once.
-pub(super) const PENDING_SLOTS: usize = 64;
 
 impl WorkerState {
     /// Queues a resolution of `ip` (IPv4: ARP; IPv6: Neighbor Discovery) on `iface`

@@ -1,22 +1,78 @@
 //! The state the pipeline works on: [`WorkerState`], private to one worker (conntrack, SNAT
 //! ports, counters, fragment table, pending ARP resolutions), and [`Shared`], the state all workers share
 //! (neighbours, session affinity). Everything is allocated here, before the packet path
-//! runs.
+//! runs. The entries of the worker's own tables are defined here too — [`FragmentTarget`]
+//! (what [`super::fragment`] records) and [`Pending`] (what [`super::resolve`] queues) — so
+//! that the state depends on no step of the path, only the steps on it.
 
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
-use super::fragment::{FragmentTarget, FRAGMENT_SLOTS};
-use super::resolve::{Pending, PENDING_SLOTS};
+use super::hint::HintRing;
 use crate::affinity::Affinity;
 use crate::conntrack::Conntrack;
 use crate::counters::{Counters, FrontendCounters};
-use crate::fragments::{self, FragmentTable};
+use crate::fragments::{self, FragmentAddr, FragmentTable};
 use crate::host::Host;
 use crate::limiter::SourceLimiter;
 use crate::neighbour::Neighbours;
 use crate::snat::SnatPorts;
 use crate::table::Table;
+use crate::wire::MacAddr;
+
+/// Capacity of each of a worker's two fragment tables (IPv4, IPv6): datagrams in flight at
+/// once per family.
+pub(super) const FRAGMENT_SLOTS: usize = 1024;
+
+/// What the first fragment of a datagram became ([`super::fragment`]): the IP-layer half of its translation and
+/// its next hop. Generic over the address family: IPv6 fragments (RFC 8200 § 4.5) use the
+/// same type in their own table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FragmentTarget<A = Ipv4Addr> {
+    /// New source address.
+    pub src: A,
+    /// New destination address.
+    pub dst: A,
+    /// Egress interface.
+    pub iface: u8,
+    /// Next hop's MAC address.
+    pub mac: MacAddr,
+    /// Whether the datagram travels in its flow's original direction (client → endpoint).
+    pub original: bool,
+    /// The flow's front-door index and the (low 32 bits of the) table generation it belongs
+    /// to, for the per-front-door counts of the later fragments.
+    pub frontend: Option<(u32, u32)>,
+}
+
+impl<A: FragmentAddr> Default for FragmentTarget<A> {
+    fn default() -> Self {
+        Self {
+            src: A::UNSPECIFIED,
+            dst: A::UNSPECIFIED,
+            iface: 0,
+            mac: MacAddr::UNSPECIFIED,
+            original: false,
+            frontend: None,
+        }
+    }
+}
+
+/// One queued resolution ([`super::resolve`]): `ip` on interface `iface`, next attempt at
+/// `next_ns`.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Pending {
+    /// The next hop to resolve; `None`: a free slot.
+    pub ip: Option<IpAddr>,
+    /// The interface to ask on.
+    pub iface: u8,
+    /// When the next request goes out, ns.
+    pub next_ns: u64,
+    /// Requests sent so far.
+    pub tries: u8,
+}
+
+/// Resolutions a worker keeps queued at once.
+pub(super) const PENDING_SLOTS: usize = 64;
 
 /// The state all workers share: written rarely (ARP traffic, new flows of Services with
 /// session affinity), read without locks where it is on every packet's path.
@@ -67,11 +123,11 @@ pub struct WorkerState {
     /// Next hops waiting for an ARP answer (see [`super::resolve`]).
     pub(super) pending: [Pending; PENDING_SLOTS],
     /// What [`super::process_burst`] found ahead for the frames in flight
-    /// ([`super::burst::HintRing`]), and which of them is the frame being processed: its
+    /// ([`HintRing`]), and which of them is the frame being processed: its
     /// flow key and hash (taken by the flow lookup, and the rest used only when the full
     /// parse finds the same key), the flow it almost certainly belongs to, its route, a new
     /// flow's front door and endpoint.
-    pub(super) hints: super::burst::HintRing,
+    pub(super) hints: HintRing,
 }
 
 impl std::fmt::Debug for WorkerState {
@@ -100,7 +156,7 @@ impl WorkerState {
             fragments6: FragmentTable::new(FRAGMENT_SLOTS, fragments::DEFAULT_TIMEOUT_NS, seed ^ 0xf6a6_0000_f6a6),
             frontends: FrontendCounters::default(),
             pending: [Pending::default(); PENDING_SLOTS],
-            hints: super::burst::HintRing::default(),
+            hints: HintRing::default(),
         }
     }
 

@@ -1,0 +1,123 @@
+//! What [`super::process_burst`] finds ahead of [`super::process`] for a frame, and where
+//! it keeps it: the hints ([`FrameHints`]: flow key and hash, the flow or vacancy found
+//! ahead, route, a new flow's front door and endpoint), which the flow path confirms or
+//! ignores; the ring of [`PREFETCH_WINDOW`] slots in `WorkerState::hints` that holds them;
+//! and [`ports`], the transport header read both families' early flow-key parse
+//! (`ipv4::flow_key`, `ipv6::flow_key`) shares. A leaf of the pipeline: the state, the
+//! per-family parsers and the flow path use it without using [`super::burst`].
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use crate::conntrack::tcp::Segment as TcpSegment;
+use crate::conntrack::{Candidate, FlowKey};
+use crate::wire::{IpProtocol, SctpPacket, TcpPacket, UdpPacket};
+
+/// Frames [`super::process_burst`] has in flight at once: from a frame's stage 1 to its processing
+/// (`PROCESS_AT` steps of `burst`: 12) its hints take one of this many slots.
+pub const PREFETCH_WINDOW: usize = 16;
+
+/// Where [`super::process_burst`] found ahead (stage 3) that a frame's packet will go: for a
+/// packet to `to`, the egress interface `out` and next hop `hop` of [`crate::host::Host::route`].
+/// [`super::flow::egress`] uses it instead of routing again when its destination is `to`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct RouteHint {
+    /// The destination routed.
+    pub to: IpAddr,
+    /// Its egress interface.
+    pub out: u8,
+    /// Its next hop.
+    pub hop: IpAddr,
+}
+
+/// What [`super::process_burst`] found ahead for a frame opening a new flow, for
+/// [`super::flow`]'s `new_flow` to use instead of looking it up again. Valid for the frame's
+/// flow key and the burst's table only: a pure function of the two.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct NewFlowHint {
+    /// The front door's position in the table ([`crate::table::Table::frontend_at`]).
+    pub frontend: u32,
+    /// The position among its service's backends of the one the Maglev ring names for the
+    /// key ([`super::backend::ring_hash`], [`crate::table::ServiceRing::ring_backend`]).
+    pub ring_backend: u32,
+    /// That backend's address (IPv4-mapped addresses as IPv4, [`crate::table::layout::addr_from16`]) and
+    /// port when the service has no session affinity, so that the ring's choice is the
+    /// endpoint ([`super::backend::choose`]) and `new_flow` need not view the service again; `None`
+    /// with affinity, where a remembered endpoint may win.
+    pub endpoint: Option<(IpAddr, u16)>,
+}
+
+/// What the stages found ahead for one frame, handed to [`super::process`] with it (in its slot of
+/// [`HintRing`], in `WorkerState::hints`): hints all, which the flow path confirms or
+/// ignores.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct FrameHints {
+    /// The frame's flow key and its conntrack hash (stage 1).
+    pub flow: Option<FlowHint>,
+    /// The flow whose tuple the key almost certainly is, and which tuple, or where the key's
+    /// probe run ended when no flow has it (stage 2:
+    /// [`crate::conntrack::Conntrack::prefetch_record`]), in the conntrack of the key's family.
+    pub candidate: Option<Candidate>,
+    /// Where the packet will go (stage 3, or a new flow's last visit).
+    pub route: Option<RouteHint>,
+    /// A new flow's front door and ring endpoint.
+    pub new_flow: Option<NewFlowHint>,
+}
+
+/// The hints of the frames [`super::process_burst`] has in flight, frame `i`'s in slot
+/// `i % PREFETCH_WINDOW`, and which slot belongs to the frame [`super::process`] is processing:
+/// [`PREFETCH_WINDOW`], a slot that always holds no hints, outside a burst. Kept in
+/// [`super::WorkerState`] so that [`super::process`] reads its frame's hints where stage 1 wrote them,
+/// with no copy.
+#[derive(Clone, Debug)]
+pub(crate) struct HintRing {
+    /// The slots; the last never holds hints (see [`HintRing::current`]).
+    pub frames: [FrameHints; PREFETCH_WINDOW + 1],
+    /// The slot of the frame being processed.
+    pub current: usize,
+}
+
+impl Default for HintRing {
+    fn default() -> Self {
+        Self { frames: [FrameHints::default(); PREFETCH_WINDOW + 1], current: PREFETCH_WINDOW }
+    }
+}
+
+impl HintRing {
+    /// The hints of the frame being processed (none outside a burst), to take from.
+    #[inline]
+    pub fn current(&mut self) -> &mut FrameHints {
+        &mut self.frames[self.current]
+    }
+
+    /// The hints of the frame being processed (none outside a burst).
+    #[inline]
+    pub fn current_ref(&self) -> &FrameHints {
+        &self.frames[self.current]
+    }
+}
+
+/// A frame's flow key and its conntrack hash (in the conntrack of the key's family),
+/// computed ahead of [`super::process`].
+#[derive(Clone, Copy, Debug)]
+pub(super) enum FlowHint {
+    /// An IPv4 flow key and its hash in the worker's IPv4 conntrack.
+    V4(FlowKey<Ipv4Addr>, u64),
+    /// An IPv6 flow key and its hash in the worker's IPv6 conntrack.
+    V6(FlowKey<Ipv6Addr>, u64),
+}
+
+/// The (source, destination) ports of the TCP, UDP or SCTP header `l4` of `protocol`, read
+/// with checked views, and whether it is a TCP SYN ([`TcpSegment::Syn`]: without ACK or
+/// RST, a connection's first segment, RFC 9293 § 3.5); `None` for another protocol or a
+/// header that does not fit.
+#[inline]
+pub(super) fn ports(protocol: IpProtocol, l4: &[u8]) -> Option<(u16, u16, bool)> {
+    match protocol {
+        IpProtocol::Tcp => TcpPacket::new_checked(l4)
+            .map(|t| (t.src_port(), t.dst_port(), TcpSegment::of(t.flags()) == TcpSegment::Syn))
+            .ok(),
+        IpProtocol::Udp => UdpPacket::new_checked(l4).map(|u| (u.src_port(), u.dst_port(), false)).ok(),
+        IpProtocol::Sctp => SctpPacket::new_checked(l4).map(|p| (p.src_port(), p.dst_port(), false)).ok(),
+        _ => None,
+    }
+}
