@@ -47,7 +47,7 @@ impl Prefix<Ipv6Addr> for Ipv6Cidr {
 
 /// An address family's view of the [`Host`]: which prefixes, SNAT addresses and router are
 /// its own. Implemented by [`Ipv4Addr`] and [`Ipv6Addr`].
-pub trait HostAddr: Copy + Eq + Sized + 'static {
+pub trait HostAddr: Copy + Ord + Sized + 'static {
     /// The prefix type of this family.
     type Cidr: Prefix<Self>;
     /// The address as an integer, host order (`u32`, `u128`): what [`Connected`] compares.
@@ -66,6 +66,9 @@ pub trait HostAddr: Copy + Eq + Sized + 'static {
     fn interface_addresses(iface: &HostInterface) -> &[Self::Cidr];
     /// The SNAT addresses of this family.
     fn snat_addresses(host: &Host) -> &[Self];
+    /// Every own address of this family (interface and SNAT addresses), sorted, without
+    /// duplicates ([`Host::is_own`]).
+    fn own_sorted(host: &Host) -> &[Self];
     /// Index of this family's first SNAT address among all SNAT addresses (IPv4 first, then
     /// IPv6): the address index of [`crate::snat::SnatPorts`].
     fn snat_index_base(host: &Host) -> usize;
@@ -99,6 +102,10 @@ impl HostAddr for Ipv4Addr {
     #[inline]
     fn snat_addresses(host: &Host) -> &[Ipv4Addr] {
         &host.snat_addresses
+    }
+    #[inline]
+    fn own_sorted(host: &Host) -> &[Ipv4Addr] {
+        &host.own
     }
     #[inline]
     fn snat_index_base(_: &Host) -> usize {
@@ -136,6 +143,10 @@ impl HostAddr for Ipv6Addr {
     #[inline]
     fn snat_addresses(host: &Host) -> &[Ipv6Addr] {
         &host.snat_addresses6
+    }
+    #[inline]
+    fn own_sorted(host: &Host) -> &[Ipv6Addr] {
+        &host.own6
     }
     #[inline]
     fn snat_index_base(host: &Host) -> usize {
@@ -399,6 +410,20 @@ pub struct Host {
     snat_by_interface: Vec<Option<(usize, Ipv4Addr)>>,
     /// Per interface, its IPv6 SNAT address.
     snat_by_interface6: Vec<Option<(usize, Ipv6Addr)>>,
+    /// Own IPv4 addresses (interfaces' and SNAT), sorted ([`Host::is_own`]).
+    own: Vec<Ipv4Addr>,
+    /// Own IPv6 addresses, sorted.
+    own6: Vec<Ipv6Addr>,
+}
+
+/// Every own address of family `A` on `host` (interface and SNAT addresses), sorted and
+/// deduplicated, for [`Host::is_own`]'s binary search.
+fn own_addresses<A: HostAddr>(host: &Host) -> Vec<A> {
+    let mut own: Vec<A> = A::snat_addresses(host).to_vec();
+    own.extend(host.interfaces.iter().flat_map(|i| A::interface_addresses(i).iter().map(|c| c.addr())));
+    own.sort_unstable();
+    own.dedup();
+    own
 }
 
 impl Host {
@@ -455,7 +480,11 @@ impl Host {
             tcp_be_liberal: config.conntrack.tcp_be_liberal,
             snat_by_interface: Vec::new(),
             snat_by_interface6: Vec::new(),
+            own: Vec::new(),
+            own6: Vec::new(),
         };
+        host.own = own_addresses::<Ipv4Addr>(&host);
+        host.own6 = own_addresses::<Ipv6Addr>(&host);
         let n = host.interfaces.len();
         host.snat_by_interface = (0..n).map(|i| host.choose_snat_address(i)).collect();
         host.snat_by_interface6 = (0..n).map(|i| host.choose_snat_address(i)).collect();
@@ -490,8 +519,7 @@ impl Host {
     /// SNAT address) of its family.
     #[inline]
     pub fn is_own<A: HostAddr>(&self, ip: A) -> bool {
-        A::snat_addresses(self).contains(&ip)
-            || self.interfaces.iter().any(|i| A::interface_addresses(i).iter().any(|c| c.addr() == ip))
+        A::own_sorted(self).binary_search(&ip).is_ok()
     }
 
     /// Egress interface and next hop for `dst`: a connected subnet sends directly (the first
