@@ -39,8 +39,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use torii_integration::{
     curl_get_timeout, dpdk_unavailable, free_hugepage_bytes, netns_unavailable, print_skipped, repo_root,
-    require_tools, run_topology, strip_ansi, tail, tcp_connect_timed, udp_connected, Binaries, Daemon, Manifests,
-    ECHO_BACKEND, REJECT_VIP, WEB_BACKENDS, WEB_VIP,
+    require_tools, run_topology, spawn_vhost_peer, strip_ansi, tail, tcp_connect_timed, udp_connected, Binaries,
+    Daemon, Manifests, ECHO_BACKEND, REJECT_VIP, WEB_BACKENDS, WEB_VIP,
 };
 
 /// How long the guest may take from `scripts/vm run` to a running gateway (boot, 9p,
@@ -131,8 +131,9 @@ impl Guest {
         Ok(Self { test, workdir, vm: None, passed: false })
     }
 
-    /// Boots the guest (`netns`: run QEMU there) and waits until the gateway runs.
-    fn boot(&mut self, netns: Option<&str>, nics: &[String]) -> Result<Duration> {
+    /// Boots the guest (`netns`: run QEMU there), waits until the gateway runs and checks
+    /// its driver ([`check_driver`](Self::check_driver)); returns the startup line.
+    fn boot(&mut self, netns: Option<&str>, nics: &[String]) -> Result<String> {
         let start = Instant::now();
         let mut cmd = match netns {
             Some(ns) => {
@@ -161,7 +162,10 @@ impl Guest {
             }
             sleep(Duration::from_millis(200));
         }
-        Ok(start.elapsed())
+        progress(self.test, format!("gateway running {:.1} s after scripts/vm started", start.elapsed().as_secs_f64()));
+        let running = self.check_driver()?;
+        progress(self.test, &running);
+        Ok(running)
     }
 
     /// The gateway's log, without colour codes.
@@ -190,7 +194,7 @@ impl Guest {
 
     /// Creates `stop`, waits for the guest to power off, and checks that the gateway exited
     /// 0 on SIGTERM and the guest's command succeeded.
-    fn stop(&mut self) -> Result<Duration> {
+    fn finish(&mut self, test_start: Instant) -> Result<()> {
         let start = Instant::now();
         fs::write(self.workdir.join("stop"), b"")?;
         let mut vm = self.vm.take().context("no guest")?;
@@ -212,7 +216,9 @@ impl Guest {
                 self.logs()
             );
         }
-        Ok(start.elapsed())
+        let (stopped, all) = (start.elapsed().as_secs_f64(), test_start.elapsed().as_secs_f64());
+        progress(self.test, format!("guest powered off {stopped:.1} s after stop; test took {all:.1} s"));
+        Ok(())
     }
 
     /// The tails of the guest's console and the gateway's and control's logs.
@@ -242,34 +248,23 @@ impl Drop for Guest {
     }
 }
 
-/// The guest's gateway on one vhost-user NIC (0000:00:04.0) carrying the client subnet
-/// and the endpoints' subnet, as `tests/virtio.rs` has it on virtio-user.
-fn vhost_user_config(manifests: &Path) -> String {
-    format!(
-        r#"node_name = "gateway-1"
-shm_dir = "/dev/shm/torii-vm"
-driver = "dpdk"
-workers = 1
-
-[dpdk]
-cpus = [1]
-fallback_to_af_packet = false
-tx_checksum_offload = true
-idle_sleep_us = 100
-
-[[interfaces]]
-name = "virtio0"
-addresses = ["198.51.100.1/24", "10.70.0.1/24"]
-device = "0000:00:04.0"
-
-[snat]
-addresses = ["10.70.0.1"]
-
-[control]
-manifests = {manifests:?}
-"#,
-        manifests = manifests.display().to_string()
-    )
+/// The guest gateway's configuration: `workers` workers on the guest's CPUs `cpus`, one
+/// interface per `(name, PCI address, addresses)`, SNAT from 10.70.0.1, the demo manifests.
+/// Checksums are offloaded to the virtio-net device (which offers it on both back ends).
+fn gateway_config(manifests: &Path, workers: usize, cpus: &str, interfaces: &[(&str, &str, &str)]) -> String {
+    let mut toml = format!(
+        "node_name = \"gateway-1\"\nshm_dir = \"/dev/shm/torii-vm\"\ndriver = \"dpdk\"\nworkers = {workers}\n\n\
+         [dpdk]\ncpus = {cpus}\nfallback_to_af_packet = false\ntx_checksum_offload = true\n"
+    );
+    for (name, pci, addresses) in interfaces {
+        let _ = write!(toml, "\n[[interfaces]]\nname = {name:?}\naddresses = {addresses}\ndevice = {pci:?}\n");
+    }
+    let _ = write!(
+        toml,
+        "\n[snat]\naddresses = [\"10.70.0.1\"]\n\n[control]\nmanifests = {:?}\n",
+        manifests.display().to_string()
+    );
+    toml
 }
 
 #[test]
@@ -285,7 +280,11 @@ fn gateway_in_vm_on_vhost_user_translates_both_ways() -> Result<()> {
     if !peer_bin.is_file() {
         bail!("{} not found: run `cargo build --release --workspace --bins` first", peer_bin.display());
     }
-    let mut guest = Guest::prepare(TEST, &format!("it{}-vm-vhost", std::process::id()), &bins, vhost_user_config)?;
+    let mut guest = Guest::prepare(TEST, &format!("it{}-vm-vhost", std::process::id()), &bins, |m| {
+        // One NIC carrying the client subnet and the endpoints' subnet, as tests/virtio.rs
+        // has it on virtio-user; one worker (no RSS on vhost-user).
+        gateway_config(m, 1, "[1]", &[("virtio0", "0000:00:04.0", r#"["198.51.100.1/24", "10.70.0.1/24"]"#)])
+    })?;
     let socket = guest.workdir.join("vhost.sock");
 
     // The peer is the vhost-user server; QEMU connects to it as the guest starts.
@@ -296,23 +295,10 @@ fn gateway_in_vm_on_vhost_user_translates_both_ways() -> Result<()> {
         peer_cmd.arg("--no-huge");
     }
     let peer_log = guest.workdir.join("peer.log");
-    let mut peer = Daemon::spawn("torii-vhost-peer", peer_cmd, &peer_log)?;
-    let start = Instant::now();
-    while !socket.exists() {
-        if let Some(status) = peer.exited() {
-            bail!("torii-vhost-peer exited ({status}) before listening:\n{}", tail(&peer_log, 30));
-        }
-        if start.elapsed() > Duration::from_secs(20) {
-            bail!("torii-vhost-peer made no socket in 20 s:\n{}", tail(&peer_log, 30));
-        }
-        sleep(Duration::from_millis(20));
-    }
+    let mut peer = spawn_vhost_peer(peer_cmd, &socket, &peer_log)?;
 
     let nic = format!("vhost-user,path={},queues=1,mac=02:00:00:00:00:01", socket.display());
-    let booted = guest.boot(None, &[nic])?;
-    progress(TEST, format!("gateway running in the guest {:.1} s after scripts/vm started", booted.as_secs_f64()));
-    let running = guest.check_driver()?;
-    progress(TEST, &running);
+    guest.boot(None, &[nic])?;
 
     let deadline = Instant::now() + Duration::from_secs(120);
     let status = loop {
@@ -331,50 +317,9 @@ fn gateway_in_vm_on_vhost_user_translates_both_ways() -> Result<()> {
     for line in peer_out.lines().filter(|l| l.starts_with("OK: ") || l.contains("TCP ")) {
         progress(TEST, format!("peer: {line}"));
     }
-    let stopped = guest.stop()?;
-    progress(
-        TEST,
-        format!(
-            "guest powered off {:.1} s after stop; test took {:.1} s",
-            stopped.as_secs_f64(),
-            test_start.elapsed().as_secs_f64()
-        ),
-    );
+    guest.finish(test_start)?;
     guest.passed = true;
     Ok(())
-}
-
-/// The guest's gateway on two tap NICs (front 0000:00:04.0, back 0000:00:05.0), the demo's
-/// addresses, two workers on the guest's two CPUs.
-fn taps_config(manifests: &Path) -> String {
-    format!(
-        r#"node_name = "gateway-1"
-shm_dir = "/dev/shm/torii-vm"
-driver = "dpdk"
-workers = 2
-
-[dpdk]
-cpus = [0, 1]
-fallback_to_af_packet = false
-
-[[interfaces]]
-name = "tg-front"
-addresses = ["198.51.100.1/24"]
-device = "0000:00:04.0"
-
-[[interfaces]]
-name = "tg-back"
-addresses = ["10.70.0.1/24"]
-device = "0000:00:05.0"
-
-[snat]
-addresses = ["10.70.0.1"]
-
-[control]
-manifests = {manifests:?}
-"#,
-        manifests = manifests.display().to_string()
-    )
 }
 
 /// Removes the topology on drop.
@@ -399,15 +344,15 @@ fn gateway_in_vm_serves_the_demo_through_taps() -> Result<()> {
     let test_start = Instant::now();
     let bins = Binaries::locate()?;
     let prefix = format!("it{}-vm", std::process::id());
-    let mut guest = Guest::prepare(TEST, &format!("{prefix}-taps"), &bins, taps_config)?;
+    let mut guest = Guest::prepare(TEST, &format!("{prefix}-taps"), &bins, |m| {
+        let front = ("tg-front", "0000:00:04.0", r#"["198.51.100.1/24"]"#);
+        gateway_config(m, 2, "[0, 1]", &[front, ("tg-back", "0000:00:05.0", r#"["10.70.0.1/24"]"#)])
+    })?;
     run_topology("up", &prefix)?;
     let topology = Topology(prefix.clone());
     run_topology("taps", &prefix)?;
     let nics = ["tap-front", "tap-back"].map(|tap| format!("tap,ifname={tap},queues=2,rss=on"));
-    let booted = guest.boot(Some(&format!("{prefix}-gw")), &nics)?;
-    progress(TEST, format!("gateway running in the guest {:.1} s after scripts/vm started", booted.as_secs_f64()));
-    let running = guest.check_driver()?;
-    progress(TEST, &running);
+    let running = guest.boot(Some(&format!("{prefix}-gw")), &nics)?;
     if !running.contains("2 worker(s)") || !running.contains("steered by RSS") {
         bail!("expected two workers with SNAT ports steered by virtio-net RSS: {running:?}{}", guest.logs());
     }
@@ -487,7 +432,7 @@ fn gateway_in_vm_serves_the_demo_through_taps() -> Result<()> {
     }
     progress(TEST, format!("UDP {udp} → ICMP port unreachable"));
 
-    let stopped = guest.stop()?;
+    guest.finish(test_start)?;
     // Both workers served new flows: RSS spread them over the two queues.
     let log = guest.gateway_log();
     let per_worker: Vec<&str> = log.lines().filter(|l| l.contains("final counters: ")).collect();
@@ -499,14 +444,6 @@ fn gateway_in_vm_serves_the_demo_through_taps() -> Result<()> {
         bail!("expected new flows on both workers, got {per_worker:?}{}", guest.logs());
     }
     drop(topology);
-    progress(
-        TEST,
-        format!(
-            "guest powered off {:.1} s after stop; test took {:.1} s",
-            stopped.as_secs_f64(),
-            test_start.elapsed().as_secs_f64()
-        ),
-    );
     guest.passed = true;
     Ok(())
 }
