@@ -24,8 +24,8 @@ use anyhow::{bail, Context, Result};
 use serde_json::Value;
 use torii_integration::{
     curl_get, curl_get_timeout, netns_unavailable, output_with_timeout, print_skipped, repo_root, require_tools,
-    tcp_connect_timed, udp_connected, Binaries, Harness, HttpConn, ECHO_BACKEND, METRICS_LISTEN, NODE_IP, NODE_PORT,
-    REJECT_VIP, REJECT_VIP6, STICKY_VIP, STICKY_VIP6, WEB_BACKENDS, WEB_VIP, WEB_VIP6,
+    tcp_connect_timed, udp_connected, Binaries, Daemon, Harness, HttpConn, ECHO_BACKEND, METRICS_LISTEN, NODE_IP,
+    NODE_PORT, REJECT_VIP, REJECT_VIP6, STICKY_VIP, STICKY_VIP6, WEB_BACKENDS, WEB_VIP, WEB_VIP6,
 };
 
 /// How long the gateway may take, after start, to serve its first request.
@@ -112,6 +112,7 @@ fn demo_scenario(test: &str, driver: &str, prefix: &str) -> Result<()> {
     step_manifest_edit_while_connected(&mut h, &mut pinned, &pinned_backend)?;
     step_nodeport(&mut h)?;
     step_metrics(&mut h)?;
+    step_kill_9_keeps_connections(&mut h, &bins, &mut pinned, &pinned_backend)?;
     drop(pinned);
     step_clean_shutdown(&mut h)?;
 
@@ -693,6 +694,95 @@ fn step_metrics(h: &mut Harness) -> Result<()> {
 }
 
 /// Last step: both processes stop cleanly on SIGTERM.
+/// Step 7b: a gateway killed with `kill -9` while a request stream runs, and started again
+/// on the same configuration, adopts its conntrack regions (docs/architecture.md, "Restarts
+/// and upgrades"): every established connection — the long-lived one, eight more, and the
+/// stream — is answered afterwards by the same backend, none is reset, and new connections
+/// work. Reports the longest wait the stream saw (the gap), which includes the client's TCP
+/// retransmission backoff.
+fn step_kill_9_keeps_connections(h: &mut Harness, bins: &Binaries, pinned: &mut HttpConn, backend: &str) -> Result<()> {
+    const STEP: &str = "7b kill -9 and restart keep every connection";
+    const EXTRA: usize = 8;
+    let addr = SocketAddrV4::new(WEB_VIP, 80);
+    let client = h.ns("client");
+    let mut conns = Vec::new();
+    for i in 0..=EXTRA {
+        let mut c = HttpConn::connect(&client, addr, Duration::from_secs(2))
+            .map_err(|e| h.fail(STEP, format!("connection {i}: connect to {addr}: {e}")))?;
+        let r = c.get("/").map_err(|e| h.fail(STEP, format!("connection {i}: first request: {e}")))?;
+        c.set_read_timeout(Duration::from_secs(20)).map_err(|e| h.fail(STEP, e))?;
+        conns.push((c, r.body));
+    }
+    pinned.set_read_timeout(Duration::from_secs(20)).map_err(|e| h.fail(STEP, e))?;
+    let (mut stream, stream_backend) = conns.pop().expect("EXTRA + 1 connections");
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (gap, stream_result, answered, killed, started) = std::thread::scope(|s| {
+        let streamer = s.spawn(|| -> (Duration, io::Result<()>, u32) {
+            let (mut last, mut worst, mut n) = (Instant::now(), Duration::ZERO, 0);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                match stream.get("/") {
+                    Ok(r) if r.status == 200 && r.body == stream_backend => n += 1,
+                    Ok(r) => return (worst, Err(io::Error::other(format!("HTTP {} from {:?}", r.status, r.body))), n),
+                    Err(e) => return (worst, Err(e), n),
+                }
+                worst = worst.max(last.elapsed());
+                last = Instant::now();
+                sleep(Duration::from_millis(10));
+            }
+            (worst, Ok(()), n)
+        });
+        sleep(Duration::from_millis(500));
+        let killed = h.gateway.as_mut().and_then(Daemon::kill);
+        let started = h.start_gateway(bins);
+        // Let the stream run across the restart and a while after it.
+        sleep(Duration::from_secs(4));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (gap, result, n) = streamer.join().expect("the stream thread does not panic");
+        (gap, result, n, killed, started)
+    });
+    if killed.is_none() {
+        return Err(h.fail(STEP, "no running gateway to kill"));
+    }
+    started.map_err(|e| h.fail(STEP, format!("restarting the gateway: {e:#}")))?;
+    if let Err(e) = stream_result {
+        return Err(h.fail(STEP, format!("the request stream across the restart failed: {e}")));
+    }
+    let mut broken = Vec::new();
+    for (i, (c, first)) in conns.iter_mut().enumerate() {
+        match c.get("/") {
+            Ok(r) if r.status == 200 && r.body == *first => {}
+            Ok(r) => broken.push(format!("#{i}: HTTP {} from {:?}, was {first:?}", r.status, r.body)),
+            Err(e) => broken.push(format!("#{i} ({}): {e}", c.local_addr())),
+        }
+    }
+    match pinned.get("/") {
+        Ok(r) if r.status == 200 && r.body == backend => {}
+        Ok(r) => broken.push(format!("long-lived: HTTP {} from {:?}", r.status, r.body)),
+        Err(e) => broken.push(format!("long-lived: {e}")),
+    }
+    if !broken.is_empty() {
+        return Err(h.fail(STEP, format!("after the restart: {broken:?}")));
+    }
+    let fresh = curl_get(&client, &web_url()).map_err(|e| h.fail(STEP, format!("a new connection: {e:#}")))?;
+    if fresh.status != 200 || !is_web_backend(&fresh.body) {
+        return Err(h.fail(STEP, format!("a new connection: HTTP {} {:?}", fresh.status, fresh.body)));
+    }
+    let log = std::fs::read_to_string(h.workdir.join("gateway.log")).unwrap_or_default();
+    if !torii_integration::strip_ansi(&log).contains("conntrack: adopted flows") {
+        return Err(h.fail(STEP, "the restarted gateway logged no adoption"));
+    }
+    pinned.set_read_timeout(Duration::from_secs(3)).map_err(|e| h.fail(STEP, e))?;
+    progress(
+        STEP,
+        format!(
+            "{} connections kept their backends, 0 resets, new connections served; the stream ({answered} requests)              waited at most {:.0} ms across kill -9 and restart",
+            EXTRA + 2,
+            gap.as_secs_f64() * 1000.0
+        ),
+    );
+    Ok(())
+}
+
 fn step_clean_shutdown(h: &mut Harness) -> Result<()> {
     const STEP: &str = "8 clean shutdown on SIGTERM";
     let grace = Duration::from_secs(5);

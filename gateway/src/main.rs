@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use torii_gateway::config::{Config, Driver};
+use torii_gateway::conntrack::persist::{monotonic_ns, Opened};
 use torii_gateway::counters::Counters;
 use torii_gateway::host::Host;
 use torii_gateway::io::af_packet::{AfPacketSocket, RingConfig};
@@ -212,6 +213,9 @@ where
     // Adopt what is already published before the workers start.
     watcher.poll(&mut 0);
     let epoch = Instant::now();
+    // Where the workers' clock (`epoch.elapsed()`) is on CLOCK_MONOTONIC: conntrack regions
+    // store deadlines of this clock and carry them over to the next process's.
+    let origin_ns = monotonic_ns().saturating_sub(epoch.elapsed().as_nanos() as u64);
     let driver_name = driver_line.split_whitespace().next().unwrap_or_default().trim_start_matches("driver=");
     tracing::info!(
         driver = driver_name,
@@ -240,7 +244,25 @@ where
     };
     let mut threads = Vec::new();
     for (w, io_seed) in seeds.into_iter().enumerate() {
-        let mut state = WorkerState::new(w, workers, Arc::clone(&host), &shared, config.conntrack.capacity, seed(w));
+        let (mut state, opened) = WorkerState::persistent(
+            w,
+            workers,
+            Arc::clone(&host),
+            &shared,
+            config.conntrack.capacity,
+            seed(w),
+            &config.shm_dir,
+            origin_ns,
+        )
+        .with_context(|| format!("worker {w}: conntrack region in {}", config.shm_dir.display()))?;
+        for (family, opened) in ["IPv4", "IPv6"].iter().zip(opened) {
+            let flows = if *family == "IPv4" { state.conntrack.len() } else { state.conntrack6.len() };
+            match opened {
+                Opened::Adopted => tracing::info!(worker = w, family, flows, "conntrack: adopted flows"),
+                Opened::Created(None) => tracing::info!(worker = w, family, "conntrack: new region"),
+                Opened::Created(Some(why)) => tracing::warn!(worker = w, family, "conntrack region: {why}"),
+            }
+        }
         if let Some(steering) = &steering {
             state.snat = SnatPorts::steered(
                 w,
@@ -252,6 +274,8 @@ where
         }
         // SNAT ports from a random position (RFC 6056 § 3.3.1), unlike the tests' states.
         state.snat.reseed(seed(w));
+        // Adopted flows keep their ports.
+        state.reserve_snat_ports();
         let worker = Worker {
             state,
             tables: Arc::clone(&tables),

@@ -205,9 +205,21 @@ impl SnatPorts {
         Some((slot, i))
     }
 
+    /// Marks `port` in use, as if allocated: for the flows of an adopted conntrack region
+    /// (`Conntrack::persistent`), whose ports the new process must not hand out again.
+    /// Ports this worker does not own are ignored.
+    pub fn reserve(&mut self, address: usize, protocol: u8, port: u16) {
+        self.set(address, protocol, port, true);
+    }
+
     /// Returns `port` to the pool. Ports this worker does not own are ignored.
     #[inline]
     pub fn free(&mut self, address: usize, protocol: u8, port: u16) {
+        self.set(address, protocol, port, false);
+    }
+
+    #[inline]
+    fn set(&mut self, address: usize, protocol: u8, port: u16, used: bool) {
         let Some(p) = protocol_index(protocol) else { return };
         if port < self.first || !(port - self.first).is_multiple_of(self.stride) {
             return;
@@ -215,7 +227,7 @@ impl SnatPorts {
         let i = usize::from((port - self.first) / self.stride);
         if let Some(bits) = self.used.get_mut(address * PROTOCOLS.len() + p) {
             if i < bits.len() {
-                bits.set(i, false);
+                bits.set(i, used);
             }
         }
     }

@@ -303,6 +303,14 @@ impl Daemon {
         self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
     }
 
+    /// Sends SIGKILL (`kill -9`) and reaps the process: a crash, as far as the process can
+    /// tell. Returns its exit status (`None` if it was not running).
+    pub fn kill(&mut self) -> Option<ExitStatus> {
+        let mut child = self.child.take()?;
+        let _ = child.kill();
+        child.wait().ok()
+    }
+
     /// Sends SIGTERM and waits up to `grace` for the process to exit, then SIGKILLs it.
     /// Returns the exit status, and whether it exited within `grace`.
     pub fn stop(&mut self, grace: Duration) -> Option<(ExitStatus, bool)> {
@@ -386,6 +394,14 @@ impl HttpConn {
         stream.set_nodelay(true)?;
         let local = stream.local_addr()?;
         Ok(Self { reader: BufReader::new(stream), host: addr.to_string(), local })
+    }
+
+    /// Sets how long a read waits (3 s after [`HttpConn::connect`]).
+    ///
+    /// # Errors
+    /// As [`TcpStream::set_read_timeout`].
+    pub fn set_read_timeout(&self, timeout: Duration) -> io::Result<()> {
+        self.reader.get_ref().set_read_timeout(Some(timeout))
     }
 
     /// The client side's address (what the gateway's conntrack keys on).
@@ -814,7 +830,16 @@ impl Harness {
             .env("RUST_LOG", &log_level)
             .env("NO_COLOR", "1");
         self.control = Some(Daemon::spawn("torii-control", control, &self.workdir.join("control.log"))?);
+        self.start_gateway(bins)
+    }
 
+    /// Starts `torii-gateway` (in `<prefix>-gw`) on the test's configuration, appending to
+    /// its log (also to restart it).
+    ///
+    /// # Errors
+    /// When it cannot be started.
+    pub fn start_gateway(&mut self, bins: &Binaries) -> Result<()> {
+        let log_level = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into());
         let mut gateway = Command::new("ip");
         gateway
             .args(["netns", "exec", &self.ns("gw")])

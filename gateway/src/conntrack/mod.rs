@@ -14,7 +14,9 @@
 //!   [`Conntrack::new`]; the record stores its index, not the address (see Layout).
 //! - Capacity is fixed by [`Conntrack::new`], which allocates and touches all memory; after
 //!   it returns nothing allocates, reallocates or frees: the record slab, the occupancy
-//!   bitmap and the index are boxed slices, which cannot grow. A full table refuses new
+//!   bitmap and the index are fixed-length arrays, which cannot grow. The slab, the TCP
+//!   windows and the bitmap are on the heap ([`Conntrack::new`]) or in a file mapping that a
+//!   restarted gateway adopts ([`Conntrack::persistent`], [`persist`]). A full table refuses new
 //!   flows with [`InsertError::Full`]; [`Conntrack::early_drop`] then makes room, as Linux
 //!   does, by evicting a flow near the new one that is worth less (expired, not assured,
 //!   or a closing TCP connection), and the pipeline retries once or refuses the flow
@@ -116,6 +118,7 @@
 
 mod hash;
 mod index;
+pub mod persist;
 pub mod tcp;
 #[cfg(test)]
 mod tests;
@@ -345,6 +348,18 @@ impl Links {
 }
 
 impl FlowState {
+    /// A `table_generation` no table is expected to have had: a flow carrying it is
+    /// revalidated against the current table at its next packet.
+    pub const STALE_GENERATION: u32 = u32::MAX;
+
+    /// Forgets what refers to the process that wrote this state rather than to the flow:
+    /// the table generation it was checked against (generations are the control plane's,
+    /// but the front-door index is read from the table the writer held). For flows adopted
+    /// from a predecessor's region ([`Conntrack::persistent`]).
+    pub fn forget_process_state(&mut self) {
+        self.table_generation = Self::STALE_GENERATION;
+    }
+
     /// The state of a new flow: entered by front door `frontend` under table generation
     /// `table_generation` (low 32 bits), expiring at `deadline`; no TCP state, no reply seen.
     #[must_use]
@@ -545,12 +560,12 @@ impl std::error::Error for InsertError {}
 pub struct Conntrack<A: Address = Ipv4Addr> {
     /// Flow records; `capacity` long. Free records hold the free-list link in
     /// `state.frontend`.
-    records: crate::memory::HugeSlice<Record<A>>,
+    records: persist::Slots<Record<A>>,
     /// Bit `id % 64` of word `id / 64` is set iff record `id` holds a live flow.
-    live: Box<[u64]>,
+    live: persist::Slots<u64>,
     /// The TCP sequence windows of flow `id` ([`window`]); `capacity` long, reset when a
     /// flow takes the record, read and written only for TCP segments.
-    windows: crate::memory::HugeSlice<TcpWindows>,
+    windows: persist::Slots<TcpWindows>,
     /// Both tuples of every live flow.
     index: Index,
     /// The SNAT addresses reply tuples go to; records hold an index into it.
@@ -683,6 +698,21 @@ impl<A: Address> Conntrack<A> {
     }
 
     fn with_index(capacity: usize, seed: u64, snat_addresses: &[A], index: Index) -> Self {
+        let records = persist::Slots::heap(capacity, Record::VACANT);
+        let live = persist::Slots::heap(capacity.div_ceil(64), 0);
+        let windows = persist::Slots::heap(capacity, TcpWindows::default());
+        Self::with_storage(seed, snat_addresses, index, records, live, windows)
+    }
+
+    fn with_storage(
+        seed: u64,
+        snat_addresses: &[A],
+        index: Index,
+        records: persist::Slots<Record<A>>,
+        live: persist::Slots<u64>,
+        windows: persist::Slots<TcpWindows>,
+    ) -> Self {
+        let capacity = records.len();
         assert!(
             snat_addresses.len() <= MAX_SNAT_ADDRESSES,
             "conntrack takes at most {MAX_SNAT_ADDRESSES} SNAT addresses, got {}",
@@ -690,9 +720,9 @@ impl<A: Address> Conntrack<A> {
         );
         debug_assert!(index.slot_count() > 2 * capacity);
         Self {
-            records: crate::memory::filled(capacity, Record::VACANT),
-            live: vec![0; capacity.div_ceil(64)].into_boxed_slice(),
-            windows: crate::memory::filled(capacity, TcpWindows::default()),
+            records,
+            live,
+            windows,
             index,
             snat: snat_addresses.into(),
             hasher: KeyHash::new(seed),
@@ -702,6 +732,90 @@ impl<A: Address> Conntrack<A> {
             expire_cursor: 0,
             evict_cursor: 0,
             removals: 0,
+        }
+    }
+
+    /// A table as [`Conntrack::new`] whose records, TCP windows and occupancy bitmap live in
+    /// the file `path` (in the gateway's `shm_dir`; see [`persist`]): a file left by a
+    /// previous process for the same capacity, family, SNAT addresses and `owner`, with this
+    /// build's record layout, is adopted with its flows (their deadlines moved from the
+    /// writer's clock origin to `origin_ns`, `CLOCK_MONOTONIC` ns at which the caller's clock
+    /// reads 0; the index rebuilt; a record whose tuple another already holds, which only a
+    /// process killed in mid-update leaves, dropped); anything else is replaced by an empty
+    /// table and [`persist::Opened::Created`] says why. Adopted flows keep their state as
+    /// stored except what referred to the writing process
+    /// ([`FlowState::forget_process_state`]), which the pipeline revalidates. O(capacity).
+    ///
+    /// # Errors
+    /// When the file cannot be created or mapped.
+    ///
+    /// # Panics
+    /// As [`Conntrack::new`].
+    pub fn persistent(
+        path: &std::path::Path,
+        capacity: usize,
+        seed: u64,
+        snat_addresses: &[A],
+        owner: persist::Owner,
+        origin_ns: u64,
+    ) -> std::io::Result<(Self, persist::Opened)> {
+        assert!(capacity <= MAX_CAPACITY, "conntrack capacity {capacity} exceeds the maximum {MAX_CAPACITY}");
+        let (region, opened) = persist::open::<A>(path, capacity, snat_addresses, owner, origin_ns)?;
+        let persist::Region { records, windows, live, mark, deadline_shift_ms } = region;
+        let index = Index::new(index_slots(capacity));
+        let mut table = Self::with_storage(seed, snat_addresses, index, records, live, windows);
+        if opened == persist::Opened::Adopted {
+            table.adopt(deadline_shift_ms);
+            mark.ready();
+        }
+        Ok((table, opened))
+    }
+
+    /// Rebuilds the index, the free chain and the count from the records and the occupancy
+    /// bitmap of an adopted region, moving every live deadline by `shift_ms`. O(capacity).
+    fn adopt(&mut self, shift_ms: u32) {
+        let capacity = self.records.len();
+        let mut last_live = None;
+        for id in 0..capacity {
+            let bit = self.live[id / 64] & (1 << (id % 64)) != 0;
+            let record = self.records[id];
+            let mut keep = bit && record.live && usize::from(record.snat) < self.snat.len();
+            if keep {
+                let (original, reply) = (record.original(), record.reply(&self.snat));
+                let (records, snat) = (&*self.records, &*self.snat);
+                let (oh, rh) = (self.hash(&original), self.hash(&reply));
+                let o = self.index.find(oh, |t| tag_matches(records, snat, t, &original));
+                let r = self.index.find(rh, |t| tag_matches(records, snat, t, &reply));
+                if let (Probe::Vacant(op), Probe::Vacant(_)) = (o, r) {
+                    if original != reply {
+                        self.index.place(op, oh, tag(id as FlowId, Direction::Original));
+                        let Probe::Vacant(rp) = self.index.find(rh, |_| false) else { unreachable!() };
+                        self.index.place(rp, rh, tag(id as FlowId, Direction::Reply));
+                    } else {
+                        keep = false;
+                    }
+                } else {
+                    keep = false;
+                }
+            }
+            if keep {
+                let state = &mut self.records[id].state;
+                state.deadline = Deadline(state.deadline.0.wrapping_add(shift_ms));
+                state.forget_process_state();
+                self.len += 1;
+                last_live = Some(id);
+            } else {
+                self.live[id / 64] &= !(1 << (id % 64));
+                self.records[id].live = false;
+            }
+        }
+        self.never_used = last_live.map_or(0, |id| id as u32 + 1);
+        self.free_head = NO_FREE;
+        for id in (0..self.never_used).rev() {
+            if !self.is_live(id) {
+                self.records[id as usize].state.frontend = self.free_head;
+                self.free_head = id;
+            }
         }
     }
 

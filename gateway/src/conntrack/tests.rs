@@ -852,3 +852,98 @@ proptest! {
         run(capacity, seed, disp_cap, &ops)?;
     }
 }
+
+mod persistent {
+    use super::*;
+    use crate::conntrack::persist::{Opened, Owner};
+
+    /// A region file path of this test process's own (removed first).
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let path = std::env::temp_dir().join(format!("torii-conntrack-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        path
+    }
+
+    fn owner() -> Owner {
+        Owner { worker: 1, workers: 2, snat_ports: (1024, 65535), interfaces: 7 }
+    }
+
+    fn open(path: &std::path::Path, owner: Owner, origin_ns: u64) -> (Conntrack, Opened) {
+        Conntrack::persistent(path, 4096, 0x5eed, &similar_snat(), owner, origin_ns).unwrap()
+    }
+
+    /// A table filled, some flows removed, then dropped (as a process killed with `kill -9`
+    /// leaves its mapping) is adopted by the next: every live flow is found by both tuples,
+    /// removed flows are not, deadlines keep their place on `CLOCK_MONOTONIC`, the free
+    /// records are reused, and the adopted flows are marked for revalidation.
+    #[test]
+    fn an_adopted_table_finds_every_flow_by_both_tuples() {
+        let path = scratch("adopt");
+        let (mut ct, opened) = open(&path, owner(), 1_000 * NS_PER_MS);
+        assert_eq!(opened, Opened::Created(None));
+        let flows: Vec<Flow> = (0..3000).map(|i| similar_flow(i, 60_000)).collect();
+        let ids: Vec<FlowId> = flows.iter().map(|f| ct.insert(*f).unwrap()).collect();
+        for id in ids.iter().step_by(3) {
+            ct.remove(*id);
+        }
+        drop(ct);
+        // The next process's clock started 10 s later on CLOCK_MONOTONIC.
+        let (mut ct, opened) = open(&path, owner(), 11_000 * NS_PER_MS);
+        assert_eq!(opened, Opened::Adopted);
+        assert_eq!(ct.len(), 2000);
+        for (i, f) in flows.iter().enumerate() {
+            let found = (ct.lookup(&f.original), ct.lookup(&f.reply));
+            if i % 3 == 0 {
+                assert_eq!(found, (None, None), "flow {i} was removed");
+            } else {
+                let (Some((id, Direction::Original)), Some((rid, Direction::Reply))) = found else {
+                    panic!("flow {i} not found by both tuples: {found:?}")
+                };
+                assert_eq!(id, rid);
+                let state = ct.state(id);
+                assert_eq!(state.deadline.remaining_ms(0), 50_000, "60 s after the first origin");
+                assert_eq!(state.table_generation, FlowState::STALE_GENERATION);
+            }
+        }
+        for i in 3000..4096 + 1000 {
+            let r = ct.insert(similar_flow(i, 60_000));
+            assert_eq!(r.is_ok(), i < 3000 + 2096, "flow {i}: {r:?}");
+        }
+        assert_eq!(ct.len(), 4096);
+        drop(ct);
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    /// Another owner, another capacity or a damaged header: the table starts empty and says
+    /// why.
+    #[test]
+    fn a_header_mismatch_starts_empty() {
+        let path = scratch("mismatch");
+        let (mut ct, _) = open(&path, owner(), 0);
+        ct.insert(similar_flow(1, 60_000)).unwrap();
+        drop(ct);
+        let (ct, opened) = open(&path, Owner { workers: 3, ..owner() }, 0);
+        assert!(matches!(&opened, Opened::Created(Some(why)) if why.contains("worker count")), "{opened:?}");
+        assert!(ct.is_empty());
+        drop(ct);
+        let (ct, opened) = open(&path, owner(), 0);
+        assert_eq!(opened, Opened::Adopted);
+        assert!(ct.is_empty(), "the empty table replaced the old one");
+        drop(ct);
+        let (mut ct, _) = open(&path, owner(), 0);
+        ct.insert(similar_flow(1, 60_000)).unwrap();
+        drop(ct);
+        let (ct, opened) = Conntrack::persistent(&path, 8192, 0x5eed, &similar_snat(), owner(), 0).unwrap();
+        assert!(matches!(&opened, Opened::Created(Some(_))), "{opened:?}");
+        assert!(ct.is_empty());
+        drop(ct);
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[8] ^= 1;
+        std::fs::write(&path, bytes).unwrap();
+        let (ct, opened) = Conntrack::persistent(&path, 8192, 0x5eed, &similar_snat(), owner(), 0).unwrap();
+        assert!(matches!(&opened, Opened::Created(Some(why)) if why.contains("layout")), "{opened:?}");
+        assert!(ct.is_empty());
+        drop(ct);
+        std::fs::remove_file(&path).unwrap();
+    }
+}

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use super::hint::HintRing;
 use crate::affinity::Affinity;
+use crate::conntrack::persist::{self, Opened, Owner};
 use crate::conntrack::Conntrack;
 use crate::counters::{Counters, FrontendCounters};
 use crate::fragments::{self, FragmentAddr, FragmentTable};
@@ -158,6 +159,60 @@ impl WorkerState {
             pending: [Pending::default(); PENDING_SLOTS],
             hints: HintRing::default(),
         }
+    }
+
+    /// As [`WorkerState::new`], with both conntrack tables in files of `dir` (`shm_dir`)
+    /// named `conntrack-w<worker>-v4` and `-v6` ([`Conntrack::persistent`]): a restarted
+    /// gateway adopts its predecessor's flows. `origin_ns` is the `CLOCK_MONOTONIC` time at
+    /// which the worker's clock (the `now` it passes to the pipeline) reads 0. Returns the
+    /// state and, per family, how its table was opened. Call
+    /// [`WorkerState::reserve_snat_ports`] once the SNAT ports are final.
+    ///
+    /// # Errors
+    /// When a file cannot be created or mapped.
+    pub fn persistent(
+        worker: usize,
+        workers: usize,
+        host: Arc<Host>,
+        shared: &Shared,
+        capacity: usize,
+        seed: u64,
+        dir: &std::path::Path,
+        origin_ns: u64,
+    ) -> std::io::Result<(Self, [Opened; 2])> {
+        let owner = Owner {
+            worker: worker as u32,
+            workers: workers as u32,
+            snat_ports: host.snat_ports,
+            interfaces: persist::fingerprint(host.interfaces.iter().map(|i| (i.name.as_str(), i.port, i.vlan))),
+        };
+        let path = |family: &str| dir.join(format!("conntrack-w{worker}-{family}"));
+        let (v4, opened4) = Conntrack::persistent(&path("v4"), capacity, seed, &host.snat_addresses, owner, origin_ns)?;
+        let (v6, opened6) =
+            Conntrack::persistent(&path("v6"), capacity, seed, &host.snat_addresses6, owner, origin_ns)?;
+        let mut state = Self::new(worker, workers, host, shared, 0, seed);
+        state.conntrack = v4;
+        state.conntrack6 = v6;
+        Ok((state, [opened4, opened6]))
+    }
+
+    /// Marks the SNAT port of every tracked flow in use (after [`WorkerState::persistent`]
+    /// adopted flows, and after any change of [`WorkerState::snat`]). O(capacity).
+    pub fn reserve_snat_ports(&mut self) {
+        fn reserve<A: crate::conntrack::Address + crate::host::HostAddr>(
+            conntrack: &Conntrack<A>,
+            snat: &mut SnatPorts,
+            host: &Host,
+        ) {
+            for (_, flow) in conntrack.iter() {
+                if let Some(i) = host.snat_index(flow.reply.dst_addr) {
+                    snat.reserve(i, flow.reply.protocol, flow.reply.dst_port);
+                }
+            }
+        }
+        let WorkerState { conntrack, conntrack6, snat, host, .. } = self;
+        reserve(conntrack, snat, host);
+        reserve(conntrack6, snat, host);
     }
 
     /// Switches the worker's state from table `old` to table `new` (the same table at the
