@@ -775,7 +775,7 @@ fn step_kill_9_keeps_connections(h: &mut Harness, bins: &Binaries, pinned: &mut 
     progress(
         STEP,
         format!(
-            "{} connections kept their backends, 0 resets, new connections served; the stream ({answered} requests)              waited at most {:.0} ms across kill -9 and restart",
+            "{} connections kept their backends, 0 resets, new connections served; stream of ({answered} requests) waited at most {:.0} ms across kill -9 and restart",
             EXTRA + 2,
             gap.as_secs_f64() * 1000.0
         ),

@@ -926,9 +926,11 @@ mod persistent {
         assert!(matches!(&opened, Opened::Created(Some(why)) if why.contains("worker count")), "{opened:?}");
         assert!(ct.is_empty());
         drop(ct);
-        let (ct, opened) = open(&path, owner(), 0);
+        let (ct, opened) = open(&path, Owner { workers: 3, ..owner() }, 0);
         assert_eq!(opened, Opened::Adopted);
         assert!(ct.is_empty(), "the empty table replaced the old one");
+        drop(ct);
+        std::fs::remove_file(&path).unwrap();
         drop(ct);
         let (mut ct, _) = open(&path, owner(), 0);
         ct.insert(similar_flow(1, 60_000)).unwrap();
