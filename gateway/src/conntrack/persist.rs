@@ -453,30 +453,29 @@ fn split<A: Address>(mut map: MmapMut, capacity: usize, deadline_shift_ms: u32) 
     assert!(map.len() >= end, "mapping shorter than its layout");
     let base = map.as_mut_ptr();
     let map = Arc::new(map);
-    // SAFETY (the three arrays): they lie at disjoint, suitably aligned offsets (64-byte
+    // The three arrays lie at disjoint, suitably aligned offsets (64-byte
     // multiples from a page-aligned base) inside the mapping, which `Arc` keeps alive as long
     // as any of them; their bytes are valid values of their types (zero-filled or written by
     // this layout, checked by `try_adopt`); the header page before them is reached only
-    // through `Region::header`.
-    #[allow(unsafe_code)]
-    let records = Slots {
-        ptr: unsafe { NonNull::new_unchecked(base.add(records_at).cast::<Record<A>>()) },
-        len: capacity,
-        _backing: Backing::Mapped(Arc::clone(&map)),
+    // through `Mark`.
+    let at = |offset: usize| -> NonNull<u8> {
+        assert!(offset <= end, "an offset inside the mapping, or its end");
+        // SAFETY: `offset` lies inside the mapping or at its end (checked), so the pointer is in bounds of
+        // one allocation and, being derived from a non-null base, not null.
+        #[allow(unsafe_code)]
+        unsafe {
+            NonNull::new_unchecked(base.add(offset))
+        }
     };
-    #[allow(unsafe_code)]
-    let windows = Slots {
-        ptr: unsafe { NonNull::new_unchecked(base.add(windows_at).cast::<TcpWindows>()) },
-        len: capacity,
-        _backing: Backing::Mapped(Arc::clone(&map)),
-    };
-    #[allow(unsafe_code)]
+    let records =
+        Slots { ptr: at(records_at).cast::<Record<A>>(), len: capacity, _backing: Backing::Mapped(Arc::clone(&map)) };
+    let windows =
+        Slots { ptr: at(windows_at).cast::<TcpWindows>(), len: capacity, _backing: Backing::Mapped(Arc::clone(&map)) };
     let live = Slots {
-        ptr: unsafe { NonNull::new_unchecked(base.add(live_at).cast::<u64>()) },
+        ptr: at(live_at).cast::<u64>(),
         len: capacity.div_ceil(64),
         _backing: Backing::Mapped(Arc::clone(&map)),
     };
-    #[allow(unsafe_code)]
-    let header = unsafe { NonNull::new_unchecked(base) };
+    let header = at(0);
     Region { records, windows, live, mark: Mark { header, _map: map }, deadline_shift_ms }
 }

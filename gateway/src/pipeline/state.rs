@@ -170,6 +170,7 @@ impl WorkerState {
     ///
     /// # Errors
     /// When a file cannot be created or mapped.
+    #[allow(clippy::too_many_arguments)]
     pub fn persistent(
         worker: usize,
         workers: usize,
