@@ -930,8 +930,6 @@ mod persistent {
         assert_eq!(opened, Opened::Adopted);
         assert!(ct.is_empty(), "the empty table replaced the old one");
         drop(ct);
-        std::fs::remove_file(&path).unwrap();
-        drop(ct);
         let (mut ct, _) = open(&path, owner(), 0);
         ct.insert(similar_flow(1, 60_000)).unwrap();
         drop(ct);
