@@ -5,18 +5,18 @@
 //!
 //! # Contract
 //!
-//! - [`Slots<T>`] is a fixed-length array that dereferences to `[T]`, on the heap
-//!   ([`Slots::heap`], in transparent huge pages as `crate::memory` allocates) or in a
+//! - `Slots<T>` is a fixed-length array that dereferences to `[T]`, on the heap
+//!   (`Slots::heap`, in transparent huge pages as `crate::memory` allocates) or in a
 //!   shared file mapping. The table code does not know which.
 //! - A region file is `[header: 4 KiB][records][windows][live bitmap]`, each array starting
-//!   on a 64-byte boundary. The header ([`Header`], little-endian fields) holds a magic, the
-//!   layout fingerprint ([`layout`]: a version constant bumped by hand whenever the meaning of
+//!   on a 64-byte boundary. The header (`Header`, little-endian fields) holds a magic, the
+//!   layout fingerprint (`layout`: a version constant bumped by hand whenever the meaning of
 //!   a stored field changes, mixed with the sizes, alignments and field offsets of the stored
 //!   types, so that any change of the record types changes it), the capacity and family, the
 //!   [`Owner`] (worker, worker count, SNAT port range, SNAT addresses, interfaces), the boot
 //!   it was written in (`/proc/sys/kernel/random/boot_id`), the writer's clock origin
 //!   (`CLOCK_MONOTONIC` ns) and a state word.
-//! - [`open`] adopts a file whose header matches in every field and whose state is
+//! - `open` adopts a file whose header matches in every field and whose state is
 //!   `READY`; anything else (no file, another layout, another owner, another boot, an
 //!   adoption that was itself interrupted) is replaced by an empty table, and the reason is
 //!   returned ([`Opened::Created`]). Adoption validates every byte that is not free-form
@@ -125,7 +125,7 @@ pub struct Owner {
     pub interfaces: u64,
 }
 
-/// How [`open`] came by its table.
+/// How [`Conntrack::persistent`](super::Conntrack::persistent) came by its table.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Opened {
     /// The file was adopted; the table's flows are the predecessor's.
