@@ -27,7 +27,9 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-use torii_benches::{cluster, endpoint_slice, median, one_endpoint_changed, service, shm_tempdir, thread_cpu_time, Daemon};
+use torii_benches::{
+    cluster, endpoint_slice, median, one_endpoint_changed, service, shm_tempdir, thread_cpu_time, Daemon,
+};
 use torii_control::compile::Change;
 use torii_control::model::{KubeObject, ObjectRef};
 
@@ -99,7 +101,10 @@ fn added(i: usize, name: &str) -> (KubeObject, KubeObject) {
 
 fn status(field: &str) -> String {
     let text = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    text.lines().find(|l| l.starts_with(field)).map(|l| l.split_whitespace().skip(1).collect::<Vec<_>>().join(" ")).unwrap_or_default()
+    text.lines()
+        .find(|l| l.starts_with(field))
+        .map(|l| l.split_whitespace().skip(1).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
 }
 
 fn main() {

@@ -167,7 +167,11 @@ impl Space {
         if len == 0 {
             return Some(0);
         }
-        let fit = self.holes.iter().map(|(&at, &n)| (at, n, at.next_multiple_of(align))).find(|&(at, n, start)| start + len <= at + n);
+        let fit = self
+            .holes
+            .iter()
+            .map(|(&at, &n)| (at, n, at.next_multiple_of(align)))
+            .find(|&(at, n, start)| start + len <= at + n);
         if let Some((at, n, start)) = fit {
             self.holes.remove(&at);
             if start > at {
@@ -723,8 +727,18 @@ impl TableBuilder {
         let mut tail: Vec<(usize, &[u8], usize)> = Vec::with_capacity(5);
         for (idx, bytes, count, cap) in [
             (section::SERVICES, services.as_bytes(), services.len(), with_room(services.len(), 256, slack)),
-            (section::FRONTENDS, records.frontends.as_bytes(), records.frontends.len(), with_room(records.frontends.len(), 256, slack)),
-            (section::SOURCE_RANGES, records.ranges.as_bytes(), records.ranges.len(), with_room(records.ranges.len(), 64, slack)),
+            (
+                section::FRONTENDS,
+                records.frontends.as_bytes(),
+                records.frontends.len(),
+                with_room(records.frontends.len(), 256, slack),
+            ),
+            (
+                section::SOURCE_RANGES,
+                records.ranges.as_bytes(),
+                records.ranges.len(),
+                with_room(records.ranges.len(), 64, slack),
+            ),
             (section::BACKENDS, backends.as_bytes(), backends_cap, backends_cap),
             (section::NAMES, names.as_slice(), names_cap, names_cap),
         ] {
@@ -1064,7 +1078,8 @@ mod tests {
 
     #[test]
     fn the_builder_writes_only_what_changed() {
-        let mut services: Vec<ServiceSpec> = (0..20).map(|i| service(&format!("s{i:02}:"), i * 10..i * 10 + 5)).collect();
+        let mut services: Vec<ServiceSpec> =
+            (0..20).map(|i| service(&format!("s{i:02}:"), i * 10..i * 10 + 5)).collect();
         let mut b = TableBuilder::new();
         let first = b.build(&spec(services.clone()), 1).unwrap().to_vec();
         assert_eq!(b.stats(), BuildStats { builds: 1, rings_computed: 20, layouts: 1, placed: 20 });
@@ -1095,7 +1110,14 @@ mod tests {
         services[3].backends.pop();
         let bytes = b.build(&spec(services.clone()), 5).unwrap().to_vec();
         assert_eq!(content(&bytes), content(&build(&spec(services.clone()), 5).unwrap()));
-        assert!(changed(&b) <= size_of::<Header>() + size_of::<Service>() + 4 * size_of::<Backend>() + ring + 20 * size_of::<Frontend>());
+        assert!(
+            changed(&b)
+                <= size_of::<Header>()
+                    + size_of::<Service>()
+                    + 4 * size_of::<Backend>()
+                    + ring
+                    + 20 * size_of::<Frontend>()
+        );
         // Insert a service at the front: every service record and front door is written
         // again (their indices moved), one ring computed and placed, no other part moves.
         services.insert(0, service("a-first:", [5000, 5001]));
