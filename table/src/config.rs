@@ -151,6 +151,9 @@ mod tests {
         assert_eq!(c.shm_dir, Path::new(DEFAULT_SHM_DIR), "other sections' keys are theirs to check");
         let e = Common::from_toml("node_name = \"n\"\n[snat]\naddresses = [\"10.0.0.1\", \"::1\", \"10.0.0.1\"]\n")
             .unwrap_err();
-        assert_eq!(e.to_string(), "snat.addresses[2]: 10.0.0.1 is listed twice (also snat.addresses[0]): each SNAT address once");
+        assert_eq!(
+            e.to_string(),
+            "snat.addresses[2]: 10.0.0.1 is listed twice (also snat.addresses[0]): each SNAT address once"
+        );
     }
 }
