@@ -363,12 +363,15 @@ impl<'t> Ring<'t> {
 /// [`crate::build`] (it reuses the places of unchanged services); their contents agree.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Content {
-    /// Per front door, in table order: address (16-byte form), IANA protocol, port, kind
-    /// number, 0-based service index, and its source ranges (first, last).
-    pub frontends: Vec<([u8; 16], u8, u16, u8, u32, Vec<([u8; 16], [u8; 16])>)>,
+    /// Per front door, in table order.
+    pub frontends: Vec<FrontendContent>,
     /// Per service, in table order.
     pub services: Vec<ServiceContent>,
 }
+
+/// One front door of a [`Content`]: address (16-byte form), IANA protocol, port, kind
+/// number, 0-based service index, and its source ranges (first, last).
+pub type FrontendContent = ([u8; 16], u8, u16, u8, u32, Vec<([u8; 16], [u8; 16])>);
 
 /// One service of a [`Content`].
 #[derive(Clone, Debug, PartialEq, Eq)]
