@@ -109,6 +109,47 @@ fn parse_addresses(i: usize, addresses: &[String]) -> Result<Addresses, ConfigEr
     Ok((v4, v6))
 }
 
+/// Rejects addresses of `raw` that collide, naming both keys: an interface address listed
+/// twice, connected subnets of two interfaces that overlap (a destination in both would
+/// have two egress interfaces), and a static neighbour or router at one of the gateway's
+/// own addresses. Malformed entries are left to the checks that name them.
+fn check_address_collisions(raw: &RawConfig) -> Result<(), ConfigError> {
+    let mut own: Vec<(String, usize, IpAddr, torii_table::cidr::IpCidr)> = Vec::new();
+    for (i, ri) in raw.interfaces.iter().enumerate() {
+        for (j, a) in ri.addresses.iter().enumerate() {
+            let host = a.split_once('/').and_then(|(h, _)| h.trim().parse::<IpAddr>().ok());
+            let (Some(host), Some(subnet)) = (host, torii_table::cidr::IpCidr::parse(a)) else { continue };
+            let key = format!("interfaces[{i}].addresses[{j}]");
+            for (other, k, addr, net) in &own {
+                if *addr == host {
+                    return Err(invalid(key, format!("{host} is also {other}: each address once")));
+                }
+                if *k != i && (net.contains(subnet.addr) || subnet.contains(net.addr)) {
+                    return Err(invalid(
+                        key,
+                        format!(
+                            "subnet {subnet} overlaps {net} of {other}, another interface: a destination in both \
+                             would have two egress interfaces"
+                        ),
+                    ));
+                }
+            }
+            own.push((key, i, host, subnet));
+        }
+    }
+    let others = raw.neighbours.iter().enumerate().map(|(i, n)| (format!("neighbours[{i}].address"), &n.address));
+    let routers = [("router.address", &raw.router), ("router6.address", &raw.router6)]
+        .into_iter()
+        .filter_map(|(key, r)| r.as_ref().map(|r| (key.to_owned(), &r.address)));
+    for (key, text) in others.chain(routers) {
+        let Ok(ip) = text.parse::<IpAddr>() else { continue };
+        if let Some((own_key, ..)) = own.iter().find(|(_, _, a, _)| *a == ip) {
+            return Err(invalid(key, format!("{ip} is the gateway's own address ({own_key}), not a neighbour")));
+        }
+    }
+    Ok(())
+}
+
 /// Parses `aa:bb:cc:dd:ee:ff`.
 pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
     let mut mac = [0u8; 6];
@@ -836,6 +877,7 @@ impl Config {
                 })?,
             });
         }
+        check_address_collisions(&raw)?;
         if raw.snat.addresses.is_empty() {
             return Err(invalid("snat.addresses", "at least one SNAT address is required"));
         }
@@ -992,6 +1034,39 @@ mod tests {
         let bad = EMBEDDED_DEFAULT.replacen("[snat]\n", "[snat]\nbogus_key = 1\n", 1);
         let e = Config::from_toml(&bad).unwrap_err().to_string();
         assert!(e.contains("bogus_key"), "{e}");
+    }
+
+    #[test]
+    fn colliding_addresses_are_rejected_naming_both_keys() {
+        let err = |text: &str| Config::from_toml(text).unwrap_err().to_string();
+        // Overlapping subnets of two interfaces (the default: 198.51.100.1/24 and 10.70.0.1/24).
+        let e = err(&EMBEDDED_DEFAULT.replacen("10.70.0.1/24", "198.51.100.7/16", 1));
+        assert_eq!(
+            e,
+            "interfaces[1].addresses[0]: subnet 198.51.0.0/16 overlaps 198.51.100.0/24 of \
+             interfaces[0].addresses[0], another interface: a destination in both would have two egress interfaces"
+        );
+        // The same address twice, on one interface.
+        let e = err(&EMBEDDED_DEFAULT.replacen("\"fd00:70::1/64\"", "\"fd00:70::1/64\", \"fd00:70::1/96\"", 1));
+        assert!(e.starts_with("interfaces[1].addresses[2]: fd00:70::1 is also interfaces[1].addresses[1]"), "{e}");
+        // A duplicate SNAT address (checked with the keys both binaries read).
+        let e = err(&EMBEDDED_DEFAULT.replacen(
+            "addresses = [\"10.70.0.1\",",
+            "addresses = [\"10.70.0.1\", \"10.70.0.1\",",
+            1,
+        ));
+        assert!(e.starts_with("snat.addresses[1]: 10.70.0.1 is listed twice (also snat.addresses[0])"), "{e}");
+        // A static neighbour or a router at the gateway's own address.
+        let e =
+            err(&format!("{EMBEDDED_DEFAULT}\n[[neighbours]]\naddress = \"10.70.0.1\"\nmac = \"02:00:00:00:00:01\"\n"));
+        assert_eq!(e, "neighbours[0].address: 10.70.0.1 is the gateway's own address (interfaces[1].addresses[0]), not a neighbour");
+        // Adjacent subnets and the same subnet on one interface are fine.
+        let fine = EMBEDDED_DEFAULT.replacen(
+            "\"198.51.100.1/24\",",
+            "\"198.51.100.1/24\", \"198.51.100.9/24\", \"10.70.1.1/24\",",
+            1,
+        );
+        assert!(Config::from_toml(&fine).is_ok(), "{:?}", Config::from_toml(&fine).err());
     }
 
     #[test]
