@@ -1,11 +1,12 @@
 //! The smoke test of torii-bench, the line-rate harness (benches/torii-bench): a few
-//! seconds of UDP, then of TCP (each flow opened with a handshake through the gateway), at
-//! a fixed low rate through the real torii-gateway (on DPDK's
+//! seconds of UDP, then of TCP (each flow opened with a handshake through the gateway),
+//! then of new TCP connections (handshake and RST through the gateway, each reopening a
+//! closed flow), at a fixed low rate through the real torii-gateway (on DPDK's
 //! `net_virtio_user`, with torii-control serving the manifests torii-bench writes), and
 //! through testpmd's io forwarding when `dpdk-testpmd` is installed. It asserts that
 //! nothing was lost, that every frame passed torii-bench's checks (addresses, ports,
-//! MACs, one SNAT port per flow, every checksum) and that the JSON result is
-//! well formed. It measures nothing: the rate is far below what either device forwards,
+//! MACs, one SNAT port per established flow, every checksum), that every connection was
+//! established and closed, and that the JSON result is well formed. It measures nothing: the rate is far below what either device forwards,
 //! so loss here is a bug, not a slow machine.
 //!
 //! Cost: about 20 s of wall time (three DPDK processes start; per protocol, 1000 flows
@@ -73,21 +74,23 @@ fn torii_bench_smoke_through_the_gateway() -> Result<()> {
 }
 
 fn check_result(r: &Value, baseline: bool) -> Result<()> {
-    ensure!(r["tool"] == "torii-bench" && r["schema"] == 1, "not a torii-bench schema 1 result");
+    ensure!(r["tool"] == "torii-bench" && r["schema"] == 2, "not a torii-bench schema 2 result");
     ensure!(r["ok"] == true && r["bad_frames"] == 0, "checks failed: ok {}, bad_frames {}", r["ok"], r["bad_frames"]);
     ensure!(r["machine"]["cpu_model"].as_str().is_some_and(|s| !s.is_empty()), "no CPU model");
     let runs = r["runs"].as_array().context("runs is not an array")?;
-    let protocols: Vec<&str> = runs.iter().filter_map(|run| run["protocol"].as_str()).collect();
-    ensure!(protocols == ["udp", "tcp"], "runs of {protocols:?}, expected udp and tcp");
+    let tests: Vec<String> = runs.iter().map(|run| format!("{} {}", run["protocol"], run["test"])).collect();
+    let want = [r#""udp" "throughput""#, r#""tcp" "throughput""#, r#""tcp" "connections""#];
+    ensure!(tests == want, "runs {tests:?}, expected {want:?}");
     for run in runs {
         ensure!(run["flows"] == FLOWS && run["frame_size"] == 64, "run: {run}");
-        check_run(run, baseline).with_context(|| format!("{} run", run["protocol"]))?;
+        check_run(run, baseline).with_context(|| format!("{} {} run", run["protocol"], run["test"]))?;
     }
     Ok(())
 }
 
 fn check_run(run: &Value, baseline: bool) -> Result<()> {
     let tcp = run["protocol"] == "tcp";
+    let connections = run["test"] == "connections";
     let duts = run["duts"].as_array().context("duts is not an array")?;
     let names: Vec<&str> = duts.iter().filter_map(|d| d["dut"].as_str()).collect();
     let want: &[&str] = if baseline { &["torii", "io-fwd"] } else { &["torii"] };
@@ -96,7 +99,7 @@ fn check_run(run: &Value, baseline: bool) -> Result<()> {
         let name = &d["dut"];
         let warmups = d["warmup"].as_array().context("warmup")?;
         ensure!(!warmups.is_empty(), "{name}: no warm-up");
-        if tcp {
+        if tcp && !connections {
             // Every flow's handshake went through: its ACK reached the endpoint.
             let acks: u64 = warmups.iter().filter_map(|w| w["handshake_acks"].as_u64()).sum();
             ensure!(acks >= FLOWS, "{name}: {acks} handshake ACKs reached the endpoints for {FLOWS} flows");
@@ -108,7 +111,16 @@ fn check_run(run: &Value, baseline: bool) -> Result<()> {
         ensure!(offered.abs_diff(RATE * TRIAL_S) <= 64, "{name}: offered {offered}, expected about {}", RATE * TRIAL_S);
         ensure!(l["lost"] == 0 && t["received"] == offered, "{name}: lost {} of {offered}", l["lost"]);
         ensure!(t["refused"] == 0 && t["reflect_refused"] == 0 && t["bad"] == 0, "{name}: {t}");
-        ensure!(t["reflected"] == offered, "{name}: reflected {} of {offered}", t["reflected"]);
+        if connections {
+            // Each connection: its SYN and its ACK reflected (as the SYN-ACK and the RST),
+            // its SYN-ACK at the client, its RST (counted as received) back.
+            ensure!(
+                t["reflected"] == 2 * offered && t["handshake_acks"] == offered && t["syn_acks"] == offered,
+                "{name}: {offered} connections: {t}"
+            );
+        } else {
+            ensure!(t["reflected"] == offered, "{name}: reflected {} of {offered}", t["reflected"]);
+        }
         if name == "torii" {
             ensure!(t["snat_changed"] == 0, "torii: a flow's SNAT port changed: {t}");
         }

@@ -18,7 +18,7 @@ use torii_bench::dut::{self, Memory, Proc};
 use torii_bench::plan::{Dut, Plan, Protocol};
 use torii_bench::report::{self, DutResult, LatencyResult, Machine, Percentiles, Report, Run, SearchResult};
 use torii_bench::search::{median, Point, Search, SearchConfig};
-use torii_bench::traffic::{Generator, Link, TrialOutcome, TrialSpec};
+use torii_bench::traffic::{Generator, Link, Phase, TrialOutcome, TrialSpec};
 use torii_bench::vhost;
 use torii_dpdk::mempool::DEFAULT_DATA_ROOM;
 use torii_dpdk::{Eal, Mempool};
@@ -29,6 +29,15 @@ enum Baseline {
     IoFwd,
     /// No baseline (torii only).
     None,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Test {
+    /// NDR/PDR of requests through established flows (RFC 2544 § 26.1), and latency.
+    Throughput,
+    /// TCP only: NDR/PDR of new connections a second (RFC 8219 § 7): SYN, SYN-ACK, ACK,
+    /// then the endpoint's RST closes each (the next SYN of the same tuple reopens it).
+    Connections,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -49,6 +58,10 @@ struct Args {
     /// are opened with a handshake through the gateway during the warm-up.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "udp")]
     protocols: Vec<Protocol>,
+    /// Tests to run per protocol and flow count (comma-separated); `connections` applies
+    /// to TCP only, and cycles through the flows' tuples (each reused every flows/rate s).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "throughput,connections")]
+    tests: Vec<Test>,
     /// Client flow counts to measure, each a run of its own (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "1000")]
     flows: Vec<u32>,
@@ -273,156 +286,62 @@ fn run(args: &Args) -> Result<bool> {
         ProgressStyle::with_template("{spinner} {elapsed_precise} {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_spinner()),
     );
-    let say = |line: String| pb.suspend(|| eprintln!("{line}"));
 
     let mut pool = Some(pool);
     let mut runs = Vec::new();
     let mut all_ok = true;
     let mut bad_frames = 0;
-    let trial_len = Duration::from_secs_f64(args.trial_s);
+    let connections = args.tests.contains(&Test::Connections);
     for plan in &plans {
         let mut gen = Generator::new(*plan, pool.take().context("pool")?, args.checksum_every);
         let mut links: Vec<&mut Link> = vec![&mut torii_link];
         if let Some(l) = base_link.as_mut() {
             links.push(l);
         }
-        let mut results: Vec<DutResult> = Vec::new();
-        // Warm-up: every flow's first frames, until a pass over all flows loses none.
-        for link in links.iter_mut() {
-            duts.select(link.dut)?;
-            // Each attempt sends only the flows not answered yet, at half the rate of the
-            // one before (a busy machine loses frames at any rate).
-            let mut rate = args.warmup_pps;
-            let mut warmup = Vec::new();
-            gen.reset_answered();
-            for attempt in 1..=WARMUP_ATTEMPTS {
-                pb.set_message(format!("[{}] {}: warm-up {attempt}", plan.tag(), link.dut.name()));
-                let missing = f64::from(plan.flows - gen.answered());
-                let d = Duration::from_secs_f64((missing / rate).clamp(0.5, 5.0));
-                let spec = TrialSpec { rate_pps: Some(rate), duration: d, latency: false, unanswered_only: true };
-                let t = gen.trial(link, spec, &mut |_| pb.tick());
-                rate = (rate / 2.0).max(1000.0);
-                say(format!(
-                    "[{}] {} warm-up {attempt}: {} sent, {} back, {} ARP answered; {}/{} flows answered{}",
-                    plan.tag(),
-                    link.dut.name(),
-                    t.offered,
-                    t.received,
-                    t.arp_answered,
-                    gen.answered(),
-                    plan.flows,
-                    if t.bad > 0 { format!(", {} bad: {:?}", t.bad, t.examples) } else { String::new() }
-                ));
-                bad_frames += t.bad;
-                warmup.push(t);
-                if gen.answered() == plan.flows {
-                    break;
-                }
-                if attempt == WARMUP_ATTEMPTS {
-                    all_ok = false;
-                    say(format!(
-                        "[{}] {}: warm-up FAILED: {} flows never answered",
-                        plan.tag(),
-                        link.dut.name(),
-                        plan.flows - gen.answered()
-                    ));
-                }
+        let mut ctx = Ctx { args, duts: &mut duts, pb: &pb, bad_frames: 0, ok: true };
+        if args.tests.contains(&Test::Throughput) {
+            let mut results = Vec::new();
+            for link in links.iter_mut() {
+                link.forget_snat();
+                let (warmup, _) = ctx.warm_up(&mut gen, link, Phase::Open)?;
+                results.push(DutResult::new(link.dut.name(), warmup));
             }
-            results.push(DutResult {
-                dut: link.dut.name(),
-                warmup,
-                ndr_offered_pps: None,
-                pdr_offered_pps: None,
-                ndr_dut_pps: None,
-                pdr_dut_pps: None,
-                ndr_at_generator_max: false,
-                searches: Vec::new(),
-                latency: None,
+            ctx.measure(&mut gen, &mut links, &mut results, Phase::Data, 2.0)?;
+            runs.push(Run {
+                test: "throughput",
+                protocol: plan.protocol.name(),
+                flows: plan.flows,
+                frame_size: plan.frame_size,
+                duts: results,
             });
         }
-
-        if let Some(rate) = args.fixed_rate {
-            for (k, link) in links.iter_mut().enumerate() {
-                duts.select(link.dut)?;
-                let t = timed_trial(&mut gen, link, &pb, plan, "fixed rate", Some(rate), trial_len, true);
-                bad_frames += t.bad;
-                all_ok &= t.bad == 0;
-                say(describe(plan, link.dut, "fixed rate", &t));
-                results[k].latency = Some(latency_result(t));
-            }
-        } else {
-            let config = SearchConfig {
-                max_pps: args.max_pps,
-                min_pps: 1000.0,
-                precision: args.precision,
-                pdr_loss: args.pdr_loss,
-                max_trials: args.max_trials,
-            };
-            for repeat in 0..args.repeats {
-                let mut searches: Vec<(Search, Vec<TrialOutcome>)> =
-                    links.iter().map(|_| (Search::new(config), Vec::new())).collect();
-                loop {
-                    let mut any = false;
-                    for (k, link) in links.iter_mut().enumerate() {
-                        let Some(rate) = searches[k].0.next_rate() else { continue };
-                        any = true;
-                        duts.select(link.dut)?;
-                        let label = format!("search {}/{} trial {}", repeat + 1, args.repeats, searches[k].1.len() + 1);
-                        let t = timed_trial(&mut gen, link, &pb, plan, &label, Some(rate), trial_len, false);
-                        say(describe(plan, link.dut, &label, &t));
-                        bad_frames += t.bad;
-                        all_ok &= t.bad == 0;
-                        searches[k].0.record(Point {
-                            offered_pps: t.offered_pps(),
-                            received_pps: t.received_pps(),
-                            forwarded_pps: t.forwarded_pps(),
-                            loss_ratio: t.loss_ratio(),
-                        });
-                        searches[k].1.push(t);
-                    }
-                    if !any {
-                        break;
-                    }
+        if connections && plan.protocol == Protocol::Tcp {
+            // RFC 8219 § 7. Flows left open by the throughput test are closed first
+            // (endpoint RSTs), so each connection's SYN reopens a CLOSE flow and the
+            // gateway's conntrack and SNAT ports never hold more than `flows` entries.
+            let mut results = Vec::new();
+            for link in links.iter_mut() {
+                let mut warmup = Vec::new();
+                if args.tests.contains(&Test::Throughput) {
+                    warmup.extend(ctx.warm_up(&mut gen, link, Phase::Close)?.0);
                 }
-                for (k, (s, trials)) in searches.into_iter().enumerate() {
-                    results[k].searches.push(SearchResult {
-                        ndr: s.ndr(),
-                        pdr: s.pdr(),
-                        points: s.points().to_vec(),
-                        trials,
-                    });
-                }
+                link.forget_snat();
+                warmup.extend(ctx.warm_up(&mut gen, link, Phase::Connect)?.0);
+                results.push(DutResult::new(link.dut.name(), warmup));
             }
-            for r in &mut results {
-                let ndrs: Vec<f64> = r.searches.iter().map(|s| s.ndr.lower_pps).collect();
-                let pdrs: Vec<f64> = r.searches.iter().map(|s| s.pdr.lower_pps).collect();
-                r.ndr_offered_pps = median(&ndrs);
-                r.pdr_offered_pps = median(&pdrs);
-                r.ndr_dut_pps = r.ndr_offered_pps.map(|v| 2.0 * v);
-                r.pdr_dut_pps = r.pdr_offered_pps.map(|v| 2.0 * v);
-                r.ndr_at_generator_max = r.searches.iter().any(|s| s.ndr.upper_pps.is_none() && s.ndr.lower_pps > 0.0);
-            }
-            // Latency at a fraction of each device's NDR.
-            for (k, link) in links.iter_mut().enumerate() {
-                let Some(ndr) = results[k].ndr_offered_pps.filter(|&v| v > 0.0) else { continue };
-                duts.select(link.dut)?;
-                let label = format!("latency at {:.0} % of NDR", args.latency_fraction * 100.0);
-                let t =
-                    timed_trial(&mut gen, link, &pb, plan, &label, Some(ndr * args.latency_fraction), trial_len, true);
-                say(describe(plan, link.dut, &label, &t));
-                bad_frames += t.bad;
-                all_ok &= t.bad == 0;
-                results[k].latency = Some(latency_result(t));
-            }
+            ctx.measure(&mut gen, &mut links, &mut results, Phase::Connect, 4.0)?;
+            runs.push(Run {
+                test: "connections",
+                protocol: plan.protocol.name(),
+                flows: plan.flows,
+                frame_size: plan.frame_size,
+                duts: results,
+            });
         }
+        bad_frames += ctx.bad_frames;
+        all_ok &= ctx.ok;
         drop(links);
         pool = Some(gen.into_pool());
-        runs.push(Run {
-            protocol: plan.protocol.name(),
-            flows: plan.flows,
-            frame_size: plan.frame_size,
-            duts: results,
-        });
     }
     pb.finish_and_clear();
     duts.select(Dut::Torii)?;
@@ -482,38 +401,205 @@ fn wait_link(link: &Link, proc: &mut Proc) -> Result<()> {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn timed_trial(
-    gen: &mut Generator,
-    link: &mut Link,
-    pb: &ProgressBar,
-    plan: &Plan,
-    label: &str,
-    rate: Option<f64>,
-    duration: Duration,
-    latency: bool,
-) -> TrialOutcome {
-    let head = format!(
-        "[{}] {} {label}: {} Mreq/s",
-        plan.tag(),
-        link.dut.name(),
-        rate.map_or("max".into(), |r| format!("{:.3}", r / 1e6))
-    );
-    gen.trial(link, TrialSpec { rate_pps: rate, duration, latency, unanswered_only: false }, &mut |t| {
-        pb.set_message(format!(
-            "{head} — {:.1}/{:.0} s, {} sent, {} back",
-            t.duration_s,
-            duration.as_secs_f64(),
-            t.offered,
-            t.received
+/// What a run measures, and how it reports.
+struct Ctx<'a> {
+    args: &'a Args,
+    duts: &'a mut Duts,
+    pb: &'a ProgressBar,
+    bad_frames: u64,
+    ok: bool,
+}
+
+impl Ctx<'_> {
+    fn say(&self, line: String) {
+        self.pb.suspend(|| eprintln!("{line}"));
+    }
+
+    fn account(&mut self, t: &TrialOutcome) {
+        self.bad_frames += t.bad;
+        self.ok &= t.bad == 0;
+    }
+
+    /// Brings every flow to `phase`'s end state on `link` (TCP open, closed; UDP: every
+    /// flow's first datagram answered): each attempt sends only the flows not answered
+    /// yet, at half the rate of the one before (a busy machine loses frames at any rate),
+    /// until all are. Returns the attempts and whether every flow was answered.
+    fn warm_up(&mut self, gen: &mut Generator, link: &mut Link, phase: Phase) -> Result<(Vec<TrialOutcome>, bool)> {
+        self.duts.select(link.dut)?;
+        let plan = *gen.plan();
+        let mut rate = self.args.warmup_pps;
+        let mut warmup = Vec::new();
+        gen.reset_answered();
+        for attempt in 1..=WARMUP_ATTEMPTS {
+            self.pb.set_message(format!("[{}] {}: {phase:?} {attempt}", plan.tag(), link.dut.name()));
+            let missing = f64::from(plan.flows - gen.answered());
+            let d = Duration::from_secs_f64((missing / rate).clamp(0.5, 5.0));
+            let spec = TrialSpec { rate_pps: Some(rate), duration: d, latency: false, phase, unanswered_only: true };
+            let pb = self.pb;
+            let t = gen.trial(link, spec, &mut |_| pb.tick());
+            rate = (rate / 2.0).max(1000.0);
+            self.say(format!(
+                "[{}] {} {phase:?} {attempt}: {} sent, {} back, {} ARP answered; {}/{} flows answered{}",
+                plan.tag(),
+                link.dut.name(),
+                t.offered,
+                t.received,
+                t.arp_answered,
+                gen.answered(),
+                plan.flows,
+                if t.bad > 0 { format!(", {} bad: {:?}", t.bad, t.examples) } else { String::new() }
+            ));
+            self.bad_frames += t.bad;
+            warmup.push(t);
+            if gen.answered() == plan.flows {
+                return Ok((warmup, true));
+            }
+        }
+        self.ok = false;
+        self.say(format!(
+            "[{}] {}: {phase:?} FAILED: {} flows never answered",
+            plan.tag(),
+            link.dut.name(),
+            plan.flows - gen.answered()
         ));
-        pb.tick();
-    })
+        Ok((warmup, false))
+    }
+
+    /// The measurements of one test on every link: a fixed-rate trial each, or the
+    /// NDR/PDR searches (alternating trial by trial) and a latency trial at a fraction of
+    /// each device's NDR. `frames_per_request`: frames the device forwards per request
+    /// offered (2: request and reply; 4: a connection's SYN, SYN-ACK, ACK and RST).
+    fn measure(
+        &mut self,
+        gen: &mut Generator,
+        links: &mut [&mut Link],
+        results: &mut [DutResult],
+        phase: Phase,
+        frames_per_request: f64,
+    ) -> Result<()> {
+        let args = self.args;
+        let trial_len = Duration::from_secs_f64(args.trial_s);
+        if let Some(rate) = args.fixed_rate {
+            for (k, link) in links.iter_mut().enumerate() {
+                self.duts.select(link.dut)?;
+                let t = self.timed_trial(gen, link, "fixed rate", Some(rate), trial_len, true, phase);
+                self.account(&t);
+                self.say(describe(gen.plan(), link.dut, "fixed rate", &t));
+                results[k].latency = Some(latency_result(t));
+            }
+            return Ok(());
+        }
+        let config = SearchConfig {
+            max_pps: args.max_pps,
+            min_pps: 1000.0,
+            precision: args.precision,
+            pdr_loss: args.pdr_loss,
+            max_trials: args.max_trials,
+        };
+        for repeat in 0..args.repeats {
+            let mut searches: Vec<(Search, Vec<TrialOutcome>)> =
+                links.iter().map(|_| (Search::new(config), Vec::new())).collect();
+            loop {
+                let mut any = false;
+                for (k, link) in links.iter_mut().enumerate() {
+                    let Some(rate) = searches[k].0.next_rate() else { continue };
+                    any = true;
+                    self.duts.select(link.dut)?;
+                    let label = format!(
+                        "{} search {}/{} trial {}",
+                        if phase == Phase::Connect { "connections" } else { "throughput" },
+                        repeat + 1,
+                        args.repeats,
+                        searches[k].1.len() + 1
+                    );
+                    let t = self.timed_trial(gen, link, &label, Some(rate), trial_len, false, phase);
+                    self.say(describe(gen.plan(), link.dut, &label, &t));
+                    self.account(&t);
+                    // What the device carried: connections it established, or half the
+                    // frames it forwarded both ways.
+                    let carried = if phase == Phase::Connect {
+                        t.handshake_acks as f64 / t.duration_s.max(1e-9)
+                    } else {
+                        t.forwarded_pps()
+                    };
+                    searches[k].0.record(Point {
+                        offered_pps: t.offered_pps(),
+                        received_pps: t.received_pps(),
+                        forwarded_pps: carried,
+                        loss_ratio: t.loss_ratio(),
+                    });
+                    searches[k].1.push(t);
+                }
+                if !any {
+                    break;
+                }
+            }
+            for (k, (s, trials)) in searches.into_iter().enumerate() {
+                results[k].searches.push(SearchResult {
+                    ndr: s.ndr(),
+                    pdr: s.pdr(),
+                    points: s.points().to_vec(),
+                    trials,
+                });
+            }
+        }
+        for r in results.iter_mut() {
+            let ndrs: Vec<f64> = r.searches.iter().map(|s| s.ndr.lower_pps).collect();
+            let pdrs: Vec<f64> = r.searches.iter().map(|s| s.pdr.lower_pps).collect();
+            r.ndr_offered_pps = median(&ndrs);
+            r.pdr_offered_pps = median(&pdrs);
+            r.ndr_dut_pps = r.ndr_offered_pps.map(|v| frames_per_request * v);
+            r.pdr_dut_pps = r.pdr_offered_pps.map(|v| frames_per_request * v);
+            r.ndr_at_generator_max = r.searches.iter().any(|s| s.ndr.upper_pps.is_none() && s.ndr.lower_pps > 0.0);
+        }
+        // Latency at a fraction of each device's NDR.
+        for (k, link) in links.iter_mut().enumerate() {
+            let Some(ndr) = results[k].ndr_offered_pps.filter(|&v| v > 0.0) else { continue };
+            self.duts.select(link.dut)?;
+            let label = format!("latency at {:.0} % of NDR", args.latency_fraction * 100.0);
+            let t = self.timed_trial(gen, link, &label, Some(ndr * args.latency_fraction), trial_len, true, phase);
+            self.say(describe(gen.plan(), link.dut, &label, &t));
+            self.account(&t);
+            results[k].latency = Some(latency_result(t));
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn timed_trial(
+        &self,
+        gen: &mut Generator,
+        link: &mut Link,
+        label: &str,
+        rate: Option<f64>,
+        duration: Duration,
+        latency: bool,
+        phase: Phase,
+    ) -> TrialOutcome {
+        let head = format!(
+            "[{}] {} {label}: {} M/s",
+            gen.plan().tag(),
+            link.dut.name(),
+            rate.map_or("max".into(), |r| format!("{:.3}", r / 1e6))
+        );
+        let pb = self.pb;
+        let spec = TrialSpec { rate_pps: rate, duration, latency, phase, unanswered_only: false };
+        gen.trial(link, spec, &mut |t| {
+            pb.set_message(format!(
+                "{head} — {:.1}/{:.0} s, {} sent, {} back",
+                t.duration_s,
+                duration.as_secs_f64(),
+                t.offered,
+                t.received
+            ));
+            pb.tick();
+        })
+    }
 }
 
 fn describe(plan: &Plan, dut: Dut, label: &str, t: &TrialOutcome) -> String {
     format!(
-        "[{}] {} {label}: offered {:.3} Mreq/s, back {:.3}, loss {:.4} % ({} lost, {} refused by the device's ring){}{}",
+        "[{}] {} {label}: offered {:.3} M/s, back {:.3}, loss {:.4} % ({} lost, {} refused by the device's ring){}{}",
         plan.tag(),
         dut.name(),
         t.offered_pps() / 1e6,

@@ -157,6 +157,8 @@ pub enum Segment {
     Ack,
     /// A data segment (`ACK|PSH`).
     Data,
+    /// A RST (the endpoint closing the connection, [`to_rst`]).
+    Rst,
     /// Any other combination of flags.
     Other,
 }
@@ -168,6 +170,7 @@ impl Segment {
             0x12 => Segment::SynAck,
             0x10 => Segment::Ack,
             0x18 => Segment::Data,
+            0x04 => Segment::Rst,
             _ => Segment::Other,
         }
     }
@@ -178,6 +181,7 @@ impl Segment {
             Segment::Syn => 0x02,
             Segment::SynAck => 0x12,
             Segment::Ack => 0x10,
+            Segment::Rst => 0x04,
             Segment::Data | Segment::Datagram | Segment::Other => 0x18,
         }
     }
@@ -421,6 +425,32 @@ pub fn set_tcp_flags(frame: &mut [u8], segment: Segment) {
     add_to_checksum(frame, TCP_CSUM_OFFSET, u32::from(!old) + u32::from(new), false);
 }
 
+/// How far past the flow index a RST's sequence number is: the SYN and the payload of the
+/// endpoint's SYN-ACK (the client's SYN reflected: sequence number = flow index), so the
+/// RST carries the endpoint's next sequence number exactly — what the gateway requires of
+/// a RST that closes a connection (RFC 5961 § 3.2; Linux's "RST after its sender's last
+/// segment", `nf_conntrack_proto_tcp.c`).
+fn rst_seq_offset(frame: &[u8]) -> u32 {
+    let total = u16::from_be_bytes([frame[16], frame[17]]);
+    1 + u32::from(total.saturating_sub(40))
+}
+
+/// Turns a TCP segment that reached flow `flow`'s endpoint (a data segment or the
+/// handshake's ACK) into the endpoint's RST closing the connection, in place (addresses
+/// not yet swapped: call [`reflect`] after). The sequence number becomes the endpoint's
+/// next one (flow + 1 + payload length; [`classify`] takes the offset off again), the
+/// acknowledgment number (the transmit time) stays; the checksum is updated.
+pub fn to_rst(frame: &mut [u8], flow: u32) {
+    set_tcp_flags(frame, Segment::Rst);
+    let seq = flow.wrapping_add(rst_seq_offset(frame));
+    let at = TCP_SEQ_OFFSET;
+    let old = u32::from_be_bytes([frame[at], frame[at + 1], frame[at + 2], frame[at + 3]]);
+    frame[at..at + 4].copy_from_slice(&seq.to_be_bytes());
+    // RFC 1624 eqn. 3, word by word.
+    let sum = u32::from(!(old >> 16) as u16) + u32::from(!(old as u16)) + (seq >> 16) + (seq & 0xffff);
+    add_to_checksum(frame, TCP_CSUM_OFFSET, sum, false);
+}
+
 /// Adds `sum` (of 16-bit words) to the one's complement checksum at `at`.
 fn add_to_checksum(frame: &mut [u8], at: usize, sum: u32, udp: bool) {
     let old = u16::from_be_bytes([frame[at], frame[at + 1]]);
@@ -492,12 +522,12 @@ pub fn classify(frame: &[u8]) -> Received {
                 return Received::Other;
             }
             let word = |at: usize| u32::from_be_bytes([frame[at], frame[at + 1], frame[at + 2], frame[at + 3]]);
-            (
-                word(TCP_SEQ_OFFSET),
-                u16::from_be_bytes([frame[p + 4], frame[p + 5]]),
-                u64::from(word(TCP_ACK_OFFSET)),
-                Segment::of_flags(frame[TCP_FLAGS_WORD_OFFSET + 1]),
-            )
+            let segment = Segment::of_flags(frame[TCP_FLAGS_WORD_OFFSET + 1]);
+            let mut flow = word(TCP_SEQ_OFFSET);
+            if segment == Segment::Rst {
+                flow = flow.wrapping_sub(rst_seq_offset(frame));
+            }
+            (flow, u16::from_be_bytes([frame[p + 4], frame[p + 5]]), u64::from(word(TCP_ACK_OFFSET)), segment)
         }
         _ => return Received::Other,
     };
@@ -714,6 +744,23 @@ mod tests {
             stamp(Protocol::Tcp, &mut f, 0, 0);
             assert_eq!(classify(&f), Received::ToEndpoint { flow: 12, segment });
             check_to_endpoint(&p, Dut::IoFwd, &f, 12, true).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_rst_carries_the_endpoints_next_sequence_number() {
+        for size in [64, 1518] {
+            let p = Plan::new(Protocol::Tcp, 60_000, 3, 4, size).unwrap();
+            let mut f = p.template(59_998);
+            stamp(Protocol::Tcp, &mut f, 9, 1234);
+            to_rst(&mut f, 59_998);
+            let seq = u32::from_be_bytes(f[TCP_SEQ_OFFSET..TCP_SEQ_OFFSET + 4].try_into().unwrap());
+            assert_eq!(seq, 59_998 + 1 + (size as u32 - 4 - 54), "SYN + payload past the flow index");
+            check_to_endpoint(&p, Dut::IoFwd, &f, 59_998, true).unwrap();
+            reflect(&mut f);
+            let want = Received::ToClient { flow: 59_998, trial: 9, tx_ns: 1234, segment: Segment::Rst };
+            assert_eq!(classify(&f), want);
+            check_to_client(&p, &f, 59_998, true).unwrap();
         }
     }
 
