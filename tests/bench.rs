@@ -53,7 +53,7 @@ fn torii_bench_smoke_through_the_gateway() -> Result<()> {
     let mut cmd = Command::new(&bench);
     cmd.args(["--protocols", "udp,tcp", "--flows", &FLOWS.to_string()])
         .args(["--fixed-rate", &RATE.to_string(), "--trial-s", &TRIAL_S.to_string()])
-        .args(["--checksum-every", "1", "--baseline", if baseline { "io-fwd" } else { "none" }])
+        .args(["--check-every", "1", "--checksum-every", "1", "--baseline", if baseline { "io-fwd" } else { "none" }])
         .arg("--out")
         .arg(&result)
         .arg("--workdir")

@@ -113,7 +113,11 @@ struct Args {
     /// Memory of the DPDK processes.
     #[arg(long, value_enum, default_value_t = MemoryArg::Auto)]
     memory: MemoryArg,
-    /// Check IPv4 and UDP checksums on one received frame in this many.
+    /// Check addresses, ports and MACs on one received frame in this many (every frame's
+    /// flow index is checked).
+    #[arg(long, default_value_t = 16)]
+    check_every: u64,
+    /// Check IPv4 and UDP/TCP checksums (and addresses) on one received frame in this many.
     #[arg(long, default_value_t = 64)]
     checksum_every: u64,
     /// The JSON result file.
@@ -293,7 +297,7 @@ fn run(args: &Args) -> Result<bool> {
     let mut bad_frames = 0;
     let connections = args.tests.contains(&Test::Connections);
     for plan in &plans {
-        let mut gen = Generator::new(*plan, pool.take().context("pool")?, args.checksum_every);
+        let mut gen = Generator::new(*plan, pool.take().context("pool")?, args.check_every, args.checksum_every);
         let mut links: Vec<&mut Link> = vec![&mut torii_link];
         if let Some(l) = base_link.as_mut() {
             links.push(l);
@@ -364,7 +368,7 @@ fn run(args: &Args) -> Result<bool> {
             "trial_s": args.trial_s, "repeats": args.repeats, "precision": args.precision,
             "pdr_loss": args.pdr_loss, "max_pps": args.max_pps, "fixed_rate": args.fixed_rate,
             "latency_fraction": args.latency_fraction, "baseline": baseline.then_some("testpmd io-fwd"),
-            "checksum_every": args.checksum_every,
+            "checksum_every": args.checksum_every, "check_every": args.check_every,
         }),
         runs,
         bad_frames,

@@ -396,20 +396,62 @@ impl Plan {
 /// Writes the trial number and transmit time into a frame copied from a template, and
 /// updates its UDP or TCP checksum for them (the template has zeros there).
 pub fn stamp(protocol: Protocol, frame: &mut [u8], trial: u16, tx_ns: u64) {
-    match protocol {
-        Protocol::Udp => {
-            let p = PAYLOAD_OFFSET;
-            frame[p + 8..p + 10].copy_from_slice(&trial.to_be_bytes());
-            frame[p + 10..p + 18].copy_from_slice(&tx_ns.to_be_bytes());
-            let sum = u32::from(trial) + (0..4).map(|k| ((tx_ns >> (16 * k)) & 0xffff) as u32).sum::<u32>();
-            add_to_checksum(frame, UDP_CSUM_OFFSET, sum, true);
-        }
-        Protocol::Tcp => {
-            let ts = tx_ns as u32;
-            frame[TCP_PAYLOAD_OFFSET + 4..TCP_PAYLOAD_OFFSET + 6].copy_from_slice(&trial.to_be_bytes());
-            frame[TCP_ACK_OFFSET..TCP_ACK_OFFSET + 4].copy_from_slice(&ts.to_be_bytes());
-            let sum = u32::from(trial) + (ts >> 16) + (ts & 0xffff);
-            add_to_checksum(frame, TCP_CSUM_OFFSET, sum, false);
+    Stamp::new(protocol, trial, tx_ns).apply(frame);
+}
+
+/// A trial number and transmit time to write into frames copied from templates, with
+/// the sum of the words they add to the UDP or TCP checksum (RFC 1624 § 3), computed once
+/// for a whole burst.
+#[derive(Debug, Clone, Copy)]
+pub struct Stamp {
+    protocol: Protocol,
+    trial: u16,
+    tx_ns: u64,
+    flags: Option<u8>,
+    sum: u32,
+}
+
+impl Stamp {
+    /// The stamp of trial `trial` at `tx_ns` (TCP: its low 32 bits).
+    pub fn new(protocol: Protocol, trial: u16, tx_ns: u64) -> Self {
+        let sum = match protocol {
+            Protocol::Udp => u32::from(trial) + (0..4).map(|k| ((tx_ns >> (16 * k)) & 0xffff) as u32).sum::<u32>(),
+            Protocol::Tcp => {
+                let ts = tx_ns as u32;
+                u32::from(trial) + (ts >> 16) + (ts & 0xffff)
+            }
+        };
+        Self { protocol, trial, tx_ns, flags: None, sum }
+    }
+
+    /// The same stamp, also making the TCP data segment a `segment` (its flags byte).
+    pub fn with_segment(mut self, segment: Segment) -> Self {
+        let w = |flags: u8| u32::from(u16::from_be_bytes([0x50, flags]));
+        // RFC 1624 eqn. 3: ~m + m' for the flags word (data offset 5, no options).
+        self.sum += (!w(Segment::Data.flags()) & 0xffff) + w(segment.flags());
+        self.flags = Some(segment.flags());
+        self
+    }
+
+    /// Writes the stamp into `frame` (a copy of a template: zeros there) and updates its
+    /// checksum.
+    #[inline]
+    pub fn apply(&self, frame: &mut [u8]) {
+        match self.protocol {
+            Protocol::Udp => {
+                let p = PAYLOAD_OFFSET;
+                frame[p + 8..p + 10].copy_from_slice(&self.trial.to_be_bytes());
+                frame[p + 10..p + 18].copy_from_slice(&self.tx_ns.to_be_bytes());
+                add_to_checksum(frame, UDP_CSUM_OFFSET, self.sum, true);
+            }
+            Protocol::Tcp => {
+                if let Some(flags) = self.flags {
+                    frame[TCP_FLAGS_WORD_OFFSET + 1] = flags;
+                }
+                frame[TCP_PAYLOAD_OFFSET + 4..TCP_PAYLOAD_OFFSET + 6].copy_from_slice(&self.trial.to_be_bytes());
+                frame[TCP_ACK_OFFSET..TCP_ACK_OFFSET + 4].copy_from_slice(&(self.tx_ns as u32).to_be_bytes());
+                add_to_checksum(frame, TCP_CSUM_OFFSET, self.sum, false);
+            }
         }
     }
 }
@@ -452,6 +494,7 @@ pub fn to_rst(frame: &mut [u8], flow: u32) {
 }
 
 /// Adds `sum` (of 16-bit words) to the one's complement checksum at `at`.
+#[inline]
 fn add_to_checksum(frame: &mut [u8], at: usize, sum: u32, udp: bool) {
     let old = u16::from_be_bytes([frame[at], frame[at + 1]]);
     let mut acc = u32::from(!old) + sum;
@@ -732,6 +775,18 @@ mod tests {
                 let err = check_to_client(&p, &bad, 59_999, true).unwrap_err();
                 assert!(err.contains("checksum"), "{err}");
             }
+        }
+    }
+
+    #[test]
+    fn a_stamp_with_a_segment_keeps_the_checksum_valid() {
+        let p = plan(Protocol::Tcp);
+        for segment in [Segment::Syn, Segment::Ack, Segment::Data] {
+            let mut f = p.template(40_000);
+            Stamp::new(Protocol::Tcp, 7, 0xdead_beef_0123).with_segment(segment).apply(&mut f);
+            let want = Received::ToEndpoint { flow: 40_000, segment };
+            assert_eq!(classify(&f), want);
+            check_to_endpoint(&p, Dut::IoFwd, &f, 40_000, true).unwrap();
         }
     }
 
