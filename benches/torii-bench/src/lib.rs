@@ -11,11 +11,13 @@
 //! - [`search`]: the NDR/PDR search (pure);
 //! - [`traffic`]: the generator and sink on a DPDK port;
 //! - [`dut`]: the processes under test;
+//! - [`kernel`]: the Linux kernel baseline (kube-proxy's nftables rules on a veth pair);
 //! - [`report`]: the JSON result and the summary table;
 //! - [`vhost`]: the `net_vhost` side of the link (EAL arguments, ports, ARP answers),
 //!   shared with the virtio integration test's peer.
 
 pub mod dut;
+pub mod kernel;
 pub mod plan;
 pub mod report;
 pub mod search;

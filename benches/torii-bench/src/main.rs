@@ -15,6 +15,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use torii_bench::dut::{self, Memory, Proc};
+use torii_bench::kernel::KernelPath;
 use torii_bench::plan::{Dut, Plan, Protocol};
 use torii_bench::report::{self, DutResult, LatencyResult, Machine, Percentiles, Report, Run, SearchResult};
 use torii_bench::search::{median, Point, Search, SearchConfig};
@@ -27,6 +28,9 @@ use torii_dpdk::{Eal, Mempool};
 enum Baseline {
     /// testpmd's io forwarding on its own net_virtio_user port.
     IoFwd,
+    /// The Linux kernel with kube-proxy's nftables rules, on a veth pair (torii-bench on
+    /// net_af_packet; needs root, `ip`, `nft`, `ethtool`).
+    Nftables,
     /// No baseline (torii only).
     None,
 }
@@ -101,9 +105,9 @@ struct Args {
     /// Skip the search: one trial per device at this rate (requests/s), latency recorded.
     #[arg(long)]
     fixed_rate: Option<f64>,
-    /// Baseline measured in the same run.
-    #[arg(long, value_enum, default_value_t = Baseline::IoFwd)]
-    baseline: Baseline,
+    /// Baselines measured in the same run (comma-separated).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "io-fwd")]
+    baseline: Vec<Baseline>,
     /// CPU of torii-bench's generator (its only lcore).
     #[arg(long, default_value_t = 0)]
     bench_cpu: usize,
@@ -183,6 +187,12 @@ impl Duts {
                     t.thaw();
                 }
             }
+            Dut::Kernel => {
+                self.gateway.freeze();
+                if let Some(t) = &self.testpmd {
+                    t.freeze();
+                }
+            }
         }
         std::thread::sleep(Duration::from_millis(20));
         self.gateway.check_alive()?;
@@ -207,7 +217,8 @@ fn run(args: &Args) -> Result<bool> {
         MemoryArg::Hugepages => Memory::Hugepages,
         MemoryArg::NoHuge => Memory::NoHuge,
     };
-    let baseline = args.baseline == Baseline::IoFwd;
+    let baseline = args.baseline.contains(&Baseline::IoFwd);
+    let nftables = args.baseline.contains(&Baseline::Nftables);
     let pid = std::process::id();
     let workdir = args.workdir.clone().unwrap_or_else(|| std::env::temp_dir().join(format!("torii-bench-{pid}")));
     let _ = std::fs::remove_dir_all(&workdir);
@@ -221,13 +232,25 @@ fn run(args: &Args) -> Result<bool> {
         args.dut_cpu
     );
 
-    // Our EAL: one lcore, one net_vhost server port per device.
+    // The kernel path's veth pair exists before EAL opens its end.
+    let biggest = Plan::new(args.protocols[0], max_flows, args.services, args.endpoints, args.frame_size)?;
+    let kernel = if nftables {
+        let k = KernelPath::setup(pid, &biggest, args.dut_cpu, &workdir).context("the nftables baseline")?;
+        eprintln!("torii-bench: baseline: nftables on {} <-> {} ({})", k.gen_if, k.dut_if, workdir.join("kernel.nft").display());
+        Some(k)
+    } else {
+        None
+    };
+
+    // Our EAL: one lcore, one net_vhost server port per DPDK device, net_af_packet for the kernel.
     let sock_paths: Vec<&std::path::Path> =
         socks.iter().take(if baseline { 2 } else { 1 }).map(PathBuf::as_path).collect();
-    let eal = Eal::builder()
-        .args(vhost::eal_args(&format!("torii-bench-{pid}"), args.bench_cpu, &sock_paths, memory))
-        .init()
-        .context("EAL")?;
+    let mut eal_args = vhost::eal_args(&format!("torii-bench-{pid}"), args.bench_cpu, &sock_paths, memory);
+    if let Some(k) = &kernel {
+        eal_args.push("--vdev".into());
+        eal_args.push(k.vdev(0));
+    }
+    let eal = Eal::builder().args(eal_args).init().context("EAL")?;
     let _ = std::fs::remove_dir(eal.runtime_dir());
     let pool = Mempool::new(&eal, "bench", 16383, 256, DEFAULT_DATA_ROOM, None).context("mempool")?;
     let open = |name: &str, dut: Dut| -> Result<Link> {
@@ -235,7 +258,13 @@ fn run(args: &Args) -> Result<bool> {
         Ok(Link::new(dut, port, max_flows)?)
     };
     let mut torii_link = open("net_vhost0", Dut::Torii)?;
-    let mut base_link = if baseline { Some(open("net_vhost1", Dut::IoFwd)?) } else { None };
+    let mut base_links = Vec::new();
+    if baseline {
+        base_links.push(open("net_vhost1", Dut::IoFwd)?);
+    }
+    if kernel.is_some() {
+        base_links.push(open("net_af_packet0", Dut::Kernel)?);
+    }
 
     // The devices.
     let manifests = workdir.join("manifests");
@@ -245,7 +274,6 @@ fn run(args: &Args) -> Result<bool> {
     )?;
     let gw_eal = if memory == Memory::NoHuge { memory.eal_args() } else { Vec::new() };
     let config = workdir.join("gateway.toml");
-    let biggest = Plan::new(args.protocols[0], max_flows, args.services, args.endpoints, args.frame_size)?;
     std::fs::write(
         &config,
         biggest.gateway_config(
@@ -279,7 +307,7 @@ fn run(args: &Args) -> Result<bool> {
     };
     let mut duts = Duts { gateway, _control: control, testpmd };
     wait_link(&torii_link, &mut duts.gateway)?;
-    if let (Some(l), Some(t)) = (&base_link, &mut duts.testpmd) {
+    if let (Some(l), Some(t)) = (base_links.iter().find(|l| l.dut == Dut::IoFwd), &mut duts.testpmd) {
         wait_link(l, t)?;
     }
     duts.select(Dut::Torii)?;
@@ -299,9 +327,7 @@ fn run(args: &Args) -> Result<bool> {
     for plan in &plans {
         let mut gen = Generator::new(*plan, pool.take().context("pool")?, args.check_every, args.checksum_every);
         let mut links: Vec<&mut Link> = vec![&mut torii_link];
-        if let Some(l) = base_link.as_mut() {
-            links.push(l);
-        }
+        links.extend(base_links.iter_mut());
         let mut ctx = Ctx { args, duts: &mut duts, pb: &pb, bad_frames: 0, ok: true };
         if args.tests.contains(&Test::Throughput) {
             let mut results = Vec::new();
@@ -367,7 +393,7 @@ fn run(args: &Args) -> Result<bool> {
             "memory": memory, "bench_cpu": args.bench_cpu, "dut_cpu": args.dut_cpu,
             "trial_s": args.trial_s, "repeats": args.repeats, "precision": args.precision,
             "pdr_loss": args.pdr_loss, "max_pps": args.max_pps, "fixed_rate": args.fixed_rate,
-            "latency_fraction": args.latency_fraction, "baseline": baseline.then_some("testpmd io-fwd"),
+            "latency_fraction": args.latency_fraction, "baselines": args.baseline.iter().filter(|&&b| b != Baseline::None).map(|b| format!("{b:?}")).collect::<Vec<_>>(),
             "checksum_every": args.checksum_every, "check_every": args.check_every,
         }),
         runs,

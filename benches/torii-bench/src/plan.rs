@@ -112,6 +112,9 @@ pub enum Dut {
     Torii,
     /// testpmd's io forwarding: every frame comes back unchanged.
     IoFwd,
+    /// The Linux kernel with kube-proxy's nftables rules ([`crate::kernel`]): translated
+    /// like torii (DNAT, masquerade to the SNAT address).
+    Kernel,
 }
 
 impl Dut {
@@ -120,6 +123,7 @@ impl Dut {
         match self {
             Dut::Torii => "torii",
             Dut::IoFwd => "io-fwd",
+            Dut::Kernel => "nftables",
         }
     }
 }
@@ -613,7 +617,7 @@ pub fn check_to_endpoint(plan: &Plan, dut: Dut, frame: &[u8], flow: u32, checksu
         h.sums.map_err(|e| format!("{}: {e}", what()))?;
     }
     match dut {
-        Dut::Torii => {
+        Dut::Torii | Dut::Kernel => {
             if h.eth_src != GATEWAY_MAC {
                 return Err(format!("{}: source MAC {} is not the gateway's", what(), h.eth_src));
             }

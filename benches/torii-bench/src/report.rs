@@ -209,7 +209,7 @@ pub fn table(report: &Report, title: &str) -> String {
     );
     let _ = writeln!(
         s,
-        "{:>8} {:>6} {:>7} | {:>9} {:>9} | {:>9} {:>9} | {:>8} | latency µs at {:>9}: {:>6} {:>6} {:>7} {:>7}",
+        "{:>8} {:>6} {:>15} | {:>9} {:>9} | {:>9} {:>9} | {:>8} | latency µs at {:>9}: {:>6} {:>6} {:>7} {:>7}",
         "",
         "flows",
         "device",
@@ -244,7 +244,7 @@ pub fn table(report: &Report, title: &str) -> String {
             let star = if d.ndr_at_generator_max { "*" } else { " " };
             let _ = writeln!(
                 s,
-                "{:>8} {:>6} {:>7} | {:>8}{star} {:>9} | {:>9} {:>9} | {:>9} | latency µs at {at:>9}: {lat}",
+                "{:>8} {:>6} {:>15} | {:>8}{star} {:>9} | {:>9} {:>9} | {:>9} | latency µs at {at:>9}: {lat}",
                 if run.test == "connections" { format!("{} cps", run.protocol) } else { run.protocol.to_string() },
                 run.flows,
                 d.dut,
