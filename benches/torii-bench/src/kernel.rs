@@ -58,13 +58,33 @@ impl KernelPath {
     /// # Errors
     /// When a command fails (not root, no `nft`, ...); what was created is removed.
     pub fn setup(tag: u32, plan: &Plan, dut_cpu: usize, workdir: &Path) -> Result<Self> {
-        let netns = format!("torii-bench-k{tag}");
-        let (gen_if, dut_if) = (format!("tbk{}g", tag % 100_000), format!("tbk{}d", tag % 100_000));
+        let path = Self::pipe('k', tag, dut_cpu)?;
+        path.configure(plan, workdir)?;
+        Ok(path)
+    }
+
+    /// Only the namespace and the veth pair (`kind` names them: `tb<kind><tag>g/d`), the
+    /// device side with the gateway's MAC, no address (for torii's AF_PACKET driver, which
+    /// taps the interface: the kernel must not answer for it), offloads off, RPS to
+    /// `dut_cpu`.
+    ///
+    /// # Errors
+    /// When a command fails; what was created is removed.
+    pub fn pipe(kind: char, tag: u32, dut_cpu: usize) -> Result<Self> {
+        let netns = format!("torii-bench-{kind}{tag}");
+        let (gen_if, dut_if) = (format!("tb{kind}{}g", tag % 100_000), format!("tb{kind}{}d", tag % 100_000));
         let _ = run(&["ip", "netns", "del", &netns]);
         run(&["ip", "netns", "add", &netns])?;
         let path = Self { netns, gen_if, dut_if };
-        path.configure(plan, dut_cpu, workdir)?;
+        path.link(dut_cpu)?;
         Ok(path)
+    }
+
+    /// The command line running `program` in the namespace, pinned to `cpu`.
+    pub fn command(&self, program: &Path, cpu: usize) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.netns, "taskset", "-c", &cpu.to_string()]).arg(program);
+        c
     }
 
     fn exec(&self, args: &[&str]) -> Result<String> {
@@ -73,15 +93,13 @@ impl KernelPath {
         run(&a)
     }
 
-    fn configure(&self, plan: &Plan, dut_cpu: usize, workdir: &Path) -> Result<()> {
+    fn link(&self, dut_cpu: usize) -> Result<()> {
         let (g, d) = (self.gen_if.as_str(), self.dut_if.as_str());
         run(&["ip", "link", "add", g, "type", "veth", "peer", "name", d, "netns", &self.netns])?;
         let _ = run(&["sysctl", "-qw", &format!("net.ipv6.conf.{g}.disable_ipv6=1")]);
         run(&["ip", "link", "set", g, "up"])?;
         self.exec(&["sysctl", "-qw", &format!("net.ipv6.conf.{d}.disable_ipv6=1")])?;
         self.exec(&["ip", "link", "set", d, "address", &plan::GATEWAY_MAC.to_string()])?;
-        self.exec(&["ip", "addr", "add", "198.51.100.1/24", "dev", d])?;
-        self.exec(&["ip", "addr", "add", &format!("{}/16", plan::SNAT_IP), "dev", d])?;
         self.exec(&["ip", "link", "set", d, "up"])?;
         self.exec(&["ip", "link", "set", "lo", "up"])?;
         for (dev, ns) in [(g, false), (d, true)] {
@@ -92,6 +110,15 @@ impl KernelPath {
                 run(&args)?;
             }
         }
+        let mask = format!("{:x}", 1u64 << dut_cpu);
+        self.exec(&["sh", "-c", &format!("echo {mask} > /sys/class/net/{d}/queues/rx-0/rps_cpus")])?;
+        Ok(())
+    }
+
+    fn configure(&self, plan: &Plan, workdir: &Path) -> Result<()> {
+        let d = self.dut_if.as_str();
+        self.exec(&["ip", "addr", "add", "198.51.100.1/24", "dev", d])?;
+        self.exec(&["ip", "addr", "add", &format!("{}/16", plan::SNAT_IP), "dev", d])?;
         for s in [
             "net.ipv4.ip_forward=1".to_string(),
             "net.ipv4.conf.all.send_redirects=0".into(),
@@ -111,8 +138,6 @@ impl KernelPath {
         if have < want {
             run(&["sysctl", "-qw", &format!("net.netfilter.nf_conntrack_max={want}")])?;
         }
-        let mask = format!("{:x}", 1u64 << dut_cpu);
-        self.exec(&["sh", "-c", &format!("echo {mask} > /sys/class/net/{d}/queues/rx-0/rps_cpus")])?;
         let rules = workdir.join("kernel.nft");
         std::fs::write(&rules, ruleset(plan))?;
         self.exec(&["nft", "-f", &rules.display().to_string()])?;
@@ -121,7 +146,10 @@ impl KernelPath {
 
     /// The `net_af_packet` vdev on the generator's end.
     pub fn vdev(&self, index: usize) -> String {
-        format!("net_af_packet{index},iface={},qpairs=1,blocksz=4096,framesz=2048,framecnt=4096,qdisc_bypass=1", self.gen_if)
+        format!(
+            "net_af_packet{index},iface={},qpairs=1,blocksz=4096,framesz=2048,framecnt=4096,qdisc_bypass=1",
+            self.gen_if
+        )
     }
 }
 
@@ -163,8 +191,9 @@ pub fn ruleset(plan: &Plan) -> String {
                  \tchain service-{id} {{\n\t\tnumgen random mod {} vmap {{ ",
                 plan.endpoints
             );
-            let chains: Vec<String> =
-                (0..plan.endpoints).map(|j| format!("{j} : goto endpoint-{id}__{}/{target}", plan.endpoint(svc, j))).collect();
+            let chains: Vec<String> = (0..plan.endpoints)
+                .map(|j| format!("{j} : goto endpoint-{id}__{}/{target}", plan.endpoint(svc, j)))
+                .collect();
             let _ = writeln!(s, "{} }}\n\t}}", chains.join(", "));
             for j in 0..plan.endpoints {
                 let ep = plan.endpoint(svc, j);

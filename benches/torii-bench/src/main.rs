@@ -16,7 +16,7 @@ use clap::{Parser, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use torii_bench::dut::{self, Memory, Proc};
 use torii_bench::kernel::KernelPath;
-use torii_bench::plan::{Dut, Plan, Protocol};
+use torii_bench::plan::{Dut, GatewayDriver, Plan, Protocol};
 use torii_bench::report::{self, DutResult, LatencyResult, Machine, Percentiles, Report, Run, SearchResult};
 use torii_bench::search::{median, Point, Search, SearchConfig};
 use torii_bench::traffic::{Generator, Link, Phase, TrialOutcome, TrialSpec};
@@ -31,6 +31,9 @@ enum Baseline {
     /// The Linux kernel with kube-proxy's nftables rules, on a veth pair (torii-bench on
     /// net_af_packet; needs root, `ip`, `nft`, `ethtool`).
     Nftables,
+    /// torii-gateway on its own AF_PACKET driver on a veth pair, like the kernel's
+    /// (torii-bench on net_af_packet; needs root, `ip`, `ethtool`, `taskset`).
+    ToriiAfPacket,
     /// No baseline (torii only).
     None,
 }
@@ -169,35 +172,28 @@ struct Duts {
     gateway: Proc,
     _control: Proc,
     testpmd: Option<Proc>,
+    /// torii-gateway on AF_PACKET, and its torii-control.
+    af_packet: Option<(Proc, Proc)>,
 }
 
 impl Duts {
     /// Lets `dut` have the forwarding core and freezes the other.
     fn select(&mut self, dut: Dut) -> Result<()> {
-        match dut {
-            Dut::Torii => {
-                if let Some(t) = &self.testpmd {
-                    t.freeze();
-                }
-                self.gateway.thaw();
-            }
-            Dut::IoFwd => {
-                self.gateway.freeze();
-                if let Some(t) = &self.testpmd {
-                    t.thaw();
-                }
-            }
-            Dut::Kernel => {
-                self.gateway.freeze();
-                if let Some(t) = &self.testpmd {
-                    t.freeze();
-                }
-            }
+        let set = |p: &Proc, on: bool| if on { p.thaw() } else { p.freeze() };
+        if let Some(t) = &self.testpmd {
+            set(t, dut == Dut::IoFwd);
         }
+        if let Some((g, _)) = &self.af_packet {
+            set(g, dut == Dut::ToriiAfPacket);
+        }
+        set(&self.gateway, dut == Dut::Torii);
         std::thread::sleep(Duration::from_millis(20));
         self.gateway.check_alive()?;
         if let Some(t) = &mut self.testpmd {
             t.check_alive()?;
+        }
+        if let Some((g, _)) = &mut self.af_packet {
+            g.check_alive()?;
         }
         Ok(())
     }
@@ -219,6 +215,7 @@ fn run(args: &Args) -> Result<bool> {
     };
     let baseline = args.baseline.contains(&Baseline::IoFwd);
     let nftables = args.baseline.contains(&Baseline::Nftables);
+    let af_packet = args.baseline.contains(&Baseline::ToriiAfPacket);
     let pid = std::process::id();
     let workdir = args.workdir.clone().unwrap_or_else(|| std::env::temp_dir().join(format!("torii-bench-{pid}")));
     let _ = std::fs::remove_dir_all(&workdir);
@@ -236,8 +233,19 @@ fn run(args: &Args) -> Result<bool> {
     let biggest = Plan::new(args.protocols[0], max_flows, args.services, args.endpoints, args.frame_size)?;
     let kernel = if nftables {
         let k = KernelPath::setup(pid, &biggest, args.dut_cpu, &workdir).context("the nftables baseline")?;
-        eprintln!("torii-bench: baseline: nftables on {} <-> {} ({})", k.gen_if, k.dut_if, workdir.join("kernel.nft").display());
+        eprintln!(
+            "torii-bench: baseline: nftables on {} <-> {} ({})",
+            k.gen_if,
+            k.dut_if,
+            workdir.join("kernel.nft").display()
+        );
         Some(k)
+    } else {
+        None
+    };
+
+    let afp_pipe = if af_packet {
+        Some(KernelPath::pipe('a', pid, args.dut_cpu).context("the AF_PACKET baseline's veth pair")?)
     } else {
         None
     };
@@ -246,9 +254,9 @@ fn run(args: &Args) -> Result<bool> {
     let sock_paths: Vec<&std::path::Path> =
         socks.iter().take(if baseline { 2 } else { 1 }).map(PathBuf::as_path).collect();
     let mut eal_args = vhost::eal_args(&format!("torii-bench-{pid}"), args.bench_cpu, &sock_paths, memory);
-    if let Some(k) = &kernel {
+    for (k, pipe) in kernel.iter().chain(afp_pipe.iter()).enumerate() {
         eal_args.push("--vdev".into());
-        eal_args.push(k.vdev(0));
+        eal_args.push(pipe.vdev(k));
     }
     let eal = Eal::builder().args(eal_args).init().context("EAL")?;
     let _ = std::fs::remove_dir(eal.runtime_dir());
@@ -265,6 +273,9 @@ fn run(args: &Args) -> Result<bool> {
     if kernel.is_some() {
         base_links.push(open("net_af_packet0", Dut::Kernel)?);
     }
+    if afp_pipe.is_some() {
+        base_links.push(open(&format!("net_af_packet{}", usize::from(kernel.is_some())), Dut::ToriiAfPacket)?);
+    }
 
     // The devices.
     let manifests = workdir.join("manifests");
@@ -279,9 +290,7 @@ fn run(args: &Args) -> Result<bool> {
         biggest.gateway_config(
             &shm_dir,
             &manifests.display().to_string(),
-            &socks[0].display().to_string(),
-            args.dut_cpu,
-            &gw_eal,
+            &GatewayDriver::Dpdk { socket: socks[0].display().to_string(), cpu: args.dut_cpu, eal: gw_eal },
         ),
     )?;
     let control_bin = match &args.control_bin {
@@ -305,7 +314,24 @@ fn run(args: &Args) -> Result<bool> {
     } else {
         None
     };
-    let mut duts = Duts { gateway, _control: control, testpmd };
+    let afp_shm_dir = format!("/dev/shm/torii-bench-afp-{pid}");
+    let af_packet = match &afp_pipe {
+        Some(pipe) => {
+            let config = workdir.join("gateway-af-packet.toml");
+            let driver = GatewayDriver::AfPacket { iface: pipe.dut_if.clone() };
+            std::fs::write(&config, biggest.gateway_config(&afp_shm_dir, &manifests.display().to_string(), &driver))?;
+            let mut control_cmd = Command::new(&control_bin);
+            control_cmd.args(["run", "--config"]).arg(&config).arg("--manifests").arg(&manifests).env("NO_COLOR", "1");
+            let control =
+                Proc::spawn("torii-control (AF_PACKET)", control_cmd, &workdir.join("control-af-packet.log"))?;
+            let mut cmd = pipe.command(&gateway_bin, args.dut_cpu);
+            cmd.arg("--config").arg(&config).env("NO_COLOR", "1");
+            eprintln!("torii-bench: baseline: torii-gateway on AF_PACKET: {cmd:?}");
+            Some((Proc::spawn("torii-gateway (AF_PACKET)", cmd, &workdir.join("gateway-af-packet.log"))?, control))
+        }
+        None => None,
+    };
+    let mut duts = Duts { gateway, _control: control, testpmd, af_packet };
     wait_link(&torii_link, &mut duts.gateway)?;
     if let (Some(l), Some(t)) = (base_links.iter().find(|l| l.dut == Dut::IoFwd), &mut duts.testpmd) {
         wait_link(l, t)?;
@@ -378,6 +404,7 @@ fn run(args: &Args) -> Result<bool> {
     let gateway_tail = dut::tail(duts.gateway.log(), 5);
     drop(duts);
     let _ = std::fs::remove_dir_all(&shm_dir);
+    let _ = std::fs::remove_dir_all(&afp_shm_dir);
 
     let report = Report {
         tool: "torii-bench",
@@ -387,7 +414,7 @@ fn run(args: &Args) -> Result<bool> {
         command: std::env::args().collect::<Vec<_>>().join(" "),
         machine: Machine::detect(Eal::version()),
         setup: serde_json::json!({
-            "topology": "one-armed: torii-bench net_vhost <-> device net_virtio_user",
+            "topology": "one-armed: torii-bench net_vhost <-> device net_virtio_user (torii, io-fwd); torii-bench net_af_packet <-> veth (nftables, torii-af-packet)",
             "protocols": args.protocols.iter().map(|p| p.name()).collect::<Vec<_>>(), "ip": "ipv4",
             "services": args.services, "endpoints": args.endpoints, "frame_size": args.frame_size,
             "memory": memory, "bench_cpu": args.bench_cpu, "dut_cpu": args.dut_cpu,
@@ -403,7 +430,7 @@ fn run(args: &Args) -> Result<bool> {
     let json = serde_json::to_string_pretty(&report)?;
     std::fs::write(&args.out, json + "\n").with_context(|| format!("write {}", args.out.display()))?;
     let title = format!(
-        "torii-bench: {}-byte {}/IPv4, one-armed vhost-user pipe, trials {} s, {} search(es); {:.0} s in all; results in {}",
+        "torii-bench: {}-byte {}/IPv4, one-armed (DPDK devices on vhost-user, nftables and AF_PACKET on veth), trials {} s, {} search(es); {:.0} s in all; results in {}",
         args.frame_size,
         args.protocols.iter().map(|p| p.name().to_uppercase()).collect::<Vec<_>>().join(" and "),
         args.trial_s,

@@ -115,6 +115,8 @@ pub enum Dut {
     /// The Linux kernel with kube-proxy's nftables rules ([`crate::kernel`]): translated
     /// like torii (DNAT, masquerade to the SNAT address).
     Kernel,
+    /// torii-gateway on its own AF_PACKET driver, on a veth pair like the kernel's.
+    ToriiAfPacket,
 }
 
 impl Dut {
@@ -124,6 +126,7 @@ impl Dut {
             Dut::Torii => "torii",
             Dut::IoFwd => "io-fwd",
             Dut::Kernel => "nftables",
+            Dut::ToriiAfPacket => "torii-af-packet",
         }
     }
 }
@@ -372,29 +375,53 @@ impl Plan {
         y
     }
 
-    /// torii-gateway's configuration: one worker on `cpu`, one `net_virtio_user` interface
-    /// on `socket` carrying both subnets, conntrack sized for the flows of both protocols.
-    pub fn gateway_config(
-        &self,
-        shm_dir: &str,
-        manifests_dir: &str,
-        socket: &str,
-        cpu: usize,
-        eal: &[String],
-    ) -> String {
+    /// torii-gateway's configuration: one worker, one interface carrying both subnets
+    /// (DPDK: `net_virtio_user` on `socket`, the worker on `cpu`; AF_PACKET: the kernel
+    /// interface `iface`), conntrack sized for the flows of both protocols.
+    pub fn gateway_config(&self, shm_dir: &str, manifests_dir: &str, driver: &GatewayDriver) -> String {
         // Flows of both protocols may be tracked at once (runs share the gateway).
         let capacity = (u64::from(self.flows) * 4).next_power_of_two().max(65_536);
-        let eal: Vec<String> = eal.iter().map(|a| format!("{a:?}")).collect();
+        let head = match driver {
+            GatewayDriver::Dpdk { socket, cpu, eal } => {
+                let eal: Vec<String> = eal.iter().map(|a| format!("{a:?}")).collect();
+                format!(
+                        "driver = \"dpdk\"\nworkers = 1\n\n[dpdk]\neal_args = [{eal}]\ncpus = [{cpu}]\n\
+                         fallback_to_af_packet = false\nidle_sleep_us = 100\n\n[[interfaces]]\nname = \"virtio0\"\n\
+                         device = \"net_virtio_user0,path={socket},queues=1,queue_size={VIRTIO_QUEUE_SIZE},mac={GATEWAY_MAC}\"\n",
+                        eal = eal.join(", "),
+                )
+            }
+            GatewayDriver::AfPacket { iface } => {
+                format!("driver = \"af_packet\"\nworkers = 1\n\n[[interfaces]]\nname = {iface:?}\n")
+            }
+        };
         format!(
-            "# Written by torii-bench.\nnode_name = \"gateway-1\"\nshm_dir = {shm_dir:?}\ndriver = \"dpdk\"\nworkers = 1\n\n\
-             [dpdk]\neal_args = [{eal}]\ncpus = [{cpu}]\nfallback_to_af_packet = false\nidle_sleep_us = 100\n\n\
-             [[interfaces]]\nname = \"virtio0\"\naddresses = [\"198.51.100.1/24\", \"10.70.0.1/16\"]\n\
-             device = \"net_virtio_user0,path={socket},queues=1,queue_size={VIRTIO_QUEUE_SIZE},mac={GATEWAY_MAC}\"\n\n\
+            "# Written by torii-bench.\nnode_name = \"gateway-1\"\nshm_dir = {shm_dir:?}\n{head}\
+             addresses = [\"198.51.100.1/24\", \"10.70.0.1/16\"]\n\n\
              [snat]\naddresses = [\"10.70.0.1\"]\nport_min = {SNAT_PORT_MIN}\nport_max = 65535\n\n\
              [conntrack]\ncapacity = {capacity}\ntcp_be_liberal = true\n\n[control]\nmanifests = {manifests_dir:?}\n",
-            eal = eal.join(", "),
         )
     }
+}
+
+/// How a torii-gateway under test reaches torii-bench.
+#[derive(Debug, Clone)]
+pub enum GatewayDriver {
+    /// DPDK `net_virtio_user` on the vhost-user socket `socket`, the worker on CPU `cpu`,
+    /// extra EAL arguments `eal`.
+    Dpdk {
+        /// The vhost-user socket torii-bench serves.
+        socket: String,
+        /// The worker's CPU.
+        cpu: usize,
+        /// Extra EAL arguments (memory).
+        eal: Vec<String>,
+    },
+    /// torii's own AF_PACKET driver on the kernel interface `iface` (a veth).
+    AfPacket {
+        /// The interface.
+        iface: String,
+    },
 }
 
 /// Writes the trial number and transmit time into a frame copied from a template, and
@@ -617,7 +644,7 @@ pub fn check_to_endpoint(plan: &Plan, dut: Dut, frame: &[u8], flow: u32, checksu
         h.sums.map_err(|e| format!("{}: {e}", what()))?;
     }
     match dut {
-        Dut::Torii | Dut::Kernel => {
+        Dut::Torii | Dut::Kernel | Dut::ToriiAfPacket => {
             if h.eth_src != GATEWAY_MAC {
                 return Err(format!("{}: source MAC {} is not the gateway's", what(), h.eth_src));
             }
@@ -851,9 +878,15 @@ mod tests {
         assert_eq!(m.matches("- addresses: [10.70.").count(), 12);
         assert_eq!(m.matches("protocol: TCP, port: 8080").count(), 3);
         assert!(m.contains("externalIPs: [203.0.113.12]"));
-        let c = p.gateway_config("/dev/shm/x", "/tmp/m", "/tmp/s.sock", 1, &["--no-huge".into()]);
+        let dpdk = GatewayDriver::Dpdk { socket: "/tmp/s.sock".into(), cpu: 1, eal: vec!["--no-huge".into()] };
+        let c = p.gateway_config("/dev/shm/x", "/tmp/m", &dpdk);
         assert!(c.contains("capacity = 262144"), "{c}");
         assert!(c.contains("queue_size=1024,mac=02:00:00:00:00:01"), "{c}");
         assert!(c.contains("eal_args = [\"--no-huge\"]"), "{c}");
+        let afp = p.gateway_config("/dev/shm/x", "/tmp/m", &GatewayDriver::AfPacket { iface: "tba1d".into() });
+        assert!(
+            afp.contains("driver = \"af_packet\"\nworkers = 1\n\n[[interfaces]]\nname = \"tba1d\"\naddresses"),
+            "{afp}"
+        );
     }
 }
