@@ -6,7 +6,7 @@
 //! ```
 //!
 //! The device side lives in a network namespace of its own with the gateway's MAC
-//! ([`plan::GATEWAY_MAC`]) and addresses (198.51.100.1/24, 10.70.0.1/16), IPv4 forwarding
+//! ([`plan::GATEWAY_MAC`]) and addresses (198.18.0.1/15, 10.70.0.1/16), IPv4 forwarding
 //! on, ICMP redirects off (one-armed: frames leave by the interface they came in on), and
 //! kube-proxy's nftables rules for the plan's Services ([`ruleset`]). Both ends have their
 //! offloads off, so the packet socket sees every checksum complete. RPS moves the
@@ -117,7 +117,7 @@ impl KernelPath {
 
     fn configure(&self, plan: &Plan, workdir: &Path) -> Result<()> {
         let d = self.dut_if.as_str();
-        self.exec(&["ip", "addr", "add", "198.51.100.1/24", "dev", d])?;
+        self.exec(&["ip", "addr", "add", plan::GATEWAY_CLIENT_PREFIX, "dev", d])?;
         self.exec(&["ip", "addr", "add", &format!("{}/16", plan::SNAT_IP), "dev", d])?;
         for s in [
             "net.ipv4.ip_forward=1".to_string(),
@@ -221,7 +221,7 @@ mod tests {
 
     #[test]
     fn ruleset_has_kube_proxys_chains_for_every_service_and_endpoint() {
-        let p = Plan::new(Protocol::Udp, 1000, 2, 3, 64).unwrap();
+        let p = Plan::new(Protocol::Udp, 1000, 2, 3, 64, false).unwrap();
         let r = ruleset(&p);
         assert_eq!(r.matches("\tchain service-").count(), 4, "2 Services × UDP and TCP");
         assert_eq!(r.matches("\tchain endpoint-").count(), 12);

@@ -72,6 +72,11 @@ struct Args {
     /// Client flow counts to measure, each a run of its own (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "1000")]
     flows: Vec<u32>,
+    /// The gateway's SNAT ports are unique per endpoint (tuple-unique SNAT), not per SNAT
+    /// address: flows may then exceed 64 000 (up to 32 000 per endpoint, 16 M in all);
+    /// give enough Services × endpoints.
+    #[arg(long)]
+    snat_per_endpoint: bool,
     /// Services (VIPs) the flows are spread over.
     #[arg(long, default_value_t = 1)]
     services: u32,
@@ -206,7 +211,11 @@ fn run(args: &Args) -> Result<bool> {
     let plans: Vec<Plan> = args
         .protocols
         .iter()
-        .flat_map(|&p| args.flows.iter().map(move |&f| Plan::new(p, f, args.services, args.endpoints, args.frame_size)))
+        .flat_map(|&p| {
+            args.flows
+                .iter()
+                .map(move |&f| Plan::new(p, f, args.services, args.endpoints, args.frame_size, args.snat_per_endpoint))
+        })
         .collect::<Result<_, _>>()?;
     let memory = match args.memory {
         MemoryArg::Auto => Memory::choose(600 << 20),
@@ -230,7 +239,14 @@ fn run(args: &Args) -> Result<bool> {
     );
 
     // The kernel path's veth pair exists before EAL opens its end.
-    let biggest = Plan::new(args.protocols[0], max_flows, args.services, args.endpoints, args.frame_size)?;
+    let biggest = Plan::new(
+        args.protocols[0],
+        max_flows,
+        args.services,
+        args.endpoints,
+        args.frame_size,
+        args.snat_per_endpoint,
+    )?;
     let kernel = if nftables {
         let k = KernelPath::setup(pid, &biggest, args.dut_cpu, &workdir).context("the nftables baseline")?;
         eprintln!(
@@ -490,7 +506,7 @@ impl Ctx<'_> {
         for attempt in 1..=WARMUP_ATTEMPTS {
             self.pb.set_message(format!("[{}] {}: {phase:?} {attempt}", plan.tag(), link.dut.name()));
             let missing = f64::from(plan.flows - gen.answered());
-            let d = Duration::from_secs_f64((missing / rate).clamp(0.5, 5.0));
+            let d = Duration::from_secs_f64((missing / rate).clamp(0.5, 600.0));
             let spec = TrialSpec { rate_pps: Some(rate), duration: d, latency: false, phase, unanswered_only: true };
             let pb = self.pb;
             let t = gen.trial(link, spec, &mut |_| pb.tick());

@@ -7,9 +7,10 @@
 //! # Addresses (one-armed: one link carries both sides)
 //!
 //! - The gateway: MAC [`GATEWAY_MAC`] (set on its `net_virtio_user` device), addresses
-//!   198.51.100.1/24 (the clients' subnet) and 10.70.0.1/16 (the endpoints' subnet, also
+//!   198.18.0.1/15 (the clients' subnet, RFC 2544's benchmarking range) and 10.70.0.1/16 (the endpoints' subnet, also
 //!   the SNAT address, ports 1024–65535).
-//! - Client flow `i`: host 198.51.100.(10 + i / 50 000), source port 10 000 + i % 50 000,
+//! - Client flow `i`: host 198.18.0.0 + 10 + i / 50 000 (336 hosts for 16 M flows), source
+//!   port 10 000 + i % 50 000,
 //!   MAC [`CLIENT_MAC`], to Service `i % services`.
 //! - Service `s`: VIP 203.0.113.(10 + s), UDP port 7 → `targetPort` 7007 and TCP port
 //!   80 → 8080, `endpoints` ready endpoints; endpoint `k = s × endpoints + j` is 10.70.(1 + k / 250).(2 + k %
@@ -53,8 +54,13 @@ use torii_gateway::wire::{EthernetFrame, Ipv4Packet, MacAddr, TcpFlags, TcpPacke
 
 /// The gateway's MAC address (given to its `net_virtio_user` device).
 pub const GATEWAY_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 0, 0x01]);
-/// The gateway's address on the clients' subnet.
-pub const GATEWAY_CLIENT_IP: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 1);
+/// The gateway's address on the clients' subnet (198.18.0.0/15, RFC 2544's benchmarking
+/// range, which holds the 336 client hosts of 16 M flows).
+pub const GATEWAY_CLIENT_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
+/// The clients' subnet as the gateway's interface address: [`GATEWAY_CLIENT_IP`]/15.
+pub const GATEWAY_CLIENT_PREFIX: &str = "198.18.0.1/15";
+/// First address of the clients' subnet.
+const CLIENT_NET: u32 = u32::from_be_bytes([198, 18, 0, 0]);
 /// The gateway's address on the endpoints' subnet, and its SNAT address.
 pub const SNAT_IP: Ipv4Addr = Ipv4Addr::new(10, 70, 0, 1);
 /// Lowest SNAT port the gateway may choose.
@@ -75,9 +81,14 @@ pub const MAGIC: [u8; 4] = *b"tRB1";
 pub const FLOWS_PER_HOST: u32 = 50_000;
 /// First client source port.
 pub const FIRST_CLIENT_PORT: u16 = 10_000;
-/// Most flows this version drives: the gateway chooses one SNAT port per flow from
-/// 1024–65535 for its one SNAT address (64 512 ports), and leaves some room.
-pub const MAX_FLOWS: u32 = 64_000;
+/// Most flows torii-bench drives (its templates take `flows` × frame bytes).
+pub const MAX_FLOWS: u32 = 16 << 20;
+/// Most memory the generator's frame templates (one per flow) may take: 16 M flows of
+/// 64-byte frames.
+pub const MAX_TEMPLATE_BYTES: u64 = 1 << 30;
+/// Most flows through one SNAT address when the gateway's SNAT port is unique per flow:
+/// it has 64 512 ports (1024–65535), and some are left free.
+pub const FLOWS_PER_SNAT_ADDRESS: u32 = 64_000;
 /// Descriptors of each virtio ring (`net_virtio_user`'s `queue_size`; its default, 256,
 /// would hold a quarter of what the devices configure and turn every short preemption of
 /// the device's core into loss).
@@ -208,14 +219,22 @@ pub struct Plan {
     /// Frame size on the wire in bytes, FCS included (the frame handed to the port is 4
     /// bytes shorter).
     pub frame_size: usize,
+    /// Whether the gateway's SNAT ports need only be unique per endpoint (address and
+    /// port; RFC 4787's endpoint-dependent mapping, as Linux's NAT), which lets flows
+    /// exceed [`FLOWS_PER_SNAT_ADDRESS`] across many endpoints.
+    pub snat_per_endpoint: bool,
 }
 
 /// A [`Plan`] that cannot be run, and why.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum PlanError {
     /// Too many or no flows.
-    #[error("--flows {0}: must be 1..={MAX_FLOWS} (one SNAT address gives the gateway 64 512 ports)")]
-    Flows(u32),
+    #[error(
+        "--flows {0}: must be 1..={1}: one SNAT address gives the gateway 64 512 ports, per endpoint with \
+         --snat-per-endpoint (then at most {FLOWS_PER_SNAT_ADDRESS}/2 flows per endpoint, the choice being random), \
+         and at most {MAX_FLOWS}"
+    )]
+    Flows(u32, u32),
     /// Too many or no Services.
     #[error("--services {0}: must be 1..={MAX_SERVICES} (one VIP each in 203.0.113.0/24)")]
     Services(u32),
@@ -225,6 +244,9 @@ pub enum PlanError {
     /// Frame size out of range.
     #[error("--frame-size {0}: must be {MIN_FRAME_SIZE}..={MAX_FRAME_SIZE} bytes (FCS included)")]
     FrameSize(usize),
+    /// The flows' frame templates would not fit in [`MAX_TEMPLATE_BYTES`].
+    #[error("--flows × --frame-size: the frame templates would take {0} bytes, more than {MAX_TEMPLATE_BYTES}")]
+    Templates(u64),
 }
 
 impl Plan {
@@ -238,9 +260,15 @@ impl Plan {
         services: u32,
         endpoints: u32,
         frame_size: usize,
+        snat_per_endpoint: bool,
     ) -> Result<Self, PlanError> {
-        if flows == 0 || flows > MAX_FLOWS {
-            return Err(PlanError::Flows(flows));
+        let most = if snat_per_endpoint {
+            (FLOWS_PER_SNAT_ADDRESS / 2).saturating_mul(services.saturating_mul(endpoints)).min(MAX_FLOWS)
+        } else {
+            FLOWS_PER_SNAT_ADDRESS
+        };
+        if flows == 0 || flows > most {
+            return Err(PlanError::Flows(flows, most));
         }
         if services == 0 || services > MAX_SERVICES {
             return Err(PlanError::Services(services));
@@ -251,7 +279,11 @@ impl Plan {
         if !(MIN_FRAME_SIZE..=MAX_FRAME_SIZE).contains(&frame_size) {
             return Err(PlanError::FrameSize(frame_size));
         }
-        Ok(Self { protocol, flows, services, endpoints, frame_size })
+        let templates = u64::from(flows) * (frame_size as u64 - 4);
+        if templates > MAX_TEMPLATE_BYTES {
+            return Err(PlanError::Templates(templates));
+        }
+        Ok(Self { protocol, flows, services, endpoints, frame_size, snat_per_endpoint })
     }
 
     /// A short name for logs: "udp, 1000 flows".
@@ -267,7 +299,7 @@ impl Plan {
     /// Client address and source port of flow `i`.
     pub fn client(&self, i: u32) -> (Ipv4Addr, u16) {
         let host = 10 + i / FLOWS_PER_HOST;
-        (Ipv4Addr::new(198, 51, 100, host as u8), FIRST_CLIENT_PORT + (i % FLOWS_PER_HOST) as u16)
+        (Ipv4Addr::from(CLIENT_NET + host), FIRST_CLIENT_PORT + (i % FLOWS_PER_HOST) as u16)
     }
 
     /// The Services' port for this protocol.
@@ -316,7 +348,8 @@ impl Plan {
     /// plays that address (a client host or an endpoint).
     pub fn mac_of(&self, ip: Ipv4Addr) -> Option<MacAddr> {
         let o = ip.octets();
-        if o[..3] == [198, 51, 100] && o[3] >= 10 && u32::from(o[3]) < 10 + self.flows.div_ceil(FLOWS_PER_HOST) {
+        let host = u32::from(ip).wrapping_sub(CLIENT_NET);
+        if (10..10 + self.flows.div_ceil(FLOWS_PER_HOST)).contains(&host) {
             return Some(CLIENT_MAC);
         }
         self.service_of_endpoint(ip).map(|_| MacAddr([0x02, 0, 0x0a, 0x46, o[2], o[3]]))
@@ -347,7 +380,7 @@ impl Plan {
     pub fn manifests(&self) -> String {
         let mut y = String::from(
             "# Written by torii-bench: the Services it sends traffic to.\napiVersion: v1\nkind: Node\n\
-             metadata:\n  name: gateway-1\nstatus:\n  addresses:\n  - {type: InternalIP, address: 198.51.100.1}\n",
+             metadata:\n  name: gateway-1\nstatus:\n  addresses:\n  - {type: InternalIP, address: 198.18.0.1}\n",
         );
         for s in 0..self.services {
             let _ = write!(
@@ -379,8 +412,10 @@ impl Plan {
     /// (DPDK: `net_virtio_user` on `socket`, the worker on `cpu`; AF_PACKET: the kernel
     /// interface `iface`), conntrack sized for the flows of both protocols.
     pub fn gateway_config(&self, shm_dir: &str, manifests_dir: &str, driver: &GatewayDriver) -> String {
-        // Flows of both protocols may be tracked at once (runs share the gateway).
-        let capacity = (u64::from(self.flows) * 4).next_power_of_two().max(65_536);
+        // Flows of both protocols may be tracked at once (runs share the gateway), with
+        // room; above 1 M flows only twice the flows (memory).
+        let per_flow = if self.flows > 1 << 20 { 2 } else { 4 };
+        let capacity = (u64::from(self.flows) * per_flow).next_power_of_two().max(65_536);
         let head = match driver {
             GatewayDriver::Dpdk { socket, cpu, eal } => {
                 let eal: Vec<String> = eal.iter().map(|a| format!("{a:?}")).collect();
@@ -397,7 +432,7 @@ impl Plan {
         };
         format!(
             "# Written by torii-bench.\nnode_name = \"gateway-1\"\nshm_dir = {shm_dir:?}\n{head}\
-             addresses = [\"198.51.100.1/24\", \"10.70.0.1/16\"]\n\n\
+             addresses = [\"{GATEWAY_CLIENT_PREFIX}\", \"10.70.0.1/16\"]\n\n\
              [snat]\naddresses = [\"10.70.0.1\"]\nport_min = {SNAT_PORT_MIN}\nport_max = 65535\n\n\
              [conntrack]\ncapacity = {capacity}\ntcp_be_liberal = true\n\n[control]\nmanifests = {manifests_dir:?}\n",
         )
@@ -576,7 +611,7 @@ pub fn classify(frame: &[u8]) -> Received {
     if frame.len() < TCP_PAYLOAD_OFFSET + TCP_PROBE_LEN || frame[12..14] != [0x08, 0x00] || frame[14] != 0x45 {
         return Received::Other;
     }
-    let to_client = frame[30..33] == [198, 51, 100];
+    let to_client = frame[30] == 198 && frame[31] & 0xfe == 18; // 198.18.0.0/15
     let (flow, trial, tx_ns, segment) = match frame[23] {
         17 if frame.len() >= PAYLOAD_OFFSET + PROBE_LEN => {
             let p = PAYLOAD_OFFSET;
@@ -742,14 +777,18 @@ mod tests {
     use super::*;
 
     fn plan(protocol: Protocol) -> Plan {
-        Plan::new(protocol, 60_000, 3, 4, 64).unwrap()
+        Plan::new(protocol, 60_000, 3, 4, 64, false).unwrap()
     }
 
     #[test]
     fn addresses_round_trip() {
         let p = plan(Protocol::Udp);
-        assert_eq!(p.client(0), (Ipv4Addr::new(198, 51, 100, 10), 10_000));
-        assert_eq!(p.client(50_001), (Ipv4Addr::new(198, 51, 100, 11), 10_001));
+        assert_eq!(p.client(0), (Ipv4Addr::new(198, 18, 0, 10), 10_000));
+        assert_eq!(p.client(50_001), (Ipv4Addr::new(198, 18, 0, 11), 10_001));
+        let big = Plan::new(Protocol::Udp, MAX_FLOWS, 240, 250, 64, true).unwrap();
+        assert_eq!(big.client(MAX_FLOWS - 1), (Ipv4Addr::new(198, 18, 1, 89), 10_000 + 27_215));
+        assert_eq!(big.mac_of(Ipv4Addr::new(198, 18, 1, 89)), Some(CLIENT_MAC));
+        assert_eq!(big.mac_of(Ipv4Addr::new(198, 18, 1, 90)), None);
         for s in 0..3 {
             for j in 0..4 {
                 assert_eq!(p.service_of_endpoint(p.endpoint(s, j)), Some(s));
@@ -757,8 +796,8 @@ mod tests {
         }
         assert_eq!(p.service_of_endpoint(SNAT_IP), None);
         assert_eq!(p.service_of_endpoint(Ipv4Addr::new(10, 70, 1, 14)), None, "k = 12 is past 3 × 4");
-        assert_eq!(p.mac_of(Ipv4Addr::new(198, 51, 100, 11)), Some(CLIENT_MAC));
-        assert_eq!(p.mac_of(Ipv4Addr::new(198, 51, 100, 12)), None);
+        assert_eq!(p.mac_of(Ipv4Addr::new(198, 18, 0, 11)), Some(CLIENT_MAC));
+        assert_eq!(p.mac_of(Ipv4Addr::new(198, 18, 0, 12)), None);
         assert_eq!(p.mac_of(GATEWAY_CLIENT_IP), None);
         assert_eq!(p.mac_of(p.endpoint(0, 1)), Some(MacAddr([2, 0, 0x0a, 0x46, 1, 3])));
     }
@@ -766,10 +805,13 @@ mod tests {
     #[test]
     fn plan_rejects_out_of_range() {
         let udp = Protocol::Udp;
-        assert_eq!(Plan::new(udp, 0, 1, 1, 64), Err(PlanError::Flows(0)));
-        assert_eq!(Plan::new(udp, 1, 241, 1, 64), Err(PlanError::Services(241)));
-        assert_eq!(Plan::new(udp, 1, 1, 1, 63), Err(PlanError::FrameSize(63)));
-        assert!(Plan::new(udp, 1, 1, 1, 1518).is_ok());
+        assert_eq!(Plan::new(udp, 0, 1, 1, 64, false), Err(PlanError::Flows(0, 64_000)));
+        assert_eq!(Plan::new(udp, 64_001, 1, 1, 64, false), Err(PlanError::Flows(64_001, 64_000)));
+        assert_eq!(Plan::new(udp, 1 << 20, 10, 3, 64, true), Err(PlanError::Flows(1 << 20, 960_000)));
+        assert!(Plan::new(udp, 1 << 20, 10, 4, 64, true).is_ok());
+        assert_eq!(Plan::new(udp, 1, 241, 1, 64, false), Err(PlanError::Services(241)));
+        assert_eq!(Plan::new(udp, 1, 1, 1, 63, false), Err(PlanError::FrameSize(63)));
+        assert!(Plan::new(udp, 1, 1, 1, 1518, false).is_ok());
     }
 
     #[test]
@@ -781,7 +823,7 @@ mod tests {
             let segment = if protocol == Protocol::Tcp { Segment::Data } else { Segment::Datagram };
             assert_eq!(classify(&f), Received::ToEndpoint { flow: 7, segment });
             check_to_endpoint(&p, Dut::IoFwd, &f, 7, true).unwrap();
-            assert_eq!(Plan::new(protocol, 1, 1, 1, 1518).unwrap().template(0).len(), 1514);
+            assert_eq!(Plan::new(protocol, 1, 1, 1, 1518, false).unwrap().template(0).len(), 1514);
         }
     }
 
@@ -836,7 +878,7 @@ mod tests {
     #[test]
     fn a_rst_carries_the_endpoints_next_sequence_number() {
         for size in [64, 1518] {
-            let p = Plan::new(Protocol::Tcp, 60_000, 3, 4, size).unwrap();
+            let p = Plan::new(Protocol::Tcp, 60_000, 3, 4, size, false).unwrap();
             let mut f = p.template(59_998);
             stamp(Protocol::Tcp, &mut f, 9, 1234);
             to_rst(&mut f, 59_998);
