@@ -69,6 +69,14 @@ fn torii_bench_smoke_through_the_gateway() -> Result<()> {
     let text = fs::read_to_string(&result).with_context(|| format!("read {}", result.display()))?;
     let r: Value = serde_json::from_str(&text).with_context(|| format!("{} is not JSON", result.display()))?;
     check_result(&r, baseline).with_context(|| format!("result {}:\n{text}\nstderr:\n{stderr}", result.display()))?;
+    // The latency plot of the fixed-rate trials (no search: no throughput plot).
+    let plot = workdir.join("result-latency.svg");
+    let svg = fs::read_to_string(&plot).with_context(|| format!("read {}", plot.display()))?;
+    ensure!(
+        svg.starts_with("<svg") && svg.contains("torii tcp connections 1000 flows"),
+        "{} is not the plot",
+        plot.display()
+    );
     let _ = fs::remove_dir_all(&workdir);
     Ok(())
 }

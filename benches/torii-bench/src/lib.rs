@@ -13,12 +13,14 @@
 //! - [`dut`]: the processes under test;
 //! - [`kernel`]: the Linux kernel baseline (kube-proxy's nftables rules on a veth pair);
 //! - [`report`]: the JSON result and the summary table;
+//! - [`plot`]: the plots (throughput against flows, latency percentiles) as SVG;
 //! - [`vhost`]: the `net_vhost` side of the link (EAL arguments, ports, ARP answers),
 //!   shared with the virtio integration test's peer.
 
 pub mod dut;
 pub mod kernel;
 pub mod plan;
+pub mod plot;
 pub mod report;
 pub mod search;
 pub mod traffic;

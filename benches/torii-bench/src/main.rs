@@ -455,6 +455,14 @@ fn run(args: &Args) -> Result<bool> {
         args.out.display()
     );
     print!("{}", report::table(&report, &title));
+    match torii_bench::plot::draw(&report, &args.out) {
+        Ok(paths) => {
+            for p in paths {
+                println!("plot: {}", p.display());
+            }
+        }
+        Err(e) => eprintln!("torii-bench: {e:#}"),
+    }
     if !report.ok {
         eprintln!("torii-bench: gateway log tail:\n{gateway_tail}");
     }
