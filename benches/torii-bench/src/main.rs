@@ -1,10 +1,12 @@
 //! torii-bench: measures torii-gateway end to end on a kernel-free DPDK pipe, against
-//! testpmd's io forwarding on the same pipe and core, in one run. See the crate docs
-//! (`src/lib.rs`) and docs/benchmarking.md.
+//! testpmd's io forwarding on the same pipe and core, and the kernel's nftables path and
+//! torii's AF_PACKET driver on veth pairs, in one run. See the crate docs (`src/lib.rs`)
+//! and docs/benchmarking.md.
 //!
 //! ```text
-//! torii-bench --flows 1000,60000 --trial-s 10 --out bench.json      # NDR/PDR + latency
+//! torii-bench --flows 1000,60000 --trial-s 10 --out bench.json      # NDR/PDR, connections/s, latency
 //! torii-bench --flows 1000 --fixed-rate 20000 --trial-s 3           # one trial each (smoke)
+//! torii-bench --baseline io-fwd,nftables,torii-af-packet            # every baseline
 //! ```
 
 use std::path::PathBuf;
@@ -57,7 +59,8 @@ enum MemoryArg {
     NoHuge,
 }
 
-/// Line-rate benchmark of torii-gateway: NDR/PDR search, latency, io-fwd baseline.
+/// Line-rate benchmark of torii-gateway: NDR/PDR search of requests and connections, latency,
+/// io-fwd, nftables and AF_PACKET baselines.
 #[derive(Debug, Parser)]
 #[command(version, about, args_override_self = true)]
 struct Args {
