@@ -11,6 +11,8 @@
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
@@ -38,6 +40,18 @@ enum Baseline {
     ToriiAfPacket,
     /// No baseline (torii only).
     None,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Churn {
+    /// No churn.
+    Off,
+    /// torii-control publishes a table change every 100 ms: an extra Service's endpoints
+    /// (no traffic goes to it) alternate between one and two.
+    Changes,
+    /// The same file is rewritten every 100 ms with identical content: the control
+    /// plane's work without a table change, to tell its CPU cost from the swap's.
+    Identical,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -80,6 +94,9 @@ struct Args {
     /// give enough Services × endpoints.
     #[arg(long)]
     snat_per_endpoint: bool,
+    /// Table churn during the whole run (torii-control reads the manifests directory).
+    #[arg(long, value_enum, default_value_t = Churn::Off)]
+    churn: Churn,
     /// Services (VIPs) the flows are spread over.
     #[arg(long, default_value_t = 1)]
     services: u32,
@@ -358,6 +375,8 @@ fn run(args: &Args) -> Result<bool> {
     duts.select(Dut::Torii)?;
     eprintln!("torii-bench: devices connected after {:.1} s", started.elapsed().as_secs_f64());
 
+    let churn = (args.churn != Churn::Off).then(|| start_churn(manifests.clone(), args.churn == Churn::Changes));
+
     let pb = ProgressBar::new_spinner();
     pb.set_style(
         ProgressStyle::with_template("{spinner} {elapsed_precise} {msg}")
@@ -419,6 +438,13 @@ fn run(args: &Args) -> Result<bool> {
         pool = Some(gen.into_pool());
     }
     pb.finish_and_clear();
+    let churn_writes = churn.map(|(stop, thread)| {
+        stop.store(true, Ordering::Relaxed);
+        thread.join().unwrap_or(0)
+    });
+    let publications = std::fs::read_to_string(workdir.join("control.log"))
+        .map(|log| log.matches("published table").count())
+        .unwrap_or(0);
     duts.select(Dut::Torii)?;
     let gateway_tail = dut::tail(duts.gateway.log(), 5);
     drop(duts);
@@ -441,6 +467,7 @@ fn run(args: &Args) -> Result<bool> {
             "pdr_loss": args.pdr_loss, "max_pps": args.max_pps, "fixed_rate": args.fixed_rate,
             "latency_fraction": args.latency_fraction, "baselines": args.baseline.iter().filter(|&&b| b != Baseline::None).map(|b| format!("{b:?}")).collect::<Vec<_>>(),
             "checksum_every": args.checksum_every, "check_every": args.check_every,
+            "churn": { "mode": format!("{:?}", args.churn), "writes": churn_writes, "table_publications": publications },
         }),
         runs,
         bad_frames,
@@ -470,6 +497,43 @@ fn run(args: &Args) -> Result<bool> {
         eprintln!("torii-bench: gateway log tail:\n{gateway_tail}");
     }
     Ok(report.ok)
+}
+
+/// Starts the churn thread: every 100 ms it writes `churn.yaml` into `manifests` (a
+/// temporary file renamed over it, as editors save), a Service `bench/churn` with VIP
+/// 203.0.113.250 that no flow uses, whose endpoints alternate between one and two when
+/// `changes`, and stay the same otherwise. Returns the stop flag and the thread, which
+/// returns how many times it wrote.
+fn start_churn(manifests: PathBuf, changes: bool) -> (Arc<AtomicBool>, std::thread::JoinHandle<u64>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    let thread = std::thread::spawn(move || {
+        let mut writes = 0u64;
+        while !flag.load(Ordering::Relaxed) {
+            let endpoints = if changes && writes % 2 == 1 { 2 } else { 1 };
+            let mut y = String::from(
+                "apiVersion: v1\nkind: Service\nmetadata: {name: churn, namespace: bench}\nspec:\n  type: ClusterIP\n\
+                 \x20 clusterIP: 10.96.255.250\n  externalIPs: [203.0.113.250]\n  ports:\n\
+                 \x20 - {name: discard, protocol: TCP, port: 9, targetPort: 9}\n---\n\
+                 apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: churn-a\n  namespace: bench\n\
+                 \x20 labels: {kubernetes.io/service-name: churn}\naddressType: IPv4\n\
+                 ports:\n- {name: discard, protocol: TCP, port: 9}\nendpoints:\n",
+            );
+            for k in 0..endpoints {
+                y.push_str(&format!(
+                    "- addresses: [10.70.250.{}]\n  conditions: {{ready: true, serving: true, terminating: false}}\n",
+                    2 + k
+                ));
+            }
+            let tmp = manifests.join(".churn.yaml.tmp");
+            if std::fs::write(&tmp, y).and_then(|()| std::fs::rename(&tmp, manifests.join("churn.yaml"))).is_ok() {
+                writes += 1;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        writes
+    });
+    (stop, thread)
 }
 
 fn wait_link(link: &Link, proc: &mut Proc) -> Result<()> {
