@@ -90,7 +90,7 @@ fn check_result(r: &Value, baseline: bool) -> Result<()> {
     let want = [r#""udp" "throughput""#, r#""tcp" "throughput""#, r#""tcp" "connections""#];
     ensure!(tests == want, "runs {tests:?}, expected {want:?}");
     for run in runs {
-        ensure!(run["flows"] == FLOWS && run["frame_size"] == 64, "run: {run}");
+        ensure!(run["flows"] == FLOWS && run["frame_size"] == "64", "run: {run}");
         check_run(run, baseline).with_context(|| format!("{} {} run", run["protocol"], run["test"]))?;
     }
     Ok(())

@@ -221,7 +221,7 @@ mod tests {
 
     #[test]
     fn ruleset_has_kube_proxys_chains_for_every_service_and_endpoint() {
-        let p = Plan::new(Protocol::Udp, 1000, 2, 3, 64, false).unwrap();
+        let p = Plan::new(Protocol::Udp, 1000, 2, 3, Some(64), false).unwrap();
         let r = ruleset(&p);
         assert_eq!(r.matches("\tchain service-").count(), 4, "2 Services × UDP and TCP");
         assert_eq!(r.matches("\tchain endpoint-").count(), 12);

@@ -103,9 +103,10 @@ struct Args {
     /// Ready endpoints per Service.
     #[arg(long, default_value_t = 4)]
     endpoints: u32,
-    /// Frame size on the wire, FCS included (64..=1518).
-    #[arg(long, default_value_t = 64)]
-    frame_size: usize,
+    /// Frame size on the wire, FCS included (64..=1518), or `imix` (7:4:1 of 64, 594 and
+    /// 1518 bytes, by flow).
+    #[arg(long, default_value = "64", value_parser = parse_frame_size)]
+    frame_size: FrameSize,
     /// Length of each search trial, seconds (RFC 2544 asks 60; CSIT uses 10 and shorter).
     #[arg(long, default_value_t = 10.0)]
     trial_s: f64,
@@ -167,6 +168,18 @@ struct Args {
     /// testpmd.
     #[arg(long, default_value = "dpdk-testpmd")]
     testpmd_bin: PathBuf,
+}
+
+/// `--frame-size`: bytes, or IMIX (`None`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FrameSize(Option<usize>);
+
+/// Parses `--frame-size`: a number of bytes, or `imix`.
+fn parse_frame_size(s: &str) -> Result<FrameSize, String> {
+    if s.eq_ignore_ascii_case("imix") {
+        return Ok(FrameSize(None));
+    }
+    s.parse().map(|n| FrameSize(Some(n))).map_err(|e| format!("{s:?}: a frame size in bytes or `imix` ({e})"))
 }
 
 fn main() -> ExitCode {
@@ -232,9 +245,9 @@ fn run(args: &Args) -> Result<bool> {
         .protocols
         .iter()
         .flat_map(|&p| {
-            args.flows
-                .iter()
-                .map(move |&f| Plan::new(p, f, args.services, args.endpoints, args.frame_size, args.snat_per_endpoint))
+            args.flows.iter().map(move |&f| {
+                Plan::new(p, f, args.services, args.endpoints, args.frame_size.0, args.snat_per_endpoint)
+            })
         })
         .collect::<Result<_, _>>()?;
     let memory = match args.memory {
@@ -264,7 +277,7 @@ fn run(args: &Args) -> Result<bool> {
         max_flows,
         args.services,
         args.endpoints,
-        args.frame_size,
+        args.frame_size.0,
         args.snat_per_endpoint,
     )?;
     let kernel = if nftables {
@@ -405,7 +418,7 @@ fn run(args: &Args) -> Result<bool> {
                 test: "throughput",
                 protocol: plan.protocol.name(),
                 flows: plan.flows,
-                frame_size: plan.frame_size,
+                frame_size: plan.frame_name(),
                 duts: results,
             });
         }
@@ -428,7 +441,7 @@ fn run(args: &Args) -> Result<bool> {
                 test: "connections",
                 protocol: plan.protocol.name(),
                 flows: plan.flows,
-                frame_size: plan.frame_size,
+                frame_size: plan.frame_name(),
                 duts: results,
             });
         }
@@ -461,7 +474,7 @@ fn run(args: &Args) -> Result<bool> {
         setup: serde_json::json!({
             "topology": "one-armed: torii-bench net_vhost <-> device net_virtio_user (torii, io-fwd); torii-bench net_af_packet <-> veth (nftables, torii-af-packet)",
             "protocols": args.protocols.iter().map(|p| p.name()).collect::<Vec<_>>(), "ip": "ipv4",
-            "services": args.services, "endpoints": args.endpoints, "frame_size": args.frame_size,
+            "services": args.services, "endpoints": args.endpoints, "frame_size": args.frame_size.0.map_or("imix".to_string(), |s| s.to_string()),
             "memory": memory, "bench_cpu": args.bench_cpu, "dut_cpu": args.dut_cpu,
             "trial_s": args.trial_s, "repeats": args.repeats, "precision": args.precision,
             "pdr_loss": args.pdr_loss, "max_pps": args.max_pps, "fixed_rate": args.fixed_rate,
@@ -476,8 +489,8 @@ fn run(args: &Args) -> Result<bool> {
     let json = serde_json::to_string_pretty(&report)?;
     std::fs::write(&args.out, json + "\n").with_context(|| format!("write {}", args.out.display()))?;
     let title = format!(
-        "torii-bench: {}-byte {}/IPv4, one-armed (DPDK devices on vhost-user, nftables and AF_PACKET on veth), trials {} s, {} search(es); {:.0} s in all; results in {}",
-        args.frame_size,
+        "torii-bench: {} frames, {}/IPv4, one-armed (DPDK devices on vhost-user, nftables and AF_PACKET on veth), trials {} s, {} search(es); {:.0} s in all; results in {}",
+        args.frame_size.0.map_or("IMIX".to_string(), |s| format!("{s}-byte")),
         args.protocols.iter().map(|p| p.name().to_uppercase()).collect::<Vec<_>>().join(" and "),
         args.trial_s,
         args.repeats,
@@ -763,4 +776,21 @@ fn describe(plan: &Plan, dut: Dut, label: &str, t: &TrialOutcome) -> String {
 fn latency_result(t: TrialOutcome) -> LatencyResult {
     let percentiles_ns = t.latency.as_ref().and_then(Percentiles::of);
     LatencyResult { lost: t.offered.saturating_sub(t.received), percentiles_ns, trial: t }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn command_line_parses() {
+        Args::command().debug_assert();
+        let a = Args::try_parse_from(["torii-bench", "--frame-size", "imix", "--baseline", "io-fwd,nftables"]).unwrap();
+        assert_eq!((a.frame_size, a.baseline), (FrameSize(None), vec![Baseline::IoFwd, Baseline::Nftables]));
+        let a = Args::try_parse_from(["torii-bench", "--frame-size", "128", "--churn", "identical"]).unwrap();
+        assert_eq!((a.frame_size, a.churn), (FrameSize(Some(128)), Churn::Identical));
+        assert!(Args::try_parse_from(["torii-bench", "--frame-size", "big"]).is_err());
+    }
 }

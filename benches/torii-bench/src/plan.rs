@@ -83,6 +83,10 @@ pub const FLOWS_PER_HOST: u32 = 50_000;
 pub const FIRST_CLIENT_PORT: u16 = 10_000;
 /// Most flows torii-bench drives (its templates take `flows` × frame bytes).
 pub const MAX_FLOWS: u32 = 16 << 20;
+/// Simple IMIX (the 7:4:1 mix of 64-, 594- and 1518-byte frames; RFC 6985 § 4 names IMIX
+/// profiles): flow `i`'s frames are `IMIX[i % 12]` bytes on the wire, FCS included.
+pub const IMIX: [usize; 12] = [64, 64, 64, 64, 64, 64, 64, 594, 594, 594, 594, 1518];
+
 /// Most memory the generator's frame templates (one per flow) may take: 16 M flows of
 /// 64-byte frames.
 pub const MAX_TEMPLATE_BYTES: u64 = 1 << 30;
@@ -217,8 +221,10 @@ pub struct Plan {
     /// Ready endpoints per Service.
     pub endpoints: u32,
     /// Frame size on the wire in bytes, FCS included (the frame handed to the port is 4
-    /// bytes shorter).
+    /// bytes shorter); with `imix`, the largest of [`IMIX`].
     pub frame_size: usize,
+    /// Whether flows' frames follow [`IMIX`] instead of one size.
+    pub imix: bool,
     /// Whether the gateway's SNAT ports need only be unique per endpoint (address and
     /// port; RFC 4787's endpoint-dependent mapping, as Linux's NAT), which lets flows
     /// exceed [`FLOWS_PER_SNAT_ADDRESS`] across many endpoints.
@@ -259,9 +265,14 @@ impl Plan {
         flows: u32,
         services: u32,
         endpoints: u32,
-        frame_size: usize,
+        frame_size: Option<usize>,
         snat_per_endpoint: bool,
     ) -> Result<Self, PlanError> {
+        // None: IMIX, laid out at its largest size.
+        let (frame_size, imix) = match frame_size {
+            Some(size) => (size, false),
+            None => (MAX_FRAME_SIZE, true),
+        };
         let most = if snat_per_endpoint {
             (FLOWS_PER_SNAT_ADDRESS / 2).saturating_mul(services.saturating_mul(endpoints)).min(MAX_FLOWS)
         } else {
@@ -283,7 +294,7 @@ impl Plan {
         if templates > MAX_TEMPLATE_BYTES {
             return Err(PlanError::Templates(templates));
         }
-        Ok(Self { protocol, flows, services, endpoints, frame_size, snat_per_endpoint })
+        Ok(Self { protocol, flows, services, endpoints, frame_size, imix, snat_per_endpoint })
     }
 
     /// A short name for logs: "udp, 1000 flows".
@@ -291,9 +302,27 @@ impl Plan {
         format!("{}, {} flows", self.protocol.name(), self.flows)
     }
 
-    /// Bytes of each frame as handed to the port (no FCS).
+    /// Bytes of the largest frame as handed to the port (no FCS): the templates' stride.
     pub fn frame_len(&self) -> usize {
         self.frame_size - 4
+    }
+
+    /// Bytes of flow `i`'s frames as handed to the port (no FCS).
+    pub fn frame_len_of(&self, i: u32) -> usize {
+        if self.imix {
+            IMIX[i as usize % IMIX.len()] - 4
+        } else {
+            self.frame_size - 4
+        }
+    }
+
+    /// The frame size for results: "64" … "1518", or "imix".
+    pub fn frame_name(&self) -> String {
+        if self.imix {
+            "imix".into()
+        } else {
+            self.frame_size.to_string()
+        }
     }
 
     /// Client address and source port of flow `i`.
@@ -362,13 +391,13 @@ impl Plan {
         let dst = (Self::vip(self.service_of(i)), self.vip_port());
         match self.protocol {
             Protocol::Udp => {
-                let mut payload = vec![0u8; self.frame_len() - PAYLOAD_OFFSET];
+                let mut payload = vec![0u8; self.frame_len_of(i) - PAYLOAD_OFFSET];
                 payload[..4].copy_from_slice(&MAGIC);
                 payload[4..8].copy_from_slice(&i.to_be_bytes());
                 frames::udp(l2, self.client(i), dst, &payload, 64)
             }
             Protocol::Tcp => {
-                let mut payload = vec![0u8; self.frame_len() - TCP_PAYLOAD_OFFSET];
+                let mut payload = vec![0u8; self.frame_len_of(i) - TCP_PAYLOAD_OFFSET];
                 payload[..4].copy_from_slice(&MAGIC);
                 frames::tcp(l2, self.client(i), dst, TcpFlags::ACK | TcpFlags::PSH, i, 0, &payload, 64)
             }
@@ -777,7 +806,7 @@ mod tests {
     use super::*;
 
     fn plan(protocol: Protocol) -> Plan {
-        Plan::new(protocol, 60_000, 3, 4, 64, false).unwrap()
+        Plan::new(protocol, 60_000, 3, 4, Some(64), false).unwrap()
     }
 
     #[test]
@@ -785,7 +814,7 @@ mod tests {
         let p = plan(Protocol::Udp);
         assert_eq!(p.client(0), (Ipv4Addr::new(198, 18, 0, 10), 10_000));
         assert_eq!(p.client(50_001), (Ipv4Addr::new(198, 18, 0, 11), 10_001));
-        let big = Plan::new(Protocol::Udp, MAX_FLOWS, 240, 250, 64, true).unwrap();
+        let big = Plan::new(Protocol::Udp, MAX_FLOWS, 240, 250, Some(64), true).unwrap();
         assert_eq!(big.client(MAX_FLOWS - 1), (Ipv4Addr::new(198, 18, 1, 89), 10_000 + 27_215));
         assert_eq!(big.mac_of(Ipv4Addr::new(198, 18, 1, 89)), Some(CLIENT_MAC));
         assert_eq!(big.mac_of(Ipv4Addr::new(198, 18, 1, 90)), None);
@@ -805,13 +834,13 @@ mod tests {
     #[test]
     fn plan_rejects_out_of_range() {
         let udp = Protocol::Udp;
-        assert_eq!(Plan::new(udp, 0, 1, 1, 64, false), Err(PlanError::Flows(0, 64_000)));
-        assert_eq!(Plan::new(udp, 64_001, 1, 1, 64, false), Err(PlanError::Flows(64_001, 64_000)));
-        assert_eq!(Plan::new(udp, 1 << 20, 10, 3, 64, true), Err(PlanError::Flows(1 << 20, 960_000)));
-        assert!(Plan::new(udp, 1 << 20, 10, 4, 64, true).is_ok());
-        assert_eq!(Plan::new(udp, 1, 241, 1, 64, false), Err(PlanError::Services(241)));
-        assert_eq!(Plan::new(udp, 1, 1, 1, 63, false), Err(PlanError::FrameSize(63)));
-        assert!(Plan::new(udp, 1, 1, 1, 1518, false).is_ok());
+        assert_eq!(Plan::new(udp, 0, 1, 1, Some(64), false), Err(PlanError::Flows(0, 64_000)));
+        assert_eq!(Plan::new(udp, 64_001, 1, 1, Some(64), false), Err(PlanError::Flows(64_001, 64_000)));
+        assert_eq!(Plan::new(udp, 1 << 20, 10, 3, Some(64), true), Err(PlanError::Flows(1 << 20, 960_000)));
+        assert!(Plan::new(udp, 1 << 20, 10, 4, Some(64), true).is_ok());
+        assert_eq!(Plan::new(udp, 1, 241, 1, Some(64), false), Err(PlanError::Services(241)));
+        assert_eq!(Plan::new(udp, 1, 1, 1, Some(63), false), Err(PlanError::FrameSize(63)));
+        assert!(Plan::new(udp, 1, 1, 1, Some(1518), false).is_ok());
     }
 
     #[test]
@@ -823,7 +852,7 @@ mod tests {
             let segment = if protocol == Protocol::Tcp { Segment::Data } else { Segment::Datagram };
             assert_eq!(classify(&f), Received::ToEndpoint { flow: 7, segment });
             check_to_endpoint(&p, Dut::IoFwd, &f, 7, true).unwrap();
-            assert_eq!(Plan::new(protocol, 1, 1, 1, 1518, false).unwrap().template(0).len(), 1514);
+            assert_eq!(Plan::new(protocol, 1, 1, 1, Some(1518), false).unwrap().template(0).len(), 1514);
         }
     }
 
@@ -876,9 +905,22 @@ mod tests {
     }
 
     #[test]
+    fn imix_frames_are_7_4_1_of_64_594_1518() {
+        let p = Plan::new(Protocol::Udp, 24, 1, 1, None, false).unwrap();
+        let sizes: Vec<usize> = (0..24).map(|i| p.template(i).len() + 4).collect();
+        assert_eq!(sizes.iter().filter(|&&s| s == 64).count(), 14);
+        assert_eq!(sizes.iter().filter(|&&s| s == 594).count(), 8);
+        assert_eq!(sizes.iter().filter(|&&s| s == 1518).count(), 2);
+        assert_eq!((p.frame_len(), p.frame_name()), (1514, "imix".to_string()));
+        for i in 0..24 {
+            check_to_endpoint(&p, Dut::IoFwd, &p.template(i), i, true).unwrap();
+        }
+    }
+
+    #[test]
     fn a_rst_carries_the_endpoints_next_sequence_number() {
         for size in [64, 1518] {
-            let p = Plan::new(Protocol::Tcp, 60_000, 3, 4, size, false).unwrap();
+            let p = Plan::new(Protocol::Tcp, 60_000, 3, 4, Some(size), false).unwrap();
             let mut f = p.template(59_998);
             stamp(Protocol::Tcp, &mut f, 9, 1234);
             to_rst(&mut f, 59_998);

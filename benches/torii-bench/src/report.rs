@@ -79,8 +79,8 @@ pub struct Run {
     pub protocol: &'static str,
     /// Client flows.
     pub flows: u32,
-    /// Frame size on the wire, FCS included.
-    pub frame_size: usize,
+    /// Frame size on the wire, FCS included ("64" … "1518"), or "imix".
+    pub frame_size: String,
     /// One entry per device under test.
     pub duts: Vec<DutResult>,
 }

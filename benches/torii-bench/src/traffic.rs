@@ -190,9 +190,12 @@ impl Generator {
     /// checked on one received frame in `check_every`, checksums too on one in
     /// `checksum_every` (1: all; the flow index of every frame is checked).
     pub fn new(plan: Plan, pool: Mempool, check_every: u64, checksum_every: u64) -> Self {
-        let mut templates = Vec::with_capacity(plan.flows as usize * plan.frame_len());
+        // One slot of the largest frame per flow (IMIX flows use the start of theirs).
+        let stride = plan.frame_len();
+        let mut templates = vec![0u8; plan.flows as usize * stride];
         for i in 0..plan.flows {
-            templates.extend_from_slice(&plan.template(i));
+            let t = plan.template(i);
+            templates[i as usize * stride..][..t.len()].copy_from_slice(&t);
         }
         Self {
             plan,
@@ -311,7 +314,7 @@ impl Generator {
     /// Writes the next flows' frames into the buffers in `self.tx`: each a copy of its
     /// flow's template, stamped.
     fn fill(&mut self, unanswered_only: bool, stamp: Stamp) {
-        let flen = self.plan.frame_len();
+        let stride = self.plan.frame_len();
         let flows = self.plan.flows;
         for m in &mut self.tx {
             if unanswered_only {
@@ -320,7 +323,8 @@ impl Generator {
                     self.next_flow = (self.next_flow + 1) % flows;
                 }
             }
-            let off = self.next_flow as usize * flen;
+            let off = self.next_flow as usize * stride;
+            let flen = self.plan.frame_len_of(self.next_flow);
             self.next_flow += 1;
             if self.next_flow == flows {
                 self.next_flow = 0;
@@ -424,8 +428,8 @@ impl Generator {
                             out.syn_acks += 1;
                             // The client completes the handshake: the buffer becomes its
                             // ACK, carrying the SYN's transmit time on.
-                            let flen = self.plan.frame_len();
-                            let off = flow as usize * flen;
+                            let off = flow as usize * self.plan.frame_len();
+                            let flen = self.plan.frame_len_of(flow);
                             if m.set_len(0) && m.extend_from_slice(&self.templates[off..off + flen]) {
                                 plan::set_tcp_flags(m.data_mut(), Segment::Ack);
                                 plan::stamp(self.plan.protocol, m.data_mut(), self.trial, tx_ns);
