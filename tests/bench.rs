@@ -9,8 +9,9 @@
 //! established and closed, and that the JSON result is well formed. It measures nothing: the rate is far below what either device forwards,
 //! so loss here is a bug, not a slow machine.
 //!
-//! Cost: about 20 s of wall time (three DPDK processes start; per protocol, 1000 flows
-//! warmed up and one 3-second trial per device). The DPDK two-process tests run one at a time
+//! Cost: about 25–30 s of wall time (measured 26.5, 31 and 30 s under nextest on a 2-CPU
+//! machine at load 11–18: three DPDK processes start; per test, 1000 flows warmed up —
+//! for connections, closed and reopened — and one 3-second trial per device). The DPDK two-process tests run one at a time
 //! (.config/nextest.toml, group `dpdk-pipe`), so they do not share CPUs and hugepages.
 //! Needs DPDK (skipped, loudly, when it is not installed); not root.
 
