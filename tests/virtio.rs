@@ -25,7 +25,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use torii_integration::{
-    dpdk_unavailable, free_hugepage_bytes, print_skipped, repo_root, tail, Binaries, Daemon, Manifests,
+    dpdk_unavailable, free_hugepage_bytes, print_skipped, repo_root, spawn_vhost_peer, tail, Binaries, Daemon,
+    Manifests,
 };
 
 /// The gateway's configuration: one interface on virtio-user carrying both the client
@@ -122,17 +123,7 @@ fn gateway_on_virtio_user_translates_both_ways() -> Result<()> {
         peer_cmd.arg("--no-huge");
     }
     let peer_log = workdir.join("peer.log");
-    let mut peer = Daemon::spawn("torii-vhost-peer", peer_cmd, &peer_log)?;
-    let start = Instant::now();
-    while !socket.exists() {
-        if let Some(status) = peer.exited() {
-            bail!("torii-vhost-peer exited ({status}) before listening:\n{}", tail(&peer_log, 30));
-        }
-        if start.elapsed() > Duration::from_secs(20) {
-            bail!("torii-vhost-peer made no socket at {} in 20 s:\n{}", socket.display(), tail(&peer_log, 30));
-        }
-        sleep(Duration::from_millis(20));
-    }
+    let mut peer = spawn_vhost_peer(peer_cmd, &socket, &peer_log)?;
 
     let mut gateway_cmd = Command::new(&bins.gateway);
     gateway_cmd.arg("--config").arg(&config).env("RUST_LOG", &log_level).env("NO_COLOR", "1");

@@ -36,8 +36,8 @@
 //! it starts with: a gateway that found only invalid publications forwards nothing), every
 //! worker reported within the last [`STALE_AFTER_NS`] and has acknowledged (in the shared state region, once no older
 //! table is mapped) the table generation the gateway holds, once that table has been held for
-//! [`ADOPT_GRACE_NS`]; otherwise `503` and what is wrong (a stuck worker, or one still on
-//! an older table).
+//! [`ADOPT_GRACE_NS`], and no port reports its link down; otherwise `503` and what is wrong
+//! (a stuck worker, one still on an older table, a port whose link is down).
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -358,6 +358,11 @@ pub fn health(s: &Snapshot) -> Result<String, String> {
             ));
         }
     }
+    // A port whose link is down forwards nothing; a link the driver cannot tell (`None`) is
+    // not held against the gateway.
+    for p in s.ports.iter().filter(|p| p.link_up == Some(false)) {
+        problems.push(format!("port {} ({}) link is down", p.name, p.device));
+    }
     if problems.is_empty() {
         Ok(format!("ok: {} worker(s), table generation {want}\n", s.workers.len()))
     } else {
@@ -629,6 +634,21 @@ mod tests {
         s.now_ns = STALE_AFTER_NS + 2_000;
         let e = health(&s).unwrap_err();
         assert!(e.starts_with("worker 0 has not reported for over 5 s"), "{e}");
+    }
+
+    #[test]
+    fn health_needs_every_link_up() {
+        let mut s = snapshot();
+        let port = |name: &str, link_up| PortReport {
+            name: name.into(),
+            device: "net_tap0".into(),
+            link_up,
+            ..Default::default()
+        };
+        s.ports = vec![port("front", Some(true)), port("back", None)];
+        assert!(health(&s).is_ok(), "an unknown link state is not a fault");
+        s.ports.push(port("spare", Some(false)));
+        assert_eq!(health(&s), Err("port spare (net_tap0) link is down\n".into()));
     }
 
     #[test]

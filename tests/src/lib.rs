@@ -337,6 +337,26 @@ impl Drop for Daemon {
     }
 }
 
+/// Starts `torii-vhost-peer` (`cmd`, the vhost-user server of `tests/virtio.rs` and
+/// `tests/vm.rs`) logging to `log`, and waits up to 20 s for it to listen on `socket`.
+///
+/// # Errors
+/// When it cannot start, exits first, or makes no socket in 20 s (with its log's tail).
+pub fn spawn_vhost_peer(cmd: Command, socket: &Path, log: &Path) -> Result<Daemon> {
+    let mut peer = Daemon::spawn("torii-vhost-peer", cmd, log)?;
+    let start = Instant::now();
+    while !socket.exists() {
+        if let Some(status) = peer.exited() {
+            bail!("torii-vhost-peer exited ({status}) before listening:\n{}", tail(log, 30));
+        }
+        if start.elapsed() > Duration::from_secs(20) {
+            bail!("torii-vhost-peer made no socket at {} in 20 s:\n{}", socket.display(), tail(log, 30));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(peer)
+}
+
 /// A response read by [`HttpConn`] or [`curl_get`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpResponse {
