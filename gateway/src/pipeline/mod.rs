@@ -83,6 +83,7 @@ mod icmp;
 mod icmp_error;
 mod ipv4;
 mod ipv6;
+mod lean;
 mod link;
 mod ndp;
 mod reject;
