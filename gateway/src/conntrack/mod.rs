@@ -50,7 +50,10 @@
 //!  Record<A> (repr(C)):
 //!    state              FlowState: deadline u32 ms, frontend u32, table_generation u32,
 //!                       tcp_state u8, seen_reply, assured, links
-//!                       (arrival interface of each direction)         20 B
+//!                       (arrival interface of each direction), egress
+//!                       (per direction: interface, next hop on-link;
+//!                       the lean path's precomputed route, in what was
+//!                       the struct's padding)                         20 B
 //!    original src, dst  A, A                                          8 B / 32 B
 //!    reply src          A (the endpoint)                              4 B / 16 B
 //!    ports              original src, dst; reply src, dst (SNAT)      8 B

@@ -12,11 +12,11 @@ use super::hint::{self, LeanSegment};
 use super::link::Rx;
 use super::sctp::{self, Chunks};
 use super::{icmp, Verdict, WorkerState};
+use crate::conntrack::tcp::Segment as TcpSegment;
 use crate::conntrack::{FlowKey, TcpSeq};
 use crate::counters::DropReason;
 use crate::fragments::FragmentKey;
 use crate::table::Table;
-use crate::conntrack::tcp::Segment as TcpSegment;
 use crate::wire::{IpProtocol, Ipv4Packet, TcpFlags, TcpPacket, UdpPacket};
 
 /// The flow key of the TCP, UDP or SCTP packet after the link-layer header of `frame`, read with
@@ -57,7 +57,8 @@ pub(super) fn flow_key(frame: &[u8], rx: &Rx) -> Option<(FlowKey, bool, Option<L
             (src_port, dst_port, opens, None)
         }
     };
-    let key = FlowKey { protocol: u8::from(protocol), src_addr: ip.src_addr(), src_port, dst_addr: ip.dst_addr(), dst_port };
+    let key =
+        FlowKey { protocol: u8::from(protocol), src_addr: ip.src_addr(), src_port, dst_addr: ip.dst_addr(), dst_port };
     let lean = lean.map(|tcp| LeanSegment { iface: rx.iface, l2_len: rx.l2_len as u8, total, tcp });
     Some((key, opens, lean))
 }

@@ -86,8 +86,7 @@ pub(super) fn forward(
         return None;
     };
     let (state, windows, out) = conntrack.lean(id, direction, key)?;
-    if state.deadline.is_due(now) || state.links.of(direction) != seg.iface || state.table_generation != k.generation
-    {
+    if state.deadline.is_due(now) || state.links.of(direction) != seg.iface || state.table_generation != k.generation {
         return None;
     }
     let (out_iface, on_link) = state.egress.of(direction)?;
@@ -132,7 +131,8 @@ pub(super) fn forward(
     }
     let total = usize::from(seg.total);
     frontends.packet(state.frontend, original, total);
-    let old = Rewrite { src_addr: key.src_addr, src_port: key.src_port, dst_addr: key.dst_addr, dst_port: key.dst_port };
+    let old =
+        Rewrite { src_addr: key.src_addr, src_port: key.src_port, dst_addr: key.dst_addr, dst_port: key.dst_port };
     let rw = Rewrite { src_addr: out.src_addr, src_port: out.src_port, dst_addr: out.dst_addr, dst_port: out.dst_port };
     nat::rewrite_ipv4_plain(&mut frame[l2_len..l2_len + total], tcp, &old, &rw);
     link::write_header(frame, n.mac, o.mac, o.vlan, EtherType::Ipv4);

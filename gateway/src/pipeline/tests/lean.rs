@@ -53,7 +53,14 @@ fn open(t: &Table, a: &mut WorkerState, b: &mut WorkerState, n: u16) -> Vec<Conn
             let from_backend = (backend, 8080);
             if tcp {
                 let syn_ack = TcpFlags(TcpFlags::SYN.0 | TcpFlags::ACK.0);
-                both(0, &frames::tcp(back, from_backend, (SNAT, snat_port), syn_ack, 5000, 1001, b"", 64), BACK, t, a, b);
+                both(
+                    0,
+                    &frames::tcp(back, from_backend, (SNAT, snat_port), syn_ack, 5000, 1001, b"", 64),
+                    BACK,
+                    t,
+                    a,
+                    b,
+                );
                 both(0, &frames::tcp(to_gw(), client, (VIP, 80), TcpFlags::ACK, 1001, 5001, b"", 64), FRONT, t, a, b);
             } else {
                 both(0, &frames::udp(back, from_backend, (SNAT, snat_port), b"r", 64), BACK, t, a, b);
@@ -123,9 +130,7 @@ fn frame(conn: &mut Conn, reply: bool, variant: Variant) -> (Vec<u8>, u8) {
         Variant::FarSeq => seq = seq.wrapping_add(3_000_000),
         Variant::AckAhead => ack = ack.wrapping_add(100_000),
         Variant::Flags(f) => {
-            flags = TcpFlags(
-                [TcpFlags::FIN.0 | TcpFlags::ACK.0, TcpFlags::RST.0, TcpFlags::SYN.0][usize::from(f)],
-            );
+            flags = TcpFlags([TcpFlags::FIN.0 | TcpFlags::ACK.0, TcpFlags::RST.0, TcpFlags::SYN.0][usize::from(f)]);
         }
         Variant::Ttl1 => ttl = 1,
         Variant::BadChecksum | Variant::WrongLink => {}
