@@ -208,23 +208,23 @@ fn established_frames_take_the_lean_path() {
     let t = table(&["10.70.0.11", "10.70.0.12", "10.70.0.13"]);
     let (mut a, mut b) = (state(0, 1), state(0, 1));
     let mut conns = open(&t, &mut a, &mut b, 2);
-    let constants = super::lean::BurstConstants::new(SEC, &t, &a);
+    let constants = crate::pipeline::lean::BurstConstants::new(SEC, &t, &a);
     let mut taken = |conn: &mut Conn, reply: bool, variant: Variant| {
         let (f, iface) = frame(conn, reply, variant);
         let mut buf = [0u8; 256];
         buf[..f.len()].copy_from_slice(&f);
         let meta = Meta { iface, len: f.len(), l4_csum_partial: false };
         // Stage 1 and 2 of a burst for this one frame, into slot 0.
-        let (rx, _) = super::link::receive(&buf, &meta, &a.host).unwrap();
-        let (key, _, seg) = super::ipv4::flow_key(&buf, &rx).unwrap();
+        let (rx, _) = crate::pipeline::link::receive(&buf, &meta, &a.host).unwrap();
+        let (key, _, seg) = crate::pipeline::ipv4::flow_key(&buf, &rx).unwrap();
         let candidate = a.conntrack.lookup(&key).map(|(id, d)| crate::conntrack::Candidate::Flow(id, d));
-        a.hints.frames[0] = super::hint::FrameHints {
-            flow: Some(super::hint::FlowHint::V4(key, 0)),
+        a.hints.frames[0] = crate::pipeline::hint::FrameHints {
+            flow: Some(crate::pipeline::hint::FlowHint::V4(key, 0)),
             candidate,
             lean: seg,
             ..Default::default()
         };
-        super::lean::forward(SEC, &mut buf, 0, &constants, &mut a).is_some()
+        crate::pipeline::lean::forward(SEC, &mut buf, 0, &constants, &mut a).is_some()
     };
     for conn in &mut conns {
         assert!(taken(conn, false, Variant::Data(10)), "{conn:?}");
