@@ -36,21 +36,21 @@ pub(super) fn flow_key(frame: &[u8], rx: &Rx) -> Option<(FlowKey, bool, Option<L
     let total = ip.total_len();
     let l4 = &frame[l3 + ip.header_len()..l3 + usize::from(total)];
     let protocol = ip.next_header();
-    // The header checksum is verified last, and only for a frame that may take the lean path
-    // (a SYN, which never does, is not charged for it).
-    let plain = ip.header_len() == Ipv4Packet::<&[u8]>::HEADER_LEN && ip.hop_limit() > 1 && !rx.l4_csum_partial;
+    let plain = ip.header_len() == Ipv4Packet::<&[u8]>::HEADER_LEN
+        && ip.hop_limit() > 1
+        && !rx.l4_csum_partial
+        && ip.verify_checksum();
     let (src_port, dst_port, opens, lean) = match protocol {
         IpProtocol::Tcp => {
             let t = TcpPacket::new_checked(l4).ok()?;
-            let flags = t.flags();
+            let tcp = flow::tcp_seq(&t);
             let control = TcpFlags::SYN.0 | TcpFlags::FIN.0 | TcpFlags::RST.0 | TcpFlags::ACK.0;
-            let lean =
-                (plain && flags.0 & control == TcpFlags::ACK.0 && ip.verify_checksum()).then(|| flow::tcp_seq(&t));
-            (t.src_port(), t.dst_port(), TcpSegment::of(flags) == TcpSegment::Syn, lean)
+            let lean = (plain && tcp.flags.0 & control == TcpFlags::ACK.0).then_some(tcp);
+            (t.src_port(), t.dst_port(), TcpSegment::of(tcp.flags) == TcpSegment::Syn, lean)
         }
         IpProtocol::Udp => {
             let u = UdpPacket::new_checked(l4).ok()?;
-            (u.src_port(), u.dst_port(), false, (plain && ip.verify_checksum()).then_some(TcpSeq::default()))
+            (u.src_port(), u.dst_port(), false, plain.then_some(TcpSeq::default()))
         }
         _ => {
             let (src_port, dst_port, opens) = hint::ports(protocol, l4)?;

@@ -215,8 +215,9 @@ fn established_frames_take_the_lean_path() {
         buf[..f.len()].copy_from_slice(&f);
         let meta = Meta { iface, len: f.len(), l4_csum_partial: false };
         // Stage 1 and 2 of a burst for this one frame, into slot 0.
-        let (rx, _) = crate::pipeline::link::receive(&buf, &meta, &a.host).unwrap();
-        let (key, _, seg) = crate::pipeline::ipv4::flow_key(&buf, &rx).unwrap();
+        // A frame for another port's MAC (the wrong link) fails here: no lean path either.
+        let Ok((rx, _)) = crate::pipeline::link::receive(&buf, &meta, &a.host) else { return false };
+        let Some((key, _, seg)) = crate::pipeline::ipv4::flow_key(&buf, &rx) else { return false };
         let candidate = a.conntrack.lookup(&key).map(|(id, d)| crate::conntrack::Candidate::Flow(id, d));
         a.hints.frames[0] = crate::pipeline::hint::FrameHints {
             flow: Some(crate::pipeline::hint::FlowHint::V4(key, 0)),
