@@ -182,7 +182,7 @@ pub(super) fn handle<A: Family>(
     }
     let flow = A::conntrack(st).get(id);
     let frontend = frontend_index(table, &flow);
-    let verdict = forward(now, frame, rx, st, &flow, dir, seg, frontend.map(|i| (i, table.generation() as u32)));
+    let verdict = forward(now, frame, rx, st, id, &flow, dir, seg, frontend.map(|i| (i, table.generation() as u32)));
     if let (Verdict::Transmit { .. }, Some(index)) = (verdict, frontend) {
         st.frontends.packet(index, dir == Direction::Original, seg.total);
     }
@@ -233,8 +233,9 @@ fn track<A: Family>(now: u64, st: &mut WorkerState, id: FlowId, dir: Direction, 
     }
 }
 
-/// Rewrites the packet `seg` along `flow` in direction `dir` and addresses the frame to
-/// its next hop ([`egress`]). A first fragment's translation is recorded for the later
+/// Rewrites the packet `seg` along `flow` (id `id`) in direction `dir` and addresses the
+/// frame to its next hop ([`egress`]), recording the direction's egress in the flow's state
+/// for the lean path ([`crate::conntrack::Egress`]). A first fragment's translation is recorded for the later
 /// fragments of its datagram; its transport checksum is always updated incrementally (a
 /// fragment never carries a partial checksum, and a full one would need the whole datagram),
 /// with the flow's front-door index under table generation `frontend.1` so the later
@@ -245,15 +246,18 @@ fn forward<A: Family>(
     frame: &mut [u8],
     rx: &Rx,
     st: &mut WorkerState,
+    id: FlowId,
     flow: &Flow<A>,
     dir: Direction,
     seg: &Segment<A>,
     frontend: Option<(u32, u32)>,
 ) -> Verdict {
-    let (rw, out_iface, dst_mac) = match egress(now, st, flow, dir) {
+    let (rw, out_iface, dst_mac, on_link) = match egress(now, st, flow, dir) {
         Ok(e) => e,
         Err(reason) => return Verdict::Drop(reason),
     };
+    // What the lean path of the flow's later packets needs (`super::lean`).
+    A::conntrack_mut(st).state_mut(id).egress.set(dir, out_iface, on_link);
     match dir {
         Direction::Original => st.counters.forwarded_original += 1,
         Direction::Reply => st.counters.forwarded_reply += 1,
@@ -272,7 +276,8 @@ fn forward<A: Family>(
 }
 
 /// Where a packet of `flow` travelling in direction `dir` goes: its new addresses and ports,
-/// the egress interface and the next hop's MAC, resolved by ARP or Neighbor Discovery — the
+/// the egress interface, the next hop's MAC and whether that next hop is the destination
+/// itself (on a connected subnet; else the router), resolved by ARP or Neighbor Discovery — the
 /// endpoint's for the
 /// original direction, the client's for replies (the client itself on a connected subnet,
 /// else the router: replies are routed like any packet, no MAC is kept per flow). ICMP errors
@@ -285,7 +290,7 @@ pub(super) fn egress<A: Family>(
     st: &mut WorkerState,
     flow: &Flow<A>,
     dir: Direction,
-) -> Result<(Rewrite<A>, u8, MacAddr), DropReason> {
+) -> Result<(Rewrite<A>, u8, MacAddr, bool), DropReason> {
     // Either direction leaves as the other direction's tuple reversed: the original towards
     // the endpoint from the SNAT address and port, the reply back to the client from the
     // front door.
@@ -300,7 +305,7 @@ pub(super) fn egress<A: Family>(
     let Some(mac) = neighbour(st, hop, out, now) else {
         return Err(DropReason::NeighbourUnresolved);
     };
-    Ok((rw, out, mac))
+    Ok((rw, out, mac, hop == rw.dst_addr))
 }
 
 /// [`crate::host::Host::route`] of `to`: the route `process_burst` found ahead for this

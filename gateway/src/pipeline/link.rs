@@ -96,6 +96,17 @@ fn is_ipv6_multicast(mac: MacAddr) -> bool {
     mac.0[0] == 0x33 && mac.0[1] == 0x33
 }
 
+/// Length of the link-layer header of a frame sent on an interface with `vlan`: 14, or 18
+/// with a tag.
+#[inline]
+pub(super) fn header_len(vlan: Option<u16>) -> usize {
+    if vlan.is_some() {
+        ETH_LEN + TAG_LEN
+    } else {
+        ETH_LEN
+    }
+}
+
 /// Writes at the start of `frame` the link-layer header of a frame to `dst` from `src`,
 /// tagged with `vlan` (PCP 0, DEI 0) when given, carrying `ethertype`. Returns the header
 /// length (14, or 18 with a tag). `frame` must hold it.
@@ -140,7 +151,7 @@ pub(super) fn transmit(frame: &mut [u8], rx: &Rx, l3_len: usize, out: u8, dst: M
     };
     // The network layer's EtherType: the last field of the received header.
     let ethertype = EtherType::from(u16::from_be_bytes([frame[rx.l2_len - 2], frame[rx.l2_len - 1]]));
-    let l2_len = if o.vlan.is_some() { ETH_LEN + TAG_LEN } else { ETH_LEN };
+    let l2_len = header_len(o.vlan);
     let len = l2_len + l3_len;
     if l2_len != rx.l2_len {
         if len > frame.len() {

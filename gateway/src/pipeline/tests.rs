@@ -547,6 +547,8 @@ mod conntrack;
 
 /// `process_burst` against `process`.
 mod burst;
+/// The lean established path against the general path.
+mod lean;
 
 /// Per-front-door counters.
 mod frontends;
