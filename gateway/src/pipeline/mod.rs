@@ -89,6 +89,7 @@ mod reject;
 mod resolve;
 mod sctp;
 mod state;
+mod synproxy;
 
 pub use burst::process_burst;
 pub use expire::poll_expire;
