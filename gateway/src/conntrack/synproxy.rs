@@ -40,6 +40,24 @@ pub struct Adjust {
 /// Translations by the flow's original tuple.
 pub type Map<A> = HashMap<FlowKey<A>, Adjust, ahash::RandomState>;
 
+/// An address family with its own map of translations in a [`SynProxy`].
+pub trait Keyed: super::Address {
+    /// The map of this family.
+    fn map(proxy: &mut SynProxy) -> &mut Map<Self>;
+}
+
+impl Keyed for Ipv4Addr {
+    fn map(proxy: &mut SynProxy) -> &mut Map<Self> {
+        &mut proxy.adjust
+    }
+}
+
+impl Keyed for Ipv6Addr {
+    fn map(proxy: &mut SynProxy) -> &mut Map<Self> {
+        &mut proxy.adjust6
+    }
+}
+
 /// One worker's SYN-proxy state: the cookie keys, the pressure meter, and the translations
 /// of proxied flows.
 pub struct SynProxy {
@@ -101,6 +119,16 @@ impl SynProxy {
     #[inline]
     pub fn over_rate(&mut self, now: u64) -> bool {
         self.enabled && (self.interval_ns == 0 || !conforms(&mut self.tat_ns, now, self.interval_ns, self.tolerance_ns))
+    }
+
+    /// Forgets the translation of the flow whose original tuple is `key` (it ended, or a new
+    /// flow replaces it); nothing when there is none.
+    #[inline]
+    pub fn forget<A: Keyed>(&mut self, key: &FlowKey<A>) {
+        let map = A::map(self);
+        if !map.is_empty() {
+            map.remove(key);
+        }
     }
 
     /// Whether this worker sent a cookie within [`RECENT_NS`] of `now`.

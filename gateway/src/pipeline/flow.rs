@@ -19,7 +19,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use super::expire::{free_snat_port, remove_flow};
+use super::expire::{flow_ended, remove_flow};
 use super::family::Family;
 use super::fragment::{self, Fragment};
 use super::hint::NewFlowHint;
@@ -488,7 +488,7 @@ fn new_flow<A: Proxied>(
     if inserted == Err(InsertError::Full) {
         // Linux's early drop: evict a flow near this one that is worth less, then retry.
         if let Some(evicted) = A::conntrack_mut(st).early_drop(&key, now) {
-            free_snat_port(&mut st.snat, &st.host, &evicted);
+            flow_ended(st, &evicted);
             st.counters.conntrack_evicted += 1;
             inserted = A::conntrack_mut(st).insert_hashed(flow, hash, None);
         }
@@ -537,7 +537,7 @@ fn evict_for_snat_port<A: Family>(
     for _ in 0..SNAT_EVICTIONS {
         let evicted = A::conntrack_mut(st)
             .evict_scan(now, SNAT_EVICTION_SCAN, |f| f.reply.protocol == protocol && f.reply.dst_addr == snat_addr)?;
-        free_snat_port(&mut st.snat, &st.host, &evicted);
+        flow_ended(st, &evicted);
         st.counters.conntrack_evicted += 1;
         if let Some(port) = st.snat.alloc_for(snat_index, protocol, endpoint) {
             return Some(port);

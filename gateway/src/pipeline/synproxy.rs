@@ -188,10 +188,7 @@ pub(super) fn open<A: Proxied>(
 
 /// Forgets the translation of the flow on `key`, if any (a new flow replaces it).
 pub(super) fn forget<A: Proxied>(st: &mut WorkerState, key: &FlowKey<A>) {
-    let map = A::maps(st).1;
-    if !map.is_empty() {
-        map.remove(key);
-    }
+    st.synproxy.forget(key);
 }
 
 /// Whether this worker has proxied flows of family `A` (else nothing here applies).
