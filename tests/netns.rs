@@ -25,7 +25,7 @@ use serde_json::Value;
 use torii_integration::{
     curl_get, curl_get_timeout, netns_unavailable, output_with_timeout, print_skipped, repo_root, require_tools,
     tcp_connect_timed, udp_connected, Binaries, Harness, HttpConn, ECHO_BACKEND, METRICS_LISTEN, NODE_IP, NODE_PORT,
-    REJECT_VIP, REJECT_VIP6, STICKY_VIP, STICKY_VIP6, WEB_BACKENDS, WEB_VIP, WEB_VIP6,
+    REJECT_VIP, REJECT_VIP6, STICKY_VIP, STICKY_VIP6, SYN_COOKIES_ABOVE_PER_S, WEB_BACKENDS, WEB_VIP, WEB_VIP6,
 };
 
 /// How long the gateway may take, after start, to serve its first request.
@@ -358,7 +358,11 @@ fn step_forged_resets_change_nothing(h: &mut Harness, pinned: &mut HttpConn, bac
 /// Step 2b: a SYN flood from random sources at a fixed rate (hping3, up to 10 000 SYNs a
 /// second for about 10 s) displaces nothing: while it runs, the long-lived connection
 /// answers a request every 100 ms with no gap over 1 s, and at least 99 of 100 new
-/// connections succeed. (How half-open flows give their SNAT ports up to new flows once
+/// connections succeed. The gateway answers SYNs beyond [`SYN_COOKIES_ABOVE_PER_S`] a
+/// second per worker with SYN cookies, so most of curl's connections go through the SYN
+/// proxy (real Linux TCP at both ends: the cookie handshake, the proxy's handshake with
+/// the endpoint, translated sequence numbers); the counters must show cookies sent and
+/// validated. (How half-open flows give their SNAT ports up to new flows once
 /// every port is taken is a pipeline test, `half_open_flows_holding_every_snat_port_…`:
 /// here the flood stays below the workers' ports, so that the later steps' connections do
 /// not reuse ports whose half-open connections the backends still hold.)
@@ -367,6 +371,8 @@ fn step_syn_flood_does_not_displace_service(h: &mut Harness, pinned: &mut HttpCo
     const NEW_CONNECTIONS: usize = 100;
     let client = h.ns("client");
     let evicted_before = counter_sum(h, "conntrack_evicted_total").map_err(|e| h.fail(STEP, e))?;
+    let cookies_before = counter_sum(h, "syn_cookies_sent_total").map_err(|e| h.fail(STEP, e))?;
+    let valid_before = counter_sum(h, "syn_cookies_valid_total").map_err(|e| h.fail(STEP, e))?;
     let mut flood = Command::new("ip")
         .args(["netns", "exec", &client, "hping3", "-q", "-S", "-p", "80", "--rand-source", "-i", "u100"])
         .args(["-c", "100000", &WEB_VIP.to_string()])
@@ -411,8 +417,20 @@ fn step_syn_flood_does_not_displace_service(h: &mut Harness, pinned: &mut HttpCo
     let _ = flood.wait();
     sleep(Duration::from_millis(1500)); // workers publish counters about once a second
     let evicted = counter_sum(h, "conntrack_evicted_total").map_err(|e| h.fail(STEP, e))? - evicted_before;
+    let cookies = counter_sum(h, "syn_cookies_sent_total").map_err(|e| h.fail(STEP, e))? - cookies_before;
+    let valid = counter_sum(h, "syn_cookies_valid_total").map_err(|e| h.fail(STEP, e))? - valid_before;
+    let handshakes = counter_sum(h, "syn_proxy_handshakes_total").map_err(|e| h.fail(STEP, e))?;
     if let Err(e) = pinned_result {
         return Err(h.fail(STEP, format!("the long-lived connection failed during the flood: {e}")));
+    }
+    if cookies == 0 || valid == 0 {
+        return Err(h.fail(
+            STEP,
+            format!(
+                "the flood engaged no SYN proxy (cookies above {SYN_COOKIES_ABOVE_PER_S} SYNs/s per worker): {cookies} \
+                 cookies sent, {valid} validated (want both > 0)"
+            ),
+        ));
     }
     if worst_gap > Duration::from_secs(1) || failures.len() > NEW_CONNECTIONS / 100 {
         return Err(h.fail(
@@ -428,7 +446,8 @@ fn step_syn_flood_does_not_displace_service(h: &mut Harness, pinned: &mut HttpCo
         STEP,
         format!(
             "under ~10 000 SYN/s from random sources: {}/{NEW_CONNECTIONS} new connections {failures:?}, longest \
-             wait on the long-lived one {:.0} ms; {evicted} half-open flows evicted",
+             wait on the long-lived one {:.0} ms; {evicted} half-open flows evicted; {cookies} SYN cookies sent, \
+             {valid} validated, {handshakes} proxied handshakes completed",
             NEW_CONNECTIONS - failures.len(),
             worst_gap.as_secs_f64() * 1000.0
         ),

@@ -426,6 +426,13 @@ pub struct ConntrackConfig {
     /// `nf_conntrack_tcp_be_liberal`, kube-proxy's `--conntrack-tcp-be-liberal`; default
     /// false): a RST must still carry the expected sequence number to close a flow.
     pub tcp_be_liberal: bool,
+    /// Answer SYNs with SYN cookies under a SYN flood (default true;
+    /// [`crate::pipeline`]'s SYN proxy).
+    pub syn_cookies: bool,
+    /// New TCP flows a second per worker (with a burst of one second's worth) above which
+    /// SYNs are answered with cookies instead of creating flows (default 50 000; 0: every
+    /// SYN gets a cookie).
+    pub syn_cookies_above_per_s: u32,
 }
 
 /// Longest conntrack timeout, seconds (about 23.8 days): flow deadlines are 32-bit
@@ -672,6 +679,8 @@ struct RawConntrack {
     new_flows_per_source_per_s: u32,
     new_flows_per_source_burst: Option<u32>,
     tcp_be_liberal: bool,
+    syn_cookies: bool,
+    syn_cookies_above_per_s: u32,
     /// Replaced by the per-state TCP timeouts; accepted only to say so.
     tcp_transitory_timeout_s: Option<u32>,
 }
@@ -696,6 +705,8 @@ impl Default for RawConntrack {
             new_flows_per_source_per_s: 0,
             new_flows_per_source_burst: None,
             tcp_be_liberal: false,
+            syn_cookies: true,
+            syn_cookies_above_per_s: 50_000,
             tcp_transitory_timeout_s: None,
         }
     }
@@ -997,6 +1008,8 @@ impl Config {
                 new_flows_per_source_per_s: ct.new_flows_per_source_per_s,
                 new_flows_per_source_burst,
                 tcp_be_liberal: ct.tcp_be_liberal,
+                syn_cookies: ct.syn_cookies,
+                syn_cookies_above_per_s: ct.syn_cookies_above_per_s,
             },
             metrics: MetricsConfig {
                 listen: match &raw.metrics.listen {

@@ -401,6 +401,9 @@ pub struct Host {
     pub new_flows_per_source: (u32, u32),
     /// Whether TCP windows are checked liberally (`[conntrack] tcp_be_liberal`).
     pub tcp_be_liberal: bool,
+    /// Whether SYN cookies are used, and the SYNs a second per worker above which they are
+    /// (`[conntrack] syn_cookies`, `syn_cookies_above_per_s`).
+    pub syn_cookies: (bool, u32),
     /// The IPv4 connected subnets of `interfaces`, indexed ([`ConnectedIndex`]); built by
     /// [`Host::new`], which is why the fields above are not meant to change afterwards.
     connected: ConnectedIndex<u32>,
@@ -478,6 +481,7 @@ impl Host {
                 config.conntrack.new_flows_per_source_burst,
             ),
             tcp_be_liberal: config.conntrack.tcp_be_liberal,
+            syn_cookies: (config.conntrack.syn_cookies, config.conntrack.syn_cookies_above_per_s),
             snat_by_interface: Vec::new(),
             snat_by_interface6: Vec::new(),
             own: Vec::new(),

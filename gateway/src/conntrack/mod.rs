@@ -119,6 +119,8 @@
 
 mod hash;
 mod index;
+pub mod syncookie;
+pub mod synproxy;
 pub mod tcp;
 #[cfg(test)]
 mod tests;

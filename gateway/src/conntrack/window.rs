@@ -69,24 +69,10 @@ impl TcpSeq {
 /// [RFC 7323 § 2.2]: https://www.rfc-editor.org/rfc/rfc7323#section-2.2
 #[must_use]
 pub fn window_scale_option(options: &[u8]) -> Option<u8> {
-    let mut i = 0;
-    while i < options.len() {
-        match options[i] {
-            0 => return None,
-            1 => i += 1,
-            kind => {
-                let len = usize::from(*options.get(i + 1)?);
-                if len < 2 || i + len > options.len() {
-                    return None;
-                }
-                if kind == 3 && len == 3 {
-                    return Some(options[i + 2].min(MAX_WSCALE));
-                }
-                i += len;
-            }
-        }
+    match crate::wire::tcp::option(options, 3)? {
+        &[shift] => Some(shift.min(MAX_WSCALE)),
+        _ => None,
     }
-    None
 }
 
 /// Largest Window Scale shift ([RFC 7323 § 2.3]).

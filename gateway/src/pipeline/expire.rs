@@ -1,9 +1,10 @@
-//! The end of flows: idle expiry in bounded steps ([`poll_expire`]) and the return of a
-//! removed flow's SNAT port to its worker's pool (shared by expiry and by the removals on
-//! the packet path).
+//! The end of flows: idle expiry in bounded steps ([`poll_expire`]), and what a removed
+//! flow gives back ([`flow_ended`]: its SNAT port to its worker's pool, its SYN-proxy
+//! translation), shared by expiry and by the removals and evictions on the packet path.
 
 use super::family::Family;
 use super::WorkerState;
+use crate::conntrack::synproxy::{Keyed, SynProxy};
 use crate::conntrack::{Address, Flow, FlowId};
 use crate::host::{Host, HostAddr};
 use crate::snat::SnatPorts;
@@ -11,9 +12,9 @@ use crate::snat::SnatPorts;
 /// Expires idle flows, examining at most `budget` conntrack records, and frees their SNAT
 /// ports. Returns the number of flows removed.
 pub fn poll_expire(now: u64, budget: usize, st: &mut WorkerState) -> usize {
-    let WorkerState { conntrack, conntrack6, snat, host, counters, .. } = st;
-    let n = conntrack.expire(now, budget, |flow| free_snat_port(snat, host, flow))
-        + conntrack6.expire(now, budget, |flow| free_snat_port(snat, host, flow));
+    let WorkerState { conntrack, conntrack6, snat, host, counters, synproxy, .. } = st;
+    let n = conntrack.expire(now, budget, |flow| ended(snat, synproxy, host, flow))
+        + conntrack6.expire(now, budget, |flow| ended(snat, synproxy, host, flow));
     counters.expired_flows += n as u64;
     n
 }
@@ -21,12 +22,19 @@ pub fn poll_expire(now: u64, budget: usize, st: &mut WorkerState) -> usize {
 /// Removes flow `id` from the worker's conntrack and frees its SNAT port.
 pub(super) fn remove_flow<A: Family>(st: &mut WorkerState, id: FlowId) {
     let old = A::conntrack_mut(st).remove(id);
-    free_snat_port(&mut st.snat, &st.host, &old);
+    flow_ended(st, &old);
 }
 
-/// Returns the SNAT port of `flow` (the reply direction's destination) to the pool.
-pub(super) fn free_snat_port<A: Address + HostAddr>(snat: &mut SnatPorts, host: &Host, flow: &Flow<A>) {
+/// What a flow removed from conntrack (removed, expired or evicted) gives back: its SNAT
+/// port (the reply direction's destination) to the pool, and its SYN-proxy translation.
+pub(super) fn flow_ended<A: Family>(st: &mut WorkerState, flow: &Flow<A>) {
+    ended(&mut st.snat, &mut st.synproxy, &st.host, flow);
+}
+
+/// [`flow_ended`] over the parts of the worker's state it touches.
+fn ended<A: Address + HostAddr + Keyed>(snat: &mut SnatPorts, synproxy: &mut SynProxy, host: &Host, flow: &Flow<A>) {
     if let Some(i) = host.snat_index(flow.reply.dst_addr) {
         snat.free(i, flow.reply.protocol, flow.reply.dst_port);
     }
+    synproxy.forget(&flow.original);
 }

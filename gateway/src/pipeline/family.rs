@@ -10,6 +10,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use super::hint::FlowHint;
 use super::state::FragmentTarget;
 use super::WorkerState;
+use crate::conntrack::synproxy::Keyed;
 use crate::conntrack::{Address, Conntrack, FlowKey};
 use crate::fragments::{FragmentAddr, FragmentTable};
 use crate::host::HostAddr;
@@ -21,7 +22,7 @@ use crate::wire::IpProtocol;
 
 /// An IP address family the flow path serves: see the module documentation.
 pub(super) trait Family:
-    Address + HostAddr + PseudoHeaderAddr + FragmentAddr + NeighbourAddr + Into<IpAddr>
+    Address + HostAddr + PseudoHeaderAddr + FragmentAddr + NeighbourAddr + Keyed + Into<IpAddr>
 {
     /// This family's conntrack table in `st`.
     fn conntrack(st: &WorkerState) -> &Conntrack<Self>;

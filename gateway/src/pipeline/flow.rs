@@ -19,7 +19,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use super::expire::{free_snat_port, remove_flow};
+use super::expire::{flow_ended, remove_flow};
 use super::family::Family;
 use super::fragment::{self, Fragment};
 use super::hint::NewFlowHint;
@@ -28,6 +28,7 @@ use super::reject::reject;
 use super::resolve::neighbour;
 use super::sctp::{self, Chunks};
 use super::state::FragmentTarget;
+use super::synproxy::{self, Before, Proxied};
 use super::{backend, Verdict, WorkerState};
 use crate::conntrack::tcp::{self, Segment as TcpSegment};
 use crate::conntrack::{
@@ -91,7 +92,7 @@ pub(super) fn tcp_seq(t: &TcpPacket<&[u8]>) -> TcpSeq {
 
 /// Forwards the TCP, UDP or SCTP packet `seg` in `frame` along its flow, creating the flow
 /// on a conntrack miss.
-pub(super) fn handle<A: Family>(
+pub(super) fn handle<A: Proxied>(
     now: u64,
     frame: &mut [u8],
     rx: &Rx,
@@ -99,6 +100,9 @@ pub(super) fn handle<A: Family>(
     st: &mut WorkerState,
     seg: &Segment<A>,
 ) -> Verdict {
+    // A SYN proxy may turn the packet into another segment (a cookie's ACK into the SYN to
+    // the endpoint) or translate its sequence numbers (`synproxy`).
+    let mut seg = *seg;
     if seg.proto == IpProtocol::Tcp && !tcp::valid_flags(seg.tcp.flags) {
         return Verdict::Drop(DropReason::TcpInvalid);
     }
@@ -154,35 +158,88 @@ pub(super) fn handle<A: Family>(
     if seg.ttl <= 1 {
         return Verdict::Drop(DropReason::TtlExceeded);
     }
+    let mut opened_by_cookie = false;
     let (mut id, dir) = match hit {
         Some(h) => h,
         // Where stage 2 found the key's probe run to end goes to the insert (which checks it).
         None => {
-            match new_flow(now, frame, rx, table, st, key, (hash, candidate.and_then(Candidate::vacancy)), seg, ahead) {
-                Ok(id) => (id, Direction::Original),
+            let cookie =
+                if seg.proto == IpProtocol::Tcp { synproxy::cookie_ack(now, st, &key, &seg.tcp) } else { None };
+            match new_flow(now, frame, rx, table, st, key, (hash, candidate.and_then(Candidate::vacancy)), &seg, ahead)
+            {
+                Ok(id) => {
+                    match cookie {
+                        Some(c) => match synproxy::open(frame, rx, st, key, seg.ttl, c) {
+                            Ok(syn) => {
+                                seg = Segment { l4_offset: syn.l4_offset, total: syn.total, tcp: syn.tcp, ..seg };
+                                opened_by_cookie = true;
+                            }
+                            Err(v) => {
+                                remove_flow::<A>(st, id);
+                                return v;
+                            }
+                        },
+                        None => synproxy::forget(st, &key),
+                    }
+                    (id, Direction::Original)
+                }
                 Err(v) => return v,
             }
         }
     };
-    let mut tracked = track(now, st, id, dir, seg);
+    // A packet of a flow the SYN proxy opened: its numbers into the client's, before
+    // tracking (the flow it just opened needs none).
+    let proxied = if opened_by_cookie || seg.proto != IpProtocol::Tcp || !synproxy::any::<A>(st) {
+        None
+    } else {
+        let original = if dir == Direction::Original { key } else { A::conntrack(st).get(id).original };
+        let l4 = rx.l2_len + seg.l4_offset..rx.l2_len + seg.total;
+        match synproxy::before_track(frame, rx, st, &original, &key, dir, &mut seg.tcp, l4) {
+            None => None,
+            Some(Before::Track) => Some((original, false)),
+            Some(Before::SynAck) => Some((original, true)),
+            Some(Before::Drop(reason)) => return Verdict::Drop(reason),
+            Some(Before::Answer(v)) => return v,
+        }
+    };
+    let mut tracked = track(now, st, id, dir, &seg);
     if tracked == Tracked::Reopen {
         // A new connection on the tuple of a closed one: forget the old flow, choose the
         // endpoint anew.
         remove_flow::<A>(st, id);
-        id = match new_flow(now, frame, rx, table, st, key, (hash, None), seg, ahead) {
+        id = match new_flow(now, frame, rx, table, st, key, (hash, None), &seg, ahead) {
             Ok(id) => id,
             Err(v) => return v,
         };
-        tracked = track(now, st, id, Direction::Original, seg);
+        synproxy::forget(st, &key);
+        tracked = track(now, st, id, Direction::Original, &seg);
     }
     match tracked {
         Tracked::Invalid => return Verdict::Drop(DropReason::TcpInvalid),
         Tracked::OutOfWindow => return Verdict::Drop(DropReason::TcpOutOfWindow),
         _ => {}
     }
+    match proxied {
+        Some((original, true)) => {
+            // The endpoint's SYN-ACK: the proxy completes the endpoint's handshake; the
+            // client's ACK of the cookie, tracked now, makes the flow established.
+            return match synproxy::complete(frame, rx, st, &original, &key) {
+                Ok((verdict, client_ack)) => {
+                    track(now, st, id, Direction::Original, &Segment { tcp: client_ack, ..seg });
+                    verdict
+                }
+                Err(reason) => Verdict::Drop(reason),
+            };
+        }
+        Some((original, false)) if dir == Direction::Original => {
+            let l4 = rx.l2_len + seg.l4_offset..rx.l2_len + seg.total;
+            synproxy::after_track(frame, rx, st, &original, &seg.tcp, l4);
+        }
+        _ => {}
+    }
     let flow = A::conntrack(st).get(id);
     let frontend = frontend_index(table, &flow);
-    let verdict = forward(now, frame, rx, st, id, &flow, dir, seg, frontend.map(|i| (i, table.generation() as u32)));
+    let verdict = forward(now, frame, rx, st, id, &flow, dir, &seg, frontend.map(|i| (i, table.generation() as u32)));
     if let (Verdict::Transmit { .. }, Some(index)) = (verdict, frontend) {
         st.frontends.packet(index, dir == Direction::Original, seg.total);
     }
@@ -332,7 +389,7 @@ fn route<A: Family>(st: &WorkerState, to: A) -> Option<(u8, A)> {
 /// that it still holds); `ahead` is what `process_burst` found ahead for this key in this
 /// table (front door and the ring's endpoint), used instead of looking them up again.
 #[allow(clippy::too_many_arguments)]
-fn new_flow<A: Family>(
+fn new_flow<A: Proxied>(
     now: u64,
     frame: &mut [u8],
     rx: &Rx,
@@ -370,6 +427,13 @@ fn new_flow<A: Family>(
     };
     if stray {
         return Err(Verdict::Drop(DropReason::NoConntrack));
+    }
+    // Under a SYN flood a SYN is answered with a cookie and creates nothing (`synproxy`).
+    if seg.proto == IpProtocol::Tcp && TcpSegment::of(seg.tcp.flags) == TcpSegment::Syn {
+        let l4 = rx.l2_len + seg.l4_offset..rx.l2_len + seg.total;
+        if let Some(answer) = synproxy::syn(now, frame, rx, st, &key, &seg.tcp, l4) {
+            return Err(answer);
+        }
     }
     // A burst that found the endpoint ahead (a service without affinity: the ring's choice)
     // spares viewing the service again.
@@ -429,7 +493,7 @@ fn new_flow<A: Family>(
     if inserted == Err(InsertError::Full) {
         // Linux's early drop: evict a flow near this one that is worth less, then retry.
         if let Some(evicted) = A::conntrack_mut(st).early_drop(&key, now) {
-            free_snat_port(&mut st.snat, &st.host, &evicted);
+            flow_ended(st, &evicted);
             st.counters.conntrack_evicted += 1;
             inserted = A::conntrack_mut(st).insert_hashed(flow, hash, None);
         }
@@ -478,7 +542,7 @@ fn evict_for_snat_port<A: Family>(
     for _ in 0..SNAT_EVICTIONS {
         let evicted = A::conntrack_mut(st)
             .evict_scan(now, SNAT_EVICTION_SCAN, |f| f.reply.protocol == protocol && f.reply.dst_addr == snat_addr)?;
-        free_snat_port(&mut st.snat, &st.host, &evicted);
+        flow_ended(st, &evicted);
         st.counters.conntrack_evicted += 1;
         if let Some(port) = st.snat.alloc_for(snat_index, protocol, endpoint) {
             return Some(port);

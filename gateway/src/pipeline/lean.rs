@@ -19,7 +19,8 @@
 //!   the endpoint and the front door's counter index on the general path), and the
 //!   direction's egress has been routed before ([`crate::conntrack::Egress`]: interface
 //!   and whether the next hop is the destination or the router; routes never change);
-//! - TCP: the flow is ESTABLISHED and assured, the segment's flags are ACK without SYN,
+//! - TCP: the flow is not one the SYN proxy opened (its sequence numbers are translated:
+//!   `super::synproxy`), it is ESTABLISHED and assured, the segment's flags are ACK without SYN,
 //!   FIN or RST, and it fits the windows as [`window::check_ack`] decides (Linux's
 //!   `tcp_in_window` bounds and updates, the same as [`window::check`] for such a segment);
 //!   UDP: the flow is assured (a reply was seen and answered: the stream timeout);
@@ -79,7 +80,7 @@ pub(super) fn forward(
     k: &BurstConstants,
     st: &mut WorkerState,
 ) -> Option<Verdict> {
-    let WorkerState { conntrack, host, neighbours, counters, frontends, hints, .. } = st;
+    let WorkerState { conntrack, host, neighbours, counters, frontends, hints, synproxy, .. } = st;
     let h = &hints.frames[slot];
     let (Some(FlowHint::V4(key, _)), Some(Candidate::Flow(id, direction)), Some(seg)) = (&h.flow, h.candidate, &h.lean)
     else {
@@ -94,6 +95,13 @@ pub(super) fn forward(
     if tcp {
         if state.tcp_state != TcpState::Established || !state.assured || !state.seen_reply {
             return None;
+        }
+        // A flow the SYN proxy opened has its sequence numbers translated: the general path.
+        if !synproxy.adjust.is_empty() {
+            let original = if direction == Direction::Original { *key } else { out.reversed() };
+            if synproxy.adjust.contains_key(&original) {
+                return None;
+            }
         }
     } else if !state.assured {
         return None;

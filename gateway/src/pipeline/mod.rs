@@ -44,6 +44,9 @@
 //! - IPv4 and IPv6 fragments (`fragment`): the first fragment of a TCP or UDP datagram goes
 //!   through its flow; the later ones follow it through a per-worker fragment table per
 //!   family.
+//! - Under a SYN flood (`synproxy`), SYNs beyond a rate per worker are answered with SYN
+//!   cookies and create nothing; a cookie's ACK opens the connection to the endpoint, whose
+//!   SYN-ACK the gateway answers, and the connection's sequence numbers are translated.
 //! - Next hops are resolved by ARP requests and Neighbor Solicitations the worker emits
 //!   through [`poll_transmit`] (`resolve`).
 //! - Flows time out after idle periods following Linux conntrack's defaults; expiry runs
@@ -61,7 +64,7 @@
 //! - `state`: the per-worker and shared state, with the entries of the worker's fragment
 //!   tables and resolution queue;
 //! - `link`, `family` (the per-family accessors), and the steps that use only these: `arp`,
-//!   `ndp`, `reject`, `resolve`, then `backend`, `expire`, `fragment`;
+//!   `ndp`, `reject`, `resolve`, `synproxy`, then `backend`, `expire`, `fragment`;
 //! - `flow`, then `icmp_error`, then `icmp`, then the per-family parsers `ipv4`, `ipv6`;
 //! - this module, which holds only [`process`] and its dispatch by EtherType;
 //! - `lean`, the lean established path: a frame of an established IPv4 TCP or UDP flow
@@ -94,6 +97,7 @@ mod reject;
 mod resolve;
 mod sctp;
 mod state;
+mod synproxy;
 
 pub use burst::process_burst;
 pub use expire::poll_expire;

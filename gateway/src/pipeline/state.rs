@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use super::hint::HintRing;
 use crate::affinity::Affinity;
+use crate::conntrack::synproxy::SynProxy;
 use crate::conntrack::Conntrack;
 use crate::counters::{Counters, FrontendCounters};
 use crate::fragments::{self, FragmentAddr, FragmentTable};
@@ -110,6 +111,8 @@ pub struct WorkerState {
     pub snat: SnatPorts,
     /// The per-source new-flow rate limit (off unless configured).
     pub sources: SourceLimiter,
+    /// The SYN proxy: cookies under a SYN flood, and the proxied flows' translations.
+    pub synproxy: SynProxy,
     /// This worker's counters.
     pub counters: Counters,
     /// Where the later fragments of datagrams whose first fragment this worker forwarded go
@@ -148,6 +151,12 @@ impl WorkerState {
             conntrack6: Conntrack::new(capacity, seed, &host.snat_addresses6),
             snat,
             sources: SourceLimiter::new(host.new_flows_per_source.0, host.new_flows_per_source.1, seed ^ 0x50_f7ce),
+            synproxy: SynProxy::new(
+                host.syn_cookies.0,
+                host.syn_cookies.1,
+                (capacity / 4).max(1024),
+                seed ^ 0x5c00_c1e5,
+            ),
             host,
             neighbours: Arc::clone(&shared.neighbours),
             affinity: Arc::clone(&shared.affinity),

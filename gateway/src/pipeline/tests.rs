@@ -558,3 +558,5 @@ mod fragment;
 mod hygiene;
 mod icmp_error;
 mod sctp;
+/// SYN cookies and the SYN proxy under a SYN flood.
+mod synproxy;
