@@ -119,11 +119,14 @@ pub enum DropReason {
     /// The frame did not fit the RX buffer (counted by the driver), or had no room left
     /// in it for the 802.1Q tag of its egress interface.
     Oversize,
+    /// The frame belongs to another worker's flow and that worker's redirect ring was full
+    /// (ports without usable RSS, [`crate::io::redirect`]; counted by the receiving worker).
+    RedirectRingFull,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 38] = [
+    pub const ALL: [DropReason; 39] = [
         Self::Truncated,
         Self::UnknownInterface,
         Self::NotOurMac,
@@ -162,6 +165,7 @@ impl DropReason {
         Self::NeighbourUnresolved,
         Self::TxRingFull,
         Self::Oversize,
+        Self::RedirectRingFull,
     ];
 
     /// snake_case name, for logs and metrics.
@@ -205,11 +209,12 @@ impl DropReason {
             Self::NeighbourUnresolved => "neighbour_unresolved",
             Self::TxRingFull => "tx_ring_full",
             Self::Oversize => "oversize",
+            Self::RedirectRingFull => "redirect_ring_full",
         }
     }
 }
 
-const _: () = assert!(DropReason::ALL.len() == DropReason::Oversize as usize + 1);
+const _: () = assert!(DropReason::ALL.len() == DropReason::RedirectRingFull as usize + 1);
 
 /// One worker's counters.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -254,6 +259,9 @@ pub struct Counters {
     pub fragments_followed: u64,
     /// Fragment-table entries evicted by a newer datagram (their later fragments are dropped).
     pub fragment_evictions: u64,
+    /// Frames received here and handed to the worker that owns their flow (ports without
+    /// usable RSS, [`crate::io::redirect`]).
+    pub redirected: u64,
     /// Drops, indexed by `DropReason as usize`.
     pub drops: [u64; DropReason::ALL.len()],
 }
@@ -281,6 +289,7 @@ impl Default for Counters {
             icmp_errors_translated: 0,
             fragments_followed: 0,
             fragment_evictions: 0,
+            redirected: 0,
             drops: [0; DropReason::ALL.len()],
         }
     }
@@ -338,6 +347,7 @@ impl Counters {
             self.fragments_followed,
         );
         f("fragment_evictions", "Fragment-table entries evicted by newer datagrams.", self.fragment_evictions);
+        f("redirected", "Frames received and handed to the worker that owns their flow.", self.redirected);
     }
 
     /// Adds `other` into `self` (totals over workers).
@@ -361,6 +371,7 @@ impl Counters {
         self.icmp_errors_translated += other.icmp_errors_translated;
         self.fragments_followed += other.fragments_followed;
         self.fragment_evictions += other.fragment_evictions;
+        self.redirected += other.redirected;
         for (a, b) in self.drops.iter_mut().zip(other.drops) {
             *a += b;
         }
@@ -387,6 +398,9 @@ impl std::fmt::Display for Counters {
             self.nd_solicitations,
             self.echo_replies
         )?;
+        if self.redirected > 0 {
+            write!(f, " redirected={}", self.redirected)?;
+        }
         for r in DropReason::ALL {
             let n = self.drops_of(r);
             if n > 0 {
@@ -531,6 +545,7 @@ mod tests {
             icmp_errors_translated: 17,
             fragments_followed: 18,
             fragment_evictions: 19,
+            redirected: 20,
             drops: [0; DropReason::ALL.len()],
         };
         let mut seen = Vec::new();
@@ -539,12 +554,12 @@ mod tests {
             assert!(!help.is_empty() && names.insert(name), "{name}");
             seen.push(v);
         });
-        assert_eq!(seen, (1..=19).collect::<Vec<u64>>());
+        assert_eq!(seen, (1..=20).collect::<Vec<u64>>());
         let mut total = Counters::default();
         total.add(&c);
         total.add(&c);
         let mut doubled = Vec::new();
         total.for_each(|_, _, v| doubled.push(v));
-        assert_eq!(doubled, (1..=19).map(|v| 2 * v).collect::<Vec<u64>>(), "add sums every counter");
+        assert_eq!(doubled, (1..=20).map(|v| 2 * v).collect::<Vec<u64>>(), "add sums every counter");
     }
 }

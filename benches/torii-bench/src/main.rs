@@ -208,13 +208,13 @@ fn run(args: &Args) -> Result<bool> {
     let sock_paths: Vec<&std::path::Path> =
         socks.iter().take(if baseline { 2 } else { 1 }).map(PathBuf::as_path).collect();
     let eal = Eal::builder()
-        .args(vhost::eal_args(&format!("torii-bench-{pid}"), args.bench_cpu, &sock_paths, memory))
+        .args(vhost::eal_args(&format!("torii-bench-{pid}"), args.bench_cpu, &sock_paths, 1, memory))
         .init()
         .context("EAL")?;
     let _ = std::fs::remove_dir(eal.runtime_dir());
     let pool = Mempool::new(&eal, "bench", 16383, 256, DEFAULT_DATA_ROOM, None).context("mempool")?;
     let open = |name: &str, dut: Dut| -> Result<Link> {
-        let port = vhost::open_port(&eal, name, &pool).with_context(|| format!("port {name}"))?;
+        let port = vhost::open_port(&eal, name, &pool, 1).with_context(|| format!("port {name}"))?;
         Ok(Link::new(dut, port, max_flows)?)
     };
     let mut torii_link = open("net_vhost0", Dut::Torii)?;

@@ -100,7 +100,7 @@ fn state_with_capacity(worker: usize, workers: usize, capacity: usize) -> Worker
 fn run(now: u64, input: &[u8], iface: u8, t: &Table, st: &mut WorkerState) -> (Verdict, Vec<u8>) {
     let mut buf = vec![0u8; 2048];
     buf[..input.len()].copy_from_slice(input);
-    let meta = Meta { iface, len: input.len(), l4_csum_partial: false };
+    let meta = Meta { iface, len: input.len(), l4_csum_partial: false, ..Meta::default() };
     let v = process(now, &mut buf, &meta, t, st);
     let out = match v {
         Verdict::Transmit { len, .. } => buf[..len].to_vec(),
@@ -529,7 +529,7 @@ proptest::proptest! {
         }
         let mut buf = vec![0u8; frame.len().max(MIN_BUFFER)];
         buf[..frame.len()].copy_from_slice(&frame);
-        let meta = Meta { iface, len: frame.len(), l4_csum_partial: false };
+        let meta = Meta { iface, len: frame.len(), l4_csum_partial: false, ..Meta::default() };
         let _ = process(0, &mut buf, &meta, &t, &mut st);
     }
 }
