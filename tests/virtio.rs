@@ -56,7 +56,7 @@ idle_sleep_us = 100
 [[interfaces]]
 name = "virtio0"
 addresses = ["198.51.100.1/24", "10.70.0.1/24"]
-device = "net_virtio_user0,path={socket},queues=2,mac=02:00:00:00:00:01"
+device = "net_virtio_user0,path={socket},queues=2,cq=1,mac=02:00:00:00:00:01"
 
 [snat]
 addresses = ["10.70.0.1"]

@@ -205,7 +205,10 @@ pub fn eal_args(config: &Config, pid: u32, hugepage_bytes: u64, main_cpu: usize)
         let [flag, mut value] = d.eal_args();
         if let DpdkDevice::Vdev { name, args: a } = d {
             // One queue pair (a socket) per worker, so each worker has a TX queue of its own.
-            if name.starts_with("net_af_packet") && config.workers > 1 && !a.split(',').any(|kv| kv.starts_with("qpairs=")) {
+            if name.starts_with("net_af_packet")
+                && config.workers > 1
+                && !a.split(',').any(|kv| kv.starts_with("qpairs="))
+            {
                 value.push_str(&format!(",qpairs={}", config.workers));
             }
         }

@@ -1130,16 +1130,29 @@ mod tests {
     /// changes nothing.
     mod twin {
         use super::super::{owner_of_frame, steering_program_dual, steering_value, SnatRange};
-        use super::{eth, icmp_error, icmpv6_error, ipv4, ipv6, run, Skb, CLIENT, CLIENT6, ENDPOINT, ENDPOINT6, SNAT, SNAT6};
+        use super::{
+            eth, icmp_error, icmpv6_error, ipv4, ipv6, run, Skb, CLIENT, CLIENT6, ENDPOINT, ENDPOINT6, SNAT, SNAT6,
+        };
         use proptest::prelude::*;
         use std::net::{Ipv4Addr, Ipv6Addr};
 
         fn snat() -> SnatRange {
-            SnatRange { addrs: vec![Ipv4Addr::new(10, 70, 0, 9), SNAT], addrs6: vec![SNAT6], port_min: 2000, port_max: 60000 }
+            SnatRange {
+                addrs: vec![Ipv4Addr::new(10, 70, 0, 9), SNAT],
+                addrs6: vec![SNAT6],
+                port_min: 2000,
+                port_max: 60000,
+            }
         }
 
         fn addr4() -> impl Strategy<Value = Ipv4Addr> {
-            prop_oneof![Just(SNAT), Just(CLIENT), Just(ENDPOINT), Just(Ipv4Addr::new(10, 70, 0, 9)), any::<u32>().prop_map(Ipv4Addr::from)]
+            prop_oneof![
+                Just(SNAT),
+                Just(CLIENT),
+                Just(ENDPOINT),
+                Just(Ipv4Addr::new(10, 70, 0, 9)),
+                any::<u32>().prop_map(Ipv4Addr::from)
+            ]
         }
         fn addr6() -> impl Strategy<Value = Ipv6Addr> {
             prop_oneof![Just(SNAT6), Just(CLIENT6), Just(ENDPOINT6), any::<u128>().prop_map(Ipv6Addr::from)]
@@ -1171,7 +1184,10 @@ mod tests {
                     .prop_map(|(t, s, d, q)| (icmp_error(t, s, d, &q), 0x0800)),
                 (prop_oneof![Just(1u8), Just(2), Just(4), Just(128), any::<u8>()], addr6(), addr6(), v6())
                     .prop_map(|(t, s, d, q)| (icmpv6_error(t, s, d, &q), 0x86dd)),
-                (proptest::collection::vec(any::<u8>(), 0..80), prop_oneof![Just(0x0800u16), Just(0x86dd), Just(0x0806)]),
+                (
+                    proptest::collection::vec(any::<u8>(), 0..80),
+                    prop_oneof![Just(0x0800u16), Just(0x86dd), Just(0x0806)]
+                ),
             ]
         }
 

@@ -160,9 +160,12 @@ mod tests {
                     assert_eq!(rx.owner(&syn), owner, "every worker agrees");
                 }
                 // The owner's SNAT port: any port p with p % n == owner.
-                let sport = 1024 + (owner as u16 + workers as u16 - 1024 % workers as u16) % workers as u16 + 2 * workers as u16;
+                let sport = 1024
+                    + (owner as u16 + workers as u16 - 1024 % workers as u16) % workers as u16
+                    + 2 * workers as u16;
                 assert_eq!(owner_of_port(sport, workers), owner);
-                let reply = frames::tcp(L, (ENDPOINT, 8080), (SNAT, sport), TcpFlags::SYN | TcpFlags::ACK, 1, 2, b"", 64);
+                let reply =
+                    frames::tcp(L, (ENDPOINT, 8080), (SNAT, sport), TcpFlags::SYN | TcpFlags::ACK, 1, 2, b"", 64);
                 assert_eq!(r[1].owner(&reply), owner, "reply to SNAT port {sport}");
                 // Frag-needed from a router on the endpoint side about a translated packet.
                 let sent = frames::tcp(L, (SNAT, sport), (ENDPOINT, 8080), TcpFlags::ACK, 1, 2, b"", 64);

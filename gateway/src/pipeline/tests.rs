@@ -556,3 +556,23 @@ mod fragment;
 mod hygiene;
 mod icmp_error;
 mod sctp;
+
+/// What the device verified (`Meta::l3_csum_good`, `Meta::l4_csum_good`) is not verified
+/// again: a frame whose IPv4 header checksum the device vouched for is forwarded on that
+/// word (the same frame without the flag is a `bad_ipv4_checksum` drop).
+#[test]
+fn device_verified_checksums_are_not_verified_again() {
+    let (t, mut st) = (table(&["10.70.0.11"]), state(0, 1));
+    let mut bad_sum = frames::udp(to_gw(), CLIENT, (VIP, 7), b"ping", 64);
+    bad_sum[14 + 10] ^= 0xff;
+    let mut buf = vec![0u8; 2048];
+    for (good, want_forwarded) in [(false, false), (true, true)] {
+        buf[..bad_sum.len()].copy_from_slice(&bad_sum);
+        let meta = Meta { iface: FRONT, len: bad_sum.len(), l3_csum_good: good, ..Meta::default() };
+        let v = process(0, &mut buf, &meta, &t, &mut st);
+        assert_eq!(matches!(v, Verdict::Transmit { .. }), want_forwarded, "l3_csum_good {good}: {v:?}");
+        if !good {
+            assert_eq!(v, Verdict::Drop(DropReason::BadIpv4Checksum));
+        }
+    }
+}

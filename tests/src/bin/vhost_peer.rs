@@ -198,7 +198,8 @@ fn run() -> Result<(), String> {
     let eal = Eal::builder().args(eal_args).init().map_err(|e| format!("EAL: {e}"))?;
     let _ = std::fs::remove_dir(eal.runtime_dir());
     let pool = Mempool::new(&eal, "peer", 4095, 64, DEFAULT_DATA_ROOM, None).map_err(|e| format!("mempool: {e}"))?;
-    let mut port = vhost::open_port(&eal, "net_vhost0", &pool, args.queues).map_err(|e| format!("port net_vhost0: {e}"))?;
+    let mut port =
+        vhost::open_port(&eal, "net_vhost0", &pool, args.queues).map_err(|e| format!("port net_vhost0: {e}"))?;
     eprintln!("torii-vhost-peer: vhost-user server listening on {}", args.socket);
     // Tell the test the socket exists: it starts the gateway now.
     println!("listening");
