@@ -124,11 +124,14 @@ pub enum DropReason {
     /// The frame did not fit the RX buffer (counted by the driver), or had no room left
     /// in it for the 802.1Q tag of its egress interface.
     Oversize,
+    /// The frame belongs to another worker's flow and that worker's redirect ring was full
+    /// (ports without usable RSS, [`crate::io::redirect`]; counted by the receiving worker).
+    RedirectRingFull,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 40] = [
+    pub const ALL: [DropReason; 41] = [
         Self::Truncated,
         Self::UnknownInterface,
         Self::NotOurMac,
@@ -169,6 +172,7 @@ impl DropReason {
         Self::SynProxyFull,
         Self::TxRingFull,
         Self::Oversize,
+        Self::RedirectRingFull,
     ];
 
     /// snake_case name, for logs and metrics.
@@ -214,11 +218,12 @@ impl DropReason {
             Self::SynProxyFull => "syn_proxy_full",
             Self::TxRingFull => "tx_ring_full",
             Self::Oversize => "oversize",
+            Self::RedirectRingFull => "redirect_ring_full",
         }
     }
 }
 
-const _: () = assert!(DropReason::ALL.len() == DropReason::Oversize as usize + 1);
+const _: () = assert!(DropReason::ALL.len() == DropReason::RedirectRingFull as usize + 1);
 
 /// One worker's counters.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -269,6 +274,9 @@ pub struct Counters {
     pub syn_cookies_valid: u64,
     /// Endpoint handshakes the SYN proxy completed (endpoint SYN-ACKs answered).
     pub syn_proxy_handshakes: u64,
+    /// Frames received here and handed to the worker that owns their flow (ports without
+    /// usable RSS, [`crate::io::redirect`]).
+    pub redirected: u64,
     /// Drops, indexed by `DropReason as usize`.
     pub drops: [u64; DropReason::ALL.len()],
 }
@@ -299,6 +307,7 @@ impl Default for Counters {
             syn_cookies_sent: 0,
             syn_cookies_valid: 0,
             syn_proxy_handshakes: 0,
+            redirected: 0,
             drops: [0; DropReason::ALL.len()],
         }
     }
@@ -359,6 +368,7 @@ impl Counters {
         f("syn_cookies_sent", "SYNs answered with a SYN cookie under a SYN flood.", self.syn_cookies_sent);
         f("syn_cookies_valid", "ACKs of valid SYN cookies: proxied flows created.", self.syn_cookies_valid);
         f("syn_proxy_handshakes", "Endpoint handshakes completed by the SYN proxy.", self.syn_proxy_handshakes);
+        f("redirected", "Frames received and handed to the worker that owns their flow.", self.redirected);
     }
 
     /// Adds `other` into `self` (totals over workers).
@@ -385,6 +395,7 @@ impl Counters {
         self.syn_cookies_sent += other.syn_cookies_sent;
         self.syn_cookies_valid += other.syn_cookies_valid;
         self.syn_proxy_handshakes += other.syn_proxy_handshakes;
+        self.redirected += other.redirected;
         for (a, b) in self.drops.iter_mut().zip(other.drops) {
             *a += b;
         }
@@ -411,6 +422,9 @@ impl std::fmt::Display for Counters {
             self.nd_solicitations,
             self.echo_replies
         )?;
+        if self.redirected > 0 {
+            write!(f, " redirected={}", self.redirected)?;
+        }
         for r in DropReason::ALL {
             let n = self.drops_of(r);
             if n > 0 {
@@ -558,6 +572,7 @@ mod tests {
             syn_cookies_sent: 20,
             syn_cookies_valid: 21,
             syn_proxy_handshakes: 22,
+            redirected: 23,
             drops: [0; DropReason::ALL.len()],
         };
         let mut seen = Vec::new();
@@ -566,12 +581,12 @@ mod tests {
             assert!(!help.is_empty() && names.insert(name), "{name}");
             seen.push(v);
         });
-        assert_eq!(seen, (1..=22).collect::<Vec<u64>>());
+        assert_eq!(seen, (1..=23).collect::<Vec<u64>>());
         let mut total = Counters::default();
         total.add(&c);
         total.add(&c);
         let mut doubled = Vec::new();
         total.for_each(|_, _, v| doubled.push(v));
-        assert_eq!(doubled, (1..=22).map(|v| 2 * v).collect::<Vec<u64>>(), "add sums every counter");
+        assert_eq!(doubled, (1..=23).map(|v| 2 * v).collect::<Vec<u64>>(), "add sums every counter");
     }
 }

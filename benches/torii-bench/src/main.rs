@@ -302,7 +302,7 @@ fn run(args: &Args) -> Result<bool> {
     // Our EAL: one lcore, one net_vhost server port per DPDK device, net_af_packet for the kernel.
     let sock_paths: Vec<&std::path::Path> =
         socks.iter().take(if baseline { 2 } else { 1 }).map(PathBuf::as_path).collect();
-    let mut eal_args = vhost::eal_args(&format!("torii-bench-{pid}"), args.bench_cpu, &sock_paths, memory);
+    let mut eal_args = vhost::eal_args(&format!("torii-bench-{pid}"), args.bench_cpu, &sock_paths, 1, memory);
     for (k, pipe) in kernel.iter().chain(afp_pipe.iter()).enumerate() {
         eal_args.push("--vdev".into());
         eal_args.push(pipe.vdev(k));
@@ -311,7 +311,7 @@ fn run(args: &Args) -> Result<bool> {
     let _ = std::fs::remove_dir(eal.runtime_dir());
     let pool = Mempool::new(&eal, "bench", 16383, 256, DEFAULT_DATA_ROOM, None).context("mempool")?;
     let open = |name: &str, dut: Dut| -> Result<Link> {
-        let port = vhost::open_port(&eal, name, &pool).with_context(|| format!("port {name}"))?;
+        let port = vhost::open_port(&eal, name, &pool, 1).with_context(|| format!("port {name}"))?;
         Ok(Link::new(dut, port, max_flows)?)
     };
     let mut torii_link = open("net_vhost0", Dut::Torii)?;

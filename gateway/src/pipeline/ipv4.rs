@@ -91,7 +91,7 @@ pub(super) fn handle(now: u64, frame: &mut [u8], rx: &Rx, table: &Table, st: &mu
         let Ok(ip) = Ipv4Packet::new_checked(&frame[l3..rx.len]) else {
             return Verdict::Drop(DropReason::MalformedIpv4);
         };
-        if !ip.verify_checksum() {
+        if !rx.l3_csum_good && !ip.verify_checksum() {
             return Verdict::Drop(DropReason::BadIpv4Checksum);
         }
         if ip.header_len() > Ipv4Packet::<&[u8]>::HEADER_LEN && source_routed(ip.options()) {
@@ -131,7 +131,7 @@ pub(super) fn handle(now: u64, frame: &mut [u8], rx: &Rx, table: &Table, st: &mu
             Ok(u) => (u.src_port(), u.dst_port(), TcpSeq::default(), Chunks::default()),
             Err(_) => return Verdict::Drop(DropReason::MalformedL4),
         },
-        IpProtocol::Sctp => match sctp::parse(&frame[l4.clone()], rx.l4_csum_partial) {
+        IpProtocol::Sctp => match sctp::parse(&frame[l4.clone()], rx.l4_csum_partial || rx.l4_csum_good) {
             Ok((sport, dport, chunks)) => (sport, dport, TcpSeq::default(), chunks),
             Err(sctp::Refused::Malformed) => return Verdict::Drop(DropReason::MalformedL4),
             Err(sctp::Refused::Checksum) => return Verdict::Drop(DropReason::BadSctpChecksum),

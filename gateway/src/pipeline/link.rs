@@ -44,6 +44,10 @@ pub(super) struct Rx {
     pub l2_len: usize,
     /// The driver's [`Meta::l4_csum_partial`].
     pub l4_csum_partial: bool,
+    /// The driver's [`Meta::l3_csum_good`].
+    pub l3_csum_good: bool,
+    /// The driver's [`Meta::l4_csum_good`].
+    pub l4_csum_good: bool,
 }
 
 /// Parses the link-layer header of the first `meta.len` bytes of `frame` received on port
@@ -85,7 +89,8 @@ pub(super) fn receive(frame: &[u8], meta: &Meta, host: &Host) -> Result<(Rx, Eth
     let Some(iface) = host.interface_on(meta.iface, vid) else {
         return Err(DropReason::UnknownVlan);
     };
-    Ok((Rx { iface, len, l2_len, l4_csum_partial: meta.l4_csum_partial }, ethertype))
+    let (l4_csum_partial, l3_csum_good, l4_csum_good) = (meta.l4_csum_partial, meta.l3_csum_good, meta.l4_csum_good);
+    Ok((Rx { iface, len, l2_len, l4_csum_partial, l3_csum_good, l4_csum_good }, ethertype))
 }
 
 /// Whether `mac` is an IPv6 multicast mapping (`33:33:…`, RFC 2464 § 7), as Neighbor

@@ -179,7 +179,7 @@ proptest! {
                 })
                 .collect();
             let metas: Vec<Meta> =
-                input.iter().map(|(f, iface)| Meta { iface: *iface, len: f.len(), l4_csum_partial: false }).collect();
+                input.iter().map(|(f, iface)| Meta { iface: *iface, len: f.len(), ..Meta::default() }).collect();
             let mut verdicts = vec![Verdict::Consumed; input.len()];
             let rx_before = a.counters.rx_frames;
             process_burst(now, &mut bufs, &metas, &t, &mut a, &mut verdicts);
@@ -213,7 +213,7 @@ fn established_frames_take_the_lean_path() {
         let (f, iface) = frame(conn, reply, variant);
         let mut buf = [0u8; 256];
         buf[..f.len()].copy_from_slice(&f);
-        let meta = Meta { iface, len: f.len(), l4_csum_partial: false };
+        let meta = Meta { iface, len: f.len(), ..Meta::default() };
         // Stage 1 and 2 of a burst for this one frame, into slot 0.
         // A frame for another port's MAC (the wrong link) fails here: no lean path either.
         let Ok((rx, _)) = crate::pipeline::link::receive(&buf, &meta, &a.host) else { return false };

@@ -47,7 +47,7 @@ fn endpoint_frame(snat_port: u16, flags: TcpFlags, seq: u32, ack: u32, payload: 
 fn burst(now: u64, input: &[u8], iface: u8, t: &Table, st: &mut WorkerState) -> (Verdict, Vec<u8>) {
     let mut bufs = vec![[0u8; 2048]];
     bufs[0][..input.len()].copy_from_slice(input);
-    let metas = [Meta { iface, len: input.len(), l4_csum_partial: false }];
+    let metas = [Meta { iface, len: input.len(), ..Meta::default() }];
     let mut verdicts = [Verdict::Consumed];
     process_burst(now, &mut bufs, &metas, t, st, &mut verdicts);
     let out = match verdicts[0] {
