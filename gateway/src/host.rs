@@ -12,6 +12,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::ops::BitAnd;
 
 use crate::config::{Config, Ipv4Cidr, Ipv6Cidr};
+use crate::scheduler::Scheduler;
 use crate::wire::MacAddr;
 
 /// An address with a prefix length: one of the gateway's own addresses and its connected
@@ -401,6 +402,8 @@ pub struct Host {
     pub new_flows_per_source: (u32, u32),
     /// Whether TCP windows are checked liberally (`[conntrack] tcp_be_liberal`).
     pub tcp_be_liberal: bool,
+    /// How new flows' endpoints are chosen (`scheduler`).
+    pub scheduler: Scheduler,
     /// The IPv4 connected subnets of `interfaces`, indexed ([`ConnectedIndex`]); built by
     /// [`Host::new`], which is why the fields above are not meant to change afterwards.
     connected: ConnectedIndex<u32>,
@@ -478,6 +481,7 @@ impl Host {
                 config.conntrack.new_flows_per_source_burst,
             ),
             tcp_be_liberal: config.conntrack.tcp_be_liberal,
+            scheduler: config.scheduler,
             snat_by_interface: Vec::new(),
             snat_by_interface6: Vec::new(),
             own: Vec::new(),

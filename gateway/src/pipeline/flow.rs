@@ -19,7 +19,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use super::expire::{free_snat_port, remove_flow};
+use super::expire::{release, remove_flow};
 use super::family::Family;
 use super::fragment::{self, Fragment};
 use super::hint::NewFlowHint;
@@ -206,6 +206,20 @@ fn frontend_index<A: Family>(table: &Table, flow: &Flow<A>) -> Option<u32> {
     }
 }
 
+/// Applies the packet to flow `id`'s state ([`track_state`]) and, when the scheduler counts
+/// connections, moves the flow's count between inactive and active if the packet moved it
+/// to or from ESTABLISHED ([`backend::count_state`]): a comparison of the state before and
+/// after, the shared count touched only on such a change.
+fn track<A: Family>(now: u64, st: &mut WorkerState, id: FlowId, dir: Direction, seg: &Segment<A>) -> Tracked {
+    let counted = st.host.scheduler.counts_connections();
+    let was_active = counted && backend::is_active(u8::from(seg.proto), A::conntrack(st).state(id));
+    let tracked = track_state(now, st, id, dir, seg);
+    if counted {
+        backend::count_state(st, &A::conntrack(st).get(id), was_active);
+    }
+    tracked
+}
+
 /// Applies the packet to flow `id`'s state ([`track_tcp`], [`track_udp`], [`sctp::track`]):
 /// TCP state and sequence windows, idle deadline, `seen_reply`, `assured`.
 ///
@@ -213,7 +227,7 @@ fn frontend_index<A: Family>(table: &Table, flow: &Flow<A>) -> Option<u32> {
 /// on: a first fragment does not carry the segment's length (Linux reassembles before
 /// conntrack sees a segment; the gateway does not). With `[conntrack] tcp_be_liberal`
 /// every TCP flow is.
-fn track<A: Family>(now: u64, st: &mut WorkerState, id: FlowId, dir: Direction, seg: &Segment<A>) -> Tracked {
+fn track_state<A: Family>(now: u64, st: &mut WorkerState, id: FlowId, dir: Direction, seg: &Segment<A>) -> Tracked {
     let (conntrack, host) = A::conntrack_and_host(st);
     let timeouts = &host.timeouts;
     if seg.proto == IpProtocol::Tcp {
@@ -373,7 +387,7 @@ fn new_flow<A: Family>(
         Some(endpoint) => endpoint,
         None => {
             let service = table.service(fe.service).ok_or(Verdict::Drop(DropReason::NoFrontend))?;
-            let Some(backend) = backend::choose(now, &service, &key, ring_backend, st) else {
+            let Some(backend) = backend::choose(now, &service, fe.service, &key, ring_backend, st) else {
                 return Err(reject(frame, rx, st));
             };
             (layout::addr_from16(backend.addr), backend.port.get())
@@ -424,13 +438,14 @@ fn new_flow<A: Family>(
     if inserted == Err(InsertError::Full) {
         // Linux's early drop: evict a flow near this one that is worth less, then retry.
         if let Some(evicted) = A::conntrack_mut(st).early_drop(&key, now) {
-            free_snat_port(&mut st.snat, &st.host, &evicted);
+            release(&mut st.snat, &st.schedulers, &st.host, &evicted);
             st.counters.conntrack_evicted += 1;
             inserted = A::conntrack_mut(st).insert_hashed(flow, hash, None);
         }
     }
     match inserted {
         Ok(id) => {
+            backend::count_opened(st, &flow);
             st.counters.new_flows += 1;
             st.frontends.new_flow(fe.index);
             Ok(id)
@@ -473,7 +488,7 @@ fn evict_for_snat_port<A: Family>(
     for _ in 0..SNAT_EVICTIONS {
         let evicted = A::conntrack_mut(st)
             .evict_scan(now, SNAT_EVICTION_SCAN, |f| f.reply.protocol == protocol && f.reply.dst_addr == snat_addr)?;
-        free_snat_port(&mut st.snat, &st.host, &evicted);
+        release(&mut st.snat, &st.schedulers, &st.host, &evicted);
         st.counters.conntrack_evicted += 1;
         if let Some(port) = st.snat.alloc_for(snat_index, protocol, endpoint) {
             return Some(port);
