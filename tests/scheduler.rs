@@ -139,6 +139,11 @@ fn run(bins: &Binaries, prefix: &str, scheduler: &str) -> Result<Vec<(SocketAddr
         sleep(Duration::from_millis(200));
     }
 
+    let log = torii_integration::strip_ansi(&fs::read_to_string(h.workdir.join("gateway.log")).unwrap_or_default());
+    let line = log.lines().find(|l| l.contains("torii-gateway running:")).unwrap_or_default();
+    if !line.split_whitespace().any(|w| w == format!("scheduler={scheduler}")) {
+        return Err(h.fail(&step, format!("expected scheduler={scheduler} in the startup line, got {line:?}")));
+    }
     let step = format!("{scheduler} long-lived connections");
     let addr = SocketAddrV4::new(WEB_VIP, 80);
     let open = |h: &Harness, i: usize| -> Result<(HttpConn, SocketAddr, String)> {
