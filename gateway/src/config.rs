@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+pub use crate::scheduler::Scheduler;
 use crate::wire::vlan::VID_MAX;
 
 use torii_table::config::{invalid, Common};
@@ -487,6 +488,9 @@ pub struct Config {
     pub snat: Snat,
     /// Connection tracking.
     pub conntrack: ConntrackConfig,
+    /// How new flows' endpoints are chosen (`scheduler`, default `"maglev"`): IPVS's
+    /// scheduler names, as kube-proxy's `--ipvs-scheduler` takes them.
+    pub scheduler: Scheduler,
     /// The gateway's metrics endpoint.
     pub metrics: MetricsConfig,
 }
@@ -523,6 +527,8 @@ struct RawConfig {
     snat: RawSnat,
     #[serde(default)]
     conntrack: RawConntrack,
+    #[serde(default)]
+    scheduler: Scheduler,
     /// torii-control's section, validated by torii-control.
     #[serde(rename = "control")]
     _control: Option<toml::Value>,
@@ -1011,6 +1017,7 @@ impl Config {
                 syn_cookies: ct.syn_cookies,
                 syn_cookies_above_per_s: ct.syn_cookies_above_per_s,
             },
+            scheduler: raw.scheduler,
             metrics: MetricsConfig {
                 listen: match &raw.metrics.listen {
                     None => None,
@@ -1123,6 +1130,21 @@ mod tests {
         ];
         assert_eq!(got, std::array::from_fn(|i| (i as u64 + 1) * 1_000_000_000));
         assert_eq!(c.conntrack.capacity, 10);
+    }
+
+    #[test]
+    fn scheduler_takes_the_ipvs_names() {
+        assert_eq!(Config::embedded_default().scheduler, Scheduler::Maglev);
+        let with =
+            |name: &str| EMBEDDED_DEFAULT.replacen("scheduler = \"maglev\"", &format!("scheduler = {name:?}"), 1);
+        for s in Scheduler::ALL {
+            assert_eq!(Config::from_toml(&with(s.name())).unwrap().scheduler, s);
+        }
+        assert_eq!(Config::from_toml(&with("mh")).unwrap().scheduler, Scheduler::Maglev);
+        let e = Config::from_toml(&with("lblc")).unwrap_err().to_string();
+        assert!(e.contains("scheduler") && e.contains("unknown variant `lblc`"), "{e}");
+        let absent = EMBEDDED_DEFAULT.replacen("scheduler = \"maglev\"", "", 1);
+        assert_eq!(Config::from_toml(&absent).unwrap().scheduler, Scheduler::Maglev);
     }
 
     #[test]

@@ -12,6 +12,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::ops::BitAnd;
 
 use crate::config::{Config, Ipv4Cidr, Ipv6Cidr};
+use crate::scheduler::Scheduler;
 use crate::wire::MacAddr;
 
 /// An address with a prefix length: one of the gateway's own addresses and its connected
@@ -404,6 +405,8 @@ pub struct Host {
     /// Whether SYN cookies are used, and the SYNs a second per worker above which they are
     /// (`[conntrack] syn_cookies`, `syn_cookies_above_per_s`).
     pub syn_cookies: (bool, u32),
+    /// How new flows' endpoints are chosen (`scheduler`).
+    pub scheduler: Scheduler,
     /// The IPv4 connected subnets of `interfaces`, indexed ([`ConnectedIndex`]); built by
     /// [`Host::new`], which is why the fields above are not meant to change afterwards.
     connected: ConnectedIndex<u32>,
@@ -482,6 +485,7 @@ impl Host {
             ),
             tcp_be_liberal: config.conntrack.tcp_be_liberal,
             syn_cookies: (config.conntrack.syn_cookies, config.conntrack.syn_cookies_above_per_s),
+            scheduler: config.scheduler,
             snat_by_interface: Vec::new(),
             snat_by_interface6: Vec::new(),
             own: Vec::new(),

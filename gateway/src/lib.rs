@@ -8,6 +8,8 @@
 //!   `torii-table` crate, which both binaries depend on, re-exported under this name.
 //! - [`maglev`]: Maglev consistent-hash rings (Eisenbud et al., NSDI 2016, §3.4), part of
 //!   the table ABI (`torii_table::maglev`).
+//! - [`scheduler`]: the endpoint schedulers (IPVS's `rr`, `lc`, `sh`, …, Maglev, random) and
+//!   the connection counts and turns they share across workers.
 //! - [`conntrack`]: the per-worker flow table (both directions, fixed capacity, idle expiry).
 //! - [`fragments`]: the per-worker table that lets later IP fragments follow their first.
 //! - [`pipeline`]: `process(now, frame, meta, table, worker_state) -> Verdict`, the one
@@ -33,6 +35,7 @@ pub mod metrics;
 pub mod nat;
 pub mod neighbour;
 pub mod pipeline;
+pub mod scheduler;
 pub mod snat;
 pub mod wire;
 pub mod worker;

@@ -216,6 +216,7 @@ where
     tracing::info!(
         driver = driver_name,
         workers,
+        scheduler = %config.scheduler,
         snat = ?config.snat.addresses,
         shm_dir = %config.shm_dir.display(),
         "torii-gateway running: {driver_line}"

@@ -51,6 +51,7 @@ use super::link;
 use super::{backend, ipv4, ipv6, lean, process, Meta, Verdict, WorkerState};
 use crate::conntrack::{Candidate, Conntrack, Direction, FlowId, FlowKey, Vacancy};
 use crate::host::Host;
+use crate::scheduler::Scheduler;
 use crate::table::layout;
 use crate::table::{FrontendHash, ServiceRing, Table};
 use crate::wire::EtherType;
@@ -299,7 +300,7 @@ fn visit<'t, A: Family>(
             let new_flow = NewFlowHint {
                 frontend,
                 ring_backend: position,
-                endpoint: (s.affinity_timeout_s == 0).then_some((addr, port)),
+                endpoint: (s.affinity_timeout_s == 0 && st.host.scheduler == Scheduler::Maglev).then_some((addr, port)),
             };
             let route = A::from_ip(addr).and_then(|to| {
                 let route = prefetch_route(st, to, frontend)?;

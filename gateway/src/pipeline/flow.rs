@@ -263,6 +263,20 @@ fn frontend_index<A: Family>(table: &Table, flow: &Flow<A>) -> Option<u32> {
     }
 }
 
+/// Applies the packet to flow `id`'s state ([`track_state`]) and, when the scheduler counts
+/// connections, moves the flow's count between inactive and active if the packet moved it
+/// to or from ESTABLISHED ([`backend::count_state`]): a comparison of the state before and
+/// after, the shared count touched only on such a change.
+fn track<A: Family>(now: u64, st: &mut WorkerState, id: FlowId, dir: Direction, seg: &Segment<A>) -> Tracked {
+    let counted = st.host.scheduler.counts_connections();
+    let was_active = counted && backend::is_active(u8::from(seg.proto), A::conntrack(st).state(id));
+    let tracked = track_state(now, st, id, dir, seg);
+    if counted {
+        backend::count_state(st, &A::conntrack(st).get(id), was_active);
+    }
+    tracked
+}
+
 /// Applies the packet to flow `id`'s state ([`track_tcp`], [`track_udp`], [`sctp::track`]):
 /// TCP state and sequence windows, idle deadline, `seen_reply`, `assured`.
 ///
@@ -270,7 +284,7 @@ fn frontend_index<A: Family>(table: &Table, flow: &Flow<A>) -> Option<u32> {
 /// on: a first fragment does not carry the segment's length (Linux reassembles before
 /// conntrack sees a segment; the gateway does not). With `[conntrack] tcp_be_liberal`
 /// every TCP flow is.
-fn track<A: Family>(now: u64, st: &mut WorkerState, id: FlowId, dir: Direction, seg: &Segment<A>) -> Tracked {
+fn track_state<A: Family>(now: u64, st: &mut WorkerState, id: FlowId, dir: Direction, seg: &Segment<A>) -> Tracked {
     let (conntrack, host) = A::conntrack_and_host(st);
     let timeouts = &host.timeouts;
     if seg.proto == IpProtocol::Tcp {
@@ -442,7 +456,7 @@ fn new_flow<A: Proxied>(
         Some(endpoint) => endpoint,
         None => {
             let service = table.service(fe.service).ok_or(Verdict::Drop(DropReason::NoFrontend))?;
-            let Some(backend) = backend::choose(now, &service, &key, ring_backend, st) else {
+            let Some(backend) = backend::choose(now, &service, fe.service, &key, ring_backend, st) else {
                 return Err(reject(frame, rx, st));
             };
             (layout::addr_from16(backend.addr), backend.port.get())
@@ -500,6 +514,7 @@ fn new_flow<A: Proxied>(
     }
     match inserted {
         Ok(id) => {
+            backend::count_opened(st, &flow);
             st.counters.new_flows += 1;
             st.frontends.new_flow(fe.index);
             Ok(id)

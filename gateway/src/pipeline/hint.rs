@@ -40,7 +40,7 @@ pub(super) struct NewFlowHint {
     /// key ([`super::backend::ring_hash`], [`crate::table::ServiceRing::ring_backend`]).
     pub ring_backend: u32,
     /// That backend's address (IPv4-mapped addresses as IPv4, [`crate::table::layout::addr_from16`]) and
-    /// port when the service has no session affinity, so that the ring's choice is the
+    /// port when the scheduler is `maglev` and the service has no session affinity, so that the ring's choice is the
     /// endpoint ([`super::backend::choose`]) and `new_flow` need not view the service again; `None`
     /// with affinity, where a remembered endpoint may win.
     pub endpoint: Option<(IpAddr, u16)>,

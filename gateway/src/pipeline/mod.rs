@@ -24,8 +24,9 @@
 //!   the endpoint's next hop; a hit in the reply direction is rewritten back to VIP → client
 //!   and routed to the client's next hop (the client itself on a connected subnet, whose MAC
 //!   a new flow's first frame teaches when ARP has not). A miss looks up the front door
-//!   (destination, protocol, port), picks the endpoint on the Maglev ring of its service
-//!   by the flow's 5-tuple hash (`backend`), allocates a SNAT port this worker owns, and
+//!   (destination, protocol, port), picks the endpoint with the gateway's scheduler (by
+//!   default on the Maglev ring of its service by the flow's 5-tuple hash; `backend`,
+//!   [`crate::scheduler`]), allocates a SNAT port this worker owns, and
 //!   records the flow. A front door without endpoints answers like kube-proxy's REJECT rule
 //!   (`reject`): TCP RST (RFC 9293 § 3.10.7.1), else ICMP port unreachable (RFC 792,
 //!   RFC 1812 § 4.3.2.3).

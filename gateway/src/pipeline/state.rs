@@ -1,6 +1,6 @@
 //! The state the pipeline works on: [`WorkerState`], private to one worker (conntrack, SNAT
 //! ports, counters, fragment table, pending ARP resolutions), and [`Shared`], the state all workers share
-//! (neighbours, session affinity). Everything is allocated here, before the packet path
+//! (neighbours, session affinity, the schedulers' connection counts and turns). Everything is allocated here, before the packet path
 //! runs. The entries of the worker's own tables are defined here too — [`FragmentTarget`]
 //! (what [`super::fragment`] records) and [`Pending`] (what [`super::resolve`] queues) — so
 //! that the state depends on no step of the path, only the steps on it.
@@ -17,6 +17,7 @@ use crate::fragments::{self, FragmentAddr, FragmentTable};
 use crate::host::Host;
 use crate::limiter::SourceLimiter;
 use crate::neighbour::Neighbours;
+use crate::scheduler::Schedulers;
 use crate::snat::SnatPorts;
 use crate::table::Table;
 use crate::wire::MacAddr;
@@ -83,12 +84,18 @@ pub struct Shared {
     pub neighbours: Arc<Neighbours>,
     /// `sessionAffinity: ClientIP` choices.
     pub affinity: Arc<Affinity>,
+    /// The schedulers' connection counts and round-robin turns.
+    pub schedulers: Arc<Schedulers>,
 }
 
 impl Shared {
     /// Shared state sized for `neighbours` next hops and `affinity` (client, Service) pairs.
     pub fn new(neighbours: usize, affinity: usize) -> Self {
-        Self { neighbours: Arc::new(Neighbours::new(neighbours)), affinity: Arc::new(Affinity::new(affinity)) }
+        Self {
+            neighbours: Arc::new(Neighbours::new(neighbours)),
+            affinity: Arc::new(Affinity::new(affinity)),
+            schedulers: Arc::default(),
+        }
     }
 }
 
@@ -103,6 +110,10 @@ pub struct WorkerState {
     pub neighbours: Arc<Neighbours>,
     /// `sessionAffinity: ClientIP` choices, shared by all workers.
     pub affinity: Arc<Affinity>,
+    /// The schedulers' connection counts and round-robin turns, shared by all workers.
+    pub schedulers: Arc<Schedulers>,
+    /// The `random` scheduler's generator (wyrand), seeded per worker.
+    pub(super) random: fastrand::Rng,
     /// This worker's IPv4 flows.
     pub conntrack: Conntrack,
     /// This worker's IPv6 flows.
@@ -160,6 +171,8 @@ impl WorkerState {
             host,
             neighbours: Arc::clone(&shared.neighbours),
             affinity: Arc::clone(&shared.affinity),
+            schedulers: Arc::clone(&shared.schedulers),
+            random: fastrand::Rng::with_seed(seed ^ 0x5c4e_d000_0000_0001),
             counters: Counters::default(),
             fragments: FragmentTable::new(FRAGMENT_SLOTS, fragments::DEFAULT_TIMEOUT_NS, seed ^ 0xf4a6_0000_f4a6),
             fragments6: FragmentTable::new(FRAGMENT_SLOTS, fragments::DEFAULT_TIMEOUT_NS, seed ^ 0xf6a6_0000_f6a6),

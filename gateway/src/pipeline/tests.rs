@@ -538,6 +538,8 @@ proptest::proptest! {
 mod ipv6;
 /// `loadBalancerSourceRanges` and draining endpoints.
 mod policy;
+/// The endpoint schedulers across workers.
+mod scheduler;
 
 /// 802.1Q VLAN interfaces.
 mod vlan;
