@@ -2,9 +2,9 @@
 """Many concurrent TCP connections, each carrying a byte both ways, held open.
 
     hold_connections.py serve --port 9000 --name a
-        Listens on 0.0.0.0:PORT (backlog 65535). On every connection: reads one byte,
-        answers with NAME's first byte, then holds the connection until the peer closes
-        it. Runs until SIGTERM.
+        Listens on 0.0.0.0:PORT (backlog 65535, SO_REUSEPORT: several servers may share
+        the port). On every connection: reads one byte, answers with NAME's first byte,
+        then holds the connection until the peer closes it. Runs until SIGTERM.
 
     hold_connections.py connect --to 203.0.113.20:9000,203.0.113.20:9001 --count 70000
         Opens COUNT connections, spread over the --to addresses in turn, at most
@@ -14,8 +14,9 @@
         and holds every connection open until stdin reaches end of file (or SIGTERM).
 
 Used by tests/snat_connections.rs inside network namespaces, to put more TCP connections
-through one SNAT address than its 64 512 ports. Raises RLIMIT_NOFILE to what it needs.
-Only the standard library is used.
+through one SNAT address than its 64 512 ports. Raises RLIMIT_NOFILE to what it needs, up
+to the hard limit (keep each process's connections below it). Only the standard library is
+used.
 """
 
 import argparse
@@ -28,9 +29,12 @@ import time
 
 
 def raise_nofile(n: int) -> None:
+    """Raises the soft RLIMIT_NOFILE towards n, up to the hard limit (which a process
+    without CAP_SYS_RESOURCE cannot raise: run several processes instead)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < n:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (n, max(hard, n)))
+    want = n if hard == resource.RLIM_INFINITY else min(n, hard)
+    if soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
 
 
 async def serve(port: int, name: str) -> None:
@@ -51,7 +55,9 @@ async def serve(port: int, name: str) -> None:
             held.discard(writer)
             writer.close()
 
-    server = await asyncio.start_server(on_connection, "0.0.0.0", port, backlog=65535, reuse_address=True)
+    server = await asyncio.start_server(
+        on_connection, "0.0.0.0", port, backlog=65535, reuse_address=True, reuse_port=True
+    )
     print(f"listening on 0.0.0.0:{port}", file=sys.stderr, flush=True)
     async with server:
         await server.serve_forever()

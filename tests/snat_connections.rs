@@ -76,6 +76,19 @@ endpoints:
   conditions: {ready: true}
 "#;
 
+/// The hard limit on a process's open files (RLIMIT_NOFILE).
+fn nofile_hard_limit() -> usize {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes the struct it is given, which lives for the call.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+    if rc == 0 {
+        usize::try_from(limit.rlim_max).unwrap_or(usize::MAX)
+    } else {
+        1024
+    }
+}
+
 fn progress(message: impl std::fmt::Display) {
     eprintln!("[snat_connections] {message}");
 }
@@ -135,13 +148,21 @@ fn more_tcp_connections_than_snat_ports_through_one_snat_address() -> Result<()>
     h.topology_up()?;
     // Room for the connections: the client's ephemeral ports, the servers' accept queues.
     sysctl(&h.ns("client"), &["net.ipv4.ip_local_port_range=1024 65535"])?;
+    // Each process keeps its descriptors below the hard RLIMIT_NOFILE, which a process
+    // without CAP_SYS_RESOURCE (a container's root) cannot raise: several servers share
+    // each endpoint's port (SO_REUSEPORT), several clients share the connections.
+    let per_process = nofile_hard_limit().saturating_sub(1000).clamp(1000, CONNECTIONS);
+    let processes = CONNECTIONS.div_ceil(per_process);
     let mut servers = Vec::new();
     for (ns, name) in ENDPOINTS {
         let ns = h.ns(ns);
         sysctl(&ns, &["net.core.somaxconn=65535", "net.ipv4.tcp_max_syn_backlog=65535"])?;
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &ns, "python3"]).arg(&script).args(["serve", "--port", "9000", "--name", name]);
-        servers.push(Daemon::spawn(&format!("hold server {name}"), cmd, &h.workdir.join(format!("hold-{name}.log")))?);
+        for k in 0..processes {
+            let mut cmd = Command::new("ip");
+            cmd.args(["netns", "exec", &ns, "python3"]).arg(&script).args(["serve", "--port", "9000", "--name", name]);
+            let log = h.workdir.join(format!("hold-{name}{k}.log"));
+            servers.push(Daemon::spawn(&format!("hold server {name}{k}"), cmd, &log)?);
+        }
     }
     h.start(&bins)?;
 
@@ -162,36 +183,50 @@ fn more_tcp_connections_than_snat_ports_through_one_snat_address() -> Result<()>
     }
     progress(format!("gateway serves {VIP}:9000 after {:.1} s", started.elapsed().as_secs_f64()));
 
-    let client_log = fs::File::create(h.workdir.join("hold-client.log"))?;
-    let child = Command::new("ip")
-        .args(["netns", "exec", &h.ns("client"), "python3"])
-        .arg(&script)
-        .args(["connect", "--to", &format!("{VIP}:9000,{VIP}:9001"), "--count", &CONNECTIONS.to_string()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(client_log)
-        .spawn()
-        .context("start the hold_connections.py client")?;
-    let mut client = Client(child);
-    let stdout = client.0.stdout.take().context("client stdout")?;
+    let mut clients = Vec::new();
     let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    let line = rx
-        .recv_timeout(Duration::from_secs(150))
-        .map_err(|_| h.fail("connect", format!("no report from the client within 150 s (log: hold-client.log)")))?;
-    let report: Value = serde_json::from_str(line.trim())
-        .map_err(|e| h.fail("connect", format!("client report {line:?}: {e} (log: hold-client.log)")))?;
-    progress(format!("client: {report}"));
-    let held = report["held"].as_u64().unwrap_or(0);
-    if held != CONNECTIONS as u64 || report["failed"].as_u64() != Some(0) {
+    for k in 0..processes {
+        let count = CONNECTIONS / processes + usize::from(k < CONNECTIONS % processes);
+        let child = Command::new("ip")
+            .args(["netns", "exec", &h.ns("client"), "python3"])
+            .arg(&script)
+            .args(["connect", "--to", &format!("{VIP}:9000,{VIP}:9001"), "--count", &count.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(fs::File::create(h.workdir.join(format!("hold-client{k}.log")))?)
+            .spawn()
+            .context("start a hold_connections.py client")?;
+        let mut client = Client(child);
+        let stdout = client.0.stdout.take().context("client stdout")?;
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        clients.push(client);
+    }
+    let (mut held, mut failed) = (0, 0);
+    let mut answers = std::collections::BTreeMap::<String, u64>::new();
+    for _ in 0..processes {
+        let line = rx
+            .recv_timeout(Duration::from_secs(150))
+            .map_err(|_| h.fail("connect", "a client did not report within 150 s (logs: hold-client*.log)"))?;
+        let report: Value = serde_json::from_str(line.trim())
+            .map_err(|e| h.fail("connect", format!("client report {line:?}: {e} (logs: hold-client*.log)")))?;
+        progress(format!("client: {report}"));
+        held += report["held"].as_u64().unwrap_or(0);
+        failed = report["failed"].as_u64().map_or(u64::MAX, |f| failed.saturating_add(f));
+        for (name, n) in report["answers"].as_object().into_iter().flatten() {
+            *answers.entry(name.clone()).or_default() += n.as_u64().unwrap_or(0);
+        }
+    }
+    let report = format!("{held} held, {failed} failed, answered by {answers:?}");
+    if held != CONNECTIONS as u64 || failed != 0 {
         return Err(h.fail("connect", format!("{CONNECTIONS} connections expected to carry a byte each way: {report}")));
     }
     for (_, name) in ENDPOINTS {
-        if report["answers"][name].as_u64().unwrap_or(0) == 0 {
+        if answers.get(name).copied().unwrap_or(0) == 0 {
             return Err(h.fail("connect", format!("no connection answered by endpoint {name}: {report}")));
         }
     }
@@ -209,8 +244,10 @@ fn more_tcp_connections_than_snat_ports_through_one_snat_address() -> Result<()>
             ),
         ));
     }
-    drop(client.0.stdin.take()); // the client closes its connections
-    drop(client);
+    for c in &mut clients {
+        drop(c.0.stdin.take()); // the client closes its connections
+    }
+    drop(clients);
     drop(servers);
     progress(format!("passed in {:.1} s", started.elapsed().as_secs_f64()));
     h.passed();
