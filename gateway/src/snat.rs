@@ -25,16 +25,20 @@
 //!
 //! Choice: the SNAT address is one of the egress link's ([`crate::host::Host::snat_addresses_on`]),
 //! drawn at random per flow, so flows spread evenly over several addresses; if none of its
-//! candidate ports is free, the next address is tried. The port search starts at a random
-//! position and walks the ports the rule allows — RFC 6056's "simple port randomization"
-//! (§ 3.3.1): a sender on the client side cannot guess the SNAT port of another client's
-//! flow from its own, and a just-freed port is taken again only by chance. As Linux's
-//! `nf_nat_l4proto_unique_tuple` does, the search is bounded: rounds of 128, 64, 32 and 16
-//! consecutive candidates, each round from a fresh random position ([`MAX_ATTEMPTS`] = 240
-//! per address in all; a range of at most that many ports is searched whole). With the
-//! ports in use spread at random, a search fails only when nearly every port for that
-//! endpoint is taken (at 95 % occupancy with probability about 0.95^240 ≈ 5·10⁻⁶); the
-//! pipeline then evicts a flow that is worth less among those it met (`pipeline::flow`).
+//! candidate ports is free, the next address is tried. The candidates are ports the rule
+//! allows drawn at random — RFC 6056's "simple port randomization" (§ 3.3.1): a sender on
+//! the client side cannot guess the SNAT port of another client's flow from its own, and a
+//! just-freed port is taken again only by chance. The search is bounded as Linux's
+//! `nf_nat_l4proto_unique_tuple` bounds it ([`MAX_ATTEMPTS`] = 240 candidates per address;
+//! a range of at most that many ports is searched whole, in order from a random one).
+//! Linux walks consecutive ports in rounds from random positions; under the modulo rule
+//! each candidate here is drawn anew instead, because consecutive candidates cluster as
+//! linear probing does (a new port lands at the end of a run of taken ones, so runs grow,
+//! and at 95 % occupancy most outgrow a round). With independent draws a search fails with
+//! probability occupancy^240 (at 95 %, about 5·10⁻⁶), so only when nearly every port for
+//! that endpoint is taken; the pipeline then evicts a flow that is worth less among those
+//! it met (`pipeline::flow`). Under the steered rule the candidates are the picker's, in
+//! its order (blocks of the range from a random one), at most [`MAX_ATTEMPTS`] of them.
 //!
 //! The generator is `fastrand`'s wyrand, seeded per worker ([`SnatPorts::reseed`]) from
 //! the process's random state; its output is not a cryptographic secret, which RFC 6056
@@ -46,14 +50,10 @@ use std::sync::Arc;
 /// Seed of the random positions until [`SnatPorts::reseed`] sets one.
 const DEFAULT_SEED: u64 = 0x5eed_5a47_0000_0001;
 
-/// Candidates examined per round of the port search, each round from a new random
-/// position: Linux's `nf_nat_l4proto_unique_tuple` (128, then halving while ≥ 16).
-const ROUNDS: [usize; 4] = [128, 64, 32, 16];
-
-/// Candidate ports [`SnatPorts::alloc`] examines per SNAT address at most (the sum of
-/// [`ROUNDS`]), unless the worker owns fewer ports, which are then all examined.
+/// Candidate ports [`SnatPorts::alloc`] examines per SNAT address at most, unless the
+/// worker owns fewer ports, which are then all examined: Linux's bound
+/// (`nf_nat_l4proto_unique_tuple`: rounds of 128, 64, 32 and 16 candidates).
 pub const MAX_ATTEMPTS: usize = 240;
-const _: () = assert!(ROUNDS[0] + ROUNDS[1] + ROUNDS[2] + ROUNDS[3] == MAX_ATTEMPTS);
 
 /// Chooses SNAT ports whose replies the NIC delivers to a given worker (RSS steering).
 pub trait ReplySteering: Send + Sync + std::fmt::Debug {
@@ -86,7 +86,7 @@ pub struct SnatPorts {
     stride: u16,
     count: usize,
     /// The next search's random draw: the low 32 bits pick the first candidate port, the
-    /// high 32 bits the first SNAT address; later rounds derive theirs from it.
+    /// high 32 bits the first SNAT address; later candidates derive theirs from it.
     next: u64,
     /// Where `next` comes from after every allocation.
     rng: fastrand::Rng,
@@ -200,26 +200,18 @@ impl SnatPorts {
         if self.count == 0 {
             return None;
         }
-        // Later rounds, and later addresses, start from positions derived from this search's draw.
+        // Later candidates, and later addresses, come from draws derived from this search's.
         let mut later = fastrand::Rng::with_seed(self.next ^ k.wrapping_mul(0x9e37_79b9_7f4a_7c15));
         let start = if k == 0 { scale(self.next as u32, self.count) } else { later.usize(..self.count) };
         match &self.steered {
             None if self.count <= MAX_ATTEMPTS => {
                 (0..self.count).map(|i| self.port_at((start + i) % self.count)).find(|&p| free(p))
             }
-            None => {
-                for (round, attempts) in ROUNDS.into_iter().enumerate() {
-                    let from = if round == 0 { start } else { later.usize(..self.count) };
-                    // `from + i` stays below 2·count ≤ 2^17: one subtraction wraps it.
-                    for i in from..from + attempts {
-                        let p = self.port_at(if i >= self.count { i - self.count } else { i });
-                        if free(p) {
-                            return Some(p);
-                        }
-                    }
-                }
-                None
-            }
+            None => std::iter::once(start)
+                .chain(std::iter::repeat_with(|| later.usize(..self.count)))
+                .take(MAX_ATTEMPTS)
+                .map(|i| self.port_at(i))
+                .find(|&p| free(p)),
             Some(st) => {
                 let (SocketAddr::V4(endpoint), IpAddr::V4(snat_addr)) = (endpoint, address) else { return None };
                 let mut left = self.count.min(MAX_ATTEMPTS);
@@ -401,7 +393,7 @@ mod tests {
         assert_ne!(ports, other, "another seed, another sequence");
     }
 
-    /// Nearly full, the search is bounded (Linux's rounds) and still finds the free ports
+    /// Nearly full, the search is bounded (Linux's bound) and still finds the free ports
     /// with high probability; full, it gives up after [`MAX_ATTEMPTS`] per address.
     #[test]
     fn the_search_is_bounded_and_finds_ports_until_nearly_full() {
