@@ -169,7 +169,8 @@ fn more_tcp_connections_than_snat_ports_through_one_snat_address() -> Result<()>
     // The front door is served once the table is adopted.
     let ready = Instant::now();
     loop {
-        let (r, _) = tcp_connect_timed(&h.ns("client"), (VIP.parse::<std::net::Ipv4Addr>()?, 9000), Duration::from_secs(2));
+        let (r, _) =
+            tcp_connect_timed(&h.ns("client"), (VIP.parse::<std::net::Ipv4Addr>()?, 9000), Duration::from_secs(2));
         if r.is_ok() {
             break;
         }

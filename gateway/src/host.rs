@@ -484,7 +484,9 @@ impl Host {
     fn choose_snat_addresses<A: HostAddr>(&self, iface: usize) -> Vec<A> {
         let addrs = A::snat_addresses(self);
         let on_link: Vec<A> = match self.interfaces.get(iface) {
-            Some(i) => addrs.iter().copied().filter(|a| A::interface_addresses(i).iter().any(|c| c.contains(*a))).collect(),
+            Some(i) => {
+                addrs.iter().copied().filter(|a| A::interface_addresses(i).iter().any(|c| c.contains(*a))).collect()
+            }
             None => Vec::new(),
         };
         if on_link.is_empty() {

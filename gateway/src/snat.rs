@@ -321,7 +321,8 @@ mod tests {
         for e in [v4(1, 80), "[fd00:70::11]:8080".parse().unwrap()] {
             let mut s = SnatPorts::new(1, 2, 1000, 1009);
             let mut used = Replies::new();
-            let mut ports: Vec<u16> = std::iter::from_fn(|| take(&mut s, &mut used, e, &[e.ip()])).map(|x| x.1).collect();
+            let mut ports: Vec<u16> =
+                std::iter::from_fn(|| take(&mut s, &mut used, e, &[e.ip()])).map(|x| x.1).collect();
             ports.sort_unstable();
             assert_eq!(ports, [1001, 1003, 1005, 1007, 1009], "{e}");
             assert_eq!(s.capacity(), 5);

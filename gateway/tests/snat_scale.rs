@@ -60,7 +60,12 @@ fn table() -> Table {
             service: 0,
             source_ranges: vec![],
         }],
-        services: vec![ServiceSpec { name: "scale/web:http".into(), backends, affinity_timeout_s: None, draining: vec![] }],
+        services: vec![ServiceSpec {
+            name: "scale/web:http".into(),
+            backends,
+            affinity_timeout_s: None,
+            draining: vec![],
+        }],
     };
     Table::new(torii_gateway::table::Storage::Owned(build(&spec, 1).expect("table"))).expect("valid table")
 }
@@ -150,14 +155,27 @@ fn a_million_flows_through_one_snat_address_to_twenty_endpoints() {
         .map(|&(e, port)| {
             let e = usize::from(e);
             let l2 = L2 { src: endpoint_mac(e), dst: GW_MACS[1] };
-            frames::tcp(l2, (endpoint(e), 8080), (SNAT, port), TcpFlags(TcpFlags::SYN.0 | TcpFlags::ACK.0), 1, 2, &[], 64)
+            frames::tcp(
+                l2,
+                (endpoint(e), 8080),
+                (SNAT, port),
+                TcpFlags(TcpFlags::SYN.0 | TcpFlags::ACK.0),
+                1,
+                2,
+                &[],
+                64,
+            )
         })
         .collect();
     run(now + 1_000_000, &replies, BACK, &t, &mut st, |n, v, out| {
         assert!(matches!(v, Verdict::Transmit { iface: FRONT, .. }), "SYN+ACK {n}: {v:?}");
         let ip = Ipv4Packet::new_checked(&out[14..]).expect("IPv4");
         let tcp = TcpPacket::new_checked(&out[34..]).expect("TCP");
-        assert_eq!(((ip.src_addr(), tcp.src_port()), (ip.dst_addr(), tcp.dst_port())), ((VIP, 80), client(n)), "SYN+ACK {n}");
+        assert_eq!(
+            ((ip.src_addr(), tcp.src_port()), (ip.dst_addr(), tcp.dst_port())),
+            ((VIP, 80), client(n)),
+            "SYN+ACK {n}"
+        );
     });
     assert_eq!(dropped(&st.counters), 0);
     eprintln!(

@@ -994,9 +994,8 @@ mod tests {
             let mut seen = std::collections::HashSet::new();
             for i in 0..300u16 {
                 let endpoint = SocketAddrV4::new(Ipv4Addr::new(10, 70, 0, 11 + (i % 3) as u8), 8080 + i % 2);
-                let (_, p) = ports
-                    .alloc(endpoint.into(), &[snat], |_, p| !seen.contains(&(endpoint, p)))
-                    .expect("a SNAT port");
+                let (_, p) =
+                    ports.alloc(endpoint.into(), &[snat], |_, p| !seen.contains(&(endpoint, p))).expect("a SNAT port");
                 assert!(seen.insert((endpoint, p)));
                 let reply = torii_dpdk::Ipv4Tuple {
                     src_addr: *endpoint.ip(),

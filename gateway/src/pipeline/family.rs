@@ -15,8 +15,8 @@ use crate::fragments::{FragmentAddr, FragmentTable};
 use crate::host::HostAddr;
 use crate::maglev;
 use crate::nat::{self, Rewrite};
-use crate::snat::SnatPorts;
 use crate::neighbour::NeighbourAddr;
+use crate::snat::SnatPorts;
 use crate::wire::checksum::PseudoHeaderAddr;
 use crate::wire::IpProtocol;
 

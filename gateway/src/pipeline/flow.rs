@@ -476,7 +476,13 @@ fn snat_port<A: Family>(
     // The candidate that gives way if none is free: (eviction order, flow).
     let mut victim: Option<((u8, u32), FlowId)> = None;
     let found = snat.alloc(endpoint, addresses, |snat_ip, snat_port| {
-        let reply = FlowKey { protocol, src_addr: endpoint_ip, src_port: endpoint_port, dst_addr: snat_ip, dst_port: snat_port };
+        let reply = FlowKey {
+            protocol,
+            src_addr: endpoint_ip,
+            src_port: endpoint_port,
+            dst_addr: snat_ip,
+            dst_port: snat_port,
+        };
         match conntrack.lookup(&reply) {
             None => true,
             Some((id, Direction::Reply)) => {
