@@ -393,6 +393,9 @@ fn new_flow<A: Family>(
     let Some((out, _)) = route(st, backend_ip) else {
         return Err(Verdict::Drop(DropReason::NoRoute));
     };
+    if st.host.snat_addresses_on::<A>(out).is_empty() {
+        return Err(Verdict::Drop(DropReason::UnsupportedFamily));
+    }
     let endpoint = SocketAddr::new(backend_ip.into(), backend_port);
     let Some((snat_ip, snat_port)) = snat_port::<A>(now, st, key.protocol, (backend_ip, backend_port), out) else {
         return Err(Verdict::Drop(if st.snat.is_steered() && endpoint.is_ipv6() {
