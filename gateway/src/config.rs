@@ -911,6 +911,9 @@ impl Config {
         let (mut snat_addrs, mut snat_addrs6) = (Vec::new(), Vec::new());
         for (i, &ip) in common.snat_addresses.iter().enumerate() {
             let key = format!("snat.addresses[{i}]");
+            if common.snat_addresses[..i].contains(&ip) {
+                return Err(invalid(key, format!("{ip} is listed twice")));
+            }
             let own = interfaces.iter().any(|x| match ip {
                 IpAddr::V4(v4) => x.addresses.iter().any(|c| c.addr == v4),
                 IpAddr::V6(v6) => x.addresses6.iter().any(|c| c.addr == v6),
@@ -1320,6 +1323,9 @@ mod tests {
         let bad = text.replacen("\"fd00:70::1\"", "\"fd00:70::2\"", 1);
         let e = Config::from_toml(&bad).unwrap_err().to_string();
         assert!(e.starts_with("snat.addresses[1]: fd00:70::2 is not one of the interfaces' addresses"), "{e}");
+        let twice = text.replacen("\"fd00:70::1\"]", "\"fd00:70::1\", \"10.70.0.1\"]", 1);
+        let e = Config::from_toml(&twice).unwrap_err().to_string();
+        assert!(e.starts_with("snat.addresses[2]: 10.70.0.1 is listed twice"), "{e}");
         let e = Config::from_toml(&text.replace("fd00:70::1/64", "fd00:70::1/129")).unwrap_err().to_string();
         assert!(e.starts_with("interfaces[1].addresses[1]: \"fd00:70::1/129\" is not an IPv4 or IPv6"), "{e}");
         let e = Config::from_toml(&text.replace("address = \"fe80::1\"", "address = \"10.0.0.1\"")).unwrap_err();

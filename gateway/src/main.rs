@@ -243,13 +243,7 @@ where
     for (w, io_seed) in seeds.into_iter().enumerate() {
         let mut state = WorkerState::new(w, workers, Arc::clone(&host), &shared, config.conntrack.capacity, seed(w));
         if let Some(steering) = &steering {
-            state.snat = SnatPorts::steered(
-                w,
-                config.snat.port_min,
-                config.snat.port_max,
-                &config.snat.addresses,
-                Arc::clone(steering),
-            );
+            state.snat = SnatPorts::steered(w, config.snat.port_min, config.snat.port_max, Arc::clone(steering));
         }
         // SNAT ports from a random position (RFC 6056 § 3.3.1), unlike the tests' states.
         state.snat.reseed(seed(w));

@@ -613,8 +613,6 @@ pub struct Conntrack<A: Address = Ipv4Addr> {
     never_used: u32,
     /// Next record [`Conntrack::expire`] examines.
     expire_cursor: usize,
-    /// Next record [`Conntrack::evict_scan`] examines.
-    evict_cursor: usize,
     /// Flows removed so far (wrapping): a [`Vacancy`] taken before a removal is stale.
     removals: u32,
 }
@@ -748,7 +746,6 @@ impl<A: Address> Conntrack<A> {
             free_head: NO_FREE,
             never_used: 0,
             expire_cursor: 0,
-            evict_cursor: 0,
             removals: 0,
         }
     }
@@ -957,6 +954,34 @@ impl<A: Address> Conntrack<A> {
             .map(|tag| untag(tag).0)
             .find(|&id| evictable(&records[id as usize].state, now_ns))?;
         Some(self.remove(victim))
+    }
+
+    /// Whether, and how readily, flow `id` gives way to a new flow at `now_ns` when a
+    /// resource it holds runs short (its SNAT port: `pipeline::flow`): `None` for a flow
+    /// [`Conntrack::early_drop`] would keep (assured, live, not closing); else an order,
+    /// lowest first — expired flows, then never-answered ones (a SYN flood's half-open
+    /// flows, one-way UDP: issue 13's "unanswered flows are evicted first"), then closing
+    /// TCP connections, each class from the one nearest its deadline (the oldest
+    /// half-open flow, whose endpoint has most likely given up its own half-open
+    /// connection). O(1): reads the flow's state.
+    ///
+    /// # Panics
+    ///
+    /// If `id >= capacity`.
+    #[inline]
+    #[must_use]
+    pub fn eviction_order(&self, id: FlowId, now_ns: u64) -> Option<(u8, u32)> {
+        let state = &self.records[id as usize].state;
+        let class = if state.deadline.is_due(now_ns) {
+            0
+        } else if !state.assured {
+            1
+        } else if evictable(state, now_ns) {
+            2
+        } else {
+            return None;
+        };
+        Some((class, state.deadline.remaining_ms(now_ns)))
     }
 
     /// The flow `id`, unpacked: both tuples and the state. O(1).
@@ -1206,28 +1231,6 @@ impl<A: Address> Conntrack<A> {
             self.expire_cursor = if first + span == capacity { 0 } else { first + span };
         }
         removed
-    }
-
-    /// Removes and returns the first flow, among the next `min(budget, capacity)` records from
-    /// a rotating cursor, that is worth least as [`Conntrack::early_drop`] judges it (expired,
-    /// never assured, or closing) and for which `wanted` holds; `None` when none of them is.
-    /// For freeing a resource a flow holds (a SNAT port) rather than a place in the index,
-    /// where [`Conntrack::early_drop`]'s neighbourhood of one key is the wrong place to look.
-    /// O(budget).
-    pub fn evict_scan(&mut self, now_ns: u64, budget: usize, wanted: impl Fn(&Flow<A>) -> bool) -> Option<Flow<A>> {
-        let capacity = self.records.len();
-        for _ in 0..budget.min(capacity) {
-            let id = self.evict_cursor;
-            self.evict_cursor = if id + 1 == capacity { 0 } else { id + 1 };
-            let record = &self.records[id];
-            if self.live[id / 64] & (1 << (id % 64)) != 0
-                && evictable(&record.state, now_ns)
-                && wanted(&record.unpack(&self.snat))
-            {
-                return Some(self.remove(id as FlowId));
-            }
-        }
-        None
     }
 
     /// Every live flow with its id, in id order. O(capacity); for tests and diagnostics, not

@@ -1097,12 +1097,12 @@ mod tests {
         }
         let snat = config.snat.addresses[0];
         for w in 0..2 {
-            let mut ports =
-                crate::snat::SnatPorts::steered(w, 1024, 65535, &config.snat.addresses, Arc::clone(&steering));
+            let mut ports = crate::snat::SnatPorts::steered(w, 1024, 65535, Arc::clone(&steering));
             let mut seen = std::collections::HashSet::new();
             for i in 0..300u16 {
                 let endpoint = SocketAddrV4::new(Ipv4Addr::new(10, 70, 0, 11 + (i % 3) as u8), 8080 + i % 2);
-                let p = ports.alloc_for(0, 6, endpoint.into()).expect("a SNAT port");
+                let (_, p) =
+                    ports.alloc(endpoint.into(), &[snat], |_, p| !seen.contains(&(endpoint, p))).expect("a SNAT port");
                 assert!(seen.insert((endpoint, p)));
                 let reply = torii_dpdk::Ipv4Tuple {
                     src_addr: *endpoint.ip(),

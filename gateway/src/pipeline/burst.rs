@@ -324,21 +324,16 @@ fn prefetch_route<A: Family>(st: &WorkerState, to: A, frontend: u32) -> Option<R
 }
 
 /// Prefetches the conntrack index slots of the reply tuple a new flow `key` to endpoint
-/// `to`:`port` leaving by interface `out` will be inserted with: the SNAT port is the one
-/// [`crate::snat::SnatPorts::peek_for`] says the allocation would take now (a guess: a frame
-/// processed in between may take it, and then this load was for nothing). A tuple not yet
-/// tracked: its index line and the next are prefetched, as for a SYN.
+/// `to`:`port` leaving by interface `out` will be inserted with: the SNAT address and port
+/// are those [`crate::snat::SnatPorts::peek`] says the allocation examines first, which it
+/// takes unless that reply tuple is in use (and a frame processed in between may move the
+/// search on: then this load was for nothing). A tuple not yet tracked: its index line and
+/// the next are prefetched, as for a SYN.
 #[inline]
 fn prefetch_reply_slot<A: Family>(st: &WorkerState, key: &FlowKey<A>, to: A, port: u16, out: u8) {
-    if st.snat.is_steered() {
-        // Under RSS steering the port search hashes candidate tuples (`rte_thash`): too
-        // dear to run twice per new flow for a prefetch.
-        return;
-    }
-    let Some((snat_index, snat_addr)) = st.host.snat_address::<A>(out) else { return };
-    let Some(snat_port) = st.snat.peek_for(snat_index, key.protocol, std::net::SocketAddr::new(to.into(), port)) else {
-        return;
-    };
+    // Under RSS steering the first candidate comes from hashing tuples (`rte_thash`): too
+    // dear to run twice per new flow for a prefetch; `peek` says `None`.
+    let Some((snat_addr, snat_port)) = st.snat.peek(st.host.snat_addresses_on::<A>(out)) else { return };
     let reply =
         FlowKey { protocol: key.protocol, src_addr: to, src_port: port, dst_addr: snat_addr, dst_port: snat_port };
     prefetch(A::conntrack(st), &reply, true);

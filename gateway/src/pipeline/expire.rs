@@ -1,7 +1,8 @@
 //! The end of flows: idle expiry in bounded steps ([`poll_expire`]) and what a flow that left
-//! the conntrack gives back ([`flow_ended`]) — its SNAT port to its worker's pool, its count
-//! to its endpoint's connections, its SYN-proxy translation — shared by expiry and by the
-//! removals and evictions on the packet path.
+//! the conntrack gives back ([`flow_ended`]) — its count to its endpoint's connections and
+//! its SYN-proxy translation — shared by expiry and by the removals and evictions on the
+//! packet path. A removed flow's SNAT port needs no freeing: it is free for the same
+//! endpoint as soon as its reply tuple leaves the conntrack ([`crate::snat`]).
 
 use std::net::IpAddr;
 
@@ -12,14 +13,13 @@ use crate::conntrack::synproxy::{Keyed, SynProxy};
 use crate::conntrack::{Address, Flow, FlowId};
 use crate::host::{Host, HostAddr};
 use crate::scheduler::Schedulers;
-use crate::snat::SnatPorts;
 
 /// Expires idle flows, examining at most `budget` conntrack records, and releases them
 /// ([`flow_ended`]). Returns the number of flows removed.
 pub fn poll_expire(now: u64, budget: usize, st: &mut WorkerState) -> usize {
-    let WorkerState { conntrack, conntrack6, snat, host, counters, schedulers, synproxy, .. } = st;
-    let n = conntrack.expire(now, budget, |flow| ended(snat, schedulers, synproxy, host, flow))
-        + conntrack6.expire(now, budget, |flow| ended(snat, schedulers, synproxy, host, flow));
+    let WorkerState { conntrack, conntrack6, host, counters, schedulers, synproxy, .. } = st;
+    let n = conntrack.expire(now, budget, |flow| ended(schedulers, synproxy, host, flow))
+        + conntrack6.expire(now, budget, |flow| ended(schedulers, synproxy, host, flow));
     counters.expired_flows += n as u64;
     n
 }
@@ -30,25 +30,20 @@ pub(super) fn remove_flow<A: Family>(st: &mut WorkerState, id: FlowId) {
     flow_ended(st, &old);
 }
 
-/// What a flow removed from conntrack (removed, expired or evicted) gives back: its SNAT
-/// port (the reply direction's destination) to the pool, its count to its endpoint's
-/// connections when the scheduler counts them ([`backend::count_closed`]), and its
-/// SYN-proxy translation.
+/// What a flow removed from conntrack (removed, expired or evicted) gives back: its count
+/// to its endpoint's connections when the scheduler counts them
+/// ([`backend::count_closed`]), and its SYN-proxy translation.
 pub(super) fn flow_ended<A: Family>(st: &mut WorkerState, flow: &Flow<A>) {
-    ended(&mut st.snat, &st.schedulers, &mut st.synproxy, &st.host, flow);
+    ended(&st.schedulers, &mut st.synproxy, &st.host, flow);
 }
 
 /// [`flow_ended`] over the parts of the worker's state it touches.
 fn ended<A: Address + HostAddr + Keyed + Into<IpAddr>>(
-    snat: &mut SnatPorts,
     schedulers: &Schedulers,
     synproxy: &mut SynProxy,
     host: &Host,
     flow: &Flow<A>,
 ) {
-    if let Some(i) = host.snat_index(flow.reply.dst_addr) {
-        snat.free(i, flow.reply.protocol, flow.reply.dst_port);
-    }
     backend::count_closed(host, schedulers, flow);
     synproxy.forget(&flow.original);
 }

@@ -476,12 +476,11 @@ fn new_flow<A: Proxied>(
     let Some((out, _)) = route(st, backend_ip) else {
         return Err(Verdict::Drop(DropReason::NoRoute));
     };
-    let Some((snat_index, snat_ip)) = st.host.snat_address::<A>(out) else {
+    if st.host.snat_addresses_on::<A>(out).is_empty() {
         return Err(Verdict::Drop(DropReason::UnsupportedFamily));
-    };
+    }
     let endpoint = SocketAddr::new(backend_ip.into(), backend_port);
-    let snat_port = st.snat.alloc_for(snat_index, key.protocol, endpoint);
-    let Some(snat_port) = snat_port.or_else(|| evict_for_snat_port::<A>(now, st, &key, snat_index, endpoint)) else {
+    let Some((snat_ip, snat_port)) = snat_port::<A>(now, st, key.protocol, (backend_ip, backend_port), out) else {
         return Err(Verdict::Drop(if st.snat.is_steered() && endpoint.is_ipv6() {
             DropReason::UnsupportedFamily
         } else {
@@ -519,51 +518,82 @@ fn new_flow<A: Proxied>(
             st.frontends.new_flow(fe.index);
             Ok(id)
         }
-        Err(e) => {
-            st.snat.free(snat_index, key.protocol, snat_port);
-            Err(Verdict::Drop(match e {
-                InsertError::Full => DropReason::ConntrackFull,
-                // The reply tuple is taken: only possible if the SNAT bitmap and conntrack
-                // disagree; refuse rather than hijack another flow. `NotFullNat` cannot
-                // happen: the SNAT address comes from the list the table was built with.
-                InsertError::Exists | InsertError::NotFullNat => DropReason::SnatExhausted,
-            }))
-        }
+        Err(e) => Err(Verdict::Drop(match e {
+            InsertError::Full => DropReason::ConntrackFull,
+            // The reply tuple was free when chosen, so only a flow whose reply tuple is its
+            // own original one (an endpoint calling a front door on a SNAT address and
+            // port) gets here; refuse rather than hijack another flow. `NotFullNat` cannot
+            // happen: the SNAT address comes from the list the table was built with.
+            InsertError::Exists | InsertError::NotFullNat => DropReason::SnatExhausted,
+        })),
     }
 }
 
-/// Flows [`evict_for_snat_port`] may evict for one new flow.
-const SNAT_EVICTIONS: usize = 4;
-/// Records [`evict_for_snat_port`] examines per eviction.
-const SNAT_EVICTION_SCAN: usize = 256;
-
-/// Makes a SNAT port free for a new flow `key` to `endpoint` from SNAT address `snat_index`
-/// when every port is taken, as a full table makes room ([`crate::conntrack::Conntrack::early_drop`]):
-/// evicts up to [`SNAT_EVICTIONS`] flows worth less — expired, never answered (a SYN
-/// flood's half-open flows, one-way UDP) or closing — that hold a port of the same SNAT
-/// address and protocol ([`crate::conntrack::Conntrack::evict_scan`], at most
-/// [`SNAT_EVICTION_SCAN`] records each), allocating again after each. A flood of
-/// unanswered flows therefore cannot hold every port while a legitimate client waits;
-/// answered (assured) flows are never evicted. Counted as `conntrack_evicted`.
-fn evict_for_snat_port<A: Family>(
+/// The SNAT address and port of a new flow of `protocol` to `endpoint` leaving by interface
+/// `out`: one of the link's SNAT addresses and a port this worker owns such that the reply
+/// tuple `endpoint → address:port` is not in the worker's conntrack, as Linux's
+/// `get_unique_tuple` finds one ([`crate::snat`]). When the search finds none — nearly
+/// every port of the link's addresses is taken for this very endpoint — the flow among the
+/// candidates it met that is worth least gives its tuple up, as a full table makes room
+/// ([`crate::conntrack::Conntrack::early_drop`]): expired, then never answered (a SYN
+/// flood's half-open flows, one-way UDP), then closing, the oldest of its kind first
+/// ([`crate::conntrack::Conntrack::eviction_order`]); counted `conntrack_evicted`. A flood
+/// of unanswered flows therefore cannot hold an endpoint's ports while a legitimate client
+/// waits; answered (assured) flows are never evicted, and flows to other endpoints are not
+/// touched. `None` when nothing may be evicted: the flow is refused (`snat_exhausted`).
+///
+/// The evicted flow's port is reused at once, for the same endpoint. If that endpoint still
+/// holds the evicted flow's half-open connection (a request socket, not a SYN cookie), a
+/// Linux endpoint answers the new SYN as `tcp_check_req` does: with an ACK of the old
+/// connection (the SYN is out of its window) or, rarely, a RST (in window), so the new
+/// connection waits until the endpoint gives the old one up (after `tcp_synack_retries`,
+/// about 63 s by default). Evicting expired flows first and the oldest half-open flow next
+/// makes this rare, as does the port space being per endpoint: it takes nearly 64 K flows
+/// to one endpoint from one SNAT address on one worker (÷ workers under the modulo rule)
+/// to get here.
+fn snat_port<A: Family>(
     now: u64,
     st: &mut WorkerState,
-    key: &FlowKey<A>,
-    snat_index: usize,
-    endpoint: SocketAddr,
-) -> Option<u16> {
-    let snat_addr = *A::snat_addresses(&st.host).get(snat_index.checked_sub(A::snat_index_base(&st.host))?)?;
-    let protocol = key.protocol;
-    for _ in 0..SNAT_EVICTIONS {
-        let evicted = A::conntrack_mut(st)
-            .evict_scan(now, SNAT_EVICTION_SCAN, |f| f.reply.protocol == protocol && f.reply.dst_addr == snat_addr)?;
-        flow_ended(st, &evicted);
-        st.counters.conntrack_evicted += 1;
-        if let Some(port) = st.snat.alloc_for(snat_index, protocol, endpoint) {
-            return Some(port);
+    protocol: u8,
+    (endpoint_ip, endpoint_port): (A, u16),
+    out: u8,
+) -> Option<(A, u16)> {
+    let (conntrack, snat, host) = A::conntrack_and_snat(st);
+    let addresses = host.snat_addresses_on::<A>(out);
+    let endpoint = SocketAddr::new(endpoint_ip.into(), endpoint_port);
+    // The candidate that gives way if none is free: (eviction order, flow).
+    let mut victim: Option<((u8, u32), FlowId)> = None;
+    let found = snat.alloc(endpoint, addresses, |snat_ip, snat_port| {
+        let reply = FlowKey {
+            protocol,
+            src_addr: endpoint_ip,
+            src_port: endpoint_port,
+            dst_addr: snat_ip,
+            dst_port: snat_port,
+        };
+        match conntrack.lookup(&reply) {
+            None => true,
+            Some((id, Direction::Reply)) => {
+                if let Some(order) = conntrack.eviction_order(id, now) {
+                    if victim.is_none_or(|(best, _)| order < best) {
+                        victim = Some((order, id));
+                    }
+                }
+                false
+            }
+            // Some flow's original tuple (a client sending from the endpoint's address and
+            // port to a front door on the SNAT address): not ours to evict.
+            Some((_, Direction::Original)) => false,
         }
+    });
+    if found.is_some() {
+        return found;
     }
-    None
+    let (_, id) = victim?;
+    let evicted = A::conntrack_mut(st).remove(id);
+    flow_ended(st, &evicted);
+    st.counters.conntrack_evicted += 1;
+    Some((evicted.reply.dst_addr, evicted.reply.dst_port))
 }
 
 /// Whether no router forwards from source `ip` ([RFC 1812 § 5.3.7]; the special-purpose

@@ -155,7 +155,7 @@ impl WorkerState {
     /// Allocates everything the packet path will use.
     pub fn new(worker: usize, workers: usize, host: Arc<Host>, shared: &Shared, capacity: usize, seed: u64) -> Self {
         let (min, max) = host.snat_ports;
-        let snat = SnatPorts::new(worker, workers, min, max, host.snat_addresses.len() + host.snat_addresses6.len());
+        let snat = SnatPorts::new(worker, workers, min, max);
         Self {
             worker,
             conntrack: Conntrack::new(capacity, seed, &host.snat_addresses),
