@@ -140,7 +140,11 @@ impl Drop for ScaleOut {
 }
 
 fn command_exists(tool: &str) -> bool {
-    Command::new("sh").args(["-c", &format!("command -v {tool}")]).stdout(Stdio::null()).status().is_ok_and(|s| s.success())
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// Runs `ip netns exec <ns> <args>` and returns its stdout.
@@ -175,7 +179,9 @@ fn wait_next_hops(s: &ScaleOut, step: &str, vip: Ipv4Addr, want: &[Ipv4Addr]) ->
             return Ok(start.elapsed());
         }
         if start.elapsed() > CONVERGE {
-            return Err(s.fail(step, format!("route to {vip}: next hops {got:?}, expected {want:?} within {CONVERGE:?}")));
+            return Err(
+                s.fail(step, format!("route to {vip}: next hops {got:?}, expected {want:?} within {CONVERGE:?}"))
+            );
         }
         sleep(Duration::from_millis(20));
     }
@@ -213,7 +219,12 @@ fn ip_batch(ns: &str, batch: &str) -> Result<Vec<Option<Ipv4Addr>>> {
             words.windows(2).find(|w| w[0] == "via").and_then(|w| w[1].parse().ok())
         })
         .collect();
-    ensure!(answers.len() == batch.lines().count(), "ip -batch answered {} of {} lines:\n{text}", answers.len(), batch.lines().count());
+    ensure!(
+        answers.len() == batch.lines().count(),
+        "ip -batch answered {} of {} lines:\n{text}",
+        answers.len(),
+        batch.lines().count()
+    );
     Ok(answers)
 }
 
@@ -327,19 +338,20 @@ fn gateway_config(s: &ScaleOut, n: u8) -> String {
 /// The gateway side's bird.conf: the operator's part; torii's file is included.
 fn gateway_bird_config(s: &ScaleOut, n: u8) -> String {
     format!(
-        "router id 10.99.{n}.3;\nprotocol device {{ }}\ninclude \"{}\";\n",
+        "router id 10.99.{n}.3;\nlog stderr all;\nprotocol device {{ }}\ninclude \"{}\";\n",
         s.gw_dir(n).join("torii-bird.conf").display()
     )
 }
 
 /// The router's bird.conf: eBGP to both gateways, multipath into the kernel table.
 const ROUTER_BIRD: &str = "router id 10.99.0.1;\n\
+    log stderr all;\n\
     protocol device { scan time 10; }\n\
     protocol kernel { ipv4 { import none; export all; }; merge paths yes limit 8; }\n\
-    template bgp gateway { local as 65000; hold time 3; keepalive time 1; connect retry time 1; \
+    template bgp gws { local as 65000; hold time 3; keepalive time 1; connect retry time 1; \
     ipv4 { import all; export none; }; }\n\
-    protocol bgp gw1 from gateway { neighbor 10.99.1.3 as 65001; source address 10.99.1.1; }\n\
-    protocol bgp gw2 from gateway { neighbor 10.99.2.3 as 65001; source address 10.99.2.1; }\n";
+    protocol bgp gw1 from gws { neighbor 10.99.1.3 as 65001; source address 10.99.1.1; }\n\
+    protocol bgp gw2 from gws { neighbor 10.99.2.3 as 65001; source address 10.99.2.1; }\n";
 
 fn bird(s: &ScaleOut, ns: &str, conf: &Path, sock: &Path, log: &Path) -> Result<Daemon> {
     let mut cmd = Command::new("ip");
@@ -383,11 +395,17 @@ fn two_gateways_behind_ecmp() -> Result<()> {
         .args(["up", &s.prefix])
         .stdin(Stdio::null())
         .output()?;
-    ensure!(out.status.success(), "topology-scale-out up: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    ensure!(
+        out.status.success(),
+        "topology-scale-out up: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     let router_conf = s.workdir.join("router-bird.conf");
     fs::write(&router_conf, ROUTER_BIRD)?;
-    s.router_bird = Some(bird(&s, "router", &router_conf, &s.workdir.join("router-bird.ctl"), &s.workdir.join("router-bird.log"))?);
+    s.router_bird =
+        Some(bird(&s, "router", &router_conf, &s.workdir.join("router-bird.ctl"), &s.workdir.join("router-bird.log"))?);
 
     let log_level = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into());
     for n in 1..=2u8 {
@@ -420,7 +438,13 @@ fn two_gateways_behind_ecmp() -> Result<()> {
         let d = bird(&s, &format!("gw{n}"), &gw.join("bird.conf"), &gw.join("bird.ctl"), &gw.join("bird.log"))?;
         s.birds.push(Some(d));
     }
-    progress("0 start", format!("topology, 2 × (torii-control, torii-gateway, BIRD) and the router's BIRD started; work dir {}", s.workdir.display()));
+    progress(
+        "0 start",
+        format!(
+            "topology, 2 × (torii-control, torii-gateway, BIRD) and the router's BIRD started; work dir {}",
+            s.workdir.display()
+        ),
+    );
 
     // 1. Announced VIPs are multipath routes on the router.
     const STEP1: &str = "1 VIPs announced, multipath";
@@ -449,18 +473,39 @@ fn two_gateways_behind_ecmp() -> Result<()> {
         let r = conn.get("/").map_err(|e| s.fail(STEP2, format!("connection {i}: GET: {e}")))?;
         let sport = conn.local_addr().port();
         let want = pick(&t1, CLIENT.into(), sport, WEB_VIP.into()).context("gateway 1's table picks nothing")?;
-        let want_name = format!("web{}", match want.0 { IpAddr::V4(a) => a.octets()[3] - 10, IpAddr::V6(_) => 0 });
+        let want_name = format!(
+            "web{}",
+            match want.0 {
+                IpAddr::V4(a) => a.octets()[3] - 10,
+                IpAddr::V6(_) => 0,
+            }
+        );
         if r.status != 200 || r.body != want_name {
-            return Err(s.fail(STEP2, format!("connection {i} (sport {sport}): HTTP {} from {:?}, the tables pick {want_name} ({want:?})", r.status, r.body)));
+            return Err(s.fail(
+                STEP2,
+                format!(
+                    "connection {i} (sport {sport}): HTTP {} from {:?}, the tables pick {want_name} ({want:?})",
+                    r.status, r.body
+                ),
+            ));
         }
         sports.push(sport);
     }
     let via = router_choice(&s, WEB_VIP, &sports)?;
+    // Workers publish their counters about once a second.
+    sleep(Duration::from_millis(1500));
     let through = |n: u8| via.iter().filter(|v| **v == Some(next_hop(n))).count();
     let flows_after = [new_flows(&s, 1)?, new_flows(&s, 2)?];
     let counted = [flows_after[0] - flows_before[0], flows_after[1] - flows_before[1]];
     if through(1) == 0 || through(2) == 0 || counted[0] == 0 || counted[1] == 0 {
-        return Err(s.fail(STEP2, format!("40 connections did not use both gateways: router {}/{}, gateways' new flows {counted:?}", through(1), through(2))));
+        return Err(s.fail(
+            STEP2,
+            format!(
+                "40 connections did not use both gateways: router {}/{}, gateways' new flows {counted:?}",
+                through(1),
+                through(2)
+            ),
+        ));
     }
     progress(STEP2, format!("40 connections, each answered by the endpoint both tables pick; router sent {} / {} (gateways counted {} / {} new flows)", through(1), through(2), counted[0], counted[1]));
 
@@ -514,7 +559,13 @@ fn compare_tables(s: &ScaleOut, step: &str, t1: &Table, t2: &Table) -> Result<()
             return Err(s.fail(step, format!("flow {client}:{sport}: gateway 1 picks {a:?}, gateway 2 {b:?}")));
         }
     }
-    progress(step, format!("{} front doors with identical backends and rings; 20 000 flows pick the same endpoint on both", d1.len()));
+    progress(
+        step,
+        format!(
+            "{} front doors with identical backends and rings; 20 000 flows pick the same endpoint on both",
+            d1.len()
+        ),
+    );
     Ok(())
 }
 
@@ -553,15 +604,21 @@ fn step_drain(s: &mut ScaleOut) -> Result<()> {
         let r = c.get("/").map_err(|e| s.fail(STEP, format!("new connection {i} after the withdrawal: {e}")))?;
         ensure!(r.status == 200, "new connection {i}: HTTP {}", r.status);
     }
-    // Established connections.
+    // Established connections, one request each (in parallel: a broken one may only time out).
+    let failed: Vec<bool> = std::thread::scope(|scope| {
+        let handles: Vec<_> = conns.iter_mut().map(|c| scope.spawn(move || c.get("/").is_err())).collect();
+        handles.into_iter().map(|h| h.join().unwrap_or(true)).collect()
+    });
     let mut broken = [0usize; 2];
-    for (c, &g) in conns.iter_mut().zip(&on) {
-        if c.get("/").is_err() {
+    for (&f, &g) in failed.iter().zip(&on) {
+        if f {
             broken[usize::from(g - 1)] += 1;
         }
     }
     if broken[1] != 0 {
-        return Err(s.fail(STEP, format!("{} of {on2} connections through gateway 2 broke when gateway 1 drained", broken[1])));
+        return Err(
+            s.fail(STEP, format!("{} of {on2} connections through gateway 2 broke when gateway 1 drained", broken[1]))
+        );
     }
     drop(conns);
     // Gateway 1 keeps running for drain_s after the withdrawal, then exits 0 by itself.
@@ -577,7 +634,10 @@ fn step_drain(s: &mut ScaleOut) -> Result<()> {
     };
     let ran = sigterm.elapsed();
     if !status.success() || ran < Duration::from_secs(DRAIN_S) {
-        return Err(s.fail(STEP, format!("gateway 1 exited {status} {:.1} s after SIGTERM (drain_s = {DRAIN_S})", ran.as_secs_f64())));
+        return Err(s.fail(
+            STEP,
+            format!("gateway 1 exited {status} {:.1} s after SIGTERM (drain_s = {DRAIN_S})", ran.as_secs_f64()),
+        ));
     }
     let log = fs::read_to_string(s.gw_dir(1).join("gateway.log")).unwrap_or_default();
     ensure!(log.contains("routes withdrawn"), "gateway 1's log does not say its routes were withdrawn");
@@ -600,17 +660,15 @@ fn step_drain(s: &mut ScaleOut) -> Result<()> {
 /// Counts, with the router's own kernel, how many established flows change next hop when
 /// one of three next hops goes away: a plain multipath route (what BIRD installs) and a
 /// resilient next-hop group (`ip nexthop … type resilient`). Three static next hops on a
-/// dummy link in the router's namespace, 3 000 flows, `ip route get` before and after.
+/// veth in the router's namespace, 3 000 flows, `ip route get` before and after.
 fn step_multipath_disruption(s: &ScaleOut) -> Result<()> {
     const STEP: &str = "5 multipath disruption (kernel)";
     let ns = s.ns("router");
     let run = |args: &str| in_ns(&ns, &args.split_whitespace().collect::<Vec<_>>());
-    run("ip link add mp0 type dummy")?;
+    run("ip link add mp0 type veth peer name mp1")?;
     run("ip link set mp0 up")?;
+    run("ip link set mp1 up")?;
     run("ip addr add 10.98.0.1/24 dev mp0")?;
-    for h in 1..=3 {
-        run(&format!("ip neigh replace 10.98.0.1{h} lladdr 02:00:00:00:98:1{h} dev mp0"))?;
-    }
     let flows: Vec<u16> = (0..3000).map(|i| 10_000 + i).collect();
     let get = |vip: &str| -> Result<Vec<Option<Ipv4Addr>>> {
         let mut batch = String::new();

@@ -100,7 +100,7 @@ pub fn render(config: &BgpConfig, vips: &BTreeSet<IpAddr>, state: &str) -> Strin
 pub enum BirdError {
     /// The control socket could not be reached or broke (BIRD not running, wrong
     /// `bgp.bird_socket`, permissions).
-    #[error("BIRD control socket {path}: {source} (is bird running with `-s {path}`? see bgp.bird_socket)")]
+    #[error("BIRD control socket {path} (is bird running with `-s {path}`? see bgp.bird_socket)")]
     Socket {
         /// The socket.
         path: String,
