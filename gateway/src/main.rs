@@ -214,8 +214,10 @@ where
     let stop = Arc::new(AtomicBool::new(false));
     // SIGTERM asks for a drain when routes are announced ([bgp]), a stop otherwise.
     let term = Arc::new(AtomicBool::new(false));
-    signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::clone(&stop)).context("installing signal handlers")?;
-    signal_hook::flag::register(signal_hook::consts::SIGTERM, Arc::clone(&term)).context("installing signal handlers")?;
+    signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::clone(&stop))
+        .context("installing signal handlers")?;
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, Arc::clone(&term))
+        .context("installing signal handlers")?;
     let watcher = Arc::new(TableWatcher {
         dir: config.shm_dir.clone(),
         region: Arc::clone(&region),
@@ -389,7 +391,10 @@ impl Drain {
                 return false;
             }
             if withdrawn {
-                tracing::info!(drain_s = bgp.drain_s, "routes withdrawn; forwarding what still arrives until the drain ends");
+                tracing::info!(
+                    drain_s = bgp.drain_s,
+                    "routes withdrawn; forwarding what still arrives until the drain ends"
+                );
             } else {
                 tracing::warn!(drain_s = bgp.drain_s, "BIRD has not confirmed the withdrawal; draining anyway");
             }

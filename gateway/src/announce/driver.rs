@@ -74,7 +74,9 @@ impl Announcer {
     pub fn start(config: BgpConfig, source: Arc<Source>, stop: Arc<AtomicBool>) -> io::Result<Self> {
         let shared = Arc::new(Shared::default());
         let s = Arc::clone(&shared);
-        let thread = std::thread::Builder::new().name("torii-announce".into()).spawn(move || run(&config, &source, &s, &stop))?;
+        let thread = std::thread::Builder::new()
+            .name("torii-announce".into())
+            .spawn(move || run(&config, &source, &s, &stop))?;
         Ok(Self { shared, thread })
     }
 
