@@ -493,6 +493,9 @@ pub struct Config {
     pub scheduler: Scheduler,
     /// The gateway's metrics endpoint.
     pub metrics: MetricsConfig,
+    /// VIP announcement over BGP through BIRD, and graceful drain (`[bgp]`; off when
+    /// absent): [`crate::announce`].
+    pub bgp: Option<crate::announce::BgpConfig>,
 }
 
 /// `[metrics]`: the gateway's Prometheus `/metrics` and `/healthz` endpoint.
@@ -534,6 +537,7 @@ struct RawConfig {
     _control: Option<toml::Value>,
     #[serde(default)]
     metrics: RawMetrics,
+    bgp: Option<crate::announce::RawBgp>,
 }
 
 #[derive(Deserialize, Default)]
@@ -979,6 +983,14 @@ impl Config {
                 format!("{} is out of range 0..=1000000000 (0: no limit)", ct.new_flows_per_source_per_s),
             ));
         }
+        let own: Vec<(IpAddr, u8)> = interfaces
+            .iter()
+            .flat_map(|x| {
+                let v4 = x.addresses.iter().map(|c| (IpAddr::V4(c.addr), c.prefix_len));
+                v4.chain(x.addresses6.iter().map(|c| (IpAddr::V6(c.addr), c.prefix_len)))
+            })
+            .collect();
+        let bgp = raw.bgp.map(|b| b.validate(&own)).transpose()?;
         let new_flows_per_source_burst = match ct.new_flows_per_source_burst {
             Some(0) => return Err(invalid("conntrack.new_flows_per_source_burst", "must be at least 1")),
             Some(b) => b,
@@ -1032,6 +1044,7 @@ impl Config {
                     })?),
                 },
             },
+            bgp,
         })
     }
 }

@@ -18,10 +18,12 @@
 //! - [`counters`] and [`metrics`]: per-worker and per-front-door counters, served as
 //!   Prometheus metrics with a health check over HTTP.
 //! - [`config`]: the gateway host's TOML configuration.
+//! - [`announce`]: VIP announcement over BGP through BIRD 2, and graceful drain.
 //! - [`prefetch`]: the cache prefetch hint of the burst path (`torii_table::prefetch`, which
 //!   the table's lookups issue too).
 
 pub mod affinity;
+pub mod announce;
 pub mod config;
 pub mod conntrack;
 pub mod counters;
