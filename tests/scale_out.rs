@@ -529,10 +529,14 @@ fn two_gateways_behind_ecmp() -> Result<()> {
     Ok(())
 }
 
+/// A front door as the tables are compared: address, port, protocol, its Service's
+/// backends and Maglev ring.
+type Door = (IpAddr, u16, u8, Vec<(IpAddr, u16)>, Vec<u32>);
+
 /// The two gateways' tables have the same front doors, backends and Maglev rings, and
 /// pick the same endpoint for 20 000 pseudo-random flows.
 fn compare_tables(s: &ScaleOut, step: &str, t1: &Table, t2: &Table) -> Result<()> {
-    let doors = |t: &Table| -> Vec<(IpAddr, u16, u8, Vec<(IpAddr, u16)>, Vec<u32>)> {
+    let doors = |t: &Table| -> Vec<Door> {
         (0..t.frontends().len())
             .filter_map(|i| {
                 let f = t.frontend_at(i)?;

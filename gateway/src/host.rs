@@ -3,7 +3,7 @@
 //! and IPv6. Built once from [`Config`] and the ports' MAC addresses; read-only afterwards
 //! and shared by all workers.
 //!
-//! The lookups ([`Host::is_own`], [`Host::route`], [`Host::snat_address`],
+//! The lookups ([`Host::is_own`], [`Host::route`], [`Host::snat_addresses_on`],
 //! [`Host::source_address_for`]) are written once, generic over the address family through
 //! [`HostAddr`], which [`Ipv4Addr`] and [`Ipv6Addr`] implement by naming their part of the
 //! host (the interface prefixes, the SNAT addresses and the router of that family).

@@ -85,7 +85,7 @@ impl Announcer {
     /// `ExecStopPost=` after a gateway died).
     ///
     /// # Errors
-    /// As [`push`].
+    /// As `push`: the file cannot be written, or BIRD does not take it.
     pub fn withdraw(config: &BgpConfig) -> anyhow::Result<String> {
         push(config, &BTreeSet::new(), "withdrawn by torii-gateway --withdraw (the gateway is not running)")
     }

@@ -15,7 +15,8 @@ use crate::host::{Host, HostAddr};
 use crate::scheduler::Schedulers;
 
 /// Expires idle flows, examining at most `budget` conntrack records, and releases them
-/// ([`flow_ended`]). Returns the number of flows removed.
+/// (their SYN-proxy translations and the schedulers' connection counts). Returns the number
+/// of flows removed.
 pub fn poll_expire(now: u64, budget: usize, st: &mut WorkerState) -> usize {
     let WorkerState { conntrack, conntrack6, host, counters, schedulers, synproxy, .. } = st;
     let n = conntrack.expire(now, budget, |flow| ended(schedulers, synproxy, host, flow))
