@@ -1,15 +1,17 @@
 //! The smoke test of torii-bench, the line-rate harness (benches/torii-bench): a few
-//! seconds of UDP, then of TCP (each flow opened with a handshake through the gateway), at
-//! a fixed low rate through the real torii-gateway (on DPDK's
+//! seconds of UDP, then of TCP (each flow opened with a handshake through the gateway),
+//! then of new TCP connections (handshake and RST through the gateway, each reopening a
+//! closed flow), at a fixed low rate through the real torii-gateway (on DPDK's
 //! `net_virtio_user`, with torii-control serving the manifests torii-bench writes), and
 //! through testpmd's io forwarding when `dpdk-testpmd` is installed. It asserts that
 //! nothing was lost, that every frame passed torii-bench's checks (addresses, ports,
-//! MACs, one SNAT port per flow, every checksum) and that the JSON result is
-//! well formed. It measures nothing: the rate is far below what either device forwards,
+//! MACs, one SNAT port per established flow, every checksum), that every connection was
+//! established and closed, and that the JSON result is well formed. It measures nothing: the rate is far below what either device forwards,
 //! so loss here is a bug, not a slow machine.
 //!
-//! Cost: about 20 s of wall time (three DPDK processes start; per protocol, 1000 flows
-//! warmed up and one 3-second trial per device). The DPDK two-process tests run one at a time
+//! Cost: about 25–30 s of wall time (measured 26.5, 31 and 30 s under nextest on a 2-CPU
+//! machine at load 11–18: three DPDK processes start; per test, 1000 flows warmed up —
+//! for connections, closed and reopened — and one 3-second trial per device). The DPDK two-process tests run one at a time
 //! (.config/nextest.toml, group `dpdk-pipe`), so they do not share CPUs and hugepages.
 //! Needs DPDK (skipped, loudly, when it is not installed); not root.
 
@@ -52,7 +54,7 @@ fn torii_bench_smoke_through_the_gateway() -> Result<()> {
     let mut cmd = Command::new(&bench);
     cmd.args(["--protocols", "udp,tcp", "--flows", &FLOWS.to_string()])
         .args(["--fixed-rate", &RATE.to_string(), "--trial-s", &TRIAL_S.to_string()])
-        .args(["--checksum-every", "1", "--baseline", if baseline { "io-fwd" } else { "none" }])
+        .args(["--check-every", "1", "--checksum-every", "1", "--baseline", if baseline { "io-fwd" } else { "none" }])
         .arg("--out")
         .arg(&result)
         .arg("--workdir")
@@ -68,26 +70,36 @@ fn torii_bench_smoke_through_the_gateway() -> Result<()> {
     let text = fs::read_to_string(&result).with_context(|| format!("read {}", result.display()))?;
     let r: Value = serde_json::from_str(&text).with_context(|| format!("{} is not JSON", result.display()))?;
     check_result(&r, baseline).with_context(|| format!("result {}:\n{text}\nstderr:\n{stderr}", result.display()))?;
+    // The latency plot of the fixed-rate trials (no search: no throughput plot).
+    let plot = workdir.join("result-latency.svg");
+    let svg = fs::read_to_string(&plot).with_context(|| format!("read {}", plot.display()))?;
+    ensure!(
+        svg.starts_with("<svg") && svg.contains("torii tcp connections 1000 flows"),
+        "{} is not the plot",
+        plot.display()
+    );
     let _ = fs::remove_dir_all(&workdir);
     Ok(())
 }
 
 fn check_result(r: &Value, baseline: bool) -> Result<()> {
-    ensure!(r["tool"] == "torii-bench" && r["schema"] == 1, "not a torii-bench schema 1 result");
+    ensure!(r["tool"] == "torii-bench" && r["schema"] == 2, "not a torii-bench schema 2 result");
     ensure!(r["ok"] == true && r["bad_frames"] == 0, "checks failed: ok {}, bad_frames {}", r["ok"], r["bad_frames"]);
     ensure!(r["machine"]["cpu_model"].as_str().is_some_and(|s| !s.is_empty()), "no CPU model");
     let runs = r["runs"].as_array().context("runs is not an array")?;
-    let protocols: Vec<&str> = runs.iter().filter_map(|run| run["protocol"].as_str()).collect();
-    ensure!(protocols == ["udp", "tcp"], "runs of {protocols:?}, expected udp and tcp");
+    let tests: Vec<String> = runs.iter().map(|run| format!("{} {}", run["protocol"], run["test"])).collect();
+    let want = [r#""udp" "throughput""#, r#""tcp" "throughput""#, r#""tcp" "connections""#];
+    ensure!(tests == want, "runs {tests:?}, expected {want:?}");
     for run in runs {
-        ensure!(run["flows"] == FLOWS && run["frame_size"] == 64, "run: {run}");
-        check_run(run, baseline).with_context(|| format!("{} run", run["protocol"]))?;
+        ensure!(run["flows"] == FLOWS && run["frame_size"] == "64", "run: {run}");
+        check_run(run, baseline).with_context(|| format!("{} {} run", run["protocol"], run["test"]))?;
     }
     Ok(())
 }
 
 fn check_run(run: &Value, baseline: bool) -> Result<()> {
     let tcp = run["protocol"] == "tcp";
+    let connections = run["test"] == "connections";
     let duts = run["duts"].as_array().context("duts is not an array")?;
     let names: Vec<&str> = duts.iter().filter_map(|d| d["dut"].as_str()).collect();
     let want: &[&str] = if baseline { &["torii", "io-fwd"] } else { &["torii"] };
@@ -96,7 +108,7 @@ fn check_run(run: &Value, baseline: bool) -> Result<()> {
         let name = &d["dut"];
         let warmups = d["warmup"].as_array().context("warmup")?;
         ensure!(!warmups.is_empty(), "{name}: no warm-up");
-        if tcp {
+        if tcp && !connections {
             // Every flow's handshake went through: its ACK reached the endpoint.
             let acks: u64 = warmups.iter().filter_map(|w| w["handshake_acks"].as_u64()).sum();
             ensure!(acks >= FLOWS, "{name}: {acks} handshake ACKs reached the endpoints for {FLOWS} flows");
@@ -108,7 +120,16 @@ fn check_run(run: &Value, baseline: bool) -> Result<()> {
         ensure!(offered.abs_diff(RATE * TRIAL_S) <= 64, "{name}: offered {offered}, expected about {}", RATE * TRIAL_S);
         ensure!(l["lost"] == 0 && t["received"] == offered, "{name}: lost {} of {offered}", l["lost"]);
         ensure!(t["refused"] == 0 && t["reflect_refused"] == 0 && t["bad"] == 0, "{name}: {t}");
-        ensure!(t["reflected"] == offered, "{name}: reflected {} of {offered}", t["reflected"]);
+        if connections {
+            // Each connection: its SYN and its ACK reflected (as the SYN-ACK and the RST),
+            // its SYN-ACK at the client, its RST (counted as received) back.
+            ensure!(
+                t["reflected"] == 2 * offered && t["handshake_acks"] == offered && t["syn_acks"] == offered,
+                "{name}: {offered} connections: {t}"
+            );
+        } else {
+            ensure!(t["reflected"] == offered, "{name}: reflected {} of {offered}", t["reflected"]);
+        }
         if name == "torii" {
             ensure!(t["snat_changed"] == 0, "torii: a flow's SNAT port changed: {t}");
         }

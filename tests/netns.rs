@@ -25,7 +25,8 @@ use serde_json::Value;
 use torii_integration::{
     curl_get, curl_get_timeout, netns_unavailable, output_with_timeout, print_skipped, repo_root, require_tools,
     tcp_connect_timed, udp_connected, Binaries, Daemon, Harness, HttpConn, ECHO_BACKEND, METRICS_LISTEN, NODE_IP,
-    NODE_PORT, REJECT_VIP, REJECT_VIP6, STICKY_VIP, STICKY_VIP6, WEB_BACKENDS, WEB_VIP, WEB_VIP6,
+    NODE_PORT, REJECT_VIP, REJECT_VIP6, STICKY_VIP, STICKY_VIP6, SYN_COOKIES_ABOVE_PER_S, WEB_BACKENDS, WEB_VIP,
+    WEB_VIP6,
 };
 
 /// How long the gateway may take, after start, to serve its first request.
@@ -103,6 +104,7 @@ fn demo_scenario(test: &str, driver: &str, prefix: &str) -> Result<()> {
     step_forged_resets_change_nothing(&mut h, &mut pinned, &pinned_backend)?;
     step_syn_flood_does_not_displace_service(&mut h, &mut pinned, &pinned_backend)?;
     step_udp_round_trips(&mut h, "3 UDP round trips", WEB_VIP.into())?;
+    step_every_worker_busy_each_flow_on_one(&mut h, driver)?;
     step_reject_without_endpoints(&mut h, "4 reject without endpoints", REJECT_VIP.into())?;
     step_new_connections_spread(&mut h, "4a IPv6: curl -6 to the IPv6 VIP", &url_of(WEB_VIP6.into(), 80))?;
     step_udp_round_trips(&mut h, "4b IPv6: UDP round trips", WEB_VIP6.into())?;
@@ -359,7 +361,11 @@ fn step_forged_resets_change_nothing(h: &mut Harness, pinned: &mut HttpConn, bac
 /// Step 2b: a SYN flood from random sources at a fixed rate (hping3, up to 10 000 SYNs a
 /// second for about 10 s) displaces nothing: while it runs, the long-lived connection
 /// answers a request every 100 ms with no gap over 1 s, and at least 99 of 100 new
-/// connections succeed. (How half-open flows give their SNAT ports up to new flows once
+/// connections succeed. The gateway answers SYNs beyond [`SYN_COOKIES_ABOVE_PER_S`] a
+/// second per worker with SYN cookies, so most of curl's connections go through the SYN
+/// proxy (real Linux TCP at both ends: the cookie handshake, the proxy's handshake with
+/// the endpoint, translated sequence numbers); the counters must show cookies sent and
+/// validated. (How half-open flows give their SNAT ports up to new flows once
 /// every port is taken is a pipeline test, `half_open_flows_holding_every_snat_port_…`:
 /// here the flood stays below the workers' ports, so that the later steps' connections do
 /// not reuse ports whose half-open connections the backends still hold.)
@@ -368,6 +374,8 @@ fn step_syn_flood_does_not_displace_service(h: &mut Harness, pinned: &mut HttpCo
     const NEW_CONNECTIONS: usize = 100;
     let client = h.ns("client");
     let evicted_before = counter_sum(h, "conntrack_evicted_total").map_err(|e| h.fail(STEP, e))?;
+    let cookies_before = counter_sum(h, "syn_cookies_sent_total").map_err(|e| h.fail(STEP, e))?;
+    let valid_before = counter_sum(h, "syn_cookies_valid_total").map_err(|e| h.fail(STEP, e))?;
     let mut flood = Command::new("ip")
         .args(["netns", "exec", &client, "hping3", "-q", "-S", "-p", "80", "--rand-source", "-i", "u100"])
         .args(["-c", "100000", &WEB_VIP.to_string()])
@@ -412,8 +420,20 @@ fn step_syn_flood_does_not_displace_service(h: &mut Harness, pinned: &mut HttpCo
     let _ = flood.wait();
     sleep(Duration::from_millis(1500)); // workers publish counters about once a second
     let evicted = counter_sum(h, "conntrack_evicted_total").map_err(|e| h.fail(STEP, e))? - evicted_before;
+    let cookies = counter_sum(h, "syn_cookies_sent_total").map_err(|e| h.fail(STEP, e))? - cookies_before;
+    let valid = counter_sum(h, "syn_cookies_valid_total").map_err(|e| h.fail(STEP, e))? - valid_before;
+    let handshakes = counter_sum(h, "syn_proxy_handshakes_total").map_err(|e| h.fail(STEP, e))?;
     if let Err(e) = pinned_result {
         return Err(h.fail(STEP, format!("the long-lived connection failed during the flood: {e}")));
+    }
+    if cookies == 0 || valid == 0 {
+        return Err(h.fail(
+            STEP,
+            format!(
+                "the flood engaged no SYN proxy (cookies above {SYN_COOKIES_ABOVE_PER_S} SYNs/s per worker): {cookies} \
+                 cookies sent, {valid} validated (want both > 0)"
+            ),
+        ));
     }
     if worst_gap > Duration::from_secs(1) || failures.len() > NEW_CONNECTIONS / 100 {
         return Err(h.fail(
@@ -429,7 +449,8 @@ fn step_syn_flood_does_not_displace_service(h: &mut Harness, pinned: &mut HttpCo
         STEP,
         format!(
             "under ~10 000 SYN/s from random sources: {}/{NEW_CONNECTIONS} new connections {failures:?}, longest \
-             wait on the long-lived one {:.0} ms; {evicted} half-open flows evicted",
+             wait on the long-lived one {:.0} ms; {evicted} half-open flows evicted; {cookies} SYN cookies sent, \
+             {valid} validated, {handshakes} proxied handshakes completed",
             NEW_CONNECTIONS - failures.len(),
             worst_gap.as_secs_f64() * 1000.0
         ),
@@ -447,6 +468,83 @@ fn counter_sum(h: &Harness, name: &str) -> Result<u64> {
         .filter(|l| l.starts_with(prefix.as_str()))
         .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<u64>().ok()))
         .sum())
+}
+
+/// A per-worker counter (`torii_gateway_<name>{worker="N"}`), worker by worker.
+fn counter_per_worker(h: &Harness, name: &str) -> Result<Vec<u64>> {
+    let metrics = curl_get(&h.ns("gw"), &format!("http://{METRICS_LISTEN}/metrics"))?;
+    let prefix = format!("torii_gateway_{name}{{worker=\"");
+    let mut per: BTreeMap<usize, u64> = BTreeMap::new();
+    for l in metrics.body.lines() {
+        let Some(rest) = l.strip_prefix(prefix.as_str()) else { continue };
+        let Some((w, v)) = rest.split_once("\"} ") else { continue };
+        if let (Ok(w), Ok(v)) = (w.parse(), v.parse()) {
+            per.insert(w, v);
+        }
+    }
+    Ok(per.into_values().collect())
+}
+
+/// Step 3a: flows spread over both workers and each is served by one. 40 UDP flows
+/// (new source ports) to demo/echo make three round trips each; every worker creates
+/// some of them (every worker busy: on DPDK's `net_af_packet`, which has no usable RSS,
+/// through the software redirect, which must have moved frames), and the workers create
+/// exactly one conntrack flow per flow between them — a frame of a flow reaching a worker
+/// other than its owner would create a second flow there (original direction) or find
+/// none (reply: the round trip fails).
+fn step_every_worker_busy_each_flow_on_one(h: &mut Harness, driver: &str) -> Result<()> {
+    const STEP: &str = "3a every worker busy, each flow on one worker";
+    const FLOWS: usize = 40;
+    sleep(Duration::from_millis(1500)); // workers publish counters about once a second
+    let before = counter_per_worker(h, "new_flows_total").map_err(|e| h.fail(STEP, e))?;
+    let redirected_before = counter_sum(h, "redirected_total").map_err(|e| h.fail(STEP, e))?;
+    let peer = SocketAddr::new(WEB_VIP.into(), 7);
+    let mut buf = [0u8; 2048];
+    for k in 0..FLOWS {
+        let socket = udp_connected(&h.ns("client"), peer, Duration::from_millis(500))
+            .map_err(|e| h.fail(STEP, format!("UDP socket in the client namespace: {e}")))?;
+        for i in 0..3 {
+            let payload = format!("torii-it flow {k} round {i}");
+            let expected = format!("{}:{payload}", ECHO_BACKEND.0);
+            let mut answered = false;
+            for _ in 0..4 {
+                if answered || socket.send(payload.as_bytes()).is_err() {
+                    continue;
+                }
+                // Until the reply, or the read timeout (an earlier round's late reply is skipped).
+                while let Ok(n) = socket.recv(&mut buf) {
+                    if buf[..n] == *expected.as_bytes() {
+                        answered = true;
+                        break;
+                    }
+                }
+            }
+            if !answered {
+                return Err(h.fail(STEP, format!("flow {k}: no echo of {payload:?} from {peer} in 4 tries")));
+            }
+        }
+    }
+    sleep(Duration::from_millis(1500));
+    let after = counter_per_worker(h, "new_flows_total").map_err(|e| h.fail(STEP, e))?;
+    let redirected = counter_sum(h, "redirected_total").map_err(|e| h.fail(STEP, e))? - redirected_before;
+    let created: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    let total: u64 = created.iter().sum();
+    let problem = if after.len() < 2 || after.len() != before.len() {
+        Some(format!("the gateway runs {} worker(s), configs/gateway.toml asks for 2", after.len()))
+    } else if total != FLOWS as u64 {
+        Some(format!("{FLOWS} flows, {total} created by the workers ({created:?}): some flow reached two workers"))
+    } else if created.contains(&0) {
+        Some(format!("a worker created no flow of {FLOWS} ({created:?}): not every worker is busy"))
+    } else if driver == "dpdk" && redirected == 0 {
+        Some("no frame was redirected between workers on net_af_packet".to_string())
+    } else {
+        None
+    };
+    if let Some(p) = problem {
+        return Err(h.fail(STEP, p));
+    }
+    progress(STEP, format!("{FLOWS} flows, created per worker {created:?}, {redirected} frames redirected"));
+    Ok(())
 }
 
 /// The gateway's drop counters for `reasons`, summed over workers (from `/metrics`).

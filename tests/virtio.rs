@@ -10,7 +10,14 @@
 //! `dpdk.tx_checksum_offload = true`, so when virtio negotiates checksum offload the
 //! frames' checksums are completed on the vhost side — and the peer checks them.
 //!
-//! The two DPDK processes get different CPUs (peer on 0, gateway's worker on 1), their
+//! The gateway runs **two workers** on virtio-user with two queue pairs (`queues=2`, the
+//! peer's `net_vhost` too), a port without RSS: the peer sends each flow's frames on both
+//! queues in turn, so the gateway's software redirect must bring every frame to its flow's
+//! worker, and the peer checks that no flow was served by two workers (each gateway worker
+//! transmits on its own queue) and that both served flows; the test checks that the gateway
+//! redirected frames.
+//!
+//! The two DPDK processes get different CPUs (peer on 0, the gateway's workers on 1), their
 //! own file prefixes, and hugepages when enough are free (`--in-memory
 //! --single-file-segments`; scripts/setup reserves 512), else `--no-huge`.
 //! Needs DPDK (skipped, loudly, when it is not installed; a failure with
@@ -38,7 +45,7 @@ fn gateway_config(shm_dir: &Path, manifests: &Path, socket: &Path, cpu: usize, n
         r#"node_name = "gateway-1"
 shm_dir = {shm}
 driver = "dpdk"
-workers = 1
+workers = 2
 
 [dpdk]
 eal_args = {eal_args}
@@ -50,7 +57,7 @@ idle_sleep_us = 100
 [[interfaces]]
 name = "virtio0"
 addresses = ["198.51.100.1/24", "10.70.0.1/24"]
-device = "net_virtio_user0,path={socket},queues=1,mac=02:00:00:00:00:01"
+device = "net_virtio_user0,path={socket},queues=2,cq=1,mac=02:00:00:00:00:01"
 
 [snat]
 addresses = ["10.70.0.1"]
@@ -118,6 +125,8 @@ fn gateway_on_virtio_user_translates_both_ways() -> Result<()> {
         "10",
         "--timeout-s",
         "45",
+        "--queues",
+        "2",
     ]);
     if no_huge {
         peer_cmd.arg("--no-huge");
@@ -170,6 +179,15 @@ fn gateway_on_virtio_user_translates_both_ways() -> Result<()> {
     if !matches!(stopped, Some((s, true)) if s.success()) {
         bail!("torii-gateway did not exit 0 on SIGTERM: {stopped:?}{}", logs(&workdir));
     }
+    // Its last words: the counters of all workers, with the frames redirected between them.
+    let gw_text = torii_integration::strip_ansi(&fs::read_to_string(&gateway_log).unwrap_or_default());
+    let totals = gw_text.lines().find(|l| l.contains("final counters (all workers)")).unwrap_or_default();
+    let redirected =
+        totals.split_whitespace().find_map(|w| w.strip_prefix("redirected=")?.parse::<u64>().ok()).unwrap_or(0);
+    if !running.contains("2 worker(s)") || !running.contains("redirected") || redirected == 0 {
+        bail!("two workers and the software redirect expected: {running:?}; {totals:?}{}", logs(&workdir));
+    }
+    eprintln!("[virtio] gateway: {redirected} frames redirected between its workers");
     drop(control);
     let _ = fs::remove_dir_all(&shm_dir);
     let _ = fs::remove_dir_all(&workdir);

@@ -9,8 +9,9 @@
 //! ```
 //!
 //! Arguments: the stream (`est`: client → VIP segments of established flows, `reply`:
-//! endpoint → SNAT address segments, `syn`: SYNs opening new flows) and the active flows
-//! (default 1000). It builds the IPv4 benchmark gateway and fixture of `torii_benches`
+//! endpoint → SNAT address segments, `syn`: SYNs opening new flows), the active flows
+//! (default 1000) and the gateway's endpoint scheduler (default `maglev`; `rr`, `lc`, …:
+//! [`torii_gateway::scheduler::Scheduler`]). It builds the IPv4 benchmark gateway and fixture of `torii_benches`
 //! (10 000 front doors), then runs bursts of [`VECTOR`] frames through `timed`, the only
 //! function callgrind counts with the command above: divide the "I refs" it prints by the
 //! packets this prints. SYN runs stop before the conntrack would fill (no early drop).
@@ -20,12 +21,24 @@ use std::sync::Arc;
 
 use torii_benches::dataplane::{Burst, Fixture, Gateway, Kind, Stream, Transport, VECTOR};
 use torii_gateway::counters::DropReason;
+use torii_gateway::scheduler::Scheduler;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let kind = args.get(1).map_or("est", String::as_str);
     let flows: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1000);
-    let gateway = Arc::new(Gateway::<Ipv4Addr>::new());
+    let scheduler = match args.get(3) {
+        None => Scheduler::Maglev,
+        Some(name) => *Scheduler::ALL
+            .iter()
+            .find(|s| s.name() == name.as_str())
+            .unwrap_or_else(|| panic!("unknown scheduler {name:?}")),
+    };
+    let mut gateway = Gateway::<Ipv4Addr>::new();
+    let mut host = (*gateway.host).clone();
+    host.scheduler = scheduler;
+    gateway.host = Arc::new(host);
+    let gateway = Arc::new(gateway);
     let mut fx = Fixture::new(Arc::clone(&gateway), Transport::Tcp, flows);
     let (mut stream, bursts) = match kind {
         // The fixture's conntrack has room for a quarter more flows and 4096; one fresh
@@ -45,7 +58,7 @@ fn main() {
     for r in DropReason::ALL {
         assert_eq!(fx.state.counters.drops_of(r), 0, "dropped as {}", r.name());
     }
-    println!("{kind}: {} packets in {bursts} bursts of {VECTOR}", bursts * VECTOR);
+    println!("{kind} ({scheduler}): {} packets in {bursts} bursts of {VECTOR}", bursts * VECTOR);
 }
 
 /// One burst: what callgrind counts.

@@ -477,6 +477,12 @@ mod tests {
         }
     }
 
+    /// `bytes` serve what a build of `spec` from scratch serves.
+    fn assert_serves(bytes: &[u8], spec: &TableSpec) {
+        let content = |b: Vec<u8>| torii_table::Table::new(b).unwrap().content();
+        assert_eq!(content(bytes.to_vec()), content(build(spec, 1).unwrap()));
+    }
+
     #[test]
     fn publish_load_ack_and_collect() {
         let dir = tempfile::tempdir().unwrap();
@@ -507,7 +513,8 @@ mod tests {
         let g3 = p.publish(&spec(83)).unwrap();
         assert!(!dir.path().join(shm::table_file_name(g1)).exists(), "g1's file became g3's");
         assert_eq!(p.stats().retired_used, 1);
-        assert_eq!(std::fs::read(dir.path().join(shm::table_file_name(g3))).unwrap(), build(&spec(83), g3).unwrap());
+        assert!(std::fs::read(dir.path().join(shm::table_file_name(g3))).unwrap() == p.builder.bytes());
+        assert_serves(p.builder.bytes(), &spec(83));
         gw.ack(0, g3);
         gw.ack(1, g3);
         // A restarted publisher continues the numbering (from the newest file); retired
@@ -539,7 +546,8 @@ mod tests {
         let check = |p: &mut Publisher, spec: &TableSpec| {
             let g = p.publish(spec).unwrap();
             let path = dir.path().join(shm::table_file_name(g));
-            assert_eq!(std::fs::read(&path).unwrap(), torii_table::build(spec, g).unwrap(), "generation {g}");
+            assert!(std::fs::read(&path).unwrap() == p.builder.bytes(), "generation {g}");
+            assert_serves(p.builder.bytes(), spec);
             assert!(shm::load_table(dir.path(), g).is_ok());
             use std::os::unix::fs::PermissionsExt;
             assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
@@ -563,7 +571,7 @@ mod tests {
         check(&mut p, &spec(82));
         let stats = p.stats();
         assert_eq!((stats.spare_used, stats.spare_missed), (4, 1));
-        let len = |s: &TableSpec| torii_table::build(s, 1).unwrap().len() as u64;
+        let len = |s: &TableSpec| TableBuilder::new().build(s, 1).unwrap().len() as u64;
         let whole = len(&spec(80)) + len(&spec(81)) + len(&big) + 2 * len(&spec(82));
         assert!(stats.bytes_written < whole - len(&spec(82)), "{stats:?}: only changes were written");
         drop(p);
@@ -620,9 +628,10 @@ mod tests {
         assert_eq!(identity(last), published, "the published file is never patched");
         assert!(!file(g1).exists(), "g1's file became generation {g}'s");
         assert_eq!(after.retired_used, before.retired_used + 1);
-        let whole = build(&spec(200), g).unwrap();
+        let whole = p.builder.bytes();
         assert_eq!(after.bytes_written - before.bytes_written, whole.len() as u64);
-        assert_eq!(std::fs::read(file(g)).unwrap(), whole);
+        assert!(std::fs::read(file(g)).unwrap() == whole);
+        assert_serves(whole, &spec(200));
         settle(&p);
         // The newest retired file (the history reaches back to it) gets the changes only.
         let before = p.stats();
@@ -630,9 +639,10 @@ mod tests {
         let after = p.stats();
         assert!(!file(last).exists(), "{last}'s file became generation {g}'s");
         assert_eq!(after.retired_used, before.retired_used + 1);
-        let whole = build(&spec(201), g).unwrap();
+        let whole = p.builder.bytes();
         assert!(after.bytes_written - before.bytes_written < whole.len() as u64, "{after:?}");
-        assert_eq!(std::fs::read(file(g)).unwrap(), whole);
+        assert!(std::fs::read(file(g)).unwrap() == whole);
+        assert_serves(whole, &spec(201));
         assert!(shm::load_table(dir.path(), g).is_ok());
         settle(&p);
         let names: Vec<String> = std::fs::read_dir(dir.path())
@@ -677,7 +687,8 @@ mod tests {
         assert_eq!(after.spare_used, before.spare_used + 1);
         let written = after.bytes_written - before.bytes_written;
         assert!(written < copy_of_g1.len() as u64, "{written} bytes: the changes only, not all");
-        assert_eq!(std::fs::read(dir.path().join(shm::table_file_name(g4))).unwrap(), build(&specs[3], g4).unwrap());
+        assert!(std::fs::read(dir.path().join(shm::table_file_name(g4))).unwrap() == p.builder.bytes());
+        assert_serves(p.builder.bytes(), &specs[3]);
     }
 
     #[test]
@@ -692,10 +703,8 @@ mod tests {
         bad.frontends[0].service = 7;
         assert!(p.publish(&bad).is_err());
         let g = p.publish(&spec(83)).unwrap();
-        assert_eq!(
-            std::fs::read(dir.path().join(shm::table_file_name(g))).unwrap(),
-            torii_table::build(&spec(83), g).unwrap()
-        );
+        assert!(std::fs::read(dir.path().join(shm::table_file_name(g))).unwrap() == p.builder.bytes());
+        assert_serves(p.builder.bytes(), &spec(83));
         settle(&p);
         // Corrupt the spare's bookkeeping: pretend it copies another generation.
         if let Some(h) = p.spare.take() {
@@ -705,10 +714,8 @@ mod tests {
         }
         settle(&p);
         let g = p.publish(&spec(84)).unwrap();
-        assert_eq!(
-            std::fs::read(dir.path().join(shm::table_file_name(g))).unwrap(),
-            torii_table::build(&spec(84), g).unwrap()
-        );
+        assert!(std::fs::read(dir.path().join(shm::table_file_name(g))).unwrap() == p.builder.bytes());
+        assert_serves(p.builder.bytes(), &spec(84));
     }
 
     #[test]

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+pub use crate::scheduler::Scheduler;
 use crate::wire::vlan::VID_MAX;
 
 use torii_table::config::{invalid, Common};
@@ -107,6 +108,47 @@ fn parse_addresses(i: usize, addresses: &[String]) -> Result<Addresses, ConfigEr
         }
     }
     Ok((v4, v6))
+}
+
+/// Rejects addresses of `raw` that collide, naming both keys: an interface address listed
+/// twice, connected subnets of two interfaces that overlap (a destination in both would
+/// have two egress interfaces), and a static neighbour or router at one of the gateway's
+/// own addresses. Malformed entries are left to the checks that name them.
+fn check_address_collisions(raw: &RawConfig) -> Result<(), ConfigError> {
+    let mut own: Vec<(String, usize, IpAddr, torii_table::cidr::IpCidr)> = Vec::new();
+    for (i, ri) in raw.interfaces.iter().enumerate() {
+        for (j, a) in ri.addresses.iter().enumerate() {
+            let host = a.split_once('/').and_then(|(h, _)| h.trim().parse::<IpAddr>().ok());
+            let (Some(host), Some(subnet)) = (host, torii_table::cidr::IpCidr::parse(a)) else { continue };
+            let key = format!("interfaces[{i}].addresses[{j}]");
+            for (other, k, addr, net) in &own {
+                if *addr == host {
+                    return Err(invalid(key, format!("{host} is also {other}: each address once")));
+                }
+                if *k != i && (net.contains(subnet.addr) || subnet.contains(net.addr)) {
+                    return Err(invalid(
+                        key,
+                        format!(
+                            "subnet {subnet} overlaps {net} of {other}, another interface: a destination in both \
+                             would have two egress interfaces"
+                        ),
+                    ));
+                }
+            }
+            own.push((key, i, host, subnet));
+        }
+    }
+    let others = raw.neighbours.iter().enumerate().map(|(i, n)| (format!("neighbours[{i}].address"), &n.address));
+    let routers = [("router.address", &raw.router), ("router6.address", &raw.router6)]
+        .into_iter()
+        .filter_map(|(key, r)| r.as_ref().map(|r| (key.to_owned(), &r.address)));
+    for (key, text) in others.chain(routers) {
+        let Ok(ip) = text.parse::<IpAddr>() else { continue };
+        if let Some((own_key, ..)) = own.iter().find(|(_, _, a, _)| *a == ip) {
+            return Err(invalid(key, format!("{ip} is the gateway's own address ({own_key}), not a neighbour")));
+        }
+    }
+    Ok(())
 }
 
 /// Parses `aa:bb:cc:dd:ee:ff`.
@@ -385,6 +427,13 @@ pub struct ConntrackConfig {
     /// `nf_conntrack_tcp_be_liberal`, kube-proxy's `--conntrack-tcp-be-liberal`; default
     /// false): a RST must still carry the expected sequence number to close a flow.
     pub tcp_be_liberal: bool,
+    /// Answer SYNs with SYN cookies under a SYN flood (default true;
+    /// [`crate::pipeline`]'s SYN proxy).
+    pub syn_cookies: bool,
+    /// New TCP flows a second per worker (with a burst of one second's worth) above which
+    /// SYNs are answered with cookies instead of creating flows (default 50 000; 0: every
+    /// SYN gets a cookie).
+    pub syn_cookies_above_per_s: u32,
 }
 
 /// Longest conntrack timeout, seconds (about 23.8 days): flow deadlines are 32-bit
@@ -439,8 +488,14 @@ pub struct Config {
     pub snat: Snat,
     /// Connection tracking.
     pub conntrack: ConntrackConfig,
+    /// How new flows' endpoints are chosen (`scheduler`, default `"maglev"`): IPVS's
+    /// scheduler names, as kube-proxy's `--ipvs-scheduler` takes them.
+    pub scheduler: Scheduler,
     /// The gateway's metrics endpoint.
     pub metrics: MetricsConfig,
+    /// VIP announcement over BGP through BIRD, and graceful drain (`[bgp]`; off when
+    /// absent): [`crate::announce`].
+    pub bgp: Option<crate::announce::BgpConfig>,
 }
 
 /// `[metrics]`: the gateway's Prometheus `/metrics` and `/healthz` endpoint.
@@ -475,11 +530,14 @@ struct RawConfig {
     snat: RawSnat,
     #[serde(default)]
     conntrack: RawConntrack,
+    #[serde(default)]
+    scheduler: Scheduler,
     /// torii-control's section, validated by torii-control.
     #[serde(rename = "control")]
     _control: Option<toml::Value>,
     #[serde(default)]
     metrics: RawMetrics,
+    bgp: Option<crate::announce::RawBgp>,
 }
 
 #[derive(Deserialize, Default)]
@@ -631,6 +689,8 @@ struct RawConntrack {
     new_flows_per_source_per_s: u32,
     new_flows_per_source_burst: Option<u32>,
     tcp_be_liberal: bool,
+    syn_cookies: bool,
+    syn_cookies_above_per_s: u32,
     /// Replaced by the per-state TCP timeouts; accepted only to say so.
     tcp_transitory_timeout_s: Option<u32>,
 }
@@ -655,6 +715,8 @@ impl Default for RawConntrack {
             new_flows_per_source_per_s: 0,
             new_flows_per_source_burst: None,
             tcp_be_liberal: false,
+            syn_cookies: true,
+            syn_cookies_above_per_s: 50_000,
             tcp_transitory_timeout_s: None,
         }
     }
@@ -836,6 +898,7 @@ impl Config {
                 })?,
             });
         }
+        check_address_collisions(&raw)?;
         if raw.snat.addresses.is_empty() {
             return Err(invalid("snat.addresses", "at least one SNAT address is required"));
         }
@@ -852,6 +915,9 @@ impl Config {
         let (mut snat_addrs, mut snat_addrs6) = (Vec::new(), Vec::new());
         for (i, &ip) in common.snat_addresses.iter().enumerate() {
             let key = format!("snat.addresses[{i}]");
+            if common.snat_addresses[..i].contains(&ip) {
+                return Err(invalid(key, format!("{ip} is listed twice")));
+            }
             let own = interfaces.iter().any(|x| match ip {
                 IpAddr::V4(v4) => x.addresses.iter().any(|c| c.addr == v4),
                 IpAddr::V6(v6) => x.addresses6.iter().any(|c| c.addr == v6),
@@ -917,6 +983,14 @@ impl Config {
                 format!("{} is out of range 0..=1000000000 (0: no limit)", ct.new_flows_per_source_per_s),
             ));
         }
+        let own: Vec<(IpAddr, u8)> = interfaces
+            .iter()
+            .flat_map(|x| {
+                let v4 = x.addresses.iter().map(|c| (IpAddr::V4(c.addr), c.prefix_len));
+                v4.chain(x.addresses6.iter().map(|c| (IpAddr::V6(c.addr), c.prefix_len)))
+            })
+            .collect();
+        let bgp = raw.bgp.map(|b| b.validate(&own)).transpose()?;
         let new_flows_per_source_burst = match ct.new_flows_per_source_burst {
             Some(0) => return Err(invalid("conntrack.new_flows_per_source_burst", "must be at least 1")),
             Some(b) => b,
@@ -955,7 +1029,10 @@ impl Config {
                 new_flows_per_source_per_s: ct.new_flows_per_source_per_s,
                 new_flows_per_source_burst,
                 tcp_be_liberal: ct.tcp_be_liberal,
+                syn_cookies: ct.syn_cookies,
+                syn_cookies_above_per_s: ct.syn_cookies_above_per_s,
             },
+            scheduler: raw.scheduler,
             metrics: MetricsConfig {
                 listen: match &raw.metrics.listen {
                     None => None,
@@ -967,6 +1044,7 @@ impl Config {
                     })?),
                 },
             },
+            bgp,
         })
     }
 }
@@ -992,6 +1070,39 @@ mod tests {
         let bad = EMBEDDED_DEFAULT.replacen("[snat]\n", "[snat]\nbogus_key = 1\n", 1);
         let e = Config::from_toml(&bad).unwrap_err().to_string();
         assert!(e.contains("bogus_key"), "{e}");
+    }
+
+    #[test]
+    fn colliding_addresses_are_rejected_naming_both_keys() {
+        let err = |text: &str| Config::from_toml(text).unwrap_err().to_string();
+        // Overlapping subnets of two interfaces (the default: 198.51.100.1/24 and 10.70.0.1/24).
+        let e = err(&EMBEDDED_DEFAULT.replacen("10.70.0.1/24", "198.51.100.7/16", 1));
+        assert_eq!(
+            e,
+            "interfaces[1].addresses[0]: subnet 198.51.0.0/16 overlaps 198.51.100.0/24 of \
+             interfaces[0].addresses[0], another interface: a destination in both would have two egress interfaces"
+        );
+        // The same address twice, on one interface.
+        let e = err(&EMBEDDED_DEFAULT.replacen("\"fd00:70::1/64\"", "\"fd00:70::1/64\", \"fd00:70::1/96\"", 1));
+        assert!(e.starts_with("interfaces[1].addresses[2]: fd00:70::1 is also interfaces[1].addresses[1]"), "{e}");
+        // A duplicate SNAT address (checked with the keys both binaries read).
+        let e = err(&EMBEDDED_DEFAULT.replacen(
+            "addresses = [\"10.70.0.1\",",
+            "addresses = [\"10.70.0.1\", \"10.70.0.1\",",
+            1,
+        ));
+        assert!(e.starts_with("snat.addresses[1]: 10.70.0.1 is listed twice (also snat.addresses[0])"), "{e}");
+        // A static neighbour or a router at the gateway's own address.
+        let e =
+            err(&format!("{EMBEDDED_DEFAULT}\n[[neighbours]]\naddress = \"10.70.0.1\"\nmac = \"02:00:00:00:00:01\"\n"));
+        assert_eq!(e, "neighbours[0].address: 10.70.0.1 is the gateway's own address (interfaces[1].addresses[0]), not a neighbour");
+        // Adjacent subnets and the same subnet on one interface are fine.
+        let fine = EMBEDDED_DEFAULT.replacen(
+            "\"198.51.100.1/24\",",
+            "\"198.51.100.1/24\", \"198.51.100.9/24\", \"10.70.1.1/24\",",
+            1,
+        );
+        assert!(Config::from_toml(&fine).is_ok(), "{:?}", Config::from_toml(&fine).err());
     }
 
     #[test]
@@ -1035,6 +1146,21 @@ mod tests {
         ];
         assert_eq!(got, std::array::from_fn(|i| (i as u64 + 1) * 1_000_000_000));
         assert_eq!(c.conntrack.capacity, 10);
+    }
+
+    #[test]
+    fn scheduler_takes_the_ipvs_names() {
+        assert_eq!(Config::embedded_default().scheduler, Scheduler::Maglev);
+        let with =
+            |name: &str| EMBEDDED_DEFAULT.replacen("scheduler = \"maglev\"", &format!("scheduler = {name:?}"), 1);
+        for s in Scheduler::ALL {
+            assert_eq!(Config::from_toml(&with(s.name())).unwrap().scheduler, s);
+        }
+        assert_eq!(Config::from_toml(&with("mh")).unwrap().scheduler, Scheduler::Maglev);
+        let e = Config::from_toml(&with("lblc")).unwrap_err().to_string();
+        assert!(e.contains("scheduler") && e.contains("unknown variant `lblc`"), "{e}");
+        let absent = EMBEDDED_DEFAULT.replacen("scheduler = \"maglev\"", "", 1);
+        assert_eq!(Config::from_toml(&absent).unwrap().scheduler, Scheduler::Maglev);
     }
 
     #[test]
@@ -1210,6 +1336,9 @@ mod tests {
         let bad = text.replacen("\"fd00:70::1\"", "\"fd00:70::2\"", 1);
         let e = Config::from_toml(&bad).unwrap_err().to_string();
         assert!(e.starts_with("snat.addresses[1]: fd00:70::2 is not one of the interfaces' addresses"), "{e}");
+        let twice = text.replacen("\"fd00:70::1\"]", "\"fd00:70::1\", \"10.70.0.1\"]", 1);
+        let e = Config::from_toml(&twice).unwrap_err().to_string();
+        assert!(e.starts_with("snat.addresses[2]: 10.70.0.1 is listed twice"), "{e}");
         let e = Config::from_toml(&text.replace("fd00:70::1/64", "fd00:70::1/129")).unwrap_err().to_string();
         assert!(e.starts_with("interfaces[1].addresses[1]: \"fd00:70::1/129\" is not an IPv4 or IPv6"), "{e}");
         let e = Config::from_toml(&text.replace("address = \"fe80::1\"", "address = \"10.0.0.1\"")).unwrap_err();

@@ -114,16 +114,24 @@ pub enum DropReason {
     /// The next hop's MAC address is not resolved yet (an ARP request or Neighbor
     /// Solicitation was queued).
     NeighbourUnresolved,
+    /// A segment of a SYN-proxied flow before the endpoint's SYN-ACK completed the
+    /// proxy's handshake with it (the sender retransmits).
+    SynProxyPending,
+    /// A valid SYN cookie's ACK found the SYN proxy's table of proxied flows full.
+    SynProxyFull,
     /// The TX ring had no room (counted by the driver).
     TxRingFull,
     /// The frame did not fit the RX buffer (counted by the driver), or had no room left
     /// in it for the 802.1Q tag of its egress interface.
     Oversize,
+    /// The frame belongs to another worker's flow and that worker's redirect ring was full
+    /// (ports without usable RSS, [`crate::io::redirect`]; counted by the receiving worker).
+    RedirectRingFull,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 38] = [
+    pub const ALL: [DropReason; 41] = [
         Self::Truncated,
         Self::UnknownInterface,
         Self::NotOurMac,
@@ -160,8 +168,11 @@ impl DropReason {
         Self::SnatExhausted,
         Self::ConntrackFull,
         Self::NeighbourUnresolved,
+        Self::SynProxyPending,
+        Self::SynProxyFull,
         Self::TxRingFull,
         Self::Oversize,
+        Self::RedirectRingFull,
     ];
 
     /// snake_case name, for logs and metrics.
@@ -203,13 +214,16 @@ impl DropReason {
             Self::SnatExhausted => "snat_exhausted",
             Self::ConntrackFull => "conntrack_full",
             Self::NeighbourUnresolved => "neighbour_unresolved",
+            Self::SynProxyPending => "syn_proxy_pending",
+            Self::SynProxyFull => "syn_proxy_full",
             Self::TxRingFull => "tx_ring_full",
             Self::Oversize => "oversize",
+            Self::RedirectRingFull => "redirect_ring_full",
         }
     }
 }
 
-const _: () = assert!(DropReason::ALL.len() == DropReason::Oversize as usize + 1);
+const _: () = assert!(DropReason::ALL.len() == DropReason::RedirectRingFull as usize + 1);
 
 /// One worker's counters.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -254,6 +268,15 @@ pub struct Counters {
     pub fragments_followed: u64,
     /// Fragment-table entries evicted by a newer datagram (their later fragments are dropped).
     pub fragment_evictions: u64,
+    /// SYNs answered with a SYN cookie (over `[conntrack] syn_cookies_above_per_s`).
+    pub syn_cookies_sent: u64,
+    /// ACKs that acknowledged a valid SYN cookie: flows created for them, proxied.
+    pub syn_cookies_valid: u64,
+    /// Endpoint handshakes the SYN proxy completed (endpoint SYN-ACKs answered).
+    pub syn_proxy_handshakes: u64,
+    /// Frames received here and handed to the worker that owns their flow (ports without
+    /// usable RSS, [`crate::io::redirect`]).
+    pub redirected: u64,
     /// Drops, indexed by `DropReason as usize`.
     pub drops: [u64; DropReason::ALL.len()],
 }
@@ -281,6 +304,10 @@ impl Default for Counters {
             icmp_errors_translated: 0,
             fragments_followed: 0,
             fragment_evictions: 0,
+            syn_cookies_sent: 0,
+            syn_cookies_valid: 0,
+            syn_proxy_handshakes: 0,
+            redirected: 0,
             drops: [0; DropReason::ALL.len()],
         }
     }
@@ -338,6 +365,10 @@ impl Counters {
             self.fragments_followed,
         );
         f("fragment_evictions", "Fragment-table entries evicted by newer datagrams.", self.fragment_evictions);
+        f("syn_cookies_sent", "SYNs answered with a SYN cookie under a SYN flood.", self.syn_cookies_sent);
+        f("syn_cookies_valid", "ACKs of valid SYN cookies: proxied flows created.", self.syn_cookies_valid);
+        f("syn_proxy_handshakes", "Endpoint handshakes completed by the SYN proxy.", self.syn_proxy_handshakes);
+        f("redirected", "Frames received and handed to the worker that owns their flow.", self.redirected);
     }
 
     /// Adds `other` into `self` (totals over workers).
@@ -361,6 +392,10 @@ impl Counters {
         self.icmp_errors_translated += other.icmp_errors_translated;
         self.fragments_followed += other.fragments_followed;
         self.fragment_evictions += other.fragment_evictions;
+        self.syn_cookies_sent += other.syn_cookies_sent;
+        self.syn_cookies_valid += other.syn_cookies_valid;
+        self.syn_proxy_handshakes += other.syn_proxy_handshakes;
+        self.redirected += other.redirected;
         for (a, b) in self.drops.iter_mut().zip(other.drops) {
             *a += b;
         }
@@ -387,6 +422,9 @@ impl std::fmt::Display for Counters {
             self.nd_solicitations,
             self.echo_replies
         )?;
+        if self.redirected > 0 {
+            write!(f, " redirected={}", self.redirected)?;
+        }
         for r in DropReason::ALL {
             let n = self.drops_of(r);
             if n > 0 {
@@ -531,6 +569,10 @@ mod tests {
             icmp_errors_translated: 17,
             fragments_followed: 18,
             fragment_evictions: 19,
+            syn_cookies_sent: 20,
+            syn_cookies_valid: 21,
+            syn_proxy_handshakes: 22,
+            redirected: 23,
             drops: [0; DropReason::ALL.len()],
         };
         let mut seen = Vec::new();
@@ -539,12 +581,12 @@ mod tests {
             assert!(!help.is_empty() && names.insert(name), "{name}");
             seen.push(v);
         });
-        assert_eq!(seen, (1..=19).collect::<Vec<u64>>());
+        assert_eq!(seen, (1..=23).collect::<Vec<u64>>());
         let mut total = Counters::default();
         total.add(&c);
         total.add(&c);
         let mut doubled = Vec::new();
         total.for_each(|_, _, v| doubled.push(v));
-        assert_eq!(doubled, (1..=19).map(|v| 2 * v).collect::<Vec<u64>>(), "add sums every counter");
+        assert_eq!(doubled, (1..=23).map(|v| 2 * v).collect::<Vec<u64>>(), "add sums every counter");
     }
 }

@@ -3,7 +3,7 @@
 //! and IPv6. Built once from [`Config`] and the ports' MAC addresses; read-only afterwards
 //! and shared by all workers.
 //!
-//! The lookups ([`Host::is_own`], [`Host::route`], [`Host::snat_address`],
+//! The lookups ([`Host::is_own`], [`Host::route`], [`Host::snat_addresses_on`],
 //! [`Host::source_address_for`]) are written once, generic over the address family through
 //! [`HostAddr`], which [`Ipv4Addr`] and [`Ipv6Addr`] implement by naming their part of the
 //! host (the interface prefixes, the SNAT addresses and the router of that family).
@@ -12,6 +12,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::ops::BitAnd;
 
 use crate::config::{Config, Ipv4Cidr, Ipv6Cidr};
+use crate::scheduler::Scheduler;
 use crate::wire::MacAddr;
 
 /// An address with a prefix length: one of the gateway's own addresses and its connected
@@ -59,9 +60,9 @@ pub trait HostAddr: Copy + Ord + Sized + 'static {
     /// The connected subnets of this family, in interface order, indexed for
     /// [`Host::route`].
     fn connected(host: &Host) -> &ConnectedIndex<Self::Bits>;
-    /// Per interface, the SNAT address of this family for flows leaving through it
-    /// ([`Host::snat_address`]), precomputed by [`Host::new`].
-    fn snat_by_interface(host: &Host) -> &[Option<(usize, Self)>];
+    /// Per interface, the SNAT addresses of this family for flows leaving through it
+    /// ([`Host::snat_addresses_on`]), precomputed by [`Host::new`].
+    fn snat_by_interface(host: &Host) -> &[Vec<Self>];
     /// The gateway's addresses of this family on `iface`.
     fn interface_addresses(iface: &HostInterface) -> &[Self::Cidr];
     /// The SNAT addresses of this family.
@@ -69,9 +70,6 @@ pub trait HostAddr: Copy + Ord + Sized + 'static {
     /// Every own address of this family (interface and SNAT addresses), sorted, without
     /// duplicates ([`Host::is_own`]).
     fn own_sorted(host: &Host) -> &[Self];
-    /// Index of this family's first SNAT address among all SNAT addresses (IPv4 first, then
-    /// IPv6): the address index of [`crate::snat::SnatPorts`].
-    fn snat_index_base(host: &Host) -> usize;
     /// The default next hop of this family: (address, interface index).
     fn router(host: &Host) -> Option<(Self, u8)>;
 }
@@ -92,7 +90,7 @@ impl HostAddr for Ipv4Addr {
         &host.connected
     }
     #[inline]
-    fn snat_by_interface(host: &Host) -> &[Option<(usize, Ipv4Addr)>] {
+    fn snat_by_interface(host: &Host) -> &[Vec<Ipv4Addr>] {
         &host.snat_by_interface
     }
     #[inline]
@@ -106,10 +104,6 @@ impl HostAddr for Ipv4Addr {
     #[inline]
     fn own_sorted(host: &Host) -> &[Ipv4Addr] {
         &host.own
-    }
-    #[inline]
-    fn snat_index_base(_: &Host) -> usize {
-        0
     }
     #[inline]
     fn router(host: &Host) -> Option<(Ipv4Addr, u8)> {
@@ -133,7 +127,7 @@ impl HostAddr for Ipv6Addr {
         &host.connected6
     }
     #[inline]
-    fn snat_by_interface(host: &Host) -> &[Option<(usize, Ipv6Addr)>] {
+    fn snat_by_interface(host: &Host) -> &[Vec<Ipv6Addr>] {
         &host.snat_by_interface6
     }
     #[inline]
@@ -147,10 +141,6 @@ impl HostAddr for Ipv6Addr {
     #[inline]
     fn own_sorted(host: &Host) -> &[Ipv6Addr] {
         &host.own6
-    }
-    #[inline]
-    fn snat_index_base(host: &Host) -> usize {
-        host.snat_addresses.len()
     }
     #[inline]
     fn router(host: &Host) -> Option<(Ipv6Addr, u8)> {
@@ -401,15 +391,20 @@ pub struct Host {
     pub new_flows_per_source: (u32, u32),
     /// Whether TCP windows are checked liberally (`[conntrack] tcp_be_liberal`).
     pub tcp_be_liberal: bool,
+    /// Whether SYN cookies are used, and the SYNs a second per worker above which they are
+    /// (`[conntrack] syn_cookies`, `syn_cookies_above_per_s`).
+    pub syn_cookies: (bool, u32),
+    /// How new flows' endpoints are chosen (`scheduler`).
+    pub scheduler: Scheduler,
     /// The IPv4 connected subnets of `interfaces`, indexed ([`ConnectedIndex`]); built by
     /// [`Host::new`], which is why the fields above are not meant to change afterwards.
     connected: ConnectedIndex<u32>,
     /// The same for IPv6.
     connected6: ConnectedIndex<u128>,
-    /// Per interface, its IPv4 SNAT address ([`Host::snat_address`]).
-    snat_by_interface: Vec<Option<(usize, Ipv4Addr)>>,
-    /// Per interface, its IPv6 SNAT address.
-    snat_by_interface6: Vec<Option<(usize, Ipv6Addr)>>,
+    /// Per interface, its IPv4 SNAT addresses ([`Host::snat_addresses_on`]).
+    snat_by_interface: Vec<Vec<Ipv4Addr>>,
+    /// Per interface, its IPv6 SNAT addresses.
+    snat_by_interface6: Vec<Vec<Ipv6Addr>>,
     /// Own IPv4 addresses (interfaces' and SNAT), sorted ([`Host::is_own`]).
     own: Vec<Ipv4Addr>,
     /// Own IPv6 addresses, sorted.
@@ -478,6 +473,8 @@ impl Host {
                 config.conntrack.new_flows_per_source_burst,
             ),
             tcp_be_liberal: config.conntrack.tcp_be_liberal,
+            syn_cookies: (config.conntrack.syn_cookies, config.conntrack.syn_cookies_above_per_s),
+            scheduler: config.scheduler,
             snat_by_interface: Vec::new(),
             snat_by_interface6: Vec::new(),
             own: Vec::new(),
@@ -486,21 +483,25 @@ impl Host {
         host.own = own_addresses::<Ipv4Addr>(&host);
         host.own6 = own_addresses::<Ipv6Addr>(&host);
         let n = host.interfaces.len();
-        host.snat_by_interface = (0..n).map(|i| host.choose_snat_address(i)).collect();
-        host.snat_by_interface6 = (0..n).map(|i| host.choose_snat_address(i)).collect();
+        host.snat_by_interface = (0..n).map(|i| host.choose_snat_addresses(i)).collect();
+        host.snat_by_interface6 = (0..n).map(|i| host.choose_snat_addresses(i)).collect();
         host
     }
 
-    /// The rule of [`Host::snat_address`], evaluated once per interface by [`Host::new`].
-    fn choose_snat_address<A: HostAddr>(&self, iface: usize) -> Option<(usize, A)> {
-        let i = self.interfaces.get(iface);
+    /// The rule of [`Host::snat_addresses_on`], evaluated once per interface by [`Host::new`].
+    fn choose_snat_addresses<A: HostAddr>(&self, iface: usize) -> Vec<A> {
         let addrs = A::snat_addresses(self);
-        let (n, a) = addrs
-            .iter()
-            .enumerate()
-            .find(|(_, a)| i.is_some_and(|i| A::interface_addresses(i).iter().any(|c| c.contains(**a))))
-            .or_else(|| addrs.first().map(|a| (0, a)))?;
-        Some((A::snat_index_base(self) + n, *a))
+        let on_link: Vec<A> = match self.interfaces.get(iface) {
+            Some(i) => {
+                addrs.iter().copied().filter(|a| A::interface_addresses(i).iter().any(|c| c.contains(*a))).collect()
+            }
+            None => Vec::new(),
+        };
+        if on_link.is_empty() {
+            addrs.first().copied().into_iter().collect()
+        } else {
+            on_link
+        }
     }
 
     /// The interface of port `port` that frames with VLAN identifier `vid` belong to
@@ -534,22 +535,16 @@ impl Host {
         }
     }
 
-    /// The SNAT address of `A`'s family for flows leaving through `iface`: the first one in
-    /// one of that interface's subnets, else the first one. Returns its index among all SNAT
-    /// addresses (see [`HostAddr::snat_index_base`]) and the address; `None` when the family
-    /// has no SNAT address. O(1): precomputed per interface.
+    /// The SNAT addresses of `A`'s family for flows leaving through `iface`: those in one
+    /// of that interface's subnets, in configuration order, else the family's first one;
+    /// empty when the family has none. A new flow takes one of them at random
+    /// ([`crate::snat::SnatPorts::alloc`]). O(1): precomputed per interface.
     #[inline]
-    pub fn snat_address<A: HostAddr>(&self, iface: u8) -> Option<(usize, A)> {
+    pub fn snat_addresses_on<A: HostAddr>(&self, iface: u8) -> &[A] {
         match A::snat_by_interface(self).get(usize::from(iface)) {
-            Some(chosen) => *chosen,
-            None => self.choose_snat_address(usize::from(iface)),
+            Some(chosen) => chosen,
+            None => A::snat_addresses(self).get(..1).unwrap_or_default(),
         }
-    }
-
-    /// The index among all SNAT addresses of the SNAT address `addr` of `A`'s family.
-    #[inline]
-    pub fn snat_index<A: HostAddr>(&self, addr: A) -> Option<usize> {
-        A::snat_addresses(self).iter().position(|a| *a == addr).map(|n| A::snat_index_base(self) + n)
     }
 
     /// The gateway's address of `A`'s family on `iface` to send from when talking to the
@@ -641,13 +636,35 @@ mod tests {
         assert_eq!(h.route(Ipv4Addr::new(10, 70, 0, 11)), Some((1, Ipv4Addr::new(10, 70, 0, 11))));
         assert_eq!(h.route("2001:db8:999::1".parse::<Ipv6Addr>().unwrap()), Some((0, "fe80::1".parse().unwrap())));
         assert_eq!(h.route(Ipv4Addr::new(192, 0, 2, 1)), None, "no IPv4 router configured");
-        assert_eq!(h.snat_address::<Ipv4Addr>(1), Some((0, snat4)));
-        assert_eq!(h.snat_address::<Ipv6Addr>(1), Some((1, snat6)));
-        assert_eq!(h.snat_address::<Ipv6Addr>(0), Some((1, snat6)), "the first one when none is on the link");
-        assert_eq!(h.snat_index(snat6), Some(1));
-        assert_eq!(h.snat_index(snat4), Some(0));
+        assert_eq!(h.snat_addresses_on::<Ipv4Addr>(1), [snat4]);
+        assert_eq!(h.snat_addresses_on::<Ipv6Addr>(1), [snat6]);
+        assert_eq!(h.snat_addresses_on::<Ipv6Addr>(0), [snat6], "the first one when none is on the link");
         assert_eq!(h.source_address_for(1, endpoint), Some(snat6));
         assert_eq!(h.source_address_for(0, endpoint), Some("2001:db8:100::1".parse().unwrap()));
         assert_eq!(h.source_address_for(1, Ipv4Addr::new(10, 70, 0, 11)), Some(snat4));
+    }
+
+    /// Several SNAT addresses on one link: flows leaving by it use all of them; a link
+    /// without one uses the family's first.
+    #[test]
+    fn every_snat_address_on_a_link_serves_it() {
+        let text = crate::config::EMBEDDED_DEFAULT
+            .replacen(
+                "addresses = [\"10.70.0.1/24\", \"fd00:70::1/64\"]",
+                "addresses = [\"10.70.0.1/24\", \"10.70.0.2/24\", \"fd00:70::1/64\", \"10.70.0.3/24\"]",
+                1,
+            )
+            .replacen(
+                "addresses = [\"10.70.0.1\", \"fd00:70::1\"]",
+                "addresses = [\"10.70.0.3\", \"fd00:70::1\", \"10.70.0.1\", \"198.51.100.1\", \"10.70.0.2\"]",
+                1,
+            );
+        let config = Config::from_toml(&text).unwrap();
+        let h = Host::new(&config, &[MacAddr([2, 0, 0, 0, 0, 1]), MacAddr([2, 0, 0, 0, 0, 2])]);
+        let ip = |s: &str| s.parse::<Ipv4Addr>().unwrap();
+        assert_eq!(h.snat_addresses_on::<Ipv4Addr>(1), [ip("10.70.0.3"), ip("10.70.0.1"), ip("10.70.0.2")]);
+        assert_eq!(h.snat_addresses_on::<Ipv4Addr>(0), [ip("198.51.100.1")]);
+        assert_eq!(h.snat_addresses_on::<Ipv4Addr>(9), [ip("10.70.0.3")], "no such interface: the first");
+        assert_eq!(h.snat_addresses_on::<Ipv6Addr>(0), ["fd00:70::1".parse::<Ipv6Addr>().unwrap()]);
     }
 }

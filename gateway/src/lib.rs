@@ -8,6 +8,8 @@
 //!   `torii-table` crate, which both binaries depend on, re-exported under this name.
 //! - [`maglev`]: Maglev consistent-hash rings (Eisenbud et al., NSDI 2016, §3.4), part of
 //!   the table ABI (`torii_table::maglev`).
+//! - [`scheduler`]: the endpoint schedulers (IPVS's `rr`, `lc`, `sh`, …, Maglev, random) and
+//!   the connection counts and turns they share across workers.
 //! - [`conntrack`]: the per-worker flow table (both directions, fixed capacity, idle expiry).
 //! - [`fragments`]: the per-worker table that lets later IP fragments follow their first.
 //! - [`pipeline`]: `process(now, frame, meta, table, worker_state) -> Verdict`, the one
@@ -16,10 +18,12 @@
 //! - [`counters`] and [`metrics`]: per-worker and per-front-door counters, served as
 //!   Prometheus metrics with a health check over HTTP.
 //! - [`config`]: the gateway host's TOML configuration.
+//! - [`announce`]: VIP announcement over BGP through BIRD 2, and graceful drain.
 //! - [`prefetch`]: the cache prefetch hint of the burst path (`torii_table::prefetch`, which
 //!   the table's lookups issue too).
 
 pub mod affinity;
+pub mod announce;
 pub mod config;
 pub mod conntrack;
 pub mod counters;
@@ -33,6 +37,7 @@ pub mod metrics;
 pub mod nat;
 pub mod neighbour;
 pub mod pipeline;
+pub mod scheduler;
 pub mod snat;
 pub mod wire;
 pub mod worker;

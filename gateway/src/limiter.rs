@@ -74,13 +74,22 @@ impl SourceLimiter {
         if slot.tag != tag {
             *slot = Slot { tag, tat_ns: now_ns };
         }
-        let tat = slot.tat_ns.max(now_ns);
-        if tat - now_ns > self.tolerance_ns {
-            return false;
-        }
-        slot.tat_ns = tat + self.interval_ns;
-        true
+        conforms(&mut slot.tat_ns, now_ns, self.interval_ns, self.tolerance_ns)
     }
+}
+
+/// One cell of the generic cell rate algorithm (virtual scheduling): whether an arrival at
+/// `now_ns` conforms, given its theoretical arrival time `tat_ns`, the `interval_ns` between
+/// conforming arrivals and the `tolerance_ns` (`(burst − 1) · interval`) an arrival may come
+/// early; a conforming arrival moves `tat_ns` one interval on.
+#[inline]
+pub fn conforms(tat_ns: &mut u64, now_ns: u64, interval_ns: u64, tolerance_ns: u64) -> bool {
+    let tat = (*tat_ns).max(now_ns);
+    if tat - now_ns > tolerance_ns {
+        return false;
+    }
+    *tat_ns = tat + interval_ns;
+    true
 }
 
 impl std::fmt::Debug for SourceLimiter {

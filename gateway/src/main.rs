@@ -1,4 +1,6 @@
 //! torii-gateway: runs the data plane on the configured interfaces until SIGINT/SIGTERM.
+//! With `[bgp]` configured, SIGTERM drains first: the VIPs' routes are withdrawn, the
+//! gateway keeps forwarding for `bgp.drain_s`, then exits (SIGINT exits at once).
 //!
 //! `driver` in the configuration picks the packet I/O: AF_PACKET sockets, or DPDK
 //! (falling back to AF_PACKET when DPDK cannot start and `dpdk.fallback_to_af_packet` is
@@ -39,6 +41,11 @@ struct Args {
     /// Print the effective configuration and exit.
     #[arg(long)]
     check_config: bool,
+    /// Withdraw every VIP route (`[bgp]`: write BIRD's file without routes and have BIRD
+    /// take it) and exit: for a service manager after the gateway died
+    /// (`ExecStopPost=`), since a killed gateway cannot withdraw its own routes.
+    #[arg(long)]
+    withdraw: bool,
 }
 
 fn main() -> Result<()> {
@@ -54,6 +61,12 @@ fn main() -> Result<()> {
     let config = Config::load(args.config.as_deref()).context("configuration")?;
     if args.check_config {
         println!("{config:#?}");
+        return Ok(());
+    }
+    if args.withdraw {
+        let bgp = config.bgp.as_ref().context("--withdraw: the configuration has no [bgp] table")?;
+        let answer = torii_gateway::announce::Announcer::withdraw(bgp)?;
+        tracing::info!(bird = %answer, "withdrew every VIP route");
         return Ok(());
     }
     // One gateway per shared-memory directory, checked before anything is written there.
@@ -200,9 +213,12 @@ where
     let mappings = Mappings::new(Arc::clone(&region), workers);
     let tables = Arc::new(TableHandle::new(Table::empty()));
     let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(&stop)).context("installing signal handlers")?;
-    }
+    // SIGTERM asks for a drain when routes are announced ([bgp]), a stop otherwise.
+    let term = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::clone(&stop))
+        .context("installing signal handlers")?;
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, Arc::clone(&term))
+        .context("installing signal handlers")?;
     let watcher = Arc::new(TableWatcher {
         dir: config.shm_dir.clone(),
         region: Arc::clone(&region),
@@ -220,6 +236,7 @@ where
     tracing::info!(
         driver = driver_name,
         workers,
+        scheduler = %config.scheduler,
         snat = ?config.snat.addresses,
         shm_dir = %config.shm_dir.display(),
         "torii-gateway running: {driver_line}"
@@ -227,16 +244,23 @@ where
 
     let exports: Vec<ReportSlot> = (0..workers).map(|_| Arc::default()).collect();
     let ports = PortSlot::new(Mutex::new(devices()));
+    let source = Arc::new(MetricsSource {
+        reports: exports.clone(),
+        watcher: Arc::clone(&watcher),
+        epoch,
+        ports: Arc::clone(&ports),
+    });
+    let announcer = match &config.bgp {
+        None => None,
+        Some(bgp) => Some(
+            torii_gateway::announce::Announcer::start(bgp.clone(), Arc::clone(&source), Arc::clone(&stop))
+                .context("spawning the announcer")?,
+        ),
+    };
     let metrics = match config.metrics.listen {
         None => None,
         Some(listen) => {
-            let source = Arc::new(MetricsSource {
-                reports: exports.clone(),
-                watcher: Arc::clone(&watcher),
-                epoch,
-                ports: Arc::clone(&ports),
-            });
-            let server = MetricsServer::start(listen, source, Arc::clone(&stop))
+            let server = MetricsServer::start(listen, Arc::clone(&source), Arc::clone(&stop))
                 .with_context(|| format!("metrics.listen: serving /metrics on {listen}"))?;
             tracing::info!(addr = %server.addr, "serving /metrics and /healthz");
             Some(server)
@@ -264,18 +288,10 @@ where
             }
         }
         if let Some(steering) = &steering {
-            state.snat = SnatPorts::steered(
-                w,
-                config.snat.port_min,
-                config.snat.port_max,
-                &config.snat.addresses,
-                Arc::clone(steering),
-            );
+            state.snat = SnatPorts::steered(w, config.snat.port_min, config.snat.port_max, Arc::clone(steering));
         }
         // SNAT ports from a random position (RFC 6056 § 3.3.1), unlike the tests' states.
         state.snat.reseed(seed(w));
-        // Adopted flows keep their ports.
-        state.reserve_snat_ports();
         let worker = Worker {
             state,
             tables: Arc::clone(&tables),
@@ -310,8 +326,12 @@ where
 
     let mut last = Counters::default();
     let mut ticks = 0u32;
+    let mut drain = Drain::default();
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(100));
+        if drain.poll(term.swap(false, Ordering::Relaxed), announcer.as_ref(), config) {
+            stop.store(true, Ordering::Relaxed);
+        }
         ticks += 1;
         if ticks.is_multiple_of(10) {
             let reports = devices();
@@ -344,6 +364,9 @@ where
         }
     }
     let _ = watcher_thread.join();
+    if let Some(a) = announcer {
+        a.join();
+    }
     if let Some(m) = metrics {
         m.join();
     }
@@ -352,6 +375,53 @@ where
     match failed {
         Some(e) => Err(e),
         None => Ok(()),
+    }
+}
+
+/// Graceful drain (the maintenance path Katran and Maglev describe): on SIGTERM the
+/// announcer withdraws every route; once BIRD took that (or after [`Drain::WITHDRAW_WAIT`]),
+/// the gateway keeps forwarding for `bgp.drain_s`, then stops.
+#[derive(Default)]
+struct Drain {
+    /// When SIGTERM arrived.
+    asked: Option<Instant>,
+    /// When the drain period started (routes withdrawn).
+    since: Option<Instant>,
+}
+
+impl Drain {
+    /// Longest wait for BIRD to confirm the withdrawal before the drain period starts anyway.
+    const WITHDRAW_WAIT: Duration = Duration::from_secs(5);
+
+    /// Advances the drain; `term`: SIGTERM arrived since the last call. True: stop now.
+    fn poll(&mut self, term: bool, announcer: Option<&torii_gateway::announce::Announcer>, config: &Config) -> bool {
+        let (Some(announcer), Some(bgp)) = (announcer, &config.bgp) else { return term };
+        if term && self.asked.is_none() {
+            tracing::info!(drain_s = bgp.drain_s, "SIGTERM: draining: withdrawing every VIP route first");
+            announcer.drain();
+            self.asked = Some(Instant::now());
+        }
+        let Some(asked) = self.asked else { return false };
+        if self.since.is_none() {
+            let withdrawn = announcer.withdrawn();
+            if !withdrawn && asked.elapsed() < Self::WITHDRAW_WAIT {
+                return false;
+            }
+            if withdrawn {
+                tracing::info!(
+                    drain_s = bgp.drain_s,
+                    "routes withdrawn; forwarding what still arrives until the drain ends"
+                );
+            } else {
+                tracing::warn!(drain_s = bgp.drain_s, "BIRD has not confirmed the withdrawal; draining anyway");
+            }
+            self.since = Some(Instant::now());
+        }
+        let done = self.since.is_some_and(|t| t.elapsed() >= Duration::from_secs(u64::from(bgp.drain_s)));
+        if done {
+            tracing::info!("drain period over");
+        }
+        done
     }
 }
 

@@ -56,6 +56,12 @@ pub struct Received {
     /// a buffer, chained, cut by the ring): the worker counts them
     /// [`DropReason::Oversize`].
     pub oversize: usize,
+    /// Of those, frames of other workers' flows handed to their owner
+    /// ([`crate::io::redirect`]; the worker counts them `redirected`).
+    pub redirected: usize,
+    /// Of those, frames of other workers' flows dropped because the owner's ring was full
+    /// (the worker counts them [`DropReason::RedirectRingFull`]).
+    pub redirect_full: usize,
 }
 
 /// A worker's packet I/O: its RX and TX queues on every port, and the **vector** — the
@@ -79,6 +85,9 @@ pub trait PacketIo {
     /// Receives up to `max` frames from port `iface` and appends them, with their
     /// [`Meta`], to the vector. Never blocks. A vector holds the frames of one port:
     /// [`tx_vector`](Self::tx_vector) ends it before another port is received from.
+    /// A driver that redirects ([`crate::io::redirect`]) also appends the frames other
+    /// workers received on that port for this worker's flows, and keeps out of the vector
+    /// those it handed to their owner.
     fn rx(&mut self, iface: usize, max: usize) -> Received;
 
     /// The vector: its frames' buffers and their metadata, index for index.
@@ -327,6 +336,8 @@ impl Worker {
                     let got = io.rx(iface, BURST);
                     taken += got.taken;
                     self.state.counters.drop_n(DropReason::Oversize, got.oversize);
+                    self.state.counters.redirected += got.redirected as u64;
+                    self.state.counters.drop_n(DropReason::RedirectRingFull, got.redirect_full);
                     if got.taken < BURST || taken + BURST > VECTOR {
                         break;
                     }

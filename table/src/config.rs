@@ -98,7 +98,8 @@ impl Common {
     ///
     /// # Errors
     /// [`ConfigError::Syntax`] for TOML errors, a missing key or a value of the wrong type;
-    /// [`ConfigError::Invalid`] for an empty `node_name` or an SNAT address that is not one.
+    /// [`ConfigError::Invalid`] for an empty `node_name`, an SNAT address that is not one,
+    /// or one listed twice.
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
         let raw: RawCommon = toml::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
         if raw.node_name.trim().is_empty() {
@@ -114,7 +115,15 @@ impl Common {
                     invalid(format!("snat.addresses[{i}]"), format!("{a:?} is not an IPv4 or IPv6 address"))
                 })
             })
-            .collect::<Result<_, _>>()?;
+            .collect::<Result<Vec<IpAddr>, _>>()?;
+        for (j, a) in snat_addresses.iter().enumerate() {
+            if let Some(i) = snat_addresses[..j].iter().position(|b| b == a) {
+                return Err(invalid(
+                    format!("snat.addresses[{j}]"),
+                    format!("{a} is listed twice (also snat.addresses[{i}]): each SNAT address once"),
+                ));
+            }
+        }
         Ok(Self { node_name: raw.node_name, shm_dir: raw.shm_dir, snat_addresses })
     }
 }
@@ -140,5 +149,11 @@ mod tests {
             Common::from_toml("node_name = \"n\"\nworkers = 2\n[snat]\naddresses = [\"2001:db8::1\"]\nport_min = 1\n")
                 .unwrap();
         assert_eq!(c.shm_dir, Path::new(DEFAULT_SHM_DIR), "other sections' keys are theirs to check");
+        let e = Common::from_toml("node_name = \"n\"\n[snat]\naddresses = [\"10.0.0.1\", \"::1\", \"10.0.0.1\"]\n")
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "snat.addresses[2]: 10.0.0.1 is listed twice (also snat.addresses[0]): each SNAT address once"
+        );
     }
 }

@@ -10,6 +10,13 @@
 //!                   | source ranges [SourceRange; n] | backends [Backend; n] | names [u8; n]
 //! ```
 //!
+//! Within the ring, backend and name sections a service's parts may lie anywhere, in any
+//! order, with bytes no record refers to between them (their content is unspecified), and
+//! any section may be followed by unused room before the next: torii-control's
+//! `TableBuilder` keeps unchanged services' parts in place and reuses freed space, so that
+//! a change rewrites only what changed. Only the records' offsets and counts say where
+//! things are; [`crate::Table::new`] checks that every one of them is in bounds.
+//!
 //! Maglev rings are stored as compactly as their backend counts allow: each entry is a
 //! 1-based backend index, little-endian, 1 byte wide for services with at most 255
 //! backends, 2 bytes for at most 65535, else 4 ([`ring_entry_len_for`]). A service's ring

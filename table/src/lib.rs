@@ -31,4 +31,7 @@ pub use build::{build, merge_byte_ranges, BuildError, BuildStats, TableBuilder};
 pub use index::FrontendHash;
 pub use spec::*;
 pub use storage::{Mapping, Storage};
-pub use view::{FrontendRef, Ring, ServiceRef, ServiceRing, SourceRanges, Table, TableError};
+pub use view::{
+    Content, FrontendContent, FrontendRef, Ring, ServiceContent, ServiceRef, ServiceRing, SourceRanges, Table,
+    TableError,
+};

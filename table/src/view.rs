@@ -357,6 +357,65 @@ impl<'t> Ring<'t> {
     }
 }
 
+/// What a snapshot serves, read back independently of where its records lie in their
+/// sections ([`Table::content`]): two snapshots with equal contents make every lookup
+/// return the same answers. A [`crate::TableBuilder`] may place records differently from
+/// [`crate::build`] (it reuses the places of unchanged services); their contents agree.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Content {
+    /// Per front door, in table order.
+    pub frontends: Vec<FrontendContent>,
+    /// Per service, in table order.
+    pub services: Vec<ServiceContent>,
+}
+
+/// One front door of a [`Content`]: address (16-byte form), IANA protocol, port, kind
+/// number, 0-based service index, and its source ranges (first, last).
+pub type FrontendContent = ([u8; 16], u8, u16, u8, u32, Vec<([u8; 16], [u8; 16])>);
+
+/// One service of a [`Content`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceContent {
+    /// Its name.
+    pub name: String,
+    /// Ring backends (address, port), in table order.
+    pub backends: Vec<([u8; 16], u16)>,
+    /// Draining endpoints (address, port), in table order.
+    pub draining: Vec<([u8; 16], u16)>,
+    /// Ring entry width in bytes and the ring's 1-based backend indices.
+    pub ring: (u8, Vec<u32>),
+    /// `sessionAffinity: ClientIP` timeout in seconds, 0 without.
+    pub affinity_timeout_s: u32,
+}
+
+impl<B: AsRef<[u8]>> Table<B> {
+    /// What this snapshot serves ([`Content`]), O(size). For tests and tools.
+    pub fn content(&self) -> Content {
+        let pair = |b: &Backend| (b.addr, b.port.get());
+        let frontends = (0..self.frontends().len())
+            .filter_map(|i| {
+                let f = self.frontends().get(i)?;
+                let r = self.frontend_at(i)?;
+                let ranges = r.source_ranges.as_slice().iter().map(|r| (r.first, r.last)).collect();
+                Some((f.addr, f.protocol, f.port.get(), f.kind, r.service, ranges))
+            })
+            .collect();
+        let services = (0..self.service_count() as u32)
+            .filter_map(|id| {
+                let s = self.service(id)?;
+                Some(ServiceContent {
+                    name: s.name().to_owned(),
+                    backends: s.backends.iter().map(pair).collect(),
+                    draining: s.draining.iter().map(pair).collect(),
+                    ring: (s.ring.entry_len(), s.ring.iter().collect()),
+                    affinity_timeout_s: s.affinity_timeout_s,
+                })
+            })
+            .collect();
+        Content { frontends, services }
+    }
+}
+
 impl<B: AsRef<[u8]>> Table<B> {
     /// Validates `bytes` as a snapshot (O(size)) and builds its front-door index (O(n): one
     /// hash and one store per front door): at most 16 bytes of process memory per front

@@ -52,6 +52,11 @@ pub const WEB_BACKENDS: [(&str, Ipv4Addr); 3] = [
 /// The echo backend of demo/echo: it answers `echo:` + the datagram, on UDP 7007.
 pub const ECHO_BACKEND: (&str, Ipv4Addr) = ("echo", Ipv4Addr::new(10, 70, 0, 21));
 
+/// `[conntrack] syn_cookies_above_per_s` in the tests' configuration: SYNs a second per
+/// worker beyond which the gateway answers with SYN cookies (the embedded default, 50 000,
+/// is above what hping3 sends here).
+pub const SYN_COOKIES_ABOVE_PER_S: u32 = 1000;
+
 /// Where the test configuration has torii-gateway serve `/metrics` and `/healthz`, in the
 /// gateway's namespace ([`Harness::write_config_for`]).
 pub const METRICS_LISTEN: &str = "127.0.0.1:9100";
@@ -751,7 +756,8 @@ impl Harness {
     }
 
     /// Writes the test's configuration: `configs/gateway.toml` with `shm_dir` replaced by
-    /// this harness's, `control.manifests` by a copy of `configs/demo` in the work dir, and
+    /// this harness's, `control.manifests` by a copy of `configs/demo` in the work dir,
+    /// `syn_cookies_above_per_s` by [`SYN_COOKIES_ABOVE_PER_S`], and
     /// `driver` by `driver` (`"af_packet"` or `"dpdk"`). Under DPDK the fallback to
     /// AF_PACKET is turned off, so a gateway that cannot start DPDK fails the test instead
     /// of passing it on AF_PACKET.
@@ -779,6 +785,9 @@ impl Harness {
                 writeln!(out, "fallback_to_af_packet = false")?;
             } else if key == "manifests" {
                 writeln!(out, "manifests = {}", quoted(manifests.dir()))?;
+            } else if key == "syn_cookies_above_per_s" {
+                // Low enough that the SYN-flood step's flood engages the SYN proxy.
+                writeln!(out, "syn_cookies_above_per_s = {SYN_COOKIES_ABOVE_PER_S}")?;
             } else {
                 writeln!(out, "{line}")?;
             }

@@ -1,24 +1,29 @@
 //! torii-bench: measures torii-gateway end to end on a kernel-free DPDK pipe, against
-//! testpmd's io forwarding on the same pipe and core, in one run. See the crate docs
-//! (`src/lib.rs`) and docs/benchmarking.md.
+//! testpmd's io forwarding on the same pipe and core, and the kernel's nftables path and
+//! torii's AF_PACKET driver on veth pairs, in one run. See the crate docs (`src/lib.rs`)
+//! and docs/benchmarking.md.
 //!
 //! ```text
-//! torii-bench --flows 1000,60000 --trial-s 10 --out bench.json      # NDR/PDR + latency
+//! torii-bench --flows 1000,60000 --trial-s 10 --out bench.json      # NDR/PDR, connections/s, latency
 //! torii-bench --flows 1000 --fixed-rate 20000 --trial-s 3           # one trial each (smoke)
+//! torii-bench --baseline io-fwd,nftables,torii-af-packet            # every baseline
 //! ```
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use torii_bench::dut::{self, Memory, Proc};
-use torii_bench::plan::{Dut, Plan, Protocol};
+use torii_bench::kernel::KernelPath;
+use torii_bench::plan::{Dut, GatewayDriver, Plan, Protocol};
 use torii_bench::report::{self, DutResult, LatencyResult, Machine, Percentiles, Report, Run, SearchResult};
 use torii_bench::search::{median, Point, Search, SearchConfig};
-use torii_bench::traffic::{Generator, Link, TrialOutcome, TrialSpec};
+use torii_bench::traffic::{Generator, Link, Phase, TrialOutcome, TrialSpec};
 use torii_bench::vhost;
 use torii_dpdk::mempool::DEFAULT_DATA_ROOM;
 use torii_dpdk::{Eal, Mempool};
@@ -27,8 +32,35 @@ use torii_dpdk::{Eal, Mempool};
 enum Baseline {
     /// testpmd's io forwarding on its own net_virtio_user port.
     IoFwd,
+    /// The Linux kernel with kube-proxy's nftables rules, on a veth pair (torii-bench on
+    /// net_af_packet; needs root, `ip`, `nft`, `ethtool`).
+    Nftables,
+    /// torii-gateway on its own AF_PACKET driver on a veth pair, like the kernel's
+    /// (torii-bench on net_af_packet; needs root, `ip`, `ethtool`, `taskset`).
+    ToriiAfPacket,
     /// No baseline (torii only).
     None,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Churn {
+    /// No churn.
+    Off,
+    /// torii-control publishes a table change every 100 ms: an extra Service's endpoints
+    /// (no traffic goes to it) alternate between one and two.
+    Changes,
+    /// The same file is rewritten every 100 ms with identical content: the control
+    /// plane's work without a table change, to tell its CPU cost from the swap's.
+    Identical,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Test {
+    /// NDR/PDR of requests through established flows (RFC 2544 § 26.1), and latency.
+    Throughput,
+    /// TCP only: NDR/PDR of new connections a second (RFC 8219 § 7): SYN, SYN-ACK, ACK,
+    /// then the endpoint's RST closes each (the next SYN of the same tuple reopens it).
+    Connections,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -41,7 +73,8 @@ enum MemoryArg {
     NoHuge,
 }
 
-/// Line-rate benchmark of torii-gateway: NDR/PDR search, latency, io-fwd baseline.
+/// Line-rate benchmark of torii-gateway: NDR/PDR search of requests and connections, latency,
+/// io-fwd, nftables and AF_PACKET baselines.
 #[derive(Debug, Parser)]
 #[command(version, about, args_override_self = true)]
 struct Args {
@@ -49,18 +82,31 @@ struct Args {
     /// are opened with a handshake through the gateway during the warm-up.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "udp")]
     protocols: Vec<Protocol>,
+    /// Tests to run per protocol and flow count (comma-separated); `connections` applies
+    /// to TCP only, and cycles through the flows' tuples (each reused every flows/rate s).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "throughput,connections")]
+    tests: Vec<Test>,
     /// Client flow counts to measure, each a run of its own (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "1000")]
     flows: Vec<u32>,
+    /// The gateway's SNAT ports are unique per endpoint (tuple-unique SNAT), not per SNAT
+    /// address: flows may then exceed 64 000 (up to 32 000 per endpoint, 16 M in all);
+    /// give enough Services × endpoints.
+    #[arg(long)]
+    snat_per_endpoint: bool,
+    /// Table churn during the whole run (torii-control reads the manifests directory).
+    #[arg(long, value_enum, default_value_t = Churn::Off)]
+    churn: Churn,
     /// Services (VIPs) the flows are spread over.
     #[arg(long, default_value_t = 1)]
     services: u32,
     /// Ready endpoints per Service.
     #[arg(long, default_value_t = 4)]
     endpoints: u32,
-    /// Frame size on the wire, FCS included (64..=1518).
-    #[arg(long, default_value_t = 64)]
-    frame_size: usize,
+    /// Frame size on the wire, FCS included (64..=1518), or `imix` (7:4:1 of 64, 594 and
+    /// 1518 bytes, by flow).
+    #[arg(long, default_value = "64", value_parser = parse_frame_size)]
+    frame_size: FrameSize,
     /// Length of each search trial, seconds (RFC 2544 asks 60; CSIT uses 10 and shorter).
     #[arg(long, default_value_t = 10.0)]
     trial_s: f64,
@@ -88,9 +134,9 @@ struct Args {
     /// Skip the search: one trial per device at this rate (requests/s), latency recorded.
     #[arg(long)]
     fixed_rate: Option<f64>,
-    /// Baseline measured in the same run.
-    #[arg(long, value_enum, default_value_t = Baseline::IoFwd)]
-    baseline: Baseline,
+    /// Baselines measured in the same run (comma-separated).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "io-fwd")]
+    baseline: Vec<Baseline>,
     /// CPU of torii-bench's generator (its only lcore).
     #[arg(long, default_value_t = 0)]
     bench_cpu: usize,
@@ -100,7 +146,11 @@ struct Args {
     /// Memory of the DPDK processes.
     #[arg(long, value_enum, default_value_t = MemoryArg::Auto)]
     memory: MemoryArg,
-    /// Check IPv4 and UDP checksums on one received frame in this many.
+    /// Check addresses, ports and MACs on one received frame in this many (every frame's
+    /// flow index is checked).
+    #[arg(long, default_value_t = 16)]
+    check_every: u64,
+    /// Check IPv4 and UDP/TCP checksums (and addresses) on one received frame in this many.
     #[arg(long, default_value_t = 64)]
     checksum_every: u64,
     /// The JSON result file.
@@ -118,6 +168,18 @@ struct Args {
     /// testpmd.
     #[arg(long, default_value = "dpdk-testpmd")]
     testpmd_bin: PathBuf,
+}
+
+/// `--frame-size`: bytes, or IMIX (`None`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FrameSize(Option<usize>);
+
+/// Parses `--frame-size`: a number of bytes, or `imix`.
+fn parse_frame_size(s: &str) -> Result<FrameSize, String> {
+    if s.eq_ignore_ascii_case("imix") {
+        return Ok(FrameSize(None));
+    }
+    s.parse().map(|n| FrameSize(Some(n))).map_err(|e| format!("{s:?}: a frame size in bytes or `imix` ({e})"))
 }
 
 fn main() -> ExitCode {
@@ -148,29 +210,28 @@ struct Duts {
     gateway: Proc,
     _control: Proc,
     testpmd: Option<Proc>,
+    /// torii-gateway on AF_PACKET, and its torii-control.
+    af_packet: Option<(Proc, Proc)>,
 }
 
 impl Duts {
     /// Lets `dut` have the forwarding core and freezes the other.
     fn select(&mut self, dut: Dut) -> Result<()> {
-        match dut {
-            Dut::Torii => {
-                if let Some(t) = &self.testpmd {
-                    t.freeze();
-                }
-                self.gateway.thaw();
-            }
-            Dut::IoFwd => {
-                self.gateway.freeze();
-                if let Some(t) = &self.testpmd {
-                    t.thaw();
-                }
-            }
+        let set = |p: &Proc, on: bool| if on { p.thaw() } else { p.freeze() };
+        if let Some(t) = &self.testpmd {
+            set(t, dut == Dut::IoFwd);
         }
+        if let Some((g, _)) = &self.af_packet {
+            set(g, dut == Dut::ToriiAfPacket);
+        }
+        set(&self.gateway, dut == Dut::Torii);
         std::thread::sleep(Duration::from_millis(20));
         self.gateway.check_alive()?;
         if let Some(t) = &mut self.testpmd {
             t.check_alive()?;
+        }
+        if let Some((g, _)) = &mut self.af_packet {
+            g.check_alive()?;
         }
         Ok(())
     }
@@ -183,14 +244,20 @@ fn run(args: &Args) -> Result<bool> {
     let plans: Vec<Plan> = args
         .protocols
         .iter()
-        .flat_map(|&p| args.flows.iter().map(move |&f| Plan::new(p, f, args.services, args.endpoints, args.frame_size)))
+        .flat_map(|&p| {
+            args.flows.iter().map(move |&f| {
+                Plan::new(p, f, args.services, args.endpoints, args.frame_size.0, args.snat_per_endpoint)
+            })
+        })
         .collect::<Result<_, _>>()?;
     let memory = match args.memory {
         MemoryArg::Auto => Memory::choose(600 << 20),
         MemoryArg::Hugepages => Memory::Hugepages,
         MemoryArg::NoHuge => Memory::NoHuge,
     };
-    let baseline = args.baseline == Baseline::IoFwd;
+    let baseline = args.baseline.contains(&Baseline::IoFwd);
+    let nftables = args.baseline.contains(&Baseline::Nftables);
+    let af_packet = args.baseline.contains(&Baseline::ToriiAfPacket);
     let pid = std::process::id();
     let workdir = args.workdir.clone().unwrap_or_else(|| std::env::temp_dir().join(format!("torii-bench-{pid}")));
     let _ = std::fs::remove_dir_all(&workdir);
@@ -204,21 +271,60 @@ fn run(args: &Args) -> Result<bool> {
         args.dut_cpu
     );
 
-    // Our EAL: one lcore, one net_vhost server port per device.
+    // The kernel path's veth pair exists before EAL opens its end.
+    let biggest = Plan::new(
+        args.protocols[0],
+        max_flows,
+        args.services,
+        args.endpoints,
+        args.frame_size.0,
+        args.snat_per_endpoint,
+    )?;
+    let kernel = if nftables {
+        let k = KernelPath::setup(pid, &biggest, args.dut_cpu, &workdir).context("the nftables baseline")?;
+        eprintln!(
+            "torii-bench: baseline: nftables on {} <-> {} ({})",
+            k.gen_if,
+            k.dut_if,
+            workdir.join("kernel.nft").display()
+        );
+        Some(k)
+    } else {
+        None
+    };
+
+    let afp_pipe = if af_packet {
+        Some(KernelPath::pipe('a', pid, args.dut_cpu).context("the AF_PACKET baseline's veth pair")?)
+    } else {
+        None
+    };
+
+    // Our EAL: one lcore, one net_vhost server port per DPDK device, net_af_packet for the kernel.
     let sock_paths: Vec<&std::path::Path> =
         socks.iter().take(if baseline { 2 } else { 1 }).map(PathBuf::as_path).collect();
-    let eal = Eal::builder()
-        .args(vhost::eal_args(&format!("torii-bench-{pid}"), args.bench_cpu, &sock_paths, memory))
-        .init()
-        .context("EAL")?;
+    let mut eal_args = vhost::eal_args(&format!("torii-bench-{pid}"), args.bench_cpu, &sock_paths, 1, memory);
+    for (k, pipe) in kernel.iter().chain(afp_pipe.iter()).enumerate() {
+        eal_args.push("--vdev".into());
+        eal_args.push(pipe.vdev(k));
+    }
+    let eal = Eal::builder().args(eal_args).init().context("EAL")?;
     let _ = std::fs::remove_dir(eal.runtime_dir());
     let pool = Mempool::new(&eal, "bench", 16383, 256, DEFAULT_DATA_ROOM, None).context("mempool")?;
     let open = |name: &str, dut: Dut| -> Result<Link> {
-        let port = vhost::open_port(&eal, name, &pool).with_context(|| format!("port {name}"))?;
+        let port = vhost::open_port(&eal, name, &pool, 1).with_context(|| format!("port {name}"))?;
         Ok(Link::new(dut, port, max_flows)?)
     };
     let mut torii_link = open("net_vhost0", Dut::Torii)?;
-    let mut base_link = if baseline { Some(open("net_vhost1", Dut::IoFwd)?) } else { None };
+    let mut base_links = Vec::new();
+    if baseline {
+        base_links.push(open("net_vhost1", Dut::IoFwd)?);
+    }
+    if kernel.is_some() {
+        base_links.push(open("net_af_packet0", Dut::Kernel)?);
+    }
+    if afp_pipe.is_some() {
+        base_links.push(open(&format!("net_af_packet{}", usize::from(kernel.is_some())), Dut::ToriiAfPacket)?);
+    }
 
     // The devices.
     let manifests = workdir.join("manifests");
@@ -228,15 +334,12 @@ fn run(args: &Args) -> Result<bool> {
     )?;
     let gw_eal = if memory == Memory::NoHuge { memory.eal_args() } else { Vec::new() };
     let config = workdir.join("gateway.toml");
-    let biggest = Plan::new(args.protocols[0], max_flows, args.services, args.endpoints, args.frame_size)?;
     std::fs::write(
         &config,
         biggest.gateway_config(
             &shm_dir,
             &manifests.display().to_string(),
-            &socks[0].display().to_string(),
-            args.dut_cpu,
-            &gw_eal,
+            &GatewayDriver::Dpdk { socket: socks[0].display().to_string(), cpu: args.dut_cpu, eal: gw_eal },
         ),
     )?;
     let control_bin = match &args.control_bin {
@@ -260,175 +363,106 @@ fn run(args: &Args) -> Result<bool> {
     } else {
         None
     };
-    let mut duts = Duts { gateway, _control: control, testpmd };
+    let afp_shm_dir = format!("/dev/shm/torii-bench-afp-{pid}");
+    let af_packet = match &afp_pipe {
+        Some(pipe) => {
+            let config = workdir.join("gateway-af-packet.toml");
+            let driver = GatewayDriver::AfPacket { iface: pipe.dut_if.clone() };
+            std::fs::write(&config, biggest.gateway_config(&afp_shm_dir, &manifests.display().to_string(), &driver))?;
+            let mut control_cmd = Command::new(&control_bin);
+            control_cmd.args(["run", "--config"]).arg(&config).arg("--manifests").arg(&manifests).env("NO_COLOR", "1");
+            let control =
+                Proc::spawn("torii-control (AF_PACKET)", control_cmd, &workdir.join("control-af-packet.log"))?;
+            let mut cmd = pipe.command(&gateway_bin, args.dut_cpu);
+            cmd.arg("--config").arg(&config).env("NO_COLOR", "1");
+            eprintln!("torii-bench: baseline: torii-gateway on AF_PACKET: {cmd:?}");
+            Some((Proc::spawn("torii-gateway (AF_PACKET)", cmd, &workdir.join("gateway-af-packet.log"))?, control))
+        }
+        None => None,
+    };
+    let mut duts = Duts { gateway, _control: control, testpmd, af_packet };
     wait_link(&torii_link, &mut duts.gateway)?;
-    if let (Some(l), Some(t)) = (&base_link, &mut duts.testpmd) {
+    if let (Some(l), Some(t)) = (base_links.iter().find(|l| l.dut == Dut::IoFwd), &mut duts.testpmd) {
         wait_link(l, t)?;
     }
     duts.select(Dut::Torii)?;
     eprintln!("torii-bench: devices connected after {:.1} s", started.elapsed().as_secs_f64());
+
+    let churn = (args.churn != Churn::Off).then(|| start_churn(manifests.clone(), args.churn == Churn::Changes));
 
     let pb = ProgressBar::new_spinner();
     pb.set_style(
         ProgressStyle::with_template("{spinner} {elapsed_precise} {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_spinner()),
     );
-    let say = |line: String| pb.suspend(|| eprintln!("{line}"));
 
     let mut pool = Some(pool);
     let mut runs = Vec::new();
     let mut all_ok = true;
     let mut bad_frames = 0;
-    let trial_len = Duration::from_secs_f64(args.trial_s);
+    let connections = args.tests.contains(&Test::Connections);
     for plan in &plans {
-        let mut gen = Generator::new(*plan, pool.take().context("pool")?, args.checksum_every);
+        let mut gen = Generator::new(*plan, pool.take().context("pool")?, args.check_every, args.checksum_every);
         let mut links: Vec<&mut Link> = vec![&mut torii_link];
-        if let Some(l) = base_link.as_mut() {
-            links.push(l);
-        }
-        let mut results: Vec<DutResult> = Vec::new();
-        // Warm-up: every flow's first frames, until a pass over all flows loses none.
-        for link in links.iter_mut() {
-            duts.select(link.dut)?;
-            // Each attempt sends only the flows not answered yet, at half the rate of the
-            // one before (a busy machine loses frames at any rate).
-            let mut rate = args.warmup_pps;
-            let mut warmup = Vec::new();
-            gen.reset_answered();
-            for attempt in 1..=WARMUP_ATTEMPTS {
-                pb.set_message(format!("[{}] {}: warm-up {attempt}", plan.tag(), link.dut.name()));
-                let missing = f64::from(plan.flows - gen.answered());
-                let d = Duration::from_secs_f64((missing / rate).clamp(0.5, 5.0));
-                let spec = TrialSpec { rate_pps: Some(rate), duration: d, latency: false, unanswered_only: true };
-                let t = gen.trial(link, spec, &mut |_| pb.tick());
-                rate = (rate / 2.0).max(1000.0);
-                say(format!(
-                    "[{}] {} warm-up {attempt}: {} sent, {} back, {} ARP answered; {}/{} flows answered{}",
-                    plan.tag(),
-                    link.dut.name(),
-                    t.offered,
-                    t.received,
-                    t.arp_answered,
-                    gen.answered(),
-                    plan.flows,
-                    if t.bad > 0 { format!(", {} bad: {:?}", t.bad, t.examples) } else { String::new() }
-                ));
-                bad_frames += t.bad;
-                warmup.push(t);
-                if gen.answered() == plan.flows {
-                    break;
-                }
-                if attempt == WARMUP_ATTEMPTS {
-                    all_ok = false;
-                    say(format!(
-                        "[{}] {}: warm-up FAILED: {} flows never answered",
-                        plan.tag(),
-                        link.dut.name(),
-                        plan.flows - gen.answered()
-                    ));
-                }
+        links.extend(base_links.iter_mut());
+        let mut ctx = Ctx { args, duts: &mut duts, pb: &pb, bad_frames: 0, ok: true };
+        if args.tests.contains(&Test::Throughput) {
+            let mut results = Vec::new();
+            for link in links.iter_mut() {
+                link.forget_snat();
+                let (warmup, _) = ctx.warm_up(&mut gen, link, Phase::Open)?;
+                results.push(DutResult::new(link.dut.name(), warmup));
             }
-            results.push(DutResult {
-                dut: link.dut.name(),
-                warmup,
-                ndr_offered_pps: None,
-                pdr_offered_pps: None,
-                ndr_dut_pps: None,
-                pdr_dut_pps: None,
-                ndr_at_generator_max: false,
-                searches: Vec::new(),
-                latency: None,
+            ctx.measure(&mut gen, &mut links, &mut results, Phase::Data, 2.0)?;
+            runs.push(Run {
+                test: "throughput",
+                protocol: plan.protocol.name(),
+                flows: plan.flows,
+                frame_size: plan.frame_name(),
+                duts: results,
             });
         }
-
-        if let Some(rate) = args.fixed_rate {
-            for (k, link) in links.iter_mut().enumerate() {
-                duts.select(link.dut)?;
-                let t = timed_trial(&mut gen, link, &pb, plan, "fixed rate", Some(rate), trial_len, true);
-                bad_frames += t.bad;
-                all_ok &= t.bad == 0;
-                say(describe(plan, link.dut, "fixed rate", &t));
-                results[k].latency = Some(latency_result(t));
-            }
-        } else {
-            let config = SearchConfig {
-                max_pps: args.max_pps,
-                min_pps: 1000.0,
-                precision: args.precision,
-                pdr_loss: args.pdr_loss,
-                max_trials: args.max_trials,
-            };
-            for repeat in 0..args.repeats {
-                let mut searches: Vec<(Search, Vec<TrialOutcome>)> =
-                    links.iter().map(|_| (Search::new(config), Vec::new())).collect();
-                loop {
-                    let mut any = false;
-                    for (k, link) in links.iter_mut().enumerate() {
-                        let Some(rate) = searches[k].0.next_rate() else { continue };
-                        any = true;
-                        duts.select(link.dut)?;
-                        let label = format!("search {}/{} trial {}", repeat + 1, args.repeats, searches[k].1.len() + 1);
-                        let t = timed_trial(&mut gen, link, &pb, plan, &label, Some(rate), trial_len, false);
-                        say(describe(plan, link.dut, &label, &t));
-                        bad_frames += t.bad;
-                        all_ok &= t.bad == 0;
-                        searches[k].0.record(Point {
-                            offered_pps: t.offered_pps(),
-                            received_pps: t.received_pps(),
-                            forwarded_pps: t.forwarded_pps(),
-                            loss_ratio: t.loss_ratio(),
-                        });
-                        searches[k].1.push(t);
-                    }
-                    if !any {
-                        break;
-                    }
+        if connections && plan.protocol == Protocol::Tcp {
+            // RFC 8219 § 7. Flows left open by the throughput test are closed first
+            // (endpoint RSTs), so each connection's SYN reopens a CLOSE flow and the
+            // gateway's conntrack and SNAT ports never hold more than `flows` entries.
+            let mut results = Vec::new();
+            for link in links.iter_mut() {
+                let mut warmup = Vec::new();
+                if args.tests.contains(&Test::Throughput) {
+                    warmup.extend(ctx.warm_up(&mut gen, link, Phase::Close)?.0);
                 }
-                for (k, (s, trials)) in searches.into_iter().enumerate() {
-                    results[k].searches.push(SearchResult {
-                        ndr: s.ndr(),
-                        pdr: s.pdr(),
-                        points: s.points().to_vec(),
-                        trials,
-                    });
-                }
+                link.forget_snat();
+                warmup.extend(ctx.warm_up(&mut gen, link, Phase::Connect)?.0);
+                results.push(DutResult::new(link.dut.name(), warmup));
             }
-            for r in &mut results {
-                let ndrs: Vec<f64> = r.searches.iter().map(|s| s.ndr.lower_pps).collect();
-                let pdrs: Vec<f64> = r.searches.iter().map(|s| s.pdr.lower_pps).collect();
-                r.ndr_offered_pps = median(&ndrs);
-                r.pdr_offered_pps = median(&pdrs);
-                r.ndr_dut_pps = r.ndr_offered_pps.map(|v| 2.0 * v);
-                r.pdr_dut_pps = r.pdr_offered_pps.map(|v| 2.0 * v);
-                r.ndr_at_generator_max = r.searches.iter().any(|s| s.ndr.upper_pps.is_none() && s.ndr.lower_pps > 0.0);
-            }
-            // Latency at a fraction of each device's NDR.
-            for (k, link) in links.iter_mut().enumerate() {
-                let Some(ndr) = results[k].ndr_offered_pps.filter(|&v| v > 0.0) else { continue };
-                duts.select(link.dut)?;
-                let label = format!("latency at {:.0} % of NDR", args.latency_fraction * 100.0);
-                let t =
-                    timed_trial(&mut gen, link, &pb, plan, &label, Some(ndr * args.latency_fraction), trial_len, true);
-                say(describe(plan, link.dut, &label, &t));
-                bad_frames += t.bad;
-                all_ok &= t.bad == 0;
-                results[k].latency = Some(latency_result(t));
-            }
+            ctx.measure(&mut gen, &mut links, &mut results, Phase::Connect, 4.0)?;
+            runs.push(Run {
+                test: "connections",
+                protocol: plan.protocol.name(),
+                flows: plan.flows,
+                frame_size: plan.frame_name(),
+                duts: results,
+            });
         }
+        bad_frames += ctx.bad_frames;
+        all_ok &= ctx.ok;
         drop(links);
         pool = Some(gen.into_pool());
-        runs.push(Run {
-            protocol: plan.protocol.name(),
-            flows: plan.flows,
-            frame_size: plan.frame_size,
-            duts: results,
-        });
     }
     pb.finish_and_clear();
+    let churn_writes = churn.map(|(stop, thread)| {
+        stop.store(true, Ordering::Relaxed);
+        thread.join().unwrap_or(0)
+    });
+    let publications = std::fs::read_to_string(workdir.join("control.log"))
+        .map(|log| log.matches("published table").count())
+        .unwrap_or(0);
     duts.select(Dut::Torii)?;
     let gateway_tail = dut::tail(duts.gateway.log(), 5);
     drop(duts);
     let _ = std::fs::remove_dir_all(&shm_dir);
+    let _ = std::fs::remove_dir_all(&afp_shm_dir);
 
     let report = Report {
         tool: "torii-bench",
@@ -438,14 +472,15 @@ fn run(args: &Args) -> Result<bool> {
         command: std::env::args().collect::<Vec<_>>().join(" "),
         machine: Machine::detect(Eal::version()),
         setup: serde_json::json!({
-            "topology": "one-armed: torii-bench net_vhost <-> device net_virtio_user",
+            "topology": "one-armed: torii-bench net_vhost <-> device net_virtio_user (torii, io-fwd); torii-bench net_af_packet <-> veth (nftables, torii-af-packet)",
             "protocols": args.protocols.iter().map(|p| p.name()).collect::<Vec<_>>(), "ip": "ipv4",
-            "services": args.services, "endpoints": args.endpoints, "frame_size": args.frame_size,
+            "services": args.services, "endpoints": args.endpoints, "frame_size": args.frame_size.0.map_or("imix".to_string(), |s| s.to_string()),
             "memory": memory, "bench_cpu": args.bench_cpu, "dut_cpu": args.dut_cpu,
             "trial_s": args.trial_s, "repeats": args.repeats, "precision": args.precision,
             "pdr_loss": args.pdr_loss, "max_pps": args.max_pps, "fixed_rate": args.fixed_rate,
-            "latency_fraction": args.latency_fraction, "baseline": baseline.then_some("testpmd io-fwd"),
-            "checksum_every": args.checksum_every,
+            "latency_fraction": args.latency_fraction, "baselines": args.baseline.iter().filter(|&&b| b != Baseline::None).map(|b| format!("{b:?}")).collect::<Vec<_>>(),
+            "checksum_every": args.checksum_every, "check_every": args.check_every,
+            "churn": { "mode": format!("{:?}", args.churn), "writes": churn_writes, "table_publications": publications },
         }),
         runs,
         bad_frames,
@@ -454,8 +489,8 @@ fn run(args: &Args) -> Result<bool> {
     let json = serde_json::to_string_pretty(&report)?;
     std::fs::write(&args.out, json + "\n").with_context(|| format!("write {}", args.out.display()))?;
     let title = format!(
-        "torii-bench: {}-byte {}/IPv4, one-armed vhost-user pipe, trials {} s, {} search(es); {:.0} s in all; results in {}",
-        args.frame_size,
+        "torii-bench: {} frames, {}/IPv4, one-armed (DPDK devices on vhost-user, nftables and AF_PACKET on veth), trials {} s, {} search(es); {:.0} s in all; results in {}",
+        args.frame_size.0.map_or("IMIX".to_string(), |s| format!("{s}-byte")),
         args.protocols.iter().map(|p| p.name().to_uppercase()).collect::<Vec<_>>().join(" and "),
         args.trial_s,
         args.repeats,
@@ -463,10 +498,55 @@ fn run(args: &Args) -> Result<bool> {
         args.out.display()
     );
     print!("{}", report::table(&report, &title));
+    match torii_bench::plot::draw(&report, &args.out) {
+        Ok(paths) => {
+            for p in paths {
+                println!("plot: {}", p.display());
+            }
+        }
+        Err(e) => eprintln!("torii-bench: {e:#}"),
+    }
     if !report.ok {
         eprintln!("torii-bench: gateway log tail:\n{gateway_tail}");
     }
     Ok(report.ok)
+}
+
+/// Starts the churn thread: every 100 ms it writes `churn.yaml` into `manifests` (a
+/// temporary file renamed over it, as editors save), a Service `bench/churn` with VIP
+/// 203.0.113.250 that no flow uses, whose endpoints alternate between one and two when
+/// `changes`, and stay the same otherwise. Returns the stop flag and the thread, which
+/// returns how many times it wrote.
+fn start_churn(manifests: PathBuf, changes: bool) -> (Arc<AtomicBool>, std::thread::JoinHandle<u64>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    let thread = std::thread::spawn(move || {
+        let mut writes = 0u64;
+        while !flag.load(Ordering::Relaxed) {
+            let endpoints = if changes && writes % 2 == 1 { 2 } else { 1 };
+            let mut y = String::from(
+                "apiVersion: v1\nkind: Service\nmetadata: {name: churn, namespace: bench}\nspec:\n  type: ClusterIP\n\
+                 \x20 clusterIP: 10.96.255.250\n  externalIPs: [203.0.113.250]\n  ports:\n\
+                 \x20 - {name: discard, protocol: TCP, port: 9, targetPort: 9}\n---\n\
+                 apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: churn-a\n  namespace: bench\n\
+                 \x20 labels: {kubernetes.io/service-name: churn}\naddressType: IPv4\n\
+                 ports:\n- {name: discard, protocol: TCP, port: 9}\nendpoints:\n",
+            );
+            for k in 0..endpoints {
+                y.push_str(&format!(
+                    "- addresses: [10.70.250.{}]\n  conditions: {{ready: true, serving: true, terminating: false}}\n",
+                    2 + k
+                ));
+            }
+            let tmp = manifests.join(".churn.yaml.tmp");
+            if std::fs::write(&tmp, y).and_then(|()| std::fs::rename(&tmp, manifests.join("churn.yaml"))).is_ok() {
+                writes += 1;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        writes
+    });
+    (stop, thread)
 }
 
 fn wait_link(link: &Link, proc: &mut Proc) -> Result<()> {
@@ -482,38 +562,205 @@ fn wait_link(link: &Link, proc: &mut Proc) -> Result<()> {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn timed_trial(
-    gen: &mut Generator,
-    link: &mut Link,
-    pb: &ProgressBar,
-    plan: &Plan,
-    label: &str,
-    rate: Option<f64>,
-    duration: Duration,
-    latency: bool,
-) -> TrialOutcome {
-    let head = format!(
-        "[{}] {} {label}: {} Mreq/s",
-        plan.tag(),
-        link.dut.name(),
-        rate.map_or("max".into(), |r| format!("{:.3}", r / 1e6))
-    );
-    gen.trial(link, TrialSpec { rate_pps: rate, duration, latency, unanswered_only: false }, &mut |t| {
-        pb.set_message(format!(
-            "{head} — {:.1}/{:.0} s, {} sent, {} back",
-            t.duration_s,
-            duration.as_secs_f64(),
-            t.offered,
-            t.received
+/// What a run measures, and how it reports.
+struct Ctx<'a> {
+    args: &'a Args,
+    duts: &'a mut Duts,
+    pb: &'a ProgressBar,
+    bad_frames: u64,
+    ok: bool,
+}
+
+impl Ctx<'_> {
+    fn say(&self, line: String) {
+        self.pb.suspend(|| eprintln!("{line}"));
+    }
+
+    fn account(&mut self, t: &TrialOutcome) {
+        self.bad_frames += t.bad;
+        self.ok &= t.bad == 0;
+    }
+
+    /// Brings every flow to `phase`'s end state on `link` (TCP open, closed; UDP: every
+    /// flow's first datagram answered): each attempt sends only the flows not answered
+    /// yet, at half the rate of the one before (a busy machine loses frames at any rate),
+    /// until all are. Returns the attempts and whether every flow was answered.
+    fn warm_up(&mut self, gen: &mut Generator, link: &mut Link, phase: Phase) -> Result<(Vec<TrialOutcome>, bool)> {
+        self.duts.select(link.dut)?;
+        let plan = *gen.plan();
+        let mut rate = self.args.warmup_pps;
+        let mut warmup = Vec::new();
+        gen.reset_answered();
+        for attempt in 1..=WARMUP_ATTEMPTS {
+            self.pb.set_message(format!("[{}] {}: {phase:?} {attempt}", plan.tag(), link.dut.name()));
+            let missing = f64::from(plan.flows - gen.answered());
+            let d = Duration::from_secs_f64((missing / rate).clamp(0.5, 600.0));
+            let spec = TrialSpec { rate_pps: Some(rate), duration: d, latency: false, phase, unanswered_only: true };
+            let pb = self.pb;
+            let t = gen.trial(link, spec, &mut |_| pb.tick());
+            rate = (rate / 2.0).max(1000.0);
+            self.say(format!(
+                "[{}] {} {phase:?} {attempt}: {} sent, {} back, {} ARP answered; {}/{} flows answered{}",
+                plan.tag(),
+                link.dut.name(),
+                t.offered,
+                t.received,
+                t.arp_answered,
+                gen.answered(),
+                plan.flows,
+                if t.bad > 0 { format!(", {} bad: {:?}", t.bad, t.examples) } else { String::new() }
+            ));
+            self.bad_frames += t.bad;
+            warmup.push(t);
+            if gen.answered() == plan.flows {
+                return Ok((warmup, true));
+            }
+        }
+        self.ok = false;
+        self.say(format!(
+            "[{}] {}: {phase:?} FAILED: {} flows never answered",
+            plan.tag(),
+            link.dut.name(),
+            plan.flows - gen.answered()
         ));
-        pb.tick();
-    })
+        Ok((warmup, false))
+    }
+
+    /// The measurements of one test on every link: a fixed-rate trial each, or the
+    /// NDR/PDR searches (alternating trial by trial) and a latency trial at a fraction of
+    /// each device's NDR. `frames_per_request`: frames the device forwards per request
+    /// offered (2: request and reply; 4: a connection's SYN, SYN-ACK, ACK and RST).
+    fn measure(
+        &mut self,
+        gen: &mut Generator,
+        links: &mut [&mut Link],
+        results: &mut [DutResult],
+        phase: Phase,
+        frames_per_request: f64,
+    ) -> Result<()> {
+        let args = self.args;
+        let trial_len = Duration::from_secs_f64(args.trial_s);
+        if let Some(rate) = args.fixed_rate {
+            for (k, link) in links.iter_mut().enumerate() {
+                self.duts.select(link.dut)?;
+                let t = self.timed_trial(gen, link, "fixed rate", Some(rate), trial_len, true, phase);
+                self.account(&t);
+                self.say(describe(gen.plan(), link.dut, "fixed rate", &t));
+                results[k].latency = Some(latency_result(t));
+            }
+            return Ok(());
+        }
+        let config = SearchConfig {
+            max_pps: args.max_pps,
+            min_pps: 1000.0,
+            precision: args.precision,
+            pdr_loss: args.pdr_loss,
+            max_trials: args.max_trials,
+        };
+        for repeat in 0..args.repeats {
+            let mut searches: Vec<(Search, Vec<TrialOutcome>)> =
+                links.iter().map(|_| (Search::new(config), Vec::new())).collect();
+            loop {
+                let mut any = false;
+                for (k, link) in links.iter_mut().enumerate() {
+                    let Some(rate) = searches[k].0.next_rate() else { continue };
+                    any = true;
+                    self.duts.select(link.dut)?;
+                    let label = format!(
+                        "{} search {}/{} trial {}",
+                        if phase == Phase::Connect { "connections" } else { "throughput" },
+                        repeat + 1,
+                        args.repeats,
+                        searches[k].1.len() + 1
+                    );
+                    let t = self.timed_trial(gen, link, &label, Some(rate), trial_len, false, phase);
+                    self.say(describe(gen.plan(), link.dut, &label, &t));
+                    self.account(&t);
+                    // What the device carried: connections it established, or half the
+                    // frames it forwarded both ways.
+                    let carried = if phase == Phase::Connect {
+                        t.handshake_acks as f64 / t.duration_s.max(1e-9)
+                    } else {
+                        t.forwarded_pps()
+                    };
+                    searches[k].0.record(Point {
+                        offered_pps: t.offered_pps(),
+                        received_pps: t.received_pps(),
+                        forwarded_pps: carried,
+                        loss_ratio: t.loss_ratio(),
+                    });
+                    searches[k].1.push(t);
+                }
+                if !any {
+                    break;
+                }
+            }
+            for (k, (s, trials)) in searches.into_iter().enumerate() {
+                results[k].searches.push(SearchResult {
+                    ndr: s.ndr(),
+                    pdr: s.pdr(),
+                    points: s.points().to_vec(),
+                    trials,
+                });
+            }
+        }
+        for r in results.iter_mut() {
+            let ndrs: Vec<f64> = r.searches.iter().map(|s| s.ndr.lower_pps).collect();
+            let pdrs: Vec<f64> = r.searches.iter().map(|s| s.pdr.lower_pps).collect();
+            r.ndr_offered_pps = median(&ndrs);
+            r.pdr_offered_pps = median(&pdrs);
+            r.ndr_dut_pps = r.ndr_offered_pps.map(|v| frames_per_request * v);
+            r.pdr_dut_pps = r.pdr_offered_pps.map(|v| frames_per_request * v);
+            r.ndr_at_generator_max = r.searches.iter().any(|s| s.ndr.upper_pps.is_none() && s.ndr.lower_pps > 0.0);
+        }
+        // Latency at a fraction of each device's NDR.
+        for (k, link) in links.iter_mut().enumerate() {
+            let Some(ndr) = results[k].ndr_offered_pps.filter(|&v| v > 0.0) else { continue };
+            self.duts.select(link.dut)?;
+            let label = format!("latency at {:.0} % of NDR", args.latency_fraction * 100.0);
+            let t = self.timed_trial(gen, link, &label, Some(ndr * args.latency_fraction), trial_len, true, phase);
+            self.say(describe(gen.plan(), link.dut, &label, &t));
+            self.account(&t);
+            results[k].latency = Some(latency_result(t));
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn timed_trial(
+        &self,
+        gen: &mut Generator,
+        link: &mut Link,
+        label: &str,
+        rate: Option<f64>,
+        duration: Duration,
+        latency: bool,
+        phase: Phase,
+    ) -> TrialOutcome {
+        let head = format!(
+            "[{}] {} {label}: {} M/s",
+            gen.plan().tag(),
+            link.dut.name(),
+            rate.map_or("max".into(), |r| format!("{:.3}", r / 1e6))
+        );
+        let pb = self.pb;
+        let spec = TrialSpec { rate_pps: rate, duration, latency, phase, unanswered_only: false };
+        gen.trial(link, spec, &mut |t| {
+            pb.set_message(format!(
+                "{head} — {:.1}/{:.0} s, {} sent, {} back",
+                t.duration_s,
+                duration.as_secs_f64(),
+                t.offered,
+                t.received
+            ));
+            pb.tick();
+        })
+    }
 }
 
 fn describe(plan: &Plan, dut: Dut, label: &str, t: &TrialOutcome) -> String {
     format!(
-        "[{}] {} {label}: offered {:.3} Mreq/s, back {:.3}, loss {:.4} % ({} lost, {} refused by the device's ring){}{}",
+        "[{}] {} {label}: offered {:.3} M/s, back {:.3}, loss {:.4} % ({} lost, {} refused by the device's ring){}{}",
         plan.tag(),
         dut.name(),
         t.offered_pps() / 1e6,
@@ -529,4 +776,21 @@ fn describe(plan: &Plan, dut: Dut, label: &str, t: &TrialOutcome) -> String {
 fn latency_result(t: TrialOutcome) -> LatencyResult {
     let percentiles_ns = t.latency.as_ref().and_then(Percentiles::of);
     LatencyResult { lost: t.offered.saturating_sub(t.received), percentiles_ns, trial: t }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn command_line_parses() {
+        Args::command().debug_assert();
+        let a = Args::try_parse_from(["torii-bench", "--frame-size", "imix", "--baseline", "io-fwd,nftables"]).unwrap();
+        assert_eq!((a.frame_size, a.baseline), (FrameSize(None), vec![Baseline::IoFwd, Baseline::Nftables]));
+        let a = Args::try_parse_from(["torii-bench", "--frame-size", "128", "--churn", "identical"]).unwrap();
+        assert_eq!((a.frame_size, a.churn), (FrameSize(Some(128)), Churn::Identical));
+        assert!(Args::try_parse_from(["torii-bench", "--frame-size", "big"]).is_err());
+    }
 }

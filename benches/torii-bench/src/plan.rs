@@ -7,9 +7,10 @@
 //! # Addresses (one-armed: one link carries both sides)
 //!
 //! - The gateway: MAC [`GATEWAY_MAC`] (set on its `net_virtio_user` device), addresses
-//!   198.51.100.1/24 (the clients' subnet) and 10.70.0.1/16 (the endpoints' subnet, also
+//!   198.18.0.1/15 (the clients' subnet, RFC 2544's benchmarking range) and 10.70.0.1/16 (the endpoints' subnet, also
 //!   the SNAT address, ports 1024–65535).
-//! - Client flow `i`: host 198.51.100.(10 + i / 50 000), source port 10 000 + i % 50 000,
+//! - Client flow `i`: host 198.18.0.0 + 10 + i / 50 000 (336 hosts for 16 M flows), source
+//!   port 10 000 + i % 50 000,
 //!   MAC [`CLIENT_MAC`], to Service `i % services`.
 //! - Service `s`: VIP 203.0.113.(10 + s), UDP port 7 → `targetPort` 7007 and TCP port
 //!   80 → 8080, `endpoints` ready endpoints; endpoint `k = s × endpoints + j` is 10.70.(1 + k / 250).(2 + k %
@@ -53,8 +54,13 @@ use torii_gateway::wire::{EthernetFrame, Ipv4Packet, MacAddr, TcpFlags, TcpPacke
 
 /// The gateway's MAC address (given to its `net_virtio_user` device).
 pub const GATEWAY_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 0, 0x01]);
-/// The gateway's address on the clients' subnet.
-pub const GATEWAY_CLIENT_IP: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 1);
+/// The gateway's address on the clients' subnet (198.18.0.0/15, RFC 2544's benchmarking
+/// range, which holds the 336 client hosts of 16 M flows).
+pub const GATEWAY_CLIENT_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
+/// The clients' subnet as the gateway's interface address: [`GATEWAY_CLIENT_IP`]/15.
+pub const GATEWAY_CLIENT_PREFIX: &str = "198.18.0.1/15";
+/// First address of the clients' subnet.
+const CLIENT_NET: u32 = u32::from_be_bytes([198, 18, 0, 0]);
 /// The gateway's address on the endpoints' subnet, and its SNAT address.
 pub const SNAT_IP: Ipv4Addr = Ipv4Addr::new(10, 70, 0, 1);
 /// Lowest SNAT port the gateway may choose.
@@ -75,9 +81,18 @@ pub const MAGIC: [u8; 4] = *b"tRB1";
 pub const FLOWS_PER_HOST: u32 = 50_000;
 /// First client source port.
 pub const FIRST_CLIENT_PORT: u16 = 10_000;
-/// Most flows this version drives: the gateway chooses one SNAT port per flow from
-/// 1024–65535 for its one SNAT address (64 512 ports), and leaves some room.
-pub const MAX_FLOWS: u32 = 64_000;
+/// Most flows torii-bench drives (its templates take `flows` × frame bytes).
+pub const MAX_FLOWS: u32 = 16 << 20;
+/// Simple IMIX (the 7:4:1 mix of 64-, 594- and 1518-byte frames; RFC 6985 § 4 names IMIX
+/// profiles): flow `i`'s frames are `IMIX[i % 12]` bytes on the wire, FCS included.
+pub const IMIX: [usize; 12] = [64, 64, 64, 64, 64, 64, 64, 594, 594, 594, 594, 1518];
+
+/// Most memory the generator's frame templates (one per flow) may take: 16 M flows of
+/// 64-byte frames.
+pub const MAX_TEMPLATE_BYTES: u64 = 1 << 30;
+/// Most flows through one SNAT address when the gateway's SNAT port is unique per flow:
+/// it has 64 512 ports (1024–65535), and some are left free.
+pub const FLOWS_PER_SNAT_ADDRESS: u32 = 64_000;
 /// Descriptors of each virtio ring (`net_virtio_user`'s `queue_size`; its default, 256,
 /// would hold a quarter of what the devices configure and turn every short preemption of
 /// the device's core into loss).
@@ -112,6 +127,11 @@ pub enum Dut {
     Torii,
     /// testpmd's io forwarding: every frame comes back unchanged.
     IoFwd,
+    /// The Linux kernel with kube-proxy's nftables rules ([`crate::kernel`]): translated
+    /// like torii (DNAT, masquerade to the SNAT address).
+    Kernel,
+    /// torii-gateway on its own AF_PACKET driver, on a veth pair like the kernel's.
+    ToriiAfPacket,
 }
 
 impl Dut {
@@ -120,6 +140,8 @@ impl Dut {
         match self {
             Dut::Torii => "torii",
             Dut::IoFwd => "io-fwd",
+            Dut::Kernel => "nftables",
+            Dut::ToriiAfPacket => "torii-af-packet",
         }
     }
 }
@@ -157,6 +179,8 @@ pub enum Segment {
     Ack,
     /// A data segment (`ACK|PSH`).
     Data,
+    /// A RST (the endpoint closing the connection, [`to_rst`]).
+    Rst,
     /// Any other combination of flags.
     Other,
 }
@@ -168,6 +192,7 @@ impl Segment {
             0x12 => Segment::SynAck,
             0x10 => Segment::Ack,
             0x18 => Segment::Data,
+            0x04 => Segment::Rst,
             _ => Segment::Other,
         }
     }
@@ -178,6 +203,7 @@ impl Segment {
             Segment::Syn => 0x02,
             Segment::SynAck => 0x12,
             Segment::Ack => 0x10,
+            Segment::Rst => 0x04,
             Segment::Data | Segment::Datagram | Segment::Other => 0x18,
         }
     }
@@ -195,16 +221,26 @@ pub struct Plan {
     /// Ready endpoints per Service.
     pub endpoints: u32,
     /// Frame size on the wire in bytes, FCS included (the frame handed to the port is 4
-    /// bytes shorter).
+    /// bytes shorter); with `imix`, the largest of [`IMIX`].
     pub frame_size: usize,
+    /// Whether flows' frames follow [`IMIX`] instead of one size.
+    pub imix: bool,
+    /// Whether the gateway's SNAT ports need only be unique per endpoint (address and
+    /// port; RFC 4787's endpoint-dependent mapping, as Linux's NAT), which lets flows
+    /// exceed [`FLOWS_PER_SNAT_ADDRESS`] across many endpoints.
+    pub snat_per_endpoint: bool,
 }
 
 /// A [`Plan`] that cannot be run, and why.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum PlanError {
     /// Too many or no flows.
-    #[error("--flows {0}: must be 1..={MAX_FLOWS} (one SNAT address gives the gateway 64 512 ports)")]
-    Flows(u32),
+    #[error(
+        "--flows {0}: must be 1..={1}: one SNAT address gives the gateway 64 512 ports, per endpoint with \
+         --snat-per-endpoint (then at most {FLOWS_PER_SNAT_ADDRESS}/2 flows per endpoint, the choice being random), \
+         and at most {MAX_FLOWS}"
+    )]
+    Flows(u32, u32),
     /// Too many or no Services.
     #[error("--services {0}: must be 1..={MAX_SERVICES} (one VIP each in 203.0.113.0/24)")]
     Services(u32),
@@ -214,6 +250,9 @@ pub enum PlanError {
     /// Frame size out of range.
     #[error("--frame-size {0}: must be {MIN_FRAME_SIZE}..={MAX_FRAME_SIZE} bytes (FCS included)")]
     FrameSize(usize),
+    /// The flows' frame templates would not fit in [`MAX_TEMPLATE_BYTES`].
+    #[error("--flows × --frame-size: the frame templates would take {0} bytes, more than {MAX_TEMPLATE_BYTES}")]
+    Templates(u64),
 }
 
 impl Plan {
@@ -226,10 +265,21 @@ impl Plan {
         flows: u32,
         services: u32,
         endpoints: u32,
-        frame_size: usize,
+        frame_size: Option<usize>,
+        snat_per_endpoint: bool,
     ) -> Result<Self, PlanError> {
-        if flows == 0 || flows > MAX_FLOWS {
-            return Err(PlanError::Flows(flows));
+        // None: IMIX, laid out at its largest size.
+        let (frame_size, imix) = match frame_size {
+            Some(size) => (size, false),
+            None => (MAX_FRAME_SIZE, true),
+        };
+        let most = if snat_per_endpoint {
+            (FLOWS_PER_SNAT_ADDRESS / 2).saturating_mul(services.saturating_mul(endpoints)).min(MAX_FLOWS)
+        } else {
+            FLOWS_PER_SNAT_ADDRESS
+        };
+        if flows == 0 || flows > most {
+            return Err(PlanError::Flows(flows, most));
         }
         if services == 0 || services > MAX_SERVICES {
             return Err(PlanError::Services(services));
@@ -240,7 +290,11 @@ impl Plan {
         if !(MIN_FRAME_SIZE..=MAX_FRAME_SIZE).contains(&frame_size) {
             return Err(PlanError::FrameSize(frame_size));
         }
-        Ok(Self { protocol, flows, services, endpoints, frame_size })
+        let templates = u64::from(flows) * (frame_size as u64 - 4);
+        if templates > MAX_TEMPLATE_BYTES {
+            return Err(PlanError::Templates(templates));
+        }
+        Ok(Self { protocol, flows, services, endpoints, frame_size, imix, snat_per_endpoint })
     }
 
     /// A short name for logs: "udp, 1000 flows".
@@ -248,15 +302,33 @@ impl Plan {
         format!("{}, {} flows", self.protocol.name(), self.flows)
     }
 
-    /// Bytes of each frame as handed to the port (no FCS).
+    /// Bytes of the largest frame as handed to the port (no FCS): the templates' stride.
     pub fn frame_len(&self) -> usize {
         self.frame_size - 4
+    }
+
+    /// Bytes of flow `i`'s frames as handed to the port (no FCS).
+    pub fn frame_len_of(&self, i: u32) -> usize {
+        if self.imix {
+            IMIX[i as usize % IMIX.len()] - 4
+        } else {
+            self.frame_size - 4
+        }
+    }
+
+    /// The frame size for results: "64" … "1518", or "imix".
+    pub fn frame_name(&self) -> String {
+        if self.imix {
+            "imix".into()
+        } else {
+            self.frame_size.to_string()
+        }
     }
 
     /// Client address and source port of flow `i`.
     pub fn client(&self, i: u32) -> (Ipv4Addr, u16) {
         let host = 10 + i / FLOWS_PER_HOST;
-        (Ipv4Addr::new(198, 51, 100, host as u8), FIRST_CLIENT_PORT + (i % FLOWS_PER_HOST) as u16)
+        (Ipv4Addr::from(CLIENT_NET + host), FIRST_CLIENT_PORT + (i % FLOWS_PER_HOST) as u16)
     }
 
     /// The Services' port for this protocol.
@@ -305,7 +377,8 @@ impl Plan {
     /// plays that address (a client host or an endpoint).
     pub fn mac_of(&self, ip: Ipv4Addr) -> Option<MacAddr> {
         let o = ip.octets();
-        if o[..3] == [198, 51, 100] && o[3] >= 10 && u32::from(o[3]) < 10 + self.flows.div_ceil(FLOWS_PER_HOST) {
+        let host = u32::from(ip).wrapping_sub(CLIENT_NET);
+        if (10..10 + self.flows.div_ceil(FLOWS_PER_HOST)).contains(&host) {
             return Some(CLIENT_MAC);
         }
         self.service_of_endpoint(ip).map(|_| MacAddr([0x02, 0, 0x0a, 0x46, o[2], o[3]]))
@@ -318,13 +391,13 @@ impl Plan {
         let dst = (Self::vip(self.service_of(i)), self.vip_port());
         match self.protocol {
             Protocol::Udp => {
-                let mut payload = vec![0u8; self.frame_len() - PAYLOAD_OFFSET];
+                let mut payload = vec![0u8; self.frame_len_of(i) - PAYLOAD_OFFSET];
                 payload[..4].copy_from_slice(&MAGIC);
                 payload[4..8].copy_from_slice(&i.to_be_bytes());
                 frames::udp(l2, self.client(i), dst, &payload, 64)
             }
             Protocol::Tcp => {
-                let mut payload = vec![0u8; self.frame_len() - TCP_PAYLOAD_OFFSET];
+                let mut payload = vec![0u8; self.frame_len_of(i) - TCP_PAYLOAD_OFFSET];
                 payload[..4].copy_from_slice(&MAGIC);
                 frames::tcp(l2, self.client(i), dst, TcpFlags::ACK | TcpFlags::PSH, i, 0, &payload, 64)
             }
@@ -336,7 +409,7 @@ impl Plan {
     pub fn manifests(&self) -> String {
         let mut y = String::from(
             "# Written by torii-bench: the Services it sends traffic to.\napiVersion: v1\nkind: Node\n\
-             metadata:\n  name: gateway-1\nstatus:\n  addresses:\n  - {type: InternalIP, address: 198.51.100.1}\n",
+             metadata:\n  name: gateway-1\nstatus:\n  addresses:\n  - {type: InternalIP, address: 198.18.0.1}\n",
         );
         for s in 0..self.services {
             let _ = write!(
@@ -364,48 +437,116 @@ impl Plan {
         y
     }
 
-    /// torii-gateway's configuration: one worker on `cpu`, one `net_virtio_user` interface
-    /// on `socket` carrying both subnets, conntrack sized for the flows of both protocols.
-    pub fn gateway_config(
-        &self,
-        shm_dir: &str,
-        manifests_dir: &str,
-        socket: &str,
-        cpu: usize,
-        eal: &[String],
-    ) -> String {
-        // Flows of both protocols may be tracked at once (runs share the gateway).
-        let capacity = (u64::from(self.flows) * 4).next_power_of_two().max(65_536);
-        let eal: Vec<String> = eal.iter().map(|a| format!("{a:?}")).collect();
+    /// torii-gateway's configuration: one worker, one interface carrying both subnets
+    /// (DPDK: `net_virtio_user` on `socket`, the worker on `cpu`; AF_PACKET: the kernel
+    /// interface `iface`), conntrack sized for the flows of both protocols.
+    pub fn gateway_config(&self, shm_dir: &str, manifests_dir: &str, driver: &GatewayDriver) -> String {
+        // Flows of both protocols may be tracked at once (runs share the gateway), with
+        // room; above 1 M flows only twice the flows (memory).
+        let per_flow = if self.flows > 1 << 20 { 2 } else { 4 };
+        let capacity = (u64::from(self.flows) * per_flow).next_power_of_two().max(65_536);
+        let head = match driver {
+            GatewayDriver::Dpdk { socket, cpu, eal } => {
+                let eal: Vec<String> = eal.iter().map(|a| format!("{a:?}")).collect();
+                format!(
+                        "driver = \"dpdk\"\nworkers = 1\n\n[dpdk]\neal_args = [{eal}]\ncpus = [{cpu}]\n\
+                         fallback_to_af_packet = false\nidle_sleep_us = 100\n\n[[interfaces]]\nname = \"virtio0\"\n\
+                         device = \"net_virtio_user0,path={socket},queues=1,queue_size={VIRTIO_QUEUE_SIZE},mac={GATEWAY_MAC}\"\n",
+                        eal = eal.join(", "),
+                )
+            }
+            GatewayDriver::AfPacket { iface } => {
+                format!("driver = \"af_packet\"\nworkers = 1\n\n[[interfaces]]\nname = {iface:?}\n")
+            }
+        };
         format!(
-            "# Written by torii-bench.\nnode_name = \"gateway-1\"\nshm_dir = {shm_dir:?}\ndriver = \"dpdk\"\nworkers = 1\n\n\
-             [dpdk]\neal_args = [{eal}]\ncpus = [{cpu}]\nfallback_to_af_packet = false\nidle_sleep_us = 100\n\n\
-             [[interfaces]]\nname = \"virtio0\"\naddresses = [\"198.51.100.1/24\", \"10.70.0.1/16\"]\n\
-             device = \"net_virtio_user0,path={socket},queues=1,queue_size={VIRTIO_QUEUE_SIZE},mac={GATEWAY_MAC}\"\n\n\
+            "# Written by torii-bench.\nnode_name = \"gateway-1\"\nshm_dir = {shm_dir:?}\n{head}\
+             addresses = [\"{GATEWAY_CLIENT_PREFIX}\", \"10.70.0.1/16\"]\n\n\
              [snat]\naddresses = [\"10.70.0.1\"]\nport_min = {SNAT_PORT_MIN}\nport_max = 65535\n\n\
              [conntrack]\ncapacity = {capacity}\ntcp_be_liberal = true\n\n[control]\nmanifests = {manifests_dir:?}\n",
-            eal = eal.join(", "),
         )
     }
+}
+
+/// How a torii-gateway under test reaches torii-bench.
+#[derive(Debug, Clone)]
+pub enum GatewayDriver {
+    /// DPDK `net_virtio_user` on the vhost-user socket `socket`, the worker on CPU `cpu`,
+    /// extra EAL arguments `eal`.
+    Dpdk {
+        /// The vhost-user socket torii-bench serves.
+        socket: String,
+        /// The worker's CPU.
+        cpu: usize,
+        /// Extra EAL arguments (memory).
+        eal: Vec<String>,
+    },
+    /// torii's own AF_PACKET driver on the kernel interface `iface` (a veth).
+    AfPacket {
+        /// The interface.
+        iface: String,
+    },
 }
 
 /// Writes the trial number and transmit time into a frame copied from a template, and
 /// updates its UDP or TCP checksum for them (the template has zeros there).
 pub fn stamp(protocol: Protocol, frame: &mut [u8], trial: u16, tx_ns: u64) {
-    match protocol {
-        Protocol::Udp => {
-            let p = PAYLOAD_OFFSET;
-            frame[p + 8..p + 10].copy_from_slice(&trial.to_be_bytes());
-            frame[p + 10..p + 18].copy_from_slice(&tx_ns.to_be_bytes());
-            let sum = u32::from(trial) + (0..4).map(|k| ((tx_ns >> (16 * k)) & 0xffff) as u32).sum::<u32>();
-            add_to_checksum(frame, UDP_CSUM_OFFSET, sum, true);
-        }
-        Protocol::Tcp => {
-            let ts = tx_ns as u32;
-            frame[TCP_PAYLOAD_OFFSET + 4..TCP_PAYLOAD_OFFSET + 6].copy_from_slice(&trial.to_be_bytes());
-            frame[TCP_ACK_OFFSET..TCP_ACK_OFFSET + 4].copy_from_slice(&ts.to_be_bytes());
-            let sum = u32::from(trial) + (ts >> 16) + (ts & 0xffff);
-            add_to_checksum(frame, TCP_CSUM_OFFSET, sum, false);
+    Stamp::new(protocol, trial, tx_ns).apply(frame);
+}
+
+/// A trial number and transmit time to write into frames copied from templates, with
+/// the sum of the words they add to the UDP or TCP checksum (RFC 1624 § 3), computed once
+/// for a whole burst.
+#[derive(Debug, Clone, Copy)]
+pub struct Stamp {
+    protocol: Protocol,
+    trial: u16,
+    tx_ns: u64,
+    flags: Option<u8>,
+    sum: u32,
+}
+
+impl Stamp {
+    /// The stamp of trial `trial` at `tx_ns` (TCP: its low 32 bits).
+    pub fn new(protocol: Protocol, trial: u16, tx_ns: u64) -> Self {
+        let sum = match protocol {
+            Protocol::Udp => u32::from(trial) + (0..4).map(|k| ((tx_ns >> (16 * k)) & 0xffff) as u32).sum::<u32>(),
+            Protocol::Tcp => {
+                let ts = tx_ns as u32;
+                u32::from(trial) + (ts >> 16) + (ts & 0xffff)
+            }
+        };
+        Self { protocol, trial, tx_ns, flags: None, sum }
+    }
+
+    /// The same stamp, also making the TCP data segment a `segment` (its flags byte).
+    pub fn with_segment(mut self, segment: Segment) -> Self {
+        let w = |flags: u8| u32::from(u16::from_be_bytes([0x50, flags]));
+        // RFC 1624 eqn. 3: ~m + m' for the flags word (data offset 5, no options).
+        self.sum += (!w(Segment::Data.flags()) & 0xffff) + w(segment.flags());
+        self.flags = Some(segment.flags());
+        self
+    }
+
+    /// Writes the stamp into `frame` (a copy of a template: zeros there) and updates its
+    /// checksum.
+    #[inline]
+    pub fn apply(&self, frame: &mut [u8]) {
+        match self.protocol {
+            Protocol::Udp => {
+                let p = PAYLOAD_OFFSET;
+                frame[p + 8..p + 10].copy_from_slice(&self.trial.to_be_bytes());
+                frame[p + 10..p + 18].copy_from_slice(&self.tx_ns.to_be_bytes());
+                add_to_checksum(frame, UDP_CSUM_OFFSET, self.sum, true);
+            }
+            Protocol::Tcp => {
+                if let Some(flags) = self.flags {
+                    frame[TCP_FLAGS_WORD_OFFSET + 1] = flags;
+                }
+                frame[TCP_PAYLOAD_OFFSET + 4..TCP_PAYLOAD_OFFSET + 6].copy_from_slice(&self.trial.to_be_bytes());
+                frame[TCP_ACK_OFFSET..TCP_ACK_OFFSET + 4].copy_from_slice(&(self.tx_ns as u32).to_be_bytes());
+                add_to_checksum(frame, TCP_CSUM_OFFSET, self.sum, false);
+            }
         }
     }
 }
@@ -421,7 +562,34 @@ pub fn set_tcp_flags(frame: &mut [u8], segment: Segment) {
     add_to_checksum(frame, TCP_CSUM_OFFSET, u32::from(!old) + u32::from(new), false);
 }
 
+/// How far past the flow index a RST's sequence number is: the SYN and the payload of the
+/// endpoint's SYN-ACK (the client's SYN reflected: sequence number = flow index), so the
+/// RST carries the endpoint's next sequence number exactly — what the gateway requires of
+/// a RST that closes a connection (RFC 5961 § 3.2; Linux's "RST after its sender's last
+/// segment", `nf_conntrack_proto_tcp.c`).
+fn rst_seq_offset(frame: &[u8]) -> u32 {
+    let total = u16::from_be_bytes([frame[16], frame[17]]);
+    1 + u32::from(total.saturating_sub(40))
+}
+
+/// Turns a TCP segment that reached flow `flow`'s endpoint (a data segment or the
+/// handshake's ACK) into the endpoint's RST closing the connection, in place (addresses
+/// not yet swapped: call [`reflect`] after). The sequence number becomes the endpoint's
+/// next one (flow + 1 + payload length; [`classify`] takes the offset off again), the
+/// acknowledgment number (the transmit time) stays; the checksum is updated.
+pub fn to_rst(frame: &mut [u8], flow: u32) {
+    set_tcp_flags(frame, Segment::Rst);
+    let seq = flow.wrapping_add(rst_seq_offset(frame));
+    let at = TCP_SEQ_OFFSET;
+    let old = u32::from_be_bytes([frame[at], frame[at + 1], frame[at + 2], frame[at + 3]]);
+    frame[at..at + 4].copy_from_slice(&seq.to_be_bytes());
+    // RFC 1624 eqn. 3, word by word.
+    let sum = u32::from(!(old >> 16) as u16) + u32::from(!(old as u16)) + (seq >> 16) + (seq & 0xffff);
+    add_to_checksum(frame, TCP_CSUM_OFFSET, sum, false);
+}
+
 /// Adds `sum` (of 16-bit words) to the one's complement checksum at `at`.
+#[inline]
 fn add_to_checksum(frame: &mut [u8], at: usize, sum: u32, udp: bool) {
     let old = u16::from_be_bytes([frame[at], frame[at + 1]]);
     let mut acc = u32::from(!old) + sum;
@@ -472,7 +640,7 @@ pub fn classify(frame: &[u8]) -> Received {
     if frame.len() < TCP_PAYLOAD_OFFSET + TCP_PROBE_LEN || frame[12..14] != [0x08, 0x00] || frame[14] != 0x45 {
         return Received::Other;
     }
-    let to_client = frame[30..33] == [198, 51, 100];
+    let to_client = frame[30] == 198 && frame[31] & 0xfe == 18; // 198.18.0.0/15
     let (flow, trial, tx_ns, segment) = match frame[23] {
         17 if frame.len() >= PAYLOAD_OFFSET + PROBE_LEN => {
             let p = PAYLOAD_OFFSET;
@@ -492,12 +660,12 @@ pub fn classify(frame: &[u8]) -> Received {
                 return Received::Other;
             }
             let word = |at: usize| u32::from_be_bytes([frame[at], frame[at + 1], frame[at + 2], frame[at + 3]]);
-            (
-                word(TCP_SEQ_OFFSET),
-                u16::from_be_bytes([frame[p + 4], frame[p + 5]]),
-                u64::from(word(TCP_ACK_OFFSET)),
-                Segment::of_flags(frame[TCP_FLAGS_WORD_OFFSET + 1]),
-            )
+            let segment = Segment::of_flags(frame[TCP_FLAGS_WORD_OFFSET + 1]);
+            let mut flow = word(TCP_SEQ_OFFSET);
+            if segment == Segment::Rst {
+                flow = flow.wrapping_sub(rst_seq_offset(frame));
+            }
+            (flow, u16::from_be_bytes([frame[p + 4], frame[p + 5]]), u64::from(word(TCP_ACK_OFFSET)), segment)
         }
         _ => return Received::Other,
     };
@@ -540,7 +708,7 @@ pub fn check_to_endpoint(plan: &Plan, dut: Dut, frame: &[u8], flow: u32, checksu
         h.sums.map_err(|e| format!("{}: {e}", what()))?;
     }
     match dut {
-        Dut::Torii => {
+        Dut::Torii | Dut::Kernel | Dut::ToriiAfPacket => {
             if h.eth_src != GATEWAY_MAC {
                 return Err(format!("{}: source MAC {} is not the gateway's", what(), h.eth_src));
             }
@@ -638,14 +806,18 @@ mod tests {
     use super::*;
 
     fn plan(protocol: Protocol) -> Plan {
-        Plan::new(protocol, 60_000, 3, 4, 64).unwrap()
+        Plan::new(protocol, 60_000, 3, 4, Some(64), false).unwrap()
     }
 
     #[test]
     fn addresses_round_trip() {
         let p = plan(Protocol::Udp);
-        assert_eq!(p.client(0), (Ipv4Addr::new(198, 51, 100, 10), 10_000));
-        assert_eq!(p.client(50_001), (Ipv4Addr::new(198, 51, 100, 11), 10_001));
+        assert_eq!(p.client(0), (Ipv4Addr::new(198, 18, 0, 10), 10_000));
+        assert_eq!(p.client(50_001), (Ipv4Addr::new(198, 18, 0, 11), 10_001));
+        let big = Plan::new(Protocol::Udp, MAX_FLOWS, 240, 250, Some(64), true).unwrap();
+        assert_eq!(big.client(MAX_FLOWS - 1), (Ipv4Addr::new(198, 18, 1, 89), 10_000 + 27_215));
+        assert_eq!(big.mac_of(Ipv4Addr::new(198, 18, 1, 89)), Some(CLIENT_MAC));
+        assert_eq!(big.mac_of(Ipv4Addr::new(198, 18, 1, 90)), None);
         for s in 0..3 {
             for j in 0..4 {
                 assert_eq!(p.service_of_endpoint(p.endpoint(s, j)), Some(s));
@@ -653,8 +825,8 @@ mod tests {
         }
         assert_eq!(p.service_of_endpoint(SNAT_IP), None);
         assert_eq!(p.service_of_endpoint(Ipv4Addr::new(10, 70, 1, 14)), None, "k = 12 is past 3 × 4");
-        assert_eq!(p.mac_of(Ipv4Addr::new(198, 51, 100, 11)), Some(CLIENT_MAC));
-        assert_eq!(p.mac_of(Ipv4Addr::new(198, 51, 100, 12)), None);
+        assert_eq!(p.mac_of(Ipv4Addr::new(198, 18, 0, 11)), Some(CLIENT_MAC));
+        assert_eq!(p.mac_of(Ipv4Addr::new(198, 18, 0, 12)), None);
         assert_eq!(p.mac_of(GATEWAY_CLIENT_IP), None);
         assert_eq!(p.mac_of(p.endpoint(0, 1)), Some(MacAddr([2, 0, 0x0a, 0x46, 1, 3])));
     }
@@ -662,10 +834,13 @@ mod tests {
     #[test]
     fn plan_rejects_out_of_range() {
         let udp = Protocol::Udp;
-        assert_eq!(Plan::new(udp, 0, 1, 1, 64), Err(PlanError::Flows(0)));
-        assert_eq!(Plan::new(udp, 1, 241, 1, 64), Err(PlanError::Services(241)));
-        assert_eq!(Plan::new(udp, 1, 1, 1, 63), Err(PlanError::FrameSize(63)));
-        assert!(Plan::new(udp, 1, 1, 1, 1518).is_ok());
+        assert_eq!(Plan::new(udp, 0, 1, 1, Some(64), false), Err(PlanError::Flows(0, 64_000)));
+        assert_eq!(Plan::new(udp, 64_001, 1, 1, Some(64), false), Err(PlanError::Flows(64_001, 64_000)));
+        assert_eq!(Plan::new(udp, 1 << 20, 10, 3, Some(64), true), Err(PlanError::Flows(1 << 20, 960_000)));
+        assert!(Plan::new(udp, 1 << 20, 10, 4, Some(64), true).is_ok());
+        assert_eq!(Plan::new(udp, 1, 241, 1, Some(64), false), Err(PlanError::Services(241)));
+        assert_eq!(Plan::new(udp, 1, 1, 1, Some(63), false), Err(PlanError::FrameSize(63)));
+        assert!(Plan::new(udp, 1, 1, 1, Some(1518), false).is_ok());
     }
 
     #[test]
@@ -677,7 +852,7 @@ mod tests {
             let segment = if protocol == Protocol::Tcp { Segment::Data } else { Segment::Datagram };
             assert_eq!(classify(&f), Received::ToEndpoint { flow: 7, segment });
             check_to_endpoint(&p, Dut::IoFwd, &f, 7, true).unwrap();
-            assert_eq!(Plan::new(protocol, 1, 1, 1, 1518).unwrap().template(0).len(), 1514);
+            assert_eq!(Plan::new(protocol, 1, 1, 1, Some(1518), false).unwrap().template(0).len(), 1514);
         }
     }
 
@@ -706,6 +881,18 @@ mod tests {
     }
 
     #[test]
+    fn a_stamp_with_a_segment_keeps_the_checksum_valid() {
+        let p = plan(Protocol::Tcp);
+        for segment in [Segment::Syn, Segment::Ack, Segment::Data] {
+            let mut f = p.template(40_000);
+            Stamp::new(Protocol::Tcp, 7, 0xdead_beef_0123).with_segment(segment).apply(&mut f);
+            let want = Received::ToEndpoint { flow: 40_000, segment };
+            assert_eq!(classify(&f), want);
+            check_to_endpoint(&p, Dut::IoFwd, &f, 40_000, true).unwrap();
+        }
+    }
+
+    #[test]
     fn handshake_flags_keep_the_checksum_valid() {
         let p = plan(Protocol::Tcp);
         let mut f = p.template(12);
@@ -714,6 +901,36 @@ mod tests {
             stamp(Protocol::Tcp, &mut f, 0, 0);
             assert_eq!(classify(&f), Received::ToEndpoint { flow: 12, segment });
             check_to_endpoint(&p, Dut::IoFwd, &f, 12, true).unwrap();
+        }
+    }
+
+    #[test]
+    fn imix_frames_are_7_4_1_of_64_594_1518() {
+        let p = Plan::new(Protocol::Udp, 24, 1, 1, None, false).unwrap();
+        let sizes: Vec<usize> = (0..24).map(|i| p.template(i).len() + 4).collect();
+        assert_eq!(sizes.iter().filter(|&&s| s == 64).count(), 14);
+        assert_eq!(sizes.iter().filter(|&&s| s == 594).count(), 8);
+        assert_eq!(sizes.iter().filter(|&&s| s == 1518).count(), 2);
+        assert_eq!((p.frame_len(), p.frame_name()), (1514, "imix".to_string()));
+        for i in 0..24 {
+            check_to_endpoint(&p, Dut::IoFwd, &p.template(i), i, true).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_rst_carries_the_endpoints_next_sequence_number() {
+        for size in [64, 1518] {
+            let p = Plan::new(Protocol::Tcp, 60_000, 3, 4, Some(size), false).unwrap();
+            let mut f = p.template(59_998);
+            stamp(Protocol::Tcp, &mut f, 9, 1234);
+            to_rst(&mut f, 59_998);
+            let seq = u32::from_be_bytes(f[TCP_SEQ_OFFSET..TCP_SEQ_OFFSET + 4].try_into().unwrap());
+            assert_eq!(seq, 59_998 + 1 + (size as u32 - 4 - 54), "SYN + payload past the flow index");
+            check_to_endpoint(&p, Dut::IoFwd, &f, 59_998, true).unwrap();
+            reflect(&mut f);
+            let want = Received::ToClient { flow: 59_998, trial: 9, tx_ns: 1234, segment: Segment::Rst };
+            assert_eq!(classify(&f), want);
+            check_to_client(&p, &f, 59_998, true).unwrap();
         }
     }
 
@@ -745,9 +962,15 @@ mod tests {
         assert_eq!(m.matches("- addresses: [10.70.").count(), 12);
         assert_eq!(m.matches("protocol: TCP, port: 8080").count(), 3);
         assert!(m.contains("externalIPs: [203.0.113.12]"));
-        let c = p.gateway_config("/dev/shm/x", "/tmp/m", "/tmp/s.sock", 1, &["--no-huge".into()]);
+        let dpdk = GatewayDriver::Dpdk { socket: "/tmp/s.sock".into(), cpu: 1, eal: vec!["--no-huge".into()] };
+        let c = p.gateway_config("/dev/shm/x", "/tmp/m", &dpdk);
         assert!(c.contains("capacity = 262144"), "{c}");
         assert!(c.contains("queue_size=1024,mac=02:00:00:00:00:01"), "{c}");
         assert!(c.contains("eal_args = [\"--no-huge\"]"), "{c}");
+        let afp = p.gateway_config("/dev/shm/x", "/tmp/m", &GatewayDriver::AfPacket { iface: "tba1d".into() });
+        assert!(
+            afp.contains("driver = \"af_packet\"\nworkers = 1\n\n[[interfaces]]\nname = \"tba1d\"\naddresses"),
+            "{afp}"
+        );
     }
 }

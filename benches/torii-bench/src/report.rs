@@ -14,7 +14,7 @@ use crate::search::{Bounds, Point};
 use crate::traffic::TrialOutcome;
 
 /// Version of the JSON layout.
-pub const SCHEMA: u32 = 1;
+pub const SCHEMA: u32 = 2;
 
 /// The whole result file.
 #[derive(Debug, Serialize)]
@@ -72,12 +72,15 @@ impl Machine {
 /// Results for one flow count.
 #[derive(Debug, Serialize)]
 pub struct Run {
+    /// What was measured: "throughput" (requests/s through established flows) or
+    /// "connections" (new TCP connections/s, RFC 8219 § 7: handshake and RST).
+    pub test: &'static str,
     /// Transport protocol ("udp", "tcp").
     pub protocol: &'static str,
     /// Client flows.
     pub flows: u32,
-    /// Frame size on the wire, FCS included.
-    pub frame_size: usize,
+    /// Frame size on the wire, FCS included ("64" … "1518"), or "imix".
+    pub frame_size: String,
     /// One entry per device under test.
     pub duts: Vec<DutResult>,
 }
@@ -104,6 +107,23 @@ pub struct DutResult {
     pub searches: Vec<SearchResult>,
     /// The latency trial (at a fraction of NDR), or the fixed-rate trial.
     pub latency: Option<LatencyResult>,
+}
+
+impl DutResult {
+    /// A device's result with its warm-up done and nothing measured yet.
+    pub fn new(dut: &'static str, warmup: Vec<TrialOutcome>) -> Self {
+        Self {
+            dut,
+            warmup,
+            ndr_offered_pps: None,
+            pdr_offered_pps: None,
+            ndr_dut_pps: None,
+            pdr_dut_pps: None,
+            ndr_at_generator_max: false,
+            searches: Vec::new(),
+            latency: None,
+        }
+    }
 }
 
 /// One NDR/PDR search.
@@ -189,7 +209,7 @@ pub fn table(report: &Report, title: &str) -> String {
     );
     let _ = writeln!(
         s,
-        "{:>4} {:>6} {:>7} | {:>9} {:>9} | {:>9} {:>9} | {:>8} | latency µs at {:>9}: {:>6} {:>6} {:>7} {:>7}",
+        "{:>8} {:>6} {:>15} | {:>9} {:>9} | {:>9} {:>9} | {:>8} | latency µs at {:>9}: {:>6} {:>6} {:>7} {:>7}",
         "",
         "flows",
         "device",
@@ -224,8 +244,8 @@ pub fn table(report: &Report, title: &str) -> String {
             let star = if d.ndr_at_generator_max { "*" } else { " " };
             let _ = writeln!(
                 s,
-                "{:>4} {:>6} {:>7} | {:>8}{star} {:>9} | {:>9} {:>9} | {:>9} | latency µs at {at:>9}: {lat}",
-                run.protocol,
+                "{:>8} {:>6} {:>15} | {:>8}{star} {:>9} | {:>9} {:>9} | {:>9} | latency µs at {at:>9}: {lat}",
+                if run.test == "connections" { format!("{} cps", run.protocol) } else { run.protocol.to_string() },
                 run.flows,
                 d.dut,
                 mpps(d.ndr_offered_pps),
@@ -238,8 +258,10 @@ pub fn table(report: &Report, title: &str) -> String {
     }
     let _ = writeln!(
         s,
-        "Mreq: client requests/s offered; Mfps: frames/s the device forwarded (request + reply); \
-         * = reached the generator's maximum (a lower bound). Latency: round trip through the device twice."
+        "Mreq: client requests/s offered (cps rows: new TCP connections/s, each SYN, SYN-ACK, ACK and RST); \
+         Mfps: frames/s the device forwarded (request + reply; cps: 4 per connection); \
+         * = reached the generator's maximum (a lower bound). Latency: round trip through the device twice \
+         (cps: SYN to RST)."
     );
     let _ = writeln!(s, "checks: {} bad frame(s); {}", report.bad_frames, if report.ok { "OK" } else { "FAILED" });
     s

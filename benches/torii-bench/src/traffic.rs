@@ -18,10 +18,11 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use torii_dpdk::{Mbuf, Mempool, Port, RxQueue, TxQueue};
 
-use crate::plan::{self, Dut, Plan, Protocol, Received, Segment};
+use crate::plan::{self, Dut, Plan, Protocol, Received, Segment, Stamp};
 use crate::vhost;
 
-const BURST: usize = 32;
+/// Frames per receive and per transmit burst.
+const BURST: usize = 64;
 /// Frames kept of the first problems found, for the report.
 const MAX_EXAMPLES: usize = 8;
 
@@ -47,6 +48,33 @@ impl Link {
         let tx = port.tx_queue(0)?;
         Ok(Self { dut, port, rx, tx, snat: vec![0; flows as usize] })
     }
+
+    /// Forgets the SNAT port each flow was seen with (new connections get new ones).
+    pub fn forget_snat(&mut self) {
+        self.snat.fill(0);
+    }
+}
+
+/// What the clients and endpoints do with TCP in a trial (UDP flows only ever carry data).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Phase {
+    /// Open connections: the client sends a SYN, the endpoint answers with a SYN-ACK, the
+    /// client completes the handshake with an ACK; a flow is answered when its SYN-ACK
+    /// reaches the client.
+    Open,
+    /// Data: `ACK|PSH` segments (UDP datagrams) both ways, each reflected by the endpoint.
+    Data,
+    /// Close connections: the client sends a data segment and the endpoint answers with a
+    /// RST at its exact next sequence number, which the gateway honours (the flow goes to
+    /// CLOSE, where the client's next SYN reopens it); answered when the RST reaches the
+    /// client.
+    Close,
+    /// Connections (RFC 8219 § 7): each frame offered is a new connection's SYN; the
+    /// endpoint answers with a SYN-ACK, the client completes the handshake with an ACK,
+    /// which the endpoint answers with a RST closing it. A connection counts when its RST
+    /// reaches the client; its latency is from the SYN to the RST.
+    Connect,
 }
 
 /// One trial, as asked.
@@ -58,10 +86,10 @@ pub struct TrialSpec {
     pub duration: Duration,
     /// Whether to record every reply's latency.
     pub latency: bool,
+    /// What TCP flows do ([`Phase::Data`] for UDP).
+    pub phase: Phase,
     /// Warm-up: send only flows whose reply has not reached their client yet (since
-    /// [`Generator::reset_answered`]), and stop sending once every flow's has. For TCP
-    /// the frames sent are SYNs and a flow is answered when its SYN-ACK arrives (and its
-    /// ACK is sent).
+    /// [`Generator::reset_answered`]), and stop sending once every flow's has.
     pub unanswered_only: bool,
 }
 
@@ -82,8 +110,10 @@ pub struct TrialOutcome {
     pub reflect_refused: u64,
     /// Replies of this trial that reached their client (TCP warm-up: SYN-ACKs).
     pub received: u64,
-    /// TCP: handshake ACKs that reached their endpoint (not answered).
+    /// TCP: handshake ACKs that reached their endpoint (connections established).
     pub handshake_acks: u64,
+    /// TCP: SYN-ACKs that reached their client.
+    pub syn_acks: u64,
     /// Replies of earlier trials that arrived during this one (not counted).
     pub late: u64,
     /// Frames that were not probes or ARP.
@@ -145,21 +175,27 @@ pub struct Generator {
     trial: u16,
     epoch: Instant,
     checksum_every: u64,
+    check_every: u64,
     tx: Vec<Mbuf>,
     rx: Vec<Mbuf>,
     back: Vec<Mbuf>,
+    free: Vec<Mbuf>,
     /// Flows whose reply reached their client since [`Generator::reset_answered`].
     answered: Vec<bool>,
     answered_count: u32,
 }
 
 impl Generator {
-    /// A generator of `plan`'s flows drawing buffers from `pool`; checksums checked on one
-    /// received frame in `checksum_every` (1: all).
-    pub fn new(plan: Plan, pool: Mempool, checksum_every: u64) -> Self {
-        let mut templates = Vec::with_capacity(plan.flows as usize * plan.frame_len());
+    /// A generator of `plan`'s flows drawing buffers from `pool`; addresses and ports
+    /// checked on one received frame in `check_every`, checksums too on one in
+    /// `checksum_every` (1: all; the flow index of every frame is checked).
+    pub fn new(plan: Plan, pool: Mempool, check_every: u64, checksum_every: u64) -> Self {
+        // One slot of the largest frame per flow (IMIX flows use the start of theirs).
+        let stride = plan.frame_len();
+        let mut templates = vec![0u8; plan.flows as usize * stride];
         for i in 0..plan.flows {
-            templates.extend_from_slice(&plan.template(i));
+            let t = plan.template(i);
+            templates[i as usize * stride..][..t.len()].copy_from_slice(&t);
         }
         Self {
             plan,
@@ -169,12 +205,19 @@ impl Generator {
             trial: 0,
             epoch: Instant::now(),
             checksum_every: checksum_every.max(1),
+            check_every: check_every.max(1),
             tx: Vec::with_capacity(BURST),
             rx: Vec::with_capacity(BURST),
             back: Vec::with_capacity(BURST),
+            free: Vec::with_capacity(BURST),
             answered: vec![false; plan.flows as usize],
             answered_count: 0,
         }
+    }
+
+    /// The flows' plan.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
     }
 
     /// Forgets which flows were answered.
@@ -194,21 +237,17 @@ impl Generator {
         self.pool
     }
 
-    fn now_ns(&self) -> u64 {
-        self.epoch.elapsed().as_nanos() as u64
-    }
-
     /// Runs one trial on `link`: offers frames for `spec.duration`, then keeps receiving
-    /// until nothing arrived for 50 ms (at most 1 s). `tick` is called about every 100 ms.
+    /// until every frame is back or nothing arrived for 200 ms (at most 2 s). `tick` is called about every 100 ms.
     pub fn trial(&mut self, link: &mut Link, spec: TrialSpec, tick: &mut dyn FnMut(&TrialOutcome)) -> TrialOutcome {
         self.trial = self.trial.wrapping_add(1).max(1);
         let mut out = TrialOutcome { target_pps: spec.rate_pps, ..TrialOutcome::default() };
         if spec.latency {
             out.latency = Histogram::new_with_bounds(1, 60_000_000_000, 3).ok();
         }
-        let flen = self.plan.frame_len();
-        // A TCP warm-up opens the connections: SYNs, not data.
-        let open_tcp = spec.unanswered_only && self.plan.protocol == Protocol::Tcp;
+        let phase = if self.plan.protocol == Protocol::Tcp { spec.phase } else { Phase::Data };
+        // The segment every offered frame is (the templates are data segments).
+        let syn = matches!(phase, Phase::Open | Phase::Connect);
         let start = Instant::now();
         let end = start + spec.duration;
         let mut last_rx = start;
@@ -222,11 +261,12 @@ impl Generator {
                 tick(&out);
             }
             // Receive first: the device's transmit ring must never wait on us.
+            let now_ns = now.duration_since(self.epoch).as_nanos() as u64;
             for _ in 0..4 {
-                if self.receive(link, &mut out, spec.latency, &mut checked) < BURST {
+                if self.receive(link, &mut out, spec.latency, phase, now_ns, &mut checked) == 0 {
                     break;
                 }
-                last_rx = Instant::now();
+                last_rx = now;
             }
             if now < end {
                 let due = match spec.rate_pps {
@@ -237,39 +277,30 @@ impl Generator {
                 if spec.unanswered_only && self.answered_count == self.plan.flows {
                     n = 0;
                 }
-                if n > 0 && self.pool.alloc_bulk(&mut self.tx, n).is_ok() {
-                    let ts = self.now_ns();
-                    for m in &mut self.tx {
-                        if spec.unanswered_only {
-                            // Bounded: some flow is unanswered (checked above).
-                            while self.answered[self.next_flow as usize] {
-                                self.next_flow = (self.next_flow + 1) % self.plan.flows;
-                            }
-                        }
-                        let off = self.next_flow as usize * flen;
-                        self.next_flow += 1;
-                        if self.next_flow == self.plan.flows {
-                            self.next_flow = 0;
-                        }
-                        if m.extend_from_slice(&self.templates[off..off + flen]) {
-                            if open_tcp {
-                                plan::set_tcp_flags(m.data_mut(), Segment::Syn);
-                            }
-                            plan::stamp(self.plan.protocol, m.data_mut(), self.trial, ts);
-                        }
-                    }
+                // Frames the device's ring refused last time are filled again.
+                if self.tx.len() > n {
+                    let mut extra = self.tx.split_off(n);
+                    Mbuf::free_bulk(&mut extra);
+                }
+                let kept = self.tx.len();
+                if n > 0 && self.pool.alloc_bulk(&mut self.tx, n - kept).is_ok() {
+                    let stamp = Stamp::new(self.plan.protocol, self.trial, now_ns);
+                    self.fill(spec.unanswered_only, if syn { stamp.with_segment(Segment::Syn) } else { stamp });
                     link.tx.tx_burst(&mut self.tx);
                     out.offered += n as u64;
                     out.refused += self.tx.len() as u64;
-                    self.tx.clear();
                 }
             } else {
-                let quiet = now.duration_since(last_rx) > Duration::from_millis(50);
-                if (quiet && now > end + Duration::from_millis(50)) || now > end + Duration::from_secs(1) {
+                // Done when every frame the device took is back, or nothing came for 200 ms
+                // (a device descheduled on a busy machine resumes within that), or 2 s on.
+                let all_back = out.received + out.refused >= out.offered;
+                let quiet = now.duration_since(last_rx) > Duration::from_millis(200);
+                if all_back || quiet || now > end + Duration::from_secs(2) {
                     break;
                 }
             }
         }
+        Mbuf::free_bulk(&mut self.tx);
         out.duration_s = spec.duration.as_secs_f64();
         if let Some(r) = spec.rate_pps {
             out.generator_limited = out.offered_pps() < 0.99 * r;
@@ -280,90 +311,143 @@ impl Generator {
         out
     }
 
+    /// Writes the next flows' frames into the buffers in `self.tx`: each a copy of its
+    /// flow's template, stamped.
+    fn fill(&mut self, unanswered_only: bool, stamp: Stamp) {
+        let stride = self.plan.frame_len();
+        let flows = self.plan.flows;
+        for m in &mut self.tx {
+            if unanswered_only {
+                // Bounded: some flow is unanswered (the caller checked).
+                while self.answered[self.next_flow as usize] {
+                    self.next_flow = (self.next_flow + 1) % flows;
+                }
+            }
+            let off = self.next_flow as usize * stride;
+            let flen = self.plan.frame_len_of(self.next_flow);
+            self.next_flow += 1;
+            if self.next_flow == flows {
+                self.next_flow = 0;
+            }
+            // A fresh buffer's room holds a 1518-byte frame (DEFAULT_DATA_ROOM).
+            if m.set_len(flen) {
+                let frame = m.data_mut();
+                frame.copy_from_slice(&self.templates[off..off + flen]);
+                stamp.apply(frame);
+            }
+        }
+    }
+
     /// One receive burst: returns how many frames it took.
-    fn receive(&mut self, link: &mut Link, out: &mut TrialOutcome, latency: bool, checked: &mut u64) -> usize {
+    fn receive(
+        &mut self,
+        link: &mut Link,
+        out: &mut TrialOutcome,
+        latency: bool,
+        phase: Phase,
+        now: u64,
+        checked: &mut u64,
+    ) -> usize {
         let n = link.rx.rx_burst(&mut self.rx, BURST);
         if n == 0 {
             return 0;
         }
-        let now = self.now_ns();
         let mut arp_replies: Vec<Vec<u8>> = Vec::new();
-        for mut m in self.rx.drain(..) {
+        // A new connection's SNAT port is new: only established flows keep theirs.
+        let track_snat = link.dut == Dut::Torii && phase != Phase::Connect;
+        let mut rx = std::mem::take(&mut self.rx);
+        'frames: for mut m in rx.drain(..) {
             match plan::classify(m.data()) {
                 Received::ToEndpoint { flow, segment } => {
                     *checked += 1;
                     let sums = (*checked).is_multiple_of(self.checksum_every);
-                    match plan::check_to_endpoint(&self.plan, link.dut, m.data(), flow, sums) {
+                    let verdict = if sums || (*checked).is_multiple_of(self.check_every) {
+                        plan::check_to_endpoint(&self.plan, link.dut, m.data(), flow, sums)
+                    } else if flow < self.plan.flows {
+                        Ok(link.snat[flow as usize])
+                    } else {
+                        Err(format!("flow {flow}: flow index out of range"))
+                    };
+                    match verdict {
                         Ok(snat) => {
-                            if link.dut == Dut::Torii {
+                            if track_snat && snat != 0 {
                                 let seen = &mut link.snat[flow as usize];
                                 if *seen != 0 && *seen != snat {
                                     out.snat_changed += 1;
                                 }
                                 *seen = snat;
                             }
-                            match segment {
-                                Segment::Datagram | Segment::Data => {}
-                                Segment::Syn => plan::set_tcp_flags(m.data_mut(), Segment::SynAck),
-                                Segment::Ack => {
+                            match (segment, phase) {
+                                (Segment::Data, Phase::Close) => plan::to_rst(m.data_mut(), flow),
+                                (Segment::Datagram | Segment::Data, _) => {}
+                                (Segment::Syn, _) => plan::set_tcp_flags(m.data_mut(), Segment::SynAck),
+                                (Segment::Ack, Phase::Connect) => {
                                     out.handshake_acks += 1;
+                                    plan::to_rst(m.data_mut(), flow);
+                                }
+                                (Segment::Ack, _) => {
+                                    out.handshake_acks += 1;
+                                    self.free.push(m);
                                     continue;
                                 }
-                                Segment::SynAck | Segment::Other => {
+                                (Segment::SynAck | Segment::Rst | Segment::Other, _) => {
                                     out.problem(format!("flow {flow}: unexpected {segment:?} at the endpoint"));
+                                    self.free.push(m);
                                     continue;
                                 }
                             }
                             plan::reflect(m.data_mut());
                             self.back.push(m);
                             out.reflected += 1;
+                            continue;
                         }
                         Err(e) => out.problem(e),
                     }
                 }
-                Received::ToClient { flow, trial, tx_ns, segment } => {
+                Received::ToClient { flow, trial, tx_ns, segment } => 'client: {
                     if trial != self.trial {
                         out.late += 1;
-                        continue;
+                        break 'client;
                     }
                     *checked += 1;
                     let sums = (*checked).is_multiple_of(self.checksum_every);
-                    if let Err(e) = plan::check_to_client(&self.plan, m.data(), flow, sums) {
+                    let verdict = if sums || (*checked).is_multiple_of(self.check_every) {
+                        plan::check_to_client(&self.plan, m.data(), flow, sums)
+                    } else if flow < self.plan.flows {
+                        Ok(())
+                    } else {
+                        Err(format!("flow {flow}: flow index out of range"))
+                    };
+                    if let Err(e) = verdict {
                         out.problem(e);
-                        continue;
+                        break 'client;
                     }
-                    match segment {
-                        Segment::Datagram | Segment::Data => {}
-                        Segment::SynAck => {
-                            // The client completes the handshake: the buffer becomes its ACK.
-                            let flen = self.plan.frame_len();
-                            let off = flow as usize * flen;
+                    match (segment, phase) {
+                        (Segment::Datagram | Segment::Data, _) | (Segment::Rst, Phase::Close | Phase::Connect) => {}
+                        (Segment::SynAck, Phase::Open | Phase::Connect) => {
+                            out.syn_acks += 1;
+                            // The client completes the handshake: the buffer becomes its
+                            // ACK, carrying the SYN's transmit time on.
+                            let off = flow as usize * self.plan.frame_len();
+                            let flen = self.plan.frame_len_of(flow);
                             if m.set_len(0) && m.extend_from_slice(&self.templates[off..off + flen]) {
                                 plan::set_tcp_flags(m.data_mut(), Segment::Ack);
-                                plan::stamp(self.plan.protocol, m.data_mut(), self.trial, now);
+                                plan::stamp(self.plan.protocol, m.data_mut(), self.trial, tx_ns);
                                 self.back.push(m);
                             }
+                            if phase == Phase::Connect {
+                                // Counted when its RST arrives.
+                                continue 'frames;
+                            }
+                            self.answer(out, flow, latency, now, tx_ns);
+                            continue 'frames;
                         }
-                        Segment::Syn | Segment::Ack | Segment::Other => {
-                            out.problem(format!("flow {flow}: unexpected {segment:?} at the client"));
-                            continue;
-                        }
-                    }
-                    out.received += 1;
-                    if !self.answered[flow as usize] {
-                        self.answered[flow as usize] = true;
-                        self.answered_count += 1;
-                    }
-                    if latency {
-                        if let Some(h) = out.latency.as_mut() {
-                            let rtt = match self.plan.protocol {
-                                Protocol::Udp => now.saturating_sub(tx_ns),
-                                // TCP probes carry the low 32 bits of the time.
-                                Protocol::Tcp => u64::from((now as u32).wrapping_sub(tx_ns as u32)),
-                            };
-                            let _ = h.record(rtt.max(1));
+                        _ => {
+                            out.problem(format!("flow {flow}: unexpected {segment:?} at the client in {phase:?}"));
+                            break 'client;
                         }
                     }
+                    self.answer(out, flow, latency, now, tx_ns);
                 }
                 Received::Arp => {
                     if let Some(reply) = vhost::arp_reply(m.data(), |ip| self.plan.mac_of(ip)) {
@@ -373,12 +457,15 @@ impl Generator {
                 }
                 Received::Other => out.other += 1,
             }
+            self.free.push(m);
         }
+        self.rx = rx;
         if !self.back.is_empty() {
             link.tx.tx_burst(&mut self.back);
             out.reflect_refused += self.back.len() as u64;
-            self.back.clear();
+            Mbuf::free_bulk(&mut self.back);
         }
+        Mbuf::free_bulk(&mut self.free);
         for reply in arp_replies {
             if let Some(mut m) = self.pool.alloc() {
                 if m.extend_from_slice(&reply) {
@@ -388,5 +475,24 @@ impl Generator {
             }
         }
         n
+    }
+
+    /// Counts a reply that reached flow `flow`'s client, with its latency.
+    fn answer(&mut self, out: &mut TrialOutcome, flow: u32, latency: bool, now: u64, tx_ns: u64) {
+        out.received += 1;
+        if !self.answered[flow as usize] {
+            self.answered[flow as usize] = true;
+            self.answered_count += 1;
+        }
+        if latency {
+            if let Some(h) = out.latency.as_mut() {
+                let rtt = match self.plan.protocol {
+                    Protocol::Udp => now.saturating_sub(tx_ns),
+                    // TCP probes carry the low 32 bits of the time.
+                    Protocol::Tcp => u64::from((now as u32).wrapping_sub(tx_ns as u32)),
+                };
+                let _ = h.record(rtt.max(1));
+            }
+        }
     }
 }

@@ -21,8 +21,9 @@ use crate::dut::Memory;
 pub const DESCRIPTORS: u16 = 1024;
 
 /// EAL arguments for a process with one lcore on `cpu`, its own file prefix, and a
-/// `net_vhost<k>` server port on each of `sockets` (one queue each).
-pub fn eal_args(file_prefix: &str, cpu: usize, sockets: &[&Path], memory: Memory) -> Vec<String> {
+/// `net_vhost<k>` server port on each of `sockets` with `queues` queue pairs (the
+/// virtio-user client asks for as many: `queues=N` on both sides).
+pub fn eal_args(file_prefix: &str, cpu: usize, sockets: &[&Path], queues: u16, memory: Memory) -> Vec<String> {
     let mut a: Vec<String> = vec![
         "--file-prefix".into(),
         file_prefix.into(),
@@ -34,22 +35,24 @@ pub fn eal_args(file_prefix: &str, cpu: usize, sockets: &[&Path], memory: Memory
     ];
     for (k, s) in sockets.iter().enumerate() {
         a.push("--vdev".into());
-        a.push(format!("net_vhost{k},iface={},queues=1", s.display()));
+        a.push(format!("net_vhost{k},iface={},queues={queues}", s.display()));
     }
     a.extend(memory.eal_args());
     a
 }
 
-/// Configures and starts `net_vhost<k>` (the name EAL gave the k-th socket) with one
-/// RX and one TX queue of [`DESCRIPTORS`], receiving into `pool`.
+/// Configures and starts `net_vhost<k>` (the name EAL gave the k-th socket) with
+/// `queues` RX and TX queues of [`DESCRIPTORS`], receiving into `pool`.
 ///
 /// # Errors
 /// When the port does not exist or DPDK refuses a step.
-pub fn open_port(eal: &Eal, name: &str, pool: &Mempool) -> torii_dpdk::Result<Port> {
+pub fn open_port(eal: &Eal, name: &str, pool: &Mempool, queues: u16) -> torii_dpdk::Result<Port> {
     let mut port = Port::by_name(eal, name)?;
-    port.configure(1, 1, &PortConfig::default())?;
-    port.setup_rx_queue(0, DESCRIPTORS, pool)?;
-    port.setup_tx_queue(0, DESCRIPTORS)?;
+    port.configure(queues, queues, &PortConfig::default())?;
+    for q in 0..queues {
+        port.setup_rx_queue(q, DESCRIPTORS, pool)?;
+        port.setup_tx_queue(q, DESCRIPTORS)?;
+    }
     port.start()?;
     Ok(port)
 }
@@ -123,7 +126,7 @@ mod tests {
 
     #[test]
     fn eal_args_name_one_port_per_socket() {
-        let a = eal_args("p", 1, &[Path::new("/s0"), Path::new("/s1")], Memory::NoHuge);
+        let a = eal_args("p", 1, &[Path::new("/s0"), Path::new("/s1")], 1, Memory::NoHuge);
         let s = a.join(" ");
         assert!(s.contains("--file-prefix p -l 1"), "{s}");
         assert!(s.contains("--vdev net_vhost0,iface=/s0,queues=1 --vdev net_vhost1,iface=/s1,queues=1"), "{s}");

@@ -818,7 +818,7 @@ mod tests {
     const SEEDS: u64 = 64;
 
     /// Snapshots through `update`: equal to `compile_loaded` of the same snapshot, with
-    /// the same table spec and the same table bytes.
+    /// the same table spec, and a table serving the same.
     #[test]
     fn update_equals_compile_loaded() {
         for seed in 0..SEEDS {
@@ -858,8 +858,9 @@ mod tests {
                 let got = compiler.update(&loaded).clone();
                 assert_eq!(&got, &expected, "seed {seed} step {step}");
                 assert_eq!(compiler.table_spec(), &expected.to_table_spec(), "seed {seed} step {step}");
-                let bytes = builder.build(compiler.table_spec(), 7).unwrap();
-                assert!(bytes == table_bytes(&expected.to_table_spec()).as_slice(), "seed {seed} step {step}");
+                let bytes = builder.build(compiler.table_spec(), 7).unwrap().to_vec();
+                let content = |b: Vec<u8>| torii_table::Table::new(b).unwrap().content();
+                assert!(content(bytes) == content(table_bytes(&expected.to_table_spec())), "seed {seed} step {step}");
             }
         }
     }

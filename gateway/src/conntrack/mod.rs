@@ -52,7 +52,10 @@
 //!  Record<A> (repr(C)):
 //!    state              FlowState: deadline u32 ms, frontend u32, table_generation u32,
 //!                       tcp_state u8, seen_reply, assured, links
-//!                       (arrival interface of each direction)         20 B
+//!                       (arrival interface of each direction), egress
+//!                       (per direction: interface, next hop on-link;
+//!                       the lean path's precomputed route, in what was
+//!                       the struct's padding)                         20 B
 //!    original src, dst  A, A                                          8 B / 32 B
 //!    reply src          A (the endpoint)                              4 B / 16 B
 //!    ports              original src, dst; reply src, dst (SNAT)      8 B
@@ -119,6 +122,8 @@
 mod hash;
 mod index;
 pub mod persist;
+pub mod syncookie;
+pub mod synproxy;
 pub mod tcp;
 #[cfg(test)]
 mod tests;
@@ -238,11 +243,12 @@ impl<A: Address> FlowKey<A> {
 
 /// Which tuple of a flow a lookup matched.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
 pub enum Direction {
     /// [`Flow::original`]: client → VIP; translate with DNAT + SNAT.
-    Original,
+    Original = 0,
     /// [`Flow::reply`]: endpoint → SNAT address; translate back towards the client.
-    Reply,
+    Reply = 1,
 }
 
 const NS_PER_MS: u64 = 1_000_000;
@@ -321,6 +327,46 @@ pub struct FlowState {
     /// that arrives on another link, so a sender on the client side cannot pass for an
     /// endpoint (a forged reply) nor the reverse.
     pub links: Links,
+    /// Where each direction leaves, once the pipeline has routed a packet of it (the lean
+    /// established path's precomputed egress); opaque to conntrack.
+    pub egress: Egress,
+}
+
+/// The egress of both directions of a flow as the pipeline routed them ([`FlowState::egress`]):
+/// per direction the interface a packet leaves by and whether its next hop is its
+/// destination (a connected subnet) or the family's router. Routes are a pure function of
+/// the destination and the host, which never changes while the gateway runs, so this stays
+/// true for the flow's life; the next hop's MAC is read from the neighbour table on every
+/// packet, so neighbour changes need no invalidation. 3 bytes, in the padding of
+/// [`FlowState`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct Egress {
+    /// Egress interface per direction (index 0: original, 1: reply), valid where `known`
+    /// says.
+    pub out: [u8; 2],
+    /// Bit `2·d`: direction `d`'s egress is known; bit `2·d + 1`: its next hop is its
+    /// destination (on a connected subnet), else the router.
+    pub bits: u8,
+}
+
+impl Egress {
+    /// Direction `direction`'s egress interface and whether its next hop is on-link, once
+    /// known.
+    #[inline]
+    #[must_use]
+    pub fn of(self, direction: Direction) -> Option<(u8, bool)> {
+        let d = direction as usize;
+        (self.bits & (1 << (2 * d)) != 0).then(|| (self.out[d], self.bits & (2 << (2 * d)) != 0))
+    }
+
+    /// Records direction `direction`'s egress: interface `out`, next hop on-link or not.
+    #[inline]
+    pub fn set(&mut self, direction: Direction, out: u8, on_link: bool) {
+        let d = direction as usize;
+        self.out[d] = out;
+        self.bits = (self.bits & !(3 << (2 * d))) | (1 << (2 * d)) | (u8::from(on_link) << (2 * d + 1));
+    }
 }
 
 /// The interfaces the two directions of a flow arrive on ([`FlowState::links`]).
@@ -372,6 +418,7 @@ impl FlowState {
             seen_reply: false,
             assured: false,
             links: Links { original: 0, reply: 0 },
+            egress: Egress { out: [0; 2], bits: 0 },
         }
     }
 }
@@ -430,6 +477,7 @@ impl<A: Address> Record<A> {
             seen_reply: false,
             assured: false,
             links: Links { original: 0, reply: 0 },
+            egress: Egress { out: [0; 2], bits: 0 },
         },
         original_src: A::UNSPECIFIED,
         original_dst: A::UNSPECIFIED,
@@ -580,8 +628,6 @@ pub struct Conntrack<A: Address = Ipv4Addr> {
     never_used: u32,
     /// Next record [`Conntrack::expire`] examines.
     expire_cursor: usize,
-    /// Next record [`Conntrack::evict_scan`] examines.
-    evict_cursor: usize,
     /// Flows removed so far (wrapping): a [`Vacancy`] taken before a removal is stale.
     removals: u32,
 }
@@ -730,7 +776,6 @@ impl<A: Address> Conntrack<A> {
             free_head: NO_FREE,
             never_used: 0,
             expire_cursor: 0,
-            evict_cursor: 0,
             removals: 0,
         }
     }
@@ -984,6 +1029,25 @@ impl<A: Address> Conntrack<A> {
         self.records[id as usize].unpack(&self.snat)
     }
 
+    /// What forwarding a packet of flow `id` in `direction` will read, as the record holds it
+    /// now (a hint, as [`Conntrack::peek`]): the destination the packet is translated to
+    /// (the endpoint for the original direction, the client for replies) and the flow's
+    /// state. O(1).
+    ///
+    /// # Panics
+    ///
+    /// If `id >= capacity`.
+    #[inline]
+    #[must_use]
+    pub fn peek_destination(&self, id: FlowId, direction: Direction) -> (A, &FlowState) {
+        let record = &self.records[id as usize];
+        let to = match direction {
+            Direction::Original => record.reply_src,
+            Direction::Reply => record.original_src,
+        };
+        (to, &record.state)
+    }
+
     /// Makes room for a new flow when the table is full, as Linux's `early_drop`
     /// (`nf_conntrack_core.c`) does: examines the flows indexed in the
     /// [`EARLY_DROP_SLOTS`] index slots from the home slot of `near` (the new flow's
@@ -1004,6 +1068,34 @@ impl<A: Address> Conntrack<A> {
             .map(|tag| untag(tag).0)
             .find(|&id| evictable(&records[id as usize].state, now_ns))?;
         Some(self.remove(victim))
+    }
+
+    /// Whether, and how readily, flow `id` gives way to a new flow at `now_ns` when a
+    /// resource it holds runs short (its SNAT port: `pipeline::flow`): `None` for a flow
+    /// [`Conntrack::early_drop`] would keep (assured, live, not closing); else an order,
+    /// lowest first — expired flows, then never-answered ones (a SYN flood's half-open
+    /// flows, one-way UDP: issue 13's "unanswered flows are evicted first"), then closing
+    /// TCP connections, each class from the one nearest its deadline (the oldest
+    /// half-open flow, whose endpoint has most likely given up its own half-open
+    /// connection). O(1): reads the flow's state.
+    ///
+    /// # Panics
+    ///
+    /// If `id >= capacity`.
+    #[inline]
+    #[must_use]
+    pub fn eviction_order(&self, id: FlowId, now_ns: u64) -> Option<(u8, u32)> {
+        let state = &self.records[id as usize].state;
+        let class = if state.deadline.is_due(now_ns) {
+            0
+        } else if !state.assured {
+            1
+        } else if evictable(state, now_ns) {
+            2
+        } else {
+            return None;
+        };
+        Some((class, state.deadline.remaining_ms(now_ns)))
     }
 
     /// The flow `id`, unpacked: both tuples and the state. O(1).
@@ -1057,6 +1149,54 @@ impl<A: Address> Conntrack<A> {
     pub fn tcp_mut(&mut self, id: FlowId) -> (&mut FlowState, &mut TcpWindows) {
         debug_assert!(self.is_live(id), "conntrack: flow id {id} is not live");
         (&mut self.records[id as usize].state, &mut self.windows[id as usize])
+    }
+
+    /// The lean established path's view of the flow a burst found ahead: when record `id`
+    /// is live and its tuple `direction` is `key` (what [`Conntrack::lookup_candidate`]
+    /// confirms), its state and TCP windows, mutable, and the tuple a packet of `direction`
+    /// leaves as: `reply.reversed()` for the original direction (SNAT address:port →
+    /// endpoint), `original.reversed()` for replies (front door → client). `None` otherwise.
+    /// Reads the record once, without unpacking the flow. O(1).
+    #[inline]
+    pub fn lean(
+        &mut self,
+        id: FlowId,
+        direction: Direction,
+        key: &FlowKey<A>,
+    ) -> Option<(&mut FlowState, &mut TcpWindows, FlowKey<A>)> {
+        let record = self.records.get_mut(id as usize)?;
+        if !record.live || !record.matches(direction, key, &self.snat) {
+            return None;
+        }
+        let out = match direction {
+            Direction::Original => FlowKey {
+                protocol: record.protocol,
+                src_addr: *self.snat.get(usize::from(record.snat))?,
+                src_port: record.reply_dst_port,
+                dst_addr: record.reply_src,
+                dst_port: record.reply_src_port,
+            },
+            Direction::Reply => FlowKey {
+                protocol: record.protocol,
+                src_addr: record.original_dst,
+                src_port: record.original_dst_port,
+                dst_addr: record.original_src,
+                dst_port: record.original_src_port,
+            },
+        };
+        Some((&mut record.state, self.windows.get_mut(id as usize)?, out))
+    }
+
+    /// The TCP windows of flow `id` (tests, diagnostics), with the same contract as
+    /// [`Conntrack::get`].
+    ///
+    /// # Panics
+    ///
+    /// If `id >= capacity` (always), or if `id` is not live (debug builds).
+    #[must_use]
+    pub fn tcp_windows(&self, id: FlowId) -> &TcpWindows {
+        debug_assert!(self.is_live(id), "conntrack: flow id {id} is not live");
+        &self.windows[id as usize]
     }
 
     /// Tracks `flow`, indexing both [`Flow::original`] and [`Flow::reply`], and returns its id.
@@ -1205,28 +1345,6 @@ impl<A: Address> Conntrack<A> {
             self.expire_cursor = if first + span == capacity { 0 } else { first + span };
         }
         removed
-    }
-
-    /// Removes and returns the first flow, among the next `min(budget, capacity)` records from
-    /// a rotating cursor, that is worth least as [`Conntrack::early_drop`] judges it (expired,
-    /// never assured, or closing) and for which `wanted` holds; `None` when none of them is.
-    /// For freeing a resource a flow holds (a SNAT port) rather than a place in the index,
-    /// where [`Conntrack::early_drop`]'s neighbourhood of one key is the wrong place to look.
-    /// O(budget).
-    pub fn evict_scan(&mut self, now_ns: u64, budget: usize, wanted: impl Fn(&Flow<A>) -> bool) -> Option<Flow<A>> {
-        let capacity = self.records.len();
-        for _ in 0..budget.min(capacity) {
-            let id = self.evict_cursor;
-            self.evict_cursor = if id + 1 == capacity { 0 } else { id + 1 };
-            let record = &self.records[id];
-            if self.live[id / 64] & (1 << (id % 64)) != 0
-                && evictable(&record.state, now_ns)
-                && wanted(&record.unpack(&self.snat))
-            {
-                return Some(self.remove(id as FlowId));
-            }
-        }
-        None
     }
 
     /// Every live flow with its id, in id order. O(capacity); for tests and diagnostics, not

@@ -69,24 +69,10 @@ impl TcpSeq {
 /// [RFC 7323 § 2.2]: https://www.rfc-editor.org/rfc/rfc7323#section-2.2
 #[must_use]
 pub fn window_scale_option(options: &[u8]) -> Option<u8> {
-    let mut i = 0;
-    while i < options.len() {
-        match options[i] {
-            0 => return None,
-            1 => i += 1,
-            kind => {
-                let len = usize::from(*options.get(i + 1)?);
-                if len < 2 || i + len > options.len() {
-                    return None;
-                }
-                if kind == 3 && len == 3 {
-                    return Some(options[i + 2].min(MAX_WSCALE));
-                }
-                i += len;
-            }
-        }
+    match crate::wire::tcp::option(options, 3)? {
+        &[shift] => Some(shift.min(MAX_WSCALE)),
+        _ => None,
     }
-    None
 }
 
 /// Largest Window Scale shift ([RFC 7323 § 2.3]).
@@ -336,6 +322,58 @@ pub fn check(w: &mut TcpWindows, direction: Direction, state: TcpState, assured:
     }
 }
 
+/// [`check`] for the lean established path: a segment `seg` travelling in `direction` of an
+/// ESTABLISHED, assured flow whose flags are ACK without SYN, FIN or RST (PSH, URG, ECE, CWR
+/// as they come). Returns `true` when [`check`] would return [`Fit::Accept`], having moved
+/// the windows exactly as it would; `false`, with nothing changed, for everything else —
+/// a direction not initialised yet, a segment outside the window or an overly delayed
+/// acknowledgement — which the caller hands to the general path, where [`check`] decides.
+/// The same four bounds and updates as [`check`], without its SYN, RST and first-segment
+/// branches, which such a segment never takes (the property test `check_ack_is_check`
+/// compares the two).
+#[inline]
+#[must_use]
+pub fn check_ack(w: &mut TcpWindows, direction: Direction, seg: &TcpSeq) -> bool {
+    debug_assert!(
+        seg.flags.contains(TcpFlags::ACK) && seg.flags.0 & (TcpFlags::SYN.0 | TcpFlags::FIN.0 | TcpFlags::RST.0) == 0
+    );
+    let (s, r) = (direction as usize, 1 - direction as usize);
+    if w.maxwin[s] == 0 {
+        return false;
+    }
+    let (seq, ack, end) = (seg.seq, seg.ack, seg.end());
+    let max_ack_window = w.maxwin[s];
+    let in_recv_win = w.maxwin[r] == 0 || after(end, w.end[s].wrapping_sub(w.maxwin[r]).wrapping_sub(1));
+    let seq_ok = before(seq, w.maxend[s].wrapping_add(1)) && in_recv_win; // I, II
+    let ack_not_ahead = before(ack, w.end[r].wrapping_add(1)); // III
+    let ack_not_stale = after(ack, w.end[r].wrapping_sub(max_ack_window).wrapping_sub(1)); // IV
+    if !(seq_ok && ack_not_ahead && ack_not_stale) {
+        // Liberal: accepted, teaching nothing; else refused or ignored, as `check` says.
+        return w.flags[s] & LIBERAL != 0;
+    }
+    let win = u32::from(seg.window) << w.scale[s];
+    if w.maxwin[s] < win {
+        w.maxwin[s] = win;
+    }
+    if after(end, w.end[s]) {
+        w.end[s] = end;
+    }
+    if w.flags[s] & MAXACK_SET == 0 {
+        w.maxack[s] = ack;
+        w.flags[s] |= MAXACK_SET;
+    } else if after(ack, w.maxack[s]) {
+        w.maxack[s] = ack;
+    }
+    if w.maxwin[r] != 0 && after(end, w.maxend[s]) {
+        w.maxwin[r] = w.maxwin[r].wrapping_add(end.wrapping_sub(w.maxend[s]));
+    }
+    let right_edge = ack.wrapping_add(win);
+    if after(right_edge, w.maxend[r].wrapping_sub(1)) {
+        w.maxend[r] = if win == 0 { right_edge.wrapping_add(1) } else { right_edge };
+    }
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -442,6 +480,52 @@ mod tests {
         assert_eq!(check(&mut w, O, e, false, &seg(ACK, 77_787 + 400_000, 100_009, 512, 10)), Fit::Accept);
         assert_eq!(check(&mut w, R, e, false, &seg(RST, 42, 0, 0, 0)), Fit::OutOfWindow);
         assert_eq!(check(&mut w, R, e, false, &seg(RST, 100_009, 0, 0, 0)), Fit::Accept);
+    }
+
+    proptest::proptest! {
+        /// `check_ack` accepts exactly the ACK segments of an established flow that `check`
+        /// accepts, and leaves the windows as `check` does; otherwise it changes nothing.
+        #[test]
+        fn check_ack_is_check(
+            windows in proptest::array::uniform8(proptest::prelude::any::<u32>()),
+            near in proptest::array::uniform8(-70_000i64..70_000),
+            use_near in proptest::prelude::any::<u8>(),
+            scale in (0u8..15, 0u8..15), flags in (0u8..8, 0u8..8),
+            reply in proptest::prelude::any::<bool>(),
+            seq in proptest::prelude::any::<u32>(), seq_near in -70_000i64..70_000,
+            ack in proptest::prelude::any::<u32>(), ack_near in -70_000i64..70_000,
+            window in proptest::prelude::any::<u16>(), data in 0u32..3000, extra in 0u8..4,
+        ) {
+            // Windows near one another (and segments near them) so that every bound is
+            // sometimes met and sometimes not; sometimes anything.
+            let base = windows[0];
+            let v = |i: usize| if use_near & (1 << i) != 0 { base.wrapping_add(near[i] as u32) } else { windows[i] };
+            let mut w = TcpWindows {
+                end: [v(0), v(1)],
+                maxend: [v(2), v(3)],
+                maxwin: [v(4) & 0x3fff_ffff, v(5) & 0x3fff_ffff],
+                maxack: [v(6), v(7)],
+                scale: [scale.0, scale.1],
+                flags: [flags.0, flags.1],
+            };
+            let seq = if use_near & 1 != 0 { base.wrapping_add(seq_near as u32) } else { seq };
+            let ack = if use_near & 2 != 0 { base.wrapping_add(ack_near as u32) } else { ack };
+            // ACK with PSH, URG, ECE or CWR as they come.
+            let extra_flags = [0, TcpFlags::PSH.0, TcpFlags::URG.0, TcpFlags::ECE.0 | TcpFlags::CWR.0][usize::from(extra)];
+            let seg = TcpSeq { flags: TcpFlags(TcpFlags::ACK.0 | extra_flags), seq, ack, window, len: data, wscale: None };
+            let direction = if reply { R } else { O };
+            let mut general = w;
+            let fit = check(&mut general, direction, TcpState::Established, true, &seg);
+            let before = w;
+            let lean = check_ack(&mut w, direction, &seg);
+            if lean {
+                proptest::prop_assert_eq!(fit, Fit::Accept);
+                proptest::prop_assert_eq!(w, general);
+            } else {
+                proptest::prop_assert_eq!(w, before, "a segment left to the general path changes nothing");
+                proptest::prop_assert!(fit != Fit::Accept || before.maxwin[direction as usize] == 0);
+            }
+        }
     }
 
     #[test]

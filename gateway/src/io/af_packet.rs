@@ -50,6 +50,8 @@ use crate::pipeline::MIN_BUFFER;
 
 /// Length of an Ethernet header (destination, source, EtherType).
 const ETH_HLEN: usize = 14;
+/// `TP_STATUS_CSUM_VALID` (`<linux/if_packet.h>`, Linux 3.17).
+const TP_STATUS_CSUM_VALID: u32 = 1 << 7;
 /// Length of one 802.1Q tag, which the kernel allows on top of the MTU.
 const VLAN_HLEN: usize = 4;
 
@@ -109,6 +111,9 @@ pub struct RxFlags {
     /// `TP_STATUS_CSUMNOTREADY`: the frame was generated locally with checksum offload
     /// pending; its L4 checksum field holds only the pseudo-header sum.
     pub csum_not_ready: bool,
+    /// `TP_STATUS_CSUM_VALID`: the kernel (or the NIC, `CHECKSUM_UNNECESSARY`) verified the
+    /// frame's L4 checksum.
+    pub csum_valid: bool,
     /// The frame was cut to fit the ring (`tp_snaplen < tp_len`): the slice is a prefix.
     pub truncated: bool,
     /// `TP_STATUS_VLAN_VALID`: the frame carried an 802.1Q tag, which the kernel removed
@@ -747,6 +752,7 @@ impl AfPacketSocket {
                 }
                 let flags = RxFlags {
                     csum_not_ready: h.tp_status & libc::TP_STATUS_CSUMNOTREADY != 0,
+                    csum_valid: h.tp_status & TP_STATUS_CSUM_VALID != 0,
                     truncated: h.tp_snaplen < h.tp_len,
                     vlan_tci: (h.tp_status & libc::TP_STATUS_VLAN_VALID != 0).then_some(h.hv1.tp_vlan_tci as u16),
                     vlan_tpid: match h.tp_status & (libc::TP_STATUS_VLAN_VALID | libc::TP_STATUS_VLAN_TPID_VALID) {

@@ -50,10 +50,17 @@ impl PacketIo for AfPacketIo {
         // releases this socket's blocks, and it is dropped before the sockets.
         let (taken, oversize) = unsafe {
             s.rx_frames(max, |frame, len, flags| {
-                vector.push(frame, Meta { iface: iface as u8, len, l4_csum_partial: flags.csum_not_ready });
+                let meta = Meta {
+                    iface: iface as u8,
+                    len,
+                    l4_csum_partial: flags.csum_not_ready,
+                    l4_csum_good: flags.csum_valid,
+                    ..Meta::default()
+                };
+                vector.push(frame, meta);
             })
         };
-        Received { taken, oversize }
+        Received { taken, oversize, ..Received::default() }
     }
 
     fn vector(&mut self) -> (&mut [RingFrame], &[Meta]) {

@@ -6,13 +6,21 @@
 //! Decisions, and why:
 //!
 //! - **Queues and workers.** Worker `w` polls RX queue `w` and transmits on TX queue `w`
-//!   of every port. More than one worker needs every port to spread flows by RSS over
-//!   as many queues, with a redirection table (RETA) and Toeplitz key we can set. Ports
-//!   without that — `net_af_packet` (whose DPDK 22.11 driver always uses
-//!   `PACKET_FANOUT_ROLLOVER`, which moves flows between queues under load), virtio-user
-//!   against a vhost-user switch without RSS, single-queue NICs — get one queue, and the
-//!   gateway runs **one worker** ([`DpdkDriver::workers`]); the startup log says so. (A
-//!   software redirect of frames to their owning worker would lift that; not done yet.)
+//!   of every port. When every port spreads flows by RSS over as many queues, with a
+//!   redirection table (RETA) and Toeplitz key we can set, that is all: each flow's frames,
+//!   both directions, arrive at its worker. Ports without that — `net_af_packet` (whose
+//!   DPDK 22.11 driver always uses `PACKET_FANOUT_ROLLOVER`, which moves flows between
+//!   queues under load), virtio-user against a vhost-user switch without RSS, NICs with
+//!   fewer queues than workers — get as many RX queues as they have (up to one per worker)
+//!   and one TX queue per worker, and the **software redirect** ([`crate::io::redirect`])
+//!   keeps flows on their worker: the receiving worker hands a frame of another worker's
+//!   flow, mbuf and metadata, to that worker over a lock-free ring, and the owner
+//!   processes it and transmits it on its own TX queue. The owner is the rule the AF_PACKET
+//!   fanout program follows ([`crate::io::fanout::owner_of_frame`]), and SNAT ports follow
+//!   [`crate::io::fanout::owner_of_port`]. `net_af_packet` devices get `qpairs=<workers>`
+//!   unless the device string sets it. A port with fewer TX queues than workers limits the
+//!   workers to its queue count (the startup log says so): handing frames back to a
+//!   queue's worker for transmission is not done.
 //! - **SNAT ports under RSS** ([`ThashSteering`]): a reply (endpoint → SNAT address:port)
 //!   is delivered to RX queue `reta[toeplitz(key, tuple) % reta.len()]`. One
 //!   `rte_thash` picker, shared by the workers, reshapes the key so that the SNAT port's
@@ -25,7 +33,12 @@
 //!   a port that offers it, frames leave with the IPv4 header checksum zeroed and the L4
 //!   field holding the pseudo-header sum, and the device completes them. On receive, a
 //!   device reporting "checksum not computed, data valid" (virtio's partial checksums)
-//!   marks the frame `l4_csum_partial`, as AF_PACKET's `TP_STATUS_CSUMNOTREADY` does.
+//!   marks the frame `l4_csum_partial`, as AF_PACKET's `TP_STATUS_CSUMNOTREADY` does;
+//!   `RTE_MBUF_F_RX_IP_CKSUM_GOOD` and `RTE_MBUF_F_RX_L4_CKSUM_GOOD` mark it
+//!   `l3_csum_good` / `l4_csum_good`, and the pipeline skips verifying what the device
+//!   verified (the IPv4 header checksum, SCTP's CRC32c). The device's RSS hash is not
+//!   used: it is a Toeplitz hash, not the flow hash the redirect and the AF_PACKET fanout
+//!   share, nor conntrack's keyed hash (docs/drivers.md).
 //! - **Zero copy.** The worker's vector is the received mbufs ([`RxFrame`]): the pipeline
 //!   rewrites each in place, in the mbuf's room from `data_off` to the end of its buffer
 //!   (2048 bytes with the default data room, so a frame can gain an 802.1Q tag and an ICMP
@@ -65,6 +78,8 @@ use torii_dpdk::{
 };
 
 use crate::config::{Config, DpdkDevice};
+use crate::io::fanout::SnatRange;
+use crate::io::redirect::{Mesh, Redirect, RING_CAPACITY};
 use crate::metrics::PortReport;
 use crate::pipeline::{Meta, Verdict};
 use crate::snat::ReplySteering;
@@ -187,7 +202,17 @@ pub fn eal_args(config: &Config, pid: u32, hugepage_bytes: u64, main_cpu: usize)
         args.push("--no-pci".into());
     }
     for d in devices {
-        args.extend(d.eal_args());
+        let [flag, mut value] = d.eal_args();
+        if let DpdkDevice::Vdev { name, args: a } = d {
+            // One queue pair (a socket) per worker, so each worker has a TX queue of its own.
+            if name.starts_with("net_af_packet")
+                && config.workers > 1
+                && !a.split(',').any(|kv| kv.starts_with("qpairs="))
+            {
+                value.push_str(&format!(",qpairs={}", config.workers));
+            }
+        }
+        args.extend([flag, value]);
     }
     args.extend(user.iter().cloned());
     (args, memory)
@@ -317,38 +342,56 @@ impl DpdkDriver {
             ports.push(port);
         }
 
-        // One queue per worker on every port, if every port can spread flows over them.
+        // One RX and one TX queue per worker on every port, flows spread by RSS, if every
+        // port can; else the software redirect, with one TX queue per worker.
         let mut workers = config.workers;
-        let mut single_reason = None;
+        let mut redirect_reason = None;
         if workers > 1 {
             for (i, p) in ports.iter().enumerate() {
                 if let Some(why) = rss_unusable(p, workers) {
-                    single_reason = Some(format!("ports[{i}] ({}, pmd {}): {why}", p.name(), p.info().driver_name));
+                    redirect_reason = Some(format!("ports[{i}] ({}, pmd {}): {why}", p.name(), p.info().driver_name));
                     break;
                 }
             }
             let sizes: Vec<(u16, u8)> = ports.iter().map(|p| (p.info().reta_size, p.info().hash_key_size)).collect();
-            if single_reason.is_none() && sizes.windows(2).any(|w| w[0] != w[1]) {
-                single_reason = Some(format!("the ports' RETA and key sizes differ ({sizes:?})"));
-            }
-            if let Some(why) = &single_reason {
-                tracing::warn!(
-                    requested = workers,
-                    "running 1 worker with one queue per port: {why} (a software redirect to the owning worker \
-                     would lift this; not implemented)"
-                );
-                workers = 1;
+            if redirect_reason.is_none() && sizes.windows(2).any(|w| w[0] != w[1]) {
+                redirect_reason = Some(format!("the ports' RETA and key sizes differ ({sizes:?})"));
             }
         }
-        let rss = workers > 1;
+        if let Some(why) = &redirect_reason {
+            let tx_max = ports.iter().map(|p| usize::from(p.info().max_tx_queues)).min().unwrap_or(1).max(1);
+            if tx_max < workers {
+                tracing::warn!(
+                    requested = workers,
+                    "running {tx_max} worker(s): {why}, and a port has {tx_max} TX queue(s) while every worker \
+                     transmits on a queue of its own (handing frames back to a queue's worker would lift this; \
+                     not implemented)"
+                );
+                workers = tx_max;
+            }
+            if workers > 1 {
+                tracing::info!(
+                    workers,
+                    "{why}: each worker hands frames of flows it does not own to their worker (software redirect)"
+                );
+            }
+        }
+        let rss = workers > 1 && redirect_reason.is_none();
+        let redirect = workers > 1 && !rss;
         let queues = workers as u16;
+        // RX queues per port: one per worker; under the redirect, as many as the port has
+        // up to that (workers without one on a port get its frames through the redirect).
+        let rx_queues: Vec<u16> =
+            ports.iter().map(|p| if redirect { queues.min(p.info().max_rx_queues).max(1) } else { queues }).collect();
 
         let mut pools = Vec::with_capacity(workers);
         for w in 0..workers {
             let (rx, tx) = (u32::from(config.dpdk.rx_descriptors), u32::from(config.dpdk.tx_descriptors));
             // Every RX and TX ring full, a vector being processed, a TX batch per port,
             // and the cache: the worker forwards the mbufs it receives.
-            let need = ports.len() as u32 * (rx + tx + BURST as u32) + VECTOR as u32 + 2 * POOL_CACHE;
+            // Under the redirect, also the rings to the other workers.
+            let rings = if redirect { ((workers - 1) * ports.len() * RING_CAPACITY) as u32 } else { 0 };
+            let need = ports.len() as u32 * (rx + tx + BURST as u32) + VECTOR as u32 + 2 * POOL_CACHE + rings;
             let n = (need + 1).next_power_of_two() - 1;
             let pool = Mempool::new(&eal, &format!("torii_w{w}"), n, POOL_CACHE, DEFAULT_DATA_ROOM, None)
                 .map_err(dpdk(format!("worker {w}: mempool of {n} mbufs")))?;
@@ -363,23 +406,28 @@ impl DpdkDriver {
             } else {
                 TxOffloads::empty()
             };
+            let rxq = rx_queues[i];
             let conf = PortConfig {
-                rss_hf: if rss { RSS_HF } else { RssHf::empty() },
+                // Under the redirect, RSS (where the port has it) only spreads the load.
+                rss_hf: if rss || rxq > 1 { RSS_HF } else { RssHf::empty() },
                 rx_offloads: RxOffloads::CHECKSUM,
                 tx_offloads: wanted_tx,
                 ..PortConfig::default()
             };
-            let applied =
-                port.configure(queues, queues, &conf).map_err(dpdk(format!("{ctx}: configuring {queues} queue(s)")))?;
+            let applied = port
+                .configure(rxq, queues, &conf)
+                .map_err(dpdk(format!("{ctx}: configuring {rxq} RX and {queues} TX queue(s)")))?;
             let info = port.info().clone();
             let clamp = |want: u16, max: u16| if max == 0 { want } else { want.min(max) };
             let (rxd, txd) = (
                 clamp(config.dpdk.rx_descriptors, info.rx_desc_max),
                 clamp(config.dpdk.tx_descriptors, info.tx_desc_max),
             );
-            for q in 0..queues {
+            for q in 0..rxq {
                 port.setup_rx_queue(q, rxd, &pools[usize::from(q)])
                     .map_err(dpdk(format!("{ctx}: RX queue {q} ({rxd} descriptors)")))?;
+            }
+            for q in 0..queues {
                 port.setup_tx_queue(q, txd).map_err(dpdk(format!("{ctx}: TX queue {q} ({txd} descriptors)")))?;
             }
             port.start().map_err(dpdk(format!("{ctx}: starting")))?;
@@ -393,7 +441,8 @@ impl DpdkDriver {
                 interface = %config.ports[i].name,
                 device = %port.name(),
                 pmd = %info.driver_name,
-                queues,
+                rx_queues = rxq,
+                tx_queues = queues,
                 rx_descriptors = rxd,
                 tx_descriptors = txd,
                 rss = ?applied.rss_hf,
@@ -412,13 +461,25 @@ impl DpdkDriver {
             macs.push(MacAddr(p.mac_addr().map_err(dpdk(format!("ports[{i}] ({}): MAC address", p.name())))?));
         }
 
+        let mesh = redirect.then(|| Mesh::new(workers, ports.len(), RING_CAPACITY));
+        let snat = SnatRange {
+            addrs: config.snat.addresses.clone(),
+            addrs6: config.snat.addresses6.clone(),
+            port_min: config.snat.port_min,
+            port_max: config.snat.port_max,
+        };
         let mut seeds = Vec::with_capacity(workers);
         for (w, pool) in pools.into_iter().enumerate() {
             let q = w as u16;
             let mut rx = Vec::with_capacity(ports.len());
             let mut tx = Vec::with_capacity(ports.len());
             for (i, p) in ports.iter().enumerate() {
-                rx.push(p.rx_queue(q).map_err(dpdk(format!("ports[{i}] ({}): RX queue {q}", p.name())))?);
+                let queue = if q < rx_queues[i] {
+                    Some(p.rx_queue(q).map_err(dpdk(format!("ports[{i}] ({}): RX queue {q}", p.name())))?)
+                } else {
+                    None
+                };
+                rx.push(queue);
                 tx.push(p.tx_queue(q).map_err(dpdk(format!("ports[{i}] ({}): TX queue {q}", p.name())))?);
             }
             seeds.push(Some(WorkerSeed {
@@ -430,16 +491,24 @@ impl DpdkDriver {
                 cpu: (!cpus.is_empty()).then(|| cpus[w % cpus.len()]),
                 tx_csum: tx_csum.clone(),
                 idle_sleep: Duration::from_micros(u64::from(config.dpdk.idle_sleep_us)),
+                redirect: mesh.as_ref().map(|m| Redirect::new(Arc::clone(m), w, snat.clone())),
             }));
         }
         let pmds: Vec<&str> = ports.iter().map(|p| p.info().driver_name.as_str()).collect();
         let summary = format!(
-            "{} port(s) [{}], {} queue(s) each, {} worker(s){}, {}",
+            "{} port(s) [{}], {:?} RX / {} TX queue(s), {} worker(s){}, {}",
             ports.len(),
             pmds.join(", "),
+            rx_queues,
             queues,
             workers,
-            if rss { ", SNAT ports steered by RSS (rte_thash)" } else { "" },
+            if rss {
+                ", SNAT ports steered by RSS (rte_thash)"
+            } else if redirect {
+                ", frames redirected to their flow's worker (no usable RSS)"
+            } else {
+                ""
+            },
             match memory {
                 Memory::Hugepages => "hugepages",
                 Memory::NoHuge => "no hugepages (--no-huge)",
@@ -588,13 +657,19 @@ fn push_steering(eal: &Eal, ports: &mut [Port], config: &Config, workers: usize)
 pub struct WorkerSeed {
     worker: usize,
     eal: Eal,
-    rx: Vec<RxQueue>,
+    /// The worker's RX queue on each port (none where the port has fewer queues than
+    /// workers: its frames come through the redirect).
+    rx: Vec<Option<RxQueue>>,
     tx: Vec<TxQueue>,
     pool: Mempool,
     cpu: Option<usize>,
     tx_csum: Vec<TxCsum>,
     idle_sleep: Duration,
+    redirect: Option<Redirect<Redirected>>,
 }
+
+/// What the redirect rings carry: a received mbuf (its tag restored) and its metadata.
+type Redirected = (Mbuf, Meta);
 
 impl std::fmt::Debug for WorkerSeed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -633,6 +708,7 @@ impl WorkerSeed {
             free: Vec::with_capacity(VECTOR),
             idle_sleep: self.idle_sleep,
             stats: IoStats::default(),
+            redirect: self.redirect,
             worker: w,
             pool: self.pool,
             _registration: registration,
@@ -692,7 +768,7 @@ fn restore_tag(m: &mut Mbuf, tpid: u16, tci: u16) -> bool {
 
 /// A worker's [`PacketIo`] over DPDK: its RX and TX queue on every port.
 pub struct DpdkIo {
-    rx: Vec<RxQueue>,
+    rx: Vec<Option<RxQueue>>,
     /// Where `rte_eth_rx_burst` writes (moved into the vector at once).
     rx_batch: Vec<Mbuf>,
     vector: Vector<RxFrame>,
@@ -703,6 +779,8 @@ pub struct DpdkIo {
     free: Vec<Mbuf>,
     idle_sleep: Duration,
     stats: IoStats,
+    /// This worker's end of the redirect rings (ports without usable RSS, several workers).
+    redirect: Option<Redirect<Redirected>>,
     worker: usize,
     pool: Mempool,
     /// Dropped last: the thread keeps its lcore id while it frees mbufs.
@@ -786,6 +864,12 @@ impl Drop for DpdkIo {
     fn drop(&mut self) {
         self.tx.flush();
         Mbuf::free_bulk(&mut self.free);
+        // Frames other workers handed this one and it never took.
+        if let Some(r) = &mut self.redirect {
+            for port in 0..self.rx.len() {
+                r.recv(port, usize::MAX, drop);
+            }
+        }
         if self.stats() != IoStats::default() {
             tracing::info!(worker = self.worker, stats = ?self.stats(), "DPDK driver drops");
         }
@@ -801,35 +885,58 @@ impl PacketIo for DpdkIo {
 
     #[inline]
     fn rx(&mut self, iface: usize, max: usize) -> Received {
-        let Some(q) = self.rx.get_mut(iface) else { return Received::default() };
+        let Some(queue) = self.rx.get_mut(iface) else { return Received::default() };
         debug_assert!(self.vector.is_empty() || usize::from(self.vector_iface) == iface, "one port per vector");
         self.vector_iface = iface as u8;
-        let max = max.min(VECTOR - self.vector.len());
-        let taken = q.rx_burst(&mut self.rx_batch, max);
-        let mut oversize = 0;
+        let mut max = max.min(VECTOR - self.vector.len());
+        let mut got = Received::default();
+        // First what other workers received for this worker's flows.
+        if let Some(r) = &mut self.redirect {
+            let vector = &mut self.vector;
+            let n = r.recv(iface, max, |(m, meta)| vector.push(RxFrame(m), meta));
+            got.taken += n;
+            max -= n;
+        }
+        let Some(q) = queue else { return got };
+        got.taken += q.rx_burst(&mut self.rx_batch, max);
         for mut m in self.rx_batch.drain(..) {
             if m.segments() != 1 {
                 self.stats.rx_chained += 1;
-                oversize += 1;
+                got.oversize += 1;
                 self.free.push(m);
                 continue;
             }
-            let l4_csum_partial = m.rx_l4_cksum() == RxCksum::None;
+            let l4 = m.rx_l4_cksum();
+            let (l4_csum_partial, l4_csum_good) = (l4 == RxCksum::None, l4 == RxCksum::Good);
+            let l3_csum_good = m.rx_ip_cksum() == RxCksum::Good;
             if let Some(tci) = m.rx_vlan_stripped() {
                 // DPDK keeps no TPID: devices strip 802.1Q (0x8100) tags.
                 if !restore_tag(&mut m, 0x8100, tci) {
-                    oversize += 1;
+                    got.oversize += 1;
                     self.free.push(m);
                     continue;
                 }
             }
-            let meta = Meta { iface: iface as u8, len: m.len(), l4_csum_partial };
+            let meta = Meta { iface: iface as u8, len: m.len(), l4_csum_partial, l3_csum_good, l4_csum_good };
+            if let Some(r) = &self.redirect {
+                let owner = r.owner(m.data());
+                if owner != r.worker() {
+                    match r.send(iface, owner, (m, meta)) {
+                        Ok(()) => got.redirected += 1,
+                        Err((m, _)) => {
+                            got.redirect_full += 1;
+                            self.free.push(m);
+                        }
+                    }
+                    continue;
+                }
+            }
             self.vector.push(RxFrame(m), meta);
         }
         if !self.free.is_empty() {
             Mbuf::free_bulk(&mut self.free);
         }
-        Received { taken, oversize }
+        got
     }
 
     #[inline]
@@ -937,7 +1044,7 @@ mod tests {
         assert_eq!(
             args.join(" "),
             "--file-prefix torii-42 --in-memory --single-file-segments -l 1 --no-telemetry --log-level=*:notice \
-             --no-pci --vdev net_af_packet0,iface=tg-front --vdev net_af_packet1,iface=tg-back"
+             --no-pci --vdev net_af_packet0,iface=tg-front,qpairs=2 --vdev net_af_packet1,iface=tg-back,qpairs=2"
         );
         let (args, memory) = eal_args(&c, 42, 64 << 20, 0);
         assert_eq!(memory, Memory::NoHuge, "too few free hugepages");
@@ -953,7 +1060,7 @@ mod tests {
         assert_eq!(memory, Memory::FromEalArgs);
         assert_eq!(
             args.join(" "),
-            "--no-telemetry --vdev net_af_packet0,iface=tg-front --vdev net_af_packet1,iface=tg-back \
+            "--no-telemetry --vdev net_af_packet0,iface=tg-front,qpairs=2 --vdev net_af_packet1,iface=tg-back,qpairs=2 \
              --no-huge -m 512 --lcores=0@1 --file-prefix=x --log-level=8 -a 0000:01:00.0"
         );
         let c = config("eal_args = [\"-m512\", \"-l0-1\"]");
@@ -990,12 +1097,12 @@ mod tests {
         }
         let snat = config.snat.addresses[0];
         for w in 0..2 {
-            let mut ports =
-                crate::snat::SnatPorts::steered(w, 1024, 65535, &config.snat.addresses, Arc::clone(&steering));
+            let mut ports = crate::snat::SnatPorts::steered(w, 1024, 65535, Arc::clone(&steering));
             let mut seen = std::collections::HashSet::new();
             for i in 0..300u16 {
                 let endpoint = SocketAddrV4::new(Ipv4Addr::new(10, 70, 0, 11 + (i % 3) as u8), 8080 + i % 2);
-                let p = ports.alloc_for(0, 6, endpoint.into()).expect("a SNAT port");
+                let (_, p) =
+                    ports.alloc(endpoint.into(), &[snat], |_, p| !seen.contains(&(endpoint, p))).expect("a SNAT port");
                 assert!(seen.insert((endpoint, p)));
                 let reply = torii_dpdk::Ipv4Tuple {
                     src_addr: *endpoint.ip(),
@@ -1048,7 +1155,7 @@ mod tests {
             drop(m);
             let got = io.rx(0, BURST);
             let n = io.vector().0.len();
-            assert_eq!(got, Received { taken: n, oversize: 0 });
+            assert_eq!(got, Received { taken: n, ..Received::default() });
             // net_null's frames are 64 bytes; the pipeline may use the whole mbuf after them.
             let (frames, metas) = io.vector();
             assert!(metas.iter().all(|m| m.len == 64 && m.iface == 0), "{metas:?}");
@@ -1090,12 +1197,13 @@ mod tests {
         let seed = WorkerSeed {
             worker: 7,
             eal: eal.clone(),
-            rx: vec![port.rx_queue(0).expect("rx")],
+            rx: vec![Some(port.rx_queue(0).expect("rx"))],
             tx: vec![port.tx_queue(0).expect("tx")],
             pool: pool.clone(),
             cpu: None,
             tx_csum: vec![TxCsum::default()],
             idle_sleep: Duration::ZERO,
+            redirect: None,
         };
         let frame = crate::frames::udp(
             crate::frames::L2 { src: MacAddr([2, 0, 0, 0, 0, 1]), dst: MacAddr([2, 0, 0, 0, 0, 2]) },
@@ -1112,7 +1220,7 @@ mod tests {
             let mut first = None;
             let mut len = frame.len();
             for round in 0..1000 {
-                assert_eq!(io.rx(0, BURST), Received { taken: 1, oversize: 0 }, "round {round}");
+                assert_eq!(io.rx(0, BURST), Received { taken: 1, ..Received::default() }, "round {round}");
                 let (frames, metas) = io.vector();
                 let mbuf = frames[0].mbuf().as_ptr();
                 assert_eq!(*first.get_or_insert(mbuf), mbuf, "round {round}: the mbuf received is the one sent");

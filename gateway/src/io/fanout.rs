@@ -410,6 +410,151 @@ pub fn steering_program_dual(
     a.assemble()
 }
 
+/// The SNAT side of the steering rule: the addresses and port range whose replies go to
+/// the port's owner ([`owner_of_port`]), as [`steering_program_dual`] takes them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SnatRange {
+    /// IPv4 SNAT addresses.
+    pub addrs: Vec<Ipv4Addr>,
+    /// IPv6 SNAT addresses.
+    pub addrs6: Vec<Ipv6Addr>,
+    /// Lowest SNAT port.
+    pub port_min: u16,
+    /// Highest SNAT port.
+    pub port_max: u16,
+}
+
+impl SnatRange {
+    fn port(&self, port: u16) -> Option<u32> {
+        (self.port_min..=self.port_max).contains(&port).then_some(u32::from(port))
+    }
+}
+
+/// What [`steering_program_dual`] returns for the Ethernet frame `frame`, computed in
+/// software: the same value for every frame (a property test runs both on the same
+/// frames), so the DPDK driver's software redirect ([`super::redirect`]) and the kernel's
+/// `PACKET_FANOUT_CBPF` steering agree on which worker owns a flow. The worker is
+/// [`owner_of_frame`]. One 802.1Q tag is skipped, as the kernel strips it before fanout;
+/// a frame too short for a field the program reads gives 0, as a failed load does there.
+pub fn steering_value(frame: &[u8], snat: &SnatRange) -> u32 {
+    let (ethertype, net) = match frame.get(12..14) {
+        Some([0x81, 0x00]) => (frame.get(16..18), 18),
+        t => (t, 14),
+    };
+    let Some(l3) = frame.get(net..) else { return 0 };
+    match ethertype {
+        Some([0x08, 0x00]) => steer_ipv4(l3, snat),
+        Some([0x86, 0xdd]) => steer_ipv6(l3, snat),
+        _ => None,
+    }
+    .unwrap_or(0)
+}
+
+/// The worker of `workers` that owns `frame`'s flow: [`steering_value`] modulo
+/// `workers`, as the kernel takes a fanout program's value modulo the group's size.
+///
+/// # Panics
+/// If `workers` is 0.
+#[inline]
+pub fn owner_of_frame(frame: &[u8], snat: &SnatRange, workers: usize) -> usize {
+    steering_value(frame, snat) as usize % workers
+}
+
+/// Big-endian loads from the network header on, `None` past the end (a failed load).
+fn be32(p: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_be_bytes(p.get(at..at + 4)?.try_into().ok()?))
+}
+fn be16(p: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_be_bytes(p.get(at..at + 2)?.try_into().ok()?))
+}
+fn fold6_at(p: &[u8], at: usize) -> Option<u32> {
+    Some(be32(p, at)? ^ be32(p, at + 4)? ^ be32(p, at + 8)? ^ be32(p, at + 12)?)
+}
+fn is_ports_protocol(protocol: u8) -> bool {
+    matches!(u32::from(protocol), IPPROTO_TCP | IPPROTO_UDP | IPPROTO_SCTP)
+}
+/// `(service port << 16 | client port)` → `(client << 16 | service)`.
+fn swapped(ports: u32) -> u32 {
+    ports.rotate_left(16)
+}
+
+/// The program's hash of (client, service, ports): golden ratio, then `fmix32`.
+fn flow_hash(client: u32, service: u32, ports: u32) -> u32 {
+    let a = (client.wrapping_mul(HASH_K1) ^ service).wrapping_mul(HASH_K2) ^ ports;
+    let a = (a ^ (a >> 16)).wrapping_mul(FMIX_K1);
+    let a = (a ^ (a >> 13)).wrapping_mul(FMIX_K2);
+    a ^ (a >> 16)
+}
+
+fn steer_ipv4(p: &[u8], snat: &SnatRange) -> Option<u32> {
+    let frag = u32::from(be16(p, ipv4::FLAGS_FRAG_OFF as usize)?);
+    if frag & (ipv4::MF | ipv4::FRAG_OFF_MASK) != 0 {
+        return Some(flow_hash(be32(p, ipv4::SRC_ADDR as usize)?, be32(p, ipv4::DST_ADDR as usize)?, 0));
+    }
+    let protocol = *p.get(ipv4::PROTOCOL as usize)?;
+    let x = usize::from(p.first()? & 0x0f) * 4;
+    let to_snat = |dst: u32| snat.addrs.iter().any(|a| u32::from(*a) == dst);
+    if is_ports_protocol(protocol) {
+        let dst = be32(p, ipv4::DST_ADDR as usize)?;
+        if to_snat(dst) {
+            if let Some(port) = snat.port(be16(p, x + l4::DST_PORT as usize)?) {
+                return Some(port);
+            }
+        }
+        return Some(flow_hash(be32(p, ipv4::SRC_ADDR as usize)?, dst, be32(p, x + l4::SRC_PORT as usize)?));
+    }
+    let src = be32(p, ipv4::SRC_ADDR as usize)?;
+    if u32::from(protocol) != IPPROTO_ICMP || !ICMP_ERROR_TYPES.contains(&u32::from(*p.get(x)?)) {
+        return Some(src);
+    }
+    let q = x + ICMP_HEADER_LEN as usize;
+    if !is_ports_protocol(*p.get(q + ipv4::PROTOCOL as usize)?) {
+        return Some(src);
+    }
+    let service = be32(p, q + ipv4::SRC_ADDR as usize)?;
+    let client = be32(p, q + ipv4::DST_ADDR as usize)?;
+    let ql4 = q + usize::from(p.get(q)? & 0x0f) * 4;
+    if to_snat(be32(p, ipv4::DST_ADDR as usize)?) {
+        if let Some(port) = snat.port(be16(p, ql4 + l4::SRC_PORT as usize)?) {
+            return Some(port);
+        }
+    }
+    Some(flow_hash(client, service, swapped(be32(p, ql4 + l4::SRC_PORT as usize)?)))
+}
+
+fn steer_ipv6(p: &[u8], snat: &SnatRange) -> Option<u32> {
+    let (src, dst, l4) = (ipv6::SRC_ADDR as usize, ipv6::DST_ADDR as usize, ipv6::HEADER_LEN as usize);
+    let next = *p.get(ipv6::NEXT_HEADER as usize)?;
+    let to_snat = |p: &[u8]| -> Option<bool> {
+        let d = p.get(dst..dst + 16)?;
+        Some(snat.addrs6.iter().any(|a| a.octets() == d))
+    };
+    if is_ports_protocol(next) {
+        if to_snat(p)? {
+            if let Some(port) = snat.port(be16(p, l4 + l4::DST_PORT as usize)?) {
+                return Some(port);
+            }
+        }
+        return Some(flow_hash(fold6_at(p, src)?, fold6_at(p, dst)?, be32(p, l4 + l4::SRC_PORT as usize)?));
+    }
+    if u32::from(next) != IPPROTO_ICMPV6 || !ICMPV6_ERROR_TYPES.contains(&u32::from(*p.get(l4)?)) {
+        return fold6_at(p, src);
+    }
+    let q = l4 + ICMP_HEADER_LEN as usize;
+    if !is_ports_protocol(*p.get(q + ipv6::NEXT_HEADER as usize)?) {
+        return fold6_at(p, src);
+    }
+    let service = fold6_at(p, q + src)?;
+    let client = fold6_at(p, q + dst)?;
+    let ql4 = q + l4;
+    if to_snat(p)? {
+        if let Some(port) = snat.port(be16(p, ql4 + l4::SRC_PORT as usize)?) {
+            return Some(port);
+        }
+    }
+    Some(flow_hash(client, service, swapped(be32(p, ql4 + l4::SRC_PORT as usize)?)))
+}
+
 /// Jump targets inside [`steering_program`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Label {
@@ -974,6 +1119,93 @@ mod tests {
             if let Some(last) = addrs.last() {
                 let pkt = ipv4(17, ENDPOINT, *last, 53, 7777, 0, 0);
                 assert_eq!(verdict(&p, &pkt), 7777, "{n} addresses");
+            }
+        }
+    }
+
+    /// The software twin gives what the program gives, on frames of every shape the
+    /// program distinguishes (addresses drawn from a small set holding the SNAT addresses,
+    /// ports around the range's edges, every protocol, fragments, IP options, ICMP errors
+    /// quoting every shape, truncation anywhere) and on random bytes; an 802.1Q tag
+    /// changes nothing.
+    mod twin {
+        use super::super::{owner_of_frame, steering_program_dual, steering_value, SnatRange};
+        use super::{
+            eth, icmp_error, icmpv6_error, ipv4, ipv6, run, Skb, CLIENT, CLIENT6, ENDPOINT, ENDPOINT6, SNAT, SNAT6,
+        };
+        use proptest::prelude::*;
+        use std::net::{Ipv4Addr, Ipv6Addr};
+
+        fn snat() -> SnatRange {
+            SnatRange {
+                addrs: vec![Ipv4Addr::new(10, 70, 0, 9), SNAT],
+                addrs6: vec![SNAT6],
+                port_min: 2000,
+                port_max: 60000,
+            }
+        }
+
+        fn addr4() -> impl Strategy<Value = Ipv4Addr> {
+            prop_oneof![
+                Just(SNAT),
+                Just(CLIENT),
+                Just(ENDPOINT),
+                Just(Ipv4Addr::new(10, 70, 0, 9)),
+                any::<u32>().prop_map(Ipv4Addr::from)
+            ]
+        }
+        fn addr6() -> impl Strategy<Value = Ipv6Addr> {
+            prop_oneof![Just(SNAT6), Just(CLIENT6), Just(ENDPOINT6), any::<u128>().prop_map(Ipv6Addr::from)]
+        }
+        fn port() -> impl Strategy<Value = u16> {
+            prop_oneof![Just(1999u16), Just(2000), Just(60000), Just(60001), any::<u16>()]
+        }
+        fn protocol() -> impl Strategy<Value = u8> {
+            prop_oneof![Just(6u8), Just(17), Just(132), Just(1), Just(58), any::<u8>()]
+        }
+        fn frag() -> impl Strategy<Value = u16> {
+            prop_oneof![Just(0u16), Just(0x4000), Just(0x2000), Just(0x0010), any::<u16>()]
+        }
+
+        fn v4() -> impl Strategy<Value = Vec<u8>> {
+            (protocol(), addr4(), addr4(), port(), port(), frag(), 0..3usize)
+                .prop_map(|(pr, s, d, sp, dp, f, o)| ipv4(pr, s, d, sp, dp, f, o))
+        }
+        fn v6() -> impl Strategy<Value = Vec<u8>> {
+            (protocol(), addr6(), addr6(), port(), port()).prop_map(|(pr, s, d, sp, dp)| ipv6(pr, s, d, sp, dp))
+        }
+
+        /// An IPv4 or IPv6 packet, possibly an ICMP error quoting another one.
+        fn l3() -> impl Strategy<Value = (Vec<u8>, u16)> {
+            prop_oneof![
+                v4().prop_map(|p| (p, 0x0800)),
+                v6().prop_map(|p| (p, 0x86dd)),
+                (prop_oneof![Just(3u8), Just(11), Just(12), Just(8), any::<u8>()], addr4(), addr4(), v4())
+                    .prop_map(|(t, s, d, q)| (icmp_error(t, s, d, &q), 0x0800)),
+                (prop_oneof![Just(1u8), Just(2), Just(4), Just(128), any::<u8>()], addr6(), addr6(), v6())
+                    .prop_map(|(t, s, d, q)| (icmpv6_error(t, s, d, &q), 0x86dd)),
+                (
+                    proptest::collection::vec(any::<u8>(), 0..80),
+                    prop_oneof![Just(0x0800u16), Just(0x86dd), Just(0x0806)]
+                ),
+            ]
+        }
+
+        proptest! {
+            #[test]
+            fn software_steering_equals_the_program((pkt, ethertype) in l3(), cut in any::<prop::sample::Index>()) {
+                let s = snat();
+                let prog = steering_program_dual(&s.addrs, &s.addrs6, s.port_min, s.port_max);
+                let whole = eth(&pkt, ethertype);
+                // Any length from the bare Ethernet header to the whole frame.
+                let frame = &whole[..14 + cut.index(pkt.len() + 1)];
+                let kernel = run(&prog, &Skb { frame, net_off: 14, protocol: ethertype });
+                prop_assert_eq!(steering_value(frame, &s), kernel);
+                let mut tagged = frame[..12].to_vec();
+                tagged.extend_from_slice(&[0x81, 0x00, 0x00, 0x64]);
+                tagged.extend_from_slice(&frame[12..]);
+                prop_assert_eq!(steering_value(&tagged, &s), kernel);
+                prop_assert_eq!(owner_of_frame(frame, &s, 3), kernel as usize % 3);
             }
         }
     }

@@ -17,11 +17,13 @@
 //!   [`af_packet_io`] adapts one worker's sockets to the worker loop.
 //! - `dpdk` (feature `dpdk`, on by default): DPDK poll-mode drivers through `torii-dpdk`,
 //!   one RX and one TX queue per (worker, port); replies are kept on their flow's worker
-//!   by RSS with an `rte_thash`-shaped key ([`crate::snat::SnatPorts::steered`]), or by
-//!   running one worker on ports without usable RSS.
+//!   by RSS with an `rte_thash`-shaped key ([`crate::snat::SnatPorts::steered`]); on ports
+//!   without usable RSS the receiving worker hands frames of flows it does not own to their
+//!   owner ([`redirect`], the same ownership rule as [`fanout`]).
 
 pub mod af_packet;
 pub mod af_packet_io;
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
 pub mod fanout;
+pub mod redirect;

@@ -1,47 +1,152 @@
-//! Endpoint choice for new flows (Maglev, with `sessionAffinity: ClientIP`) and the check
-//! that a tracked flow's endpoint still serves its front door after a table change (as a
-//! ring backend or as a draining endpoint).
+//! Endpoint choice for new flows (the gateway's scheduler, with `sessionAffinity: ClientIP`
+//! above it), the per-endpoint connection counts the counting schedulers read (kept as
+//! flows open, change TCP state and end), and the check that a tracked flow's endpoint
+//! still serves its front door after a table change (as a ring backend or as a draining
+//! endpoint).
+
+use std::net::IpAddr;
 
 use super::family::Family;
 use super::WorkerState;
 use crate::affinity::{self, Sticky};
-use crate::conntrack::{Flow, FlowKey};
+use crate::conntrack::tcp::TcpState;
+use crate::conntrack::{Address, Flow, FlowKey, FlowState};
+use crate::host::Host;
 use crate::maglev;
+use crate::scheduler::{self, Endpoint, Scheduler, Schedulers};
 use crate::table::layout::{self, Backend};
 use crate::table::{ServiceRef, ServiceRing, Table};
+use crate::wire::IpProtocol;
 
-/// The endpoint for a new flow: with `sessionAffinity: ClientIP`, the one this client was
-/// last sent to if it is still an endpoint and the affinity has not timed out, else the
-/// ring slot of the client's address (so every worker and every gateway agrees); without
-/// affinity, the ring slot of the flow's 5-tuple hash (Maglev §3.4). `ring_backend` is the
-/// position among `service`'s backends of the ring's choice when the caller already knows it
-/// (a burst found it ahead), else `None`.
+/// The endpoint for a new flow `key` to `service` (the table's service `service_id`): with
+/// `sessionAffinity: ClientIP`, the one this client was last sent to if it is still an
+/// endpoint and the affinity has not timed out (as kube-proxy's IPVS mode puts persistence
+/// above the scheduler), else the scheduler's choice ([`schedule`]), remembered for the
+/// client. `ring_backend` is the position among `service`'s backends of the Maglev ring's
+/// choice when the caller already knows it (a burst found it ahead), else `None`.
 #[inline]
 pub(super) fn choose<'s, A: Family>(
     now: u64,
     service: &'s ServiceRef<'_>,
+    service_id: u32,
     key: &FlowKey<A>,
     ring_backend: Option<u32>,
-    st: &WorkerState,
+    st: &mut WorkerState,
 ) -> Option<&'s Backend> {
-    let ring = || match ring_backend {
-        Some(position) => service.backends.get(position as usize),
-        None => service.pick(ring_hash(service, key)),
-    };
     if service.affinity_timeout_s == 0 {
-        return ring();
+        return schedule(service, service_id, key, ring_backend, st);
     }
     let client16 = layout::addr16(key.src_addr.into());
     let skey = affinity::service_key(service.name_bytes());
-    // A remembered endpoint that now only drains takes no new flows: the ring decides.
+    // A remembered endpoint that now only drains takes no new flows: the scheduler decides.
     let remembered = st.affinity.lookup(skey, client16, now).and_then(|s| service.backend(s.addr, s.port));
-    let backend = remembered.or_else(ring)?;
+    let backend = match remembered {
+        Some(b) => b,
+        None => schedule(service, service_id, key, ring_backend, st)?,
+    };
     let expires_ns = now.saturating_add(u64::from(service.affinity_timeout_s) * 1_000_000_000);
     st.affinity.record(skey, client16, Sticky { addr: backend.addr, port: backend.port.get(), expires_ns }, now);
     Some(backend)
 }
 
-/// The hash whose ring slot [`choose`] takes for a new flow `key` to `service` (when no
+/// The gateway's scheduler's choice ([`crate::scheduler`]) among `service`'s ring backends
+/// (draining endpoints take no new flows) for a new flow `key`; every endpoint weighs 1
+/// (the table carries no weights). `maglev`: the ring slot of [`ring_hash`] (Maglev §3.4),
+/// or `ring_backend` when given; `rr`, `wrr`: the service's next turn; `lc`, `wlc`, `sed`,
+/// `nq`: the endpoints' connection counts now; `dh`: the bucket of the destination (the
+/// front door's address); `sh`: the bucket of the client's address; `random`: the worker's
+/// generator. `None` without backends.
+#[inline]
+fn schedule<'s, A: Family>(
+    service: &'s ServiceRing<'_>,
+    service_id: u32,
+    key: &FlowKey<A>,
+    ring_backend: Option<u32>,
+    st: &mut WorkerState,
+) -> Option<&'s Backend> {
+    let backends = service.backends;
+    let n = backends.len();
+    let weight = |_| 1;
+    let load = |i: usize| st.schedulers.connections.load(&endpoint_of(key.protocol, &backends[i]));
+    let position = match st.host.scheduler {
+        Scheduler::Maglev => {
+            return match ring_backend {
+                Some(position) => backends.get(position as usize),
+                None => service.pick(ring_hash(service, key)),
+            }
+        }
+        Scheduler::Rr => scheduler::round_robin(n, st.schedulers.turns.next(service_id)),
+        Scheduler::Wrr => scheduler::weighted_round_robin(n, weight, st.schedulers.turns.next(service_id)),
+        Scheduler::Lc => scheduler::least_connections(n, load),
+        Scheduler::Wlc => scheduler::weighted_least_connections(n, load),
+        Scheduler::Sed => scheduler::shortest_expected_delay(n, load),
+        Scheduler::Nq => scheduler::never_queue(n, load),
+        Scheduler::Dh => scheduler::dh_position(n, scheduler::dh_bucket(key.dst_addr.into()), weight),
+        Scheduler::Sh => scheduler::sh_position(n, scheduler::sh_bucket(key.src_addr.into()), weight),
+        Scheduler::Random => (n != 0).then(|| st.random.usize(..n)),
+    };
+    backends.get(position?)
+}
+
+/// The endpoint `backend` of a flow of `protocol`, as connections are counted.
+#[inline]
+fn endpoint_of(protocol: u8, backend: &Backend) -> Endpoint {
+    Endpoint { protocol, addr: backend.addr, port: backend.port.get() }
+}
+
+/// The endpoint a flow's connection is counted for: its reply tuple's source (the record
+/// holds no table index: the count is found again whatever the table became).
+#[inline]
+fn endpoint_of_flow<A: Address + Into<IpAddr>>(flow: &Flow<A>) -> Endpoint {
+    Endpoint {
+        protocol: flow.reply.protocol,
+        addr: layout::addr16(flow.reply.src_addr.into()),
+        port: flow.reply.src_port,
+    }
+}
+
+/// Whether a flow of `protocol` in `state` is an active connection as IPVS counts them: TCP
+/// in ESTABLISHED (`set_tcp_state` in `ip_vs_proto_tcp.c`); SCTP answered and not closed (its
+/// ESTABLISHED, `ip_vs_proto_sctp.c`); anything else (UDP) inactive.
+#[inline]
+pub(super) fn is_active(protocol: u8, state: &FlowState) -> bool {
+    match IpProtocol::from(protocol) {
+        IpProtocol::Tcp => state.tcp_state == TcpState::Established,
+        IpProtocol::Sctp => state.assured,
+        _ => false,
+    }
+}
+
+/// Counts the new flow `flow` for its endpoint (inactive) when the scheduler counts
+/// connections. Called once the flow is in the conntrack.
+#[inline]
+pub(super) fn count_opened<A: Address + Into<IpAddr>>(st: &WorkerState, flow: &Flow<A>) {
+    if st.host.scheduler.counts_connections() {
+        st.schedulers.connections.opened(&endpoint_of_flow(flow));
+    }
+}
+
+/// Moves `flow`'s count between inactive and active when its state crossed ESTABLISHED
+/// (it was active before the packet when `was_active`). Called only when the scheduler
+/// counts connections.
+#[inline]
+pub(super) fn count_state<A: Address + Into<IpAddr>>(st: &WorkerState, flow: &Flow<A>, was_active: bool) {
+    let active = is_active(flow.reply.protocol, &flow.state);
+    if active != was_active {
+        st.schedulers.connections.established(&endpoint_of_flow(flow), active);
+    }
+}
+
+/// Uncounts `flow`, which leaves the conntrack (removed, evicted or expired), when the
+/// scheduler counts connections.
+#[inline]
+pub(super) fn count_closed<A: Address + Into<IpAddr>>(host: &Host, schedulers: &Schedulers, flow: &Flow<A>) {
+    if host.scheduler.counts_connections() {
+        schedulers.connections.closed(&endpoint_of_flow(flow), is_active(flow.reply.protocol, &flow.state));
+    }
+}
+
+/// The hash whose ring slot the `maglev` scheduler ([`schedule`]) takes for a new flow `key` to `service` (when no
 /// remembered endpoint applies): the client address's with `sessionAffinity: ClientIP`,
 /// the 5-tuple's without. What a burst looks the choice up with ahead
 /// ([`ServiceRing::slot`], [`ServiceRing::ring_backend`]). O(1), reads only `service`.

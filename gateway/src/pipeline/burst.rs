@@ -48,9 +48,10 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use super::family::Family;
 use super::hint::{FlowHint, FrameHints, NewFlowHint, RouteHint, PREFETCH_WINDOW};
 use super::link;
-use super::{backend, ipv4, ipv6, process, Meta, Verdict, WorkerState};
+use super::{backend, ipv4, ipv6, lean, process, Meta, Verdict, WorkerState};
 use crate::conntrack::{Candidate, Conntrack, Direction, FlowId, FlowKey, Vacancy};
 use crate::host::Host;
+use crate::scheduler::Scheduler;
 use crate::table::layout;
 use crate::table::{FrontendHash, ServiceRing, Table};
 use crate::wire::EtherType;
@@ -112,6 +113,7 @@ pub fn process_burst<B: AsMut<[u8]>>(
     verdicts: &mut [Verdict],
 ) {
     let n = frames.len().min(metas.len()).min(verdicts.len());
+    let constants = lean::BurstConstants::new(now, table, st);
     // Frame `i`'s hints live in slot `i % PREFETCH_WINDOW` from its stage 1 (step `i`) to its
     // processing (step `i + PROCESS_AT`), so the pipeline runs through the whole burst
     // without draining between windows.
@@ -158,7 +160,9 @@ pub fn process_burst<B: AsMut<[u8]>>(
         if let Some(i) = step.checked_sub(2 * STAGE_DISTANCE).filter(|&i| i < n) {
             let j = slot(i);
             if let Ahead::Flow(id, direction) = ahead[j] {
-                st.hints.frames[j].route = match st.hints.frames[j].flow {
+                let h = &st.hints.frames[j];
+                st.hints.frames[j].route = match h.flow {
+                    Some(FlowHint::V4(..)) if h.lean.is_some() => prefetch_lean(st, id, direction),
                     Some(FlowHint::V4(..)) => prefetch_egress::<Ipv4Addr>(st, id, direction),
                     Some(FlowHint::V6(..)) => prefetch_egress::<Ipv6Addr>(st, id, direction),
                     None => None,
@@ -167,9 +171,15 @@ pub fn process_burst<B: AsMut<[u8]>>(
         }
         if let Some(i) = step.checked_sub(PROCESS_AT).filter(|&i| i < n) {
             let j = slot(i);
-            st.hints.current = j;
-            verdicts[i] = process(now, frames[i].as_mut(), &metas[i], table, st);
-            st.hints.current = PREFETCH_WINDOW;
+            verdicts[i] = match lean::forward(now, frames[i].as_mut(), j, &constants, st) {
+                Some(verdict) => verdict,
+                None => {
+                    st.hints.current = j;
+                    let verdict = process(now, frames[i].as_mut(), &metas[i], table, st);
+                    st.hints.current = PREFETCH_WINDOW;
+                    verdict
+                }
+            };
         }
     }
 }
@@ -193,12 +203,33 @@ fn probe<'t, A: Family>(st: &WorkerState, table: &'t Table, key: &FlowKey<A>, ha
 /// original direction, of the client for replies ([`super::flow::egress`]).
 #[inline]
 fn prefetch_egress<A: Family>(st: &WorkerState, id: FlowId, direction: Direction) -> Option<RouteHint> {
-    let flow = A::conntrack(st).peek(id);
-    let to = match direction {
-        Direction::Original => flow.reply.src_addr,
-        Direction::Reply => flow.original.src_addr,
-    };
-    prefetch_route(st, to, flow.state.frontend)
+    let (to, state) = A::conntrack(st).peek_destination(id, direction);
+    match state.egress.of(direction) {
+        // Routed before (`crate::conntrack::Egress`): no route lookup.
+        Some((out, on_link)) => {
+            st.frontends.prefetch(state.frontend);
+            let hop = if on_link { to } else { A::router(&st.host)?.0 };
+            st.neighbours.prefetch(hop);
+            Some(RouteHint { to: to.into(), out, hop: hop.into() })
+        }
+        None => prefetch_route(st, to, state.frontend),
+    }
+}
+
+/// Stage 3 of a frame the lean path may take ([`super::lean`]): the prefetches of
+/// [`prefetch_egress`] where the flow's egress is known, without a route hint (the lean path
+/// does not read it); [`prefetch_egress`] where it is not.
+#[inline]
+fn prefetch_lean(st: &WorkerState, id: FlowId, direction: Direction) -> Option<RouteHint> {
+    let (to, state) = st.conntrack.peek_destination(id, direction);
+    match state.egress.of(direction) {
+        Some((_, on_link)) => {
+            st.frontends.prefetch(state.frontend);
+            st.neighbours.prefetch(if on_link { to } else { st.host.router?.0 });
+            None
+        }
+        None => prefetch_route(st, to, state.frontend),
+    }
 }
 
 /// [`visit`] for the family of `hint`. Not inlined: the pipeline loop stays small, and a
@@ -269,7 +300,7 @@ fn visit<'t, A: Family>(
             let new_flow = NewFlowHint {
                 frontend,
                 ring_backend: position,
-                endpoint: (s.affinity_timeout_s == 0).then_some((addr, port)),
+                endpoint: (s.affinity_timeout_s == 0 && st.host.scheduler == Scheduler::Maglev).then_some((addr, port)),
             };
             let route = A::from_ip(addr).and_then(|to| {
                 let route = prefetch_route(st, to, frontend)?;
@@ -293,21 +324,16 @@ fn prefetch_route<A: Family>(st: &WorkerState, to: A, frontend: u32) -> Option<R
 }
 
 /// Prefetches the conntrack index slots of the reply tuple a new flow `key` to endpoint
-/// `to`:`port` leaving by interface `out` will be inserted with: the SNAT port is the one
-/// [`crate::snat::SnatPorts::peek_for`] says the allocation would take now (a guess: a frame
-/// processed in between may take it, and then this load was for nothing). A tuple not yet
-/// tracked: its index line and the next are prefetched, as for a SYN.
+/// `to`:`port` leaving by interface `out` will be inserted with: the SNAT address and port
+/// are those [`crate::snat::SnatPorts::peek`] says the allocation examines first, which it
+/// takes unless that reply tuple is in use (and a frame processed in between may move the
+/// search on: then this load was for nothing). A tuple not yet tracked: its index line and
+/// the next are prefetched, as for a SYN.
 #[inline]
 fn prefetch_reply_slot<A: Family>(st: &WorkerState, key: &FlowKey<A>, to: A, port: u16, out: u8) {
-    if st.snat.is_steered() {
-        // Under RSS steering the port search hashes candidate tuples (`rte_thash`): too
-        // dear to run twice per new flow for a prefetch.
-        return;
-    }
-    let Some((snat_index, snat_addr)) = st.host.snat_address::<A>(out) else { return };
-    let Some(snat_port) = st.snat.peek_for(snat_index, key.protocol, std::net::SocketAddr::new(to.into(), port)) else {
-        return;
-    };
+    // Under RSS steering the first candidate comes from hashing tuples (`rte_thash`): too
+    // dear to run twice per new flow for a prefetch; `peek` says `None`.
+    let Some((snat_addr, snat_port)) = st.snat.peek(st.host.snat_addresses_on::<A>(out)) else { return };
     let reply =
         FlowKey { protocol: key.protocol, src_addr: to, src_port: port, dst_addr: snat_addr, dst_port: snat_port };
     prefetch(A::conntrack(st), &reply, true);
@@ -334,10 +360,12 @@ fn hint(
     out.route = None;
     out.new_flow = None;
     out.flow = None;
+    out.lean = None;
     match link::receive(frame, meta, host) {
         Ok((rx, EtherType::Ipv4)) => {
-            if let Some((key, opens)) = ipv4::flow_key(frame, &rx) {
+            if let Some((key, opens, lean)) = ipv4::flow_key(frame, &rx) {
                 out.flow = Some(FlowHint::V4(key, prefetch(v4, &key, opens)));
+                out.lean = lean;
             }
         }
         Ok((rx, EtherType::Ipv6)) => {

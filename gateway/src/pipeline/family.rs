@@ -10,18 +10,20 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use super::hint::FlowHint;
 use super::state::FragmentTarget;
 use super::WorkerState;
+use crate::conntrack::synproxy::Keyed;
 use crate::conntrack::{Address, Conntrack, FlowKey};
 use crate::fragments::{FragmentAddr, FragmentTable};
 use crate::host::HostAddr;
 use crate::maglev;
 use crate::nat::{self, Rewrite};
 use crate::neighbour::NeighbourAddr;
+use crate::snat::SnatPorts;
 use crate::wire::checksum::PseudoHeaderAddr;
 use crate::wire::IpProtocol;
 
 /// An IP address family the flow path serves: see the module documentation.
 pub(super) trait Family:
-    Address + HostAddr + PseudoHeaderAddr + FragmentAddr + NeighbourAddr + Into<IpAddr>
+    Address + HostAddr + PseudoHeaderAddr + FragmentAddr + NeighbourAddr + Keyed + Into<IpAddr>
 {
     /// This family's conntrack table in `st`.
     fn conntrack(st: &WorkerState) -> &Conntrack<Self>;
@@ -32,6 +34,10 @@ pub(super) trait Family:
     /// This family's conntrack table in `st`, mutable, and the host beside it (whose
     /// timeouts tracking reads without copying them).
     fn conntrack_and_host(st: &mut WorkerState) -> (&mut Conntrack<Self>, &crate::host::Host);
+
+    /// This family's conntrack table in `st`, the worker's SNAT ports (mutable) and the
+    /// host: what a new flow's SNAT port choice reads and moves (`super::flow`).
+    fn conntrack_and_snat(st: &mut WorkerState) -> (&Conntrack<Self>, &mut SnatPorts, &crate::host::Host);
 
     /// `ip` when it is of this family.
     fn from_ip(ip: IpAddr) -> Option<Self>;
@@ -72,6 +78,11 @@ impl Family for Ipv4Addr {
     #[inline]
     fn conntrack_and_host(st: &mut WorkerState) -> (&mut Conntrack<Self>, &crate::host::Host) {
         (&mut st.conntrack, &st.host)
+    }
+
+    #[inline]
+    fn conntrack_and_snat(st: &mut WorkerState) -> (&Conntrack<Self>, &mut SnatPorts, &crate::host::Host) {
+        (&st.conntrack, &mut st.snat, &st.host)
     }
 
     #[inline]
@@ -125,6 +136,11 @@ impl Family for Ipv6Addr {
     #[inline]
     fn conntrack_and_host(st: &mut WorkerState) -> (&mut Conntrack<Self>, &crate::host::Host) {
         (&mut st.conntrack6, &st.host)
+    }
+
+    #[inline]
+    fn conntrack_and_snat(st: &mut WorkerState) -> (&Conntrack<Self>, &mut SnatPorts, &crate::host::Host) {
+        (&st.conntrack6, &mut st.snat, &st.host)
     }
 
     #[inline]

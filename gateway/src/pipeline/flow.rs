@@ -19,7 +19,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use super::expire::{free_snat_port, remove_flow};
+use super::expire::{flow_ended, remove_flow};
 use super::family::Family;
 use super::fragment::{self, Fragment};
 use super::hint::NewFlowHint;
@@ -28,6 +28,7 @@ use super::reject::reject;
 use super::resolve::neighbour;
 use super::sctp::{self, Chunks};
 use super::state::FragmentTarget;
+use super::synproxy::{self, Before, Proxied};
 use super::{backend, Verdict, WorkerState};
 use crate::conntrack::tcp::{self, Segment as TcpSegment};
 use crate::conntrack::{
@@ -91,7 +92,7 @@ pub(super) fn tcp_seq(t: &TcpPacket<&[u8]>) -> TcpSeq {
 
 /// Forwards the TCP, UDP or SCTP packet `seg` in `frame` along its flow, creating the flow
 /// on a conntrack miss.
-pub(super) fn handle<A: Family>(
+pub(super) fn handle<A: Proxied>(
     now: u64,
     frame: &mut [u8],
     rx: &Rx,
@@ -99,6 +100,9 @@ pub(super) fn handle<A: Family>(
     st: &mut WorkerState,
     seg: &Segment<A>,
 ) -> Verdict {
+    // A SYN proxy may turn the packet into another segment (a cookie's ACK into the SYN to
+    // the endpoint) or translate its sequence numbers (`synproxy`).
+    let mut seg = *seg;
     if seg.proto == IpProtocol::Tcp && !tcp::valid_flags(seg.tcp.flags) {
         return Verdict::Drop(DropReason::TcpInvalid);
     }
@@ -154,35 +158,88 @@ pub(super) fn handle<A: Family>(
     if seg.ttl <= 1 {
         return Verdict::Drop(DropReason::TtlExceeded);
     }
+    let mut opened_by_cookie = false;
     let (mut id, dir) = match hit {
         Some(h) => h,
         // Where stage 2 found the key's probe run to end goes to the insert (which checks it).
         None => {
-            match new_flow(now, frame, rx, table, st, key, (hash, candidate.and_then(Candidate::vacancy)), seg, ahead) {
-                Ok(id) => (id, Direction::Original),
+            let cookie =
+                if seg.proto == IpProtocol::Tcp { synproxy::cookie_ack(now, st, &key, &seg.tcp) } else { None };
+            match new_flow(now, frame, rx, table, st, key, (hash, candidate.and_then(Candidate::vacancy)), &seg, ahead)
+            {
+                Ok(id) => {
+                    match cookie {
+                        Some(c) => match synproxy::open(frame, rx, st, key, seg.ttl, c) {
+                            Ok(syn) => {
+                                seg = Segment { l4_offset: syn.l4_offset, total: syn.total, tcp: syn.tcp, ..seg };
+                                opened_by_cookie = true;
+                            }
+                            Err(v) => {
+                                remove_flow::<A>(st, id);
+                                return v;
+                            }
+                        },
+                        None => synproxy::forget(st, &key),
+                    }
+                    (id, Direction::Original)
+                }
                 Err(v) => return v,
             }
         }
     };
-    let mut tracked = track(now, st, id, dir, seg);
+    // A packet of a flow the SYN proxy opened: its numbers into the client's, before
+    // tracking (the flow it just opened needs none).
+    let proxied = if opened_by_cookie || seg.proto != IpProtocol::Tcp || !synproxy::any::<A>(st) {
+        None
+    } else {
+        let original = if dir == Direction::Original { key } else { A::conntrack(st).get(id).original };
+        let l4 = rx.l2_len + seg.l4_offset..rx.l2_len + seg.total;
+        match synproxy::before_track(frame, rx, st, &original, &key, dir, &mut seg.tcp, l4) {
+            None => None,
+            Some(Before::Track) => Some((original, false)),
+            Some(Before::SynAck) => Some((original, true)),
+            Some(Before::Drop(reason)) => return Verdict::Drop(reason),
+            Some(Before::Answer(v)) => return v,
+        }
+    };
+    let mut tracked = track(now, st, id, dir, &seg);
     if tracked == Tracked::Reopen {
         // A new connection on the tuple of a closed one: forget the old flow, choose the
         // endpoint anew.
         remove_flow::<A>(st, id);
-        id = match new_flow(now, frame, rx, table, st, key, (hash, None), seg, ahead) {
+        id = match new_flow(now, frame, rx, table, st, key, (hash, None), &seg, ahead) {
             Ok(id) => id,
             Err(v) => return v,
         };
-        tracked = track(now, st, id, Direction::Original, seg);
+        synproxy::forget(st, &key);
+        tracked = track(now, st, id, Direction::Original, &seg);
     }
     match tracked {
         Tracked::Invalid => return Verdict::Drop(DropReason::TcpInvalid),
         Tracked::OutOfWindow => return Verdict::Drop(DropReason::TcpOutOfWindow),
         _ => {}
     }
+    match proxied {
+        Some((original, true)) => {
+            // The endpoint's SYN-ACK: the proxy completes the endpoint's handshake; the
+            // client's ACK of the cookie, tracked now, makes the flow established.
+            return match synproxy::complete(frame, rx, st, &original, &key) {
+                Ok((verdict, client_ack)) => {
+                    track(now, st, id, Direction::Original, &Segment { tcp: client_ack, ..seg });
+                    verdict
+                }
+                Err(reason) => Verdict::Drop(reason),
+            };
+        }
+        Some((original, false)) if dir == Direction::Original => {
+            let l4 = rx.l2_len + seg.l4_offset..rx.l2_len + seg.total;
+            synproxy::after_track(frame, rx, st, &original, &seg.tcp, l4);
+        }
+        _ => {}
+    }
     let flow = A::conntrack(st).get(id);
     let frontend = frontend_index(table, &flow);
-    let verdict = forward(now, frame, rx, st, &flow, dir, seg, frontend.map(|i| (i, table.generation() as u32)));
+    let verdict = forward(now, frame, rx, st, id, &flow, dir, &seg, frontend.map(|i| (i, table.generation() as u32)));
     if let (Verdict::Transmit { .. }, Some(index)) = (verdict, frontend) {
         st.frontends.packet(index, dir == Direction::Original, seg.total);
     }
@@ -206,6 +263,20 @@ fn frontend_index<A: Family>(table: &Table, flow: &Flow<A>) -> Option<u32> {
     }
 }
 
+/// Applies the packet to flow `id`'s state ([`track_state`]) and, when the scheduler counts
+/// connections, moves the flow's count between inactive and active if the packet moved it
+/// to or from ESTABLISHED ([`backend::count_state`]): a comparison of the state before and
+/// after, the shared count touched only on such a change.
+fn track<A: Family>(now: u64, st: &mut WorkerState, id: FlowId, dir: Direction, seg: &Segment<A>) -> Tracked {
+    let counted = st.host.scheduler.counts_connections();
+    let was_active = counted && backend::is_active(u8::from(seg.proto), A::conntrack(st).state(id));
+    let tracked = track_state(now, st, id, dir, seg);
+    if counted {
+        backend::count_state(st, &A::conntrack(st).get(id), was_active);
+    }
+    tracked
+}
+
 /// Applies the packet to flow `id`'s state ([`track_tcp`], [`track_udp`], [`sctp::track`]):
 /// TCP state and sequence windows, idle deadline, `seen_reply`, `assured`.
 ///
@@ -213,7 +284,7 @@ fn frontend_index<A: Family>(table: &Table, flow: &Flow<A>) -> Option<u32> {
 /// on: a first fragment does not carry the segment's length (Linux reassembles before
 /// conntrack sees a segment; the gateway does not). With `[conntrack] tcp_be_liberal`
 /// every TCP flow is.
-fn track<A: Family>(now: u64, st: &mut WorkerState, id: FlowId, dir: Direction, seg: &Segment<A>) -> Tracked {
+fn track_state<A: Family>(now: u64, st: &mut WorkerState, id: FlowId, dir: Direction, seg: &Segment<A>) -> Tracked {
     let (conntrack, host) = A::conntrack_and_host(st);
     let timeouts = &host.timeouts;
     if seg.proto == IpProtocol::Tcp {
@@ -233,8 +304,9 @@ fn track<A: Family>(now: u64, st: &mut WorkerState, id: FlowId, dir: Direction, 
     }
 }
 
-/// Rewrites the packet `seg` along `flow` in direction `dir` and addresses the frame to
-/// its next hop ([`egress`]). A first fragment's translation is recorded for the later
+/// Rewrites the packet `seg` along `flow` (id `id`) in direction `dir` and addresses the
+/// frame to its next hop ([`egress`]), recording the direction's egress in the flow's state
+/// for the lean path ([`crate::conntrack::Egress`]). A first fragment's translation is recorded for the later
 /// fragments of its datagram; its transport checksum is always updated incrementally (a
 /// fragment never carries a partial checksum, and a full one would need the whole datagram),
 /// with the flow's front-door index under table generation `frontend.1` so the later
@@ -245,15 +317,18 @@ fn forward<A: Family>(
     frame: &mut [u8],
     rx: &Rx,
     st: &mut WorkerState,
+    id: FlowId,
     flow: &Flow<A>,
     dir: Direction,
     seg: &Segment<A>,
     frontend: Option<(u32, u32)>,
 ) -> Verdict {
-    let (rw, out_iface, dst_mac) = match egress(now, st, flow, dir) {
+    let (rw, out_iface, dst_mac, on_link) = match egress(now, st, flow, dir) {
         Ok(e) => e,
         Err(reason) => return Verdict::Drop(reason),
     };
+    // What the lean path of the flow's later packets needs (`super::lean`).
+    A::conntrack_mut(st).state_mut(id).egress.set(dir, out_iface, on_link);
     match dir {
         Direction::Original => st.counters.forwarded_original += 1,
         Direction::Reply => st.counters.forwarded_reply += 1,
@@ -272,7 +347,8 @@ fn forward<A: Family>(
 }
 
 /// Where a packet of `flow` travelling in direction `dir` goes: its new addresses and ports,
-/// the egress interface and the next hop's MAC, resolved by ARP or Neighbor Discovery — the
+/// the egress interface, the next hop's MAC and whether that next hop is the destination
+/// itself (on a connected subnet; else the router), resolved by ARP or Neighbor Discovery — the
 /// endpoint's for the
 /// original direction, the client's for replies (the client itself on a connected subnet,
 /// else the router: replies are routed like any packet, no MAC is kept per flow). ICMP errors
@@ -285,7 +361,7 @@ pub(super) fn egress<A: Family>(
     st: &mut WorkerState,
     flow: &Flow<A>,
     dir: Direction,
-) -> Result<(Rewrite<A>, u8, MacAddr), DropReason> {
+) -> Result<(Rewrite<A>, u8, MacAddr, bool), DropReason> {
     // Either direction leaves as the other direction's tuple reversed: the original towards
     // the endpoint from the SNAT address and port, the reply back to the client from the
     // front door.
@@ -300,7 +376,7 @@ pub(super) fn egress<A: Family>(
     let Some(mac) = neighbour(st, hop, out, now) else {
         return Err(DropReason::NeighbourUnresolved);
     };
-    Ok((rw, out, mac))
+    Ok((rw, out, mac, hop == rw.dst_addr))
 }
 
 /// [`crate::host::Host::route`] of `to`: the route `process_burst` found ahead for this
@@ -327,7 +403,7 @@ fn route<A: Family>(st: &WorkerState, to: A) -> Option<(u8, A)> {
 /// that it still holds); `ahead` is what `process_burst` found ahead for this key in this
 /// table (front door and the ring's endpoint), used instead of looking them up again.
 #[allow(clippy::too_many_arguments)]
-fn new_flow<A: Family>(
+fn new_flow<A: Proxied>(
     now: u64,
     frame: &mut [u8],
     rx: &Rx,
@@ -366,6 +442,13 @@ fn new_flow<A: Family>(
     if stray {
         return Err(Verdict::Drop(DropReason::NoConntrack));
     }
+    // Under a SYN flood a SYN is answered with a cookie and creates nothing (`synproxy`).
+    if seg.proto == IpProtocol::Tcp && TcpSegment::of(seg.tcp.flags) == TcpSegment::Syn {
+        let l4 = rx.l2_len + seg.l4_offset..rx.l2_len + seg.total;
+        if let Some(answer) = synproxy::syn(now, frame, rx, st, &key, &seg.tcp, l4) {
+            return Err(answer);
+        }
+    }
     // A burst that found the endpoint ahead (a service without affinity: the ring's choice)
     // spares viewing the service again.
     let hinted = ahead.and_then(|h| h.endpoint);
@@ -373,7 +456,7 @@ fn new_flow<A: Family>(
         Some(endpoint) => endpoint,
         None => {
             let service = table.service(fe.service).ok_or(Verdict::Drop(DropReason::NoFrontend))?;
-            let Some(backend) = backend::choose(now, &service, &key, ring_backend, st) else {
+            let Some(backend) = backend::choose(now, &service, fe.service, &key, ring_backend, st) else {
                 return Err(reject(frame, rx, st));
             };
             (layout::addr_from16(backend.addr), backend.port.get())
@@ -393,12 +476,11 @@ fn new_flow<A: Family>(
     let Some((out, _)) = route(st, backend_ip) else {
         return Err(Verdict::Drop(DropReason::NoRoute));
     };
-    let Some((snat_index, snat_ip)) = st.host.snat_address::<A>(out) else {
+    if st.host.snat_addresses_on::<A>(out).is_empty() {
         return Err(Verdict::Drop(DropReason::UnsupportedFamily));
-    };
+    }
     let endpoint = SocketAddr::new(backend_ip.into(), backend_port);
-    let snat_port = st.snat.alloc_for(snat_index, key.protocol, endpoint);
-    let Some(snat_port) = snat_port.or_else(|| evict_for_snat_port::<A>(now, st, &key, snat_index, endpoint)) else {
+    let Some((snat_ip, snat_port)) = snat_port::<A>(now, st, key.protocol, (backend_ip, backend_port), out) else {
         return Err(Verdict::Drop(if st.snat.is_steered() && endpoint.is_ipv6() {
             DropReason::UnsupportedFamily
         } else {
@@ -424,62 +506,94 @@ fn new_flow<A: Family>(
     if inserted == Err(InsertError::Full) {
         // Linux's early drop: evict a flow near this one that is worth less, then retry.
         if let Some(evicted) = A::conntrack_mut(st).early_drop(&key, now) {
-            free_snat_port(&mut st.snat, &st.host, &evicted);
+            flow_ended(st, &evicted);
             st.counters.conntrack_evicted += 1;
             inserted = A::conntrack_mut(st).insert_hashed(flow, hash, None);
         }
     }
     match inserted {
         Ok(id) => {
+            backend::count_opened(st, &flow);
             st.counters.new_flows += 1;
             st.frontends.new_flow(fe.index);
             Ok(id)
         }
-        Err(e) => {
-            st.snat.free(snat_index, key.protocol, snat_port);
-            Err(Verdict::Drop(match e {
-                InsertError::Full => DropReason::ConntrackFull,
-                // The reply tuple is taken: only possible if the SNAT bitmap and conntrack
-                // disagree; refuse rather than hijack another flow. `NotFullNat` cannot
-                // happen: the SNAT address comes from the list the table was built with.
-                InsertError::Exists | InsertError::NotFullNat => DropReason::SnatExhausted,
-            }))
-        }
+        Err(e) => Err(Verdict::Drop(match e {
+            InsertError::Full => DropReason::ConntrackFull,
+            // The reply tuple was free when chosen, so only a flow whose reply tuple is its
+            // own original one (an endpoint calling a front door on a SNAT address and
+            // port) gets here; refuse rather than hijack another flow. `NotFullNat` cannot
+            // happen: the SNAT address comes from the list the table was built with.
+            InsertError::Exists | InsertError::NotFullNat => DropReason::SnatExhausted,
+        })),
     }
 }
 
-/// Flows [`evict_for_snat_port`] may evict for one new flow.
-const SNAT_EVICTIONS: usize = 4;
-/// Records [`evict_for_snat_port`] examines per eviction.
-const SNAT_EVICTION_SCAN: usize = 256;
-
-/// Makes a SNAT port free for a new flow `key` to `endpoint` from SNAT address `snat_index`
-/// when every port is taken, as a full table makes room ([`crate::conntrack::Conntrack::early_drop`]):
-/// evicts up to [`SNAT_EVICTIONS`] flows worth less — expired, never answered (a SYN
-/// flood's half-open flows, one-way UDP) or closing — that hold a port of the same SNAT
-/// address and protocol ([`crate::conntrack::Conntrack::evict_scan`], at most
-/// [`SNAT_EVICTION_SCAN`] records each), allocating again after each. A flood of
-/// unanswered flows therefore cannot hold every port while a legitimate client waits;
-/// answered (assured) flows are never evicted. Counted as `conntrack_evicted`.
-fn evict_for_snat_port<A: Family>(
+/// The SNAT address and port of a new flow of `protocol` to `endpoint` leaving by interface
+/// `out`: one of the link's SNAT addresses and a port this worker owns such that the reply
+/// tuple `endpoint → address:port` is not in the worker's conntrack, as Linux's
+/// `get_unique_tuple` finds one ([`crate::snat`]). When the search finds none — nearly
+/// every port of the link's addresses is taken for this very endpoint — the flow among the
+/// candidates it met that is worth least gives its tuple up, as a full table makes room
+/// ([`crate::conntrack::Conntrack::early_drop`]): expired, then never answered (a SYN
+/// flood's half-open flows, one-way UDP), then closing, the oldest of its kind first
+/// ([`crate::conntrack::Conntrack::eviction_order`]); counted `conntrack_evicted`. A flood
+/// of unanswered flows therefore cannot hold an endpoint's ports while a legitimate client
+/// waits; answered (assured) flows are never evicted, and flows to other endpoints are not
+/// touched. `None` when nothing may be evicted: the flow is refused (`snat_exhausted`).
+///
+/// The evicted flow's port is reused at once, for the same endpoint. If that endpoint still
+/// holds the evicted flow's half-open connection (a request socket, not a SYN cookie), a
+/// Linux endpoint answers the new SYN as `tcp_check_req` does: with an ACK of the old
+/// connection (the SYN is out of its window) or, rarely, a RST (in window), so the new
+/// connection waits until the endpoint gives the old one up (after `tcp_synack_retries`,
+/// about 63 s by default). Evicting expired flows first and the oldest half-open flow next
+/// makes this rare, as does the port space being per endpoint: it takes nearly 64 K flows
+/// to one endpoint from one SNAT address on one worker (÷ workers under the modulo rule)
+/// to get here.
+fn snat_port<A: Family>(
     now: u64,
     st: &mut WorkerState,
-    key: &FlowKey<A>,
-    snat_index: usize,
-    endpoint: SocketAddr,
-) -> Option<u16> {
-    let snat_addr = *A::snat_addresses(&st.host).get(snat_index.checked_sub(A::snat_index_base(&st.host))?)?;
-    let protocol = key.protocol;
-    for _ in 0..SNAT_EVICTIONS {
-        let evicted = A::conntrack_mut(st)
-            .evict_scan(now, SNAT_EVICTION_SCAN, |f| f.reply.protocol == protocol && f.reply.dst_addr == snat_addr)?;
-        free_snat_port(&mut st.snat, &st.host, &evicted);
-        st.counters.conntrack_evicted += 1;
-        if let Some(port) = st.snat.alloc_for(snat_index, protocol, endpoint) {
-            return Some(port);
+    protocol: u8,
+    (endpoint_ip, endpoint_port): (A, u16),
+    out: u8,
+) -> Option<(A, u16)> {
+    let (conntrack, snat, host) = A::conntrack_and_snat(st);
+    let addresses = host.snat_addresses_on::<A>(out);
+    let endpoint = SocketAddr::new(endpoint_ip.into(), endpoint_port);
+    // The candidate that gives way if none is free: (eviction order, flow).
+    let mut victim: Option<((u8, u32), FlowId)> = None;
+    let found = snat.alloc(endpoint, addresses, |snat_ip, snat_port| {
+        let reply = FlowKey {
+            protocol,
+            src_addr: endpoint_ip,
+            src_port: endpoint_port,
+            dst_addr: snat_ip,
+            dst_port: snat_port,
+        };
+        match conntrack.lookup(&reply) {
+            None => true,
+            Some((id, Direction::Reply)) => {
+                if let Some(order) = conntrack.eviction_order(id, now) {
+                    if victim.is_none_or(|(best, _)| order < best) {
+                        victim = Some((order, id));
+                    }
+                }
+                false
+            }
+            // Some flow's original tuple (a client sending from the endpoint's address and
+            // port to a front door on the SNAT address): not ours to evict.
+            Some((_, Direction::Original)) => false,
         }
+    });
+    if found.is_some() {
+        return found;
     }
-    None
+    let (_, id) = victim?;
+    let evicted = A::conntrack_mut(st).remove(id);
+    flow_ended(st, &evicted);
+    st.counters.conntrack_evicted += 1;
+    Some((evicted.reply.dst_addr, evicted.reply.dst_port))
 }
 
 /// Whether no router forwards from source `ip` ([RFC 1812 § 5.3.7]; the special-purpose

@@ -29,6 +29,12 @@ pub struct Meta {
     /// The L4 checksum holds only the pseudo-header sum (the sender offloaded it to a NIC
     /// that does not exist on a veth): recompute it in full when rewriting.
     pub l4_csum_partial: bool,
+    /// The device verified the IPv4 header checksum (DPDK `RTE_MBUF_F_RX_IP_CKSUM_GOOD`):
+    /// the pipeline does not verify it again.
+    pub l3_csum_good: bool,
+    /// The device verified the TCP, UDP or SCTP checksum (DPDK `RTE_MBUF_F_RX_L4_CKSUM_GOOD`,
+    /// virtio's `VIRTIO_NET_HDR_F_DATA_VALID`): the pipeline does not verify it again.
+    pub l4_csum_good: bool,
 }
 
 /// What the driver does with the frame after [`super::process`].

@@ -9,7 +9,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::conntrack::tcp::Segment as TcpSegment;
-use crate::conntrack::{Candidate, FlowKey};
+use crate::conntrack::{Candidate, FlowKey, TcpSeq};
 use crate::wire::{IpProtocol, SctpPacket, TcpPacket, UdpPacket};
 
 /// Frames [`super::process_burst`] has in flight at once: from a frame's stage 1 to its processing
@@ -40,7 +40,7 @@ pub(super) struct NewFlowHint {
     /// key ([`super::backend::ring_hash`], [`crate::table::ServiceRing::ring_backend`]).
     pub ring_backend: u32,
     /// That backend's address (IPv4-mapped addresses as IPv4, [`crate::table::layout::addr_from16`]) and
-    /// port when the service has no session affinity, so that the ring's choice is the
+    /// port when the scheduler is `maglev` and the service has no session affinity, so that the ring's choice is the
     /// endpoint ([`super::backend::choose`]) and `new_flow` need not view the service again; `None`
     /// with affinity, where a remembered endpoint may win.
     pub endpoint: Option<(IpAddr, u16)>,
@@ -61,6 +61,27 @@ pub(super) struct FrameHints {
     pub route: Option<RouteHint>,
     /// A new flow's front door and ring endpoint.
     pub new_flow: Option<NewFlowHint>,
+    /// What the lean established path needs of the frame, when stage 1's parse found it
+    /// eligible ([`LeanSegment`]).
+    pub lean: Option<LeanSegment>,
+}
+
+/// A frame stage 1 of [`super::process_burst`] parsed in full for the lean established path
+/// (`super::lean`): an IPv4 TCP segment whose control flags are ACK without SYN, FIN or RST,
+/// or a UDP datagram, that passes every check the general path makes of the headers —
+/// link layer ([`super::link::receive`]), IPv4 header without options, checksum verified,
+/// not a fragment, TTL above 1, transport header whole, no partial L4 checksum. The
+/// flow key is the frame's [`FlowHint`]. Anything else is parsed again by the general path.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct LeanSegment {
+    /// The interface the frame arrived on ([`super::link::Rx::iface`]).
+    pub iface: u8,
+    /// Length of its link-layer header, bytes (14 or 18).
+    pub l2_len: u8,
+    /// Length of the IPv4 packet (Total Length), bytes.
+    pub total: u16,
+    /// The TCP segment's window-tracking fields ([`super::flow::tcp_seq`]); zero for UDP.
+    pub tcp: TcpSeq,
 }
 
 /// The hints of the frames [`super::process_burst`] has in flight, frame `i`'s in slot

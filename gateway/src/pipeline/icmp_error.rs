@@ -162,7 +162,7 @@ pub(super) fn handle<A: ErrorFamily>(
         return Verdict::Drop(DropReason::TtlExceeded);
     }
     // The error travels like the flow's packets in the direction opposite to the quote's.
-    let (rw, out_iface, dst_mac) = match flow::egress(now, st, &flow, dir) {
+    let (rw, out_iface, dst_mac, _) = match flow::egress(now, st, &flow, dir) {
         Ok(e) => e,
         Err(reason) => return Verdict::Drop(reason),
     };

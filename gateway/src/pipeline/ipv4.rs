@@ -8,40 +8,59 @@ use std::ops::Range;
 
 use super::flow::{self, Segment};
 use super::fragment::{self, Fragment};
-use super::hint;
+use super::hint::{self, LeanSegment};
 use super::link::Rx;
 use super::sctp::{self, Chunks};
 use super::{icmp, Verdict, WorkerState};
+use crate::conntrack::tcp::Segment as TcpSegment;
 use crate::conntrack::{FlowKey, TcpSeq};
 use crate::counters::DropReason;
 use crate::fragments::FragmentKey;
 use crate::table::Table;
-use crate::wire::{IpProtocol, Ipv4Packet, TcpPacket, UdpPacket};
+use crate::wire::{IpProtocol, Ipv4Packet, TcpFlags, TcpPacket, UdpPacket};
 
 /// The flow key of the TCP, UDP or SCTP packet after the link-layer header of `frame`, read with
 /// checked views but without [`handle`]'s checks (header checksum, TTL): a hint for
 /// [`super::process_burst`], which `handle` confirms; with it, whether the packet is a TCP
-/// SYN without ACK (a connection opening: its key is almost certainly not tracked yet).
-/// `None` for anything else, fragments included.
+/// SYN without ACK (a connection opening: its key is almost certainly not tracked yet), and
+/// the [`LeanSegment`] of a frame the lean established path may take (see there for what
+/// that needs: this is the one parse such a frame gets), `None` for anything else.
+/// `None` for anything but TCP, UDP and SCTP, fragments included.
 #[inline]
-pub(super) fn flow_key(frame: &[u8], rx: &Rx) -> Option<(FlowKey, bool)> {
+pub(super) fn flow_key(frame: &[u8], rx: &Rx) -> Option<(FlowKey, bool, Option<LeanSegment>)> {
     let l3 = rx.l2_len;
     let ip = Ipv4Packet::new_checked(&frame[l3..rx.len]).ok()?;
     if ip.is_fragment() {
         return None;
     }
-    let l4 = &frame[l3 + ip.header_len()..l3 + usize::from(ip.total_len())];
-    let (src_port, dst_port, opens) = hint::ports(ip.next_header(), l4)?;
-    Some((
-        FlowKey {
-            protocol: u8::from(ip.next_header()),
-            src_addr: ip.src_addr(),
-            src_port,
-            dst_addr: ip.dst_addr(),
-            dst_port,
-        },
-        opens,
-    ))
+    let total = ip.total_len();
+    let l4 = &frame[l3 + ip.header_len()..l3 + usize::from(total)];
+    let protocol = ip.next_header();
+    let plain = ip.header_len() == Ipv4Packet::<&[u8]>::HEADER_LEN
+        && ip.hop_limit() > 1
+        && !rx.l4_csum_partial
+        && ip.verify_checksum();
+    let (src_port, dst_port, opens, lean) = match protocol {
+        IpProtocol::Tcp => {
+            let t = TcpPacket::new_checked(l4).ok()?;
+            let tcp = flow::tcp_seq(&t);
+            let control = TcpFlags::SYN.0 | TcpFlags::FIN.0 | TcpFlags::RST.0 | TcpFlags::ACK.0;
+            let lean = (plain && tcp.flags.0 & control == TcpFlags::ACK.0).then_some(tcp);
+            (t.src_port(), t.dst_port(), TcpSegment::of(tcp.flags) == TcpSegment::Syn, lean)
+        }
+        IpProtocol::Udp => {
+            let u = UdpPacket::new_checked(l4).ok()?;
+            (u.src_port(), u.dst_port(), false, plain.then_some(TcpSeq::default()))
+        }
+        _ => {
+            let (src_port, dst_port, opens) = hint::ports(protocol, l4)?;
+            (src_port, dst_port, opens, None)
+        }
+    };
+    let key =
+        FlowKey { protocol: u8::from(protocol), src_addr: ip.src_addr(), src_port, dst_addr: ip.dst_addr(), dst_port };
+    let lean = lean.map(|tcp| LeanSegment { iface: rx.iface, l2_len: rx.l2_len as u8, total, tcp });
+    Some((key, opens, lean))
 }
 
 /// Whether IPv4 `options` hold a Loose (131) or Strict (137) Source and Record Route option
@@ -72,7 +91,7 @@ pub(super) fn handle(now: u64, frame: &mut [u8], rx: &Rx, table: &Table, st: &mu
         let Ok(ip) = Ipv4Packet::new_checked(&frame[l3..rx.len]) else {
             return Verdict::Drop(DropReason::MalformedIpv4);
         };
-        if !ip.verify_checksum() {
+        if !rx.l3_csum_good && !ip.verify_checksum() {
             return Verdict::Drop(DropReason::BadIpv4Checksum);
         }
         if ip.header_len() > Ipv4Packet::<&[u8]>::HEADER_LEN && source_routed(ip.options()) {
@@ -112,7 +131,7 @@ pub(super) fn handle(now: u64, frame: &mut [u8], rx: &Rx, table: &Table, st: &mu
             Ok(u) => (u.src_port(), u.dst_port(), TcpSeq::default(), Chunks::default()),
             Err(_) => return Verdict::Drop(DropReason::MalformedL4),
         },
-        IpProtocol::Sctp => match sctp::parse(&frame[l4.clone()], rx.l4_csum_partial) {
+        IpProtocol::Sctp => match sctp::parse(&frame[l4.clone()], rx.l4_csum_partial || rx.l4_csum_good) {
             Ok((sport, dport, chunks)) => (sport, dport, TcpSeq::default(), chunks),
             Err(sctp::Refused::Malformed) => return Verdict::Drop(DropReason::MalformedL4),
             Err(sctp::Refused::Checksum) => return Verdict::Drop(DropReason::BadSctpChecksum),

@@ -44,6 +44,10 @@ pub(super) struct Rx {
     pub l2_len: usize,
     /// The driver's [`Meta::l4_csum_partial`].
     pub l4_csum_partial: bool,
+    /// The driver's [`Meta::l3_csum_good`].
+    pub l3_csum_good: bool,
+    /// The driver's [`Meta::l4_csum_good`].
+    pub l4_csum_good: bool,
 }
 
 /// Parses the link-layer header of the first `meta.len` bytes of `frame` received on port
@@ -85,7 +89,8 @@ pub(super) fn receive(frame: &[u8], meta: &Meta, host: &Host) -> Result<(Rx, Eth
     let Some(iface) = host.interface_on(meta.iface, vid) else {
         return Err(DropReason::UnknownVlan);
     };
-    Ok((Rx { iface, len, l2_len, l4_csum_partial: meta.l4_csum_partial }, ethertype))
+    let (l4_csum_partial, l3_csum_good, l4_csum_good) = (meta.l4_csum_partial, meta.l3_csum_good, meta.l4_csum_good);
+    Ok((Rx { iface, len, l2_len, l4_csum_partial, l3_csum_good, l4_csum_good }, ethertype))
 }
 
 /// Whether `mac` is an IPv6 multicast mapping (`33:33:…`, RFC 2464 § 7), as Neighbor
@@ -94,6 +99,17 @@ pub(super) fn receive(frame: &[u8], meta: &Meta, host: &Host) -> Result<(Rx, Eth
 #[inline]
 fn is_ipv6_multicast(mac: MacAddr) -> bool {
     mac.0[0] == 0x33 && mac.0[1] == 0x33
+}
+
+/// Length of the link-layer header of a frame sent on an interface with `vlan`: 14, or 18
+/// with a tag.
+#[inline]
+pub(super) fn header_len(vlan: Option<u16>) -> usize {
+    if vlan.is_some() {
+        ETH_LEN + TAG_LEN
+    } else {
+        ETH_LEN
+    }
 }
 
 /// Writes at the start of `frame` the link-layer header of a frame to `dst` from `src`,
@@ -140,7 +156,7 @@ pub(super) fn transmit(frame: &mut [u8], rx: &Rx, l3_len: usize, out: u8, dst: M
     };
     // The network layer's EtherType: the last field of the received header.
     let ethertype = EtherType::from(u16::from_be_bytes([frame[rx.l2_len - 2], frame[rx.l2_len - 1]]));
-    let l2_len = if o.vlan.is_some() { ETH_LEN + TAG_LEN } else { ETH_LEN };
+    let l2_len = header_len(o.vlan);
     let len = l2_len + l3_len;
     if l2_len != rx.l2_len {
         if len > frame.len() {

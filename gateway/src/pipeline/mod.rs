@@ -24,8 +24,9 @@
 //!   the endpoint's next hop; a hit in the reply direction is rewritten back to VIP → client
 //!   and routed to the client's next hop (the client itself on a connected subnet, whose MAC
 //!   a new flow's first frame teaches when ARP has not). A miss looks up the front door
-//!   (destination, protocol, port), picks the endpoint on the Maglev ring of its service
-//!   by the flow's 5-tuple hash (`backend`), allocates a SNAT port this worker owns, and
+//!   (destination, protocol, port), picks the endpoint with the gateway's scheduler (by
+//!   default on the Maglev ring of its service by the flow's 5-tuple hash; `backend`,
+//!   [`crate::scheduler`]), allocates a SNAT port this worker owns, and
 //!   records the flow. A front door without endpoints answers like kube-proxy's REJECT rule
 //!   (`reject`): TCP RST (RFC 9293 § 3.10.7.1), else ICMP port unreachable (RFC 792,
 //!   RFC 1812 § 4.3.2.3).
@@ -44,6 +45,9 @@
 //! - IPv4 and IPv6 fragments (`fragment`): the first fragment of a TCP or UDP datagram goes
 //!   through its flow; the later ones follow it through a per-worker fragment table per
 //!   family.
+//! - Under a SYN flood (`synproxy`), SYNs beyond a rate per worker are answered with SYN
+//!   cookies and create nothing; a cookie's ACK opens the connection to the endpoint, whose
+//!   SYN-ACK the gateway answers, and the connection's sequence numbers are translated.
 //! - Next hops are resolved by ARP requests and Neighbor Solicitations the worker emits
 //!   through [`poll_transmit`] (`resolve`).
 //! - Flows time out after idle periods following Linux conntrack's defaults; expiry runs
@@ -61,11 +65,15 @@
 //! - `state`: the per-worker and shared state, with the entries of the worker's fragment
 //!   tables and resolution queue;
 //! - `link`, `family` (the per-family accessors), and the steps that use only these: `arp`,
-//!   `ndp`, `reject`, `resolve`, then `backend`, `expire`, `fragment`;
+//!   `ndp`, `reject`, `resolve`, `synproxy`, then `backend`, `expire`, `fragment`;
 //! - `flow`, then `icmp_error`, then `icmp`, then the per-family parsers `ipv4`, `ipv6`;
 //! - this module, which holds only [`process`] and its dispatch by EtherType;
+//! - `lean`, the lean established path: a frame of an established IPv4 TCP or UDP flow
+//!   that `burst` parsed once and found the flow of is forwarded there, with exactly the
+//!   result [`process`] would give it, or handed to [`process`] unchanged;
 //! - `burst`, which runs [`process`] over a burst with its lookups' memory latency
-//!   overlapped, using the per-family parsers for its early parse.
+//!   overlapped, using the per-family parsers for its early parse, and `lean` for the
+//!   frames it may take.
 //!
 //! Only [`process`], [`process_burst`], [`poll_transmit`], [`poll_expire`], the state types and
 //! the driver-facing [`Meta`] / [`Verdict`] are public.
@@ -83,12 +91,14 @@ mod icmp;
 mod icmp_error;
 mod ipv4;
 mod ipv6;
+mod lean;
 mod link;
 mod ndp;
 mod reject;
 mod resolve;
 mod sctp;
 mod state;
+mod synproxy;
 
 pub use burst::process_burst;
 pub use expire::poll_expire;

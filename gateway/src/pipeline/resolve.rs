@@ -24,7 +24,7 @@ const ARP_RETRY_NS: u64 = 1_000_000_000;
 /// Attempts before a pending resolution is given up (a new packet queues it again).
 const ARP_TRIES: u8 = 3;
 /// Age after which a resolved neighbour is re-confirmed by a new request, ns.
-const NEIGHBOUR_REFRESH_NS: u64 = 60_000_000_000;
+pub(super) const NEIGHBOUR_REFRESH_NS: u64 = 60_000_000_000;
 
 impl WorkerState {
     /// Queues a resolution of `ip` (IPv4: ARP; IPv6: Neighbor Discovery) on `iface`

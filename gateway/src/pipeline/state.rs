@@ -1,6 +1,6 @@
 //! The state the pipeline works on: [`WorkerState`], private to one worker (conntrack, SNAT
 //! ports, counters, fragment table, pending ARP resolutions), and [`Shared`], the state all workers share
-//! (neighbours, session affinity). Everything is allocated here, before the packet path
+//! (neighbours, session affinity, the schedulers' connection counts and turns). Everything is allocated here, before the packet path
 //! runs. The entries of the worker's own tables are defined here too — [`FragmentTarget`]
 //! (what [`super::fragment`] records) and [`Pending`] (what [`super::resolve`] queues) — so
 //! that the state depends on no step of the path, only the steps on it.
@@ -11,12 +11,14 @@ use std::sync::Arc;
 use super::hint::HintRing;
 use crate::affinity::Affinity;
 use crate::conntrack::persist::{self, Opened, Owner};
+use crate::conntrack::synproxy::SynProxy;
 use crate::conntrack::Conntrack;
 use crate::counters::{Counters, FrontendCounters};
 use crate::fragments::{self, FragmentAddr, FragmentTable};
 use crate::host::Host;
 use crate::limiter::SourceLimiter;
 use crate::neighbour::Neighbours;
+use crate::scheduler::Schedulers;
 use crate::snat::SnatPorts;
 use crate::table::Table;
 use crate::wire::MacAddr;
@@ -83,12 +85,18 @@ pub struct Shared {
     pub neighbours: Arc<Neighbours>,
     /// `sessionAffinity: ClientIP` choices.
     pub affinity: Arc<Affinity>,
+    /// The schedulers' connection counts and round-robin turns.
+    pub schedulers: Arc<Schedulers>,
 }
 
 impl Shared {
     /// Shared state sized for `neighbours` next hops and `affinity` (client, Service) pairs.
     pub fn new(neighbours: usize, affinity: usize) -> Self {
-        Self { neighbours: Arc::new(Neighbours::new(neighbours)), affinity: Arc::new(Affinity::new(affinity)) }
+        Self {
+            neighbours: Arc::new(Neighbours::new(neighbours)),
+            affinity: Arc::new(Affinity::new(affinity)),
+            schedulers: Arc::default(),
+        }
     }
 }
 
@@ -103,6 +111,10 @@ pub struct WorkerState {
     pub neighbours: Arc<Neighbours>,
     /// `sessionAffinity: ClientIP` choices, shared by all workers.
     pub affinity: Arc<Affinity>,
+    /// The schedulers' connection counts and round-robin turns, shared by all workers.
+    pub schedulers: Arc<Schedulers>,
+    /// The `random` scheduler's generator (wyrand), seeded per worker.
+    pub(super) random: fastrand::Rng,
     /// This worker's IPv4 flows.
     pub conntrack: Conntrack,
     /// This worker's IPv6 flows.
@@ -111,6 +123,8 @@ pub struct WorkerState {
     pub snat: SnatPorts,
     /// The per-source new-flow rate limit (off unless configured).
     pub sources: SourceLimiter,
+    /// The SYN proxy: cookies under a SYN flood, and the proxied flows' translations.
+    pub synproxy: SynProxy,
     /// This worker's counters.
     pub counters: Counters,
     /// Where the later fragments of datagrams whose first fragment this worker forwarded go
@@ -142,16 +156,24 @@ impl WorkerState {
     /// Allocates everything the packet path will use.
     pub fn new(worker: usize, workers: usize, host: Arc<Host>, shared: &Shared, capacity: usize, seed: u64) -> Self {
         let (min, max) = host.snat_ports;
-        let snat = SnatPorts::new(worker, workers, min, max, host.snat_addresses.len() + host.snat_addresses6.len());
+        let snat = SnatPorts::new(worker, workers, min, max);
         Self {
             worker,
             conntrack: Conntrack::new(capacity, seed, &host.snat_addresses),
             conntrack6: Conntrack::new(capacity, seed, &host.snat_addresses6),
             snat,
             sources: SourceLimiter::new(host.new_flows_per_source.0, host.new_flows_per_source.1, seed ^ 0x50_f7ce),
+            synproxy: SynProxy::new(
+                host.syn_cookies.0,
+                host.syn_cookies.1,
+                (capacity / 4).max(1024),
+                seed ^ 0x5c00_c1e5,
+            ),
             host,
             neighbours: Arc::clone(&shared.neighbours),
             affinity: Arc::clone(&shared.affinity),
+            schedulers: Arc::clone(&shared.schedulers),
+            random: fastrand::Rng::with_seed(seed ^ 0x5c4e_d000_0000_0001),
             counters: Counters::default(),
             fragments: FragmentTable::new(FRAGMENT_SLOTS, fragments::DEFAULT_TIMEOUT_NS, seed ^ 0xf4a6_0000_f4a6),
             fragments6: FragmentTable::new(FRAGMENT_SLOTS, fragments::DEFAULT_TIMEOUT_NS, seed ^ 0xf6a6_0000_f6a6),
@@ -165,8 +187,9 @@ impl WorkerState {
     /// named `conntrack-w<worker>-v4` and `-v6` ([`Conntrack::persistent`]): a restarted
     /// gateway adopts its predecessor's flows. `origin_ns` is the `CLOCK_MONOTONIC` time at
     /// which the worker's clock (the `now` it passes to the pipeline) reads 0. Returns the
-    /// state and, per family, how its table was opened. Call
-    /// [`WorkerState::reserve_snat_ports`] once the SNAT ports are final.
+    /// state and, per family, how its table was opened. The adopted flows hold their SNAT
+    /// ports by being in the conntrack (a port is free for a reply tuple the conntrack
+    /// does not hold: [`crate::snat`]).
     ///
     /// # Errors
     /// When a file cannot be created or mapped.
@@ -195,25 +218,6 @@ impl WorkerState {
         state.conntrack = v4;
         state.conntrack6 = v6;
         Ok((state, [opened4, opened6]))
-    }
-
-    /// Marks the SNAT port of every tracked flow in use (after [`WorkerState::persistent`]
-    /// adopted flows, and after any change of [`WorkerState::snat`]). O(capacity).
-    pub fn reserve_snat_ports(&mut self) {
-        fn reserve<A: crate::conntrack::Address + crate::host::HostAddr>(
-            conntrack: &Conntrack<A>,
-            snat: &mut SnatPorts,
-            host: &Host,
-        ) {
-            for (_, flow) in conntrack.iter() {
-                if let Some(i) = host.snat_index(flow.reply.dst_addr) {
-                    snat.reserve(i, flow.reply.protocol, flow.reply.dst_port);
-                }
-            }
-        }
-        let WorkerState { conntrack, conntrack6, snat, host, .. } = self;
-        reserve(conntrack, snat, host);
-        reserve(conntrack6, snat, host);
     }
 
     /// Switches the worker's state from table `old` to table `new` (the same table at the

@@ -100,7 +100,7 @@ fn state_with_capacity(worker: usize, workers: usize, capacity: usize) -> Worker
 fn run(now: u64, input: &[u8], iface: u8, t: &Table, st: &mut WorkerState) -> (Verdict, Vec<u8>) {
     let mut buf = vec![0u8; 2048];
     buf[..input.len()].copy_from_slice(input);
-    let meta = Meta { iface, len: input.len(), l4_csum_partial: false };
+    let meta = Meta { iface, len: input.len(), l4_csum_partial: false, ..Meta::default() };
     let v = process(now, &mut buf, &meta, t, st);
     let out = match v {
         Verdict::Transmit { len, .. } => buf[..len].to_vec(),
@@ -529,7 +529,7 @@ proptest::proptest! {
         }
         let mut buf = vec![0u8; frame.len().max(MIN_BUFFER)];
         buf[..frame.len()].copy_from_slice(&frame);
-        let meta = Meta { iface, len: frame.len(), l4_csum_partial: false };
+        let meta = Meta { iface, len: frame.len(), l4_csum_partial: false, ..Meta::default() };
         let _ = process(0, &mut buf, &meta, &t, &mut st);
     }
 }
@@ -538,6 +538,8 @@ proptest::proptest! {
 mod ipv6;
 /// `loadBalancerSourceRanges` and draining endpoints.
 mod policy;
+/// The endpoint schedulers across workers.
+mod scheduler;
 
 /// 802.1Q VLAN interfaces.
 mod vlan;
@@ -547,6 +549,8 @@ mod conntrack;
 
 /// `process_burst` against `process`.
 mod burst;
+/// The lean established path against the general path.
+mod lean;
 
 /// Per-front-door counters.
 mod frontends;
@@ -556,3 +560,25 @@ mod fragment;
 mod hygiene;
 mod icmp_error;
 mod sctp;
+/// SYN cookies and the SYN proxy under a SYN flood.
+mod synproxy;
+
+/// What the device verified (`Meta::l3_csum_good`, `Meta::l4_csum_good`) is not verified
+/// again: a frame whose IPv4 header checksum the device vouched for is forwarded on that
+/// word (the same frame without the flag is a `bad_ipv4_checksum` drop).
+#[test]
+fn device_verified_checksums_are_not_verified_again() {
+    let (t, mut st) = (table(&["10.70.0.11"]), state(0, 1));
+    let mut bad_sum = frames::udp(to_gw(), CLIENT, (VIP, 7), b"ping", 64);
+    bad_sum[14 + 10] ^= 0xff;
+    let mut buf = vec![0u8; 2048];
+    for (good, want_forwarded) in [(false, false), (true, true)] {
+        buf[..bad_sum.len()].copy_from_slice(&bad_sum);
+        let meta = Meta { iface: FRONT, len: bad_sum.len(), l3_csum_good: good, ..Meta::default() };
+        let v = process(0, &mut buf, &meta, &t, &mut st);
+        assert_eq!(matches!(v, Verdict::Transmit { .. }), want_forwarded, "l3_csum_good {good}: {v:?}");
+        if !good {
+            assert_eq!(v, Verdict::Drop(DropReason::BadIpv4Checksum));
+        }
+    }
+}

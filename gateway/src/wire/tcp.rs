@@ -156,6 +156,33 @@ pub struct TcpPacket<T: AsRef<[u8]>> {
     buffer: T,
 }
 
+/// The value of the first option of `kind` in a TCP header's `options` (the bytes after
+/// its length octet), walking the kind/length list of [RFC 9293 § 3.1]: End of Option List
+/// (0) ends it, No-Operation (1) is one octet, every other option carries its length. `None`
+/// when absent or when the list is malformed before it (a length below 2 or past the end).
+///
+/// [RFC 9293 § 3.1]: https://www.rfc-editor.org/rfc/rfc9293#section-3.1
+pub fn option(options: &[u8], kind: u8) -> Option<&[u8]> {
+    let mut i = 0;
+    while i < options.len() {
+        match options[i] {
+            0 => return None,
+            1 => i += 1,
+            k => {
+                let len = usize::from(*options.get(i + 1)?);
+                if len < 2 || i + len > options.len() {
+                    return None;
+                }
+                if k == kind {
+                    return Some(&options[i + 2..i + len]);
+                }
+                i += len;
+            }
+        }
+    }
+    None
+}
+
 impl<T: AsRef<[u8]>> TcpPacket<T> {
     /// Length in bytes of a header without options (Data Offset = 5).
     pub const HEADER_LEN: usize = field::URGENT.end;

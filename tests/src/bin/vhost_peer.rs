@@ -14,13 +14,22 @@
 //! - the client again, checking that each answer comes back translated to the VIP and
 //!   port the client used, with valid checksums.
 //!
+//! With `--queues N` (the gateway's virtio-user `queues=N`, one per gateway worker) the
+//! link has N queue pairs: the peer sends its frames on the queues in turn (so a flow's
+//! frames reach every gateway worker, and the gateway's software redirect must bring them
+//! to the flow's owner), and notes which queue each frame from the gateway arrives on —
+//! gateway worker `w` transmits on queue `w`. It then checks that no flow was served by
+//! two workers: all of a flow's frames, both directions, came from one worker, the one
+//! that owns its SNAT port (`port % N`, the gateway's rule), and that every worker served
+//! some flow.
+//!
 //! It exits 0 when every flow made the round trip, and 1 with the reasons otherwise (or
 //! on `--timeout-s`). Frames are built with `torii_gateway::frames` and parsed with its
 //! checked views; the vhost-user side (EAL, port, ARP answers) is torii-bench's
 //! (`torii_bench::vhost`), shared with the line-rate harness. Run by `tests/virtio.rs`; usable by hand:
 //!
 //! ```text
-//! torii-vhost-peer --socket /tmp/vhost.sock --cpu 0 [--no-huge] [--tcp-flows 40] [--udp-flows 10] [--load-s 10]
+//! torii-vhost-peer --socket /tmp/vhost.sock --cpu 0 [--no-huge] [--queues 2] [--tcp-flows 40] [--udp-flows 10] [--load-s 10]
 //! ```
 //!
 //! With `--load-s N`, once every flow made the round trip, the peer turns generator and
@@ -75,6 +84,7 @@ struct Args {
     timeout: Duration,
     snat_ports: (u16, u16),
     load: Option<Duration>,
+    queues: u16,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -87,6 +97,7 @@ fn parse_args() -> Result<Args, String> {
         timeout: Duration::from_secs(30),
         snat_ports: (1024, 65535),
         load: None,
+        queues: 1,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -100,6 +111,7 @@ fn parse_args() -> Result<Args, String> {
             "--udp-flows" => a.udp_flows = num(v()?)?.min(10_000) as u16,
             "--timeout-s" => a.timeout = Duration::from_secs(num(v()?)?),
             "--load-s" => a.load = Some(Duration::from_secs(num(v()?)?)),
+            "--queues" => a.queues = num(v()?)?.clamp(1, 8) as u16,
             "--snat-ports" => {
                 let s = v()?;
                 let (lo, hi) = s.split_once('-').ok_or_else(|| format!("--snat-ports {s:?}: expected MIN-MAX"))?;
@@ -124,11 +136,15 @@ struct Flow {
     forward: Option<(Ipv4Addr, u16)>,
     /// Translated answer seen by the client.
     answered: bool,
+    /// The queues (gateway workers) its frames from the gateway arrived on, both directions.
+    queues: BTreeSet<usize>,
 }
 
 struct Link {
-    rx: RxQueue,
-    tx: TxQueue,
+    rx: Vec<RxQueue>,
+    tx: Vec<TxQueue>,
+    /// The queue the next frame is sent on (in turn).
+    next_tx: usize,
     pool: Mempool,
     batch: Vec<Mbuf>,
     sent: u64,
@@ -137,16 +153,29 @@ struct Link {
 impl Link {
     fn send(&mut self, frame: &[u8]) {
         let Some(mut m) = self.pool.alloc() else { return };
+        let q = self.next_tx % self.tx.len();
+        self.next_tx += 1;
         if m.extend_from_slice(frame) {
             let mut out = vec![m];
             for _ in 0..100 {
-                if self.tx.tx_burst(&mut out) == 1 {
+                if self.tx[q].tx_burst(&mut out) == 1 {
                     self.sent += 1;
                     return;
                 }
                 std::thread::sleep(Duration::from_micros(50));
             }
         }
+    }
+
+    /// A burst from every queue into `batch`: returns how many frames, and for each the queue.
+    fn recv(&mut self, queues: &mut Vec<usize>) -> usize {
+        self.batch.clear();
+        queues.clear();
+        for (q, rx) in self.rx.iter_mut().enumerate() {
+            let n = rx.rx_burst(&mut self.batch, 32);
+            queues.extend(std::iter::repeat_n(q, n));
+        }
+        self.batch.len()
     }
 }
 
@@ -164,12 +193,13 @@ fn run() -> Result<(), String> {
     let args = parse_args()?;
     let memory = if args.no_huge { Memory::NoHuge } else { Memory::Hugepages };
     let prefix = format!("torii-vhost-{}", std::process::id());
-    let eal_args = vhost::eal_args(&prefix, args.cpu, &[Path::new(&args.socket)], memory);
+    let eal_args = vhost::eal_args(&prefix, args.cpu, &[Path::new(&args.socket)], args.queues, memory);
     eprintln!("torii-vhost-peer: EAL {}", eal_args.join(" "));
     let eal = Eal::builder().args(eal_args).init().map_err(|e| format!("EAL: {e}"))?;
     let _ = std::fs::remove_dir(eal.runtime_dir());
     let pool = Mempool::new(&eal, "peer", 4095, 64, DEFAULT_DATA_ROOM, None).map_err(|e| format!("mempool: {e}"))?;
-    let mut port = vhost::open_port(&eal, "net_vhost0", &pool).map_err(|e| format!("port net_vhost0: {e}"))?;
+    let mut port =
+        vhost::open_port(&eal, "net_vhost0", &pool, args.queues).map_err(|e| format!("port net_vhost0: {e}"))?;
     eprintln!("torii-vhost-peer: vhost-user server listening on {}", args.socket);
     // Tell the test the socket exists: it starts the gateway now.
     println!("listening");
@@ -178,10 +208,11 @@ fn run() -> Result<(), String> {
     vhost::wait_link(&port, args.timeout).map_err(|e| e.to_string())?;
     eprintln!("torii-vhost-peer: virtio-user connected, link up");
     let mut link = Link {
-        rx: port.rx_queue(0).map_err(|e| e.to_string())?,
-        tx: port.tx_queue(0).map_err(|e| e.to_string())?,
+        rx: (0..args.queues).map(|q| port.rx_queue(q)).collect::<Result<_, _>>().map_err(|e| e.to_string())?,
+        tx: (0..args.queues).map(|q| port.tx_queue(q)).collect::<Result<_, _>>().map_err(|e| e.to_string())?,
+        next_tx: 0,
         pool,
-        batch: Vec::with_capacity(32),
+        batch: Vec::with_capacity(32 * usize::from(args.queues)),
         sent: 0,
     };
     let result = exchange(&mut link, &args, deadline).and_then(|gw| match args.load {
@@ -235,16 +266,18 @@ fn load(link: &mut Link, gw: MacAddr, flows: u16, duration: Duration) -> Result<
                 m.extend_from_slice(t);
             }
             offered += 32;
-            taken += link.tx.tx_burst(&mut out) as u64;
+            let q = link.next_tx % link.tx.len();
+            link.next_tx += 1;
+            taken += link.tx[q].tx_burst(&mut out) as u64;
             out.clear();
         }
+        let mut queues = Vec::new();
         for _ in 0..4 {
-            link.batch.clear();
-            let n = link.rx.rx_burst(&mut link.batch, 32);
+            let n = link.recv(&mut queues);
             received += n as u64;
             // Forward direction to the echo endpoint: destination 10.70.0.21 at bytes 30..34.
             translated += link.batch.iter().filter(|m| m.data().get(30..34) == Some(&ECHO.octets()[..])).count() as u64;
-            if n < 32 {
+            if n < 32 * link.rx.len() {
                 break;
             }
         }
@@ -327,13 +360,13 @@ fn exchange(link: &mut Link, args: &Args, deadline: Instant) -> Result<MacAddr, 
                 }
             }
         }
-        link.batch.clear();
-        if link.rx.rx_burst(&mut link.batch, 32) == 0 {
+        let mut queues = Vec::new();
+        if link.recv(&mut queues) == 0 {
             std::thread::sleep(Duration::from_micros(200));
             continue;
         }
         let received: Vec<Vec<u8>> = link.batch.drain(..).map(|m| m.data().to_vec()).collect();
-        for frame in received {
+        for (frame, queue) in received.into_iter().zip(queues) {
             frames_seen += 1;
             let Ok(eth) = EthernetFrame::new_checked(&frame[..]) else { continue };
             match eth.ethertype() {
@@ -369,7 +402,7 @@ fn exchange(link: &mut Link, args: &Args, deadline: Instant) -> Result<MacAddr, 
                 }
                 EtherType::Ipv4 => {
                     let Some(gw) = gateway_mac else { continue };
-                    if let Err(p) = handle_ipv4(&frame, gw, args, link, &mut tcp, &mut udp, &mut snat_used) {
+                    if let Err(p) = handle_ipv4(&frame, queue, gw, args, link, &mut tcp, &mut udp, &mut snat_used) {
                         problems.push(p);
                     }
                 }
@@ -412,9 +445,29 @@ fn exchange(link: &mut Link, args: &Args, deadline: Instant) -> Result<MacAddr, 
     if problems.is_empty() && args.tcp_flows >= 20 && web_used.len() < 2 {
         problems.push(format!("{} TCP flows all went to {web_used:?}: Maglev should spread them", args.tcp_flows));
     }
+    // No flow served by two workers: one queue per flow, its SNAT port's owner's.
+    let n = usize::from(args.queues);
+    let mut per_worker = vec![0usize; n];
+    for (kind, flows) in [("tcp", &tcp), ("udp", &udp)] {
+        for (k, f) in flows.iter().enumerate() {
+            let Some((_, sport)) = f.forward else { continue };
+            let owner = usize::from(sport) % n;
+            if f.queues.len() != 1 || !f.queues.contains(&owner) {
+                problems.push(format!(
+                    "{kind}#{k} (SNAT port {sport}, owner worker {owner}) came from gateway worker(s) {:?}",
+                    f.queues
+                ));
+            }
+            per_worker[owner] += 1;
+        }
+    }
+    if problems.is_empty() && per_worker.contains(&0) {
+        problems.push(format!("flows per gateway worker {per_worker:?}: not every worker served a flow"));
+    }
     if problems.is_empty() {
         println!(
-            "OK: {} TCP and {} UDP flows translated both ways through torii-gateway on virtio-user",
+            "OK: {} TCP and {} UDP flows translated both ways through torii-gateway on virtio-user; \
+             {n} queue(s), flows per gateway worker {per_worker:?}, each flow on one worker",
             tcp.len(),
             udp.len()
         );
@@ -432,6 +485,7 @@ fn seq_of(k: usize) -> u32 {
 #[allow(clippy::too_many_arguments)]
 fn handle_ipv4(
     frame: &[u8],
+    queue: usize,
     gw: MacAddr,
     args: &Args,
     link: &mut Link,
@@ -506,6 +560,7 @@ fn handle_ipv4(
             }
             _ => flows[k].forward = Some((dst, sport)),
         }
+        flows[k].queues.insert(queue);
         // Answer as the endpoint.
         let l2 = L2 { src: endpoint_mac(dst), dst: gw };
         let answer = if is_tcp {
@@ -546,6 +601,7 @@ fn handle_ipv4(
             return Err(format!("{what}: payload {:?}", String::from_utf8_lossy(&payload)));
         }
         flow.answered = true;
+        flow.queues.insert(queue);
         return Ok(());
     }
     Err(format!("{what}: unexpected frame from the gateway"))

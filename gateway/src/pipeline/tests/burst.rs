@@ -62,8 +62,10 @@ pub(super) fn agree_on(
                 buf
             })
             .collect();
-        let metas: Vec<Meta> =
-            burst.iter().map(|(f, iface)| Meta { iface: *iface, len: f.len(), l4_csum_partial: false }).collect();
+        let metas: Vec<Meta> = burst
+            .iter()
+            .map(|(f, iface)| Meta { iface: *iface, len: f.len(), l4_csum_partial: false, ..Meta::default() })
+            .collect();
         let mut verdicts = vec![Verdict::Consumed; burst.len()];
         process_burst(now, &mut bufs, &metas, t, &mut a, &mut verdicts);
         for (k, (f, iface)) in burst.iter().enumerate() {
@@ -121,8 +123,10 @@ fn a_flow_created_early_in_a_burst_is_found_later_in_it() {
 /// copies, with 4 bytes of room each) and returns the verdicts.
 pub(super) fn run_burst(now: u64, input: &[(&[u8], u8)], t: &Table, st: &mut WorkerState) -> Vec<Verdict> {
     let mut bufs: Vec<Vec<u8>> = input.iter().map(|(f, _)| [f, &[0u8; 4][..]].concat()).collect();
-    let metas: Vec<Meta> =
-        input.iter().map(|(f, iface)| Meta { iface: *iface, len: f.len(), l4_csum_partial: false }).collect();
+    let metas: Vec<Meta> = input
+        .iter()
+        .map(|(f, iface)| Meta { iface: *iface, len: f.len(), l4_csum_partial: false, ..Meta::default() })
+        .collect();
     let mut verdicts = vec![Verdict::Consumed; input.len()];
     process_burst(now, &mut bufs, &metas, t, st, &mut verdicts);
     verdicts

@@ -1,7 +1,8 @@
 //! Golden packet tests of connection tracking: a TCP connection through every Linux state
 //! (SYN → SYN+ACK → ACK, data, FIN both ways, RST) with each state's timeout, expiry at
 //! each timeout, reopening from TIME_WAIT, segments that do not fit, mid-stream pickup,
-//! UDP's two timeouts, and a full table (early drop, then refusal).
+//! UDP's two timeouts, a full table (early drop, then refusal), and an endpoint whose SNAT
+//! ports are all taken (half-open flows to it give way).
 
 use super::*;
 use crate::conntrack::{Deadline, FlowId, TcpState, Timeouts};
@@ -321,22 +322,101 @@ fn a_reply_forged_on_the_clients_link_and_blind_resets_leave_the_connection_alon
     c.expect(TcpState::Established, 5 * SEC, T.tcp_established_ns);
 }
 
-#[test]
-fn half_open_flows_holding_every_snat_port_yield_to_a_new_client() {
-    let mut c = Conn::new(1024);
-    let addresses = c.st.host.snat_addresses.len() + c.st.host.snat_addresses6.len();
-    c.st.snat = crate::snat::SnatPorts::new(0, 1, 1024, 1027, addresses);
-    // A flood's SYNs (never answered) take the four ports.
-    for i in 0..4u8 {
-        let syn = frames::tcp(to_gw(), (Ipv4Addr::new(198, 51, 100, 100 + i), 5000), (VIP, 80), SYN, 1, 0, &[], 64);
-        assert!(matches!(run(0, &syn, FRONT, &c.t, &mut c.st).0, Verdict::Transmit { iface: BACK, .. }));
+/// A SYN from flood source `i` (198.51.100.100 + i, port 5000) at `now`: the endpoint and
+/// SNAT port the gateway sent it to, or its verdict when it was not forwarded.
+fn flood_syn(i: u16, now: u64, t: &Table, st: &mut WorkerState) -> Result<(Ipv4Addr, u16), Verdict> {
+    let src = Ipv4Addr::from(u32::from(Ipv4Addr::new(198, 51, 100, 100)) + u32::from(i));
+    let syn = frames::tcp(to_gw(), (src, 5000), (VIP, 80), SYN, 1, 0, &[], 64);
+    match run(now, &syn, FRONT, t, st) {
+        (Verdict::Transmit { iface: BACK, .. }, out) => {
+            let ip = Ipv4Packet::new_checked(&out[14..]).unwrap();
+            Ok((ip.dst_addr(), TcpPacket::new_checked(&out[34..]).unwrap().src_port()))
+        }
+        (v, _) => Err(v),
     }
-    assert_eq!(c.st.snat.peek_for(0, 6, std::net::SocketAddr::from(Conn::backend())), None, "every port taken");
-    // A new client's SYN evicts one of them instead of being refused.
-    let syn = frames::tcp(to_gw(), c.client, (VIP, 80), SYN, 1, 0, &[], 64);
-    assert!(matches!(run(SEC, &syn, FRONT, &c.t, &mut c.st).0, Verdict::Transmit { iface: BACK, .. }));
-    assert_eq!((c.st.counters.conntrack_evicted, c.st.conntrack.len()), (1, 4));
-    assert_eq!(c.st.counters.drops_of(DropReason::SnatExhausted), 0);
+}
+
+/// The live flows to `endpoint`: (client address, SNAT port, flow id).
+fn flows_to(st: &WorkerState, endpoint: Ipv4Addr) -> Vec<(Ipv4Addr, u16, FlowId)> {
+    let mut v: Vec<_> = st
+        .conntrack
+        .iter()
+        .filter(|(_, f)| f.reply.src_addr == endpoint)
+        .map(|(id, f)| (f.original.src_addr, f.reply.dst_port, id))
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+/// With four SNAT ports, each of two endpoints holds four flows at once (a port serves
+/// one flow per endpoint); once an endpoint's ports are all taken, a new flow to it evicts
+/// that endpoint's oldest half-open flow — never another endpoint's, never an established
+/// one — and is refused only when every flow holding its ports is established.
+#[test]
+fn half_open_flows_give_way_per_endpoint_when_its_snat_ports_run_out() {
+    let (e1, e2) = (ip("10.70.0.11"), ip("10.70.0.12"));
+    let t = table(&["10.70.0.11", "10.70.0.12"]);
+    let mut st = state(0, 1);
+    st.snat = crate::snat::SnatPorts::new(0, 1, 1024, 1027);
+    // A SYN flood, one SYN a millisecond: each endpoint's four newest SYNs hold its four ports.
+    let mut sent_to = std::collections::HashMap::new();
+    for i in 0..40u16 {
+        let (endpoint, port) = flood_syn(i, u64::from(i) * 1_000_000, &t, &mut st).expect("forwarded");
+        assert!((1024..=1027).contains(&port));
+        sent_to.entry(endpoint).or_insert_with(Vec::new).push(i);
+        assert!(flows_to(&st, endpoint).len() <= 4);
+    }
+    assert_eq!((st.conntrack.len(), st.counters.conntrack_evicted), (8, 32), "4 flows per endpoint, 8 on 4 ports");
+    assert_eq!(st.counters.drops_of(DropReason::SnatExhausted), 0);
+    for e in [e1, e2] {
+        let flows = flows_to(&st, e);
+        let ports: Vec<u16> = {
+            let mut p: Vec<u16> = flows.iter().map(|f| f.1).collect();
+            p.sort_unstable();
+            p
+        };
+        assert_eq!(ports, [1024, 1025, 1026, 1027], "{e}");
+        // The survivors are the endpoint's four newest SYNs: the oldest gave way first.
+        let newest: Vec<Ipv4Addr> = sent_to[&e][sent_to[&e].len() - 4..]
+            .iter()
+            .map(|&i| Ipv4Addr::from(u32::from(Ipv4Addr::new(198, 51, 100, 100)) + u32::from(i)))
+            .collect();
+        assert_eq!(flows.iter().map(|f| f.0).collect::<Vec<_>>(), newest, "{e}");
+    }
+    // Endpoint 1's flows are all established now, endpoint 2's one closing and three half-open.
+    for (_, _, id) in flows_to(&st, e1) {
+        let s = st.conntrack.state_mut(id);
+        (s.tcp_state, s.seen_reply, s.assured) = (TcpState::Established, true, true);
+    }
+    let e2_flows = flows_to(&st, e2);
+    let oldest_e2 = e2_flows.iter().min_by_key(|f| st.conntrack.state(f.2).deadline.remaining_ms(SEC)).unwrap().2;
+    let s = st.conntrack.state_mut(oldest_e2);
+    (s.tcp_state, s.seen_reply, s.assured) = (TcpState::FinWait, true, true);
+    // New SYNs: to endpoint 1 refused (nothing there may go), to endpoint 2 admitted in place
+    // of its oldest half-open flow, not of the (older) closing one.
+    let (mut refused, mut admitted) = (0, 0);
+    for i in 100..140u16 {
+        let before = flows_to(&st, e2);
+        match flood_syn(i, SEC, &t, &mut st) {
+            Ok((e, _)) => {
+                assert_eq!(e, e2);
+                admitted += 1;
+                let after = flows_to(&st, e2);
+                assert!(after.iter().any(|f| f.2 == oldest_e2), "the closing flow stays while half-open ones go");
+                assert_eq!(after.len(), 4);
+                assert_eq!(before.iter().filter(|f| !after.contains(f)).count(), 1, "one flow gave way");
+            }
+            Err(v) => {
+                assert_eq!(v, Verdict::Drop(DropReason::SnatExhausted));
+                refused += 1;
+            }
+        }
+    }
+    assert!(refused > 0 && admitted > 0, "both endpoints drew SYNs: {refused} refused, {admitted} admitted");
+    assert_eq!(st.counters.drops_of(DropReason::SnatExhausted), refused);
+    assert_eq!(flows_to(&st, e1).len(), 4, "established flows are never evicted");
+    assert!(flows_to(&st, e1).iter().all(|f| st.conntrack.state(f.2).assured));
+    assert_eq!(st.conntrack.len(), 8);
 }
 
 #[test]

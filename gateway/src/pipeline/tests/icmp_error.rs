@@ -210,7 +210,7 @@ proptest::proptest! {
             }
             let mut buf = vec![0u8; frame.len().max(MIN_BUFFER)];
             buf[..frame.len()].copy_from_slice(&frame);
-            let meta = Meta { iface, len: frame.len(), l4_csum_partial: false };
+            let meta = Meta { iface, len: frame.len(), l4_csum_partial: false, ..Meta::default() };
             let _ = process(SEC, &mut buf, &meta, &t, &mut st);
         }
     }

@@ -396,9 +396,8 @@ fn ipv6_hop_limit_families_and_expiry() {
     assert_eq!(poll_expire(40 * SEC, 1 << 20, &mut st), 1);
     assert_eq!(st.conntrack6.len(), 0);
     let q2 = frames::udp6(to_gw(), (CLIENT6.0, 40001), (VIP6, 80), b"x", 64);
-    // The modulo rule takes the next free port from a random position whatever the endpoint.
-    let any_endpoint = std::net::SocketAddr::from((Ipv6Addr::LOCALHOST, 80));
-    let next = st.snat.peek_for(st.host.snat_addresses.len(), 17, any_endpoint).unwrap();
+    // The modulo rule takes the first free port from a random position.
+    let next = st.snat.peek(st.host.snat_addresses_on::<Ipv6Addr>(BACK)).unwrap().1;
     let (_, out) = run(41 * SEC, &q2, FRONT, &t, &mut st);
     assert_eq!(UdpPacket::new_checked(&out[54..]).unwrap().src_port(), next);
 }

@@ -129,8 +129,7 @@ fn source_ranges_admit_new_flows_from_their_clients_only() {
 
     // The externalIP of the same Service, and a load-balancer IP without ranges, admit
     // everyone (on the next SNAT ports).
-    let endpoint = std::net::SocketAddr::from((ip("10.70.0.11"), 8080));
-    let next = |st: &WorkerState| st.snat.peek_for(0, 6, endpoint).unwrap();
+    let next = |st: &WorkerState| st.snat.peek(st.host.snat_addresses_on::<Ipv4Addr>(BACK)).unwrap().1;
     let syn = frames::tcp(to_gw(), OUTSIDER, (VIP, 80), TcpFlags::SYN, 1000, 0, &[], 64);
     let want = forwarded_syn(next(&st));
     assert_eq!(run(0, &syn, FRONT, &t, &mut st), (tx(BACK, &want), want), "externalIP front door");

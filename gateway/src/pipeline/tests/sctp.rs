@@ -102,7 +102,7 @@ fn a_wrong_crc32c_is_dropped_unless_the_checksum_is_left_to_offload() {
     // forwarded, with the CRC computed by the gateway.
     let mut buf = vec![0u8; 2048];
     buf[..init.len()].copy_from_slice(&init);
-    let meta = Meta { iface: FRONT, len: init.len(), l4_csum_partial: true };
+    let meta = Meta { iface: FRONT, len: init.len(), l4_csum_partial: true, ..Meta::default() };
     let v = process(0, &mut buf, &meta, &t, &mut st);
     assert_eq!(v, tx(BACK, &init));
     assert!(SctpPacket::new_checked(&buf[34..init.len()]).unwrap().verify_checksum());

@@ -137,7 +137,7 @@ fn a_frame_without_room_for_the_tag_is_dropped() {
     let (t, mut st) = (table(&[TAGGED_BACKEND]), vlan_state());
     let q = frames::udp(to_gw(), CLIENT, (VIP, 80), b"ping", 64);
     let mut buf = q.clone(); // exactly the frame: no room for 4 more bytes
-    let meta = Meta { iface: FRONT, len: q.len(), l4_csum_partial: false };
+    let meta = Meta { iface: FRONT, len: q.len(), l4_csum_partial: false, ..Meta::default() };
     assert_eq!(process(0, &mut buf, &meta, &t, &mut st), Verdict::Drop(DropReason::Oversize));
     assert_eq!(st.counters.drops_of(DropReason::Oversize), 1);
 }
@@ -273,7 +273,7 @@ proptest::proptest! {
         // Sometimes no room for a tag to be added, sometimes no room for an ICMP error.
         let mut buf = vec![0u8; frame.len() + room];
         buf[..frame.len()].copy_from_slice(&frame);
-        let meta = Meta { iface: port, len: frame.len(), l4_csum_partial: false };
+        let meta = Meta { iface: port, len: frame.len(), l4_csum_partial: false, ..Meta::default() };
         if let Verdict::Transmit { len, .. } = process(0, &mut buf, &meta, &t, &mut st) {
             proptest::prop_assert!(len <= buf.len());
         }

@@ -1,0 +1,148 @@
+//! The lean established path: a packet of an established IPv4 TCP or UDP flow, which
+//! [`super::process_burst`] parsed once in its stage 1 ([`super::hint::LeanSegment`]) and whose flow it
+//! found ahead, is forwarded here without the general path's second parse, lookups and
+//! state machine — as VPP's nat44-ed forwards a packet of an existing session: confirm the
+//! record, apply the flow's translation, send the buffer received.
+//!
+//! # Contract
+//!
+//! [`forward`] either forwards the frame with exactly the bytes, verdict, counters and flow
+//! state that [`super::process`] would produce for it, or changes nothing and returns
+//! `None`, and the frame goes to [`super::process`]. The property and golden tests
+//! (`tests/lean.rs`) compare the two paths frame by frame. It takes a frame only when
+//! every one of these holds (else the general path decides):
+//!
+//! - the record found ahead is live and holds the frame's key (as
+//!   [`crate::conntrack::Conntrack::lookup_candidate`] confirms), its deadline has not
+//!   passed, and the frame arrived on the link of its direction (`wrong_link`);
+//! - the flow was validated against this very table generation (a newer table revalidates
+//!   the endpoint and the front door's counter index on the general path), and the
+//!   direction's egress has been routed before ([`crate::conntrack::Egress`]: interface
+//!   and whether the next hop is the destination or the router; routes never change);
+//! - TCP: the flow is not one the SYN proxy opened (its sequence numbers are translated:
+//!   `super::synproxy`), it is ESTABLISHED and assured, the segment's flags are ACK without SYN,
+//!   FIN or RST, and it fits the windows as [`window::check_ack`] decides (Linux's
+//!   `tcp_in_window` bounds and updates, the same as [`window::check`] for such a segment);
+//!   UDP: the flow is assured (a reply was seen and answered: the stream timeout);
+//! - the next hop's neighbour entry is resolved and recent (an old one is refreshed by the
+//!   general path, which queues the request), and the egress interface's link-layer
+//!   header has the received one's length (a VLAN tag added or removed moves the packet:
+//!   the general path does it).
+//!
+//! The deadline it sets is the one [`crate::conntrack::track_tcp`] / `track_udp` would set
+//! for such a packet (ESTABLISHED's or UDP stream's timeout from `now`), computed once per
+//! burst ([`BurstConstants`]).
+
+use std::net::Ipv4Addr;
+
+use super::hint::FlowHint;
+use super::link;
+use super::resolve::NEIGHBOUR_REFRESH_NS;
+use super::{Verdict, WorkerState};
+use crate::conntrack::{window, Candidate, Deadline, Direction, TcpState};
+use crate::host::HostAddr;
+use crate::nat::{self, Rewrite};
+use crate::table::Table;
+use crate::wire::{EtherType, IpProtocol, TcpFlags};
+
+/// What every lean packet of one burst shares, computed once by [`BurstConstants::new`].
+#[derive(Clone, Copy, Debug)]
+pub(super) struct BurstConstants {
+    /// Low 32 bits of the burst's table generation ([`crate::conntrack::FlowState::table_generation`]).
+    generation: u32,
+    /// The deadline of an ESTABLISHED TCP flow refreshed now.
+    tcp_established: Deadline,
+    /// The deadline of an assured UDP flow refreshed now.
+    udp_stream: Deadline,
+}
+
+impl BurstConstants {
+    /// The constants of a burst processed at `now` against `table`.
+    #[inline]
+    pub fn new(now: u64, table: &Table, st: &WorkerState) -> Self {
+        let t = &st.host.timeouts;
+        Self {
+            generation: table.generation() as u32,
+            tcp_established: Deadline::after(now, t.tcp_established_ns),
+            udp_stream: Deadline::after(now, t.udp_stream_ns),
+        }
+    }
+}
+
+/// Forwards `frame`, whose hints are in slot `slot` of the burst's ring (`WorkerState::hints`:
+/// its flow key, the flow found ahead and stage 1's [`super::hint::LeanSegment`]), along its flow, or
+/// returns `None` having changed nothing. See the module documentation.
+#[inline]
+pub(super) fn forward(
+    now: u64,
+    frame: &mut [u8],
+    slot: usize,
+    k: &BurstConstants,
+    st: &mut WorkerState,
+) -> Option<Verdict> {
+    let WorkerState { conntrack, host, neighbours, counters, frontends, hints, synproxy, .. } = st;
+    let h = &hints.frames[slot];
+    let (Some(FlowHint::V4(key, _)), Some(Candidate::Flow(id, direction)), Some(seg)) = (&h.flow, h.candidate, &h.lean)
+    else {
+        return None;
+    };
+    let (state, windows, out) = conntrack.lean(id, direction, key)?;
+    if state.deadline.is_due(now) || state.links.of(direction) != seg.iface || state.table_generation != k.generation {
+        return None;
+    }
+    let (out_iface, on_link) = state.egress.of(direction)?;
+    let tcp = key.protocol == u8::from(IpProtocol::Tcp);
+    if tcp {
+        if state.tcp_state != TcpState::Established || !state.assured || !state.seen_reply {
+            return None;
+        }
+        // A flow the SYN proxy opened has its sequence numbers translated: the general path.
+        if !synproxy.adjust.is_empty() {
+            let original = if direction == Direction::Original { *key } else { out.reversed() };
+            if synproxy.adjust.contains_key(&original) {
+                return None;
+            }
+        }
+    } else if !state.assured {
+        return None;
+    }
+    let hop = if on_link { out.dst_addr } else { <Ipv4Addr as HostAddr>::router(host)?.0 };
+    let n = neighbours.lookup(hop)?;
+    if n.updated_ns != u64::MAX && now.saturating_sub(n.updated_ns) > NEIGHBOUR_REFRESH_NS {
+        return None;
+    }
+    let o = host.interfaces.get(usize::from(out_iface))?;
+    let l2_len = usize::from(seg.l2_len);
+    if link::header_len(o.vlan) != l2_len {
+        return None;
+    }
+    // Everything is checked but the windows: from here on the packet is forwarded.
+    if tcp {
+        debug_assert!(seg.tcp.flags.contains(TcpFlags::ACK));
+        if host.tcp_be_liberal {
+            windows.make_liberal();
+        }
+        if !window::check_ack(windows, direction, &seg.tcp) {
+            return None;
+        }
+        state.deadline = k.tcp_established;
+    } else {
+        state.deadline = k.udp_stream;
+    }
+    counters.rx_frames += 1;
+    counters.tx_frames += 1;
+    let original = direction == Direction::Original;
+    if original {
+        counters.forwarded_original += 1;
+    } else {
+        counters.forwarded_reply += 1;
+    }
+    let total = usize::from(seg.total);
+    frontends.packet(state.frontend, original, total);
+    let old =
+        Rewrite { src_addr: key.src_addr, src_port: key.src_port, dst_addr: key.dst_addr, dst_port: key.dst_port };
+    let rw = Rewrite { src_addr: out.src_addr, src_port: out.src_port, dst_addr: out.dst_addr, dst_port: out.dst_port };
+    nat::rewrite_ipv4_plain(&mut frame[l2_len..l2_len + total], tcp, &old, &rw);
+    link::write_header(frame, n.mac, o.mac, o.vlan, EtherType::Ipv4);
+    Some(Verdict::Transmit { iface: o.port, len: l2_len + total })
+}

@@ -1,0 +1,242 @@
+//! The lean established path (`super::lean`) against the general path: established TCP
+//! connections (real handshakes, sequence numbers that advance as the segments carry data)
+//! and assured UDP flows, then random traffic on them — in-window data both ways, segments
+//! outside the window or acknowledging unsent data, FIN, RST, SYN, TTL 1, a corrupted IPv4
+//! header, the wrong link, an expired neighbour — through [`process_burst`] (which takes
+//! the lean path where it may) on one worker and [`process`] frame by frame on another. The
+//! two must agree on every verdict, every output byte, the counters (per front door too),
+//! every flow and its TCP windows; and the lean path must have taken most frames.
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::conntrack::Direction;
+
+const BACK_L2: L2 = L2 { src: MacAddr([0x02, 0, 0, 0, 0xb0, 0]), dst: GW_BACK_MAC };
+
+/// One connection (or UDP flow) as both ends see it: the endpoint and SNAT port the
+/// gateway chose, and each end's next sequence number.
+#[derive(Clone, Copy, Debug)]
+struct Conn {
+    tcp: bool,
+    client_port: u16,
+    backend: Ipv4Addr,
+    snat_port: u16,
+    next: [u32; 2],
+}
+
+/// Runs `frame` (arriving on `iface`) through `process` on both workers, checks they agree
+/// and returns the output.
+fn both(now: u64, frame: &[u8], iface: u8, t: &Table, a: &mut WorkerState, b: &mut WorkerState) -> Vec<u8> {
+    let (va, oa) = run(now, frame, iface, t, a);
+    let (vb, ob) = run(now, frame, iface, t, b);
+    assert_eq!((va, &oa), (vb, &ob));
+    assert!(matches!(va, Verdict::Transmit { .. }), "{va:?}");
+    oa
+}
+
+/// Opens `n` TCP connections and `n` UDP flows on both workers through the general path
+/// and brings them to ESTABLISHED and assured (UDP: a datagram each way and one more).
+fn open(t: &Table, a: &mut WorkerState, b: &mut WorkerState, n: u16) -> Vec<Conn> {
+    let mut conns = Vec::new();
+    for i in 0..n {
+        for tcp in [true, false] {
+            let client = (CLIENT.0, 41_000 + i);
+            let out = if tcp {
+                both(0, &frames::tcp(to_gw(), client, (VIP, 80), TcpFlags::SYN, 1000, 0, b"", 64), FRONT, t, a, b)
+            } else {
+                both(0, &frames::udp(to_gw(), client, (VIP, 80), b"q", 64), FRONT, t, a, b)
+            };
+            let backend = backend_of(&out);
+            let snat_port = u16::from_be_bytes([out[34], out[35]]);
+            let back = L2 { src: backend_mac(backend.octets()[3]), ..BACK_L2 };
+            let from_backend = (backend, 8080);
+            if tcp {
+                let syn_ack = TcpFlags(TcpFlags::SYN.0 | TcpFlags::ACK.0);
+                both(
+                    0,
+                    &frames::tcp(back, from_backend, (SNAT, snat_port), syn_ack, 5000, 1001, b"", 64),
+                    BACK,
+                    t,
+                    a,
+                    b,
+                );
+                both(0, &frames::tcp(to_gw(), client, (VIP, 80), TcpFlags::ACK, 1001, 5001, b"", 64), FRONT, t, a, b);
+            } else {
+                both(0, &frames::udp(back, from_backend, (SNAT, snat_port), b"r", 64), BACK, t, a, b);
+                both(0, &frames::udp(to_gw(), client, (VIP, 80), b"q", 64), FRONT, t, a, b);
+            }
+            conns.push(Conn { tcp, client_port: client.1, backend, snat_port, next: [1001, 5001] });
+        }
+    }
+    conns
+}
+
+/// What a random frame does to its connection.
+#[derive(Clone, Copy, Debug)]
+enum Variant {
+    /// In-window data (or a bare ACK) at the sender's next sequence number.
+    Data(u8),
+    /// ACK|PSH with data.
+    Push(u8),
+    /// A sequence number far beyond the window.
+    FarSeq,
+    /// Acknowledges data never sent.
+    AckAhead,
+    /// FIN|ACK, RST, SYN at the current numbers.
+    Flags(u8),
+    /// TTL 1.
+    Ttl1,
+    /// A corrupted IPv4 header checksum.
+    BadChecksum,
+    /// Arrives on the other direction's link.
+    WrongLink,
+}
+
+fn arb_variant() -> impl Strategy<Value = Variant> {
+    prop_oneof![
+        8 => any::<u8>().prop_map(Variant::Data),
+        3 => any::<u8>().prop_map(Variant::Push),
+        1 => Just(Variant::FarSeq),
+        1 => Just(Variant::AckAhead),
+        1 => (0u8..3).prop_map(Variant::Flags),
+        1 => Just(Variant::Ttl1),
+        1 => Just(Variant::BadChecksum),
+        1 => Just(Variant::WrongLink),
+    ]
+}
+
+/// The frame of `variant` on `conn` in `direction` (and its arrival port), advancing the
+/// sender's sequence number for data.
+fn frame(conn: &mut Conn, reply: bool, variant: Variant) -> (Vec<u8>, u8) {
+    let d = usize::from(reply);
+    let (src, dst, l2, mut iface) = if reply {
+        let back = L2 { src: backend_mac(conn.backend.octets()[3]), ..BACK_L2 };
+        ((conn.backend, 8080), (SNAT, conn.snat_port), back, BACK)
+    } else {
+        ((CLIENT.0, conn.client_port), (VIP, 80), to_gw(), FRONT)
+    };
+    let (mut seq, mut ack) = (conn.next[d], conn.next[1 - d]);
+    let mut flags = TcpFlags::ACK;
+    let mut payload = Vec::new();
+    let mut ttl = 64;
+    match variant {
+        Variant::Data(len) | Variant::Push(len) => {
+            payload = vec![len; usize::from(len % 100)];
+            if matches!(variant, Variant::Push(_)) {
+                flags = TcpFlags(TcpFlags::ACK.0 | TcpFlags::PSH.0);
+            }
+        }
+        Variant::FarSeq => seq = seq.wrapping_add(3_000_000),
+        Variant::AckAhead => ack = ack.wrapping_add(100_000),
+        Variant::Flags(f) => {
+            flags = TcpFlags([TcpFlags::FIN.0 | TcpFlags::ACK.0, TcpFlags::RST.0, TcpFlags::SYN.0][usize::from(f)]);
+        }
+        Variant::Ttl1 => ttl = 1,
+        Variant::BadChecksum | Variant::WrongLink => {}
+    }
+    let mut f = if conn.tcp {
+        frames::tcp(l2, src, dst, flags, seq, ack, &payload, ttl)
+    } else {
+        frames::udp(l2, src, dst, &payload, ttl)
+    };
+    match variant {
+        Variant::BadChecksum => f[24] ^= 0x11,
+        Variant::WrongLink => iface = if reply { FRONT } else { BACK },
+        Variant::Data(_) | Variant::Push(_) => conn.next[d] = seq.wrapping_add(payload.len() as u32),
+        _ => {}
+    }
+    (f, iface)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn the_lean_path_agrees_with_the_general_path(
+        steps in prop::collection::vec(
+            prop::collection::vec((any::<prop::sample::Index>(), any::<bool>(), arb_variant()), 0..40),
+            1..8,
+        ),
+        pause_s in 0u64..40,
+    ) {
+        let t = table(&["10.70.0.11", "10.70.0.12", "10.70.0.13"]);
+        let (mut a, mut b) = (state(0, 1), state(0, 1));
+        let mut conns = open(&t, &mut a, &mut b, 4);
+        for (n, burst) in steps.iter().enumerate() {
+            // Bursts a few seconds apart; the neighbours were learned at 0 and go stale at 60 s.
+            let now = (n as u64 * pause_s + 1) * SEC;
+            let input: Vec<(Vec<u8>, u8)> = burst
+                .iter()
+                .map(|(i, reply, v)| frame(&mut conns[i.index(8)], *reply, *v))
+                .collect();
+            let mut bufs: Vec<[u8; 256]> = input
+                .iter()
+                .map(|(f, _)| {
+                    let mut buf = [0u8; 256];
+                    buf[..f.len()].copy_from_slice(f);
+                    buf
+                })
+                .collect();
+            let metas: Vec<Meta> =
+                input.iter().map(|(f, iface)| Meta { iface: *iface, len: f.len(), ..Meta::default() }).collect();
+            let mut verdicts = vec![Verdict::Consumed; input.len()];
+            let rx_before = a.counters.rx_frames;
+            process_burst(now, &mut bufs, &metas, &t, &mut a, &mut verdicts);
+            prop_assert_eq!(a.counters.rx_frames - rx_before, input.len() as u64);
+            for (k, (f, iface)) in input.iter().enumerate() {
+                let (v, out) = run(now, f, *iface, &t, &mut b);
+                prop_assert_eq!(verdicts[k], v, "burst {} frame {}", n, k);
+                if let Verdict::Transmit { len, .. } = v {
+                    prop_assert_eq!(&bufs[k][..len], &out[..], "burst {} frame {}", n, k);
+                }
+            }
+            prop_assert_eq!(&a.counters, &b.counters);
+            prop_assert_eq!(a.frontends.as_slice(), b.frontends.as_slice());
+            prop_assert_eq!(a.conntrack.iter().collect::<Vec<_>>(), b.conntrack.iter().collect::<Vec<_>>());
+            for (id, _) in a.conntrack.iter() {
+                prop_assert_eq!(a.conntrack.tcp_windows(id), b.conntrack.tcp_windows(id));
+            }
+        }
+    }
+}
+
+/// Established TCP and assured UDP frames are forwarded by the lean path itself (not handed
+/// to the general path), and the ones it must not take are not.
+#[test]
+fn established_frames_take_the_lean_path() {
+    let t = table(&["10.70.0.11", "10.70.0.12", "10.70.0.13"]);
+    let (mut a, mut b) = (state(0, 1), state(0, 1));
+    let mut conns = open(&t, &mut a, &mut b, 2);
+    let constants = crate::pipeline::lean::BurstConstants::new(SEC, &t, &a);
+    let mut taken = |conn: &mut Conn, reply: bool, variant: Variant| {
+        let (f, iface) = frame(conn, reply, variant);
+        let mut buf = [0u8; 256];
+        buf[..f.len()].copy_from_slice(&f);
+        let meta = Meta { iface, len: f.len(), ..Meta::default() };
+        // Stage 1 and 2 of a burst for this one frame, into slot 0.
+        // A frame for another port's MAC (the wrong link) fails here: no lean path either.
+        let Ok((rx, _)) = crate::pipeline::link::receive(&buf, &meta, &a.host) else { return false };
+        let Some((key, _, seg)) = crate::pipeline::ipv4::flow_key(&buf, &rx) else { return false };
+        let candidate = a.conntrack.lookup(&key).map(|(id, d)| crate::conntrack::Candidate::Flow(id, d));
+        a.hints.frames[0] = crate::pipeline::hint::FrameHints {
+            flow: Some(crate::pipeline::hint::FlowHint::V4(key, 0)),
+            candidate,
+            lean: seg,
+            ..Default::default()
+        };
+        crate::pipeline::lean::forward(SEC, &mut buf, 0, &constants, &mut a).is_some()
+    };
+    for conn in &mut conns {
+        assert!(taken(conn, false, Variant::Data(10)), "{conn:?}");
+        assert!(taken(conn, true, Variant::Push(40)), "{conn:?}");
+        assert!(!taken(conn, true, Variant::WrongLink), "{conn:?}");
+        assert!(!taken(conn, false, Variant::Ttl1), "{conn:?}");
+        assert!(!taken(conn, false, Variant::BadChecksum), "{conn:?}");
+        if conn.tcp {
+            assert!(!taken(conn, false, Variant::FarSeq), "{conn:?}");
+            assert!(!taken(conn, false, Variant::Flags(0)), "{conn:?}");
+        }
+    }
+    assert_eq!(Direction::Original as u8, 0);
+}
