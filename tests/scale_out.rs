@@ -575,7 +575,10 @@ fn compare_tables(s: &ScaleOut, step: &str, t1: &Table, t2: &Table) -> Result<()
 
 fn step_drain(s: &mut ScaleOut) -> Result<()> {
     const STEP: &str = "4 graceful drain";
-    // Established connections, spread over both gateways by the router.
+    // Established connections, spread over both gateways by the router. Which gateway
+    // carries which is counted by the gateways themselves (new flows): `ip route get`'s
+    // prediction of the router's multipath hash is not exact (step 2 shows both).
+    let before = [new_flows(s, 1)?, new_flows(s, 2)?];
     let mut conns = Vec::new();
     for i in 0..24 {
         let mut c = HttpConn::connect(&s.ns("client"), SocketAddrV4::new(WEB_VIP, 80), Duration::from_secs(3))
@@ -583,10 +586,8 @@ fn step_drain(s: &mut ScaleOut) -> Result<()> {
         c.get("/").map_err(|e| s.fail(STEP, format!("connection {i}: first GET: {e}")))?;
         conns.push(c);
     }
-    let sports: Vec<u16> = conns.iter().map(|c| c.local_addr().port()).collect();
-    let via = router_choice(s, WEB_VIP, &sports)?;
-    let on: Vec<u8> = via.iter().map(|v| if *v == Some(next_hop(1)) { 1 } else { 2 }).collect();
-    let (on1, on2) = (on.iter().filter(|&&g| g == 1).count(), on.iter().filter(|&&g| g == 2).count());
+    let on1 = (new_flows(s, 1)? - before[0]) as usize;
+    let on2 = (new_flows(s, 2)? - before[1]) as usize;
     ensure!(on1 > 0 && on2 > 0, "24 connections all on one gateway ({on1}/{on2})");
 
     let pid = s.gateways[0].as_ref().and_then(Daemon::pid).context("gateway 1 runs")?;
@@ -613,16 +614,17 @@ fn step_drain(s: &mut ScaleOut) -> Result<()> {
         let handles: Vec<_> = conns.iter_mut().map(|c| scope.spawn(move || c.get("/").is_err())).collect();
         handles.into_iter().map(|h| h.join().unwrap_or(true)).collect()
     });
-    let mut broken = [0usize; 2];
-    for (&f, &g) in failed.iter().zip(&on) {
-        if f {
-            broken[usize::from(g - 1)] += 1;
-        }
-    }
-    if broken[1] != 0 {
-        return Err(
-            s.fail(STEP, format!("{} of {on2} connections through gateway 2 broke when gateway 1 drained", broken[1]))
-        );
+    // Only connections gateway 1 carried may break (full NAT: moved to a gateway without
+    // their translation); gateway 2's must not.
+    let broken = failed.iter().filter(|&&f| f).count();
+    if broken > on1 {
+        return Err(s.fail(
+            STEP,
+            format!(
+                "{broken} of 24 connections broke when gateway 1 drained, more than the {on1} it carried: some of \
+                 gateway 2's {on2} broke"
+            ),
+        ));
     }
     drop(conns);
     // Gateway 1 keeps running for drain_s after the withdrawal, then exits 0 by itself.
@@ -650,11 +652,9 @@ fn step_drain(s: &mut ScaleOut) -> Result<()> {
         STEP,
         format!(
             "SIGTERM → router withdrew gateway 1 in {:.2} s; 20/20 new connections served through gateway 2; \
-             established: {}/{on2} through gateway 2 broken, {}/{on1} through gateway 1 broken (full NAT: moved to a \
-             gateway without their translation); gateway 1 exited 0 after {:.1} s (drain_s = {DRAIN_S})",
+             established: {broken} broken of 24 ({on1} through gateway 1, which moved to a gateway without their \
+             translation in full NAT; {on2} through gateway 2); gateway 1 exited 0 after {:.1} s (drain_s = {DRAIN_S})",
             withdrawn.as_secs_f64(),
-            broken[1],
-            broken[0],
             ran.as_secs_f64()
         ),
     );
