@@ -294,27 +294,7 @@ pub fn check(w: &mut TcpWindows, direction: Direction, state: TcpState, assured:
     if !syn {
         win <<= w.scale[s];
     }
-    if w.maxwin[s] < win {
-        w.maxwin[s] = win;
-    }
-    if after(end, w.end[s]) {
-        w.end[s] = end;
-    }
-    if has_ack {
-        if w.flags[s] & MAXACK_SET == 0 {
-            w.maxack[s] = ack;
-            w.flags[s] |= MAXACK_SET;
-        } else if after(ack, w.maxack[s]) {
-            w.maxack[s] = ack;
-        }
-    }
-    if w.maxwin[r] != 0 && after(end, w.maxend[s]) {
-        w.maxwin[r] = w.maxwin[r].wrapping_add(end.wrapping_sub(w.maxend[s]));
-    }
-    let right_edge = ack.wrapping_add(win);
-    if after(right_edge, w.maxend[r].wrapping_sub(1)) {
-        w.maxend[r] = if win == 0 { right_edge.wrapping_add(1) } else { right_edge };
-    }
+    advance(w, (s, r), end, ack, win, has_ack);
     if keep_state {
         Fit::AcceptRstKeepState
     } else {
@@ -351,18 +331,29 @@ pub fn check_ack(w: &mut TcpWindows, direction: Direction, seg: &TcpSeq) -> bool
         // Liberal: accepted, teaching nothing; else refused or ignored, as `check` says.
         return w.flags[s] & LIBERAL != 0;
     }
-    let win = u32::from(seg.window) << w.scale[s];
+    advance(w, (s, r), end, ack, u32::from(seg.window) << w.scale[s], true);
+    true
+}
+
+/// Moves the windows forward for an in-window segment of sender `s` to receiver `r`
+/// (Linux `tcp_in_window`'s update, shared by [`check`] and [`check_ack`]): the sender's
+/// largest window (`win`, scaled) and end, its largest acknowledgement when the segment
+/// carries one (`has_ack`), and the receiver's window and right edge.
+#[inline]
+fn advance(w: &mut TcpWindows, (s, r): (usize, usize), end: u32, ack: u32, win: u32, has_ack: bool) {
     if w.maxwin[s] < win {
         w.maxwin[s] = win;
     }
     if after(end, w.end[s]) {
         w.end[s] = end;
     }
-    if w.flags[s] & MAXACK_SET == 0 {
-        w.maxack[s] = ack;
-        w.flags[s] |= MAXACK_SET;
-    } else if after(ack, w.maxack[s]) {
-        w.maxack[s] = ack;
+    if has_ack {
+        if w.flags[s] & MAXACK_SET == 0 {
+            w.maxack[s] = ack;
+            w.flags[s] |= MAXACK_SET;
+        } else if after(ack, w.maxack[s]) {
+            w.maxack[s] = ack;
+        }
     }
     if w.maxwin[r] != 0 && after(end, w.maxend[s]) {
         w.maxwin[r] = w.maxwin[r].wrapping_add(end.wrapping_sub(w.maxend[s]));
@@ -371,7 +362,6 @@ pub fn check_ack(w: &mut TcpWindows, direction: Direction, seg: &TcpSeq) -> bool
     if after(right_edge, w.maxend[r].wrapping_sub(1)) {
         w.maxend[r] = if win == 0 { right_edge.wrapping_add(1) } else { right_edge };
     }
-    true
 }
 
 #[cfg(test)]

@@ -179,7 +179,7 @@ pub(super) fn handle<A: Proxied>(
                                 return v;
                             }
                         },
-                        None => synproxy::forget(st, &key),
+                        None => st.synproxy.forget(&key),
                     }
                     (id, Direction::Original)
                 }
@@ -188,20 +188,21 @@ pub(super) fn handle<A: Proxied>(
         }
     };
     // A packet of a flow the SYN proxy opened: its numbers into the client's, before
-    // tracking (the flow it just opened needs none).
-    let proxied = if opened_by_cookie || seg.proto != IpProtocol::Tcp || !synproxy::any::<A>(st) {
-        None
-    } else {
+    // tracking (the flow it just opened needs none); after tracking, the ACK of an original
+    // packet into the endpoint's (`ack_delta`), or the endpoint's SYN-ACK answered
+    // (`endpoint_syn_ack`: the flow's original tuple).
+    let l4 = rx.l2_len + seg.l4_offset..rx.l2_len + seg.total;
+    let (mut ack_delta, mut endpoint_syn_ack) = (None, None);
+    if !opened_by_cookie && seg.proto == IpProtocol::Tcp && synproxy::any::<A>(st) {
         let original = if dir == Direction::Original { key } else { A::conntrack(st).get(id).original };
-        let l4 = rx.l2_len + seg.l4_offset..rx.l2_len + seg.total;
-        match synproxy::before_track(frame, rx, st, &original, &key, dir, &mut seg.tcp, l4) {
-            None => None,
-            Some(Before::Track) => Some((original, false)),
-            Some(Before::SynAck) => Some((original, true)),
+        match synproxy::before_track(frame, rx, st, &original, &key, dir, &mut seg.tcp, l4.clone()) {
+            None => {}
+            Some(Before::Track { ack_delta: d }) => ack_delta = d,
+            Some(Before::SynAck) => endpoint_syn_ack = Some(original),
             Some(Before::Drop(reason)) => return Verdict::Drop(reason),
             Some(Before::Answer(v)) => return v,
         }
-    };
+    }
     let mut tracked = track(now, st, id, dir, &seg);
     if tracked == Tracked::Reopen {
         // A new connection on the tuple of a closed one: forget the old flow, choose the
@@ -211,7 +212,7 @@ pub(super) fn handle<A: Proxied>(
             Ok(id) => id,
             Err(v) => return v,
         };
-        synproxy::forget(st, &key);
+        st.synproxy.forget(&key);
         tracked = track(now, st, id, Direction::Original, &seg);
     }
     match tracked {
@@ -219,23 +220,19 @@ pub(super) fn handle<A: Proxied>(
         Tracked::OutOfWindow => return Verdict::Drop(DropReason::TcpOutOfWindow),
         _ => {}
     }
-    match proxied {
-        Some((original, true)) => {
-            // The endpoint's SYN-ACK: the proxy completes the endpoint's handshake; the
-            // client's ACK of the cookie, tracked now, makes the flow established.
-            return match synproxy::complete(frame, rx, st, &original, &key) {
-                Ok((verdict, client_ack)) => {
-                    track(now, st, id, Direction::Original, &Segment { tcp: client_ack, ..seg });
-                    verdict
-                }
-                Err(reason) => Verdict::Drop(reason),
-            };
-        }
-        Some((original, false)) if dir == Direction::Original => {
-            let l4 = rx.l2_len + seg.l4_offset..rx.l2_len + seg.total;
-            synproxy::after_track(frame, rx, st, &original, &seg.tcp, l4);
-        }
-        _ => {}
+    if let Some(original) = endpoint_syn_ack {
+        // The endpoint's SYN-ACK: the proxy completes the endpoint's handshake; the client's
+        // ACK of the cookie, tracked now, makes the flow established.
+        return match synproxy::complete(frame, rx, st, &original, &key) {
+            Ok((verdict, client_ack)) => {
+                track(now, st, id, Direction::Original, &Segment { tcp: client_ack, ..seg });
+                verdict
+            }
+            Err(reason) => Verdict::Drop(reason),
+        };
+    }
+    if let Some(delta) = ack_delta {
+        synproxy::translate_ack(frame, rx, &seg.tcp, delta, l4);
     }
     let flow = A::conntrack(st).get(id);
     let frontend = frontend_index(table, &flow);

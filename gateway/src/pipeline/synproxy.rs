@@ -186,11 +186,6 @@ pub(super) fn open<A: Proxied>(
     Ok(Opened { l4_offset: total - SYN_HEADER_LEN, total, tcp })
 }
 
-/// Forgets the translation of the flow on `key`, if any (a new flow replaces it).
-pub(super) fn forget<A: Proxied>(st: &mut WorkerState, key: &FlowKey<A>) {
-    st.synproxy.forget(key);
-}
-
 /// Whether this worker has proxied flows of family `A` (else nothing here applies).
 #[inline]
 pub(super) fn any<A: Proxied>(st: &mut WorkerState) -> bool {
@@ -199,8 +194,12 @@ pub(super) fn any<A: Proxied>(st: &mut WorkerState) -> bool {
 
 /// What [`before_track`] decided for a packet of a proxied flow.
 pub(super) enum Before {
-    /// Track and forward it (its numbers translated into the client's).
-    Track,
+    /// Track and forward it (its numbers translated into the client's); a packet of the
+    /// original direction then has `ack_delta` added to its ACK ([`translate_ack`]).
+    Track {
+        /// Endpoint ISN − cookie, for a packet of the original direction.
+        ack_delta: Option<u32>,
+    },
     /// The endpoint's SYN-ACK: track it (translated), then [`complete`].
     SynAck,
     /// Drop it.
@@ -228,7 +227,7 @@ pub(super) fn before_track<A: Proxied>(
     let class = Class::of(tcp.flags);
     Some(match (dir, adjust.delta) {
         (Direction::Original, None) => Before::Drop(DropReason::SynProxyPending),
-        (Direction::Original, Some(_)) => Before::Track,
+        (Direction::Original, Some(delta)) => Before::Track { ack_delta: Some(delta) },
         (Direction::Reply, None) if class == Class::SynAck => {
             adjust.delta = Some(tcp.seq.wrapping_sub(adjust.cookie));
             tcp.seq = adjust.cookie;
@@ -236,9 +235,9 @@ pub(super) fn before_track<A: Proxied>(
         }
         (Direction::Reply, None) if class == Class::Rst => {
             // The endpoint refused: the client gets a RST at the sequence it expects.
-            let seq = adjust.cookie.wrapping_add(1);
-            set_seq(frame, rx, tcp, seq, l4);
-            Before::Track
+            tcp.seq = adjust.cookie.wrapping_add(1);
+            patch(frame, rx, l4, Number::Seq, tcp.seq);
+            Before::Track { ack_delta: None }
         }
         (Direction::Reply, None) => Before::Drop(DropReason::SynProxyPending),
         (Direction::Reply, Some(_)) if class == Class::SynAck => {
@@ -250,36 +249,19 @@ pub(super) fn before_track<A: Proxied>(
             }
         }
         (Direction::Reply, Some(delta)) => {
-            let seq = tcp.seq.wrapping_sub(delta);
-            set_seq(frame, rx, tcp, seq, l4);
-            Before::Track
+            tcp.seq = tcp.seq.wrapping_sub(delta);
+            patch(frame, rx, l4, Number::Seq, tcp.seq);
+            Before::Track { ack_delta: None }
         }
     })
 }
 
 /// After tracking a packet of the original direction of a proxied flow (TCP header at
-/// `frame[l4]`): translates its ACK into the endpoint's numbering, in the frame.
-pub(super) fn after_track<A: Proxied>(
-    frame: &mut [u8],
-    rx: &Rx,
-    st: &mut WorkerState,
-    original: &FlowKey<A>,
-    tcp: &TcpSeq,
-    l4: Range<usize>,
-) {
-    let Some(delta) = A::maps(st).1.get(original).and_then(|a| a.delta) else {
-        return;
-    };
-    if !tcp.flags.contains(TcpFlags::ACK) {
-        return;
-    }
-    if let Ok(mut t) = TcpPacket::new_checked(&mut frame[l4]) {
-        let (old, new) = (t.ack_number(), t.ack_number().wrapping_add(delta));
-        t.set_ack_number(new);
-        if !rx.l4_csum_partial {
-            let check = t.checksum();
-            t.set_checksum(update32(check, old, new));
-        }
+/// `frame[l4]`, tracking fields `tcp`): adds `delta` to its ACK, translating it into the
+/// endpoint's numbering, in the frame.
+pub(super) fn translate_ack(frame: &mut [u8], rx: &Rx, tcp: &TcpSeq, delta: u32, l4: Range<usize>) {
+    if tcp.flags.contains(TcpFlags::ACK) {
+        patch(frame, rx, l4, Number::Ack, tcp.ack.wrapping_add(delta));
     }
 }
 
@@ -332,16 +314,28 @@ fn ack_endpoint<A: Proxied>(
     Some(link::answer(frame, rx, len, &st.host))
 }
 
-/// Writes SEQ `seq` into the TCP header at `frame[l4]` (checksum updated unless partial)
-/// and into `tcp`.
-fn set_seq(frame: &mut [u8], rx: &Rx, tcp: &mut TcpSeq, seq: u32, l4: Range<usize>) {
-    tcp.seq = seq;
+/// A 32-bit number of the TCP header.
+#[derive(Clone, Copy)]
+enum Number {
+    Seq,
+    Ack,
+}
+
+/// Writes `value` into the TCP header at `frame[l4]` as its SEQ or ACK, updating the
+/// checksum incrementally (RFC 1624) unless it is partial (left to the device).
+fn patch(frame: &mut [u8], rx: &Rx, l4: Range<usize>, number: Number, value: u32) {
     if let Ok(mut t) = TcpPacket::new_checked(&mut frame[l4]) {
-        let old = t.seq_number();
-        t.set_seq_number(seq);
+        let old = match number {
+            Number::Seq => t.seq_number(),
+            Number::Ack => t.ack_number(),
+        };
+        match number {
+            Number::Seq => t.set_seq_number(value),
+            Number::Ack => t.set_ack_number(value),
+        }
         if !rx.l4_csum_partial {
             let check = t.checksum();
-            t.set_checksum(update32(check, old, seq));
+            t.set_checksum(update32(check, old, value));
         }
     }
 }
