@@ -278,7 +278,7 @@ fn run(test: &str, driver: &str, prefix: &str) -> Result<()> {
     // Each process below the hard RLIMIT_NOFILE: clients with their own source address;
     // servers enough for 60 % of the connections at one endpoint (the scheduler splits
     // them about evenly) however the kernel spreads them over an endpoint's servers.
-    let per_process = nofile_hard_limit().saturating_sub(500).clamp(1000, CONNECTIONS / 2);
+    let per_process = nofile_hard_limit().saturating_sub(200).clamp(500, CONNECTIONS / 2);
     let clients = CONNECTIONS.div_ceil(per_process);
     let servers = (CONNECTIONS * 3 / 5).div_ceil(per_process);
     let client_ns = h.ns("client");
