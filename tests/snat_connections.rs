@@ -127,22 +127,24 @@ fn sysctl(ns: &str, settings: &[&str]) -> Result<()> {
     in_ns(ns, &[&["sysctl", "-qw"], settings].concat()).map(drop)
 }
 
-/// The values of the gateway's metric `torii_gateway_<name>` whose labels contain `also`
-/// (the gateway's `/metrics`, read in its namespace).
-fn metric_samples(h: &Harness, name: &str, also: &str) -> Result<Vec<u64>> {
-    let metrics = curl_get(&h.ns("gw"), &format!("http://{METRICS_LISTEN}/metrics"))?;
+/// The gateway's `/metrics` (read in its namespace).
+fn scrape(h: &Harness) -> Result<String> {
+    Ok(curl_get(&h.ns("gw"), &format!("http://{METRICS_LISTEN}/metrics"))?.body)
+}
+
+/// The values of metric `torii_gateway_<name>` in `metrics` whose labels contain `also`.
+fn samples(metrics: &str, name: &str, also: &str) -> Vec<u64> {
     let prefix = format!("torii_gateway_{name}{{");
-    Ok(metrics
-        .body
+    metrics
         .lines()
         .filter(|l| l.starts_with(prefix.as_str()) && l.contains(also))
         .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<u64>().ok()))
-        .collect())
+        .collect()
 }
 
-/// [`metric_samples`], summed.
+/// [`samples`] of a fresh scrape, summed.
 fn metric_sum(h: &Harness, name: &str, also: &str) -> Result<u64> {
-    Ok(metric_samples(h, name, also)?.iter().sum())
+    Ok(samples(&scrape(h)?, name, also).iter().sum())
 }
 
 /// The client processes: their standard inputs (the phase commands) and one channel of
@@ -416,10 +418,11 @@ fn run(test: &str, driver: &str, prefix: &str) -> Result<()> {
     // The ports' device counters, exported for both ports: link state, frames received,
     // frames dropped before the pipeline (DPDK imissed, rx_nombuf and per-queue q_errors;
     // AF_PACKET the rings' tp_drops, per queue and in all).
+    let metrics = scrape(&h).map_err(|e| h.fail("metrics", e))?;
     for port in ["tg-front", "tg-back"] {
         let label = format!("port=\"{port}\"");
         let sample = |name: &str| -> Result<u64> {
-            let values = metric_samples(&h, name, &label).map_err(|e| h.fail("metrics", e))?;
+            let values = samples(&metrics, name, &label);
             if values.is_empty() {
                 return Err(h.fail("metrics", format!("no torii_gateway_{name} sample for {port}")));
             }
