@@ -918,7 +918,7 @@ fn three_gateways_behind_ecmp() -> Result<()> {
         print_skipped(test, &reason);
         return Ok(());
     }
-    for tool in ["bird", "ethtool", "python3", "ss"] {
+    for tool in ["bird", "birdc", "nft", "ethtool", "python3", "ss"] {
         ensure!(command_exists(tool), "{tool} is missing: run scripts/setup (as root) first");
     }
     let workdir = std::env::temp_dir().join(format!("torii-{prefix}"));
