@@ -639,13 +639,13 @@ impl Drop for Load {
 /// 10 000 ports each).
 ///
 /// Why: a connection that broke by a RST leaves no TIME_WAIT on the client, so Linux may
-/// reuse its port at once; on a gateway that still holds the broken connection's
-/// ESTABLISHED conntrack entry (the gateway it was moved away from, or the one it came back
-/// to adopting its flows), the new SYN is forwarded on the old translation and the rest of
-/// the new connection is dropped as out of window — torii does not yet treat a SYN/ACK
-/// answering a SYN on an established entry as a new connection, as Linux's conntrack does
-/// (`nf_conntrack_proto_tcp.c`, the ignored-SYN case). That is a conntrack matter, not a
-/// routing one; this test keeps it out of its counts.
+/// reuse its port at once; a gateway that still holds the broken connection's ESTABLISHED
+/// conntrack entry (the gateway it was moved away from, or one that came back adopting its
+/// flows) lets the new SYN and SYN/ACK pass as ignored segments on the old translation
+/// (`conntrack/tcp.rs`: ESTABLISHED + SYN → ignore) and then checks the new connection
+/// against the old one's windows. Linux's conntrack takes a SYN/ACK answering such a SYN as
+/// a new connection (`nf_conntrack_proto_tcp.c`, the ignored-SYN case); torii does not yet.
+/// A conntrack matter, not a routing one: this test keeps it out of its counts.
 fn fresh_ports(s: &ScaleOut, phase: u16) -> Result<()> {
     let low = 10_000 + 10_000 * u32::from(phase);
     in_ns(&s.ns("client"), &["sysctl", "-qw", &format!("net.ipv4.ip_local_port_range={low} {}", low + 9_999)])?;
