@@ -3,7 +3,8 @@
 
     backend.py --name web1 --http-port 8080     HTTP/1.1 on [::]:8080 (IPv4 and IPv6); every
                                                  GET answers 200 with body "web1\\n"
-                                                 (Content-Length set, keep-alive honoured)
+                                                 (Content-Length set, keep-alive honoured,
+                                                 X-Client: the peer's address:port)
     backend.py --name echo --udp-port 7007      UDP on [::]:7007 (IPv4 and IPv6); every
                                                  datagram is answered with b"echo:" + the
                                                  datagram
@@ -33,6 +34,9 @@ def http_handler(name: str) -> type:
             self.send_header("Content-Type", "text/plain")
             self.send_header("Content-Length", str(len(body)))
             self.send_header("X-Backend", name)
+            # The address the connection came from (a gateway's SNAT address and port):
+            # tests/scale_out.rs tells by it which gateway carried a connection.
+            self.send_header("X-Client", f"{self.client_address[0]}:{self.client_address[1]}")
             self.end_headers()
 
         def do_GET(self) -> None:  # noqa: N802 (http.server's naming)

@@ -377,6 +377,9 @@ pub struct HttpResponse {
     pub status: u16,
     /// Body, surrounding whitespace trimmed: a backend's name.
     pub body: String,
+    /// The `X-Client` header `scripts/backend.py` sends: the address:port the backend saw
+    /// the connection come from (a gateway's SNAT address). `None` from [`curl_get`].
+    pub client: Option<String>,
 }
 
 /// One HTTP/1.1 keep-alive connection, made from inside a network namespace.
@@ -438,6 +441,7 @@ impl HttpConn {
             .and_then(|s| s.parse::<u16>().ok())
             .ok_or_else(|| bad(format!("bad status line {line:?}")))?;
         let mut content_length = None;
+        let mut client = None;
         loop {
             line.clear();
             if self.reader.read_line(&mut line)? == 0 {
@@ -451,13 +455,15 @@ impl HttpConn {
                 if name.trim().eq_ignore_ascii_case("content-length") {
                     content_length =
                         Some(value.trim().parse::<usize>().map_err(|_| bad(format!("bad Content-Length {value:?}")))?);
+                } else if name.trim().eq_ignore_ascii_case("x-client") {
+                    client = Some(value.trim().to_string());
                 }
             }
         }
         let length = content_length.ok_or_else(|| bad("response has no Content-Length".into()))?;
         let mut body = vec![0; length];
         self.reader.read_exact(&mut body)?;
-        Ok(HttpResponse { status, body: String::from_utf8_lossy(&body).trim().to_string() })
+        Ok(HttpResponse { status, body: String::from_utf8_lossy(&body).trim().to_string(), client })
     }
 }
 
@@ -488,7 +494,7 @@ pub fn curl_get_timeout(ns: &str, url: &str, timeout: Duration) -> Result<HttpRe
         bail!("curl {url} from {ns}: {} ({})", String::from_utf8_lossy(&out.stderr).trim(), out.status);
     }
     let (body, code) = stdout.rsplit_once('\n').unwrap_or(("", &stdout));
-    Ok(HttpResponse { status: code.trim().parse().unwrap_or(0), body: body.trim().to_string() })
+    Ok(HttpResponse { status: code.trim().parse().unwrap_or(0), body: body.trim().to_string(), client: None })
 }
 
 /// A UDP socket in namespace `ns`, connected to `peer` (so ICMP errors about it are
