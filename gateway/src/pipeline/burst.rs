@@ -161,12 +161,17 @@ pub fn process_burst<B: AsMut<[u8]>>(
             let j = slot(i);
             if let Ahead::Flow(id, direction) = ahead[j] {
                 let h = &st.hints.frames[j];
-                st.hints.frames[j].route = match h.flow {
+                let route = match h.flow {
                     Some(FlowHint::V4(..)) if h.lean.is_some() => prefetch_lean(st, id, direction),
                     Some(FlowHint::V4(..)) => prefetch_egress::<Ipv4Addr>(st, id, direction),
                     Some(FlowHint::V6(..)) => prefetch_egress::<Ipv6Addr>(st, id, direction),
                     None => None,
                 };
+                // Stage 1 left `None` there: a frame without a route (every lean one) costs no
+                // store of the whole hint.
+                if route.is_some() {
+                    st.hints.frames[j].route = route;
+                }
             }
         }
         if let Some(i) = step.checked_sub(PROCESS_AT).filter(|&i| i < n) {

@@ -39,7 +39,7 @@ pub(super) fn flow_key(frame: &[u8], rx: &Rx) -> Option<(FlowKey, bool, Option<L
     let plain = ip.header_len() == Ipv4Packet::<&[u8]>::HEADER_LEN
         && ip.hop_limit() > 1
         && !rx.l4_csum_partial
-        && ip.verify_checksum();
+        && (rx.l3_csum_good || ip.verify_checksum());
     let (src_port, dst_port, opens, lean) = match protocol {
         IpProtocol::Tcp => {
             let t = TcpPacket::new_checked(l4).ok()?;
