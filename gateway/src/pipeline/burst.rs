@@ -368,9 +368,8 @@ fn hint(
     out.lean = None;
     match link::receive(frame, meta, host) {
         Ok((rx, EtherType::Ipv4)) => {
-            if let Some((key, opens, lean)) = ipv4::flow_key(frame, &rx) {
+            if let Some((key, opens)) = ipv4::flow_key(frame, &rx, &mut out.lean) {
                 out.flow = Some(FlowHint::V4(key, prefetch(v4, &key, opens)));
-                out.lean = lean;
             }
         }
         Ok((rx, EtherType::Ipv6)) => {
