@@ -44,37 +44,38 @@ pub fn rewrite_ipv4(ip_buf: &mut [u8], rw: &Rewrite, l4_partial: bool) {
 }
 
 /// [`rewrite_ipv4`] of a TCP (`tcp`) or UDP packet `ip_buf` whose IPv4 header has no options
-/// and whose transport header is whole, with a full transport checksum (not partial), and
-/// whose addresses and ports are `old` (the caller knows them: the flow's key): the same
-/// bytes, written at fixed offsets from the known values — the checksum changes are the
-/// same sums ([`Delta`]) of the same words. The lean established path's rewrite. The caller
-/// checked TTL > 1.
+/// and whose transport header is whole, with a full transport checksum (not partial): the
+/// same bytes, written at fixed offsets. The checksum changes are the same sums ([`Delta`])
+/// of the same words, taken over the words as they lie in the packet, in network byte
+/// order, with no field swapped to host order and back: one's complement sums are
+/// byte-order independent ([RFC 1071] § 2(B)), and the packet's own addresses and ports are
+/// the old values. The lean established path's rewrite. The caller checked TTL > 1.
 ///
 /// # Panics
 /// If `ip_buf` is shorter than the headers (40 bytes for TCP, 28 for UDP).
+///
+/// [RFC 1071]: https://www.rfc-editor.org/rfc/rfc1071
 #[inline]
-pub fn rewrite_ipv4_plain(ip_buf: &mut [u8], tcp: bool, old: &Rewrite, rw: &Rewrite) {
+pub fn rewrite_ipv4_plain(ip_buf: &mut [u8], tcp: bool, rw: &Rewrite) {
     let b = &mut ip_buf[..if tcp { 40 } else { 28 }];
-    let (ttl, proto) = (b[8], b[9]);
-    let addrs = Delta::NONE
-        .word32(old.src_addr.to_bits(), rw.src_addr.to_bits())
-        .word32(old.dst_addr.to_bits(), rw.dst_addr.to_bits());
-    let ttl_word = addrs.word(u16::from_be_bytes([ttl, proto]), u16::from_be_bytes([ttl - 1, proto]));
-    let check = ttl_word.apply(u16::from_be_bytes([b[10], b[11]]));
-    b[8] = ttl - 1;
-    b[10..12].copy_from_slice(&check.to_be_bytes());
-    b[12..16].copy_from_slice(&rw.src_addr.octets());
-    b[16..20].copy_from_slice(&rw.dst_addr.octets());
-    b[20..22].copy_from_slice(&rw.src_port.to_be_bytes());
-    b[22..24].copy_from_slice(&rw.dst_port.to_be_bytes());
-    let l4 = addrs.word(old.src_port, rw.src_port).word(old.dst_port, rw.dst_port);
-    if tcp {
-        let check = l4.apply(u16::from_be_bytes([b[36], b[37]]));
-        b[36..38].copy_from_slice(&check.to_be_bytes());
-    } else {
-        let check = l4.apply_udp(u16::from_be_bytes([b[26], b[27]]));
-        b[26..28].copy_from_slice(&check.to_be_bytes());
-    }
+    let word = |b: &[u8], at: usize| u16::from_ne_bytes([b[at], b[at + 1]]);
+    let word32 = |b: &[u8], at: usize| u32::from_ne_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+    let (src, dst) = (u32::from_ne_bytes(rw.src_addr.octets()), u32::from_ne_bytes(rw.dst_addr.octets()));
+    let (sp, dp) = (rw.src_port.to_be_bytes(), rw.dst_port.to_be_bytes());
+    let ports = u32::from_ne_bytes([sp[0], sp[1], dp[0], dp[1]]);
+    let addrs = Delta::NONE.words32([(word32(b, 12), src), (word32(b, 16), dst)]);
+    let l4 = addrs.words32([(word32(b, 20), ports)]);
+    // TTL down by one: the word (TTL, Protocol) loses 1 in its high byte, whatever both hold.
+    let ip = addrs.word(u16::from_ne_bytes([1, 0]), 0);
+    let check = ip.apply(word(b, 10));
+    b[8] -= 1;
+    b[10..12].copy_from_slice(&check.to_ne_bytes());
+    b[12..16].copy_from_slice(&src.to_ne_bytes());
+    b[16..20].copy_from_slice(&dst.to_ne_bytes());
+    b[20..24].copy_from_slice(&ports.to_ne_bytes());
+    let at = if tcp { 36 } else { 26 };
+    let check = if tcp { l4.apply(word(b, at)) } else { l4.apply_udp(word(b, at)) };
+    b[at..at + 2].copy_from_slice(&check.to_ne_bytes());
 }
 
 /// Rewrites the source and destination addresses of the IPv4 packet `ip_buf` and
@@ -233,14 +234,10 @@ mod tests {
                 b[26] = 0;
                 b[27] = 0;
             }
-            let old = Rewrite {
-                src_addr: Ipv4Addr::new(198, 51, 100, 10), src_port: 40000,
-                dst_addr: Ipv4Addr::new(203, 0, 113, 10), dst_port: if tcp { 80 } else { 7 },
-            };
             let rw = Rewrite { src_addr: s.into(), src_port: sp, dst_addr: d.into(), dst_port: dp };
             let mut general = b.clone();
             rewrite_ipv4(&mut general, &rw, false);
-            rewrite_ipv4_plain(&mut b, tcp, &old, &rw);
+            rewrite_ipv4_plain(&mut b, tcp, &rw);
             prop_assert_eq!(b, general);
         }
 

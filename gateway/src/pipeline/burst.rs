@@ -129,11 +129,11 @@ pub fn process_burst<B: AsMut<[u8]>>(
         }
         if let Some(i) = step.checked_sub(STAGE_DISTANCE).filter(|&i| i < n) {
             let j = slot(i);
-            ahead[j] = match st.hints.frames[j].flow {
-                Some(FlowHint::V4(key, hash)) => probe(st, table, &key, hash),
-                Some(FlowHint::V6(key, hash)) => probe(st, table, &key, hash),
-                None => Ahead::Done,
-            };
+            match &st.hints.frames[j].flow {
+                Some(FlowHint::V4(key, hash)) => probe(st, table, key, *hash, &mut ahead[j]),
+                Some(FlowHint::V6(key, hash)) => probe(st, table, key, *hash, &mut ahead[j]),
+                None => ahead[j] = Ahead::Done,
+            }
             match ahead[j] {
                 Ahead::Frontend(_, vacancy) => {
                     new_flows |= 1 << j;
@@ -161,12 +161,17 @@ pub fn process_burst<B: AsMut<[u8]>>(
             let j = slot(i);
             if let Ahead::Flow(id, direction) = ahead[j] {
                 let h = &st.hints.frames[j];
-                st.hints.frames[j].route = match h.flow {
+                let route = match h.flow {
                     Some(FlowHint::V4(..)) if h.lean.is_some() => prefetch_lean(st, id, direction),
                     Some(FlowHint::V4(..)) => prefetch_egress::<Ipv4Addr>(st, id, direction),
                     Some(FlowHint::V6(..)) => prefetch_egress::<Ipv6Addr>(st, id, direction),
                     None => None,
                 };
+                // Stage 1 left `None` there: a frame without a route (every lean one) costs no
+                // store of the whole hint.
+                if route.is_some() {
+                    st.hints.frames[j].route = route;
+                }
             }
         }
         if let Some(i) = step.checked_sub(PROCESS_AT).filter(|&i| i < n) {
@@ -185,15 +190,16 @@ pub fn process_burst<B: AsMut<[u8]>>(
 }
 
 /// Stage 2: reads the probe run of `hash`; a flow found has its record prefetched, none
-/// (a new flow) has its front door's index line prefetched.
+/// (a new flow) has its front door's index line prefetched. Sets `ahead` in place (as
+/// [`visit`] does: a returned `Ahead` is copied whole, service view and all).
 #[inline]
-fn probe<'t, A: Family>(st: &WorkerState, table: &'t Table, key: &FlowKey<A>, hash: u64) -> Ahead<'t> {
+fn probe<'t, A: Family>(st: &WorkerState, table: &'t Table, key: &FlowKey<A>, hash: u64, ahead: &mut Ahead<'t>) {
     match A::conntrack(st).prefetch_record(hash) {
-        Candidate::Flow(id, direction) => Ahead::Flow(id, direction),
+        Candidate::Flow(id, direction) => *ahead = Ahead::Flow(id, direction),
         Candidate::Absent(vacancy) => {
             let h = table.frontend_hash(key.dst_addr.into(), key.protocol, key.dst_port);
             table.prefetch_frontend(h);
-            Ahead::Frontend(h, vacancy)
+            *ahead = Ahead::Frontend(h, vacancy);
         }
     }
 }
@@ -363,9 +369,8 @@ fn hint(
     out.lean = None;
     match link::receive(frame, meta, host) {
         Ok((rx, EtherType::Ipv4)) => {
-            if let Some((key, opens, lean)) = ipv4::flow_key(frame, &rx) {
+            if let Some((key, opens)) = ipv4::flow_key(frame, &rx, &mut out.lean) {
                 out.flow = Some(FlowHint::V4(key, prefetch(v4, &key, opens)));
-                out.lean = lean;
             }
         }
         Ok((rx, EtherType::Ipv6)) => {

@@ -69,9 +69,10 @@ pub(super) struct FrameHints {
 /// A frame stage 1 of [`super::process_burst`] parsed in full for the lean established path
 /// (`super::lean`): an IPv4 TCP segment whose control flags are ACK without SYN, FIN or RST,
 /// or a UDP datagram, that passes every check the general path makes of the headers —
-/// link layer ([`super::link::receive`]), IPv4 header without options, checksum verified,
-/// not a fragment, TTL above 1, transport header whole, no partial L4 checksum. The
-/// flow key is the frame's [`FlowHint`]. Anything else is parsed again by the general path.
+/// link layer ([`super::link::receive`]), IPv4 header without options, checksum verified
+/// (or vouched for by the device: `Meta::l3_csum_good`), not a fragment, TTL above 1,
+/// transport header whole, no partial L4 checksum. The flow key is the frame's
+/// [`FlowHint`]. Anything else is parsed again by the general path.
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct LeanSegment {
     /// The interface the frame arrived on ([`super::link::Rx::iface`]).

@@ -22,12 +22,13 @@ use crate::wire::{IpProtocol, Ipv4Packet, TcpFlags, TcpPacket, UdpPacket};
 /// The flow key of the TCP, UDP or SCTP packet after the link-layer header of `frame`, read with
 /// checked views but without [`handle`]'s checks (header checksum, TTL): a hint for
 /// [`super::process_burst`], which `handle` confirms; with it, whether the packet is a TCP
-/// SYN without ACK (a connection opening: its key is almost certainly not tracked yet), and
-/// the [`LeanSegment`] of a frame the lean established path may take (see there for what
-/// that needs: this is the one parse such a frame gets), `None` for anything else.
-/// `None` for anything but TCP, UDP and SCTP, fragments included.
+/// SYN without ACK (a connection opening: its key is almost certainly not tracked yet); and
+/// into `lean` (in place: the hint slot, no copy through the return value) the
+/// [`LeanSegment`] of a frame the lean established path may take (see there for what that
+/// needs: this is the one parse such a frame gets), `None` for anything else.
+/// `None` for anything but TCP, UDP and SCTP, fragments included (`lean` then unchanged).
 #[inline]
-pub(super) fn flow_key(frame: &[u8], rx: &Rx) -> Option<(FlowKey, bool, Option<LeanSegment>)> {
+pub(super) fn flow_key(frame: &[u8], rx: &Rx, lean: &mut Option<LeanSegment>) -> Option<(FlowKey, bool)> {
     let l3 = rx.l2_len;
     let ip = Ipv4Packet::new_checked(&frame[l3..rx.len]).ok()?;
     if ip.is_fragment() {
@@ -39,28 +40,30 @@ pub(super) fn flow_key(frame: &[u8], rx: &Rx) -> Option<(FlowKey, bool, Option<L
     let plain = ip.header_len() == Ipv4Packet::<&[u8]>::HEADER_LEN
         && ip.hop_limit() > 1
         && !rx.l4_csum_partial
-        && ip.verify_checksum();
-    let (src_port, dst_port, opens, lean) = match protocol {
+        && (rx.l3_csum_good || ip.verify_checksum());
+    let segment = |tcp| Some(LeanSegment { iface: rx.iface, l2_len: rx.l2_len as u8, total, tcp });
+    let (src_port, dst_port, opens) = match protocol {
         IpProtocol::Tcp => {
             let t = TcpPacket::new_checked(l4).ok()?;
             let tcp = flow::tcp_seq(&t);
             let control = TcpFlags::SYN.0 | TcpFlags::FIN.0 | TcpFlags::RST.0 | TcpFlags::ACK.0;
-            let lean = (plain && tcp.flags.0 & control == TcpFlags::ACK.0).then_some(tcp);
-            (t.src_port(), t.dst_port(), TcpSegment::of(tcp.flags) == TcpSegment::Syn, lean)
+            if plain && tcp.flags.0 & control == TcpFlags::ACK.0 {
+                *lean = segment(tcp);
+            }
+            (t.src_port(), t.dst_port(), TcpSegment::of(tcp.flags) == TcpSegment::Syn)
         }
         IpProtocol::Udp => {
             let u = UdpPacket::new_checked(l4).ok()?;
-            (u.src_port(), u.dst_port(), false, plain.then_some(TcpSeq::default()))
+            if plain {
+                *lean = segment(TcpSeq::default());
+            }
+            (u.src_port(), u.dst_port(), false)
         }
-        _ => {
-            let (src_port, dst_port, opens) = hint::ports(protocol, l4)?;
-            (src_port, dst_port, opens, None)
-        }
+        _ => hint::ports(protocol, l4)?,
     };
     let key =
         FlowKey { protocol: u8::from(protocol), src_addr: ip.src_addr(), src_port, dst_addr: ip.dst_addr(), dst_port };
-    let lean = lean.map(|tcp| LeanSegment { iface: rx.iface, l2_len: rx.l2_len as u8, total, tcp });
-    Some((key, opens, lean))
+    Some((key, opens))
 }
 
 /// Whether IPv4 `options` hold a Loose (131) or Strict (137) Source and Record Route option

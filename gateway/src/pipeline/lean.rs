@@ -139,10 +139,8 @@ pub(super) fn forward(
     }
     let total = usize::from(seg.total);
     frontends.packet(state.frontend, original, total);
-    let old =
-        Rewrite { src_addr: key.src_addr, src_port: key.src_port, dst_addr: key.dst_addr, dst_port: key.dst_port };
     let rw = Rewrite { src_addr: out.src_addr, src_port: out.src_port, dst_addr: out.dst_addr, dst_port: out.dst_port };
-    nat::rewrite_ipv4_plain(&mut frame[l2_len..l2_len + total], tcp, &old, &rw);
+    nat::rewrite_ipv4_plain(&mut frame[l2_len..l2_len + total], tcp, &rw);
     link::write_header(frame, n.mac, o.mac, o.vlan, EtherType::Ipv4);
     Some(Verdict::Transmit { iface: o.port, len: l2_len + total })
 }

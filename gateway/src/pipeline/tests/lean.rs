@@ -217,7 +217,8 @@ fn established_frames_take_the_lean_path() {
         // Stage 1 and 2 of a burst for this one frame, into slot 0.
         // A frame for another port's MAC (the wrong link) fails here: no lean path either.
         let Ok((rx, _)) = crate::pipeline::link::receive(&buf, &meta, &a.host) else { return false };
-        let Some((key, _, seg)) = crate::pipeline::ipv4::flow_key(&buf, &rx) else { return false };
+        let mut seg = None;
+        let Some((key, _)) = crate::pipeline::ipv4::flow_key(&buf, &rx, &mut seg) else { return false };
         let candidate = a.conntrack.lookup(&key).map(|(id, d)| crate::conntrack::Candidate::Flow(id, d));
         a.hints.frames[0] = crate::pipeline::hint::FrameHints {
             flow: Some(crate::pipeline::hint::FlowHint::V4(key, 0)),
