@@ -93,9 +93,10 @@ pub const MAX_TEMPLATE_BYTES: u64 = 1 << 30;
 /// Most flows through one SNAT address when the gateway's SNAT port is unique per flow:
 /// it has 64 512 ports (1024–65535), and some are left free.
 pub const FLOWS_PER_SNAT_ADDRESS: u32 = 64_000;
-/// Descriptors of each virtio ring (`net_virtio_user`'s `queue_size`; its default, 256,
-/// would hold a quarter of what the devices configure and turn every short preemption of
-/// the device's core into loss).
+/// Descriptors of each virtio ring by default (`net_virtio_user`'s `queue_size`, and the
+/// devices' receive and transmit descriptors; `--queue-size`). Its default, 256, turns
+/// every short preemption of either side's core into loss: the ring holds what arrives
+/// while the other side is not polling (1024 descriptors: 0.5 ms of 2 M frames/s).
 pub const VIRTIO_QUEUE_SIZE: u16 = 1024;
 /// Most Services (VIPs 203.0.113.10–.249).
 pub const MAX_SERVICES: u32 = 240;
@@ -446,12 +447,16 @@ impl Plan {
         let per_flow = if self.flows > 1 << 20 { 2 } else { 4 };
         let capacity = (u64::from(self.flows) * per_flow).next_power_of_two().max(65_536);
         let head = match driver {
-            GatewayDriver::Dpdk { socket, cpu, eal } => {
+            GatewayDriver::Dpdk { socket, cpu, eal, queue_size } => {
                 let eal: Vec<String> = eal.iter().map(|a| format!("{a:?}")).collect();
+                // The worker busy-polls, as testpmd's forwarding lcore does: with a sleep
+                // after its idle polls, a worker that found nothing while the generator was
+                // descheduled would wake up late and meet a full ring.
                 format!(
                         "driver = \"dpdk\"\nworkers = 1\n\n[dpdk]\neal_args = [{eal}]\ncpus = [{cpu}]\n\
-                         fallback_to_af_packet = false\nidle_sleep_us = 100\n\n[[interfaces]]\nname = \"virtio0\"\n\
-                         device = \"net_virtio_user0,path={socket},queues=1,queue_size={VIRTIO_QUEUE_SIZE},mac={GATEWAY_MAC}\"\n",
+                         fallback_to_af_packet = false\nidle_sleep_us = 0\n\
+                         rx_descriptors = {queue_size}\ntx_descriptors = {queue_size}\n\n[[interfaces]]\nname = \"virtio0\"\n\
+                         device = \"net_virtio_user0,path={socket},queues=1,queue_size={queue_size},mac={GATEWAY_MAC}\"\n",
                         eal = eal.join(", "),
                 )
             }
@@ -480,6 +485,8 @@ pub enum GatewayDriver {
         cpu: usize,
         /// Extra EAL arguments (memory).
         eal: Vec<String>,
+        /// Descriptors of the virtio rings and of the port's receive and transmit queues.
+        queue_size: u16,
     },
     /// torii's own AF_PACKET driver on the kernel interface `iface` (a veth).
     AfPacket {
@@ -962,10 +969,12 @@ mod tests {
         assert_eq!(m.matches("- addresses: [10.70.").count(), 12);
         assert_eq!(m.matches("protocol: TCP, port: 8080").count(), 3);
         assert!(m.contains("externalIPs: [203.0.113.12]"));
-        let dpdk = GatewayDriver::Dpdk { socket: "/tmp/s.sock".into(), cpu: 1, eal: vec!["--no-huge".into()] };
+        let dpdk =
+            GatewayDriver::Dpdk { socket: "/tmp/s.sock".into(), cpu: 1, eal: vec!["--no-huge".into()], queue_size: 1024 };
         let c = p.gateway_config("/dev/shm/x", "/tmp/m", &dpdk);
         assert!(c.contains("capacity = 262144"), "{c}");
         assert!(c.contains("queue_size=1024,mac=02:00:00:00:00:01"), "{c}");
+        assert!(c.contains("idle_sleep_us = 0\nrx_descriptors = 1024\ntx_descriptors = 1024\n"), "{c}");
         assert!(c.contains("eal_args = [\"--no-huge\"]"), "{c}");
         let afp = p.gateway_config("/dev/shm/x", "/tmp/m", &GatewayDriver::AfPacket { iface: "tba1d".into() });
         assert!(
