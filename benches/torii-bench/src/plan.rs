@@ -96,8 +96,10 @@ pub const FLOWS_PER_SNAT_ADDRESS: u32 = 64_000;
 /// Descriptors of each virtio ring by default (`net_virtio_user`'s `queue_size`, and the
 /// devices' receive and transmit descriptors; `--queue-size`). Its default, 256, turns
 /// every short preemption of either side's core into loss: the ring holds what arrives
-/// while the other side is not polling (1024 descriptors: 0.5 ms of 2 M frames/s).
-pub const VIRTIO_QUEUE_SIZE: u16 = 1024;
+/// while the other side is not polling (4096 descriptors: 2 ms of 2 M frames/s; DPDK
+/// 22.11's `net_virtio_user` and `net_vhost` take it, and on a loaded 2-core machine it cut
+/// the loss of both devices at a fixed low rate compared with 1024 — docs/benchmarking.md).
+pub const VIRTIO_QUEUE_SIZE: u16 = 4096;
 /// Most Services (VIPs 203.0.113.10–.249).
 pub const MAX_SERVICES: u32 = 240;
 

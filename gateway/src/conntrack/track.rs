@@ -395,3 +395,41 @@ mod tests {
         assert_eq!(st.deadline, Deadline::after(2 * S, T.udp_stream_ns));
     }
 }
+
+#[cfg(test)]
+mod explore_bench {
+    use super::*;
+    use crate::wire::TcpFlags;
+    use Direction::{Original as O, Reply as R};
+
+    #[test]
+    fn explore() {
+        let t = Timeouts::DEFAULT;
+        let mut fails = std::collections::BTreeMap::new();
+        for f in [0u32, 17, 999, 59_999] {
+            for k in 0..64u32 {
+                let tt = k.wrapping_mul(0x0400_0000).wrapping_add(12345);
+                let mut st = FlowState::new(0, 0, Deadline::at(0));
+                let mut w = TcpWindows::default();
+                let steps = [
+                    (O, TcpSeq { flags: TcpFlags::SYN, seq: f, ack: tt, window: 65535, len: 7, wscale: None }),
+                    (R, TcpSeq { flags: TcpFlags(0x12), seq: f, ack: tt, window: 65535, len: 7, wscale: None }),
+                    (O, TcpSeq { flags: TcpFlags::ACK, seq: f, ack: tt, window: 65535, len: 6, wscale: None }),
+                    (R, TcpSeq { flags: TcpFlags::RST, seq: f + 7, ack: tt, window: 65535, len: 0, wscale: None }),
+                ];
+                for (i, (d, s)) in steps.iter().enumerate() {
+                    w.make_liberal();
+                    let r = track_tcp(&mut st, &mut w, *d, s, 1, &t);
+                    if r != Tracked::Forward && !(i == 3 && r == Tracked::ForwardThenRemove) {
+                        *fails.entry((i, format!("{r:?}"), format!("{:?}", st.tcp_state))).or_insert(0) += 1;
+                        break;
+                    }
+                }
+                if st.tcp_state != TcpState::Close {
+                    *fails.entry((9, "end".into(), format!("{:?}", st.tcp_state))).or_insert(0) += 1;
+                }
+            }
+        }
+        panic!("{fails:?}");
+    }
+}
