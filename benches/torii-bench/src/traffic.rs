@@ -114,7 +114,7 @@ pub enum Phase {
     /// Data: `ACK|PSH` segments (UDP datagrams) both ways, each reflected by the endpoint.
     Data,
     /// Close connections: the client sends a data segment and the endpoint answers with a
-    /// RST at its exact next sequence number, which the gateway honours (the flow goes to
+    /// RST at the sequence number the client acknowledged ([`plan::to_rst`]), which the gateway honours (the flow goes to
     /// CLOSE, where the client's next SYN reopens it); answered when the RST reaches the
     /// client.
     Close,
@@ -432,12 +432,12 @@ impl Generator {
                                 *seen = snat;
                             }
                             match (segment, phase) {
-                                (Segment::Data, Phase::Close) => plan::to_rst(m.data_mut(), flow),
+                                (Segment::Data, Phase::Close) => plan::to_rst(m.data_mut()),
                                 (Segment::Datagram | Segment::Data, _) => {}
                                 (Segment::Syn, _) => plan::set_tcp_flags(m.data_mut(), Segment::SynAck),
                                 (Segment::Ack, Phase::Connect) => {
                                     out.handshake_acks += 1;
-                                    plan::to_rst(m.data_mut(), flow);
+                                    plan::to_rst(m.data_mut());
                                 }
                                 (Segment::Ack, _) => {
                                     out.handshake_acks += 1;
