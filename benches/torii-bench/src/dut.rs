@@ -174,10 +174,7 @@ pub fn testpmd_command(
         .args(["--file-prefix", &format!("torii-bench-testpmd-{}", std::process::id())])
         .args(memory.eal_args())
         .args(["--no-pci", "--no-telemetry", "--log-level=*:notice", "--vdev"])
-        .arg(format!(
-            "net_virtio_user0,path={},queues=1,queue_size={queue_size}",
-            socket.display(),
-        ))
+        .arg(format!("net_virtio_user0,path={},queues=1,queue_size={queue_size}", socket.display(),))
         .args(["--", "--forward-mode=io", "--port-topology=loop", "--nb-cores=1"])
         .args([format!("--rxd={queue_size}"), format!("--txd={queue_size}")])
         .args(["--burst=32", "--auto-start"]);

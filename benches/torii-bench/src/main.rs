@@ -367,7 +367,8 @@ fn run(args: &Args) -> Result<bool> {
     gateway_cmd.arg("--config").arg(&config).env("NO_COLOR", "1");
     let gateway = Proc::spawn("torii-gateway", gateway_cmd, &workdir.join("gateway.log"))?;
     let testpmd = if baseline {
-        let cmd = dut::testpmd_command(&args.testpmd_bin, &socks[1], (args.bench_cpu, args.dut_cpu), args.queue_size, memory);
+        let cmd =
+            dut::testpmd_command(&args.testpmd_bin, &socks[1], (args.bench_cpu, args.dut_cpu), args.queue_size, memory);
         eprintln!("torii-bench: baseline: {cmd:?}");
         Some(Proc::spawn("testpmd", cmd, &workdir.join("testpmd.log"))?)
     } else {
@@ -779,11 +780,8 @@ fn describe(plan: &Plan, dut: Dut, label: &str, t: &TrialOutcome) -> String {
         t.offered.saturating_sub(t.received),
         t.refused + t.reflect_refused,
         match t.target_pps {
-            Some(r) if t.generator_limited => format!(
-                " [generator short of the rate: asked {:.3} M/s, {} frames skipped]",
-                r / 1e6,
-                t.skipped
-            ),
+            Some(r) if t.generator_limited =>
+                format!(" [generator short of the rate: asked {:.3} M/s, {} frames skipped]", r / 1e6, t.skipped),
             _ => String::new(),
         },
         if t.bad > 0 { format!("; {} BAD: {:?}", t.bad, t.examples) } else { String::new() },

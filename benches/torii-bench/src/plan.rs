@@ -668,8 +668,11 @@ pub fn classify(frame: &[u8]) -> Received {
             let word = |at: usize| u32::from_be_bytes([frame[at], frame[at + 1], frame[at + 2], frame[at + 3]]);
             let segment = Segment::of_flags(frame[TCP_FLAGS_WORD_OFFSET + 1]);
             // A RST carries the flow index and the time the other way round ([`to_rst`]).
-            let (flow_at, time_at) =
-                if segment == Segment::Rst { (TCP_ACK_OFFSET, TCP_SEQ_OFFSET) } else { (TCP_SEQ_OFFSET, TCP_ACK_OFFSET) };
+            let (flow_at, time_at) = if segment == Segment::Rst {
+                (TCP_ACK_OFFSET, TCP_SEQ_OFFSET)
+            } else {
+                (TCP_SEQ_OFFSET, TCP_ACK_OFFSET)
+            };
             (word(flow_at), u16::from_be_bytes([frame[p + 4], frame[p + 5]]), u64::from(word(time_at)), segment)
         }
         _ => return Received::Other,
@@ -967,8 +970,12 @@ mod tests {
         assert_eq!(m.matches("- addresses: [10.70.").count(), 12);
         assert_eq!(m.matches("protocol: TCP, port: 8080").count(), 3);
         assert!(m.contains("externalIPs: [203.0.113.12]"));
-        let dpdk =
-            GatewayDriver::Dpdk { socket: "/tmp/s.sock".into(), cpu: 1, eal: vec!["--no-huge".into()], queue_size: 1024 };
+        let dpdk = GatewayDriver::Dpdk {
+            socket: "/tmp/s.sock".into(),
+            cpu: 1,
+            eal: vec!["--no-huge".into()],
+            queue_size: 1024,
+        };
         let c = p.gateway_config("/dev/shm/x", "/tmp/m", &dpdk);
         assert!(c.contains("capacity = 262144\ntcp_be_liberal = true\nsyn_cookies = false\n"), "{c}");
         assert!(c.contains("queue_size=1024,mac=02:00:00:00:00:01"), "{c}");
