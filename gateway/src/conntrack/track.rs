@@ -502,7 +502,10 @@ mod reuse_tests {
                         (2, Tracked::Forward) => newest_ack = newest_ack.max(Some(c)),
                         (3, Tracked::Forward | Tracked::ForwardThenRemove) => closed += 1,
                         (3, Tracked::OutOfWindow) => {
-                            assert!(newest_ack.is_some_and(|n| n > c), "connection {c}'s RST refused (newest ACK {newest_ack:?})");
+                            assert!(
+                                newest_ack.is_some_and(|n| n > c),
+                                "connection {c}'s RST refused (newest ACK {newest_ack:?})"
+                            );
                             refused_stale += 1;
                         }
                         _ => {}
