@@ -27,7 +27,7 @@ const BURST: usize = 64;
 const MAX_EXAMPLES: usize = 8;
 /// Most frames the generator may owe at its paced rate ([`Pacer`]'s bucket depth): two
 /// bursts, one to send now and one of slack for the jitter of its own loop.
-const PACER_DEPTH: u64 = 2 * BURST as u64;
+pub const PACER_DEPTH: u64 = 2 * BURST as u64;
 
 /// The offered rate's clock: a token bucket of depth [`PACER_DEPTH`] frames filled at
 /// the asked rate. Time the generator could not use (descheduled, or too slow for the
