@@ -160,27 +160,23 @@ pub fn tail(path: &Path, lines: usize) -> String {
 }
 
 /// testpmd's command line: io forwarding on one `net_virtio_user` port looped to itself,
-/// its forwarding lcore on `dut_cpu`, its main lcore on `main_cpu`, started forwarding.
-pub fn testpmd_command(program: &Path, socket: &Path, main_cpu: usize, dut_cpu: usize, memory: Memory) -> Command {
+/// its forwarding lcore on `dut_cpu`, its main lcore on `main_cpu`, started forwarding;
+/// `queue_size` descriptors in the virtio rings and the port's queues.
+pub fn testpmd_command(
+    program: &Path,
+    socket: &Path,
+    (main_cpu, dut_cpu): (usize, usize),
+    queue_size: u16,
+    memory: Memory,
+) -> Command {
     let mut cmd = Command::new(program);
     cmd.args(["-l", &format!("{main_cpu},{dut_cpu}"), "--main-lcore", &main_cpu.to_string()])
         .args(["--file-prefix", &format!("torii-bench-testpmd-{}", std::process::id())])
         .args(memory.eal_args())
         .args(["--no-pci", "--no-telemetry", "--log-level=*:notice", "--vdev"])
-        .arg(format!(
-            "net_virtio_user0,path={},queues=1,queue_size={}",
-            socket.display(),
-            crate::plan::VIRTIO_QUEUE_SIZE
-        ))
-        .args([
-            "--",
-            "--forward-mode=io",
-            "--port-topology=loop",
-            "--nb-cores=1",
-            "--rxd=1024",
-            "--txd=1024",
-            "--burst=32",
-            "--auto-start",
-        ]);
+        .arg(format!("net_virtio_user0,path={},queues=1,queue_size={queue_size}", socket.display(),))
+        .args(["--", "--forward-mode=io", "--port-topology=loop", "--nb-cores=1"])
+        .args([format!("--rxd={queue_size}"), format!("--txd={queue_size}")])
+        .args(["--burst=32", "--auto-start"]);
     cmd
 }

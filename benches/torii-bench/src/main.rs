@@ -143,6 +143,11 @@ struct Args {
     /// CPU of the device's forwarding core (the gateway's worker, testpmd's forwarding lcore).
     #[arg(long, default_value_t = 1)]
     dut_cpu: usize,
+    /// Descriptors of every virtio ring, and of the DPDK devices' receive and transmit
+    /// queues (the same for torii and testpmd): what either side holds while the other is
+    /// not polling.
+    #[arg(long, default_value_t = torii_bench::plan::VIRTIO_QUEUE_SIZE)]
+    queue_size: u16,
     /// Memory of the DPDK processes.
     #[arg(long, value_enum, default_value_t = MemoryArg::Auto)]
     memory: MemoryArg,
@@ -339,7 +344,12 @@ fn run(args: &Args) -> Result<bool> {
         biggest.gateway_config(
             &shm_dir,
             &manifests.display().to_string(),
-            &GatewayDriver::Dpdk { socket: socks[0].display().to_string(), cpu: args.dut_cpu, eal: gw_eal },
+            &GatewayDriver::Dpdk {
+                socket: socks[0].display().to_string(),
+                cpu: args.dut_cpu,
+                eal: gw_eal,
+                queue_size: args.queue_size,
+            },
         ),
     )?;
     let control_bin = match &args.control_bin {
@@ -357,7 +367,8 @@ fn run(args: &Args) -> Result<bool> {
     gateway_cmd.arg("--config").arg(&config).env("NO_COLOR", "1");
     let gateway = Proc::spawn("torii-gateway", gateway_cmd, &workdir.join("gateway.log"))?;
     let testpmd = if baseline {
-        let cmd = dut::testpmd_command(&args.testpmd_bin, &socks[1], args.bench_cpu, args.dut_cpu, memory);
+        let cmd =
+            dut::testpmd_command(&args.testpmd_bin, &socks[1], (args.bench_cpu, args.dut_cpu), args.queue_size, memory);
         eprintln!("torii-bench: baseline: {cmd:?}");
         Some(Proc::spawn("testpmd", cmd, &workdir.join("testpmd.log"))?)
     } else {
@@ -768,7 +779,11 @@ fn describe(plan: &Plan, dut: Dut, label: &str, t: &TrialOutcome) -> String {
         100.0 * t.loss_ratio(),
         t.offered.saturating_sub(t.received),
         t.refused + t.reflect_refused,
-        if t.generator_limited && t.target_pps.is_some() { " [generator short of the rate]" } else { "" },
+        match t.target_pps {
+            Some(r) if t.generator_limited =>
+                format!(" [generator short of the rate: asked {:.3} M/s, {} frames skipped]", r / 1e6, t.skipped),
+            _ => String::new(),
+        },
         if t.bad > 0 { format!("; {} BAD: {:?}", t.bad, t.examples) } else { String::new() },
     )
 }

@@ -93,10 +93,13 @@ pub const MAX_TEMPLATE_BYTES: u64 = 1 << 30;
 /// Most flows through one SNAT address when the gateway's SNAT port is unique per flow:
 /// it has 64 512 ports (1024–65535), and some are left free.
 pub const FLOWS_PER_SNAT_ADDRESS: u32 = 64_000;
-/// Descriptors of each virtio ring (`net_virtio_user`'s `queue_size`; its default, 256,
-/// would hold a quarter of what the devices configure and turn every short preemption of
-/// the device's core into loss).
-pub const VIRTIO_QUEUE_SIZE: u16 = 1024;
+/// Descriptors of each virtio ring by default (`net_virtio_user`'s `queue_size`, and the
+/// devices' receive and transmit descriptors; `--queue-size`). Its default, 256, turns
+/// every short preemption of either side's core into loss: the ring holds what arrives
+/// while the other side is not polling (4096 descriptors: 2 ms of 2 M frames/s; DPDK
+/// 22.11's `net_virtio_user` and `net_vhost` take it, and on a loaded 2-core machine it cut
+/// the loss of both devices at a fixed low rate compared with 1024 — docs/benchmarking.md).
+pub const VIRTIO_QUEUE_SIZE: u16 = 4096;
 /// Most Services (VIPs 203.0.113.10–.249).
 pub const MAX_SERVICES: u32 = 240;
 
@@ -442,16 +445,23 @@ impl Plan {
     /// interface `iface`), conntrack sized for the flows of both protocols.
     pub fn gateway_config(&self, shm_dir: &str, manifests_dir: &str, driver: &GatewayDriver) -> String {
         // Flows of both protocols may be tracked at once (runs share the gateway), with
-        // room; above 1 M flows only twice the flows (memory).
+        // room; above 1 M flows only twice the flows (memory). No SYN proxy: above
+        // `syn_cookies_above_per_s` (50 000 by default) the gateway would answer SYNs with
+        // cookies itself, which the connection test's clients do not complete; it measures
+        // connection tracking, as the kernel baseline (kube-proxy has no SYNPROXY rule) does.
         let per_flow = if self.flows > 1 << 20 { 2 } else { 4 };
         let capacity = (u64::from(self.flows) * per_flow).next_power_of_two().max(65_536);
         let head = match driver {
-            GatewayDriver::Dpdk { socket, cpu, eal } => {
+            GatewayDriver::Dpdk { socket, cpu, eal, queue_size } => {
                 let eal: Vec<String> = eal.iter().map(|a| format!("{a:?}")).collect();
+                // The worker busy-polls, as testpmd's forwarding lcore does: with a sleep
+                // after its idle polls, a worker that found nothing while the generator was
+                // descheduled would wake up late and meet a full ring.
                 format!(
                         "driver = \"dpdk\"\nworkers = 1\n\n[dpdk]\neal_args = [{eal}]\ncpus = [{cpu}]\n\
-                         fallback_to_af_packet = false\nidle_sleep_us = 100\n\n[[interfaces]]\nname = \"virtio0\"\n\
-                         device = \"net_virtio_user0,path={socket},queues=1,queue_size={VIRTIO_QUEUE_SIZE},mac={GATEWAY_MAC}\"\n",
+                         fallback_to_af_packet = false\nidle_sleep_us = 0\n\
+                         rx_descriptors = {queue_size}\ntx_descriptors = {queue_size}\n\n[[interfaces]]\nname = \"virtio0\"\n\
+                         device = \"net_virtio_user0,path={socket},queues=1,queue_size={queue_size},mac={GATEWAY_MAC}\"\n",
                         eal = eal.join(", "),
                 )
             }
@@ -463,7 +473,8 @@ impl Plan {
             "# Written by torii-bench.\nnode_name = \"gateway-1\"\nshm_dir = {shm_dir:?}\n{head}\
              addresses = [\"{GATEWAY_CLIENT_PREFIX}\", \"10.70.0.1/16\"]\n\n\
              [snat]\naddresses = [\"10.70.0.1\"]\nport_min = {SNAT_PORT_MIN}\nport_max = 65535\n\n\
-             [conntrack]\ncapacity = {capacity}\ntcp_be_liberal = true\n\n[control]\nmanifests = {manifests_dir:?}\n",
+             [conntrack]\ncapacity = {capacity}\ntcp_be_liberal = true\nsyn_cookies = false\n\n\
+             [control]\nmanifests = {manifests_dir:?}\n",
         )
     }
 }
@@ -480,6 +491,8 @@ pub enum GatewayDriver {
         cpu: usize,
         /// Extra EAL arguments (memory).
         eal: Vec<String>,
+        /// Descriptors of the virtio rings and of the port's receive and transmit queues.
+        queue_size: u16,
     },
     /// torii's own AF_PACKET driver on the kernel interface `iface` (a veth).
     AfPacket {
@@ -562,30 +575,23 @@ pub fn set_tcp_flags(frame: &mut [u8], segment: Segment) {
     add_to_checksum(frame, TCP_CSUM_OFFSET, u32::from(!old) + u32::from(new), false);
 }
 
-/// How far past the flow index a RST's sequence number is: the SYN and the payload of the
-/// endpoint's SYN-ACK (the client's SYN reflected: sequence number = flow index), so the
-/// RST carries the endpoint's next sequence number exactly — what the gateway requires of
-/// a RST that closes a connection (RFC 5961 § 3.2; Linux's "RST after its sender's last
-/// segment", `nf_conntrack_proto_tcp.c`).
-fn rst_seq_offset(frame: &[u8]) -> u32 {
-    let total = u16::from_be_bytes([frame[16], frame[17]]);
-    1 + u32::from(total.saturating_sub(40))
-}
-
-/// Turns a TCP segment that reached flow `flow`'s endpoint (a data segment or the
-/// handshake's ACK) into the endpoint's RST closing the connection, in place (addresses
-/// not yet swapped: call [`reflect`] after). The sequence number becomes the endpoint's
-/// next one (flow + 1 + payload length; [`classify`] takes the offset off again), the
-/// acknowledgment number (the transmit time) stays; the checksum is updated.
-pub fn to_rst(frame: &mut [u8], flow: u32) {
+/// Turns a TCP segment that reached its endpoint (a data segment or the handshake's ACK)
+/// into the endpoint's RST closing the connection, in place (addresses not yet swapped:
+/// call [`reflect`] after). The RST's sequence number is the acknowledgment number of the
+/// client's segment — what the client acknowledged, so exactly the sequence number the
+/// client expects next, as a real endpoint's RST carries (RFC 9293 § 3.10.7.4): a gateway
+/// that honours only a RST at the receiver's expected number (RFC 5961 § 3.2; Linux
+/// refuses one before the receiver's highest acknowledgment, `nf_conntrack_proto_tcp.c`)
+/// closes the flow with it, however the flow's windows were learnt (a flow picked up
+/// mid-stream learns the endpoint's position from the client's ACK). The RST carries no
+/// ACK flag, so its acknowledgment field is free: it takes the flow index (the segment's
+/// sequence number). The two 32-bit words are swapped, which leaves the checksum as it
+/// was; only the flags change it.
+pub fn to_rst(frame: &mut [u8]) {
     set_tcp_flags(frame, Segment::Rst);
-    let seq = flow.wrapping_add(rst_seq_offset(frame));
-    let at = TCP_SEQ_OFFSET;
-    let old = u32::from_be_bytes([frame[at], frame[at + 1], frame[at + 2], frame[at + 3]]);
-    frame[at..at + 4].copy_from_slice(&seq.to_be_bytes());
-    // RFC 1624 eqn. 3, word by word.
-    let sum = u32::from(!(old >> 16) as u16) + u32::from(!(old as u16)) + (seq >> 16) + (seq & 0xffff);
-    add_to_checksum(frame, TCP_CSUM_OFFSET, sum, false);
+    for k in 0..4 {
+        frame.swap(TCP_SEQ_OFFSET + k, TCP_ACK_OFFSET + k);
+    }
 }
 
 /// Adds `sum` (of 16-bit words) to the one's complement checksum at `at`.
@@ -661,11 +667,13 @@ pub fn classify(frame: &[u8]) -> Received {
             }
             let word = |at: usize| u32::from_be_bytes([frame[at], frame[at + 1], frame[at + 2], frame[at + 3]]);
             let segment = Segment::of_flags(frame[TCP_FLAGS_WORD_OFFSET + 1]);
-            let mut flow = word(TCP_SEQ_OFFSET);
-            if segment == Segment::Rst {
-                flow = flow.wrapping_sub(rst_seq_offset(frame));
-            }
-            (flow, u16::from_be_bytes([frame[p + 4], frame[p + 5]]), u64::from(word(TCP_ACK_OFFSET)), segment)
+            // A RST carries the flow index and the time the other way round ([`to_rst`]).
+            let (flow_at, time_at) = if segment == Segment::Rst {
+                (TCP_ACK_OFFSET, TCP_SEQ_OFFSET)
+            } else {
+                (TCP_SEQ_OFFSET, TCP_ACK_OFFSET)
+            };
+            (word(flow_at), u16::from_be_bytes([frame[p + 4], frame[p + 5]]), u64::from(word(time_at)), segment)
         }
         _ => return Received::Other,
     };
@@ -918,14 +926,14 @@ mod tests {
     }
 
     #[test]
-    fn a_rst_carries_the_endpoints_next_sequence_number() {
+    fn a_rst_carries_what_the_client_acknowledged() {
         for size in [64, 1518] {
             let p = Plan::new(Protocol::Tcp, 60_000, 3, 4, Some(size), false).unwrap();
             let mut f = p.template(59_998);
             stamp(Protocol::Tcp, &mut f, 9, 1234);
-            to_rst(&mut f, 59_998);
-            let seq = u32::from_be_bytes(f[TCP_SEQ_OFFSET..TCP_SEQ_OFFSET + 4].try_into().unwrap());
-            assert_eq!(seq, 59_998 + 1 + (size as u32 - 4 - 54), "SYN + payload past the flow index");
+            to_rst(&mut f);
+            let word = |at: usize| u32::from_be_bytes(f[at..at + 4].try_into().unwrap());
+            assert_eq!((word(TCP_SEQ_OFFSET), word(TCP_ACK_OFFSET)), (1234, 59_998), "the client's ACK as SEG.SEQ");
             check_to_endpoint(&p, Dut::IoFwd, &f, 59_998, true).unwrap();
             reflect(&mut f);
             let want = Received::ToClient { flow: 59_998, trial: 9, tx_ns: 1234, segment: Segment::Rst };
@@ -962,10 +970,16 @@ mod tests {
         assert_eq!(m.matches("- addresses: [10.70.").count(), 12);
         assert_eq!(m.matches("protocol: TCP, port: 8080").count(), 3);
         assert!(m.contains("externalIPs: [203.0.113.12]"));
-        let dpdk = GatewayDriver::Dpdk { socket: "/tmp/s.sock".into(), cpu: 1, eal: vec!["--no-huge".into()] };
+        let dpdk = GatewayDriver::Dpdk {
+            socket: "/tmp/s.sock".into(),
+            cpu: 1,
+            eal: vec!["--no-huge".into()],
+            queue_size: 1024,
+        };
         let c = p.gateway_config("/dev/shm/x", "/tmp/m", &dpdk);
-        assert!(c.contains("capacity = 262144"), "{c}");
+        assert!(c.contains("capacity = 262144\ntcp_be_liberal = true\nsyn_cookies = false\n"), "{c}");
         assert!(c.contains("queue_size=1024,mac=02:00:00:00:00:01"), "{c}");
+        assert!(c.contains("idle_sleep_us = 0\nrx_descriptors = 1024\ntx_descriptors = 1024\n"), "{c}");
         assert!(c.contains("eal_args = [\"--no-huge\"]"), "{c}");
         let afp = p.gateway_config("/dev/shm/x", "/tmp/m", &GatewayDriver::AfPacket { iface: "tba1d".into() });
         assert!(

@@ -25,6 +25,54 @@ use crate::vhost;
 const BURST: usize = 64;
 /// Frames kept of the first problems found, for the report.
 const MAX_EXAMPLES: usize = 8;
+/// Most frames the generator may owe at its paced rate ([`Pacer`]'s bucket depth): two
+/// bursts, one to send now and one of slack for the jitter of its own loop.
+pub const PACER_DEPTH: u64 = 2 * BURST as u64;
+
+/// The offered rate's clock: a token bucket of depth [`PACER_DEPTH`] frames filled at
+/// the asked rate. Time the generator could not use (descheduled, or too slow for the
+/// rate) is skipped, never caught up: a generator must not send above its offered rate
+/// to make up for lost time (RFC 2544 § 26 offers a constant rate; TRex's and
+/// Pktgen-DPDK's pacers do the same), or a preemption of a few ms turns into a burst of
+/// thousands of frames at full speed that overflows the device's receive ring — loss
+/// the device did not cause. What was skipped is counted ([`TrialOutcome::skipped`]);
+/// the trial's offered rate is what was really sent.
+#[derive(Debug, Clone, Copy)]
+pub struct Pacer {
+    rate_pps: f64,
+    /// Frames the rate allowed up to now, skipped ones included (a float: fractions
+    /// carry over between calls).
+    allowed: f64,
+    /// Frames the rate allowed that were never sent.
+    skipped: u64,
+    last_s: f64,
+}
+
+impl Pacer {
+    /// A pacer at `rate_pps` frames/s starting at time 0 s with an empty bucket.
+    pub fn new(rate_pps: f64) -> Self {
+        Self { rate_pps, allowed: 0.0, skipped: 0, last_s: 0.0 }
+    }
+
+    /// Frames that may be sent at `now_s` (seconds since the start, non-decreasing),
+    /// given `sent` frames sent so far: at most [`PACER_DEPTH`]; whatever the rate
+    /// allowed beyond that is skipped.
+    pub fn due(&mut self, now_s: f64, sent: u64) -> u64 {
+        self.allowed += (now_s - self.last_s).max(0.0) * self.rate_pps;
+        self.last_s = now_s.max(self.last_s);
+        let owed = self.allowed as u64 - (sent + self.skipped).min(self.allowed as u64);
+        if owed > PACER_DEPTH {
+            self.skipped += owed - PACER_DEPTH;
+            return PACER_DEPTH;
+        }
+        owed
+    }
+
+    /// Frames the rate allowed that the generator did not send in time.
+    pub fn skipped(&self) -> u64 {
+        self.skipped
+    }
+}
 
 /// One port of torii-bench facing one device under test.
 pub struct Link {
@@ -66,7 +114,7 @@ pub enum Phase {
     /// Data: `ACK|PSH` segments (UDP datagrams) both ways, each reflected by the endpoint.
     Data,
     /// Close connections: the client sends a data segment and the endpoint answers with a
-    /// RST at its exact next sequence number, which the gateway honours (the flow goes to
+    /// RST at the sequence number the client acknowledged ([`plan::to_rst`]), which the gateway honours (the flow goes to
     /// CLOSE, where the client's next SYN reopens it); answered when the RST reaches the
     /// client.
     Close,
@@ -126,6 +174,10 @@ pub struct TrialOutcome {
     pub snat_changed: u64,
     /// The first problems, described.
     pub examples: Vec<String>,
+    /// Frames the asked rate allowed that the generator could not send in time (it was
+    /// descheduled, or the rate is above its ceiling): skipped, never caught up
+    /// ([`Pacer`]).
+    pub skipped: u64,
     /// Whether the generator fell more than 1 % short of the asked rate.
     pub generator_limited: bool,
     /// Latency of every reply, ns (when asked).
@@ -253,6 +305,7 @@ impl Generator {
         let mut last_rx = start;
         let mut last_tick = start;
         let mut checked = 0u64;
+        let mut pacer = spec.rate_pps.map(Pacer::new);
         loop {
             let now = Instant::now();
             if now.duration_since(last_tick) > Duration::from_millis(100) {
@@ -269,11 +322,11 @@ impl Generator {
                 last_rx = now;
             }
             if now < end {
-                let due = match spec.rate_pps {
-                    Some(r) => (now.duration_since(start).as_secs_f64() * r) as u64,
-                    None => out.offered + BURST as u64,
+                let due = match pacer.as_mut() {
+                    Some(p) => p.due(now.duration_since(start).as_secs_f64(), out.offered),
+                    None => BURST as u64,
                 };
-                let mut n = due.saturating_sub(out.offered).min(BURST as u64) as usize;
+                let mut n = due.min(BURST as u64) as usize;
                 if spec.unanswered_only && self.answered_count == self.plan.flows {
                     n = 0;
                 }
@@ -301,6 +354,7 @@ impl Generator {
             }
         }
         Mbuf::free_bulk(&mut self.tx);
+        out.skipped = pacer.map_or(0, |p| p.skipped());
         out.duration_s = spec.duration.as_secs_f64();
         if let Some(r) = spec.rate_pps {
             out.generator_limited = out.offered_pps() < 0.99 * r;
@@ -378,12 +432,12 @@ impl Generator {
                                 *seen = snat;
                             }
                             match (segment, phase) {
-                                (Segment::Data, Phase::Close) => plan::to_rst(m.data_mut(), flow),
+                                (Segment::Data, Phase::Close) => plan::to_rst(m.data_mut()),
                                 (Segment::Datagram | Segment::Data, _) => {}
                                 (Segment::Syn, _) => plan::set_tcp_flags(m.data_mut(), Segment::SynAck),
                                 (Segment::Ack, Phase::Connect) => {
                                     out.handshake_acks += 1;
-                                    plan::to_rst(m.data_mut(), flow);
+                                    plan::to_rst(m.data_mut());
                                 }
                                 (Segment::Ack, _) => {
                                     out.handshake_acks += 1;
@@ -494,5 +548,52 @@ impl Generator {
                 let _ = h.record(rtt.max(1));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sends whatever is due every `step_s`, in bursts of at most [`BURST`], with a pause
+    /// from `pause.0` to `pause.1`; returns the frames sent at each step.
+    fn drive(rate: f64, step_s: f64, until_s: f64, pause: (f64, f64)) -> (Vec<u64>, Pacer, u64) {
+        let mut p = Pacer::new(rate);
+        let (mut sent, mut t, mut bursts) = (0u64, 0.0, Vec::new());
+        while t < until_s {
+            if t < pause.0 || t >= pause.1 {
+                let n = p.due(t, sent).min(BURST as u64);
+                sent += n;
+                bursts.push(n);
+            }
+            t += step_s;
+        }
+        (bursts, p, sent)
+    }
+
+    #[test]
+    fn paces_at_the_rate_without_skipping() {
+        let (_, p, sent) = drive(1e6, 1e-6, 0.01, (1.0, 1.0));
+        assert!((9_990..=10_000).contains(&sent), "{sent}");
+        assert_eq!(p.skipped(), 0);
+    }
+
+    #[test]
+    fn a_pause_is_skipped_not_caught_up() {
+        // 5 ms descheduled at 4 M frames/s owes 20 000 frames: at most the bucket follows.
+        let (bursts, mut p, sent) = drive(4e6, 1e-6, 0.02, (0.005, 0.010));
+        let after: u64 = bursts.iter().skip(5_000).take(40).sum();
+        assert!(after <= PACER_DEPTH + 40 * 4 + 1, "{after} frames in the 40 µs after the pause");
+        assert!(p.skipped() >= 20_000 - PACER_DEPTH - 1, "{}", p.skipped());
+        let accounted = sent + p.skipped() + p.due(0.02, sent);
+        assert!(accounted.abs_diff(80_000) <= 1, "{accounted}: every allowed frame sent, skipped or owed");
+    }
+
+    #[test]
+    fn a_rate_above_the_loop_is_skipped() {
+        // One burst every 20 µs is at most 3.2 M frames/s: asked 10 M, it sends what it can.
+        let (_, p, sent) = drive(10e6, 20e-6, 0.01, (1.0, 1.0));
+        assert!(sent <= 32_000 + BURST as u64 && sent > 30_000, "{sent}");
+        assert!(p.skipped() > 60_000, "{}", p.skipped());
     }
 }
