@@ -163,7 +163,9 @@ fn bad_l4_checksums_are_counted_and_passed_when_configured() {
     config.conntrack.drop_bad_l4_checksums = false;
     let host = Arc::new(Host::new(&config, &[GW_FRONT_MAC, GW_BACK_MAC]));
     let shared = Shared::new(64, 1024);
-    shared.neighbours.learn(ip("10.70.0.11"), backend_mac(11), 0);
+    for last in [11u8, 21] {
+        shared.neighbours.learn(Ipv4Addr::new(10, 70, 0, last), backend_mac(last), 0);
+    }
     let mut st = WorkerState::new(0, 1, host, &shared, 1024, 7);
     let t = table(&["10.70.0.11"]);
     let syn = frames::tcp(to_gw(), CLIENT, (VIP, 80), TcpFlags::SYN, 1, 0, &[], 64);
