@@ -360,12 +360,17 @@ fn step_forged_resets_change_nothing(h: &mut Harness, pinned: &mut HttpConn, bac
 
 /// Step 2b: a SYN flood from random sources at a fixed rate (hping3, up to 10 000 SYNs a
 /// second for about 10 s) displaces nothing: while it runs, the long-lived connection
-/// answers a request every 100 ms with no gap over 1 s, and at least 99 of 100 new
-/// connections succeed. The gateway answers SYNs beyond [`SYN_COOKIES_ABOVE_PER_S`] a
-/// second per worker with SYN cookies, so most of curl's connections go through the SYN
-/// proxy (real Linux TCP at both ends: the cookie handshake, the proxy's handshake with
-/// the endpoint, translated sequence numbers); the counters must show cookies sent and
-/// validated. (How half-open flows give their SNAT ports up to new flows once
+/// answers a request every 100 ms with no gap over 1 s, an iperf3 stream at
+/// [`STREAM_RATE`] (well below what the gateway carries) through a Service added for the
+/// step (demo/stream, [`STREAM_PORT`] → web1) receives something in every 0.2 s interval
+/// but for no run of empty intervals longer than 1 s (iperf3's per-interval JSON, `-R`:
+/// the client counts what arrived), at least 99 of 100 new connections succeed, and the
+/// tracked flows grow by no more than the SYNs admitted without cookies
+/// ([`SYN_COOKIES_ABOVE_PER_S`] a second per worker, plus a burst) and the clients'
+/// connections. The gateway answers SYNs beyond that rate with SYN cookies, so most of
+/// curl's connections and iperf3's go through the SYN proxy (real Linux TCP at both ends:
+/// the cookie handshake, the proxy's handshake with the endpoint, translated sequence
+/// numbers); the counters must show cookies sent and validated. (How half-open flows give their SNAT ports up to new flows once
 /// every port is taken is a pipeline test, `half_open_flows_holding_every_snat_port_…`:
 /// here the flood stays below the workers' ports, so that the later steps' connections do
 /// not reuse ports whose half-open connections the backends still hold.)
@@ -376,6 +381,12 @@ fn step_syn_flood_does_not_displace_service(h: &mut Harness, pinned: &mut HttpCo
     let evicted_before = counter_sum(h, "conntrack_evicted_total").map_err(|e| h.fail(STEP, e))?;
     let cookies_before = counter_sum(h, "syn_cookies_sent_total").map_err(|e| h.fail(STEP, e))?;
     let valid_before = counter_sum(h, "syn_cookies_valid_total").map_err(|e| h.fail(STEP, e))?;
+    let flows_before = counter_sum(h, "flows").map_err(|e| h.fail(STEP, e))?;
+    let workers = counter_per_worker(h, "flows").map_err(|e| h.fail(STEP, e))?.len() as u64;
+    let step_start = Instant::now();
+    let stream = StreamService::start(h).map_err(|e| h.fail(STEP, format!("{e:#}")))?;
+    let stream_ready = step_start.elapsed();
+    let flood_start = Instant::now();
     let mut flood = Command::new("ip")
         .args(["netns", "exec", &client, "hping3", "-q", "-S", "-p", "80", "--rand-source", "-i", "u100"])
         .args(["-c", "100000", &WEB_VIP.to_string()])
@@ -386,7 +397,18 @@ fn step_syn_flood_does_not_displace_service(h: &mut Harness, pinned: &mut HttpCo
     // The flood first.
     sleep(Duration::from_secs(2));
     let url = web_url();
-    let (worst_gap, pinned_result, failures) = std::thread::scope(|s| {
+    let sampling = std::sync::atomic::AtomicBool::new(true);
+    let hr: &Harness = h;
+    let (worst_gap, pinned_result, failures, iperf, flows_peak) = std::thread::scope(|s| {
+        let iperf = s.spawn(|| stream_under_flood(&client));
+        let flows = s.spawn(|| {
+            let mut peak = 0;
+            while sampling.load(std::sync::atomic::Ordering::Relaxed) {
+                peak = peak.max(counter_sum(hr, "flows").unwrap_or(0));
+                sleep(Duration::from_millis(500));
+            }
+            peak
+        });
         let stream = s.spawn(|| -> (Duration, io::Result<()>) {
             let start = Instant::now();
             let mut last = Instant::now();
@@ -414,10 +436,15 @@ fn step_syn_flood_does_not_displace_service(h: &mut Harness, pinned: &mut HttpCo
             }
         }
         let (worst, result) = stream.join().expect("the stream thread does not panic");
-        (worst, result, failures)
+        let iperf = iperf.join().expect("the iperf3 thread does not panic");
+        sampling.store(false, std::sync::atomic::Ordering::Relaxed);
+        let peak = flows.join().expect("the sampling thread does not panic");
+        (worst, result, failures, iperf, peak)
     });
+    let flood_s = flood_start.elapsed().as_secs_f64();
     let _ = flood.kill();
     let _ = flood.wait();
+    drop(stream);
     sleep(Duration::from_millis(1500)); // workers publish counters about once a second
     let evicted = counter_sum(h, "conntrack_evicted_total").map_err(|e| h.fail(STEP, e))? - evicted_before;
     let cookies = counter_sum(h, "syn_cookies_sent_total").map_err(|e| h.fail(STEP, e))? - cookies_before;
@@ -435,6 +462,24 @@ fn step_syn_flood_does_not_displace_service(h: &mut Harness, pinned: &mut HttpCo
             ),
         ));
     }
+    let iperf = iperf.map_err(|e| h.fail(STEP, format!("the iperf3 stream under the flood: {e:#}")))?;
+    if iperf.longest_stall > Duration::from_secs(1) {
+        return Err(h.fail(STEP, format!("the iperf3 stream at {STREAM_RATE} stalled under the flood: {iperf}")));
+    }
+    // Flows without cookies: the proxy's rate and its burst of one second's worth, per
+    // worker, over the flood; plus the clients' own connections (each may also leave a
+    // flow behind in TIME_WAIT).
+    let flows_bound =
+        workers * u64::from(SYN_COOKIES_ABOVE_PER_S) * (flood_s.ceil() as u64 + 1) + 2 * NEW_CONNECTIONS as u64 + 16;
+    if flows_peak.saturating_sub(flows_before) > flows_bound {
+        return Err(h.fail(
+            STEP,
+            format!(
+                "tracked flows grew from {flows_before} to {flows_peak} during {flood_s:.1} s of flood: more than the \
+                 {flows_bound} that {workers} workers admit without cookies"
+            ),
+        ));
+    }
     if worst_gap > Duration::from_secs(1) || failures.len() > NEW_CONNECTIONS / 100 {
         return Err(h.fail(
             STEP,
@@ -449,13 +494,151 @@ fn step_syn_flood_does_not_displace_service(h: &mut Harness, pinned: &mut HttpCo
         STEP,
         format!(
             "under ~10 000 SYN/s from random sources: {}/{NEW_CONNECTIONS} new connections {failures:?}, longest \
-             wait on the long-lived one {:.0} ms; {evicted} half-open flows evicted; {cookies} SYN cookies sent, \
-             {valid} validated, {handshakes} proxied handshakes completed",
+             wait on the long-lived one {:.0} ms; iperf3 -R -b {STREAM_RATE}: {iperf}; flows {flows_before} → peak \
+             {flows_peak} (bound +{flows_bound}); {evicted} half-open flows evicted; {cookies} SYN cookies sent, \
+             {valid} validated, {handshakes} proxied handshakes completed; step {:.1} s (demo/stream ready in {:.1} s)",
             NEW_CONNECTIONS - failures.len(),
-            worst_gap.as_secs_f64() * 1000.0
+            worst_gap.as_secs_f64() * 1000.0,
+            step_start.elapsed().as_secs_f64(),
+            stream_ready.as_secs_f64()
         ),
     );
     Ok(())
+}
+
+/// The rate of step 2b's iperf3 stream (`iperf3 -b`): well below what the gateway carries
+/// on veths, so that a stall is the flood's doing, not the link's.
+const STREAM_RATE: &str = "20M";
+/// The port of step 2b's demo/stream Service (iperf3's default), on [`WEB_VIP`] and on web1.
+const STREAM_PORT: u16 = 5201;
+/// iperf3's reporting interval in step 2b, seconds.
+const STREAM_INTERVAL_S: f64 = 0.2;
+
+/// Service demo/stream, `WEB_VIP:STREAM_PORT` → web1:`STREAM_PORT` (one endpoint: iperf3's
+/// control and data connections must meet one server), for as long as it lives: a manifest
+/// added to the harness's manifests (removed on drop) and an `iperf3 -s` in web1's
+/// namespace (killed on drop).
+struct StreamService {
+    manifest: std::path::PathBuf,
+    server: std::process::Child,
+}
+
+impl StreamService {
+    /// Adds the Service, starts the server, and waits (up to [`CONVERGE`]) until a
+    /// connection to it through the gateway succeeds.
+    fn start(h: &Harness) -> Result<Self> {
+        let dir = h.manifests.as_ref().context("manifests copy")?.dir().to_path_buf();
+        let (_, web1) = WEB_BACKENDS[0];
+        let manifest = dir.join("stream.yaml");
+        let yaml = format!(
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: stream, namespace: demo}}\nspec:\n  type: ClusterIP\n  \
+             clusterIP: 10.96.0.52\n  externalIPs: [{WEB_VIP}]\n  ports:\n  - {{name: iperf, protocol: TCP, port: \
+             {STREAM_PORT}, targetPort: {STREAM_PORT}}}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
+             metadata:\n  name: stream-1\n  namespace: demo\n  labels: {{kubernetes.io/service-name: stream}}\n\
+             addressType: IPv4\nports:\n- {{name: iperf, protocol: TCP, port: {STREAM_PORT}}}\nendpoints:\n\
+             - addresses: [{web1}]\n  conditions: {{ready: true, serving: true, terminating: false}}\n"
+        );
+        let server = Command::new("ip")
+            .args(["netns", "exec", &h.ns("web1"), "iperf3", "-s", "-p", &STREAM_PORT.to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .context("start iperf3 -s in web1")?;
+        // Written whole, then renamed: the watcher never sees half a manifest.
+        let tmp = dir.join(".stream.yaml.tmp");
+        fs::write(&tmp, yaml).and_then(|()| fs::rename(&tmp, &manifest)).context("write demo/stream")?;
+        let service = StreamService { manifest, server };
+        let start = Instant::now();
+        let addr = SocketAddrV4::new(WEB_VIP, STREAM_PORT);
+        loop {
+            match tcp_connect_timed(&h.ns("client"), addr, Duration::from_millis(500)).0 {
+                Ok(_) => return Ok(service),
+                Err(e) if start.elapsed() > CONVERGE => {
+                    bail!("no connection to {addr} (demo/stream → iperf3 on web1) within {CONVERGE:?}: {e}")
+                }
+                Err(_) => sleep(Duration::from_millis(200)),
+            }
+        }
+    }
+}
+
+impl Drop for StreamService {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.manifest);
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+    }
+}
+
+/// What iperf3 reported for a stream: bytes received per interval.
+struct StreamReport {
+    /// Intervals reported.
+    intervals: usize,
+    /// The longest run of consecutive intervals in which nothing arrived.
+    longest_stall: Duration,
+    /// The slowest interval's rate, bits a second.
+    slowest_bps: f64,
+    /// The whole stream's rate, bits a second.
+    mean_bps: f64,
+}
+
+impl std::fmt::Display for StreamReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} intervals of {STREAM_INTERVAL_S} s, longest stall {} ms, slowest interval {:.1} Mb/s, mean {:.1} Mb/s",
+            self.intervals,
+            self.longest_stall.as_millis(),
+            self.slowest_bps / 1e6,
+            self.mean_bps / 1e6
+        )
+    }
+}
+
+/// Runs `iperf3 -R -b STREAM_RATE -t 5 -i 0.2 -J` from the client namespace to demo/stream
+/// and reads its intervals.
+fn stream_under_flood(client: &str) -> Result<StreamReport> {
+    let out = output_with_timeout(
+        Command::new("ip").args(["netns", "exec", client, "iperf3", "-c", &WEB_VIP.to_string()]).args([
+            "-p",
+            &STREAM_PORT.to_string(),
+            "-R",
+            "-b",
+            STREAM_RATE,
+            "-t",
+            "5",
+            "-i",
+            &STREAM_INTERVAL_S.to_string(),
+            "-J",
+            "--connect-timeout",
+            "6000",
+        ]),
+        Duration::from_secs(20),
+    )?;
+    let json: Value = serde_json::from_slice(&out.stdout)
+        .with_context(|| format!("iperf3 printed no JSON: {}", String::from_utf8_lossy(&out.stderr)))?;
+    if let Some(e) = json.get("error") {
+        bail!("iperf3: {e}");
+    }
+    let intervals = json["intervals"].as_array().context("iperf3 JSON without intervals")?;
+    let (mut run, mut longest, mut slowest) = (0.0f64, 0.0f64, f64::MAX);
+    for i in intervals {
+        let (bytes, seconds) = (i["sum"]["bytes"].as_f64().unwrap_or(0.0), i["sum"]["seconds"].as_f64().unwrap_or(0.0));
+        run = if bytes == 0.0 { run + seconds } else { 0.0 };
+        longest = longest.max(run);
+        if seconds > 0.0 {
+            slowest = slowest.min(bytes * 8.0 / seconds);
+        }
+    }
+    if intervals.is_empty() {
+        bail!("iperf3 reported no interval");
+    }
+    Ok(StreamReport {
+        intervals: intervals.len(),
+        longest_stall: Duration::from_secs_f64(longest),
+        slowest_bps: slowest,
+        mean_bps: json["end"]["sum_received"]["bits_per_second"].as_f64().unwrap_or(0.0),
+    })
 }
 
 /// A per-worker counter (`torii_gateway_<name>{worker="N"}`) summed over workers.

@@ -434,6 +434,10 @@ pub struct ConntrackConfig {
     /// SYNs are answered with cookies instead of creating flows (default 50 000; 0: every
     /// SYN gets a cookie).
     pub syn_cookies_above_per_s: u32,
+    /// Drop TCP and UDP segments whose checksum is wrong (default true, as Linux's
+    /// `nf_conntrack_checksum=1`); false counts them (`bad_l4_checksums_passed`) and
+    /// forwards them, for links that deliver checksums left partial without saying so.
+    pub drop_bad_l4_checksums: bool,
 }
 
 /// Longest conntrack timeout, seconds (about 23.8 days): flow deadlines are 32-bit
@@ -691,6 +695,7 @@ struct RawConntrack {
     tcp_be_liberal: bool,
     syn_cookies: bool,
     syn_cookies_above_per_s: u32,
+    drop_bad_l4_checksums: bool,
     /// Replaced by the per-state TCP timeouts; accepted only to say so.
     tcp_transitory_timeout_s: Option<u32>,
 }
@@ -717,6 +722,7 @@ impl Default for RawConntrack {
             tcp_be_liberal: false,
             syn_cookies: true,
             syn_cookies_above_per_s: 50_000,
+            drop_bad_l4_checksums: true,
             tcp_transitory_timeout_s: None,
         }
     }
@@ -1031,6 +1037,7 @@ impl Config {
                 tcp_be_liberal: ct.tcp_be_liberal,
                 syn_cookies: ct.syn_cookies,
                 syn_cookies_above_per_s: ct.syn_cookies_above_per_s,
+                drop_bad_l4_checksums: ct.drop_bad_l4_checksums,
             },
             scheduler: raw.scheduler,
             metrics: MetricsConfig {

@@ -67,6 +67,12 @@ pub enum DropReason {
     /// SCTP packet whose CRC32c is wrong (RFC 9260 § 6.8: discarded; Linux conntrack with
     /// `nf_conntrack_checksum` does the same).
     BadSctpChecksum,
+    /// TCP or UDP segment whose checksum is wrong (RFC 9293 § 3.1, RFC 768; Linux conntrack
+    /// with `nf_conntrack_checksum` marks it INVALID). Verified in software only where the
+    /// device did not ([`crate::pipeline::Meta::l4_csum_good`]), the field is not partial,
+    /// and the packet opens a flow or is a TCP SYN, FIN or RST (see `pipeline::flow`);
+    /// counted and forwarded instead with `[conntrack] drop_bad_l4_checksums = false`.
+    BadL4Checksum,
     /// ICMP error message whose checksum is wrong.
     BadIcmpChecksum,
     /// ICMP error (unreachable, time exceeded, parameter problem) quoting a datagram of no
@@ -131,7 +137,7 @@ pub enum DropReason {
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 41] = [
+    pub const ALL: [DropReason; 42] = [
         Self::Truncated,
         Self::UnknownInterface,
         Self::NotOurMac,
@@ -152,6 +158,7 @@ impl DropReason {
         Self::TtlExceeded,
         Self::MalformedL4,
         Self::BadSctpChecksum,
+        Self::BadL4Checksum,
         Self::BadIcmpChecksum,
         Self::IcmpErrorUntracked,
         Self::UnsupportedProtocol,
@@ -198,6 +205,7 @@ impl DropReason {
             Self::TtlExceeded => "ttl_exceeded",
             Self::MalformedL4 => "malformed_l4",
             Self::BadSctpChecksum => "bad_sctp_checksum",
+            Self::BadL4Checksum => "bad_l4_checksum",
             Self::BadIcmpChecksum => "bad_icmp_checksum",
             Self::IcmpErrorUntracked => "icmp_error_untracked",
             Self::UnsupportedProtocol => "unsupported_protocol",
@@ -277,6 +285,9 @@ pub struct Counters {
     /// Frames received here and handed to the worker that owns their flow (ports without
     /// usable RSS, [`crate::io::redirect`]).
     pub redirected: u64,
+    /// TCP and UDP segments forwarded although their checksum is wrong (`[conntrack]
+    /// drop_bad_l4_checksums = false`; else they are `bad_l4_checksum` drops).
+    pub bad_l4_checksums_passed: u64,
     /// Drops, indexed by `DropReason as usize`.
     pub drops: [u64; DropReason::ALL.len()],
 }
@@ -308,6 +319,7 @@ impl Default for Counters {
             syn_cookies_valid: 0,
             syn_proxy_handshakes: 0,
             redirected: 0,
+            bad_l4_checksums_passed: 0,
             drops: [0; DropReason::ALL.len()],
         }
     }
@@ -369,6 +381,11 @@ impl Counters {
         f("syn_cookies_valid", "ACKs of valid SYN cookies: proxied flows created.", self.syn_cookies_valid);
         f("syn_proxy_handshakes", "Endpoint handshakes completed by the SYN proxy.", self.syn_proxy_handshakes);
         f("redirected", "Frames received and handed to the worker that owns their flow.", self.redirected);
+        f(
+            "bad_l4_checksums_passed",
+            "TCP and UDP segments forwarded with a wrong checksum (drop_bad_l4_checksums = false).",
+            self.bad_l4_checksums_passed,
+        );
     }
 
     /// Adds `other` into `self` (totals over workers).
@@ -396,6 +413,7 @@ impl Counters {
         self.syn_cookies_valid += other.syn_cookies_valid;
         self.syn_proxy_handshakes += other.syn_proxy_handshakes;
         self.redirected += other.redirected;
+        self.bad_l4_checksums_passed += other.bad_l4_checksums_passed;
         for (a, b) in self.drops.iter_mut().zip(other.drops) {
             *a += b;
         }
@@ -573,6 +591,7 @@ mod tests {
             syn_cookies_valid: 21,
             syn_proxy_handshakes: 22,
             redirected: 23,
+            bad_l4_checksums_passed: 24,
             drops: [0; DropReason::ALL.len()],
         };
         let mut seen = Vec::new();
@@ -581,12 +600,12 @@ mod tests {
             assert!(!help.is_empty() && names.insert(name), "{name}");
             seen.push(v);
         });
-        assert_eq!(seen, (1..=23).collect::<Vec<u64>>());
+        assert_eq!(seen, (1..=24).collect::<Vec<u64>>());
         let mut total = Counters::default();
         total.add(&c);
         total.add(&c);
         let mut doubled = Vec::new();
         total.for_each(|_, _, v| doubled.push(v));
-        assert_eq!(doubled, (1..=23).map(|v| 2 * v).collect::<Vec<u64>>(), "add sums every counter");
+        assert_eq!(doubled, (1..=24).map(|v| 2 * v).collect::<Vec<u64>>(), "add sums every counter");
     }
 }

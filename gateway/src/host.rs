@@ -394,6 +394,9 @@ pub struct Host {
     /// Whether SYN cookies are used, and the SYNs a second per worker above which they are
     /// (`[conntrack] syn_cookies`, `syn_cookies_above_per_s`).
     pub syn_cookies: (bool, u32),
+    /// Whether TCP and UDP segments with a wrong checksum are dropped (else counted and
+    /// forwarded; `[conntrack] drop_bad_l4_checksums`).
+    pub drop_bad_l4_checksums: bool,
     /// How new flows' endpoints are chosen (`scheduler`).
     pub scheduler: Scheduler,
     /// The IPv4 connected subnets of `interfaces`, indexed ([`ConnectedIndex`]); built by
@@ -474,6 +477,7 @@ impl Host {
             ),
             tcp_be_liberal: config.conntrack.tcp_be_liberal,
             syn_cookies: (config.conntrack.syn_cookies, config.conntrack.syn_cookies_above_per_s),
+            drop_bad_l4_checksums: config.conntrack.drop_bad_l4_checksums,
             scheduler: config.scheduler,
             snat_by_interface: Vec::new(),
             snat_by_interface6: Vec::new(),

@@ -168,7 +168,7 @@ pub fn print_skipped(test: &str, reason: &str) {
 /// # Errors
 /// Names the missing tools and says to run `scripts/setup`.
 pub fn require_tools() -> Result<()> {
-    let missing: Vec<&str> = ["curl", "ethtool", "hping3", "python3", "ss", "sysctl"]
+    let missing: Vec<&str> = ["curl", "ethtool", "hping3", "iperf3", "python3", "ss", "sysctl"]
         .into_iter()
         .filter(|tool| {
             !Command::new("sh")

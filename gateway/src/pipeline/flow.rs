@@ -39,7 +39,7 @@ use crate::counters::DropReason;
 use crate::nat::Rewrite;
 use crate::table::layout;
 use crate::table::Table;
-use crate::wire::{EthernetFrame, IpProtocol, MacAddr, TcpFlags, TcpPacket};
+use crate::wire::{EthernetFrame, IpProtocol, MacAddr, TcpFlags, TcpPacket, UdpPacket};
 
 /// The fields of a received TCP, UDP or SCTP packet (IPv4 or IPv6) the flow path uses.
 #[derive(Clone, Copy, Debug)]
@@ -106,6 +106,14 @@ pub(super) fn handle<A: Proxied>(
     if seg.proto == IpProtocol::Tcp && !tcp::valid_flags(seg.tcp.flags) {
         return Verdict::Drop(DropReason::TcpInvalid);
     }
+    // The transport checksum of a segment that moves a flow's state (see `l4_checksum`);
+    // one that opens a flow is checked below, on the conntrack miss.
+    let state_changing = seg.proto == IpProtocol::Tcp && seg.tcp.flags.0 & STATE_FLAGS != 0;
+    if state_changing {
+        if let Err(v) = l4_checksum(frame, rx, st, &seg) {
+            return v;
+        }
+    }
     let key = FlowKey {
         protocol: u8::from(seg.proto),
         src_addr: seg.src,
@@ -163,6 +171,11 @@ pub(super) fn handle<A: Proxied>(
         Some(h) => h,
         // Where stage 2 found the key's probe run to end goes to the insert (which checks it).
         None => {
+            if !state_changing {
+                if let Err(v) = l4_checksum(frame, rx, st, &seg) {
+                    return v;
+                }
+            }
             let cookie =
                 if seg.proto == IpProtocol::Tcp { synproxy::cookie_ack(now, st, &key, &seg.tcp) } else { None };
             match new_flow(now, frame, rx, table, st, key, (hash, candidate.and_then(Candidate::vacancy)), &seg, ahead)
@@ -244,6 +257,48 @@ pub(super) fn handle<A: Proxied>(
         remove_flow::<A>(st, id);
     }
     verdict
+}
+
+/// SYN, FIN and RST: the TCP flags whose segments open, close or reopen a flow.
+const STATE_FLAGS: u8 = TcpFlags::SYN.0 | TcpFlags::FIN.0 | TcpFlags::RST.0;
+
+/// Checks the TCP or UDP checksum of `seg` in software ([RFC 9293 § 3.1], [RFC 768], IPv6's
+/// pseudo-header [RFC 8200 § 8.1]), as Linux conntrack does with `nf_conntrack_checksum`:
+/// a wrong one is the [`DropReason::BadL4Checksum`] drop, or with `[conntrack]
+/// drop_bad_l4_checksums = false` counted (`bad_l4_checksums_passed`) and let through.
+///
+/// Checked: a segment that opens a flow (a conntrack miss: a SYN, a SYN cookie's ACK, a
+/// pick-up, a UDP flow's first datagram) or carries SYN, FIN or RST — what creates, closes
+/// or reopens state. Not checked: what the device verified ([`super::Meta::l4_csum_good`]) or
+/// left partial ([`super::Meta::l4_csum_partial`]: nothing to verify), a first fragment (the
+/// checksum covers the whole datagram), SCTP (its CRC32c is [`super::sctp`]'s), and a
+/// data segment or datagram of a tracked flow: summing every byte of every packet is what
+/// the lean path ([`super::lean`]) must not do, and such a packet's checksum is updated
+/// incrementally ([RFC 1624]), which keeps it wrong, so its receiver still discards it.
+///
+/// [RFC 9293 § 3.1]: https://www.rfc-editor.org/rfc/rfc9293#section-3.1
+/// [RFC 768]: https://www.rfc-editor.org/rfc/rfc768
+/// [RFC 8200 § 8.1]: https://www.rfc-editor.org/rfc/rfc8200#section-8.1
+/// [RFC 1624]: https://www.rfc-editor.org/rfc/rfc1624
+#[inline]
+fn l4_checksum<A: Family>(frame: &[u8], rx: &Rx, st: &mut WorkerState, seg: &Segment<A>) -> Result<(), Verdict> {
+    if rx.l4_csum_good || rx.l4_csum_partial || seg.first_fragment.is_some() {
+        return Ok(());
+    }
+    let l4 = &frame[rx.l2_len + seg.l4_offset..rx.l2_len + seg.total];
+    let good = match seg.proto {
+        IpProtocol::Tcp => TcpPacket::new_unchecked(l4).verify_checksum(seg.src, seg.dst),
+        IpProtocol::Udp => UdpPacket::new_unchecked(l4).verify_checksum(seg.src, seg.dst),
+        _ => true,
+    };
+    if good {
+        Ok(())
+    } else if st.host.drop_bad_l4_checksums {
+        Err(Verdict::Drop(DropReason::BadL4Checksum))
+    } else {
+        st.counters.bad_l4_checksums_passed += 1;
+        Ok(())
+    }
 }
 
 /// The index in `table` of `flow`'s front door, where its forwarded packets are counted: the

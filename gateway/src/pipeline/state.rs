@@ -151,6 +151,12 @@ impl std::fmt::Debug for WorkerState {
     }
 }
 
+/// The SYN proxy of a worker whose conntrack holds `capacity` flows: up to a quarter of
+/// them (at least 1 024) proxied at once per family.
+fn syn_proxy(host: &Host, capacity: usize, seed: u64) -> SynProxy {
+    SynProxy::new(host.syn_cookies.0, host.syn_cookies.1, (capacity / 4).max(1024), seed ^ 0x5c00_c1e5)
+}
+
 impl WorkerState {
     /// State for worker `worker` of `workers`, with a conntrack of `capacity` flows.
     /// Allocates everything the packet path will use.
@@ -163,12 +169,7 @@ impl WorkerState {
             conntrack6: Conntrack::new(capacity, seed, &host.snat_addresses6),
             snat,
             sources: SourceLimiter::new(host.new_flows_per_source.0, host.new_flows_per_source.1, seed ^ 0x50_f7ce),
-            synproxy: SynProxy::new(
-                host.syn_cookies.0,
-                host.syn_cookies.1,
-                (capacity / 4).max(1024),
-                seed ^ 0x5c00_c1e5,
-            ),
+            synproxy: syn_proxy(&host, capacity, seed),
             host,
             neighbours: Arc::clone(&shared.neighbours),
             affinity: Arc::clone(&shared.affinity),
@@ -214,9 +215,12 @@ impl WorkerState {
         let (v4, opened4) = Conntrack::persistent(&path("v4"), capacity, seed, &host.snat_addresses, owner, origin_ns)?;
         let (v6, opened6) =
             Conntrack::persistent(&path("v6"), capacity, seed, &host.snat_addresses6, owner, origin_ns)?;
+        let proxy = syn_proxy(&host, capacity, seed);
         let mut state = Self::new(worker, workers, host, shared, 0, seed);
         state.conntrack = v4;
         state.conntrack6 = v6;
+        // Sized for the conntrack's capacity, not the 0 flows `new` was given.
+        state.synproxy = proxy;
         Ok((state, [opened4, opened6]))
     }
 

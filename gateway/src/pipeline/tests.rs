@@ -561,7 +561,7 @@ mod lean;
 mod frontends;
 
 mod fragment;
-/// Martian sources, source routes, invalid TCP flags, unknown ARP opcodes.
+/// Martian sources, source routes, invalid TCP flags, unknown ARP opcodes, bad L4 checksums.
 mod hygiene;
 mod icmp_error;
 mod sctp;

@@ -1,7 +1,7 @@
 //! Golden tests of what a router must not forward (RFC 1812, RFC 7126) and Linux conntrack
 //! calls INVALID: martian sources, source-routed IPv4, TCP flag combinations no stack
-//! sends, ARP with an opcode RFC 826 does not define. Each is a counted drop that creates
-//! no state.
+//! sends, ARP with an opcode RFC 826 does not define, TCP and UDP with a wrong checksum
+//! where the gateway checks it. Each is a counted drop that creates no state.
 
 use super::*;
 use crate::wire::{ArpOperation, Ipv4Packet};
@@ -79,4 +79,98 @@ fn a_source_over_its_new_flow_rate_is_dropped_and_others_are_not() {
     assert!(matches!(run(SEC / 10, &syn(greedy, 40010), FRONT, &t, &mut st).0, Verdict::Transmit { .. }));
     let again = syn(greedy, 40000);
     assert!(matches!(run(SEC / 10, &again, FRONT, &t, &mut st).0, Verdict::Transmit { .. }), "a retransmitted SYN");
+}
+
+/// `frame` (an untagged IPv4 frame with a 20-byte header) with its TCP or UDP checksum
+/// made wrong.
+fn bad_l4_checksum(frame: &[u8], udp: bool) -> Vec<u8> {
+    let mut f = frame.to_vec();
+    f[14 + 20 + if udp { 6 } else { 16 }] ^= 0x5a;
+    f
+}
+
+/// Runs `process` on `input` with the driver's checksum flags `good` (the device verified
+/// the L4 checksum) and `partial` (it holds only the pseudo-header's sum).
+fn run_flagged(input: &[u8], good: bool, partial: bool, t: &Table, st: &mut WorkerState) -> Verdict {
+    let mut buf = vec![0u8; 2048];
+    buf[..input.len()].copy_from_slice(input);
+    let meta = Meta { iface: FRONT, len: input.len(), l4_csum_good: good, l4_csum_partial: partial, ..Meta::default() };
+    process(0, &mut buf, &meta, t, st)
+}
+
+#[test]
+fn new_flows_with_a_bad_l4_checksum_are_dropped_unless_the_device_vouched() {
+    let (t, mut st) = (table(&["10.70.0.11"]), state(0, 1));
+    let syn = frames::tcp(to_gw(), CLIENT, (VIP, 80), TcpFlags::SYN, 1, 0, &[], 64);
+    let dgram = frames::udp(to_gw(), (CLIENT.0, 40001), (VIP, 7), b"ping", 64);
+    let pickup = frames::tcp(to_gw(), (CLIENT.0, 40002), (VIP, 80), TcpFlags::ACK, 1, 1, b"data", 64);
+    for (what, f) in [
+        ("SYN", bad_l4_checksum(&syn, false)),
+        ("UDP", bad_l4_checksum(&dgram, true)),
+        ("mid-stream ACK", bad_l4_checksum(&pickup, false)),
+    ] {
+        assert_eq!(run(0, &f, FRONT, &t, &mut st).0, Verdict::Drop(DropReason::BadL4Checksum), "{what}");
+    }
+    assert!(st.conntrack.is_empty(), "a bad checksum creates no flow");
+    assert_eq!(st.counters.drops_of(DropReason::BadL4Checksum), 3);
+    // The device verified it (and would have said if it were bad), or left it partial:
+    // not summed again.
+    let syn_bad = bad_l4_checksum(&syn, false);
+    assert!(matches!(run_flagged(&syn_bad, true, false, &t, &mut st), Verdict::Transmit { iface: BACK, .. }));
+    let dgram_bad = bad_l4_checksum(&dgram, true);
+    assert!(matches!(run_flagged(&dgram_bad, false, true, &t, &mut st), Verdict::Transmit { iface: BACK, .. }));
+    // A UDP checksum of zero is "none" over IPv4 (RFC 768).
+    let mut unsummed = frames::udp(to_gw(), (CLIENT.0, 40003), (VIP, 7), b"ping", 64);
+    unsummed[14 + 20 + 6..14 + 20 + 8].fill(0);
+    assert!(matches!(run(0, &unsummed, FRONT, &t, &mut st).0, Verdict::Transmit { iface: BACK, .. }));
+    assert_eq!(st.counters.drops_of(DropReason::BadL4Checksum), 3);
+}
+
+#[test]
+fn a_rst_with_a_bad_checksum_leaves_its_flow_and_data_is_left_to_the_receiver() {
+    let (t, mut st) = (table(&["10.70.0.11"]), state(0, 1));
+    let backend = ip("10.70.0.11");
+    let syn = frames::tcp(to_gw(), CLIENT, (VIP, 80), TcpFlags::SYN, 1000, 0, &[], 64);
+    let (_, out) = run(0, &syn, FRONT, &t, &mut st);
+    let snat_port = TcpPacket::new_checked(&out[34..]).unwrap().src_port();
+    let from_backend = L2 { src: backend_mac(11), dst: GW_BACK_MAC };
+    let syn_ack = TcpFlags(TcpFlags::SYN.0 | TcpFlags::ACK.0);
+    let syn_ack = frames::tcp(from_backend, (backend, 8080), (SNAT, snat_port), syn_ack, 5000, 1001, &[], 64);
+    assert!(matches!(run(SEC, &syn_ack, BACK, &t, &mut st).0, Verdict::Transmit { iface: FRONT, .. }));
+    let ack = frames::tcp(to_gw(), CLIENT, (VIP, 80), TcpFlags::ACK, 1001, 5001, &[], 64);
+    assert!(matches!(run(SEC, &ack, FRONT, &t, &mut st).0, Verdict::Transmit { iface: BACK, .. }));
+
+    // A RST at the very sequence number the endpoint expects, but with a wrong checksum:
+    // the endpoint would discard it, so the flow must not end either.
+    let reset = frames::tcp(to_gw(), CLIENT, (VIP, 80), TcpFlags::RST, 1001, 0, &[], 64);
+    let v = run(2 * SEC, &bad_l4_checksum(&reset, false), FRONT, &t, &mut st).0;
+    assert_eq!(v, Verdict::Drop(DropReason::BadL4Checksum));
+    // Data of the flow is not summed on the gateway: forwarded, its checksum updated
+    // incrementally and so still wrong for the endpoint to discard.
+    let data = frames::tcp(to_gw(), CLIENT, (VIP, 80), TcpFlags::ACK, 1001, 5001, b"GET /", 64);
+    let (v, out) = run(2 * SEC, &bad_l4_checksum(&data, false), FRONT, &t, &mut st);
+    assert!(matches!(v, Verdict::Transmit { iface: BACK, .. }), "{v:?}");
+    assert!(!TcpPacket::new_checked(&out[34..]).unwrap().verify_checksum(SNAT, backend));
+    assert_eq!(st.conntrack.len(), 1);
+    // The same RST with its checksum right ends the flow as before.
+    let reset = frames::tcp(to_gw(), CLIENT, (VIP, 80), TcpFlags::RST, 1001, 0, &[], 64);
+    assert!(matches!(run(3 * SEC, &reset, FRONT, &t, &mut st).0, Verdict::Transmit { iface: BACK, .. }));
+}
+
+#[test]
+fn bad_l4_checksums_are_counted_and_passed_when_configured() {
+    let mut config = Config::embedded_default();
+    config.conntrack.drop_bad_l4_checksums = false;
+    let host = Arc::new(Host::new(&config, &[GW_FRONT_MAC, GW_BACK_MAC]));
+    let shared = Shared::new(64, 1024);
+    for last in [11u8, 21] {
+        shared.neighbours.learn(Ipv4Addr::new(10, 70, 0, last), backend_mac(last), 0);
+    }
+    let mut st = WorkerState::new(0, 1, host, &shared, 1024, 7);
+    let t = table(&["10.70.0.11"]);
+    let syn = frames::tcp(to_gw(), CLIENT, (VIP, 80), TcpFlags::SYN, 1, 0, &[], 64);
+    assert!(matches!(run(0, &bad_l4_checksum(&syn, false), FRONT, &t, &mut st).0, Verdict::Transmit { .. }));
+    let dgram = frames::udp(to_gw(), CLIENT, (VIP, 7), b"ping", 64);
+    assert!(matches!(run(0, &bad_l4_checksum(&dgram, true), FRONT, &t, &mut st).0, Verdict::Transmit { .. }));
+    assert_eq!((st.counters.bad_l4_checksums_passed, st.counters.drops_of(DropReason::BadL4Checksum)), (2, 0));
 }

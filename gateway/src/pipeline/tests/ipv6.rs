@@ -268,6 +268,17 @@ fn malformed_ipv6_is_a_counted_drop() {
         f
     };
     cases.push(("router solicitation", router_solicit, DropReason::IcmpNotHandled));
+    // RFC 8200 § 8.1: a zero UDP checksum is not "none" over IPv6 (refused as it is parsed),
+    // and a wrong one is wrong.
+    let mut unsummed = good.clone();
+    unsummed[54 + 6..54 + 8].fill(0);
+    cases.push(("UDP without a checksum", unsummed, DropReason::MalformedL4));
+    let mut wrong = good.clone();
+    wrong[54 + 6] ^= 0x5a;
+    cases.push(("UDP with a wrong checksum", wrong, DropReason::BadL4Checksum));
+    let mut syn = frames::tcp6(to_gw(), CLIENT6, (VIP6, 80), TcpFlags::SYN, 1, 0, &[], 64);
+    syn[54 + 16] ^= 0x5a;
+    cases.push(("SYN with a wrong checksum", syn, DropReason::BadL4Checksum));
     for (what, frame, reason) in cases {
         assert_eq!(run(0, &frame, FRONT, &t, &mut st).0, Verdict::Drop(reason), "{what}");
     }
