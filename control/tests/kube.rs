@@ -16,7 +16,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{json, Value};
 use tempfile::TempDir;
-use torii_kube_double::{stamp_trigger_time, FakeApiServer, Objects, Resource};
+use torii_kube_double::{stamp_trigger_time, FakeApiServer, Objects, Options, Resource};
 use torii_table::shm::{self, StateRegion};
 
 /// Longest a change may take to reach the published table.
@@ -756,6 +756,34 @@ fn run_retries_failed_lists_with_doubling_backoff() {
     cluster.api.set_failure(Resource::Services, None);
     d.wait_table("served once the list works", |t| t.expect("203.0.113.10", 80, &WEB3));
     d.wait_log(0, &["WARN", "watch failed", "retrying in"]);
+}
+
+/// Issue 17: after an API server outage long enough for client-go's backoff to reach
+/// 6.4–12.8 s steps, the watches are back within seconds of the server answering again
+/// (connection failures retry at most `RetryBackoff::RECONNECT_MAX` = 2 s apart), and a
+/// change made then is served. Costs about 16 s.
+#[test]
+fn run_reconnects_within_seconds_after_an_api_server_outage() {
+    let objects = demo();
+    let cluster = Cluster::start(&objects);
+    let d = Daemon::start(&cluster, "gateway-1");
+    d.wait_table("initial sync", |t| t.expect("203.0.113.10", 80, &WEB3));
+    assert!(cluster.api.wait_for_watches(None, 3, CONVERGE));
+    let Cluster { api, dir } = cluster;
+    let addr = api.addr();
+    drop(api);
+    std::thread::sleep(Duration::from_secs(12));
+    // Restarted from the same "etcd": the same objects at the same resourceVersions.
+    let options = Options { listen: addr, ..Options::default() };
+    let cluster = Cluster { api: FakeApiServer::start_with(&objects, &options).expect("double restarts"), dir };
+    let back = Instant::now();
+    cluster.api.apply(service("shop", "203.0.113.20")).unwrap();
+    d.wait_table("Service added after the outage", |t| t.expect("203.0.113.20", 80, &[]));
+    let took = back.elapsed();
+    // At most 2 s to the next attempt, then the watch and a publication (a 12.8 s step
+    // of client-go's schedule would be due up to 12.8 s later).
+    assert!(took < Duration::from_secs(5), "served {took:?} after the server was back:\n{}", d.log());
+    assert!(d.log().contains("retrying in"), "{}", d.log());
 }
 
 /// Issue 17: a warning about a Service is logged once while it lasts, not again with

@@ -7,7 +7,10 @@
 //! bookmarks on, resumed from the last seen resourceVersion when the connection drops or
 //! times out, and a full relist when the server answers 410 Gone. Errors are logged and
 //! retried with client-go's backoff ([`RetryBackoff`]: 0.8 s doubling to 30 s, with
-//! jitter, reset after two minutes without a failure — not on every event); none is fatal.
+//! jitter, reset after two minutes without a failure — not on every event), except that
+//! while the server does not answer at all (connection refused, reset or timed out) a
+//! retry comes at most [`RetryBackoff::RECONNECT_MAX`] later, so that a restarted API
+//! server is watched again within seconds; none is fatal.
 //!
 //! What is watched, as kube-proxy does:
 //! - every Service;
@@ -780,9 +783,35 @@ impl RetryBackoff {
     /// which gives up to 60 s).
     pub const MAX: Duration = Duration::from_secs(30);
 
-    /// The delay before the next attempt, after a failure.
-    pub fn after_failure(&mut self) -> Duration {
-        self.0.next().unwrap_or(Self::MAX).min(Self::MAX)
+    /// The longest delay after a failure the server did not answer (no connection, or
+    /// the connection dropped without an HTTP response): such a retry costs the server
+    /// nothing, and waiting out a 30 s step would leave the gateway blind for up to 30 s
+    /// after the server is back (client-go's reflector waits the full step; issue 17
+    /// wants a relist within seconds). Jittered between half of it and all of it, so
+    /// that gateways do not reconnect in step.
+    pub const RECONNECT_MAX: Duration = Duration::from_secs(2);
+
+    /// The delay before the next attempt, after a failure; `answered`: the server sent
+    /// an HTTP response (a status such as 403, 410, 429 or 500, or a malformed body).
+    pub fn after_failure(&mut self, answered: bool) -> Duration {
+        let delay = self.0.next().unwrap_or(Self::MAX).min(Self::MAX);
+        if answered || delay <= Self::RECONNECT_MAX {
+            delay
+        } else {
+            Self::RECONNECT_MAX.mul_f64(0.5 + fastrand::f64() / 2.0)
+        }
+    }
+}
+
+/// Whether the server answered with an HTTP response: an API status (also one inside a
+/// watch stream) or a body that could not be read as one. Connection errors (refused,
+/// reset, timed out, TLS) and a stream cut mid-way are not answers.
+fn server_answered(e: &watcher::Error) -> bool {
+    match e {
+        watcher::Error::InitialListFailed(e) | watcher::Error::WatchStartFailed(e) | watcher::Error::WatchFailed(e) => {
+            !matches!(e, kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_))
+        }
+        watcher::Error::WatchError(_) | watcher::Error::NoResourceVersion => true,
     }
 }
 
@@ -809,7 +838,7 @@ async fn run_watch<K: Kind>(
             }
             Err(e) => e,
         };
-        let delay = backoff.after_failure();
+        let delay = backoff.after_failure(server_answered(&e));
         match e {
             watcher::Error::WatchError(status) if status.code == 410 => {
                 tracing::warn!(resource, "watch expired (410 Gone: {}); relisting in {delay:.1?}", status.message);
@@ -885,13 +914,30 @@ mod tests {
     #[tokio::test]
     async fn retry_backoff_doubles_to_30_s_with_jitter() {
         let mut b = RetryBackoff::default();
-        let delays: Vec<f64> = (0..8).map(|_| b.after_failure().as_secs_f64()).collect();
+        let delays: Vec<f64> = (0..8).map(|_| b.after_failure(true).as_secs_f64()).collect();
         // 0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 30, 30 s, each with up to 100 % jitter on top,
         // capped at 30 s.
         for (i, d) in delays.iter().enumerate() {
             let base = (0.8 * 2_f64.powi(i32::try_from(i).unwrap())).min(30.0);
             assert!(*d >= base - 1e-9 && *d <= (2.0 * base).min(30.0) + 1e-9, "attempt {i}: {d} s ({delays:?})");
         }
+    }
+
+    /// Issue 17: while the server does not answer, the retries keep doubling but never
+    /// wait more than `RECONNECT_MAX` (jittered); an answer afterwards waits the full step.
+    #[tokio::test]
+    async fn retries_without_an_answer_wait_seconds_not_a_30_s_step() {
+        let mut b = RetryBackoff::default();
+        let max = RetryBackoff::RECONNECT_MAX.as_secs_f64();
+        for i in 0..8 {
+            let d = b.after_failure(false).as_secs_f64();
+            assert!(d <= max + 1e-9, "attempt {i}: {d} s");
+            if i >= 2 {
+                assert!(d >= max / 2.0 - 1e-9, "attempt {i}: {d} s");
+            }
+        }
+        let answered = b.after_failure(true).as_secs_f64();
+        assert!(answered >= 30.0 - 1e-9, "{answered} s");
     }
 
     fn at(secs: u64, nanos: u32) -> SystemTime {
