@@ -740,7 +740,10 @@ impl<K: Kind> Tracker<K> {
                     gone.push(object_ref::<K>(&meta));
                 }
                 self.current = std::mem::take(&mut self.listing);
-                shared.changed(self.index, self.listed.drain(..), gone, true, self.listed_triggers.drain(..));
+                // Taken, not drained: the list's buffer (the size of the whole list of typed
+                // objects) is freed, not kept for the next relist.
+                let listed = std::mem::take(&mut self.listed);
+                shared.changed(self.index, listed, gone, true, self.listed_triggers.drain(..));
             }
             watcher::Event::Apply(o) => {
                 tracing::debug!(resource, object = ?sort_key(o.meta()), "applied");
