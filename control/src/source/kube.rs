@@ -9,8 +9,9 @@
 //! retried with client-go's backoff ([`RetryBackoff`]: 0.8 s doubling to 30 s, with
 //! jitter, reset after two minutes without a failure — not on every event), except that
 //! while the server does not answer at all (connection refused, reset or timed out) a
-//! retry comes at most [`RetryBackoff::RECONNECT_MAX`] later, so that a restarted API
-//! server is watched again within seconds; none is fatal.
+//! retry comes at most [`RetryBackoff::RECONNECT_MAX`] later, and so does the relist
+//! after a 410 Gone, so that a restarted API server is watched again within seconds;
+//! none is fatal.
 //!
 //! What is watched, as kube-proxy does:
 //! - every Service;
@@ -795,7 +796,8 @@ impl RetryBackoff {
     pub const RECONNECT_MAX: Duration = Duration::from_secs(2);
 
     /// The delay before the next attempt, after a failure; `answered`: the server sent
-    /// an HTTP response (a status such as 403, 410, 429 or 500, or a malformed body).
+    /// an HTTP response other than 410 Gone (a status such as 403, 429 or 500, or a
+    /// malformed body).
     pub fn after_failure(&mut self, answered: bool) -> Duration {
         let delay = self.0.next().unwrap_or(Self::MAX).min(Self::MAX);
         if answered || delay <= Self::RECONNECT_MAX {
@@ -806,15 +808,19 @@ impl RetryBackoff {
     }
 }
 
-/// Whether the server answered with an HTTP response: an API status (also one inside a
-/// watch stream) or a body that could not be read as one. Connection errors (refused,
-/// reset, timed out, TLS) and a stream cut mid-way are not answers.
-fn server_answered(e: &watcher::Error) -> bool {
+/// Whether a failure waits the full step of client-go's schedule: the server answered
+/// with an HTTP response (an API status, also one inside a watch stream, or a body that
+/// could not be read as one). Connection errors (refused, reset, timed out, TLS) and a
+/// stream cut mid-way are not answers, and neither is 410 Gone: it says "relist", which
+/// a restarted API server answers to every watch resumed from before its restart, and
+/// the relist (`resourceVersion=0`) is served from its watch cache.
+fn waits_full_step(e: &watcher::Error) -> bool {
     match e {
         watcher::Error::InitialListFailed(e) | watcher::Error::WatchStartFailed(e) | watcher::Error::WatchFailed(e) => {
             !matches!(e, kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_))
         }
-        watcher::Error::WatchError(_) | watcher::Error::NoResourceVersion => true,
+        watcher::Error::WatchError(status) => status.code != 410,
+        watcher::Error::NoResourceVersion => true,
     }
 }
 
@@ -841,7 +847,7 @@ async fn run_watch<K: Kind>(
             }
             Err(e) => e,
         };
-        let delay = backoff.after_failure(server_answered(&e));
+        let delay = backoff.after_failure(waits_full_step(&e));
         match e {
             watcher::Error::WatchError(status) if status.code == 410 => {
                 tracing::warn!(resource, "watch expired (410 Gone: {}); relisting in {delay:.1?}", status.message);
