@@ -74,6 +74,28 @@ pub const ACK_POLL_COARSE: Duration = Duration::from_millis(10);
 /// How long a publication waits for every worker's acknowledgement before a warning.
 pub const ACK_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Changed objects in one batch from which the daemon hands the heap it freed back to the
+/// kernel once the batch is published ([`release_freed_heap`]): an initial list or a
+/// relist, not the everyday change.
+pub const TRIM_AFTER_OBJECTS: usize = 1000;
+
+/// Returns the heap pages that are free back to the kernel (glibc's `malloc_trim(0)`,
+/// which since glibc 2.8 releases free pages inside every arena, not only at the top).
+/// An initial list of 10 000 Services passes through the heap several times over (the
+/// list body, kube-rs's typed objects, the source's batch, the compiler's inputs); glibc
+/// keeps what is freed for reuse, so without this the daemon's resident memory stays at
+/// the peak of the initial sync. A no-op on other C libraries. Costs about a
+/// millisecond per 100 MB of heap, so it runs only after large batches.
+pub fn release_freed_heap() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only walks and trims glibc's own arenas, under their locks; it
+    // takes no pointer and invalidates no allocation.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// Where snapshots come from.
 #[derive(Debug)]
 pub enum Source {
@@ -444,6 +466,11 @@ pub async fn serve(
                     );
                     let version = compiler.table_version();
                     publishing.offer(compiled, compiler.table_spec(), version, compile, input.triggers());
+                    // The batch's objects are freed first, so that their pages go too.
+                    drop(input);
+                    if objects >= TRIM_AFTER_OBJECTS {
+                        release_freed_heap();
+                    }
                 }
             },
             () = sleep_until_opt(retry_at), if retry_at.is_some() => publishing.try_publish(compiler.table_spec()),

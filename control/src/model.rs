@@ -838,7 +838,7 @@ impl TryFrom<&discovery::EndpointSlice> for EndpointSlice {
             }
         }
 
-        let mut endpoints = Vec::new();
+        let mut endpoints = Vec::with_capacity(slice.endpoints.as_ref().map_or(0, Vec::len));
         let mut skipped_endpoints = Vec::new();
         if address_type != AddressType::Fqdn {
             'endpoints: for (i, ep) in slice.endpoints.iter().flatten().enumerate() {

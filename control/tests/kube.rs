@@ -16,7 +16,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{json, Value};
 use tempfile::TempDir;
-use torii_kube_double::{stamp_trigger_time, FakeApiServer, Objects, Resource};
+use torii_kube_double::{stamp_trigger_time, FakeApiServer, Objects, Options, Resource};
 use torii_table::shm::{self, StateRegion};
 
 /// Longest a change may take to reach the published table.
@@ -756,6 +756,41 @@ fn run_retries_failed_lists_with_doubling_backoff() {
     cluster.api.set_failure(Resource::Services, None);
     d.wait_table("served once the list works", |t| t.expect("203.0.113.10", 80, &WEB3));
     d.wait_log(0, &["WARN", "watch failed", "retrying in"]);
+}
+
+/// Issue 17: after an API server outage long enough for client-go's backoff to reach
+/// 6.4–12.8 s steps, the watches are back within seconds of the server answering again:
+/// connection failures retry at most `RetryBackoff::RECONNECT_MAX` = 2 s apart, and the
+/// 410 Gone the restarted server answers (its watch cache starts after the daemon's
+/// resourceVersion, as a restarted kube-apiserver's does) is relisted after at most 2 s
+/// too, not after a 30 s step. A Service created during the outage is served. Costs
+/// about 16 s.
+#[test]
+fn run_reconnects_within_seconds_after_an_api_server_outage() {
+    let objects = demo();
+    let cluster = Cluster::start(&objects);
+    let d = Daemon::start(&cluster, "gateway-1");
+    d.wait_table("initial sync", |t| t.expect("203.0.113.10", 80, &WEB3));
+    assert!(cluster.api.wait_for_watches(None, 3, CONVERGE));
+    let Cluster { api, dir } = cluster;
+    let addr = api.addr();
+    drop(api);
+    std::thread::sleep(Duration::from_secs(12));
+    // Restarted with a Service created meanwhile: a newer resourceVersion, and a watch
+    // cache that starts after it.
+    let mut restarted = demo();
+    restarted.push(service("shop", "203.0.113.20"));
+    let options = Options { listen: addr, ..Options::default() };
+    let _cluster = Cluster { api: FakeApiServer::start_with(&restarted, &options).expect("double restarts"), dir };
+    let back = Instant::now();
+    d.wait_table("Service created during the outage", |t| t.expect("203.0.113.20", 80, &[]));
+    let took = back.elapsed();
+    // At most 2 s to the next attempt, at most 2 s more to the relist after its 410,
+    // then the list and a publication (a step of client-go's schedule would be due
+    // 6.4–30 s later).
+    assert!(took < Duration::from_secs(7), "served {took:?} after the server was back:\n{}", d.log());
+    let log = d.log();
+    assert!(log.contains("retrying in") && log.contains("410 Gone"), "{log}");
 }
 
 /// Issue 17: a warning about a Service is logged once while it lasts, not again with

@@ -753,6 +753,8 @@ impl TableBuilder {
 
         // The rings, each at its place (padding and room zeroed), then the other sections.
         self.out.clear();
+        // Exactly the snapshot's size: doubling growth would hold up to twice the table.
+        self.out.reserve_exact(end);
         self.out.resize(ring_end, 0);
         for (b, p) in built.iter().zip(&places) {
             let dst = ring_start + p.ring_at;

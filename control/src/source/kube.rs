@@ -7,7 +7,11 @@
 //! bookmarks on, resumed from the last seen resourceVersion when the connection drops or
 //! times out, and a full relist when the server answers 410 Gone. Errors are logged and
 //! retried with client-go's backoff ([`RetryBackoff`]: 0.8 s doubling to 30 s, with
-//! jitter, reset after two minutes without a failure — not on every event); none is fatal.
+//! jitter, reset after two minutes without a failure — not on every event), except that
+//! while the server does not answer at all (connection refused, reset or timed out) a
+//! retry comes at most [`RetryBackoff::RECONNECT_MAX`] later, and so does the relist
+//! after a 410 Gone, so that a restarted API server is watched again within seconds;
+//! none is fatal.
 //!
 //! What is watched, as kube-proxy does:
 //! - every Service;
@@ -737,7 +741,10 @@ impl<K: Kind> Tracker<K> {
                     gone.push(object_ref::<K>(&meta));
                 }
                 self.current = std::mem::take(&mut self.listing);
-                shared.changed(self.index, self.listed.drain(..), gone, true, self.listed_triggers.drain(..));
+                // Taken, not drained: the list's buffer (the size of the whole list of typed
+                // objects) is freed, not kept for the next relist.
+                let listed = std::mem::take(&mut self.listed);
+                shared.changed(self.index, listed, gone, true, self.listed_triggers.drain(..));
             }
             watcher::Event::Apply(o) => {
                 tracing::debug!(resource, object = ?sort_key(o.meta()), "applied");
@@ -780,9 +787,40 @@ impl RetryBackoff {
     /// which gives up to 60 s).
     pub const MAX: Duration = Duration::from_secs(30);
 
-    /// The delay before the next attempt, after a failure.
-    pub fn after_failure(&mut self) -> Duration {
-        self.0.next().unwrap_or(Self::MAX).min(Self::MAX)
+    /// The longest delay after a failure the server did not answer (no connection, or
+    /// the connection dropped without an HTTP response): such a retry costs the server
+    /// nothing, and waiting out a 30 s step would leave the gateway blind for up to 30 s
+    /// after the server is back (client-go's reflector waits the full step; issue 17
+    /// wants a relist within seconds). Jittered between half of it and all of it, so
+    /// that gateways do not reconnect in step.
+    pub const RECONNECT_MAX: Duration = Duration::from_secs(2);
+
+    /// The delay before the next attempt, after a failure; `answered`: the server sent
+    /// an HTTP response other than 410 Gone (a status such as 403, 429 or 500, or a
+    /// malformed body).
+    pub fn after_failure(&mut self, answered: bool) -> Duration {
+        let delay = self.0.next().unwrap_or(Self::MAX).min(Self::MAX);
+        if answered || delay <= Self::RECONNECT_MAX {
+            delay
+        } else {
+            Self::RECONNECT_MAX.mul_f64(0.5 + fastrand::f64() / 2.0)
+        }
+    }
+}
+
+/// Whether a failure waits the full step of client-go's schedule: the server answered
+/// with an HTTP response (an API status, also one inside a watch stream, or a body that
+/// could not be read as one). Connection errors (refused, reset, timed out, TLS) and a
+/// stream cut mid-way are not answers, and neither is 410 Gone: it says "relist", which
+/// a restarted API server answers to every watch resumed from before its restart, and
+/// the relist (`resourceVersion=0`) is served from its watch cache.
+fn waits_full_step(e: &watcher::Error) -> bool {
+    match e {
+        watcher::Error::InitialListFailed(e) | watcher::Error::WatchStartFailed(e) | watcher::Error::WatchFailed(e) => {
+            !matches!(e, kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_))
+        }
+        watcher::Error::WatchError(status) => status.code != 410,
+        watcher::Error::NoResourceVersion => true,
     }
 }
 
@@ -809,7 +847,7 @@ async fn run_watch<K: Kind>(
             }
             Err(e) => e,
         };
-        let delay = backoff.after_failure();
+        let delay = backoff.after_failure(waits_full_step(&e));
         match e {
             watcher::Error::WatchError(status) if status.code == 410 => {
                 tracing::warn!(resource, "watch expired (410 Gone: {}); relisting in {delay:.1?}", status.message);
@@ -885,13 +923,30 @@ mod tests {
     #[tokio::test]
     async fn retry_backoff_doubles_to_30_s_with_jitter() {
         let mut b = RetryBackoff::default();
-        let delays: Vec<f64> = (0..8).map(|_| b.after_failure().as_secs_f64()).collect();
+        let delays: Vec<f64> = (0..8).map(|_| b.after_failure(true).as_secs_f64()).collect();
         // 0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 30, 30 s, each with up to 100 % jitter on top,
         // capped at 30 s.
         for (i, d) in delays.iter().enumerate() {
             let base = (0.8 * 2_f64.powi(i32::try_from(i).unwrap())).min(30.0);
             assert!(*d >= base - 1e-9 && *d <= (2.0 * base).min(30.0) + 1e-9, "attempt {i}: {d} s ({delays:?})");
         }
+    }
+
+    /// Issue 17: while the server does not answer, the retries keep doubling but never
+    /// wait more than `RECONNECT_MAX` (jittered); an answer afterwards waits the full step.
+    #[tokio::test]
+    async fn retries_without_an_answer_wait_seconds_not_a_30_s_step() {
+        let mut b = RetryBackoff::default();
+        let max = RetryBackoff::RECONNECT_MAX.as_secs_f64();
+        for i in 0..8 {
+            let d = b.after_failure(false).as_secs_f64();
+            assert!(d <= max + 1e-9, "attempt {i}: {d} s");
+            if i >= 2 {
+                assert!(d >= max / 2.0 - 1e-9, "attempt {i}: {d} s");
+            }
+        }
+        let answered = b.after_failure(true).as_secs_f64();
+        assert!(answered >= 30.0 - 1e-9, "{answered} s");
     }
 
     fn at(secs: u64, nanos: u32) -> SystemTime {
