@@ -159,12 +159,13 @@ pub fn tail(path: &Path, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-/// testpmd's command line: io forwarding on one `net_virtio_user` port looped to itself,
-/// its forwarding lcore on `dut_cpu`, its main lcore on `main_cpu`, started forwarding;
+/// testpmd's command line: io forwarding on one `net_virtio_user` port looped to itself
+/// (one-armed) or between two (`sockets` the clients' and the endpoints', paired), its
+/// forwarding lcore on `dut_cpu`, its main lcore on `main_cpu`, started forwarding;
 /// `queue_size` descriptors in the virtio rings and the port's queues.
 pub fn testpmd_command(
     program: &Path,
-    socket: &Path,
+    sockets: &[PathBuf],
     (main_cpu, dut_cpu): (usize, usize),
     queue_size: u16,
     memory: Memory,
@@ -173,9 +174,12 @@ pub fn testpmd_command(
     cmd.args(["-l", &format!("{main_cpu},{dut_cpu}"), "--main-lcore", &main_cpu.to_string()])
         .args(["--file-prefix", &format!("torii-bench-testpmd-{}", std::process::id())])
         .args(memory.eal_args())
-        .args(["--no-pci", "--no-telemetry", "--log-level=*:notice", "--vdev"])
-        .arg(format!("net_virtio_user0,path={},queues=1,queue_size={queue_size}", socket.display(),))
-        .args(["--", "--forward-mode=io", "--port-topology=loop", "--nb-cores=1"])
+        .args(["--no-pci", "--no-telemetry", "--log-level=*:notice"]);
+    for (k, socket) in sockets.iter().enumerate() {
+        cmd.arg("--vdev").arg(format!("net_virtio_user{k},path={},queues=1,queue_size={queue_size}", socket.display()));
+    }
+    let topology = if sockets.len() == 2 { "--port-topology=paired" } else { "--port-topology=loop" };
+    cmd.args(["--", "--forward-mode=io", topology, "--nb-cores=1"])
         .args([format!("--rxd={queue_size}"), format!("--txd={queue_size}")])
         .args(["--burst=32", "--auto-start"]);
     cmd

@@ -7,6 +7,7 @@
 //! torii-bench --flows 1000,60000 --trial-s 10 --out bench.json      # NDR/PDR, connections/s, latency
 //! torii-bench --flows 1000 --fixed-rate 20000 --trial-s 3           # one trial each (smoke)
 //! torii-bench --baseline io-fwd,nftables,torii-af-packet            # every baseline
+//! torii-bench --families ipv4,ipv6 --topology two-armed              # IPv6; front and back links
 //! ```
 
 use std::path::PathBuf;
@@ -20,7 +21,7 @@ use clap::{Parser, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use torii_bench::dut::{self, Memory, Proc};
 use torii_bench::kernel::KernelPath;
-use torii_bench::plan::{Dut, GatewayDriver, Plan, Protocol};
+use torii_bench::plan::{Dut, Family, GatewayDriver, Plan, Protocol};
 use torii_bench::report::{self, DutResult, LatencyResult, Machine, Percentiles, Report, Run, SearchResult};
 use torii_bench::search::{median, Point, Search, SearchConfig};
 use torii_bench::traffic::{Generator, Link, Phase, TrialOutcome, TrialSpec};
@@ -64,6 +65,17 @@ enum Test {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Topology {
+    /// One link per device carries the clients and the endpoints (the gateway's one
+    /// interface holds both subnets).
+    OneArmed,
+    /// Two links per DPDK device: torii-bench's client port faces the gateway's front
+    /// device (the clients' subnets), its endpoint port the back device (the endpoints'
+    /// subnets and the SNAT address); testpmd forwards between its two ports (paired).
+    TwoArmed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum MemoryArg {
     /// Hugepages when 600 MiB are free, else --no-huge.
     Auto,
@@ -82,6 +94,17 @@ struct Args {
     /// are opened with a handshake through the gateway during the warm-up.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "udp")]
     protocols: Vec<Protocol>,
+    /// IP families to measure, each a run of its own (comma-separated). With `ipv6` the
+    /// Services are dual-stack, the gateway has IPv6 subnets and an IPv6 SNAT address, and
+    /// torii-bench answers its Neighbor Solicitations; IPv6 frames are at least 84 bytes
+    /// (a smaller --frame-size is raised to that for IPv6 runs). The nftables and
+    /// torii-af-packet baselines are IPv4 only.
+    #[arg(long, alias = "family", value_enum, value_delimiter = ',', default_value = "ipv4")]
+    families: Vec<Family>,
+    /// One link per device, or two (clients on one, endpoints on the other; DPDK devices
+    /// only: not with the nftables and torii-af-packet baselines).
+    #[arg(long, value_enum, default_value_t = Topology::OneArmed)]
+    topology: Topology,
     /// Tests to run per protocol and flow count (comma-separated); `connections` applies
     /// to TCP only, and cycles through the flows' tuples (each reused every flows/rate s).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "throughput,connections")]
@@ -151,6 +174,11 @@ struct Args {
     /// Memory of the DPDK processes.
     #[arg(long, value_enum, default_value_t = MemoryArg::Auto)]
     memory: MemoryArg,
+    /// An extra EAL `--log-level` for every DPDK process (torii-bench's on stderr, the
+    /// devices' in their logs in the work directory), e.g. `lib.vhost.config:info`: the
+    /// virtio features each vhost-user link negotiated.
+    #[arg(long)]
+    dpdk_log_level: Option<String>,
     /// Check addresses, ports and MACs on one received frame in this many (every frame's
     /// flow index is checked).
     #[arg(long, default_value_t = 16)]
@@ -246,15 +274,21 @@ fn run(args: &Args) -> Result<bool> {
     let started = Instant::now();
     let started_unix_s = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let max_flows = *args.flows.iter().max().context("--flows is empty")?;
-    let plans: Vec<Plan> = args
-        .protocols
-        .iter()
-        .flat_map(|&p| {
-            args.flows.iter().map(move |&f| {
-                Plan::new(p, f, args.services, args.endpoints, args.frame_size.0, args.snat_per_endpoint)
-            })
-        })
-        .collect::<Result<_, _>>()?;
+    let two_armed = args.topology == Topology::TwoArmed;
+    let dual_stack = args.families.contains(&Family::Ipv6);
+    let mut plans: Vec<Plan> = Vec::new();
+    for &family in &args.families {
+        for &p in &args.protocols {
+            for &f in &args.flows {
+                let plan = Plan::new(p, f, args.services, args.endpoints, args.frame_size.0, args.snat_per_endpoint)?;
+                plans.push(plan.with_family(family)?.with_two_armed(two_armed));
+            }
+        }
+    }
+    let kernel_paths = args.baseline.iter().any(|b| matches!(b, Baseline::Nftables | Baseline::ToriiAfPacket));
+    if kernel_paths && (two_armed || dual_stack) {
+        bail!("the nftables and torii-af-packet baselines are one-armed and IPv4 only (--topology one-armed --families ipv4)");
+    }
     let memory = match args.memory {
         MemoryArg::Auto => Memory::choose(600 << 20),
         MemoryArg::Hugepages => Memory::Hugepages,
@@ -268,7 +302,11 @@ fn run(args: &Args) -> Result<bool> {
     let _ = std::fs::remove_dir_all(&workdir);
     std::fs::create_dir_all(workdir.join("manifests")).with_context(|| format!("create {}", workdir.display()))?;
     let shm_dir = format!("/dev/shm/torii-bench-{pid}");
-    let socks = [workdir.join("torii.sock"), workdir.join("io-fwd.sock")];
+    // Each DPDK device's sockets: the clients' link, then (two-armed) the endpoints'.
+    let arms = if two_armed { 2 } else { 1 };
+    let sock_of = |dev: &str, k: usize| workdir.join(if k == 0 { format!("{dev}.sock") } else { format!("{dev}-back.sock") });
+    let torii_socks: Vec<PathBuf> = (0..arms).map(|k| sock_of("torii", k)).collect();
+    let iofwd_socks: Vec<PathBuf> = (0..arms).map(|k| sock_of("io-fwd", k)).collect();
     eprintln!(
         "torii-bench: work dir {}; memory {memory:?}; generator on CPU {}, devices on CPU {}",
         workdir.display(),
@@ -284,7 +322,8 @@ fn run(args: &Args) -> Result<bool> {
         args.endpoints,
         args.frame_size.0,
         args.snat_per_endpoint,
-    )?;
+    )?
+    .with_two_armed(two_armed);
     let kernel = if nftables {
         let k = KernelPath::setup(pid, &biggest, args.dut_cpu, &workdir).context("the nftables baseline")?;
         eprintln!(
@@ -304,10 +343,13 @@ fn run(args: &Args) -> Result<bool> {
         None
     };
 
-    // Our EAL: one lcore, one net_vhost server port per DPDK device, net_af_packet for the kernel.
+    // Our EAL: one lcore, one net_vhost server port per DPDK device and arm (net_vhost0..:
+    // torii's, then io-fwd's), net_af_packet for the kernel.
     let sock_paths: Vec<&std::path::Path> =
-        socks.iter().take(if baseline { 2 } else { 1 }).map(PathBuf::as_path).collect();
+        torii_socks.iter().chain(iofwd_socks.iter().filter(|_| baseline)).map(PathBuf::as_path).collect();
     let mut eal_args = vhost::eal_args(&format!("torii-bench-{pid}"), args.bench_cpu, &sock_paths, 1, memory);
+    let log_level = args.dpdk_log_level.as_ref().map(|l| format!("--log-level={l}"));
+    eal_args.extend(log_level.clone());
     for (k, pipe) in kernel.iter().chain(afp_pipe.iter()).enumerate() {
         eal_args.push("--vdev".into());
         eal_args.push(pipe.vdev(k));
@@ -315,29 +357,37 @@ fn run(args: &Args) -> Result<bool> {
     let eal = Eal::builder().args(eal_args).init().context("EAL")?;
     let _ = std::fs::remove_dir(eal.runtime_dir());
     let pool = Mempool::new(&eal, "bench", 16383, 256, DEFAULT_DATA_ROOM, None).context("mempool")?;
-    let open = |name: &str, dut: Dut| -> Result<Link> {
-        let port = vhost::open_port(&eal, name, &pool, 1).with_context(|| format!("port {name}"))?;
-        Ok(Link::new(dut, port, max_flows)?)
+    let open = |names: &[String], dut: Dut| -> Result<Link> {
+        let ports = names
+            .iter()
+            .map(|name| vhost::open_port(&eal, name, &pool, 1).with_context(|| format!("port {name}")))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Link::new(dut, ports, max_flows)?)
     };
-    let mut torii_link = open("net_vhost0", Dut::Torii)?;
+    let vhost_names = |first: usize| (first..first + arms).map(|k| format!("net_vhost{k}")).collect::<Vec<_>>();
+    let mut torii_link = open(&vhost_names(0), Dut::Torii)?;
     let mut base_links = Vec::new();
     if baseline {
-        base_links.push(open("net_vhost1", Dut::IoFwd)?);
+        base_links.push(open(&vhost_names(arms), Dut::IoFwd)?);
     }
     if kernel.is_some() {
-        base_links.push(open("net_af_packet0", Dut::Kernel)?);
+        base_links.push(open(&["net_af_packet0".into()], Dut::Kernel)?);
     }
     if afp_pipe.is_some() {
-        base_links.push(open(&format!("net_af_packet{}", usize::from(kernel.is_some())), Dut::ToriiAfPacket)?);
+        base_links.push(open(&[format!("net_af_packet{}", usize::from(kernel.is_some()))], Dut::ToriiAfPacket)?);
     }
 
     // The devices.
     let manifests = workdir.join("manifests");
     std::fs::write(
         manifests.join("bench.yaml"),
-        plans.iter().max_by_key(|p| p.flows).map(Plan::manifests).unwrap_or_default(),
+        plans.iter().max_by_key(|p| p.flows).map(|p| p.manifests(dual_stack)).unwrap_or_default(),
     )?;
-    let gw_eal = if memory == Memory::NoHuge { memory.eal_args() } else { Vec::new() };
+    let mut gw_eal = if memory == Memory::NoHuge { memory.eal_args() } else { Vec::new() };
+    if let Some(l) = &log_level {
+        // torii's own --log-level is replaced by the first given: both levels.
+        gw_eal.extend(["--log-level=*:notice".to_string(), l.clone()]);
+    }
     let config = workdir.join("gateway.toml");
     std::fs::write(
         &config,
@@ -345,11 +395,12 @@ fn run(args: &Args) -> Result<bool> {
             &shm_dir,
             &manifests.display().to_string(),
             &GatewayDriver::Dpdk {
-                socket: socks[0].display().to_string(),
+                sockets: torii_socks.iter().map(|s| s.display().to_string()).collect(),
                 cpu: args.dut_cpu,
                 eal: gw_eal,
                 queue_size: args.queue_size,
             },
+            dual_stack,
         ),
     )?;
     let control_bin = match &args.control_bin {
@@ -367,8 +418,17 @@ fn run(args: &Args) -> Result<bool> {
     gateway_cmd.arg("--config").arg(&config).env("NO_COLOR", "1");
     let gateway = Proc::spawn("torii-gateway", gateway_cmd, &workdir.join("gateway.log"))?;
     let testpmd = if baseline {
-        let cmd =
-            dut::testpmd_command(&args.testpmd_bin, &socks[1], (args.bench_cpu, args.dut_cpu), args.queue_size, memory);
+        let mut cmd =
+            dut::testpmd_command(&args.testpmd_bin, &iofwd_socks, (args.bench_cpu, args.dut_cpu), args.queue_size, memory);
+        if let Some(l) = &log_level {
+            // EAL arguments before testpmd's own (after "--").
+            let mut argv: Vec<std::ffi::OsString> = cmd.get_args().map(Into::into).collect();
+            let split = argv.iter().position(|a| a == "--").unwrap_or(argv.len());
+            argv.insert(split, l.into());
+            let mut with = Command::new(cmd.get_program());
+            with.args(argv);
+            cmd = with;
+        }
         eprintln!("torii-bench: baseline: {cmd:?}");
         Some(Proc::spawn("testpmd", cmd, &workdir.join("testpmd.log"))?)
     } else {
@@ -379,7 +439,7 @@ fn run(args: &Args) -> Result<bool> {
         Some(pipe) => {
             let config = workdir.join("gateway-af-packet.toml");
             let driver = GatewayDriver::AfPacket { iface: pipe.dut_if.clone() };
-            std::fs::write(&config, biggest.gateway_config(&afp_shm_dir, &manifests.display().to_string(), &driver))?;
+            std::fs::write(&config, biggest.gateway_config(&afp_shm_dir, &manifests.display().to_string(), &driver, false))?;
             let mut control_cmd = Command::new(&control_bin);
             control_cmd.args(["run", "--config"]).arg(&config).arg("--manifests").arg(&manifests).env("NO_COLOR", "1");
             let control =
@@ -392,9 +452,9 @@ fn run(args: &Args) -> Result<bool> {
         None => None,
     };
     let mut duts = Duts { gateway, _control: control, testpmd, af_packet };
-    wait_link(&torii_link, &mut duts.gateway)?;
+    wait_links(&torii_link, &mut duts.gateway)?;
     if let (Some(l), Some(t)) = (base_links.iter().find(|l| l.dut == Dut::IoFwd), &mut duts.testpmd) {
-        wait_link(l, t)?;
+        wait_links(l, t)?;
     }
     duts.select(Dut::Torii)?;
     eprintln!("torii-bench: devices connected after {:.1} s", started.elapsed().as_secs_f64());
@@ -428,6 +488,7 @@ fn run(args: &Args) -> Result<bool> {
             runs.push(Run {
                 test: "throughput",
                 protocol: plan.protocol.name(),
+                ip: plan.family.name(),
                 flows: plan.flows,
                 frame_size: plan.frame_name(),
                 duts: results,
@@ -451,6 +512,7 @@ fn run(args: &Args) -> Result<bool> {
             runs.push(Run {
                 test: "connections",
                 protocol: plan.protocol.name(),
+                ip: plan.family.name(),
                 flows: plan.flows,
                 frame_size: plan.frame_name(),
                 duts: results,
@@ -483,8 +545,13 @@ fn run(args: &Args) -> Result<bool> {
         command: std::env::args().collect::<Vec<_>>().join(" "),
         machine: Machine::detect(Eal::version()),
         setup: serde_json::json!({
-            "topology": "one-armed: torii-bench net_vhost <-> device net_virtio_user (torii, io-fwd); torii-bench net_af_packet <-> veth (nftables, torii-af-packet)",
-            "protocols": args.protocols.iter().map(|p| p.name()).collect::<Vec<_>>(), "ip": "ipv4",
+            "topology": if two_armed {
+                "two-armed: torii-bench net_vhost client port <-> device front net_virtio_user, endpoint port <-> back net_virtio_user (torii, io-fwd)"
+            } else {
+                "one-armed: torii-bench net_vhost <-> device net_virtio_user (torii, io-fwd); torii-bench net_af_packet <-> veth (nftables, torii-af-packet)"
+            },
+            "protocols": args.protocols.iter().map(|p| p.name()).collect::<Vec<_>>(),
+            "ip": args.families.iter().map(|f| f.name()).collect::<Vec<_>>(),
             "services": args.services, "endpoints": args.endpoints, "frame_size": args.frame_size.0.map_or("imix".to_string(), |s| s.to_string()),
             "memory": memory, "bench_cpu": args.bench_cpu, "dut_cpu": args.dut_cpu,
             "trial_s": args.trial_s, "repeats": args.repeats, "precision": args.precision,
@@ -500,9 +567,11 @@ fn run(args: &Args) -> Result<bool> {
     let json = serde_json::to_string_pretty(&report)?;
     std::fs::write(&args.out, json + "\n").with_context(|| format!("write {}", args.out.display()))?;
     let title = format!(
-        "torii-bench: {} frames, {}/IPv4, one-armed (DPDK devices on vhost-user, nftables and AF_PACKET on veth), trials {} s, {} search(es); {:.0} s in all; results in {}",
+        "torii-bench: {} frames, {}/{}, {} (DPDK devices on vhost-user, nftables and AF_PACKET on veth), trials {} s, {} search(es); {:.0} s in all; results in {}",
         args.frame_size.0.map_or("IMIX".to_string(), |s| format!("{s}-byte")),
         args.protocols.iter().map(|p| p.name().to_uppercase()).collect::<Vec<_>>().join(" and "),
+        args.families.iter().map(|f| if *f == Family::Ipv4 { "IPv4" } else { "IPv6" }).collect::<Vec<_>>().join(" and "),
+        if two_armed { "two-armed" } else { "one-armed" },
         args.trial_s,
         args.repeats,
         started.elapsed().as_secs_f64(),
@@ -560,11 +629,11 @@ fn start_churn(manifests: PathBuf, changes: bool) -> (Arc<AtomicBool>, std::thre
     (stop, thread)
 }
 
-fn wait_link(link: &Link, proc: &mut Proc) -> Result<()> {
+fn wait_links(link: &Link, proc: &mut Proc) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         proc.check_alive()?;
-        if vhost::wait_link(&link.port, Duration::from_millis(200)).is_ok() {
+        if link.ports.iter().all(|p| vhost::wait_link(p, Duration::from_millis(200)).is_ok()) {
             return Ok(());
         }
         if Instant::now() > deadline {

@@ -40,7 +40,7 @@ pub fn throughput_series(report: &Report) -> Vec<Series> {
             let label = format!(
                 "{} {}{}",
                 d.dut,
-                run.protocol,
+                run.protocol_label(),
                 if run.test == "connections" { " connections/s" } else { " requests/s" }
             );
             let point = (f64::from(run.flows), ndr / 1e6);
@@ -65,7 +65,7 @@ pub fn latency_series(report: &Report) -> Vec<Series> {
             let label = format!(
                 "{} {}{} {} flows",
                 d.dut,
-                run.protocol,
+                run.protocol_label(),
                 if run.test == "connections" { " connections" } else { "" },
                 run.flows
             );

@@ -77,12 +77,25 @@ pub struct Run {
     pub test: &'static str,
     /// Transport protocol ("udp", "tcp").
     pub protocol: &'static str,
+    /// IP family ("ipv4", "ipv6").
+    pub ip: &'static str,
     /// Client flows.
     pub flows: u32,
     /// Frame size on the wire, FCS included ("64" … "1518"), or "imix".
     pub frame_size: String,
     /// One entry per device under test.
     pub duts: Vec<DutResult>,
+}
+
+impl Run {
+    /// The protocol as labels show it: "udp", or "udp/ipv6" for IPv6.
+    pub fn protocol_label(&self) -> String {
+        if self.ip == "ipv4" {
+            self.protocol.to_string()
+        } else {
+            format!("{}/{}", self.protocol, self.ip)
+        }
+    }
 }
 
 /// Results of one device for one flow count.
@@ -245,7 +258,7 @@ pub fn table(report: &Report, title: &str) -> String {
             let _ = writeln!(
                 s,
                 "{:>8} {:>6} {:>15} | {:>8}{star} {:>9} | {:>9} {:>9} | {:>9} | latency µs at {at:>9}: {lat}",
-                if run.test == "connections" { format!("{} cps", run.protocol) } else { run.protocol.to_string() },
+                if run.test == "connections" { format!("{} cps", run.protocol_label()) } else { run.protocol_label() },
                 run.flows,
                 d.dut,
                 mpps(d.ndr_offered_pps),

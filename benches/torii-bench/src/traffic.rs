@@ -1,8 +1,10 @@
 //! The generator and sink on a DPDK port: one thread (the EAL main lcore) that, in one
 //! poll loop, sends the clients' probes at a paced rate, reflects every probe that
 //! reaches an endpoint as that endpoint's reply (the received mbuf, rewritten in place
-//! by [`plan::reflect`] and sent back), answers ARP for every address it plays, and
-//! counts the replies that reach their clients, with their latency.
+//! by [`plan::reflect`] and sent back), answers ARP and Neighbor Solicitations for every
+//! address it plays, and counts the replies that reach their clients, with their latency.
+//! Two-armed, the clients' frames leave by the link's client port and the endpoints'
+//! replies by its endpoint port: every frame is answered on the port it arrived on.
 //!
 //! Loss is counted as a NIC would see it: a frame the port refuses because the device
 //! under test's receive ring is full (`tx_burst` taking fewer) was offered and lost, the
@@ -74,27 +76,27 @@ impl Pacer {
     }
 }
 
-/// One port of torii-bench facing one device under test.
+/// The port or ports of torii-bench facing one device under test.
 pub struct Link {
     /// The device under test on the other side.
     pub dut: Dut,
-    /// The port (for its counters).
-    pub port: Port,
-    rx: RxQueue,
-    tx: TxQueue,
+    /// The ports: the clients' (one-armed: the only one), then, two-armed, the endpoints'.
+    pub ports: Vec<Port>,
+    /// Queue 0 of each port, in the same order.
+    queues: Vec<(RxQueue, TxQueue)>,
     /// SNAT port each flow was seen with (torii; 0: not seen yet).
     snat: Vec<u16>,
 }
 
 impl Link {
-    /// Takes queue 0 of a started port.
+    /// Takes queue 0 of each started port: `ports[0]` the clients' side, `ports[1]` (two-armed)
+    /// the endpoints'.
     ///
     /// # Errors
     /// When the queues cannot be taken.
-    pub fn new(dut: Dut, port: Port, flows: u32) -> torii_dpdk::Result<Self> {
-        let rx = port.rx_queue(0)?;
-        let tx = port.tx_queue(0)?;
-        Ok(Self { dut, port, rx, tx, snat: vec![0; flows as usize] })
+    pub fn new(dut: Dut, ports: Vec<Port>, flows: u32) -> torii_dpdk::Result<Self> {
+        let queues = ports.iter().map(|p| Ok((p.rx_queue(0)?, p.tx_queue(0)?))).collect::<torii_dpdk::Result<_>>()?;
+        Ok(Self { dut, ports, queues, snat: vec![0; flows as usize] })
     }
 
     /// Forgets the SNAT port each flow was seen with (new connections get new ones).
@@ -166,7 +168,7 @@ pub struct TrialOutcome {
     pub late: u64,
     /// Frames that were not probes or ARP.
     pub other: u64,
-    /// ARP requests answered.
+    /// ARP requests and IPv6 Neighbor Solicitations answered.
     pub arp_answered: u64,
     /// Frames that failed a check.
     pub bad: u64,
@@ -315,11 +317,13 @@ impl Generator {
             }
             // Receive first: the device's transmit ring must never wait on us.
             let now_ns = now.duration_since(self.epoch).as_nanos() as u64;
-            for _ in 0..4 {
-                if self.receive(link, &mut out, spec.latency, phase, now_ns, &mut checked) == 0 {
-                    break;
+            for q in 0..link.queues.len() {
+                for _ in 0..4 {
+                    if self.receive(link, q, &mut out, spec.latency, phase, now_ns, &mut checked) == 0 {
+                        break;
+                    }
+                    last_rx = now;
                 }
-                last_rx = now;
             }
             if now < end {
                 let due = match pacer.as_mut() {
@@ -339,7 +343,7 @@ impl Generator {
                 if n > 0 && self.pool.alloc_bulk(&mut self.tx, n - kept).is_ok() {
                     let stamp = Stamp::new(self.plan.protocol, self.trial, now_ns);
                     self.fill(spec.unanswered_only, if syn { stamp.with_segment(Segment::Syn) } else { stamp });
-                    link.tx.tx_burst(&mut self.tx);
+                    link.queues[0].1.tx_burst(&mut self.tx);
                     out.offered += n as u64;
                     out.refused += self.tx.len() as u64;
                 }
@@ -392,17 +396,19 @@ impl Generator {
         }
     }
 
-    /// One receive burst: returns how many frames it took.
+    /// One receive burst on `link`'s port `q`: returns how many frames it took.
+    #[allow(clippy::too_many_arguments)]
     fn receive(
         &mut self,
         link: &mut Link,
+        q: usize,
         out: &mut TrialOutcome,
         latency: bool,
         phase: Phase,
         now: u64,
         checked: &mut u64,
     ) -> usize {
-        let n = link.rx.rx_burst(&mut self.rx, BURST);
+        let n = link.queues[q].0.rx_burst(&mut self.rx, BURST);
         if n == 0 {
             return 0;
         }
@@ -504,7 +510,13 @@ impl Generator {
                     self.answer(out, flow, latency, now, tx_ns);
                 }
                 Received::Arp => {
-                    if let Some(reply) = vhost::arp_reply(m.data(), |ip| self.plan.mac_of(ip)) {
+                    if let Some(reply) = vhost::arp_reply(m.data(), |ip| self.plan.mac_of(ip.into())) {
+                        arp_replies.push(reply);
+                        out.arp_answered += 1;
+                    }
+                }
+                Received::NeighborSolicit => {
+                    if let Some(reply) = vhost::ndp_reply(m.data(), |ip| self.plan.mac_of(ip)) {
                         arp_replies.push(reply);
                         out.arp_answered += 1;
                     }
@@ -514,8 +526,9 @@ impl Generator {
             self.free.push(m);
         }
         self.rx = rx;
+        let tx = &mut link.queues[q].1;
         if !self.back.is_empty() {
-            link.tx.tx_burst(&mut self.back);
+            tx.tx_burst(&mut self.back);
             out.reflect_refused += self.back.len() as u64;
             Mbuf::free_bulk(&mut self.back);
         }
@@ -524,7 +537,7 @@ impl Generator {
             if let Some(mut m) = self.pool.alloc() {
                 if m.extend_from_slice(&reply) {
                     let mut one = vec![m];
-                    link.tx.tx_burst(&mut one);
+                    tx.tx_burst(&mut one);
                 }
             }
         }
