@@ -171,6 +171,11 @@ struct Args {
     /// not polling.
     #[arg(long, default_value_t = torii_bench::plan::VIRTIO_QUEUE_SIZE)]
     queue_size: u16,
+    /// Mbufs in testpmd's pool (`--total-num-mbufs`); default: as many as torii-gateway's
+    /// pool for the same rings (16 383 for one port of 4096 descriptors); 0: testpmd's own
+    /// default (163 456 mbufs, 370 MiB), which holds io-fwd below torii (docs/benchmarking.md).
+    #[arg(long)]
+    io_fwd_mbufs: Option<u32>,
     /// Memory of the DPDK processes.
     #[arg(long, value_enum, default_value_t = MemoryArg::Auto)]
     memory: MemoryArg,
@@ -348,8 +353,17 @@ fn run(args: &Args) -> Result<bool> {
     let sock_paths: Vec<&std::path::Path> =
         torii_socks.iter().chain(iofwd_socks.iter().filter(|_| baseline)).map(PathBuf::as_path).collect();
     let mut eal_args = vhost::eal_args(&format!("torii-bench-{pid}"), args.bench_cpu, &sock_paths, 1, memory);
+    // EAL gives a log type registered after the options are parsed (the PMDs Debian's
+    // DPDK loads as plugins) the level of the first --log-level pattern it matches: the
+    // extra level goes before `*:notice`.
     let log_level = args.dpdk_log_level.as_ref().map(|l| format!("--log-level={l}"));
-    eal_args.extend(log_level.clone());
+    let before_log_levels = |argv: &mut Vec<String>, extra: &str| {
+        let at = argv.iter().position(|a| a.starts_with("--log-level")).unwrap_or(argv.len());
+        argv.insert(at, extra.to_string());
+    };
+    if let Some(l) = &log_level {
+        before_log_levels(&mut eal_args, l);
+    }
     for (k, pipe) in kernel.iter().chain(afp_pipe.iter()).enumerate() {
         eal_args.push("--vdev".into());
         eal_args.push(pipe.vdev(k));
@@ -385,8 +399,8 @@ fn run(args: &Args) -> Result<bool> {
     )?;
     let mut gw_eal = if memory == Memory::NoHuge { memory.eal_args() } else { Vec::new() };
     if let Some(l) = &log_level {
-        // torii's own --log-level is replaced by the first given: both levels.
-        gw_eal.extend(["--log-level=*:notice".to_string(), l.clone()]);
+        // Given a --log-level, torii adds none of its own: the extra one, then torii's.
+        gw_eal.extend([l.clone(), "--log-level=*:notice".to_string()]);
     }
     let config = workdir.join("gateway.toml");
     std::fs::write(
@@ -418,13 +432,12 @@ fn run(args: &Args) -> Result<bool> {
     gateway_cmd.arg("--config").arg(&config).env("NO_COLOR", "1");
     let gateway = Proc::spawn("torii-gateway", gateway_cmd, &workdir.join("gateway.log"))?;
     let testpmd = if baseline {
+        let mbufs = args.io_fwd_mbufs.unwrap_or_else(|| dut::gateway_pool_mbufs(arms as u32, args.queue_size));
         let mut cmd =
-            dut::testpmd_command(&args.testpmd_bin, &iofwd_socks, (args.bench_cpu, args.dut_cpu), args.queue_size, memory);
+            dut::testpmd_command(&args.testpmd_bin, &iofwd_socks, args.dut_cpu, args.queue_size, mbufs, memory);
         if let Some(l) = &log_level {
-            // EAL arguments before testpmd's own (after "--").
-            let mut argv: Vec<std::ffi::OsString> = cmd.get_args().map(Into::into).collect();
-            let split = argv.iter().position(|a| a == "--").unwrap_or(argv.len());
-            argv.insert(split, l.into());
+            let mut argv: Vec<String> = cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+            before_log_levels(&mut argv, l);
             let mut with = Command::new(cmd.get_program());
             with.args(argv);
             cmd = with;
@@ -849,8 +862,12 @@ fn describe(plan: &Plan, dut: Dut, label: &str, t: &TrialOutcome) -> String {
         t.offered.saturating_sub(t.received),
         t.refused + t.reflect_refused,
         match t.target_pps {
-            Some(r) if t.generator_limited =>
-                format!(" [generator short of the rate: asked {:.3} M/s, {} frames skipped]", r / 1e6, t.skipped),
+            Some(r) if t.generator_limited => format!(
+                " [generator short of the rate: asked {:.3} M/s, {} frames skipped; it had its CPU {:.0} % of the time]",
+                r / 1e6,
+                t.skipped,
+                100.0 * t.generator_cpu_s / t.duration_s.max(1e-9)
+            ),
             _ => String::new(),
         },
         if t.bad > 0 { format!("; {} BAD: {:?}", t.bad, t.examples) } else { String::new() },

@@ -182,6 +182,11 @@ pub struct TrialOutcome {
     pub skipped: u64,
     /// Whether the generator fell more than 1 % short of the asked rate.
     pub generator_limited: bool,
+    /// CPU time the generator's thread had while it offered frames, s
+    /// (`CLOCK_THREAD_CPUTIME_ID`):
+    /// well below `duration_s`, others took its CPU (a busy machine), and what it offered
+    /// measures its share of the CPU, not its ceiling.
+    pub generator_cpu_s: f64,
     /// Latency of every reply, ns (when asked).
     #[serde(skip)]
     pub latency: Option<Histogram<u64>>,
@@ -308,6 +313,8 @@ impl Generator {
         let mut last_tick = start;
         let mut checked = 0u64;
         let mut pacer = spec.rate_pps.map(Pacer::new);
+        let cpu_start = thread_cpu_s();
+        let mut cpu_end = None;
         loop {
             let now = Instant::now();
             if now.duration_since(last_tick) > Duration::from_millis(100) {
@@ -348,6 +355,7 @@ impl Generator {
                     out.refused += self.tx.len() as u64;
                 }
             } else {
+                cpu_end.get_or_insert_with(thread_cpu_s);
                 // Done when every frame the device took is back, or nothing came for 200 ms
                 // (a device descheduled on a busy machine resumes within that), or 2 s on.
                 let all_back = out.received + out.refused >= out.offered;
@@ -358,6 +366,7 @@ impl Generator {
             }
         }
         Mbuf::free_bulk(&mut self.tx);
+        out.generator_cpu_s = cpu_end.unwrap_or_else(thread_cpu_s) - cpu_start;
         out.skipped = pacer.map_or(0, |p| p.skipped());
         out.duration_s = spec.duration.as_secs_f64();
         if let Some(r) = spec.rate_pps {
@@ -562,6 +571,12 @@ impl Generator {
             }
         }
     }
+}
+
+/// CPU time of the calling thread, s.
+fn thread_cpu_s() -> f64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
 }
 
 #[cfg(test)]
