@@ -581,7 +581,12 @@ fn run(args: &Args) -> Result<bool> {
     std::fs::write(&args.out, json + "\n").with_context(|| format!("write {}", args.out.display()))?;
     let title = format!(
         "torii-bench: {} frames, {}/{}, {} (DPDK devices on vhost-user, nftables and AF_PACKET on veth), trials {} s, {} search(es); {:.0} s in all; results in {}",
-        args.frame_size.0.map_or("IMIX".to_string(), |s| format!("{s}-byte")),
+        {
+            // IPv6 runs may have raised the size (Plan::with_family).
+            let mut sizes: Vec<String> = plans.iter().map(Plan::frame_name).collect();
+            sizes.dedup();
+            sizes.iter().map(|s| if s == "imix" { "IMIX".into() } else { format!("{s}-byte") }).collect::<Vec<_>>().join(" and ")
+        },
         args.protocols.iter().map(|p| p.name().to_uppercase()).collect::<Vec<_>>().join(" and "),
         args.families.iter().map(|f| if *f == Family::Ipv4 { "IPv4" } else { "IPv6" }).collect::<Vec<_>>().join(" and "),
         if two_armed { "two-armed" } else { "one-armed" },
