@@ -73,13 +73,24 @@ impl Proc {
     pub fn spawn(name: &str, mut cmd: Command, log: &Path) -> Result<Self> {
         let out = File::create(log).with_context(|| format!("create {}", log.display()))?;
         let err = out.try_clone()?;
-        // SAFETY: the closure runs in the forked child before exec and makes one system
-        // call (prctl PR_SET_PDEATHSIG), which is async-signal-safe; it allocates nothing.
+        // SAFETY: the closure runs in the forked child before exec and makes two system
+        // calls (prctl PR_SET_PDEATHSIG, setsid), both async-signal-safe; it allocates
+        // nothing.
         // A DPDK process left behind would busy-poll a core of a shared machine: if
         // torii-bench dies without its Drop running (SIGKILL, a timeout), so do they.
+        //
+        // setsid: each process starts a session of its own, hence (with
+        // `kernel.sched_autogroup_enabled`, the default of most distributions) a scheduler
+        // group of its own. In one group with the generator, a device whose forwarding
+        // thread is always runnable on its CPU drew the group's CPU weight away from the
+        // generator's CPU: on a busy machine the generator had 20-25 % of its CPU facing
+        // testpmd and 30-70 % facing torii, and offered accordingly.
         #[allow(unsafe_code)]
         unsafe {
-            cmd.pre_exec(|| set_parent_process_death_signal(Some(Signal::KILL)).map_err(std::io::Error::from));
+            cmd.pre_exec(|| {
+                set_parent_process_death_signal(Some(Signal::KILL)).map_err(std::io::Error::from)?;
+                rustix::process::setsid().map(drop).map_err(std::io::Error::from)
+            });
         }
         let child = cmd
             .stdin(Stdio::piped())
