@@ -124,7 +124,12 @@ fn torii_bench_smoke_ipv6_two_armed() -> Result<()> {
     let text = fs::read_to_string(&result).with_context(|| format!("read {}", result.display()))?;
     let r: Value = serde_json::from_str(&text).with_context(|| format!("{} is not JSON", result.display()))?;
     let check = || -> Result<()> {
-        ensure!(r["ok"] == true && r["bad_frames"] == 0, "checks failed: ok {}, bad_frames {}", r["ok"], r["bad_frames"]);
+        ensure!(
+            r["ok"] == true && r["bad_frames"] == 0,
+            "checks failed: ok {}, bad_frames {}",
+            r["ok"],
+            r["bad_frames"]
+        );
         let runs = r["runs"].as_array().context("runs is not an array")?;
         ensure!(runs.len() == 1, "{} runs, expected 1", runs.len());
         let run = &runs[0];
@@ -182,7 +187,10 @@ fn check_run(run: &Value, baseline: bool, expected_offered: u64) -> Result<()> {
         let t = &l["trial"];
         let offered = t["offered"].as_u64().context("offered")?;
         // A paced trial offers rate × duration frames, give or take a burst.
-        ensure!(offered.abs_diff(expected_offered) <= 64, "{name}: offered {offered}, expected about {expected_offered}");
+        ensure!(
+            offered.abs_diff(expected_offered) <= 64,
+            "{name}: offered {offered}, expected about {expected_offered}"
+        );
         ensure!(l["lost"] == 0 && t["received"] == offered, "{name}: lost {} of {offered}", l["lost"]);
         ensure!(t["refused"] == 0 && t["reflect_refused"] == 0 && t["bad"] == 0, "{name}: {t}");
         if connections {

@@ -194,7 +194,7 @@ pub fn gateway_pool_mbufs(ports: u32, queue_size: u16) -> u32 {
 ///   descriptors, version 1; `--dpdk-log-level lib.vhost.config:info` prints them);
 /// - a pool of `mbufs` mbufs with torii-gateway's cache of 256 (0: testpmd's default
 ///   pool, (2048 + 2 × 250 + 2048 + 512) × RTE_MAX_ETHPORTS = 163 456 mbufs, 370 MiB in
-///   Debian's build, against torii's 16 383 and 40 MiB for one port of 4096 descriptors:
+///   Debian's build, against torii's 16 383 and 42 MiB for one port of 4096 descriptors:
 ///   every frame is copied into and out of the device's mbufs by torii-bench's vhost side,
 ///   and mbufs spilled from the lcore cache come back from the pool's ring in FIFO order,
 ///   so the whole pool circulates through the caches and the TLB of both sides).

@@ -1,5 +1,6 @@
 //! torii-bench: the line-rate harness. A DPDK generator and sink in its own process that
-//! plays the clients and the endpoints of a set of Services, against torii-gateway on
+//! plays the clients and the endpoints of a set of Services (IPv4 or IPv6, on one link or,
+//! two-armed, on a client link and an endpoint link), against torii-gateway on
 //! `net_virtio_user` and, in the same run and on the same core, its baselines: testpmd's
 //! io forwarding on the same kind of pipe (the do-nothing ceiling, which is also the
 //! generator's own ceiling), the Linux kernel with kube-proxy's nftables rules and

@@ -309,7 +309,8 @@ fn run(args: &Args) -> Result<bool> {
     let shm_dir = format!("/dev/shm/torii-bench-{pid}");
     // Each DPDK device's sockets: the clients' link, then (two-armed) the endpoints'.
     let arms = if two_armed { 2 } else { 1 };
-    let sock_of = |dev: &str, k: usize| workdir.join(if k == 0 { format!("{dev}.sock") } else { format!("{dev}-back.sock") });
+    let sock_of =
+        |dev: &str, k: usize| workdir.join(if k == 0 { format!("{dev}.sock") } else { format!("{dev}-back.sock") });
     let torii_socks: Vec<PathBuf> = (0..arms).map(|k| sock_of("torii", k)).collect();
     let iofwd_socks: Vec<PathBuf> = (0..arms).map(|k| sock_of("io-fwd", k)).collect();
     eprintln!(
@@ -452,7 +453,10 @@ fn run(args: &Args) -> Result<bool> {
         Some(pipe) => {
             let config = workdir.join("gateway-af-packet.toml");
             let driver = GatewayDriver::AfPacket { iface: pipe.dut_if.clone() };
-            std::fs::write(&config, biggest.gateway_config(&afp_shm_dir, &manifests.display().to_string(), &driver, false))?;
+            std::fs::write(
+                &config,
+                biggest.gateway_config(&afp_shm_dir, &manifests.display().to_string(), &driver, false),
+            )?;
             let mut control_cmd = Command::new(&control_bin);
             control_cmd.args(["run", "--config"]).arg(&config).arg("--manifests").arg(&manifests).env("NO_COLOR", "1");
             let control =

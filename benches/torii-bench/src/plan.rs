@@ -644,7 +644,13 @@ impl Plan {
     /// subnets and a back one the endpoints' (DPDK: one `net_virtio_user` device on each of
     /// two sockets), conntrack sized for the flows of both protocols; with `dual_stack`,
     /// the IPv6 subnets and SNAT address too.
-    pub fn gateway_config(&self, shm_dir: &str, manifests_dir: &str, driver: &GatewayDriver, dual_stack: bool) -> String {
+    pub fn gateway_config(
+        &self,
+        shm_dir: &str,
+        manifests_dir: &str,
+        driver: &GatewayDriver,
+        dual_stack: bool,
+    ) -> String {
         // Flows of both protocols may be tracked at once (runs share the gateway), with
         // room; above 1 M flows only twice the flows (memory). No SYN proxy: above
         // `syn_cookies_above_per_s` (50 000 by default) the gateway would answer SYNs with
@@ -998,7 +1004,8 @@ pub fn check_to_client(plan: &Plan, frame: &[u8], flow: u32, checksums: bool) ->
     if checksums {
         h.sums.map_err(|e| format!("{}: {e}", what()))?;
     }
-    if (h.src, h.sport) != (plan.vip_of(plan.service_of(flow)), plan.vip_port()) || (h.dst, h.dport) != plan.client(flow)
+    if (h.src, h.sport) != (plan.vip_of(plan.service_of(flow)), plan.vip_port())
+        || (h.dst, h.dport) != plan.client(flow)
     {
         return Err(format!("{}: not the flow's VIP and client", what()));
     }
@@ -1034,13 +1041,15 @@ fn headers(plan: &Plan, frame: &[u8], checksums: bool) -> Result<Headers, String
             } else {
                 Err(format!("bad IPv4 header checksum {:#06x}", ip.checksum()))
             };
-            let (sport, dport, l4_sum) = l4_headers(plan.protocol, ip.payload(), checksums, ip.src_addr(), ip.dst_addr())?;
+            let (sport, dport, l4_sum) =
+                l4_headers(plan.protocol, ip.payload(), checksums, ip.src_addr(), ip.dst_addr())?;
             let (src, dst) = (ip.src_addr().into(), ip.dst_addr().into());
             Ok(Headers { eth_src, eth_dst, src, dst, sport, dport, sums: ip_sum.and(l4_sum) })
         }
         (Family::Ipv6, EtherType::Ipv6) => {
             let ip = Ipv6Packet::new_checked(eth.payload()).map_err(|e| format!("bad IPv6 packet: {e:?}"))?;
-            let (sport, dport, sums) = l4_headers(plan.protocol, ip.payload(), checksums, ip.src_addr(), ip.dst_addr())?;
+            let (sport, dport, sums) =
+                l4_headers(plan.protocol, ip.payload(), checksums, ip.src_addr(), ip.dst_addr())?;
             let (src, dst) = (ip.src_addr().into(), ip.dst_addr().into());
             Ok(Headers { eth_src, eth_dst, src, dst, sport, dport, sums })
         }
@@ -1060,12 +1069,20 @@ fn l4_headers<A: torii_gateway::wire::checksum::PseudoHeaderAddr>(
         Protocol::Udp => {
             let u = UdpPacket::new_checked(l4).map_err(|e| format!("bad UDP datagram: {e:?}"))?;
             let ok = !checksums || (u.checksum() != 0 && u.verify_checksum(src, dst));
-            (u.src_port(), u.dst_port(), if ok { Ok(()) } else { Err(format!("bad UDP checksum {:#06x}", u.checksum())) })
+            (
+                u.src_port(),
+                u.dst_port(),
+                if ok { Ok(()) } else { Err(format!("bad UDP checksum {:#06x}", u.checksum())) },
+            )
         }
         Protocol::Tcp => {
             let t = TcpPacket::new_checked(l4).map_err(|e| format!("bad TCP segment: {e:?}"))?;
             let ok = !checksums || t.verify_checksum(src, dst);
-            (t.src_port(), t.dst_port(), if ok { Ok(()) } else { Err(format!("bad TCP checksum {:#06x}", t.checksum())) })
+            (
+                t.src_port(),
+                t.dst_port(),
+                if ok { Ok(()) } else { Err(format!("bad TCP checksum {:#06x}", t.checksum())) },
+            )
         }
     })
 }
@@ -1278,7 +1295,11 @@ mod tests {
     fn ipv6_templates_are_84_byte_probes_that_round_trip() {
         for protocol in [Protocol::Udp, Protocol::Tcp] {
             let p = plan(protocol).with_family(Family::Ipv6).unwrap();
-            assert_eq!((p.frame_size, p.frame_name()), (84, "84".to_string()), "64 is raised to the smallest IPv6 probe");
+            assert_eq!(
+                (p.frame_size, p.frame_name()),
+                (84, "84".to_string()),
+                "64 is raised to the smallest IPv6 probe"
+            );
             let mut f = p.template(59_999);
             assert_eq!(f.len(), 80, "{protocol:?}");
             let segment = if protocol == Protocol::Tcp { Segment::Data } else { Segment::Datagram };
@@ -1287,7 +1308,9 @@ mod tests {
             stamp(protocol, &mut f, 7, 0x0123_4567_89ab_cdef);
             check_to_endpoint(&p, Dut::IoFwd, &f, 59_999, true).unwrap();
             let v4 = plan(protocol);
-            assert!(check_to_endpoint(&v4, Dut::IoFwd, &f, 59_999, false).unwrap_err().contains("Ipv6 frame in an ipv4 run"));
+            assert!(check_to_endpoint(&v4, Dut::IoFwd, &f, 59_999, false)
+                .unwrap_err()
+                .contains("Ipv6 frame in an ipv4 run"));
             reflect(&mut f);
             let tx_ns = if protocol == Protocol::Udp { 0x0123_4567_89ab_cdef } else { 0x89ab_cdef };
             assert_eq!(classify(&f), Received::ToClient { flow: 59_999, trial: 7, tx_ns, segment });
@@ -1317,7 +1340,8 @@ mod tests {
         assert!(check_to_endpoint(&p, Dut::Torii, &v4_snat, 4, true).unwrap_err().contains("SNAT"));
         let two = p.with_two_armed(true);
         assert!(check_to_endpoint(&two, Dut::Torii, &f, 4, true).unwrap_err().contains("source MAC"));
-        let back = frames::udp6(L2 { src: GATEWAY_BACK_MAC, ..l2 }, (SNAT_IP6, 2000), (ep, ENDPOINT_PORT), &payload, 63);
+        let back =
+            frames::udp6(L2 { src: GATEWAY_BACK_MAC, ..l2 }, (SNAT_IP6, 2000), (ep, ENDPOINT_PORT), &payload, 63);
         assert_eq!(check_to_endpoint(&two, Dut::Torii, &back, 4, true), Ok(2000));
     }
 

@@ -166,7 +166,8 @@ mod tests {
     fn answers_neighbor_solicitations_for_played_addresses_only() {
         let asker = MacAddr([2, 0, 0, 0, 0, 1]);
         let mine = MacAddr([2, 0, 0, 0, 0, 9]);
-        let (gw, played): (std::net::Ipv6Addr, std::net::Ipv6Addr) = ("fd00:70::1".parse().unwrap(), "fd00:70::1:2".parse().unwrap());
+        let (gw, played): (std::net::Ipv6Addr, std::net::Ipv6Addr) =
+            ("fd00:70::1".parse().unwrap(), "fd00:70::1:2".parse().unwrap());
         let ns = |target: std::net::Ipv6Addr| {
             let g = target.segments();
             let snm = std::net::Ipv6Addr::new(0xff02, 0, 0, 0, 0, 1, 0xff00 | (g[6] & 0xff), g[7]);
@@ -188,7 +189,10 @@ mod tests {
         assert_eq!((ip.src_addr(), ip.dst_addr()), (played, gw));
         let adv = NdpPacket::new_checked(ip.payload()).unwrap();
         adv.validate(ip.hop_limit(), ip.src_addr(), ip.dst_addr()).expect("a valid advertisement");
-        assert_eq!((adv.msg_type(), adv.flags(), adv.target_addr()), (Icmpv6Type::NeighborAdvert, FLAG_SOLICITED | FLAG_OVERRIDE, played));
+        assert_eq!(
+            (adv.msg_type(), adv.flags(), adv.target_addr()),
+            (Icmpv6Type::NeighborAdvert, FLAG_SOLICITED | FLAG_OVERRIDE, played)
+        );
         assert_eq!(adv.link_layer_option(torii_gateway::wire::ndp::OPTION_TARGET_LL_ADDR), Some(mine));
         assert_eq!(ndp_reply(&ns("fd00:70::1:3".parse().unwrap()), mac_of), None);
         assert_eq!(ndp_reply(&na, mac_of), None, "an advertisement is not answered");
