@@ -525,7 +525,7 @@ impl Plan {
     /// plan's.
     pub fn service_of_endpoint(&self, ip: IpAddr) -> Option<u32> {
         let (o2, o3) = endpoint_bytes(ip)?;
-        if o2 == 0 || o3 < 2 || o3 >= 252 {
+        if o2 == 0 || !(2..252).contains(&o3) {
             return None;
         }
         let k = u32::from(o2 - 1) * 250 + u32::from(o3 - 2);
