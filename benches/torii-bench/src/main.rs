@@ -902,5 +902,9 @@ mod tests {
         let a = Args::try_parse_from(["torii-bench", "--frame-size", "128", "--churn", "identical"]).unwrap();
         assert_eq!((a.frame_size, a.churn), (FrameSize(Some(128)), Churn::Identical));
         assert!(Args::try_parse_from(["torii-bench", "--frame-size", "big"]).is_err());
+        let a = Args::try_parse_from(["torii-bench", "--families", "ipv4,ipv6", "--topology", "two-armed"]).unwrap();
+        assert_eq!((a.families, a.topology), (vec![Family::Ipv4, Family::Ipv6], Topology::TwoArmed));
+        let a = Args::try_parse_from(["torii-bench", "--family", "ipv6"]).unwrap();
+        assert_eq!((a.families, a.topology), (vec![Family::Ipv6], Topology::OneArmed));
     }
 }
