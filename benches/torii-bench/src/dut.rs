@@ -174,7 +174,8 @@ pub fn tail(path: &Path, lines: usize) -> String {
 /// descriptors (gateway/src/io/dpdk.rs: every ring full, a vector, a TX batch per port and
 /// two caches of 256, rounded up to 2^k − 1): 16 383 for one port of 4096.
 pub fn gateway_pool_mbufs(ports: u32, queue_size: u16) -> u32 {
-    (ports * 2 * u32::from(queue_size) + 2048).next_power_of_two() - 1
+    // BURST 32, VECTOR 256, POOL_CACHE 256 there.
+    (ports * (2 * u32::from(queue_size) + 32) + 256 + 2 * 256 + 1).next_power_of_two() - 1
 }
 
 /// testpmd's command line: io forwarding on one `net_virtio_user` port looped to itself
@@ -222,4 +223,33 @@ pub fn testpmd_command(
         cmd.args([format!("--total-num-mbufs={mbufs}"), "--mbcache=256".into()]);
     }
     cmd
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn testpmd_pool_is_torii_gateways() {
+        // gateway/src/io/dpdk.rs: ports × (rx + tx + 32) + 256 + 2 × 256, rounded up to 2^k − 1.
+        let torii = |ports: u32, q: u32| (ports * (2 * q + 32) + 256 + 512 + 1).next_power_of_two() - 1;
+        for (ports, q) in [(1, 1024), (1, 4096), (2, 4096), (1, 256)] {
+            assert_eq!(gateway_pool_mbufs(ports, q as u16), torii(ports, q), "{ports} × {q}");
+        }
+        assert_eq!(gateway_pool_mbufs(1, 4096), 16_383);
+    }
+
+    #[test]
+    fn testpmd_is_set_up_as_the_gateway() {
+        let socks = [PathBuf::from("/w/f.sock"), PathBuf::from("/w/b.sock")];
+        let args =
+            |cmd: Command| cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>().join(" ");
+        let two = args(testpmd_command(Path::new("testpmd"), &socks, 1, 4096, 32_767, Memory::Hugepages));
+        assert!(two.starts_with("--lcores=0@1,1@1 --main-lcore=0 "), "{two}");
+        assert!(two.contains("--vdev net_virtio_user0,path=/w/f.sock,queues=1,queue_size=4096 --vdev net_virtio_user1,path=/w/b.sock"), "{two}");
+        assert!(two.contains("-- --forward-mode=io --port-topology=paired --nb-cores=1 --rx-offloads=0xc --rxd=4096 --txd=4096 --burst=32"), "{two}");
+        assert!(two.ends_with("--total-num-mbufs=32767 --mbcache=256"), "{two}");
+        let one = args(testpmd_command(Path::new("testpmd"), &socks[..1], 1, 1024, 0, Memory::NoHuge));
+        assert!(one.contains("--port-topology=loop") && !one.contains("mbufs"), "{one}");
+    }
 }
