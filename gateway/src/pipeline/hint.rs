@@ -73,7 +73,7 @@ pub(super) struct FrameHints {
 /// (or vouched for by the device: `Meta::l3_csum_good`), not a fragment, TTL above 1,
 /// transport header whole, no partial L4 checksum. The flow key is the frame's
 /// [`FlowHint`]. Anything else is parsed again by the general path.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(super) struct LeanSegment {
     /// The interface the frame arrived on ([`super::link::Rx::iface`]).
     pub iface: u8,
