@@ -267,19 +267,14 @@ fn established_frames_take_the_lean_path() {
         let mut buf = [0u8; 256];
         buf[..f.len()].copy_from_slice(&f);
         let meta = Meta { iface, len: f.len(), ..Meta::default() };
-        // Stage 1 and 2 of a burst for this one frame, into slot 0.
+        // Stage 1 and 2 of a burst for this one frame.
         // A frame for another port's MAC (the wrong link) fails here: no lean path either.
         let Ok((rx, _)) = crate::pipeline::link::receive(&buf, &meta, &a.host) else { return false };
         let mut seg = None;
         let Some((key, _)) = crate::pipeline::ipv4::flow_key(&buf, &rx, &mut seg) else { return false };
-        let candidate = a.conntrack.lookup(&key).map(|(id, d)| crate::conntrack::Candidate::Flow(id, d));
-        a.hints.frames[0] = crate::pipeline::hint::FrameHints {
-            flow: Some(crate::pipeline::hint::FlowHint::V4(key, 0)),
-            candidate,
-            lean: seg,
-            ..Default::default()
-        };
-        crate::pipeline::lean::forward(SEC, &mut buf, 0, &constants, &mut a).is_some()
+        let Some((id, direction)) = a.conntrack.lookup(&key) else { return false };
+        let lean = crate::pipeline::hint::LeanFrame { key, hash: 0, id, direction, seg };
+        crate::pipeline::lean::forward(SEC, &mut buf, &lean, &constants, &mut a).is_some()
     };
     for conn in &mut conns {
         assert!(taken(conn, false, Variant::Data(10)), "{conn:?}");
