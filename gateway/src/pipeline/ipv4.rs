@@ -65,9 +65,8 @@ pub(super) fn flow_key_plain(frame: &[u8], rx: &Rx, lean: &mut Option<LeanSegmen
     }
     const IP: u16 = Ipv4Packet::<&[u8]>::HEADER_LEN as u16;
     let l4_len = total.checked_sub(IP)?;
-    let plain = h[8] > 1
-        && !rx.l4_csum_partial
-        && (rx.l3_csum_good || checksum::fold(checksum::partial(&h[..IP as usize], 0)) == 0xffff);
+    let plain =
+        h[8] > 1 && !rx.l4_csum_partial && (rx.l3_csum_good || h.first_chunk().is_some_and(checksum::ipv4_header_ok));
     let protocol = h[9];
     let (src_port, dst_port) = (be16(20), be16(22));
     let opens = match IpProtocol::from(protocol) {
