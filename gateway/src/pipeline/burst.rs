@@ -388,8 +388,8 @@ fn prefetch_reply_slot<A: Family>(st: &WorkerState, key: &FlowKey<A>, to: A, por
 /// SCTP frame or an IPv6 TCP or UDP frame, from its headers alone (none of the checks
 /// [`process`] makes beyond what a safe parse needs), hashed for its family's conntrack
 /// (`v4` or `v6`), whose index slots for it are prefetched (for a SYN, a key almost
-/// certainly absent, the next index line too: [`prefetch`]); no flow key for anything else.
-/// A frame the lean path may take (stage 1's parse found its [`super::hint::LeanSegment`])
+/// certainly absent, the next index line too: [`prefetch`]); no flow key for anything else;
+/// whether the IPv4 header's checksum was found correct on the way. A frame the lean path may take (stage 1's parse found its [`super::hint::LeanSegment`])
 /// has its hints written into `lean`: returns true (`out`'s flow key is then stale); any
 /// other frame into `out` (in place: built elsewhere and copied, the key's narrow fields reach
 /// the slot through wide loads that cannot forward from them, a store-forwarding stall
@@ -410,7 +410,8 @@ fn hint(
     match link::receive(frame, meta, host) {
         Ok((rx, EtherType::Ipv4)) => {
             lean.seg = None;
-            if let Some((key, opens)) = ipv4::flow_key(frame, &rx, &mut lean.seg) {
+            let mut checked = false;
+            if let Some((key, opens)) = ipv4::flow_key(frame, &rx, &mut lean.seg, &mut checked) {
                 let hash = prefetch(v4, &key, opens);
                 if lean.seg.is_some() {
                     lean.key = key;
@@ -418,18 +419,21 @@ fn hint(
                     return true;
                 }
                 out.flow = Some(FlowHint::V4(key, hash));
+                out.l3_checked = checked;
                 return false;
             }
         }
         Ok((rx, EtherType::Ipv6)) => {
             if let Some((key, opens)) = ipv6::flow_key(frame, &rx) {
                 out.flow = Some(FlowHint::V6(key, prefetch(v6, &key, opens)));
+                out.l3_checked = false;
                 return false;
             }
         }
         _ => {}
     }
     out.flow = None;
+    out.l3_checked = false;
     false
 }
 

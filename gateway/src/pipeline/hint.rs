@@ -61,6 +61,10 @@ pub(super) struct FrameHints {
     pub route: Option<RouteHint>,
     /// A new flow's front door and ring endpoint.
     pub new_flow: Option<NewFlowHint>,
+    /// Stage 1 found the frame's IPv4 header checksum correct (or the device vouched for
+    /// it): [`super::process`] need not sum the header again (the frame's bytes do not
+    /// change between the two). False when not checked.
+    pub l3_checked: bool,
 }
 
 impl FrameHints {
@@ -69,7 +73,8 @@ impl FrameHints {
     /// ended); no route or new-flow hint.
     #[inline]
     pub fn from_lean(lean: &LeanFrame, candidate: Option<Candidate>) -> Self {
-        Self { flow: Some(FlowHint::V4(lean.key, lean.hash)), candidate, route: None, new_flow: None }
+        // A lean frame's header checksum was verified: part of `LeanSegment`'s contract.
+        Self { flow: Some(FlowHint::V4(lean.key, lean.hash)), candidate, route: None, new_flow: None, l3_checked: true }
     }
 }
 

@@ -28,13 +28,20 @@ use crate::wire::{checksum, IpProtocol, Ipv4Packet, TcpFlags, TcpPacket, UdpPack
 /// [`LeanSegment`] of a frame the lean established path may take (see there for what that
 /// needs: this is the one parse such a frame gets), `None` for anything else.
 /// `None` for anything but TCP, UDP and SCTP, fragments included (`lean` then unchanged).
+/// `l3_checked` is set when the header checksum was found correct (or vouched for by the
+/// device) on the way ([`super::hint::FrameHints::l3_checked`]), left as it was otherwise.
 ///
 /// The common case — a 20-byte header, TCP or UDP, the first 40 bytes of the packet in the
 /// frame — is read at fixed offsets after one bounds check ([`flow_key_plain`]); anything
 /// else, or anything that case does not accept, is read with the checked views.
 #[inline]
-pub(super) fn flow_key(frame: &[u8], rx: &Rx, lean: &mut Option<LeanSegment>) -> Option<(FlowKey, bool)> {
-    if let Some(found) = flow_key_plain(frame, rx, lean) {
+pub(super) fn flow_key(
+    frame: &[u8],
+    rx: &Rx,
+    lean: &mut Option<LeanSegment>,
+    l3_checked: &mut bool,
+) -> Option<(FlowKey, bool)> {
+    if let Some(found) = flow_key_plain(frame, rx, lean, l3_checked) {
         return Some(found);
     }
     flow_key_checked(frame, rx, lean)
@@ -52,7 +59,12 @@ const PLAIN_LEN: usize = 40;
 /// bounds check. `None` (and `lean` unchanged) for any other packet: the checked parse
 /// decides those.
 #[inline]
-pub(super) fn flow_key_plain(frame: &[u8], rx: &Rx, lean: &mut Option<LeanSegment>) -> Option<(FlowKey, bool)> {
+pub(super) fn flow_key_plain(
+    frame: &[u8],
+    rx: &Rx,
+    lean: &mut Option<LeanSegment>,
+    l3_checked: &mut bool,
+) -> Option<(FlowKey, bool)> {
     let l3 = rx.l2_len;
     let packet = frame.get(l3..rx.len)?;
     let h: &[u8; PLAIN_LEN] = packet.first_chunk()?;
@@ -65,8 +77,8 @@ pub(super) fn flow_key_plain(frame: &[u8], rx: &Rx, lean: &mut Option<LeanSegmen
     }
     const IP: u16 = Ipv4Packet::<&[u8]>::HEADER_LEN as u16;
     let l4_len = total.checked_sub(IP)?;
-    let plain =
-        h[8] > 1 && !rx.l4_csum_partial && (rx.l3_csum_good || h.first_chunk().is_some_and(checksum::ipv4_header_ok));
+    let checked = rx.l3_csum_good || h.first_chunk().is_some_and(checksum::ipv4_header_ok);
+    let plain = h[8] > 1 && !rx.l4_csum_partial && checked;
     let protocol = h[9];
     let (src_port, dst_port) = (be16(20), be16(22));
     let opens = match IpProtocol::from(protocol) {
@@ -114,6 +126,7 @@ pub(super) fn flow_key_plain(frame: &[u8], rx: &Rx, lean: &mut Option<LeanSegmen
         dst_addr: Ipv4Addr::from_bits(be32(16)),
         dst_port,
     };
+    *l3_checked = checked;
     Some((key, opens))
 }
 
@@ -185,7 +198,8 @@ pub(super) fn handle(now: u64, frame: &mut [u8], rx: &Rx, table: &Table, st: &mu
         let Ok(ip) = Ipv4Packet::new_checked(&frame[l3..rx.len]) else {
             return Verdict::Drop(DropReason::MalformedIpv4);
         };
-        if !rx.l3_csum_good && !ip.verify_checksum() {
+        // Stage 1 of a burst may have summed the header already (`FrameHints::l3_checked`).
+        if !rx.l3_csum_good && !st.hints.current_ref().l3_checked && !ip.verify_checksum() {
             return Verdict::Drop(DropReason::BadIpv4Checksum);
         }
         if ip.header_len() > Ipv4Packet::<&[u8]>::HEADER_LEN && source_routed(ip.options()) {

@@ -242,11 +242,14 @@ proptest! {
         let meta = Meta { iface: FRONT, len, l4_csum_partial: partial, l3_csum_good: good, ..Meta::default() };
         let Ok((rx, _)) = crate::pipeline::link::receive(&f, &meta, &st.host) else { return Ok(()) };
         let (mut plain_seg, mut checked_seg) = (None, None);
-        let plain = crate::pipeline::ipv4::flow_key_plain(&f, &rx, &mut plain_seg);
+        let mut header_ok = false;
+        let plain = crate::pipeline::ipv4::flow_key_plain(&f, &rx, &mut plain_seg, &mut header_ok);
         let checked = crate::pipeline::ipv4::flow_key_checked(&f, &rx, &mut checked_seg);
         prop_assert!(plain.is_some() || !untouched, "a plain segment left to the checked parse");
         if plain.is_some() {
             prop_assert_eq!(plain, checked);
+            let ip = crate::wire::Ipv4Packet::new_unchecked(&f[14..len]);
+            prop_assert_eq!(header_ok, good || ip.verify_checksum());
             prop_assert_eq!(plain_seg, checked_seg);
         } else {
             prop_assert_eq!(plain_seg, None);
@@ -271,7 +274,7 @@ fn established_frames_take_the_lean_path() {
         // A frame for another port's MAC (the wrong link) fails here: no lean path either.
         let Ok((rx, _)) = crate::pipeline::link::receive(&buf, &meta, &a.host) else { return false };
         let mut seg = None;
-        let Some((key, _)) = crate::pipeline::ipv4::flow_key(&buf, &rx, &mut seg) else { return false };
+        let Some((key, _)) = crate::pipeline::ipv4::flow_key(&buf, &rx, &mut seg, &mut false) else { return false };
         let Some((id, direction)) = a.conntrack.lookup(&key) else { return false };
         let lean = crate::pipeline::hint::LeanFrame { key, hash: 0, id, direction, seg };
         crate::pipeline::lean::forward(SEC, &mut buf, &lean, &constants, &mut a).is_some()
