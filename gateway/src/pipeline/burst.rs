@@ -113,6 +113,9 @@ pub fn process_burst<B: AsMut<[u8]>>(
     verdicts: &mut [Verdict],
 ) {
     let n = frames.len().min(metas.len()).min(verdicts.len());
+    // Cut to `n`: every index below is checked against `n`, so the slices' own bounds
+    // checks fold into those.
+    let (frames, metas, verdicts) = (&mut frames[..n], &metas[..n], &mut verdicts[..n]);
     let constants = lean::BurstConstants::new(now, table, st);
     // Frame `i`'s hints live in slot `i % PREFETCH_WINDOW` from its stage 1 (step `i`) to its
     // processing (step `i + PROCESS_AT`), so the pipeline runs through the whole burst
