@@ -51,11 +51,14 @@ pub fn rewrite_ipv4(ip_buf: &mut [u8], rw: &Rewrite, l4_partial: bool) {
 /// byte-order independent ([RFC 1071] § 2(B)), and the packet's own addresses and ports are
 /// the old values. The lean established path's rewrite. The caller checked TTL > 1.
 ///
+/// Always inlined: the lean path's one call per packet, whose arguments would otherwise go
+/// through memory.
+///
 /// # Panics
 /// If `ip_buf` is shorter than the headers (40 bytes for TCP, 28 for UDP).
 ///
 /// [RFC 1071]: https://www.rfc-editor.org/rfc/rfc1071
-#[inline]
+#[inline(always)]
 pub fn rewrite_ipv4_plain(ip_buf: &mut [u8], tcp: bool, rw: &Rewrite) {
     let b = &mut ip_buf[..if tcp { 40 } else { 28 }];
     let word = |b: &[u8], at: usize| u16::from_ne_bytes([b[at], b[at + 1]]);

@@ -46,7 +46,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use super::family::Family;
-use super::hint::{FlowHint, FrameHints, NewFlowHint, RouteHint, PREFETCH_WINDOW};
+use super::hint::{FlowHint, FrameHints, LeanFrame, NewFlowHint, RouteHint, PREFETCH_WINDOW};
 use super::link;
 use super::{backend, ipv4, ipv6, lean, process, Meta, Verdict, WorkerState};
 use crate::conntrack::{Candidate, Conntrack, Direction, FlowId, FlowKey, Vacancy};
@@ -113,34 +113,60 @@ pub fn process_burst<B: AsMut<[u8]>>(
     verdicts: &mut [Verdict],
 ) {
     let n = frames.len().min(metas.len()).min(verdicts.len());
+    // Cut to `n`: every index below is checked against `n`, so the slices' own bounds
+    // checks fold into those.
+    let (frames, metas, verdicts) = (&mut frames[..n], &metas[..n], &mut verdicts[..n]);
     let constants = lean::BurstConstants::new(now, table, st);
     // Frame `i`'s hints live in slot `i % PREFETCH_WINDOW` from its stage 1 (step `i`) to its
     // processing (step `i + PROCESS_AT`), so the pipeline runs through the whole burst
     // without draining between windows.
     let mut ahead: [Ahead<'_>; PREFETCH_WINDOW] = [Ahead::Done; PREFETCH_WINDOW];
+    // The compact hints of the frames that may take the lean path (`lean`), by slot.
+    let mut leans = [LeanFrame::EMPTY; PREFETCH_WINDOW];
     // Bit `i % PREFETCH_WINDOW`: frame `i` opens a new flow whose prefetches are under way.
     let mut new_flows: u32 = 0;
+    // Bit `i % PREFETCH_WINDOW`: frame `i`'s hints are in `leans`, not in `st.hints`.
+    let mut lean_frames: u32 = 0;
     let slot = |i: usize| i % PREFETCH_WINDOW;
     for step in 0..n + PROCESS_AT {
         if step < n {
             let j = slot(step);
-            hint(frames[step].as_mut(), &metas[step], &st.host, &st.conntrack, &st.conntrack6, &mut st.hints.frames[j]);
+            let h = &mut st.hints.frames[j];
+            let lean =
+                hint(frames[step].as_mut(), &metas[step], &st.host, &st.conntrack, &st.conntrack6, h, &mut leans[j]);
             new_flows &= !(1 << j);
+            lean_frames = lean_frames & !(1 << j) | u32::from(lean) << j;
         }
         if let Some(i) = step.checked_sub(STAGE_DISTANCE).filter(|&i| i < n) {
             let j = slot(i);
-            match &st.hints.frames[j].flow {
-                Some(FlowHint::V4(key, hash)) => probe(st, table, key, *hash, &mut ahead[j]),
-                Some(FlowHint::V6(key, hash)) => probe(st, table, key, *hash, &mut ahead[j]),
-                None => ahead[j] = Ahead::Done,
-            }
-            match ahead[j] {
-                Ahead::Frontend(_, vacancy) => {
-                    new_flows |= 1 << j;
-                    st.hints.frames[j].candidate = Some(Candidate::Absent(vacancy));
+            if lean_frames & (1 << j) != 0 {
+                let l = &mut leans[j];
+                match st.conntrack.prefetch_record(l.hash) {
+                    Candidate::Flow(id, direction) => (l.id, l.direction) = (id, direction),
+                    // No flow: a new one (an ACK or datagram of a flow not tracked) for the
+                    // general stages.
+                    Candidate::Absent(_) => {
+                        lean_frames &= !(1 << j);
+                        st.hints.frames[j] = FrameHints::from_lean(l, None);
+                    }
                 }
-                Ahead::Flow(id, direction) => st.hints.frames[j].candidate = Some(Candidate::Flow(id, direction)),
-                _ => {}
+            }
+            if lean_frames & (1 << j) == 0 {
+                match &st.hints.frames[j].flow {
+                    Some(FlowHint::V4(key, hash)) => probe(st, table, key, *hash, &mut ahead[j]),
+                    Some(FlowHint::V6(key, hash)) => probe(st, table, key, *hash, &mut ahead[j]),
+                    None => ahead[j] = Ahead::Done,
+                }
+                match ahead[j] {
+                    Ahead::Frontend(_, vacancy) => {
+                        new_flows |= 1 << j;
+                        st.hints.frames[j].candidate = Some(Candidate::Absent(vacancy));
+                    }
+                    Ahead::Flow(id, direction) => {
+                        st.hints.frames[j].candidate = Some(Candidate::Flow(id, direction));
+                    }
+                    _ => {}
+                }
             }
         }
         if new_flows != 0 {
@@ -159,32 +185,43 @@ pub fn process_burst<B: AsMut<[u8]>>(
         }
         if let Some(i) = step.checked_sub(2 * STAGE_DISTANCE).filter(|&i| i < n) {
             let j = slot(i);
-            if let Ahead::Flow(id, direction) = ahead[j] {
-                let h = &st.hints.frames[j];
-                let route = match h.flow {
-                    Some(FlowHint::V4(..)) if h.lean.is_some() => prefetch_lean(st, id, direction),
-                    Some(FlowHint::V4(..)) => prefetch_egress::<Ipv4Addr>(st, id, direction),
-                    Some(FlowHint::V6(..)) => prefetch_egress::<Ipv6Addr>(st, id, direction),
-                    None => None,
-                };
-                // Stage 1 left `None` there: a frame without a route (every lean one) costs no
-                // store of the whole hint.
-                if route.is_some() {
-                    st.hints.frames[j].route = route;
+            if lean_frames & (1 << j) != 0 {
+                let l = &leans[j];
+                if !prefetch_lean(st, l.id, l.direction) {
+                    // Never routed: the general path routes it.
+                    lean_frames &= !(1 << j);
+                    st.hints.frames[j] = FrameHints::from_lean(l, Some(Candidate::Flow(l.id, l.direction)));
+                    ahead[j] = Ahead::Flow(l.id, l.direction);
+                }
+            }
+            if lean_frames & (1 << j) == 0 {
+                if let Ahead::Flow(id, direction) = ahead[j] {
+                    let route = match st.hints.frames[j].flow {
+                        Some(FlowHint::V4(..)) => prefetch_egress::<Ipv4Addr>(st, id, direction),
+                        Some(FlowHint::V6(..)) => prefetch_egress::<Ipv6Addr>(st, id, direction),
+                        None => None,
+                    };
+                    // Stage 1 left `None` there: a frame without a route costs no store of
+                    // the whole hint.
+                    if route.is_some() {
+                        st.hints.frames[j].route = route;
+                    }
                 }
             }
         }
         if let Some(i) = step.checked_sub(PROCESS_AT).filter(|&i| i < n) {
             let j = slot(i);
-            verdicts[i] = match lean::forward(now, frames[i].as_mut(), j, &constants, st) {
-                Some(verdict) => verdict,
-                None => {
-                    st.hints.current = j;
-                    let verdict = process(now, frames[i].as_mut(), &metas[i], table, st);
-                    st.hints.current = PREFETCH_WINDOW;
-                    verdict
+            if lean_frames & (1 << j) != 0 {
+                let l = &leans[j];
+                if let Some(verdict) = lean::forward(now, frames[i].as_mut(), l, &constants, st) {
+                    verdicts[i] = verdict;
+                    continue;
                 }
-            };
+                st.hints.frames[j] = FrameHints::from_lean(l, Some(Candidate::Flow(l.id, l.direction)));
+            }
+            st.hints.current = j;
+            verdicts[i] = process(now, frames[i].as_mut(), &metas[i], table, st);
+            st.hints.current = PREFETCH_WINDOW;
         }
     }
 }
@@ -222,19 +259,24 @@ fn prefetch_egress<A: Family>(st: &WorkerState, id: FlowId, direction: Direction
     }
 }
 
-/// Stage 3 of a frame the lean path may take ([`super::lean`]): the prefetches of
-/// [`prefetch_egress`] where the flow's egress is known, without a route hint (the lean path
-/// does not read it); [`prefetch_egress`] where it is not.
+/// Stage 3 of a frame the lean path may take ([`super::lean`]): where the flow's egress
+/// is known, the prefetches of [`prefetch_egress`] (front door's counters, next hop's
+/// neighbour slot), without a route hint (the lean path does not read one), and true;
+/// false for a flow never routed.
 #[inline]
-fn prefetch_lean(st: &WorkerState, id: FlowId, direction: Direction) -> Option<RouteHint> {
+fn prefetch_lean(st: &WorkerState, id: FlowId, direction: Direction) -> bool {
     let (to, state) = st.conntrack.peek_destination(id, direction);
     match state.egress.of(direction) {
         Some((_, on_link)) => {
             st.frontends.prefetch(state.frontend);
-            st.neighbours.prefetch(if on_link { to } else { st.host.router?.0 });
-            None
+            if on_link {
+                st.neighbours.prefetch(to);
+            } else if let Some((router, _)) = st.host.router {
+                st.neighbours.prefetch(router);
+            }
+            true
         }
-        None => prefetch_route(st, to, state.frontend),
+        None => false,
     }
 }
 
@@ -345,14 +387,16 @@ fn prefetch_reply_slot<A: Family>(st: &WorkerState, key: &FlowKey<A>, to: A, por
     prefetch(A::conntrack(st), &reply, true);
 }
 
-/// Stage 1: sets `out` to the hints of a frame before any stage: the flow key of an IPv4
-/// TCP, UDP or SCTP frame or an IPv6 TCP or UDP frame, from its headers alone (none of the
-/// checks [`process`] makes beyond what a safe parse needs), hashed for its family's
-/// conntrack (`v4` or `v6`), whose index slots for it are prefetched (for a SYN, a key
-/// almost certainly absent, the next index line too: [`prefetch`]); no flow key for
-/// anything else. Writes the hints in place: built elsewhere and copied, the key's narrow
-/// fields reach the slot through wide loads that cannot forward from them (a store-forwarding
-/// stall per frame).
+/// Stage 1: the hints of a frame before any stage: the flow key of an IPv4 TCP, UDP or
+/// SCTP frame or an IPv6 TCP or UDP frame, from its headers alone (none of the checks
+/// [`process`] makes beyond what a safe parse needs), hashed for its family's conntrack
+/// (`v4` or `v6`), whose index slots for it are prefetched (for a SYN, a key almost
+/// certainly absent, the next index line too: [`prefetch`]); no flow key for anything else;
+/// whether the IPv4 header's checksum was found correct on the way. A frame the lean path may take (stage 1's parse found its [`super::hint::LeanSegment`])
+/// has its hints written into `lean`: returns true (`out`'s flow key is then stale); any
+/// other frame into `out` (in place: built elsewhere and copied, the key's narrow fields reach
+/// the slot through wide loads that cannot forward from them, a store-forwarding stall
+/// per frame), returns false.
 #[inline]
 fn hint(
     frame: &[u8],
@@ -361,25 +405,39 @@ fn hint(
     v4: &Conntrack<Ipv4Addr>,
     v6: &Conntrack<Ipv6Addr>,
     out: &mut FrameHints,
-) {
+    lean: &mut LeanFrame,
+) -> bool {
     out.candidate = None;
     out.route = None;
     out.new_flow = None;
-    out.flow = None;
-    out.lean = None;
     match link::receive(frame, meta, host) {
         Ok((rx, EtherType::Ipv4)) => {
-            if let Some((key, opens)) = ipv4::flow_key(frame, &rx, &mut out.lean) {
-                out.flow = Some(FlowHint::V4(key, prefetch(v4, &key, opens)));
+            lean.seg = None;
+            let mut checked = false;
+            if let Some((key, opens)) = ipv4::flow_key(frame, &rx, &mut lean.seg, &mut checked) {
+                let hash = prefetch(v4, &key, opens);
+                if lean.seg.is_some() {
+                    lean.key = key;
+                    lean.hash = hash;
+                    return true;
+                }
+                out.flow = Some(FlowHint::V4(key, hash));
+                out.l3_checked = checked;
+                return false;
             }
         }
         Ok((rx, EtherType::Ipv6)) => {
             if let Some((key, opens)) = ipv6::flow_key(frame, &rx) {
                 out.flow = Some(FlowHint::V6(key, prefetch(v6, &key, opens)));
+                out.l3_checked = false;
+                return false;
             }
         }
         _ => {}
     }
+    out.flow = None;
+    out.l3_checked = false;
+    false
 }
 
 /// Hashes `key` for `conntrack` and prefetches the index slots the hash selects: for a key

@@ -9,7 +9,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::conntrack::tcp::Segment as TcpSegment;
-use crate::conntrack::{Candidate, FlowKey, TcpSeq};
+use crate::conntrack::{Candidate, Direction, FlowId, FlowKey, TcpSeq};
 use crate::wire::{IpProtocol, SctpPacket, TcpPacket, UdpPacket};
 
 /// Frames [`super::process_burst`] has in flight at once: from a frame's stage 1 to its processing
@@ -61,9 +61,58 @@ pub(super) struct FrameHints {
     pub route: Option<RouteHint>,
     /// A new flow's front door and ring endpoint.
     pub new_flow: Option<NewFlowHint>,
-    /// What the lean established path needs of the frame, when stage 1's parse found it
-    /// eligible ([`LeanSegment`]).
-    pub lean: Option<LeanSegment>,
+    /// Stage 1 found the frame's IPv4 header checksum correct (or the device vouched for
+    /// it): [`super::process`] need not sum the header again (the frame's bytes do not
+    /// change between the two). False when not checked.
+    pub l3_checked: bool,
+}
+
+impl FrameHints {
+    /// The hints of a frame [`LeanFrame`] held until the lean path turned it down: its flow
+    /// key and hash, and `candidate` (the flow found ahead, or where the key's probe run
+    /// ended); no route or new-flow hint.
+    #[inline]
+    pub fn from_lean(lean: &LeanFrame, candidate: Option<Candidate>) -> Self {
+        // A lean frame's header checksum was verified: part of `LeanSegment`'s contract.
+        Self { flow: Some(FlowHint::V4(lean.key, lean.hash)), candidate, route: None, new_flow: None, l3_checked: true }
+    }
+}
+
+/// The compact hints of a frame on the lean established path's stages of
+/// [`super::process_burst`] (`super::lean`), kept instead of [`FrameHints`] while the frame
+/// may take that path: the flow key and its hash (stage 1), the flow found ahead (stage
+/// 2), and the [`LeanSegment`] stage 1 parsed. A frame the lean path turns down at any stage
+/// has its [`FrameHints`] written from these ([`FrameHints::from_lean`]) and goes on as
+/// any other.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct LeanFrame {
+    /// The frame's flow key (an IPv4 TCP or UDP one).
+    pub key: FlowKey<Ipv4Addr>,
+    /// Its hash in the worker's IPv4 conntrack.
+    pub hash: u64,
+    /// The flow found ahead (stage 2): its id ...
+    pub id: FlowId,
+    /// ... and the direction of the key's tuple.
+    pub direction: Direction,
+    /// What stage 1's parse found; `None`: not a lean frame.
+    pub seg: Option<LeanSegment>,
+}
+
+impl LeanFrame {
+    /// A slot before any frame.
+    pub const EMPTY: Self = Self {
+        key: FlowKey {
+            protocol: 0,
+            src_addr: Ipv4Addr::UNSPECIFIED,
+            src_port: 0,
+            dst_addr: Ipv4Addr::UNSPECIFIED,
+            dst_port: 0,
+        },
+        hash: 0,
+        id: 0,
+        direction: Direction::Original,
+        seg: None,
+    };
 }
 
 /// A frame stage 1 of [`super::process_burst`] parsed in full for the lean established path
@@ -73,7 +122,7 @@ pub(super) struct FrameHints {
 /// (or vouched for by the device: `Meta::l3_csum_good`), not a fragment, TTL above 1,
 /// transport header whole, no partial L4 checksum. The flow key is the frame's
 /// [`FlowHint`]. Anything else is parsed again by the general path.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(super) struct LeanSegment {
     /// The interface the frame arrived on ([`super::link::Rx::iface`]).
     pub iface: u8,

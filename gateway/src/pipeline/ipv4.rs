@@ -4,6 +4,7 @@
 //! flows, [`super::icmp_error`]), or, for a later fragment, along its first
 //! ([`super::fragment`]).
 
+use std::net::Ipv4Addr;
 use std::ops::Range;
 
 use super::flow::{self, Segment};
@@ -17,7 +18,7 @@ use crate::conntrack::{FlowKey, TcpSeq};
 use crate::counters::DropReason;
 use crate::fragments::FragmentKey;
 use crate::table::Table;
-use crate::wire::{IpProtocol, Ipv4Packet, TcpFlags, TcpPacket, UdpPacket};
+use crate::wire::{checksum, IpProtocol, Ipv4Packet, TcpFlags, TcpPacket, UdpPacket};
 
 /// The flow key of the TCP, UDP or SCTP packet after the link-layer header of `frame`, read with
 /// checked views but without [`handle`]'s checks (header checksum, TTL): a hint for
@@ -27,8 +28,111 @@ use crate::wire::{IpProtocol, Ipv4Packet, TcpFlags, TcpPacket, UdpPacket};
 /// [`LeanSegment`] of a frame the lean established path may take (see there for what that
 /// needs: this is the one parse such a frame gets), `None` for anything else.
 /// `None` for anything but TCP, UDP and SCTP, fragments included (`lean` then unchanged).
+/// `l3_checked` is set when the header checksum was found correct (or vouched for by the
+/// device) on the way ([`super::hint::FrameHints::l3_checked`]), left as it was otherwise.
+///
+/// The common case — a 20-byte header, TCP or UDP, the first 40 bytes of the packet in the
+/// frame — is read at fixed offsets after one bounds check ([`flow_key_plain`]); anything
+/// else, or anything that case does not accept, is read with the checked views.
 #[inline]
-pub(super) fn flow_key(frame: &[u8], rx: &Rx, lean: &mut Option<LeanSegment>) -> Option<(FlowKey, bool)> {
+pub(super) fn flow_key(
+    frame: &[u8],
+    rx: &Rx,
+    lean: &mut Option<LeanSegment>,
+    l3_checked: &mut bool,
+) -> Option<(FlowKey, bool)> {
+    if let Some(found) = flow_key_plain(frame, rx, lean, l3_checked) {
+        return Some(found);
+    }
+    flow_key_checked(frame, rx, lean)
+}
+
+/// Bytes of an IPv4 packet [`flow_key_plain`] reads: a 20-byte header and the first 20 bytes
+/// of its transport header.
+const PLAIN_LEN: usize = 40;
+
+/// [`flow_key`] of a packet whose first [`PLAIN_LEN`] bytes are in the frame, with a
+/// 20-byte header (IHL 5), not a fragment, carrying TCP or UDP with a well-formed header:
+/// the same key, flag and [`LeanSegment`] as [`flow_key_checked`], whose checks it makes
+/// ([`Ipv4Packet::new_checked`], [`TcpPacket::new_checked`], [`UdpPacket::new_checked`],
+/// [`Ipv4Packet::verify_checksum`]) on a fixed-size array, so that no read needs its own
+/// bounds check. `None` (and `lean` unchanged) for any other packet: the checked parse
+/// decides those.
+#[inline]
+pub(super) fn flow_key_plain(
+    frame: &[u8],
+    rx: &Rx,
+    lean: &mut Option<LeanSegment>,
+    l3_checked: &mut bool,
+) -> Option<(FlowKey, bool)> {
+    let l3 = rx.l2_len;
+    let packet = frame.get(l3..rx.len)?;
+    let h: &[u8; PLAIN_LEN] = packet.first_chunk()?;
+    let be16 = |at: usize| u16::from_be_bytes([h[at], h[at + 1]]);
+    let be32 = |at: usize| u32::from_be_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
+    let total = be16(2);
+    // Version 4, IHL 5; Total Length within the frame; no MF flag, offset 0.
+    if h[0] != 0x45 || usize::from(total) > packet.len() || be16(6) & 0x3fff != 0 {
+        return None;
+    }
+    const IP: u16 = Ipv4Packet::<&[u8]>::HEADER_LEN as u16;
+    let l4_len = total.checked_sub(IP)?;
+    let checked = rx.l3_csum_good || h.first_chunk().is_some_and(checksum::ipv4_header_ok);
+    let plain = h[8] > 1 && !rx.l4_csum_partial && checked;
+    let protocol = h[9];
+    let (src_port, dst_port) = (be16(20), be16(22));
+    let opens = match IpProtocol::from(protocol) {
+        IpProtocol::Tcp => {
+            // `TcpPacket::new_checked`: the 20-byte header whole, Data Offset 5 or more and
+            // within the segment.
+            let doff = u16::from(h[32] >> 4) * 4;
+            if l4_len < 20 || doff < 20 || doff > l4_len {
+                return None;
+            }
+            let flags = TcpFlags(h[33]);
+            let control = TcpFlags::SYN.0 | TcpFlags::FIN.0 | TcpFlags::RST.0 | TcpFlags::ACK.0;
+            if plain && flags.0 & control == TcpFlags::ACK.0 {
+                // `flow::tcp_seq` of such a segment: no SYN or FIN to count, no option read.
+                let tcp = TcpSeq {
+                    flags,
+                    seq: be32(24),
+                    ack: be32(28),
+                    window: be16(34),
+                    len: u32::from(l4_len - doff),
+                    wscale: None,
+                };
+                *lean = Some(LeanSegment { iface: rx.iface, l2_len: rx.l2_len as u8, total, tcp });
+            }
+            TcpSegment::of(flags) == TcpSegment::Syn
+        }
+        IpProtocol::Udp => {
+            // `UdpPacket::new_checked`: the 8-byte header whole, Length 8 or more and within
+            // the datagram.
+            let length = be16(24);
+            if l4_len < 8 || length < 8 || length > l4_len {
+                return None;
+            }
+            if plain {
+                *lean = Some(LeanSegment { iface: rx.iface, l2_len: rx.l2_len as u8, total, tcp: TcpSeq::default() });
+            }
+            false
+        }
+        _ => return None,
+    };
+    let key = FlowKey {
+        protocol,
+        src_addr: Ipv4Addr::from_bits(be32(12)),
+        src_port,
+        dst_addr: Ipv4Addr::from_bits(be32(16)),
+        dst_port,
+    };
+    *l3_checked = checked;
+    Some((key, opens))
+}
+
+/// [`flow_key`] read with checked views: every packet [`flow_key_plain`] does not take.
+#[inline(never)]
+pub(super) fn flow_key_checked(frame: &[u8], rx: &Rx, lean: &mut Option<LeanSegment>) -> Option<(FlowKey, bool)> {
     let l3 = rx.l2_len;
     let ip = Ipv4Packet::new_checked(&frame[l3..rx.len]).ok()?;
     if ip.is_fragment() {
@@ -94,7 +198,8 @@ pub(super) fn handle(now: u64, frame: &mut [u8], rx: &Rx, table: &Table, st: &mu
         let Ok(ip) = Ipv4Packet::new_checked(&frame[l3..rx.len]) else {
             return Verdict::Drop(DropReason::MalformedIpv4);
         };
-        if !rx.l3_csum_good && !ip.verify_checksum() {
+        // Stage 1 of a burst may have summed the header already (`FrameHints::l3_checked`).
+        if !rx.l3_csum_good && !st.hints.current_ref().l3_checked && !ip.verify_checksum() {
             return Verdict::Drop(DropReason::BadIpv4Checksum);
         }
         if ip.header_len() > Ipv4Packet::<&[u8]>::HEADER_LEN && source_routed(ip.options()) {

@@ -1,6 +1,6 @@
 //! The lean established path: a packet of an established IPv4 TCP or UDP flow, which
 //! [`super::process_burst`] parsed once in its stage 1 ([`super::hint::LeanSegment`]) and whose flow it
-//! found ahead, is forwarded here without the general path's second parse, lookups and
+//! found ahead (its compact hints: [`LeanFrame`]), is forwarded here without the general path's second parse, lookups and
 //! state machine — as VPP's nat44-ed forwards a packet of an existing session: confirm the
 //! record, apply the flow's translation, send the buffer received.
 //!
@@ -35,11 +35,11 @@
 
 use std::net::Ipv4Addr;
 
-use super::hint::FlowHint;
+use super::hint::LeanFrame;
 use super::link;
 use super::resolve::NEIGHBOUR_REFRESH_NS;
 use super::{Verdict, WorkerState};
-use crate::conntrack::{window, Candidate, Deadline, Direction, TcpState};
+use crate::conntrack::{window, Deadline, Direction, TcpState};
 use crate::host::HostAddr;
 use crate::nat::{self, Rewrite};
 use crate::table::Table;
@@ -69,23 +69,22 @@ impl BurstConstants {
     }
 }
 
-/// Forwards `frame`, whose hints are in slot `slot` of the burst's ring (`WorkerState::hints`:
-/// its flow key, the flow found ahead and stage 1's [`super::hint::LeanSegment`]), along its flow, or
-/// returns `None` having changed nothing. See the module documentation.
+/// Forwards `frame`, whose hints are `lean` (its flow key, the flow found ahead and stage
+/// 1's [`super::hint::LeanSegment`]), along its flow, or returns `None` having changed
+/// nothing. See the module documentation.
 #[inline]
 pub(super) fn forward(
     now: u64,
     frame: &mut [u8],
-    slot: usize,
+    lean: &LeanFrame,
     k: &BurstConstants,
     st: &mut WorkerState,
 ) -> Option<Verdict> {
-    let WorkerState { conntrack, host, neighbours, counters, frontends, hints, synproxy, .. } = st;
-    let h = &hints.frames[slot];
-    let (Some(FlowHint::V4(key, _)), Some(Candidate::Flow(id, direction)), Some(seg)) = (&h.flow, h.candidate, &h.lean)
-    else {
+    let WorkerState { conntrack, host, neighbours, counters, frontends, synproxy, .. } = st;
+    let LeanFrame { key, id, direction, seg: Some(seg), .. } = lean else {
         return None;
     };
+    let (id, direction) = (*id, *direction);
     let (state, windows, out) = conntrack.lean(id, direction, key)?;
     if state.deadline.is_due(now) || state.links.of(direction) != seg.iface || state.table_generation != k.generation {
         return None;

@@ -82,6 +82,19 @@ pub fn partial(data: &[u8], initial: u32) -> u32 {
     combine(u32::from(u16::from_be_bytes(fold(sum).to_ne_bytes())), initial)
 }
 
+/// Whether the checksum of the 20-byte IPv4 header `header` (no options) is correct: its one's
+/// complement sum is `0xffff` ([RFC 1071] § 2; the same answer as `fold(partial(header, 0))
+/// == 0xffff`, summed in native order, where `0xffff` reads the same both ways). Always
+/// inlined: the early parse makes this one check per frame.
+///
+/// [RFC 1071]: https://www.rfc-editor.org/rfc/rfc1071
+#[inline(always)]
+#[must_use]
+pub fn ipv4_header_ok(header: &[u8; 20]) -> bool {
+    let word = |i: usize| u64::from(u32::from_ne_bytes([header[i], header[i + 1], header[i + 2], header[i + 3]]));
+    fold(fold64(word(0) + word(4) + word(8) + word(12) + word(16))) == 0xffff
+}
+
 /// The longest slice [`sum_native`] takes: each 8-byte step adds less than 2^33, so 2^30 steps
 /// stay below 2^63 and the `u64` accumulator cannot overflow. A multiple of 8, so only the last
 /// block has a ragged tail. (On 32-bit targets no slice reaches it.)

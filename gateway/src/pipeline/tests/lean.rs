@@ -201,6 +201,62 @@ proptest! {
     }
 }
 
+/// A TCP segment or UDP datagram with some of its first 60 bytes changed (flags, lengths,
+/// Data Offset, fragment bits, TTL, protocol, checksum: anything) and its length cut.
+/// The last field: nothing was changed or cut.
+fn arb_early_frame() -> impl Strategy<Value = (Vec<u8>, usize, bool, bool, bool)> {
+    (
+        any::<bool>(),
+        0usize..80,
+        prop::collection::vec((14usize..74, any::<u8>()), 0..4),
+        0usize..40,
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(|(tcp, payload, changes, cut, partial, good)| {
+            let payload = vec![7u8; payload];
+            let mut f = if tcp {
+                frames::tcp(to_gw(), CLIENT, (VIP, 80), TcpFlags::ACK, 1000, 2000, &payload, 64)
+            } else {
+                frames::udp(to_gw(), CLIENT, (VIP, 80), &payload, 64)
+            };
+            f.resize(f.len().max(74), 0);
+            let untouched = changes.is_empty() && cut == 0;
+            for (at, byte) in changes {
+                f[at] = byte;
+            }
+            let len = f.len() - cut.min(f.len() - 14);
+            (f, len, partial, good, untouched)
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2048))]
+
+    /// The early parse's fixed-offset reading of a plain packet (`ipv4::flow_key_plain`)
+    /// finds what the checked views find (`ipv4::flow_key_checked`), or leaves the packet
+    /// to them.
+    #[test]
+    fn the_plain_early_parse_agrees_with_the_checked_one((f, len, partial, good, untouched) in arb_early_frame()) {
+        let st = state(0, 1);
+        let meta = Meta { iface: FRONT, len, l4_csum_partial: partial, l3_csum_good: good, ..Meta::default() };
+        let Ok((rx, _)) = crate::pipeline::link::receive(&f, &meta, &st.host) else { return Ok(()) };
+        let (mut plain_seg, mut checked_seg) = (None, None);
+        let mut header_ok = false;
+        let plain = crate::pipeline::ipv4::flow_key_plain(&f, &rx, &mut plain_seg, &mut header_ok);
+        let checked = crate::pipeline::ipv4::flow_key_checked(&f, &rx, &mut checked_seg);
+        prop_assert!(plain.is_some() || !untouched, "a plain segment left to the checked parse");
+        if plain.is_some() {
+            prop_assert_eq!(plain, checked);
+            let ip = crate::wire::Ipv4Packet::new_unchecked(&f[14..len]);
+            prop_assert_eq!(header_ok, good || ip.verify_checksum());
+            prop_assert_eq!(plain_seg, checked_seg);
+        } else {
+            prop_assert_eq!(plain_seg, None);
+        }
+    }
+}
+
 /// Established TCP and assured UDP frames are forwarded by the lean path itself (not handed
 /// to the general path), and the ones it must not take are not.
 #[test]
@@ -214,19 +270,14 @@ fn established_frames_take_the_lean_path() {
         let mut buf = [0u8; 256];
         buf[..f.len()].copy_from_slice(&f);
         let meta = Meta { iface, len: f.len(), ..Meta::default() };
-        // Stage 1 and 2 of a burst for this one frame, into slot 0.
+        // Stage 1 and 2 of a burst for this one frame.
         // A frame for another port's MAC (the wrong link) fails here: no lean path either.
         let Ok((rx, _)) = crate::pipeline::link::receive(&buf, &meta, &a.host) else { return false };
         let mut seg = None;
-        let Some((key, _)) = crate::pipeline::ipv4::flow_key(&buf, &rx, &mut seg) else { return false };
-        let candidate = a.conntrack.lookup(&key).map(|(id, d)| crate::conntrack::Candidate::Flow(id, d));
-        a.hints.frames[0] = crate::pipeline::hint::FrameHints {
-            flow: Some(crate::pipeline::hint::FlowHint::V4(key, 0)),
-            candidate,
-            lean: seg,
-            ..Default::default()
-        };
-        crate::pipeline::lean::forward(SEC, &mut buf, 0, &constants, &mut a).is_some()
+        let Some((key, _)) = crate::pipeline::ipv4::flow_key(&buf, &rx, &mut seg, &mut false) else { return false };
+        let Some((id, direction)) = a.conntrack.lookup(&key) else { return false };
+        let lean = crate::pipeline::hint::LeanFrame { key, hash: 0, id, direction, seg };
+        crate::pipeline::lean::forward(SEC, &mut buf, &lean, &constants, &mut a).is_some()
     };
     for conn in &mut conns {
         assert!(taken(conn, false, Variant::Data(10)), "{conn:?}");
