@@ -110,11 +110,11 @@ fn a_connection_walks_linux_states_with_their_timeouts() {
     c.expect(TcpState::SynSent, 0, T.tcp_syn_sent_ns);
     c.endpoint(2 * SEC, SYN_ACK);
     c.expect(TcpState::SynRecv, 2 * SEC, T.tcp_syn_recv_ns);
-    assert!(!c.st.conntrack.state(c.flow_id()).assured);
+    assert!(!c.st.conntrack.state(c.flow_id()).assured());
     c.client(3 * SEC, ACK);
     c.expect(TcpState::Established, 3 * SEC, T.tcp_established_ns);
     assert_eq!(T.tcp_established_ns, 86_400 * SEC, "kube-proxy's --conntrack-tcp-timeout-established");
-    assert!(c.st.conntrack.state(c.flow_id()).assured);
+    assert!(c.st.conntrack.state(c.flow_id()).assured());
     // Data both ways.
     let (input, want) = c.client_segment(ACK, b"GET / HTTP/1.1\r\n\r\n");
     assert_eq!(run(4 * SEC, &input, FRONT, &c.t, &mut c.st), (tx(BACK, &want), want));
@@ -386,12 +386,16 @@ fn half_open_flows_give_way_per_endpoint_when_its_snat_ports_run_out() {
     // Endpoint 1's flows are all established now, endpoint 2's one closing and three half-open.
     for (_, _, id) in flows_to(&st, e1) {
         let s = st.conntrack.state_mut(id);
-        (s.tcp_state, s.seen_reply, s.assured) = (TcpState::Established, true, true);
+        s.tcp_state = TcpState::Established;
+        s.set_seen_reply(true);
+        s.set_assured(true);
     }
     let e2_flows = flows_to(&st, e2);
     let oldest_e2 = e2_flows.iter().min_by_key(|f| st.conntrack.state(f.2).deadline.remaining_ms(SEC)).unwrap().2;
     let s = st.conntrack.state_mut(oldest_e2);
-    (s.tcp_state, s.seen_reply, s.assured) = (TcpState::FinWait, true, true);
+    s.tcp_state = TcpState::FinWait;
+    s.set_seen_reply(true);
+    s.set_assured(true);
     // New SYNs: to endpoint 1 refused (nothing there may go), to endpoint 2 admitted in place
     // of its oldest half-open flow, not of the (older) closing one.
     let (mut refused, mut admitted) = (0, 0);
@@ -415,7 +419,7 @@ fn half_open_flows_give_way_per_endpoint_when_its_snat_ports_run_out() {
     assert!(refused > 0 && admitted > 0, "both endpoints drew SYNs: {refused} refused, {admitted} admitted");
     assert_eq!(st.counters.drops_of(DropReason::SnatExhausted), refused);
     assert_eq!(flows_to(&st, e1).len(), 4, "established flows are never evicted");
-    assert!(flows_to(&st, e1).iter().all(|f| st.conntrack.state(f.2).assured));
+    assert!(flows_to(&st, e1).iter().all(|f| st.conntrack.state(f.2).assured()));
     assert_eq!(st.conntrack.len(), 8);
 }
 
@@ -453,7 +457,7 @@ fn a_connection_picked_up_mid_stream_is_capped_until_the_endpoint_answers() {
     c.endpoint(SEC, ACK);
     c.client(2 * SEC, ACK);
     c.expect(TcpState::Established, 2 * SEC, T.tcp_established_ns);
-    assert!(c.st.conntrack.state(c.flow_id()).assured);
+    assert!(c.st.conntrack.state(c.flow_id()).assured());
 }
 
 #[test]
@@ -501,7 +505,7 @@ fn a_full_table_evicts_unassured_flows_then_refuses() {
         snat_ports.push(c.snat_port);
     }
     assert_eq!(st.conntrack.len(), CAPACITY);
-    assert!(st.conntrack.iter().all(|(_, f)| f.state.assured));
+    assert!(st.conntrack.iter().all(|(_, f)| f.state.assured()));
     // A fifth connection finds nothing to evict: refused, counted.
     let late = conn(50_100);
     let (syn, _) = late.client_segment(SYN, b"");
