@@ -134,24 +134,17 @@ pub enum Tracked {
 /// Not modelled: the retransmission and zero-window timeouts (`nf_conntrack_tcp_max_retrans`).
 pub fn track_tcp(
     state: &mut FlowState,
-    mut windows: TcpWindowsMut<'_>,
+    windows: TcpWindowsMut<'_>,
     direction: Direction,
     seg: &TcpSeq,
     now_ns: u64,
     timeouts: &Timeouts,
 ) -> Tracked {
-    let mut old = state.tcp_state;
+    let old = state.tcp_state;
     let segment = Segment::of(seg.flags);
     let mut new = match tcp::transition(old, direction, segment) {
         Transition::Invalid => return Tracked::Invalid,
-        Transition::Ignore if windows.resync(direction, seg) => {
-            // The endpoint's SYN+ACK acknowledges the client's ignored SYN: the flow is the
-            // new connection's, answering its SYN (Linux: SYN_SENT → SYN_RECV).
-            old = TcpState::SynSent;
-            TcpState::SynRecv
-        }
         Transition::Ignore => {
-            windows.note_ignored(direction, seg);
             mark_seen(state, direction);
             return Tracked::Forward;
         }

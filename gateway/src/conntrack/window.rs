@@ -25,9 +25,8 @@
 //! - Not modelled: SACK blocks (the acknowledgement bound uses SEG.ACK, which is never above
 //!   the highest SACK edge, so only an acknowledgement more than a window behind could be
 //!   refused where Linux accepts it), retransmission counting (`nf_conntrack_tcp_max_retrans`),
-//!   and most of Linux's `last_index` bookkeeping: a RST right after its sender's own data
-//!   ("part of a train") is recognised by its sequence number equalling the sender's `end`;
-//!   an ignored SYN is remembered by its end only ([`TcpWindowsMut::resync`]).
+//!   and Linux's `last_index` bookkeeping: a RST right after its sender's own data ("part of
+//!   a train") is recognised by its sequence number equalling the sender's `end`.
 
 use super::tcp::{Segment, TcpState};
 use super::Direction;
@@ -94,11 +93,6 @@ const MAXACK_SET: u8 = 1 << 5;
 /// Out-of-window segments are accepted (Linux `IP_CT_TCP_FLAG_BE_LIBERAL`): set on both
 /// directions of a connection picked up mid-stream, whose window scales are unknown.
 const LIBERAL: u8 = 1 << 6;
-/// A SYN of this direction was let through but ignored (a client reusing the tuple of a
-/// flow the gateway still holds): its SEG.SEQ + SEG.LEN is kept in `maxack`, whose own
-/// value is forgotten (`MAXACK_SET` cleared) until the direction's next acknowledgement
-/// (Linux keeps it in `last_index`, `last_dir` and `last_end`: [`TcpWindowsMut::resync`]).
-const SYN_IGNORED: u8 = 1 << 7;
 
 /// Acknowledgements further behind than this are refused when the sender never advertised
 /// a window (Linux `MAXACKWINDOW`'s fallback, 66 000 octets).
@@ -135,10 +129,9 @@ pub struct WindowBounds {
 const _: () = assert!(std::mem::size_of::<WindowBounds>() == 32, "windows: 32 B per flow (conntrack Layout)");
 
 /// Per direction (index 0: original, 1: reply), one byte: the Window Scale shift the
-/// direction announced in bits 0–3 (Linux `td_scale`, at most 14), Linux's
+/// direction announced in bits 0–3 (Linux `td_scale`, at most 14) and Linux's
 /// `IP_CT_TCP_FLAG_*` flags it uses in bits 4–6 (window scale announced, `maxack` set, be
-/// liberal) and in bit 7 whether a SYN of it was ignored ([`TcpWindowsMut::resync`]).
-/// 2 bytes, kept in the flow's record; any byte value is a valid one.
+/// liberal). 2 bytes, kept in the flow's record; any byte value is a valid one.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(transparent)]
 pub struct WindowFlags([u8; 2]);
@@ -173,57 +166,6 @@ impl<'a> TcpWindowsMut<'a> {
     #[inline(always)]
     pub fn make_liberal(&mut self) {
         self.flags.0 = [self.flags.0[0] | LIBERAL, self.flags.0[1] | LIBERAL];
-    }
-
-    /// Notes segment `seg` of `direction`, which the state machine ignores (Linux's
-    /// `TCP_CONNTRACK_IGNORE` case: forwarded, the state unchanged): a SYN is remembered
-    /// for [`TcpWindowsMut::resync`] (its end kept in the direction's `maxack`, whose own
-    /// value is forgotten until the direction's next acknowledgement sets it again: so
-    /// until then a RST towards this direction is judged by the window alone, not by the
-    /// exact number RFC 5961 § 3.2 asks); anything else forgets a remembered SYN, as Linux
-    /// overwrites `last_index`.
-    pub fn note_ignored(&mut self, direction: Direction, seg: &TcpSeq) {
-        let s = direction as usize;
-        if Segment::of(seg.flags) == Segment::Syn {
-            self.bounds.maxack[s] = seg.end();
-            self.flags.0[s] = (self.flags.0[s] & !MAXACK_SET) | SYN_IGNORED;
-        } else {
-            self.flags.0 = [self.flags.0[0] & !SYN_IGNORED, self.flags.0[1] & !SYN_IGNORED];
-        }
-    }
-
-    /// Whether `seg`, a segment of `direction` that the state machine ignores, is a SYN+ACK
-    /// acknowledging exactly a SYN of the other direction that was ignored
-    /// ([`TcpWindowsMut::note_ignored`]): the client opened a new connection on the tuple of
-    /// a flow the gateway still holds (it crashed and reused its port; a RST the gateway
-    /// never saw), and the endpoint, which no longer had the old one, accepted it. Then the
-    /// windows are those of the new connection's SYN — the caller handles `seg` as the
-    /// answer to it (SYN_SENT → SYN_RECV) — and `true` is returned: Linux's
-    /// `nf_conntrack_tcp_packet`, "This SYN/ACK acknowledges a SYN that we earlier ignored
-    /// as invalid. This means that the client and the server are both in sync, while the
-    /// firewall is not. We get in sync from the previously annotated values."
-    ///
-    /// Linux also keeps the SYN's window and Window Scale option (`last_win`,
-    /// `last_wscale`); they would cost 3 bytes per flow more than issue 16's budget leaves.
-    /// The SYN's sender is taken to have offered a window of 1, learned from its next
-    /// segment, and, when the SYN+ACK carries a Window Scale option (which an endpoint
-    /// sends only in answer to one, RFC 7323 § 1.3), an unknown shift: the SYN+ACK's
-    /// direction, whose segments are bounded by the other's windows, is then tracked
-    /// liberally (the RST rule still applies).
-    pub fn resync(&mut self, direction: Direction, seg: &TcpSeq) -> bool {
-        let (s, r) = (direction as usize, 1 - direction as usize);
-        if Segment::of(seg.flags) != Segment::SynAck || !self.has(r, SYN_IGNORED) || seg.ack != self.bounds.maxack[r] {
-            return false;
-        }
-        let end = self.bounds.maxack[r];
-        *self.bounds = WindowBounds::default();
-        self.bounds.end[r] = end;
-        self.bounds.maxend[r] = end;
-        self.bounds.maxwin[r] = 1;
-        let scaled = seg.wscale.is_some();
-        self.flags.0[r] = if scaled { WSCALE } else { 0 };
-        self.flags.0[s] = if scaled { LIBERAL } else { 0 };
-        true
     }
 
     /// The Window Scale shift of direction `s` (0 when scaling is not in effect).
@@ -476,9 +418,7 @@ pub fn check_ack(mut w: TcpWindowsMut<'_>, direction: Direction, seg: &TcpSeq) -
 fn advance(w: &mut TcpWindowsMut<'_>, (s, r): (usize, usize), end: u32, ack: u32, win: u32, has_ack: bool) {
     let set_maxack = !w.has(s, MAXACK_SET);
     if has_ack && set_maxack {
-        // The direction's first acknowledgement, or its first since a SYN of it was
-        // ignored: that SYN is forgotten (Linux's `last_index` moves on).
-        w.flags.0[s] = (w.flags.0[s] | MAXACK_SET) & !SYN_IGNORED;
+        w.flags.0[s] |= MAXACK_SET;
     }
     let w = &mut *w.bounds;
     if w.maxwin[s] < win {
@@ -615,7 +555,7 @@ mod tests {
             windows in proptest::array::uniform8(proptest::prelude::any::<u32>()),
             near in proptest::array::uniform8(-70_000i64..70_000),
             use_near in proptest::prelude::any::<u8>(),
-            scale in (0u8..15, 0u8..15), flags in (0u8..16, 0u8..16),
+            scale in (0u8..15, 0u8..15), flags in (0u8..8, 0u8..8),
             reply in proptest::prelude::any::<bool>(),
             seq in proptest::prelude::any::<u32>(), seq_near in -70_000i64..70_000,
             ack in proptest::prelude::any::<u32>(), ack_near in -70_000i64..70_000,
