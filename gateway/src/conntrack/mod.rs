@@ -43,28 +43,31 @@
 //! # Layout
 //!
 //! ```text
-//!  records: [Record<A>; capacity]   44 B (IPv4) / 80 B (IPv6) per flow, see below
-//!  windows: [TcpWindows; capacity]  36 B per flow: TCP sequence windows (`window`)
+//!  records: [Record<A>; capacity]   40 B (IPv4) / 76 B (IPv6) per flow, see below
+//!  windows: [WindowBounds; capacity] 32 B per flow: TCP sequence bounds (`window`)
 //!  live:    [u64; ⌈capacity / 64⌉]  1 bit per flow: record in use
 //!  index:   [u64; ⌈8·capacity/3⌉]   one slot per tuple (2 per flow), load ≤ 3/4 at capacity
 //!           slot = tag (id << 1 | direction) | 24-bit fingerprint | 8-bit displacement
 //!
 //!  Record<A> (repr(C)):
-//!    state              FlowState: deadline u32 ms, frontend u32, table_generation u32,
-//!                       tcp_state u8, seen_reply, assured, links
-//!                       (arrival interface of each direction), egress
-//!                       (per direction: interface, next hop on-link;
-//!                       the lean path's precomputed route, in what was
-//!                       the struct's padding)                         20 B
+//!    state              FlowState: deadline u32 ms, frontend u32,
+//!                       table_epoch u16 (the worker's number for the
+//!                       table the flow was validated against), tcp_state
+//!                       u8, bits u8 (seen_reply, assured, and per
+//!                       direction egress known and next hop on-link),
+//!                       links (arrival interface of each direction),
+//!                       egress interface of each direction (the lean
+//!                       path's precomputed route)                     16 B
 //!    original src, dst  A, A                                          8 B / 32 B
 //!    reply src          A (the endpoint)                              4 B / 16 B
 //!    ports              original src, dst; reply src, dst (SNAT)      8 B
-//!    protocol           one byte for both tuples (NAT keeps it)       1 B
+//!    protocol           one byte for both tuples (NAT keeps it); 0 in
+//!                       a free record, so the record says whether it
+//!                       is live, as its bit in `live` does            1 B
 //!    snat               index of the reply destination among the
 //!                       worker's SNAT addresses                       1 B
-//!    live               the record holds a live flow (as its bit in
-//!                       `live` says; read where the record is)        1 B
-//!                                                         padding     1 B / 1 B
+//!    window_flags       per TCP direction: window scale (4 bits) and
+//!                       Linux's tracking flags (3 bits)               2 B
 //! ```
 //!
 //! Keys are hashed by a keyed multiply-fold over their fields (`hash`: wyhash's and XXH3's
@@ -76,10 +79,12 @@
 //! record only on a (almost certain) match. Free records are chained through their own
 //! storage, so the free list costs no memory.
 //!
-//! Memory per flow at capacity ([`Conntrack::memory_bytes`] gives the exact figure): for
-//! IPv4, a 44 B record, 36 B of TCP windows, 8 · 8/3 ≈ 21.3 B of index and 1 bit ≈
-//! **101.5 B**; for IPv6, 80 B, 36 B, 21.3 B and 1 bit ≈ 137.5 B. The windows sit apart
-//! from the records so that UDP and SCTP packets never touch them. The client's MAC address is not kept per flow: replies are
+//! Memory per flow at capacity ([`Conntrack::memory_bytes`] gives the exact figure; the
+//! sizes are asserted at compile time): for IPv4, a 40 B record, 32 B of TCP windows,
+//! 8 · 8/3 ≈ 21.3 B of index and 1 bit ≈ **93.5 B** (issue 16's budget: ≤ 96 B, with the
+//! arrival links, the egress and the TCP windows included); for IPv6, 76 B, 32 B, 21.3 B
+//! and 1 bit ≈ 129.5 B. The windows' sequence bounds sit apart from the records so that UDP
+//! and SCTP packets never touch them, two flows' to a cache line. The client's MAC address is not kept per flow: replies are
 //! routed to the client like any other packet (next hop and neighbour table), as a Linux
 //! router does.
 //!
@@ -132,7 +137,7 @@ pub mod window;
 
 pub use tcp::TcpState;
 pub use track::{track_tcp, track_udp, Timeouts, Tracked};
-pub use window::{TcpSeq, TcpWindows};
+pub use window::{TcpSeq, TcpWindows, TcpWindowsMut, WindowBounds, WindowFlags};
 
 use std::fmt;
 use std::hash::Hash;
@@ -302,70 +307,59 @@ impl Deadline {
 
 /// The part of a flow the pipeline updates while it lives, stored verbatim in the record
 /// ([`Conntrack::state`], [`Conntrack::state_mut`]), and the links its two directions
-/// arrive on. 20 bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// arrive on. 16 bytes (asserted; see "Layout" in the module documentation).
+#[derive(Clone, Copy, PartialEq, Eq)]
 #[repr(C)]
 pub struct FlowState {
     /// When the flow expires unless refreshed.
     pub deadline: Deadline,
-    /// Index of the flow's front door in the table of generation
-    /// [`table_generation`](FlowState::table_generation) (per-front-door counters); the
-    /// pipeline refreshes it when it revalidates the flow against a newer table.
+    /// Index of the flow's front door in the table of epoch
+    /// [`table_epoch`](FlowState::table_epoch) (per-front-door counters); the pipeline
+    /// refreshes it when it revalidates the flow against a newer table.
     pub frontend: u32,
-    /// Low 32 bits of the table generation against which the pipeline last checked that
-    /// this flow's endpoint is still an endpoint of its front door; opaque to conntrack.
-    pub table_generation: u32,
+    /// The worker's epoch of the table against which the pipeline last checked that this
+    /// flow's endpoint is still an endpoint of its front door: a 16-bit number the worker
+    /// gives each table generation it adopts, [`FlowState::NEVER_VALIDATED`] (0) when the
+    /// flow was never checked (or was adopted from a predecessor, or the worker's epochs
+    /// wrapped: [`Conntrack::forget_table_epochs`]). Opaque to conntrack.
+    pub table_epoch: u16,
     /// TCP connection state ([`track_tcp`]); [`TcpState::None`] for other protocols.
     pub tcp_state: TcpState,
-    /// Set once the reply direction has been seen (Linux `IPS_SEEN_REPLY`).
-    pub seen_reply: bool,
-    /// Set once the flow is worth keeping under pressure (Linux `IPS_ASSURED`: TCP
-    /// established, UDP traffic after a reply); not-assured flows may be evicted early.
-    pub assured: bool,
+    /// `SEEN_REPLY`, `ASSURED` and the egress bits of both directions (`EGRESS_KNOWN`,
+    /// `EGRESS_ON_LINK`, shifted by `2 · direction`): read through the accessors.
+    bits: u8,
     /// The interfaces (indices into the host's interfaces: a port and VLAN) on which each
     /// direction arrives; opaque to conntrack. The pipeline drops a packet of either tuple
     /// that arrives on another link, so a sender on the client side cannot pass for an
     /// endpoint (a forged reply) nor the reverse.
     pub links: Links,
-    /// Where each direction leaves, once the pipeline has routed a packet of it (the lean
-    /// established path's precomputed egress); opaque to conntrack.
-    pub egress: Egress,
+    /// Egress interface per direction (index 0: original, 1: reply), valid where the
+    /// direction's `EGRESS_KNOWN` bit says ([`FlowState::egress`]).
+    egress_out: [u8; 2],
 }
 
-/// The egress of both directions of a flow as the pipeline routed them ([`FlowState::egress`]):
-/// per direction the interface a packet leaves by and whether its next hop is its
-/// destination (a connected subnet) or the family's router. Routes are a pure function of
-/// the destination and the host, which never changes while the gateway runs, so this stays
-/// true for the flow's life; the next hop's MAC is read from the neighbour table on every
-/// packet, so neighbour changes need no invalidation. 3 bytes, in the padding of
-/// [`FlowState`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[repr(C)]
-pub struct Egress {
-    /// Egress interface per direction (index 0: original, 1: reply), valid where `known`
-    /// says.
-    pub out: [u8; 2],
-    /// Bit `2·d`: direction `d`'s egress is known; bit `2·d + 1`: its next hop is its
-    /// destination (on a connected subnet), else the router.
-    pub bits: u8,
-}
+/// [`FlowState`] bit: the reply direction has been seen (Linux `IPS_SEEN_REPLY`).
+const SEEN_REPLY: u8 = 1 << 0;
+/// [`FlowState`] bit: the flow is assured (Linux `IPS_ASSURED`).
+const ASSURED: u8 = 1 << 1;
+/// [`FlowState`] bit, shifted by `2 · direction`: the direction's egress is known.
+const EGRESS_KNOWN: u8 = 1 << 2;
+/// [`FlowState`] bit, shifted by `2 · direction`: the direction's next hop is its
+/// destination (a connected subnet), else the family's router.
+const EGRESS_ON_LINK: u8 = 1 << 3;
 
-impl Egress {
-    /// Direction `direction`'s egress interface and whether its next hop is on-link, once
-    /// known.
-    #[inline]
-    #[must_use]
-    pub fn of(self, direction: Direction) -> Option<(u8, bool)> {
-        let d = direction as usize;
-        (self.bits & (1 << (2 * d)) != 0).then(|| (self.out[d], self.bits & (2 << (2 * d)) != 0))
-    }
-
-    /// Records direction `direction`'s egress: interface `out`, next hop on-link or not.
-    #[inline]
-    pub fn set(&mut self, direction: Direction, out: u8, on_link: bool) {
-        let d = direction as usize;
-        self.out[d] = out;
-        self.bits = (self.bits & !(3 << (2 * d))) | (1 << (2 * d)) | (u8::from(on_link) << (2 * d + 1));
+impl fmt::Debug for FlowState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FlowState")
+            .field("deadline", &self.deadline)
+            .field("frontend", &self.frontend)
+            .field("table_epoch", &self.table_epoch)
+            .field("tcp_state", &self.tcp_state)
+            .field("seen_reply", &self.seen_reply())
+            .field("assured", &self.assured())
+            .field("links", &self.links)
+            .field("egress", &[self.egress(Direction::Original), self.egress(Direction::Reply)])
+            .finish()
     }
 }
 
@@ -394,32 +388,101 @@ impl Links {
 }
 
 impl FlowState {
-    /// A `table_generation` no table is expected to have had: a flow carrying it is
-    /// revalidated against the current table at its next packet.
-    pub const STALE_GENERATION: u32 = u32::MAX;
+    /// The [`table_epoch`](FlowState::table_epoch) of a flow never checked against a table:
+    /// it is revalidated against the current table at its next packet. A worker's epochs
+    /// start at 1.
+    pub const NEVER_VALIDATED: u16 = 0;
 
     /// Forgets what refers to the process that wrote this state rather than to the flow:
-    /// the table generation it was checked against (generations are the control plane's,
-    /// but the front-door index is read from the table the writer held). For flows adopted
-    /// from a predecessor's region ([`Conntrack::persistent`]).
+    /// the table epoch it was checked against (epochs are the writer's numbering of its
+    /// tables, and the front-door index is read from the table the writer held). For flows
+    /// adopted from a predecessor's region ([`Conntrack::persistent`]).
     pub fn forget_process_state(&mut self) {
-        self.table_generation = Self::STALE_GENERATION;
+        self.table_epoch = Self::NEVER_VALIDATED;
     }
 
-    /// The state of a new flow: entered by front door `frontend` under table generation
-    /// `table_generation` (low 32 bits), expiring at `deadline`; no TCP state, no reply seen.
+    /// The state of a new flow: entered by front door `frontend` of the table of worker
+    /// epoch `table_epoch`, expiring at `deadline`; no TCP state, no reply seen, no egress
+    /// known.
     #[must_use]
-    pub fn new(frontend: u32, table_generation: u32, deadline: Deadline) -> Self {
+    pub fn new(frontend: u32, table_epoch: u16, deadline: Deadline) -> Self {
         Self {
             deadline,
             frontend,
-            table_generation,
+            table_epoch,
             tcp_state: TcpState::None,
-            seen_reply: false,
-            assured: false,
+            bits: 0,
             links: Links { original: 0, reply: 0 },
-            egress: Egress { out: [0; 2], bits: 0 },
+            egress_out: [0; 2],
         }
+    }
+
+    /// This state with arrival links `links`.
+    #[inline]
+    #[must_use]
+    pub fn with_links(self, links: Links) -> Self {
+        Self { links, ..self }
+    }
+
+    /// Whether the reply direction has been seen (Linux `IPS_SEEN_REPLY`).
+    #[inline]
+    #[must_use]
+    pub fn seen_reply(&self) -> bool {
+        self.bits & SEEN_REPLY != 0
+    }
+
+    /// Sets or clears [`FlowState::seen_reply`].
+    #[inline]
+    pub fn set_seen_reply(&mut self, seen: bool) {
+        self.bits = (self.bits & !SEEN_REPLY) | if seen { SEEN_REPLY } else { 0 };
+    }
+
+    /// Whether the flow is worth keeping under pressure (Linux `IPS_ASSURED`: TCP
+    /// established, UDP traffic after a reply); not-assured flows may be evicted early.
+    #[inline]
+    #[must_use]
+    pub fn assured(&self) -> bool {
+        self.bits & ASSURED != 0
+    }
+
+    /// Sets or clears [`FlowState::assured`].
+    #[inline]
+    pub fn set_assured(&mut self, assured: bool) {
+        self.bits = (self.bits & !ASSURED) | if assured { ASSURED } else { 0 };
+    }
+
+    /// Whether the reply direction has been seen and the flow is assured, in one test (the
+    /// lean path's).
+    #[inline]
+    #[must_use]
+    pub fn seen_reply_and_assured(&self) -> bool {
+        self.bits & (SEEN_REPLY | ASSURED) == SEEN_REPLY | ASSURED
+    }
+
+    /// Where direction `direction` leaves, once the pipeline has routed a packet of it (the
+    /// lean established path's precomputed egress): the egress interface and whether the
+    /// next hop is the destination (on a connected subnet), else the family's router.
+    /// Routes are a pure function of the destination and the host, which never changes
+    /// while the gateway runs, so this stays true for the flow's life; the next hop's MAC is
+    /// read from the neighbour table on every packet, so neighbour changes need no
+    /// invalidation. Opaque to conntrack.
+    #[inline]
+    #[must_use]
+    pub fn egress(&self, direction: Direction) -> Option<(u8, bool)> {
+        let d = direction as usize;
+        (self.bits & (EGRESS_KNOWN << (2 * d)) != 0)
+            .then(|| (self.egress_out[d], self.bits & (EGRESS_ON_LINK << (2 * d)) != 0))
+    }
+
+    /// Records direction `direction`'s egress ([`FlowState::egress`]): interface `out`,
+    /// next hop on-link or not.
+    #[inline]
+    pub fn set_egress(&mut self, direction: Direction, out: u8, on_link: bool) {
+        let d = direction as usize;
+        self.egress_out[d] = out;
+        let mask = (EGRESS_KNOWN | EGRESS_ON_LINK) << (2 * d);
+        let set = (EGRESS_KNOWN | if on_link { EGRESS_ON_LINK } else { 0 }) << (2 * d);
+        self.bits = (self.bits & !mask) | set;
     }
 }
 
@@ -456,28 +519,34 @@ struct Record<A: Address> {
     original_dst_port: u16,
     reply_src_port: u16,
     reply_dst_port: u16,
+    /// The flow's IP protocol; 0 in a free record ([`Record::FREE`]).
     protocol: u8,
     /// Index of the reply destination in [`Conntrack::snat`].
     snat: u8,
-    /// Whether the record holds a live flow: the same fact as its bit in
-    /// [`Conntrack::live`], kept here too so that confirming a burst's candidate
-    /// ([`Conntrack::lookup_candidate`]) reads only the record, whose lines are already on
-    /// their way, and not a bitmap word on another line. Set and cleared with the bit.
-    live: bool,
+    /// The TCP window scales and flags of both directions; their sequence bounds are in
+    /// [`Conntrack::windows`].
+    window_flags: WindowFlags,
 }
 
 impl<A: Address> Record<A> {
+    /// The protocol of a free record: 0 (IPv6 Hop-by-Hop Options, never a transport
+    /// protocol; [`Conntrack::insert`] refuses it). Whether a record holds a live flow is
+    /// the same fact as its bit in [`Conntrack::live`], kept in the record too so that
+    /// confirming a burst's candidate ([`Conntrack::lookup_candidate`]) reads only the
+    /// record, whose lines are already on their way, and not a bitmap word on another
+    /// line; set and cleared with the bit.
+    const FREE: u8 = 0;
+
     /// Contents of a record that was never used.
     const VACANT: Self = Record {
         state: FlowState {
             deadline: Deadline(0),
             frontend: NO_FREE,
-            table_generation: 0,
+            table_epoch: FlowState::NEVER_VALIDATED,
             tcp_state: TcpState::None,
-            seen_reply: false,
-            assured: false,
+            bits: 0,
             links: Links { original: 0, reply: 0 },
-            egress: Egress { out: [0; 2], bits: 0 },
+            egress_out: [0; 2],
         },
         original_src: A::UNSPECIFIED,
         original_dst: A::UNSPECIFIED,
@@ -486,10 +555,16 @@ impl<A: Address> Record<A> {
         original_dst_port: 0,
         reply_src_port: 0,
         reply_dst_port: 0,
-        protocol: 0,
+        protocol: Self::FREE,
         snat: 0,
-        live: false,
+        window_flags: WindowFlags::NONE,
     };
+
+    /// Whether the record holds a live flow (see [`Record::FREE`]).
+    #[inline(always)]
+    fn live(&self) -> bool {
+        self.protocol != Self::FREE
+    }
 
     #[inline]
     fn pack(flow: &Flow<A>, snat: u8) -> Self {
@@ -504,7 +579,7 @@ impl<A: Address> Record<A> {
             reply_dst_port: flow.reply.dst_port,
             protocol: flow.original.protocol,
             snat,
-            live: true,
+            window_flags: WindowFlags::NONE,
         }
     }
 
@@ -560,16 +635,18 @@ impl<A: Address> Record<A> {
 pub type Conntrack6 = Conntrack<Ipv6Addr>;
 
 const _: () = assert!(size_of::<Deadline>() == 4);
-const _: () = assert!(size_of::<FlowState>() == 20);
-const _: () = assert!(size_of::<Record<Ipv4Addr>>() == 44, "IPv4 record: see Layout");
-const _: () = assert!(size_of::<Record<Ipv6Addr>>() == 80, "IPv6 record: see Layout");
+const _: () = assert!(size_of::<FlowState>() == 16, "flow state: see Layout");
+const _: () = assert!(size_of::<Record<Ipv4Addr>>() == 40, "IPv4 record: see Layout");
+const _: () = assert!(size_of::<Record<Ipv6Addr>>() == 76, "IPv6 record: see Layout");
+const _: () = assert!(size_of::<WindowBounds>() == 32, "TCP windows: see Layout");
 /// Bytes of table per flow at capacity, times 24 (to stay in integers): the record, its TCP
 /// windows, its index slots (8 B each) and its bit of the occupancy bitmap.
 const fn bytes_per_flow_x24(record: usize) -> usize {
-    24 * (record + size_of::<TcpWindows>()) + 24 * 8 * INDEX_SLOTS_PER_FLOW.0 / INDEX_SLOTS_PER_FLOW.1 + 3
+    24 * (record + size_of::<WindowBounds>()) + 24 * 8 * INDEX_SLOTS_PER_FLOW.0 / INDEX_SLOTS_PER_FLOW.1 + 3
 }
-const _: () = assert!(bytes_per_flow_x24(size_of::<Record<Ipv4Addr>>()) == 2435, "101.46 B per IPv4 flow");
-const _: () = assert!(bytes_per_flow_x24(size_of::<Record<Ipv6Addr>>()) == 3299, "137.46 B per IPv6 flow");
+const _: () = assert!(bytes_per_flow_x24(size_of::<Record<Ipv4Addr>>()) == 2243, "93.46 B per IPv4 flow");
+const _: () = assert!(bytes_per_flow_x24(size_of::<Record<Ipv6Addr>>()) == 3107, "129.46 B per IPv6 flow");
+const _: () = assert!(bytes_per_flow_x24(size_of::<Record<Ipv4Addr>>()) <= 24 * 96, "issue 16: ≤ 96 B per IPv4 flow");
 const _: () = assert!(MAX_CAPACITY <= 1 << 30, "flow id << 1 | direction must fit 31 bits");
 const _: () = assert!(
     (MAX_CAPACITY as u64 * INDEX_SLOTS_PER_FLOW.0 as u64).div_ceil(INDEX_SLOTS_PER_FLOW.1 as u64) <= 1 << 32,
@@ -585,7 +662,8 @@ pub enum InsertError {
     /// The original or the reply tuple is already indexed (or the two are equal).
     Exists,
     /// The reply tuple's destination is not one of the table's SNAT addresses, or its
-    /// protocol differs from the original's (a caller bug: full NAT keeps the protocol).
+    /// protocol differs from the original's (a caller bug: full NAT keeps the protocol), or
+    /// is 0 (IPv6 Hop-by-Hop Options, never a transport protocol: it marks a free record).
     NotFullNat,
 }
 
@@ -613,7 +691,7 @@ pub struct Conntrack<A: Address = Ipv4Addr> {
     live: persist::Slots<u64>,
     /// The TCP sequence windows of flow `id` ([`window`]); `capacity` long, reset when a
     /// flow takes the record, read and written only for TCP segments.
-    windows: persist::Slots<TcpWindows>,
+    windows: persist::Slots<WindowBounds>,
     /// Both tuples of every live flow.
     index: Index,
     /// The SNAT addresses reply tuples go to; records hold an index into it.
@@ -681,7 +759,7 @@ impl<A: Address> fmt::Debug for Conntrack<A> {
 #[inline]
 fn evictable(state: &FlowState, now_ns: u64) -> bool {
     state.deadline.is_due(now_ns)
-        || !state.assured
+        || !state.assured()
         || matches!(
             state.tcp_state,
             TcpState::FinWait | TcpState::CloseWait | TcpState::LastAck | TcpState::TimeWait | TcpState::Close
@@ -746,7 +824,7 @@ impl<A: Address> Conntrack<A> {
     fn with_index(capacity: usize, seed: u64, snat_addresses: &[A], index: Index) -> Self {
         let records = persist::Slots::heap(capacity, Record::VACANT);
         let live = persist::Slots::heap(capacity.div_ceil(64), 0);
-        let windows = persist::Slots::heap(capacity, TcpWindows::default());
+        let windows = persist::Slots::heap(capacity, WindowBounds::default());
         Self::with_storage(seed, snat_addresses, index, records, live, windows)
     }
 
@@ -756,7 +834,7 @@ impl<A: Address> Conntrack<A> {
         index: Index,
         records: persist::Slots<Record<A>>,
         live: persist::Slots<u64>,
-        windows: persist::Slots<TcpWindows>,
+        windows: persist::Slots<WindowBounds>,
     ) -> Self {
         let capacity = records.len();
         assert!(
@@ -824,7 +902,7 @@ impl<A: Address> Conntrack<A> {
         for id in 0..capacity {
             let bit = self.live[id / 64] & (1 << (id % 64)) != 0;
             let record = self.records[id];
-            let mut keep = bit && record.live && usize::from(record.snat) < self.snat.len();
+            let mut keep = bit && record.live() && usize::from(record.snat) < self.snat.len();
             if keep {
                 let (original, reply) = (record.original(), record.reply(&self.snat));
                 let (records, snat) = (&*self.records, &*self.snat);
@@ -851,7 +929,7 @@ impl<A: Address> Conntrack<A> {
                 last_live = Some(id);
             } else {
                 self.live[id / 64] &= !(1 << (id % 64));
-                self.records[id].live = false;
+                self.records[id].protocol = Record::<A>::FREE;
             }
         }
         self.never_used = last_live.map_or(0, |id| id as u32 + 1);
@@ -890,12 +968,12 @@ impl<A: Address> Conntrack<A> {
     }
 
     /// Bytes of heap memory the table holds (records, TCP windows, occupancy bitmap, index,
-    /// SNAT addresses), fixed at construction: at capacity about 101.5 B per IPv4 flow and
-    /// 137.5 B per IPv6 flow (module documentation, "Layout").
+    /// SNAT addresses), fixed at construction: at capacity about 93.5 B per IPv4 flow and
+    /// 129.5 B per IPv6 flow (module documentation, "Layout").
     #[must_use]
     pub fn memory_bytes(&self) -> usize {
         self.records.len() * size_of::<Record<A>>()
-            + self.windows.len() * size_of::<TcpWindows>()
+            + self.windows.len() * size_of::<WindowBounds>()
             + self.live.len() * size_of::<u64>()
             + self.index.slot_count() * size_of::<u64>()
             + self.snat.len() * size_of::<A>()
@@ -960,7 +1038,7 @@ impl<A: Address> Conntrack<A> {
     ) -> Option<(FlowId, Direction)> {
         match candidate {
             Some(Candidate::Flow(id, direction))
-                if self.records.get(id as usize).is_some_and(|r| r.live && r.matches(direction, key, &self.snat)) =>
+                if self.records.get(id as usize).is_some_and(|r| r.live() && r.matches(direction, key, &self.snat)) =>
             {
                 debug_assert!(self.is_live(id));
                 Some((id, direction))
@@ -1088,7 +1166,7 @@ impl<A: Address> Conntrack<A> {
         let state = &self.records[id as usize].state;
         let class = if state.deadline.is_due(now_ns) {
             0
-        } else if !state.assured {
+        } else if !state.assured() {
             1
         } else if evictable(state, now_ns) {
             2
@@ -1146,9 +1224,10 @@ impl<A: Address> Conntrack<A> {
     ///
     /// If `id >= capacity` (always), or if `id` is not live (debug builds).
     #[inline]
-    pub fn tcp_mut(&mut self, id: FlowId) -> (&mut FlowState, &mut TcpWindows) {
+    pub fn tcp_mut(&mut self, id: FlowId) -> (&mut FlowState, TcpWindowsMut<'_>) {
         debug_assert!(self.is_live(id), "conntrack: flow id {id} is not live");
-        (&mut self.records[id as usize].state, &mut self.windows[id as usize])
+        let record = &mut self.records[id as usize];
+        (&mut record.state, TcpWindowsMut::new(&mut self.windows[id as usize], &mut record.window_flags))
     }
 
     /// The lean established path's view of the flow a burst found ahead: when record `id`
@@ -1163,9 +1242,9 @@ impl<A: Address> Conntrack<A> {
         id: FlowId,
         direction: Direction,
         key: &FlowKey<A>,
-    ) -> Option<(&mut FlowState, &mut TcpWindows, FlowKey<A>)> {
+    ) -> Option<(&mut FlowState, TcpWindowsMut<'_>, FlowKey<A>)> {
         let record = self.records.get_mut(id as usize)?;
-        if !record.live || !record.matches(direction, key, &self.snat) {
+        if !record.live() || !record.matches(direction, key, &self.snat) {
             return None;
         }
         let out = match direction {
@@ -1184,7 +1263,8 @@ impl<A: Address> Conntrack<A> {
                 dst_port: record.original_src_port,
             },
         };
-        Some((&mut record.state, self.windows.get_mut(id as usize)?, out))
+        let bounds = self.windows.get_mut(id as usize)?;
+        Some((&mut record.state, TcpWindowsMut::new(bounds, &mut record.window_flags), out))
     }
 
     /// The TCP windows of flow `id` (tests, diagnostics), with the same contract as
@@ -1194,9 +1274,9 @@ impl<A: Address> Conntrack<A> {
     ///
     /// If `id >= capacity` (always), or if `id` is not live (debug builds).
     #[must_use]
-    pub fn tcp_windows(&self, id: FlowId) -> &TcpWindows {
+    pub fn tcp_windows(&self, id: FlowId) -> TcpWindows {
         debug_assert!(self.is_live(id), "conntrack: flow id {id} is not live");
-        &self.windows[id as usize]
+        TcpWindows { bounds: self.windows[id as usize], flags: self.records[id as usize].window_flags }
     }
 
     /// Tracks `flow`, indexing both [`Flow::original`] and [`Flow::reply`], and returns its id.
@@ -1233,7 +1313,7 @@ impl<A: Address> Conntrack<A> {
     ) -> Result<FlowId, InsertError> {
         debug_assert_eq!(original_hash, self.hash(&flow.original), "a hash of another tuple");
         let snat = self.snat.iter().position(|a| *a == flow.reply.dst_addr).ok_or(InsertError::NotFullNat)?;
-        if flow.reply.protocol != flow.original.protocol {
+        if flow.reply.protocol != flow.original.protocol || flow.original.protocol == Record::<A>::FREE {
             return Err(InsertError::NotFullNat);
         }
         if flow.original == flow.reply {
@@ -1261,7 +1341,7 @@ impl<A: Address> Conntrack<A> {
         let id = self.allocate().ok_or(InsertError::Full)?;
         // `snat < MAX_SNAT_ADDRESSES`, checked in `new`.
         self.records[id as usize] = Record::pack(&flow, snat as u8);
-        self.windows[id as usize] = TcpWindows::default();
+        self.windows[id as usize] = WindowBounds::default();
         self.live[id as usize / 64] |= 1 << (id % 64);
         self.len += 1;
         self.index.place(original_pos, original_hash, tag(id, Direction::Original));
@@ -1305,7 +1385,7 @@ impl<A: Address> Conntrack<A> {
         self.index.erase(original_hash, tag(id, Direction::Original), home);
         self.index.erase(reply_hash, tag(id, Direction::Reply), home);
         self.live[id as usize / 64] &= !(1 << (id % 64));
-        self.records[id as usize].live = false;
+        self.records[id as usize].protocol = Record::<A>::FREE;
         self.records[id as usize].state.frontend = self.free_head;
         self.free_head = id;
         self.len -= 1;
@@ -1345,6 +1425,18 @@ impl<A: Address> Conntrack<A> {
             self.expire_cursor = if first + span == capacity { 0 } else { first + span };
         }
         removed
+    }
+
+    /// Sets every flow's [`FlowState::table_epoch`] to [`FlowState::NEVER_VALIDATED`], so
+    /// that each is revalidated at its next packet: for a worker whose 16-bit table epochs
+    /// wrap (`pipeline::WorkerState`), before it reuses epoch 1, so that no flow checked
+    /// against an old table with the same number passes for checked against the new one.
+    /// O(records ever used), touching each once: at most once per 65 535 table adoptions.
+    pub fn forget_table_epochs(&mut self) {
+        let used = self.never_used as usize;
+        for record in &mut self.records[..used] {
+            record.state.table_epoch = FlowState::NEVER_VALIDATED;
+        }
     }
 
     /// Every live flow with its id, in id order. O(capacity); for tests and diagnostics, not

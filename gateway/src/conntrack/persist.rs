@@ -20,7 +20,7 @@
 //!   `READY`; anything else (no file, another layout, another owner, another boot, an
 //!   adoption that was itself interrupted) is replaced by an empty table, and the reason is
 //!   returned ([`Opened::Created`]). Adoption validates every byte that is not free-form
-//!   (enum and `bool` fields) before the records are read as typed values; a record that
+//!   (the TCP state, an enum) before the records are read as typed values; a record that
 //!   fails is reported as a corrupt file and the table starts empty.
 //! - The index is **not** stored: it is rebuilt from the live records at adoption (so a
 //!   `kill -9` in the middle of an insert or a removal, which leaves the index and the
@@ -42,11 +42,11 @@ use std::sync::Arc;
 
 use memmap2::MmapMut;
 
-use super::{Address, FlowState, Record, TcpWindows};
+use super::{Address, FlowState, Record, WindowBounds};
 use crate::memory::HugeSlice;
 
 /// Bump when the meaning of a stored field changes without its size or offset changing.
-pub const LAYOUT_VERSION: u64 = 1;
+pub const LAYOUT_VERSION: u64 = 2;
 
 const MAGIC: [u8; 8] = *b"toriiCT\0";
 const HEADER_BYTES: usize = 4096;
@@ -259,7 +259,7 @@ pub fn fingerprint<'a>(interfaces: impl IntoIterator<Item = (&'a str, u8, Option
     })
 }
 
-/// The layout fingerprint of `Record<A>` and [`TcpWindows`]: [`LAYOUT_VERSION`] mixed with
+/// The layout fingerprint of `Record<A>` and [`WindowBounds`]: [`LAYOUT_VERSION`] mixed with
 /// the sizes, alignments and field offsets of the stored types.
 fn layout<A: Address>() -> u64 {
     let facts = [
@@ -268,8 +268,8 @@ fn layout<A: Address>() -> u64 {
         size_of::<Record<A>>(),
         align_of::<Record<A>>(),
         size_of::<FlowState>(),
-        size_of::<TcpWindows>(),
-        align_of::<TcpWindows>(),
+        size_of::<WindowBounds>(),
+        align_of::<WindowBounds>(),
         offset_of!(Record<A>, state),
         offset_of!(Record<A>, original_src),
         offset_of!(Record<A>, original_dst),
@@ -278,14 +278,14 @@ fn layout<A: Address>() -> u64 {
         offset_of!(Record<A>, reply_dst_port),
         offset_of!(Record<A>, protocol),
         offset_of!(Record<A>, snat),
-        offset_of!(Record<A>, live),
+        offset_of!(Record<A>, window_flags),
         offset_of!(FlowState, deadline),
         offset_of!(FlowState, frontend),
-        offset_of!(FlowState, table_generation),
+        offset_of!(FlowState, table_epoch),
         offset_of!(FlowState, tcp_state),
-        offset_of!(FlowState, seen_reply),
-        offset_of!(FlowState, assured),
+        offset_of!(FlowState, bits),
         offset_of!(FlowState, links),
+        offset_of!(FlowState, egress_out),
     ];
     facts.iter().fold(FNV_OFFSET, |h, f| fnv1a(h, &(*f as u64).to_le_bytes()))
 }
@@ -310,7 +310,7 @@ fn boot_id() -> u64 {
 /// A region's three arrays and the mapping's header, as [`open`] returns them.
 pub(crate) struct Region<A: Address> {
     pub(super) records: Slots<Record<A>>,
-    pub(super) windows: Slots<TcpWindows>,
+    pub(super) windows: Slots<WindowBounds>,
     pub(super) live: Slots<u64>,
     /// Where to say the region is consistent again.
     pub(super) mark: Mark,
@@ -349,7 +349,7 @@ unsafe impl Send for Mark {}
 fn region_bytes<A: Address>(capacity: usize) -> (usize, usize, usize, usize) {
     let records = HEADER_BYTES;
     let windows = (records + capacity * size_of::<Record<A>>()).next_multiple_of(64);
-    let live = (windows + capacity * size_of::<TcpWindows>()).next_multiple_of(64);
+    let live = (windows + capacity * size_of::<WindowBounds>()).next_multiple_of(64);
     let end = live + capacity.div_ceil(64) * 8;
     (records, windows, live, end)
 }
@@ -399,7 +399,7 @@ pub(crate) fn open<A: Address>(
     let mut region = split::<A>(map, capacity, 0);
     // Every page is written now (no first-touch faults on the packet path).
     region.records.fill(Record::VACANT);
-    region.windows.fill(TcpWindows::default());
+    region.windows.fill(WindowBounds::default());
     region.live.fill(0);
     region.mark.ready();
     Ok((region, Opened::Created(reason)))
@@ -427,16 +427,12 @@ fn try_adopt<A: Address>(file: &File, want: &Header, bytes: usize) -> Result<Reg
     let capacity = want.capacity as usize;
     let (records_at, _, _, _) = region_bytes::<A>(capacity);
     let size = size_of::<Record<A>>();
-    let checks = [
-        offset_of!(Record<A>, state) + offset_of!(FlowState, tcp_state),
-        offset_of!(Record<A>, state) + offset_of!(FlowState, seen_reply),
-        offset_of!(Record<A>, state) + offset_of!(FlowState, assured),
-        offset_of!(Record<A>, live),
-    ];
+    // The one field with invalid byte values: the TCP state, an enum (the flags are bit
+    // sets, the window flags' every value is one).
+    let tcp_state = offset_of!(Record<A>, state) + offset_of!(FlowState, tcp_state);
     for r in 0..capacity {
         let base = records_at + r * size;
-        let tcp = map[base + checks[0]];
-        if tcp > super::TcpState::SynSent2 as u8 || checks[1..].iter().any(|&c| map[base + c] > 1) {
+        if map[base + tcp_state] > super::TcpState::SynSent2 as u8 {
             return Err(format!("corrupt record {r}: starting empty"));
         }
     }
@@ -469,8 +465,11 @@ fn split<A: Address>(mut map: MmapMut, capacity: usize, deadline_shift_ms: u32) 
     };
     let records =
         Slots { ptr: at(records_at).cast::<Record<A>>(), len: capacity, _backing: Backing::Mapped(Arc::clone(&map)) };
-    let windows =
-        Slots { ptr: at(windows_at).cast::<TcpWindows>(), len: capacity, _backing: Backing::Mapped(Arc::clone(&map)) };
+    let windows = Slots {
+        ptr: at(windows_at).cast::<WindowBounds>(),
+        len: capacity,
+        _backing: Backing::Mapped(Arc::clone(&map)),
+    };
     let live = Slots {
         ptr: at(live_at).cast::<u64>(),
         len: capacity.div_ceil(64),

@@ -4,9 +4,12 @@
 //!
 //! The gateway is a man in the middle that sees both directions of every flow (full NAT
 //! keeps them on one worker). Like Linux it guesses each connection's state from the
-//! control flags of the segments it forwards; unlike Linux it does not track sequence
-//! windows (`tcp_in_window`), so its states move on flags alone — what Linux does with
-//! `nf_conntrack_tcp_be_liberal=1` for in-window checks.
+//! control flags of the segments it forwards, and like Linux it also tracks each
+//! direction's sequence window (`super::window`, after `tcp_in_window`): a segment moves
+//! the state only if it fits the windows (`super::track_tcp` applies both; with
+//! `[conntrack] tcp_be_liberal`, as with Linux's `nf_conntrack_tcp_be_liberal=1`, segments
+//! outside them are let through but teach nothing). This module is the flags half: the
+//! states and Linux's table of transitions between them.
 //!
 //! [`transition`] is Linux's table verbatim, indexed by direction, segment class and state;
 //! its two special results are [`Transition::Ignore`] (`sIG`: forward, change nothing, do

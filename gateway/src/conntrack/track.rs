@@ -7,7 +7,7 @@
 //! configurable under `[conntrack]` in the gateway's configuration.
 
 use super::tcp::{self, Segment, TcpState, Transition};
-use super::window::{self, Fit, TcpSeq, TcpWindows};
+use super::window::{self, Fit, TcpSeq, TcpWindowsMut};
 use super::{Deadline, Direction, FlowState};
 
 const NS_PER_S: u64 = 1_000_000_000;
@@ -134,7 +134,7 @@ pub enum Tracked {
 /// Not modelled: the retransmission and zero-window timeouts (`nf_conntrack_tcp_max_retrans`).
 pub fn track_tcp(
     state: &mut FlowState,
-    windows: &mut TcpWindows,
+    windows: TcpWindowsMut<'_>,
     direction: Direction,
     seg: &TcpSeq,
     now_ns: u64,
@@ -155,7 +155,7 @@ pub fn track_tcp(
         }
         Transition::To(new) => new,
     };
-    match window::check(windows, direction, old, state.assured, seg) {
+    match window::check(windows, direction, old, state.assured(), seg) {
         Fit::Accept => {}
         Fit::AcceptRstKeepState => new = old,
         Fit::Ignore => {
@@ -166,7 +166,7 @@ pub fn track_tcp(
     }
     state.tcp_state = new;
     let mut timeout = if segment == Segment::Rst { timeouts.tcp_close_ns } else { timeouts.tcp(new) };
-    if !state.seen_reply {
+    if !state.seen_reply() {
         if segment == Segment::Rst {
             return Tracked::ForwardThenRemove;
         }
@@ -177,9 +177,11 @@ pub fn track_tcp(
         if new == TcpState::Established {
             timeout = timeout.min(timeouts.tcp_unacknowledged_ns);
         }
-    } else if !state.assured && matches!(old, TcpState::SynRecv | TcpState::Established) && new == TcpState::Established
+    } else if !state.assured()
+        && matches!(old, TcpState::SynRecv | TcpState::Established)
+        && new == TcpState::Established
     {
-        state.assured = true;
+        state.set_assured(true);
     }
     state.deadline = Deadline::after(now_ns, timeout);
     mark_seen(state, direction);
@@ -193,9 +195,9 @@ pub fn track_tcp(
 /// stream"; since Linux 5.0 it also waits until the flow is 2 s old, which needs a creation
 /// time torii does not keep).
 pub fn track_udp(state: &mut FlowState, direction: Direction, now_ns: u64, timeouts: &Timeouts) {
-    if state.seen_reply {
+    if state.seen_reply() {
         state.deadline = Deadline::after(now_ns, timeouts.udp_stream_ns);
-        state.assured = true;
+        state.set_assured(true);
     } else {
         state.deadline = Deadline::after(now_ns, timeouts.udp_ns);
     }
@@ -207,13 +209,14 @@ pub fn track_udp(state: &mut FlowState, direction: Direction, now_ns: u64, timeo
 #[inline]
 fn mark_seen(state: &mut FlowState, direction: Direction) {
     if direction == Direction::Reply {
-        state.seen_reply = true;
+        state.set_seen_reply(true);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::conntrack::TcpWindows;
     use crate::wire::TcpFlags;
     use Direction::{Original as O, Reply as R};
 
@@ -221,7 +224,7 @@ mod tests {
     /// the state machine and timeouts alone (the windows have tests of their own).
     fn track_tcp(state: &mut FlowState, direction: Direction, flags: TcpFlags, now_ns: u64, t: &Timeouts) -> Tracked {
         let seg = TcpSeq { flags, ..TcpSeq::default() };
-        super::track_tcp(state, &mut TcpWindows::liberal(), direction, &seg, now_ns, t)
+        super::track_tcp(state, TcpWindows::liberal().as_mut(), direction, &seg, now_ns, t)
     }
 
     const S: u64 = NS_PER_S;
@@ -272,9 +275,9 @@ mod tests {
                 (R, SYN_ACK, 1, Tracked::Forward, TcpState::SynRecv, 60),
             ],
         );
-        assert!(st.seen_reply && !st.assured);
+        assert!(st.seen_reply() && !st.assured());
         walk(&mut st, &[(O, ACK, 2, Tracked::Forward, TcpState::Established, 86_400)]);
-        assert!(st.assured, "the handshake's ACK assures the flow");
+        assert!(st.assured(), "the handshake's ACK assures the flow");
         walk(
             &mut st,
             &[
@@ -321,7 +324,9 @@ mod tests {
     #[test]
     fn a_client_syn_reopens_time_wait_and_close_but_an_endpoint_syn_does_not() {
         for closed in [TcpState::TimeWait, TcpState::Close] {
-            let mut st = FlowState { tcp_state: closed, seen_reply: true, assured: true, ..fresh() };
+            let mut st = FlowState { tcp_state: closed, ..fresh() };
+            st.set_seen_reply(true);
+            st.set_assured(true);
             let before = st;
             assert_eq!(track_tcp(&mut st, O, SYN, S, &T), Tracked::Reopen);
             assert_eq!(st, before, "the caller removes the flow; the state is untouched");
@@ -355,7 +360,7 @@ mod tests {
                 (O, ACK, 3, Tracked::Forward, TcpState::Established, 86_400),
             ],
         );
-        assert!(st.assured, "a valid answer to a picked-up connection assures it");
+        assert!(st.assured(), "a valid answer to a picked-up connection assures it");
     }
 
     #[test]
@@ -370,15 +375,15 @@ mod tests {
             len: u32::from(flags == SYN || flags == SYN_ACK),
             wscale: None,
         };
-        assert_eq!(super::track_tcp(&mut st, &mut w, O, &seg(SYN, 1000, 0), 0, &T), Tracked::Forward);
-        assert_eq!(super::track_tcp(&mut st, &mut w, R, &seg(SYN_ACK, 5000, 1001), 0, &T), Tracked::Forward);
-        assert_eq!(super::track_tcp(&mut st, &mut w, O, &seg(ACK, 1001, 5001), 0, &T), Tracked::Forward);
+        assert_eq!(super::track_tcp(&mut st, w.as_mut(), O, &seg(SYN, 1000, 0), 0, &T), Tracked::Forward);
+        assert_eq!(super::track_tcp(&mut st, w.as_mut(), R, &seg(SYN_ACK, 5000, 1001), 0, &T), Tracked::Forward);
+        assert_eq!(super::track_tcp(&mut st, w.as_mut(), O, &seg(ACK, 1001, 5001), 0, &T), Tracked::Forward);
         let before = (st, w);
-        assert_eq!(super::track_tcp(&mut st, &mut w, R, &seg(RST, 0xdead_beef, 0), S, &T), Tracked::OutOfWindow);
+        assert_eq!(super::track_tcp(&mut st, w.as_mut(), R, &seg(RST, 0xdead_beef, 0), S, &T), Tracked::OutOfWindow);
         assert_eq!((st, w), before, "an out-of-window RST changes nothing");
-        assert_eq!(super::track_tcp(&mut st, &mut w, R, &seg(RST, 5002, 0), S, &T), Tracked::Forward);
+        assert_eq!(super::track_tcp(&mut st, w.as_mut(), R, &seg(RST, 5002, 0), S, &T), Tracked::Forward);
         assert_eq!(st.tcp_state, TcpState::Established, "in the window, not exact: kept for a challenge ACK");
-        assert_eq!(super::track_tcp(&mut st, &mut w, R, &seg(RST, 5001, 0), S, &T), Tracked::Forward);
+        assert_eq!(super::track_tcp(&mut st, w.as_mut(), R, &seg(RST, 5001, 0), S, &T), Tracked::Forward);
         assert_eq!(st.tcp_state, TcpState::Close, "at RCV.NXT: closed");
     }
 
@@ -388,10 +393,10 @@ mod tests {
         track_udp(&mut st, O, 0, &T);
         assert_eq!(st.deadline, Deadline::after(0, T.udp_ns));
         track_udp(&mut st, R, S, &T);
-        assert!(st.seen_reply && !st.assured);
+        assert!(st.seen_reply() && !st.assured());
         assert_eq!(st.deadline, Deadline::after(S, T.udp_ns), "the first reply is handled as unreplied");
         track_udp(&mut st, O, 2 * S, &T);
-        assert!(st.assured);
+        assert!(st.assured());
         assert_eq!(st.deadline, Deadline::after(2 * S, T.udp_stream_ns));
     }
 }
@@ -406,6 +411,7 @@ mod tests {
 #[cfg(test)]
 mod reuse_tests {
     use super::*;
+    use crate::conntrack::TcpWindows;
     use crate::wire::TcpFlags;
     use Direction::{Original as O, Reply as R};
 
@@ -417,6 +423,7 @@ mod reuse_tests {
     }
 
     fn liberal(st: &mut FlowState, w: &mut TcpWindows, d: Direction, s: &TcpSeq) -> Tracked {
+        let mut w = w.as_mut();
         w.make_liberal();
         track_tcp(st, w, d, s, NS_PER_S, &T)
     }

@@ -112,7 +112,7 @@ fn endpoint_of_flow<A: Address + Into<IpAddr>>(flow: &Flow<A>) -> Endpoint {
 pub(super) fn is_active(protocol: u8, state: &FlowState) -> bool {
     match IpProtocol::from(protocol) {
         IpProtocol::Tcp => state.tcp_state == TcpState::Established,
-        IpProtocol::Sctp => state.assured,
+        IpProtocol::Sctp => state.assured(),
         _ => false,
     }
 }

@@ -247,8 +247,8 @@ fn probe<'t, A: Family>(st: &WorkerState, table: &'t Table, key: &FlowKey<A>, ha
 #[inline]
 fn prefetch_egress<A: Family>(st: &WorkerState, id: FlowId, direction: Direction) -> Option<RouteHint> {
     let (to, state) = A::conntrack(st).peek_destination(id, direction);
-    match state.egress.of(direction) {
-        // Routed before (`crate::conntrack::Egress`): no route lookup.
+    match state.egress(direction) {
+        // Routed before (`crate::conntrack::FlowState::egress`): no route lookup.
         Some((out, on_link)) => {
             st.frontends.prefetch(state.frontend);
             let hop = if on_link { to } else { A::router(&st.host)?.0 };
@@ -266,7 +266,7 @@ fn prefetch_egress<A: Family>(st: &WorkerState, id: FlowId, direction: Direction
 #[inline]
 fn prefetch_lean(st: &WorkerState, id: FlowId, direction: Direction) -> bool {
     let (to, state) = st.conntrack.peek_destination(id, direction);
-    match state.egress.of(direction) {
+    match state.egress(direction) {
         Some((_, on_link)) => {
             st.frontends.prefetch(state.frontend);
             if on_link {

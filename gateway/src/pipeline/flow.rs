@@ -144,10 +144,11 @@ pub(super) fn handle<A: Proxied>(
         }
     }
     if let Some((id, Direction::Original)) = hit {
-        if A::conntrack(st).state(id).table_generation != table.generation() as u32 {
+        let epoch = st.table_epoch(table);
+        if A::conntrack(st).state(id).table_epoch != epoch {
             if let Some(frontend) = backend::still_serves(table, &A::conntrack(st).get(id)) {
                 let state = A::conntrack_mut(st).state_mut(id);
-                state.table_generation = table.generation() as u32;
+                state.table_epoch = epoch;
                 state.frontend = frontend;
             } else {
                 // The endpoint left its Service (DESIGN.md "Failure semantics"): a TCP
@@ -248,7 +249,7 @@ pub(super) fn handle<A: Proxied>(
         synproxy::translate_ack(frame, rx, &seg.tcp, delta, l4);
     }
     let flow = A::conntrack(st).get(id);
-    let frontend = frontend_index(table, &flow);
+    let frontend = frontend_index(table, st.table_epoch(table), &flow);
     let verdict = forward(now, frame, rx, st, id, &flow, dir, &seg, frontend.map(|i| (i, table.generation() as u32)));
     if let (Verdict::Transmit { .. }, Some(index)) = (verdict, frontend) {
         st.frontends.packet(index, dir == Direction::Original, seg.total);
@@ -301,13 +302,13 @@ fn l4_checksum<A: Family>(frame: &[u8], rx: &Rx, st: &mut WorkerState, seg: &Seg
     }
 }
 
-/// The index in `table` of `flow`'s front door, where its forwarded packets are counted: the
-/// index the flow keeps, when it was (re)validated against this very table; else (a reply
-/// that came before the flow's next original packet under a new table) the index looked up
-/// anew.
+/// The index in `table` (the worker's table epoch `epoch`) of `flow`'s front door, where its
+/// forwarded packets are counted: the index the flow keeps, when it was (re)validated
+/// against this very table; else (a reply that came before the flow's next original packet
+/// under a new table) the index looked up anew.
 #[inline]
-fn frontend_index<A: Family>(table: &Table, flow: &Flow<A>) -> Option<u32> {
-    if flow.state.table_generation == table.generation() as u32 {
+fn frontend_index<A: Family>(table: &Table, epoch: u16, flow: &Flow<A>) -> Option<u32> {
+    if flow.state.table_epoch == epoch {
         Some(flow.state.frontend)
     } else {
         let o = &flow.original;
@@ -340,7 +341,7 @@ fn track_state<A: Family>(now: u64, st: &mut WorkerState, id: FlowId, dir: Direc
     let (conntrack, host) = A::conntrack_and_host(st);
     let timeouts = &host.timeouts;
     if seg.proto == IpProtocol::Tcp {
-        let (state, windows) = conntrack.tcp_mut(id);
+        let (state, mut windows) = conntrack.tcp_mut(id);
         if seg.first_fragment.is_some() || host.tcp_be_liberal {
             windows.make_liberal();
         }
@@ -358,7 +359,7 @@ fn track_state<A: Family>(now: u64, st: &mut WorkerState, id: FlowId, dir: Direc
 
 /// Rewrites the packet `seg` along `flow` (id `id`) in direction `dir` and addresses the
 /// frame to its next hop ([`egress`]), recording the direction's egress in the flow's state
-/// for the lean path ([`crate::conntrack::Egress`]). A first fragment's translation is recorded for the later
+/// for the lean path ([`crate::conntrack::FlowState::egress`]). A first fragment's translation is recorded for the later
 /// fragments of its datagram; its transport checksum is always updated incrementally (a
 /// fragment never carries a partial checksum, and a full one would need the whole datagram),
 /// with the flow's front-door index under table generation `frontend.1` so the later
@@ -380,7 +381,7 @@ fn forward<A: Family>(
         Err(reason) => return Verdict::Drop(reason),
     };
     // What the lean path of the flow's later packets needs (`super::lean`).
-    A::conntrack_mut(st).state_mut(id).egress.set(dir, out_iface, on_link);
+    A::conntrack_mut(st).state_mut(id).set_egress(dir, out_iface, on_link);
     match dir {
         Direction::Original => st.counters.forwarded_original += 1,
         Direction::Reply => st.counters.forwarded_reply += 1,
@@ -540,6 +541,7 @@ fn new_flow<A: Proxied>(
         }));
     };
     learn_on_link_client(now, frame, rx, key.src_addr, st);
+    let epoch = st.table_epoch(table);
     let flow = Flow {
         original: key,
         reply: FlowKey {
@@ -549,10 +551,7 @@ fn new_flow<A: Proxied>(
             dst_addr: snat_ip,
             dst_port: snat_port,
         },
-        state: FlowState {
-            links: Links { original: rx.iface, reply: out },
-            ..FlowState::new(fe.index, table.generation() as u32, Deadline::at(now))
-        },
+        state: FlowState::new(fe.index, epoch, Deadline::at(now)).with_links(Links { original: rx.iface, reply: out }),
     };
     let mut inserted = A::conntrack_mut(st).insert_hashed(flow, hash, vacancy);
     if inserted == Err(InsertError::Full) {

@@ -17,7 +17,7 @@
 //!   passed, and the frame arrived on the link of its direction (`wrong_link`);
 //! - the flow was validated against this very table generation (a newer table revalidates
 //!   the endpoint and the front door's counter index on the general path), and the
-//!   direction's egress has been routed before ([`crate::conntrack::Egress`]: interface
+//!   direction's egress has been routed before ([`crate::conntrack::FlowState::egress`]: interface
 //!   and whether the next hop is the destination or the router; routes never change);
 //! - TCP: the flow is not one the SYN proxy opened (its sequence numbers are translated:
 //!   `super::synproxy`), it is ESTABLISHED and assured, the segment's flags are ACK without SYN,
@@ -48,8 +48,8 @@ use crate::wire::{EtherType, IpProtocol, TcpFlags};
 /// What every lean packet of one burst shares, computed once by [`BurstConstants::new`].
 #[derive(Clone, Copy, Debug)]
 pub(super) struct BurstConstants {
-    /// Low 32 bits of the burst's table generation ([`crate::conntrack::FlowState::table_generation`]).
-    generation: u32,
+    /// The worker's epoch of the burst's table ([`crate::conntrack::FlowState::table_epoch`]).
+    epoch: u16,
     /// The deadline of an ESTABLISHED TCP flow refreshed now.
     tcp_established: Deadline,
     /// The deadline of an assured UDP flow refreshed now.
@@ -57,12 +57,14 @@ pub(super) struct BurstConstants {
 }
 
 impl BurstConstants {
-    /// The constants of a burst processed at `now` against `table`.
+    /// The constants of a burst processed at `now` against `table` (which gives `table` its
+    /// worker epoch if it has none yet: [`WorkerState::table_epoch`]).
     #[inline]
-    pub fn new(now: u64, table: &Table, st: &WorkerState) -> Self {
+    pub fn new(now: u64, table: &Table, st: &mut WorkerState) -> Self {
+        let epoch = st.table_epoch(table);
         let t = &st.host.timeouts;
         Self {
-            generation: table.generation() as u32,
+            epoch,
             tcp_established: Deadline::after(now, t.tcp_established_ns),
             udp_stream: Deadline::after(now, t.udp_stream_ns),
         }
@@ -85,14 +87,14 @@ pub(super) fn forward(
         return None;
     };
     let (id, direction) = (*id, *direction);
-    let (state, windows, out) = conntrack.lean(id, direction, key)?;
-    if state.deadline.is_due(now) || state.links.of(direction) != seg.iface || state.table_generation != k.generation {
+    let (state, mut windows, out) = conntrack.lean(id, direction, key)?;
+    if state.deadline.is_due(now) || state.links.of(direction) != seg.iface || state.table_epoch != k.epoch {
         return None;
     }
-    let (out_iface, on_link) = state.egress.of(direction)?;
+    let (out_iface, on_link) = state.egress(direction)?;
     let tcp = key.protocol == u8::from(IpProtocol::Tcp);
     if tcp {
-        if state.tcp_state != TcpState::Established || !state.assured || !state.seen_reply {
+        if state.tcp_state != TcpState::Established || !state.seen_reply_and_assured() {
             return None;
         }
         // A flow the SYN proxy opened has its sequence numbers translated: the general path.
@@ -102,7 +104,7 @@ pub(super) fn forward(
                 return None;
             }
         }
-    } else if !state.assured {
+    } else if !state.assured() {
         return None;
     }
     let hop = if on_link { out.dst_addr } else { <Ipv4Addr as HostAddr>::router(host)?.0 };

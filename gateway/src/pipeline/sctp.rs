@@ -77,14 +77,14 @@ pub(super) fn parse(l4: &[u8], csum_partial: bool) -> Result<(u16, u16, Chunks),
 /// `now`: closed state, idle deadline, `seen_reply`, `assured`.
 pub(super) fn track(state: &mut FlowState, dir: Direction, chunks: Chunks, now: u64) {
     let was_closed = state.tcp_state == TcpState::Close;
-    let (timeout, closed) = timeout_ns(was_closed, state.seen_reply, chunks);
+    let (timeout, closed) = timeout_ns(was_closed, state.seen_reply(), chunks);
     state.tcp_state = if closed { TcpState::Close } else { TcpState::None };
     state.deadline = Deadline::after(now, timeout);
-    state.assured = state.seen_reply && !closed;
+    state.set_assured(state.seen_reply() && !closed);
     // Like Linux's IPS_SEEN_REPLY: set after the tracker ran, so the first answer still
     // counts as unanswered for its own timeout.
     if dir == Direction::Reply {
-        state.seen_reply = true;
+        state.set_seen_reply(true);
     }
 }
 

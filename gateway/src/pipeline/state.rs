@@ -12,7 +12,7 @@ use super::hint::HintRing;
 use crate::affinity::Affinity;
 use crate::conntrack::persist::{self, Opened, Owner};
 use crate::conntrack::synproxy::SynProxy;
-use crate::conntrack::Conntrack;
+use crate::conntrack::{Conntrack, FlowState};
 use crate::counters::{Counters, FrontendCounters};
 use crate::fragments::{self, FragmentAddr, FragmentTable};
 use crate::host::Host;
@@ -143,6 +143,9 @@ pub struct WorkerState {
     /// parse finds the same key), the flow it almost certainly belongs to, its route, a new
     /// flow's front door and endpoint.
     pub(super) hints: HintRing,
+    /// The generation of the last table the worker processed a frame against (`u64::MAX`
+    /// before the first) and the worker's epoch for it ([`WorkerState::table_epoch`]).
+    table_epoch: (u64, u16),
 }
 
 impl std::fmt::Debug for WorkerState {
@@ -181,6 +184,7 @@ impl WorkerState {
             frontends: FrontendCounters::default(),
             pending: [Pending::default(); PENDING_SLOTS],
             hints: HintRing::default(),
+            table_epoch: (u64::MAX, FlowState::NEVER_VALIDATED),
         }
     }
 
@@ -231,5 +235,41 @@ impl WorkerState {
     pub fn adopt_table(&mut self, old: &Table, new: &Table, now: u64) {
         self.frontends.adopt(old, new);
         self.resolve_table(new, now);
+    }
+
+    /// The worker's epoch for `table`: the 16-bit number its flows record as the table they
+    /// were last validated against ([`FlowState::table_epoch`]; a 64-bit generation would
+    /// cost each flow 6 bytes more). The epoch of the last table seen when `table` has its
+    /// generation, else the next one: 1 for the first table, and 1 again after 65 535, when
+    /// every flow's epoch is first reset to [`FlowState::NEVER_VALIDATED`]
+    /// ([`Conntrack::forget_table_epochs`]), so that a flow validated against a table before
+    /// the wrap is revalidated after it. O(1), but O(flows) at that wrap (one store per
+    /// record), at most once per 65 535 tables.
+    #[inline]
+    pub fn table_epoch(&mut self, table: &Table) -> u16 {
+        self.epoch_of(table.generation())
+    }
+
+    /// [`WorkerState::table_epoch`] of a table of generation `generation`.
+    #[inline]
+    pub(super) fn epoch_of(&mut self, generation: u64) -> u16 {
+        if self.table_epoch.0 != generation {
+            self.next_epoch(generation);
+        }
+        self.table_epoch.1
+    }
+
+    /// Numbers the table of generation `generation`: the epoch after the current one, after
+    /// forgetting every flow's epoch when they wrap.
+    #[cold]
+    #[inline(never)]
+    fn next_epoch(&mut self, generation: u64) {
+        let mut epoch = self.table_epoch.1;
+        if epoch == u16::MAX {
+            self.conntrack.forget_table_epochs();
+            self.conntrack6.forget_table_epochs();
+            epoch = FlowState::NEVER_VALIDATED;
+        }
+        self.table_epoch = (generation, epoch + 1);
     }
 }

@@ -514,6 +514,46 @@ fn a_removed_endpoint_resets_tcp_and_resteers_udp() {
     assert!(st.counters.endpoint_gone > 0);
 }
 
+/// A worker numbers the tables it uses with 16-bit epochs, which a flow records
+/// (`FlowState::table_epoch`), and the numbers wrap after 65 535 tables. A flow validated
+/// against the table that had epoch 1 before the wrap must not pass for validated against
+/// the table that has epoch 1 after it: the flows of an endpoint removed in that table
+/// are still reset and the others revalidated (the wrap resets every flow's epoch).
+#[test]
+fn a_flow_validated_before_the_table_epochs_wrap_is_revalidated_after_it() {
+    let t = table(&["10.70.0.11", "10.70.0.12", "10.70.0.13"]);
+    let mut st = state(0, 1);
+    let (tcp_flows, _) = open_flows(&t, &mut st);
+    assert_eq!(st.table_epoch(&t), 1, "the worker's first table");
+    // 65 534 tables more (only their generations matter), the last numbered 65 535.
+    let other = u64::MAX / 2;
+    for g in 0..u64::from(u16::MAX) - 1 {
+        st.epoch_of(other + g);
+    }
+    assert_eq!(st.epoch_of(other + u64::from(u16::MAX) - 2), u16::MAX);
+    let gone = ip("10.70.0.12");
+    let t2 = table(&["10.70.0.11", "10.70.0.13"]);
+    assert_eq!(st.table_epoch(&t2), 1, "numbered 1 again after the wrap");
+    let mut reset = 0;
+    for (c, b) in tcp_flows {
+        let ack = frames::tcp(to_gw(), c, (VIP, 80), TcpFlags::ACK, 2, 777, b"more", 64);
+        let (v, out) = run(SEC, &ack, FRONT, &t2, &mut st);
+        if b == gone {
+            let want = rst((VIP, 80), c, TcpFlags::RST, 777, 0);
+            assert_eq!((v, out), (tx(FRONT, &want), want), "flow of {c:?} to the removed endpoint");
+            reset += 1;
+        } else {
+            assert_eq!(backend_of(&out), b, "flow of {c:?} to a surviving endpoint is undisturbed");
+            let key =
+                crate::conntrack::FlowKey { protocol: 6, src_addr: c.0, src_port: c.1, dst_addr: VIP, dst_port: 80 };
+            let (id, _) = st.conntrack.lookup(&key).unwrap();
+            assert_eq!(st.conntrack.state(id).table_epoch, 1, "revalidated against the new table");
+        }
+    }
+    assert!(reset > 0);
+    assert_eq!(st.counters.endpoint_gone, reset);
+}
+
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
     /// No input makes `process` panic: random bytes, and valid frames with random

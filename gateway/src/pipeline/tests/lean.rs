@@ -264,7 +264,7 @@ fn established_frames_take_the_lean_path() {
     let t = table(&["10.70.0.11", "10.70.0.12", "10.70.0.13"]);
     let (mut a, mut b) = (state(0, 1), state(0, 1));
     let mut conns = open(&t, &mut a, &mut b, 2);
-    let constants = crate::pipeline::lean::BurstConstants::new(SEC, &t, &a);
+    let constants = crate::pipeline::lean::BurstConstants::new(SEC, &t, &mut a);
     let mut taken = |conn: &mut Conn, reply: bool, variant: Variant| {
         let (f, iface) = frame(conn, reply, variant);
         let mut buf = [0u8; 256];
