@@ -1003,7 +1003,8 @@ fn step_status_counters(h: &mut Harness, bins: &Binaries) -> Result<()> {
     let count = |d: &Value, k: &str| d["counters"][k].as_u64().unwrap_or(0);
     let (flows, original, reply) =
         (count(&web, "new_flows"), count(&web, "packets_original"), count(&web, "packets_reply"));
-    let workers_current = status["workers"].as_array().is_some_and(|w| !w.is_empty() && w.iter().all(|w| w["current"] == true));
+    let workers_current =
+        status["workers"].as_array().is_some_and(|w| !w.is_empty() && w.iter().all(|w| w["current"] == true));
     let empty = door(&format!("{REJECT_VIP}:80/TCP")).unwrap_or_default();
     if !out.status.success()
         || !workers_current
@@ -1013,7 +1014,10 @@ fn step_status_counters(h: &mut Harness, bins: &Binaries) -> Result<()> {
         || reply == 0
         || count(&empty, "new_flows") != 0
     {
-        return Err(h.fail(STEP, format!("status ({}): demo/web front door {web}, demo/empty {empty}:\n{status:#}", out.status)));
+        return Err(h.fail(
+            STEP,
+            format!("status ({}): demo/web front door {web}, demo/empty {empty}:\n{status:#}", out.status),
+        ));
     }
     progress(
         STEP,

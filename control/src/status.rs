@@ -383,7 +383,13 @@ mod tests {
         let web = web.expect("demo/web's front door");
         assert_eq!(web.endpoints.len(), 3, "{web:?}");
         let door = web.front_doors.iter().find(|d| d.address == "203.0.113.10:80/TCP").unwrap();
-        let want = Counters { new_flows: 10, packets_original: 50, packets_reply: 40, bytes_original: 4000, bytes_reply: 9000 };
+        let want = Counters {
+            new_flows: 10,
+            packets_original: 50,
+            packets_reply: 40,
+            bytes_original: 4000,
+            bytes_reply: 9000,
+        };
         assert_eq!(door.counters, Some(want));
         let text = status.render();
         assert!(text.contains("              10 new flows, in 50 pkts 4000 B, out 40 pkts 9000 B"), "{text}");
@@ -391,8 +397,16 @@ mod tests {
         assert!(text.contains("front door  203.0.113.10:80/TCP ExternalIP"), "{text}");
         let json = serde_json::to_value(&status).unwrap();
         assert_eq!(json["generation"], generation);
-        assert_eq!(json["services"].as_array().unwrap().iter().flat_map(|s| s["front_doors"].as_array().unwrap())
-            .filter_map(|d| d["counters"]["new_flows"].as_u64()).collect::<Vec<_>>(), [10]);
+        assert_eq!(
+            json["services"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|s| s["front_doors"].as_array().unwrap())
+                .filter_map(|d| d["counters"]["new_flows"].as_u64())
+                .collect::<Vec<_>>(),
+            [10]
+        );
 
         let empty = tempfile::tempdir().unwrap();
         let e = read(empty.path()).unwrap_err().to_string();

@@ -699,7 +699,8 @@ fn run_publishes_a_new_service_and_its_slice_once() {
     assert!(cluster.api.wait_for_watches(None, 3, CONVERGE));
     let region = StateRegion::open(&d.shm).unwrap();
     let g0 = region.published_generation();
-    let published = |from: usize| d.lines.lock().unwrap().iter().skip(from).filter(|l| l.contains("published table")).count();
+    let published =
+        |from: usize| d.lines.lock().unwrap().iter().skip(from).filter(|l| l.contains("published table")).count();
 
     let with_selector = |name: &str, ip: &str| {
         let mut s = service(name, ip);
@@ -710,9 +711,15 @@ fn run_publishes_a_new_service_and_its_slice_once() {
     cluster.api.apply(with_selector("shop", "203.0.113.20")).unwrap();
     std::thread::sleep(Duration::from_millis(20));
     cluster.api.apply(slice("shop-x7k2p", "shop", &["10.70.0.31", "10.70.0.32"], None)).unwrap();
-    let g = d.wait_table("Service and slice", |t| t.expect("203.0.113.20", 80, &["10.70.0.31:8080", "10.70.0.32:8080"]));
+    let g =
+        d.wait_table("Service and slice", |t| t.expect("203.0.113.20", 80, &["10.70.0.31:8080", "10.70.0.32:8080"]));
     std::thread::sleep(Duration::from_millis(300));
-    assert_eq!((g, published(from), region.published_generation()), (g0 + 1, 1, g0 + 1), "one publication:\n{}", d.log());
+    assert_eq!(
+        (g, published(from), region.published_generation()),
+        (g0 + 1, 1, g0 + 1),
+        "one publication:\n{}",
+        d.log()
+    );
 
     let from = d.line_count();
     let start = Instant::now();

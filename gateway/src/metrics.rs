@@ -296,7 +296,10 @@ fn frontend_totals(s: &Snapshot) -> Vec<(String, FrontendCount)> {
 
 /// What [`frontend_totals`] sums, by front door, with `label(table, front door)` of its
 /// first sighting.
-fn frontend_counts<L>(s: &Snapshot, label: impl Fn(&Table, &layout::Frontend) -> L) -> BTreeMap<DoorKey, (L, FrontendCount)> {
+fn frontend_counts<L>(
+    s: &Snapshot,
+    label: impl Fn(&Table, &layout::Frontend) -> L,
+) -> BTreeMap<DoorKey, (L, FrontendCount)> {
     let mut doors: BTreeMap<DoorKey, (L, FrontendCount)> = BTreeMap::new();
     let mut visit = |table: &Table, counts: Option<&[FrontendCount]>| {
         for (i, f) in table.frontends().iter().enumerate() {

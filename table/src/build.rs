@@ -382,7 +382,8 @@ impl TableBuilder {
                     .filter_map(|g| usize::try_from(g).ok())
                     .find(|&g| g < old && !taken[g] && built[g].spec.name == s.name);
                 let found = near.or_else(|| {
-                    let sorted = *sorted.get_or_insert_with(|| built.windows(2).all(|w| w[0].spec.name <= w[1].spec.name));
+                    let sorted =
+                        *sorted.get_or_insert_with(|| built.windows(2).all(|w| w[0].spec.name <= w[1].spec.name));
                     let candidates: Vec<usize> = if sorted {
                         let first = built.partition_point(|b| b.spec.name < s.name);
                         (first..old).take_while(|&j| built[j].spec.name == s.name).collect()
