@@ -126,9 +126,9 @@ pub struct Counters {
     pub packets_original: u64,
     /// Packets from endpoints (replies).
     pub packets_reply: u64,
-    /// IPv4 bytes from clients.
+    /// IP bytes from clients (as the gateway counts them: `frontend_bytes_total`).
     pub bytes_original: u64,
-    /// IPv4 bytes from endpoints.
+    /// IP bytes from endpoints (as the gateway counts them).
     pub bytes_reply: u64,
 }
 

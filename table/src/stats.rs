@@ -70,11 +70,11 @@ pub struct FrontendStat {
     pub reserved2: [u8; 4],
     /// Packets from clients (the flow's original direction).
     pub packets_original: U64,
-    /// IPv4 bytes from clients.
+    /// IP bytes from clients (as the gateway counts them: `frontend_bytes_total`).
     pub bytes_original: U64,
     /// Packets from endpoints (replies).
     pub packets_reply: U64,
-    /// IPv4 bytes from endpoints.
+    /// IP bytes from endpoints (as the gateway counts them).
     pub bytes_reply: U64,
     /// Flows created through the front door.
     pub new_flows: U64,
