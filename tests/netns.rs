@@ -114,6 +114,7 @@ fn demo_scenario(test: &str, driver: &str, prefix: &str) -> Result<()> {
     step_manifest_edit_while_connected(&mut h, &mut pinned, &pinned_backend)?;
     step_nodeport(&mut h)?;
     step_metrics(&mut h)?;
+    step_status_counters(&mut h, &bins)?;
     step_kill_9_keeps_connections(&mut h, &bins, &mut pinned, &pinned_backend)?;
     drop(pinned);
     step_clean_shutdown(&mut h)?;
@@ -971,6 +972,60 @@ fn step_metrics(h: &mut Harness) -> Result<()> {
         ));
     }
     progress(STEP, format!("/healthz: {}; demo/web:http: {flows} new flows, {original}/{reply} packets", health.body));
+    Ok(())
+}
+
+/// Step 6c: `torii-control status --json` on the live gateway's shared-memory directory
+/// shows the published table acknowledged by every worker, and the gateway's counters
+/// (written about once a second) moved for demo/web's front door, which the steps before
+/// sent traffic to (the 30 new connections of step 1 at least), and not for demo/empty's
+/// 203.0.113.11:80, which only ever rejected.
+fn step_status_counters(h: &mut Harness, bins: &Binaries) -> Result<()> {
+    const STEP: &str = "6c torii-control status";
+    let out = Command::new(&bins.control)
+        .args(["status", "--json", "--shm-dir"])
+        .arg(&h.shm_dir)
+        .output()
+        .map_err(|e| h.fail(STEP, format!("running torii-control status: {e}")))?;
+    let status: Value = serde_json::from_slice(&out.stdout).map_err(|e| {
+        h.fail(STEP, format!("{e}: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    })?;
+    let door = |address: &str| {
+        status["services"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|s| s["front_doors"].as_array().into_iter().flatten())
+            .find(|d| d["address"] == address)
+            .cloned()
+    };
+    let web = door(&format!("{WEB_VIP}:80/TCP")).unwrap_or_default();
+    let count = |d: &Value, k: &str| d["counters"][k].as_u64().unwrap_or(0);
+    let (flows, original, reply) =
+        (count(&web, "new_flows"), count(&web, "packets_original"), count(&web, "packets_reply"));
+    let workers_current =
+        status["workers"].as_array().is_some_and(|w| !w.is_empty() && w.iter().all(|w| w["current"] == true));
+    let empty = door(&format!("{REJECT_VIP}:80/TCP")).unwrap_or_default();
+    if !out.status.success()
+        || !workers_current
+        || status["counters_stale"] != false
+        || flows < 30
+        || original <= flows
+        || reply == 0
+        || count(&empty, "new_flows") != 0
+    {
+        return Err(h.fail(
+            STEP,
+            format!("status ({}): demo/web front door {web}, demo/empty {empty}:\n{status:#}", out.status),
+        ));
+    }
+    progress(
+        STEP,
+        format!(
+            "generation {}, counters {} ms old; {WEB_VIP}:80/TCP: {flows} new flows, {original}/{reply} packets",
+            status["generation"], status["counters_age_ms"]
+        ),
+    );
     Ok(())
 }
 

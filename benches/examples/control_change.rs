@@ -3,7 +3,7 @@
 //!
 //! ```sh
 //! cargo build --release -p torii-benches --example control_change
-//! target/release/examples/control_change [SERVICES [CHANGES]]
+//! target/release/examples/control_change [SERVICES [CHANGES [gateway]]]
 //! # instruction counts of the measured calls only:
 //! valgrind --tool=callgrind --toggle-collect='control_change::timed*' \
 //!     target/release/examples/control_change 10000 20
@@ -19,6 +19,14 @@
 //! - *add*: a new Service and its EndpointSlice, in one batch (a new front door);
 //! - *remove*: that Service and its slice deleted (the front door goes).
 //!
+//! With `gateway`, a [`SimulatedGateway`](torii_benches::SimulatedGateway) (one worker,
+//! polling every 2 ms, mapping and validating each snapshot) is registered, and each
+//! change waits (untimed) until it acknowledged the previous publication, as changes
+//! spaced by a few milliseconds are: publications then patch retired snapshots, as
+//! `torii-control run` does next to a gateway. Without it nothing is ever retired, and a
+//! publication writes into the background copy of the last snapshot when that copy is
+//! ready, else a whole new file.
+//!
 //! It prints, per kind, the median of the calling thread's CPU time (on a loaded machine
 //! wall time is mostly waiting) and of wall time, split into compile and publish, and the
 //! bytes written per publication, then the process's resident memory (`VmRSS`, `VmHWM`):
@@ -29,6 +37,7 @@ use std::time::Duration;
 
 use torii_benches::{
     cluster, endpoint_slice, median, one_endpoint_changed, service, shm_tempdir, thread_cpu_time, Daemon,
+    SimulatedGateway,
 };
 use torii_control::compile::Change;
 use torii_control::model::{KubeObject, ObjectRef};
@@ -46,6 +55,9 @@ struct Samples {
     publish_cpu: Vec<Duration>,
     compile_wall: Vec<Duration>,
     publish_wall: Vec<Duration>,
+    /// Of the publication's wall time: laying the table out, and writing the file.
+    build_wall: Vec<Duration>,
+    write_wall: Vec<Duration>,
     written: Vec<u64>,
 }
 
@@ -55,11 +67,13 @@ impl Samples {
         let mut written = self.written.clone();
         written.sort_unstable();
         println!(
-            "{label:<9} CPU median: compile {:>9.1} us, publish {:>9.1} us | wall median: compile {:>9.1} us, publish {:>9.1} us | written median {} B",
+            "{label:<9} CPU median: compile {:>9.1} us, publish {:>9.1} us | wall median: compile {:>9.1} us, publish {:>9.1} us (build {:.1}, write {:.1}) | written median {} B",
             us(median(&mut self.compile_cpu)),
             us(median(&mut self.publish_cpu)),
             us(median(&mut self.compile_wall)),
             us(median(&mut self.publish_wall)),
+            us(median(&mut self.build_wall)),
+            us(median(&mut self.write_wall)),
             written.get(written.len() / 2).copied().unwrap_or(0),
         );
     }
@@ -76,6 +90,11 @@ fn timed_publish(daemon: &mut Daemon) {
 }
 
 fn one(daemon: &mut Daemon, changes: &[Change<'_>], samples: &mut Samples) {
+    // With a gateway: the previous publication acknowledged first (untimed).
+    let generation = daemon.publisher.generation();
+    while daemon.publisher.acknowledged(generation) == Some(false) {
+        std::thread::sleep(Duration::from_micros(200));
+    }
     let before = daemon.publisher.stats();
     let (c0, w0) = (thread_cpu_time(), std::time::Instant::now());
     timed_compile(daemon, changes);
@@ -86,7 +105,10 @@ fn one(daemon: &mut Daemon, changes: &[Change<'_>], samples: &mut Samples) {
     samples.publish_cpu.push(c2 - c1);
     samples.compile_wall.push(w1 - w0);
     samples.publish_wall.push(w2 - w1);
-    samples.written.push(daemon.publisher.stats().bytes_written - before.bytes_written);
+    let after = daemon.publisher.stats();
+    samples.build_wall.push(after.last_build);
+    samples.write_wall.push(after.last_write);
+    samples.written.push(after.bytes_written - before.bytes_written);
 }
 
 /// Service `i` and its EndpointSlice, renamed `name`.
@@ -114,6 +136,8 @@ fn main() {
     let dir = shm_tempdir();
     let mut daemon = Daemon::start(&objects, dir.path());
     drop(objects);
+    let gateway = (std::env::args().nth(3).as_deref() == Some("gateway"))
+        .then(|| SimulatedGateway::start(dir.path(), Duration::from_millis(2)));
     println!(
         "{services} Services x {ENDPOINTS} endpoints: {} front doors, table {} B; after start VmRSS {}, VmHWM {}",
         daemon.compiler.compiled().frontends.len(),
@@ -139,6 +163,15 @@ fn main() {
         ];
         one(&mut daemon, &gone, &mut remove);
     }
+    let stats = daemon.publisher.stats();
+    println!(
+        "publications: {} into an older snapshot's file ({} retired), {} into new files; gateway {}",
+        stats.spare_used,
+        stats.retired_used,
+        stats.spare_missed,
+        if gateway.is_some() { "registered" } else { "none" }
+    );
+    drop(gateway);
     endpoint.print("endpoint");
     add.print("add");
     remove.print("remove");

@@ -66,6 +66,9 @@ struct StatusArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
+    /// Only the backend sets whose name (`namespace/name:port`) contains this.
+    #[arg(long, value_name = "TEXT")]
+    service: Option<String>,
 }
 
 /// Where objects come from.
@@ -242,7 +245,10 @@ fn status(args: StatusArgs) -> anyhow::Result<()> {
         Some(d) => d,
         None => load_config(args.config.as_deref())?.shm_dir,
     };
-    let status = torii_control::status::read(&dir)?;
+    let mut status = torii_control::status::read(&dir)?;
+    if let Some(text) = &args.service {
+        status.services.retain(|s| s.name.contains(text.as_str()));
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&status).context("serialising the status")?);
     } else {

@@ -7,8 +7,10 @@
 //! It reads what the data plane reads: the state region and the published snapshot (mapped
 //! briefly, as any tool may; see `torii_table::shm::load_table`), not the
 //! control process, so it works with no torii-control running and shows what the gateway
-//! has, not what the control plane meant. Per-front-door packet counters are not shown yet
-//! (they live in the gateway's stats segment).
+//! has, not what the control plane meant. Per front door it adds the gateway's counters
+//! (packets and bytes each way, new flows, summed over its workers, since it started),
+//! which the gateway writes about once a second into the same directory
+//! (`torii_table::stats`); they are as old as the file says.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -18,7 +20,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use torii_table::layout::{addr_from16, Backend};
 use torii_table::shm::{self, StateRegion};
-use torii_table::Protocol;
+use torii_table::{stats, Protocol};
 
 /// Why the status cannot be read.
 #[derive(Debug, thiserror::Error)]
@@ -63,6 +65,14 @@ pub struct Status {
     pub workers: Vec<WorkerAck>,
     /// The newest generation the gateway rejected as invalid, if any.
     pub rejected_generation: Option<u64>,
+    /// When the gateway last wrote its per-front-door counters: ms since the Unix epoch;
+    /// `None` when no counters file exists.
+    pub counters_written_unix_ms: Option<u64>,
+    /// How old those counters are, ms (when the clock allows).
+    pub counters_age_ms: Option<u64>,
+    /// The counters were written by another process than the registered gateway (an
+    /// earlier gateway's; they are not moving).
+    pub counters_stale: bool,
     /// Backend sets, in table order (by name).
     pub services: Vec<ServiceStatus>,
 }
@@ -102,6 +112,36 @@ pub struct FrontDoor {
     pub kind: &'static str,
     /// The client ranges admitted for new flows (`first-last` or a CIDR); empty: everyone.
     pub source_ranges: Vec<String>,
+    /// The gateway's counters for it; `None` when it has none (no counters file, or the
+    /// gateway has not held this front door yet).
+    pub counters: Option<Counters>,
+}
+
+/// One front door's counters, summed over the gateway's workers, since it started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Counters {
+    /// Flows created through it.
+    pub new_flows: u64,
+    /// Packets from clients (the flows' original direction).
+    pub packets_original: u64,
+    /// Packets from endpoints (replies).
+    pub packets_reply: u64,
+    /// IP bytes from clients (as the gateway counts them: `frontend_bytes_total`).
+    pub bytes_original: u64,
+    /// IP bytes from endpoints (as the gateway counts them).
+    pub bytes_reply: u64,
+}
+
+impl From<&stats::FrontendStat> for Counters {
+    fn from(s: &stats::FrontendStat) -> Self {
+        Self {
+            new_flows: s.new_flows.get(),
+            packets_original: s.packets_original.get(),
+            packets_reply: s.packets_reply.get(),
+            bytes_original: s.bytes_original.get(),
+            bytes_reply: s.bytes_reply.get(),
+        }
+    }
 }
 
 fn socket(ip: IpAddr, port: u16) -> String {
@@ -151,6 +191,9 @@ pub fn read(dir: &Path) -> Result<Status, StatusError> {
         gateway_pid: None,
         workers: Vec::new(),
         rejected_generation: Some(region.rejected_generation()).filter(|&g| g != 0),
+        counters_written_unix_ms: None,
+        counters_age_ms: None,
+        counters_stale: false,
         services: Vec::new(),
     };
     if generation == 0 {
@@ -177,6 +220,15 @@ pub fn read(dir: &Path) -> Result<Status, StatusError> {
             })
             .collect();
     }
+    // A counters file that cannot be read is shown as none: the table is still worth seeing.
+    let counters = stats::read_stats(dir).ok().flatten();
+    if let Some(c) = &counters {
+        let ms = c.written_unix_ns / 1_000_000;
+        status.counters_written_unix_ms = Some(ms);
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+        status.counters_age_ms = u64::try_from(now).ok().and_then(|now| now.checked_sub(ms));
+        status.counters_stale = status.gateway_pid != Some(c.pid);
+    }
     let mut doors: BTreeMap<u32, Vec<FrontDoor>> = BTreeMap::new();
     for (i, f) in table.frontends().iter().enumerate() {
         let Some(r) = table.frontend_at(i) else { continue };
@@ -185,6 +237,7 @@ pub fn read(dir: &Path) -> Result<Status, StatusError> {
             address: format!("{}/{protocol}", socket(addr_from16(f.addr), f.port.get())),
             kind: r.kind.as_str(),
             source_ranges: r.source_ranges.as_slice().iter().map(|s| range(s.first, s.last)).collect(),
+            counters: counters.as_ref().and_then(|c| c.get(f.addr, f.protocol, f.port.get())).map(Counters::from),
         });
     }
     for id in 0..u32::try_from(table.service_count()).unwrap_or(u32::MAX) {
@@ -235,6 +288,18 @@ impl Status {
         if let Some(g) = self.rejected_generation {
             let _ = writeln!(out, "rejected generation:  {g} (the gateway found it invalid; see its log)");
         }
+        match (self.counters_age_ms, self.counters_written_unix_ms) {
+            (_, None) => {
+                let _ = writeln!(out, "counters:             none (no gateway has written them)");
+            }
+            (Some(age), Some(_)) => {
+                let stale = if self.counters_stale { "; not the registered gateway's, not moving" } else { "" };
+                let _ = writeln!(out, "counters:             {:.1} s old{stale}", age as f64 / 1e3);
+            }
+            (None, Some(_)) => {
+                let _ = writeln!(out, "counters:             written in the future (clock change?)");
+            }
+        }
         let doors: usize = self.services.iter().map(|s| s.front_doors.len()).sum();
         let _ = writeln!(out, "\n{} backend sets, {doors} front doors", self.services.len());
         let list = |v: &[String]| if v.is_empty() { "-".to_owned() } else { v.join(" ") };
@@ -248,6 +313,13 @@ impl Status {
                     format!("  from {}", d.source_ranges.join(" "))
                 };
                 let _ = writeln!(out, "  front door  {} {}{ranges}", d.address, d.kind);
+                if let Some(c) = &d.counters {
+                    let _ = writeln!(
+                        out,
+                        "              {} new flows, in {} pkts {} B, out {} pkts {} B",
+                        c.new_flows, c.packets_original, c.bytes_original, c.packets_reply, c.bytes_reply
+                    );
+                }
             }
             let _ = writeln!(out, "  endpoints   {}", list(&s.endpoints));
             if !s.draining.is_empty() {
@@ -276,8 +348,26 @@ mod tests {
         let region = StateRegion::open(&shm).unwrap();
         region.register_gateway(4242, 2);
         region.ack(0, generation);
+        let status = read(&shm).unwrap();
+        assert_eq!((status.counters_written_unix_ms, status.counters_stale), (None, false));
+        assert!(status.services.iter().flat_map(|s| &s.front_doors).all(|d| d.counters.is_none()));
+        assert!(status.render().contains("counters:             none (no gateway has written them)"));
+        // The gateway's counters for demo/web's front door.
+        let web_door = stats::FrontendStat {
+            addr: torii_table::layout::addr16("203.0.113.10".parse().unwrap()),
+            protocol: 6,
+            port: 80.into(),
+            packets_original: 50.into(),
+            bytes_original: 4000.into(),
+            packets_reply: 40.into(),
+            bytes_reply: 9000.into(),
+            new_flows: 10.into(),
+            ..Default::default()
+        };
+        stats::write_stats(&shm, 4242, generation, &[web_door]).unwrap();
 
         let status = read(&shm).unwrap();
+        assert!(status.counters_age_ms.is_some_and(|a| a < 60_000) && !status.counters_stale, "{status:?}");
         assert_eq!(status.generation, generation);
         assert_eq!(status.gateway_pid, Some(4242));
         assert_eq!(
@@ -292,11 +382,31 @@ mod tests {
         let web = status.services.iter().find(|s| s.front_doors.iter().any(|d| d.address == "203.0.113.10:80/TCP"));
         let web = web.expect("demo/web's front door");
         assert_eq!(web.endpoints.len(), 3, "{web:?}");
+        let door = web.front_doors.iter().find(|d| d.address == "203.0.113.10:80/TCP").unwrap();
+        let want = Counters {
+            new_flows: 10,
+            packets_original: 50,
+            packets_reply: 40,
+            bytes_original: 4000,
+            bytes_reply: 9000,
+        };
+        assert_eq!(door.counters, Some(want));
         let text = status.render();
+        assert!(text.contains("              10 new flows, in 50 pkts 4000 B, out 40 pkts 9000 B"), "{text}");
         assert!(text.contains("1 of 2 workers on the published generation"), "{text}");
         assert!(text.contains("front door  203.0.113.10:80/TCP ExternalIP"), "{text}");
         let json = serde_json::to_value(&status).unwrap();
         assert_eq!(json["generation"], generation);
+        assert_eq!(
+            json["services"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|s| s["front_doors"].as_array().unwrap())
+                .filter_map(|d| d["counters"]["new_flows"].as_u64())
+                .collect::<Vec<_>>(),
+            [10]
+        );
 
         let empty = tempfile::tempdir().unwrap();
         let e = read(empty.path()).unwrap_err().to_string();

@@ -687,6 +687,49 @@ fn run_logs_compile_publish_and_network_programming_latency() {
     acker.join().unwrap();
 }
 
+/// A Service with a selector and its EndpointSlice, written 20 ms apart as the
+/// EndpointSlice controller writes them, are published once: one generation with the front
+/// door and its endpoints, never the front door without them first. A Service whose slice
+/// never comes is published after the wait (`new_service_wait`, 100 ms), rejecting.
+#[test]
+fn run_publishes_a_new_service_and_its_slice_once() {
+    let cluster = Cluster::start(&demo());
+    let d = Daemon::start(&cluster, "gateway-1");
+    d.wait_table("initial sync", |t| t.expect("203.0.113.10", 80, &WEB3));
+    assert!(cluster.api.wait_for_watches(None, 3, CONVERGE));
+    let region = StateRegion::open(&d.shm).unwrap();
+    let g0 = region.published_generation();
+    let published =
+        |from: usize| d.lines.lock().unwrap().iter().skip(from).filter(|l| l.contains("published table")).count();
+
+    let with_selector = |name: &str, ip: &str| {
+        let mut s = service(name, ip);
+        s["spec"]["selector"] = json!({"app": name});
+        s
+    };
+    let from = d.line_count();
+    cluster.api.apply(with_selector("shop", "203.0.113.20")).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    cluster.api.apply(slice("shop-x7k2p", "shop", &["10.70.0.31", "10.70.0.32"], None)).unwrap();
+    let g =
+        d.wait_table("Service and slice", |t| t.expect("203.0.113.20", 80, &["10.70.0.31:8080", "10.70.0.32:8080"]));
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        (g, published(from), region.published_generation()),
+        (g0 + 1, 1, g0 + 1),
+        "one publication:\n{}",
+        d.log()
+    );
+
+    let from = d.line_count();
+    let start = Instant::now();
+    cluster.api.apply(with_selector("lone", "203.0.113.21")).unwrap();
+    d.wait_table("Service without a slice", |t| t.expect("203.0.113.21", 80, &[]));
+    let waited = start.elapsed();
+    assert!(waited >= Duration::from_millis(100), "published after {waited:?}, before the wait ended");
+    assert_eq!(published(from), 1, "{}", d.log());
+}
+
 #[test]
 fn run_waits_for_every_initial_list_before_publishing() {
     let cluster = Cluster::start(&demo());

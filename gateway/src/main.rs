@@ -327,6 +327,7 @@ where
     let mut last = Counters::default();
     let mut ticks = 0u32;
     let mut drain = Drain::default();
+    let mut stats_failed = false;
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(100));
         if drain.poll(term.swap(false, Ordering::Relaxed), announcer.as_ref(), config) {
@@ -337,6 +338,17 @@ where
             let reports = devices();
             if let Ok(mut p) = ports.lock() {
                 *p = reports;
+            }
+            // Per-front-door counters for `torii-control status` (`table::stats`).
+            let snapshot = source.snapshot();
+            let stats = torii_gateway::metrics::frontend_stats(&snapshot);
+            let generation = snapshot.table.generation();
+            drop(snapshot);
+            if let Err(e) = torii_gateway::table::stats::write_stats(&config.shm_dir, pid, generation, &stats) {
+                if !stats_failed {
+                    tracing::warn!("cannot write the front-door counters into {}: {e}", config.shm_dir.display());
+                }
+                stats_failed = true;
             }
         }
         if ticks.is_multiple_of(100) {

@@ -291,7 +291,16 @@ fn render_ports(out: &mut String, ports: &[PortReport]) {
 /// Every front door of the current table (at zero until counted) and every front door a
 /// worker has counts for, with its label set and counts summed over workers.
 fn frontend_totals(s: &Snapshot) -> Vec<(String, FrontendCount)> {
-    let mut doors: BTreeMap<DoorKey, (String, FrontendCount)> = BTreeMap::new();
+    frontend_counts(s, labels).into_values().collect()
+}
+
+/// What [`frontend_totals`] sums, by front door, with `label(table, front door)` of its
+/// first sighting.
+fn frontend_counts<L>(
+    s: &Snapshot,
+    label: impl Fn(&Table, &layout::Frontend) -> L,
+) -> BTreeMap<DoorKey, (L, FrontendCount)> {
+    let mut doors: BTreeMap<DoorKey, (L, FrontendCount)> = BTreeMap::new();
     let mut visit = |table: &Table, counts: Option<&[FrontendCount]>| {
         for (i, f) in table.frontends().iter().enumerate() {
             let c = counts.and_then(|c| c.get(i)).copied().unwrap_or_default();
@@ -299,7 +308,7 @@ fn frontend_totals(s: &Snapshot) -> Vec<(String, FrontendCount)> {
                 continue;
             }
             let key = DoorKey { addr: f.addr, protocol: f.protocol, port: f.port.get() };
-            let entry = doors.entry(key).or_insert_with(|| (labels(table, f), FrontendCount::default()));
+            let entry = doors.entry(key).or_insert_with(|| (label(table, f), FrontendCount::default()));
             entry.1.add(&c);
         }
     };
@@ -309,7 +318,27 @@ fn frontend_totals(s: &Snapshot) -> Vec<(String, FrontendCount)> {
             visit(t, Some(r.frontends.as_slice()));
         }
     }
-    doors.into_values().collect()
+    doors
+}
+
+/// The per-front-door counts of `s` as the records of the counters file
+/// `torii-control status` reads ([`crate::table::stats`]): the front doors the
+/// `frontend_*` metrics list, summed over workers, sorted as the table sorts front doors.
+pub fn frontend_stats(s: &Snapshot) -> Vec<crate::table::stats::FrontendStat> {
+    frontend_counts(s, |_, _| ())
+        .into_iter()
+        .map(|(k, ((), c))| crate::table::stats::FrontendStat {
+            addr: k.addr,
+            protocol: k.protocol,
+            port: k.port.into(),
+            packets_original: c.packets_original.into(),
+            bytes_original: c.bytes_original.into(),
+            packets_reply: c.packets_reply.into(),
+            bytes_reply: c.bytes_reply.into(),
+            new_flows: c.new_flows.into(),
+            ..Default::default()
+        })
+        .collect()
 }
 
 /// `service="…",vip="…",protocol="…",port="…"` for front door `f` of `table`.

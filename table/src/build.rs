@@ -363,11 +363,16 @@ impl TableBuilder {
         let mut records = if frontends_changed { Some(frontend_records(&spec.frontends)?) } else { None };
 
         // Each service's old counterpart: the one of its name, looked for where the last
-        // match suggests (one insertion or deletion shifts the rest by one), else by name.
+        // match suggests (one insertion or deletion shifts the rest by one), else by name:
+        // by binary search when the old services are sorted by name (as torii-control's
+        // compiler gives them: an insertion then costs no pass over every name), else in
+        // a map of every name.
         let old = if self.valid { self.built.len() } else { 0 };
         let mut taken = vec![false; old];
         let mut matches = Vec::with_capacity(spec.services.len());
         {
+            let built = &self.built[..old];
+            let mut sorted: Option<bool> = None;
             let mut by_name: Option<HashMap<&str, Vec<usize>>> = None;
             let mut delta = 0isize;
             for (i, s) in spec.services.iter().enumerate() {
@@ -375,18 +380,25 @@ impl TableBuilder {
                 let near = [guess, guess + 1, guess - 1]
                     .into_iter()
                     .filter_map(|g| usize::try_from(g).ok())
-                    .find(|&g| g < old && !taken[g] && self.built[g].spec.name == s.name);
+                    .find(|&g| g < old && !taken[g] && built[g].spec.name == s.name);
                 let found = near.or_else(|| {
-                    let map = by_name.get_or_insert_with(|| {
-                        let mut m: HashMap<&str, Vec<usize>> = HashMap::new();
-                        for (j, b) in self.built[..old].iter().enumerate() {
-                            m.entry(b.spec.name.as_str()).or_default().push(j);
-                        }
-                        m
-                    });
-                    let candidates = map.get(s.name.as_str())?;
+                    let sorted =
+                        *sorted.get_or_insert_with(|| built.windows(2).all(|w| w[0].spec.name <= w[1].spec.name));
+                    let candidates: Vec<usize> = if sorted {
+                        let first = built.partition_point(|b| b.spec.name < s.name);
+                        (first..old).take_while(|&j| built[j].spec.name == s.name).collect()
+                    } else {
+                        let map = by_name.get_or_insert_with(|| {
+                            let mut m: HashMap<&str, Vec<usize>> = HashMap::new();
+                            for (j, b) in built.iter().enumerate() {
+                                m.entry(b.spec.name.as_str()).or_default().push(j);
+                            }
+                            m
+                        });
+                        map.get(s.name.as_str())?.clone()
+                    };
                     let free = || candidates.iter().copied().filter(|&j| !taken[j]);
-                    free().find(|&j| self.built[j].spec == *s).or_else(|| free().next())
+                    free().find(|&j| built[j].spec == *s).or_else(|| free().next())
                 });
                 matches.push(match found {
                     Some(j) => {
@@ -438,6 +450,8 @@ impl TableBuilder {
             })
             .collect();
         debug_assert_eq!(built.len(), spec.services.len());
+        // The backend lists of the services that went or changed: their rings may be unused now.
+        let gone: Vec<Arc<[BackendSpec]>> = previous.into_iter().flatten().map(|b| b.backends).collect();
         match placed {
             Some(places) => self.write_in_place(&matches, &kept, built, places, records.as_ref(), generation),
             None => {
@@ -448,6 +462,8 @@ impl TableBuilder {
                 if let Err(e) = self.lay_out(&records, &built, generation) {
                     self.valid = false;
                     self.changed = None;
+                    drop(built);
+                    self.rings.retain(|_, r| Arc::strong_count(r) > 1);
                     return Err(e);
                 }
                 self.built = built;
@@ -456,9 +472,12 @@ impl TableBuilder {
         if frontends_changed {
             self.frontends.clone_from(&spec.frontends);
         }
-        if matches.iter().any(|m| !matches!(m, Match::Same(_))) || old != spec.services.len() {
-            // Keep only the rings this build uses.
-            self.rings.retain(|_, r| Arc::strong_count(r) > 1);
+        // Keep only the rings this build uses: of the rings the services that went or
+        // changed had, those no service holds any more (only the cache does).
+        for key in gone {
+            if self.rings.get(&key).is_some_and(|r| Arc::strong_count(r) == 1) {
+                self.rings.remove(&key);
+            }
         }
         self.valid = true;
         self.stats.builds += 1;

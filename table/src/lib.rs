@@ -8,6 +8,8 @@
 //! [`shm`] defines the publication protocol in shared memory: snapshot files named by
 //! generation, and a state region holding the published generation and one
 //! acknowledgement slot per worker. torii-control writes; the gateway only reads and acks.
+//! [`stats`] is the other way round: the gateway's per-front-door counters, which
+//! `torii-control status` reads.
 //!
 //! The crate is self-contained so that both binaries depend on it and torii-control never
 //! on the data plane: it also holds what the ABI needs — address prefixes ([`cidr`]), the
@@ -24,6 +26,7 @@ pub mod maglev;
 pub mod prefetch;
 pub mod shm;
 mod spec;
+pub mod stats;
 mod storage;
 mod view;
 

@@ -34,6 +34,18 @@
 //! arrived meanwhile; the watch tasks keep recording while the daemon compiles and
 //! publishes, so a slow publication also coalesces what arrives during it.
 //!
+//! A Service and its EndpointSlice come on two watches, the slice a few milliseconds
+//! after the Service (the EndpointSlice controller writes it once it sees the Service).
+//! So that the pair is compiled and published once, with its endpoints, and not first as
+//! a front door without any, a Service that appears after the initial lists, has a
+//! selector ([`Kind::expects_slices`]) and has no EndpointSlice yet is held back until
+//! its first slice arrives (then both go in the next batch) or
+//! [`KubeSettings::new_service_wait`] passes (default [`DEFAULT_NEW_SERVICE_WAIT`]; then
+//! it goes alone). Everything else goes on as usual meanwhile. kube-proxy would program
+//! the Service at once, rejecting until its endpoints come; here its address is unknown
+//! to the gateway for those milliseconds (a deliberate deviation,
+//! `docs/kubernetes-semantics-control.md`).
+//!
 //! Objects are read leniently ([`ApiObject`]): one that does not deserialize into its
 //! k8s-openapi type is kept as an error naming the object and the field
 //! ([`SourceError::ApiObject`]) instead of failing the whole list or watch, so
@@ -78,6 +90,15 @@ pub const TRIGGER_TIME_ANNOTATION: &str = "endpoints.kubernetes.io/last-change-t
 
 /// The EndpointSlices a Service proxy needs (kube-proxy's label selector).
 pub const ENDPOINT_SLICE_SELECTOR: &str = "kubernetes.io/service-name,!service.kubernetes.io/headless";
+
+/// The label naming an EndpointSlice's Service.
+const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// Default of [`KubeSettings::new_service_wait`]: how long a new Service with a selector
+/// waits for its first EndpointSlice before it is handed over without one. The
+/// EndpointSlice controller writes it within milliseconds of the Service (issue 17
+/// measured two publications 10–20 ms apart on a real kube-apiserver).
+pub const DEFAULT_NEW_SERVICE_WAIT: Duration = Duration::from_millis(100);
 
 /// Default of [`KubeSettings::min_interval`]: at most 200 publications a second under
 /// churn, and at most 5 ms added to a change that follows another closely.
@@ -241,6 +262,19 @@ pub trait Kind: kube::Resource<DynamicType = ()> + Clone + Debug + DeserializeOw
 
     /// Wraps the object.
     fn into_object(self) -> KubeObject;
+
+    /// A Service whose endpoints the EndpointSlice controller writes: it has a selector
+    /// and is not `type: ExternalName` (the controller then always writes a slice, a
+    /// placeholder without endpoints when no Pod matches). Other kinds: false.
+    fn expects_slices(&self) -> bool {
+        false
+    }
+
+    /// An EndpointSlice's Service (namespace, `kubernetes.io/service-name`); other kinds:
+    /// `None`.
+    fn slice_of(&self) -> Option<(String, String)> {
+        None
+    }
 }
 
 impl Kind for core::Service {
@@ -248,12 +282,23 @@ impl Kind for core::Service {
     fn into_object(self) -> KubeObject {
         KubeObject::Service(Box::new(self))
     }
+
+    fn expects_slices(&self) -> bool {
+        self.spec.as_ref().is_some_and(|s| {
+            s.selector.as_ref().is_some_and(|m| !m.is_empty()) && s.type_.as_deref() != Some("ExternalName")
+        })
+    }
 }
 
 impl Kind for discovery::EndpointSlice {
     const KIND: &'static str = "EndpointSlice";
     fn into_object(self) -> KubeObject {
         KubeObject::EndpointSlice(Box::new(self))
+    }
+
+    fn slice_of(&self) -> Option<(String, String)> {
+        let service = self.metadata.labels.as_ref()?.get(SERVICE_NAME_LABEL)?;
+        Some((self.metadata.namespace.clone().unwrap_or_default(), service.clone()))
     }
 }
 
@@ -385,12 +430,21 @@ pub struct KubeSettings {
     /// and publication under churn, kube-proxy's `--min-sync-period`). A change that
     /// arrives when the last hand-over is older than this is handed over at once.
     pub min_interval: Duration,
+    /// How long a Service that appears after the initial lists, has a selector and has
+    /// no EndpointSlice yet is held back for its first EndpointSlice, so that the two are
+    /// handed over (compiled and published) together, once; handed over without it when
+    /// this passes (see the module documentation).
+    pub new_service_wait: Duration,
 }
 
 impl KubeSettings {
     /// The defaults for the gateway on Node `node_name`.
     pub fn new(node_name: impl Into<String>) -> Self {
-        Self { node_name: node_name.into(), min_interval: DEFAULT_MIN_INTERVAL }
+        Self {
+            node_name: node_name.into(),
+            min_interval: DEFAULT_MIN_INTERVAL,
+            new_service_wait: DEFAULT_NEW_SERVICE_WAIT,
+        }
     }
 }
 
@@ -450,17 +504,52 @@ struct Batch {
     malformed: BTreeMap<(usize, ObjectRef), Malformed>,
     /// Whether `malformed` changed since the last hand-over.
     malformed_changed: bool,
+    /// New Services held back for their first EndpointSlice (namespace, name), until when.
+    held: HashMap<(String, String), Instant>,
+    /// The Services EndpointSlices arrived for within the last `new_service_wait`, and
+    /// when: a Service whose slice came first (the two watches are separate streams) is
+    /// not held.
+    sliced: HashMap<(String, String), Instant>,
 }
 
 impl Batch {
-    /// Hands the batch over and starts the next.
+    /// Hands the batch over, but for the Services still held, and starts the next.
     fn take(&mut self) -> KubeChanges {
         let triggers = TriggerTimes::from_times(&std::mem::take(&mut self.triggers));
         let errors = std::mem::take(&mut self.malformed_changed)
             .then(|| self.malformed.values().map(Malformed::error).collect());
-        let objects = std::mem::take(&mut self.objects).into_iter().collect();
+        let mut objects: Vec<_> = std::mem::take(&mut self.objects).into_iter().collect();
+        if !self.held.is_empty() {
+            let held = |r: &ObjectRef| {
+                r.kind == "Service"
+                    && self.held.contains_key(&(r.namespace.clone().unwrap_or_default(), r.name.clone()))
+            };
+            let (kept, handed): (Vec<_>, Vec<_>) = objects.into_iter().partition(|(r, _)| held(r));
+            self.objects.extend(kept);
+            objects = handed;
+        }
         self.first = None;
         KubeChanges { objects, errors, triggers }
+    }
+
+    /// Releases the held Services whose wait ended by `now`: they count as changes that
+    /// arrived when their wait ended. Returns the end of the earliest wait still running.
+    fn release_held(&mut self, now: Instant) -> Option<Instant> {
+        let mut next = None::<Instant>;
+        let mut ended = None::<Instant>;
+        self.held.retain(|_, until| {
+            if *until <= now {
+                ended = Some(ended.map_or(*until, |e| e.min(*until)));
+                false
+            } else {
+                next = Some(next.map_or(*until, |n| n.min(*until)));
+                true
+            }
+        });
+        if let Some(e) = ended {
+            self.first = Some(self.first.map_or(e, |f| f.min(e)));
+        }
+        next
     }
 }
 
@@ -468,6 +557,8 @@ impl Batch {
 struct Shared {
     batch: Mutex<Batch>,
     notify: Notify,
+    /// [`KubeSettings::new_service_wait`].
+    new_service_wait: Duration,
 }
 
 impl Shared {
@@ -475,12 +566,18 @@ impl Shared {
         self.batch.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Records the changes of resource `index`: `upserts` (latest versions), `deletes`
-    /// (identities), whether its list is complete, and trigger times.
+    /// Records the changes of resource `index`: `upserts` (latest versions; `new`: a watch
+    /// event for an object the source did not hold), `deletes` (identities), whether its
+    /// list is complete, and trigger times.
+    ///
+    /// A new Service that expects EndpointSlices ([`Kind::expects_slices`]) and has none
+    /// yet is held back ([`Batch::held`]) until its first slice arrives or
+    /// [`KubeSettings::new_service_wait`] passes, once every initial list is in.
     fn changed<K: Kind>(
         &self,
         index: usize,
         upserts: impl IntoIterator<Item = ApiObject<K>>,
+        new: bool,
         deletes: impl IntoIterator<Item = ObjectRef>,
         synced: bool,
         triggers: impl IntoIterator<Item = SystemTime>,
@@ -488,18 +585,35 @@ impl Shared {
         let now = Instant::now();
         let mut b = self.lock();
         let b = &mut *b;
+        let wait = self.new_service_wait;
+        if !b.sliced.is_empty() {
+            b.sliced.retain(|_, at| now < *at + wait);
+        }
         let mut any = false;
         for o in upserts {
-            any = true;
             match o {
                 ApiObject::Valid(k) => {
                     let r = object_ref::<K>(k.meta());
                     if b.malformed.remove(&(index, r.clone())).is_some() {
                         b.malformed_changed = true;
                     }
+                    let mut hold = false;
+                    if let Some(service) = k.slice_of() {
+                        // Its Service, if held, goes with it.
+                        b.held.remove(&service);
+                        b.sliced.insert(service, now);
+                    } else if new && !wait.is_zero() && k.expects_slices() && b.synced.iter().all(|s| *s) {
+                        let id = (r.namespace.clone().unwrap_or_default(), r.name.clone());
+                        if !b.sliced.contains_key(&id) {
+                            b.held.insert(id, now + wait);
+                            hold = true;
+                        }
+                    }
+                    any |= !hold;
                     b.objects.insert(r, Some(k.into_object()));
                 }
                 ApiObject::Invalid(i) => {
+                    any = true;
                     // The previous valid version, if any, is not served any more.
                     let r = object_ref::<K>(&i.metadata);
                     let malformed =
@@ -515,6 +629,9 @@ impl Shared {
             if b.malformed.remove(&(index, r.clone())).is_some() {
                 b.malformed_changed = true;
             }
+            if r.kind == "Service" && !b.held.is_empty() {
+                b.held.remove(&(r.namespace.clone().unwrap_or_default(), r.name.clone()));
+            }
             b.objects.insert(r, None);
         }
         b.triggers.extend(triggers);
@@ -522,8 +639,9 @@ impl Shared {
         b.synced[index] |= synced;
         if any || newly_synced {
             b.first.get_or_insert(now);
-            self.notify.notify_one();
         }
+        // Also for a held Service alone: `next` then wakes when its wait ends.
+        self.notify.notify_one();
     }
 }
 
@@ -562,7 +680,7 @@ pub struct KubeWatch {
 impl KubeWatch {
     /// Starts the three watches. Must be called inside a tokio runtime.
     pub fn start(client: &Client, settings: KubeSettings) -> Self {
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Shared { new_service_wait: settings.new_service_wait, ..Shared::default() });
         let started = SystemTime::now();
         // kube-rs sends `resourceVersion=0` only on unpaged lists; the API server serves
         // those from its watch cache, which ignores `limit` anyway.
@@ -603,17 +721,23 @@ impl KubeWatch {
             let ready_at = {
                 let mut b = self.shared.lock();
                 let all_synced = b.synced.iter().all(|s| *s);
+                let held_until = if b.held.is_empty() { None } else { b.release_held(now) };
                 match (all_synced, b.first) {
                     (true, Some(first)) => {
                         let ready = self.last_handover.map_or(first, |t| first.max(t + self.settings.min_interval));
                         if now >= ready {
                             let changes = b.take();
                             drop(b);
+                            // Only held Services changed: nothing to hand over yet.
+                            if self.last_handover.is_some() && changes.objects.is_empty() && changes.errors.is_none() {
+                                continue;
+                            }
                             self.last_handover = Some(now);
                             return changes;
                         }
-                        Some(ready)
+                        Some(held_until.map_or(ready, |h| h.min(ready)))
                     }
+                    (true, None) => held_until,
                     (false, _) if !self.warned_unsynced => {
                         let missing: Vec<&str> =
                             RESOURCES.iter().zip(b.synced).filter(|(_, s)| !s).map(|(r, _)| *r).collect();
@@ -744,21 +868,21 @@ impl<K: Kind> Tracker<K> {
                 // Taken, not drained: the list's buffer (the size of the whole list of typed
                 // objects) is freed, not kept for the next relist.
                 let listed = std::mem::take(&mut self.listed);
-                shared.changed(self.index, listed, gone, true, self.listed_triggers.drain(..));
+                shared.changed(self.index, listed, false, gone, true, self.listed_triggers.drain(..));
             }
             watcher::Event::Apply(o) => {
                 tracing::debug!(resource, object = ?sort_key(o.meta()), "applied");
                 let t = self.new_trigger(o.meta());
                 let (key, version) = versioned(o.meta());
-                self.current.insert(key, version);
-                shared.changed(self.index, [o], None, false, t);
+                let new = self.current.insert(key, version).is_none();
+                shared.changed(self.index, [o], new, None, false, t);
             }
             watcher::Event::Delete(o) => {
                 let (key, _) = versioned(o.meta());
                 tracing::debug!(resource, object = ?key, "deleted");
                 self.seen.remove(&key);
                 self.current.remove(&key);
-                shared.changed::<K>(self.index, None, [object_ref::<K>(o.meta())], false, None);
+                shared.changed::<K>(self.index, None, false, [object_ref::<K>(o.meta())], false, None);
             }
         }
     }
