@@ -1,6 +1,7 @@
 //! ARP (RFC 826) arriving at the gateway: requests for its own addresses and for VIPs are
 //! answered in place; the sender's mapping is learned when it sits on a connected subnet of
 //! the receiving interface. Requests the gateway sends itself live in [`super::resolve`].
+//! In L2 mode only the VIPs this gateway owns are answered for ([`answers`]).
 
 use std::net::IpAddr;
 
@@ -32,7 +33,7 @@ pub(super) fn handle(now: u64, frame: &mut [u8], rx: &Rx, table: &Table, st: &mu
         st.counters.arp_learned += 1;
     }
     match op {
-        ArpOperation::Request if host.is_own(tpa) || table.is_vip(IpAddr::V4(tpa)) => {
+        ArpOperation::Request if host.is_own(tpa) || answers(table, st, IpAddr::V4(tpa)) => {
             let mut arp = ArpPacket::new_unchecked(&mut frame[rx.l2_len..rx.len]);
             arp.set_operation(ArpOperation::Reply);
             arp.set_sender_hardware_addr(iface.mac);
@@ -46,4 +47,11 @@ pub(super) fn handle(now: u64, frame: &mut [u8], rx: &Rx, table: &Table, st: &mu
         ArpOperation::Request => Verdict::Drop(DropReason::ArpNotForUs),
         _ => Verdict::Consumed,
     }
+}
+
+/// Whether `vip` is a VIP of `table` this gateway answers ARP/NDP for: every one, or in L2
+/// mode only those it owns now ([`crate::l2::Owners`]); a non-owner stays silent.
+#[inline]
+pub(super) fn answers(table: &Table, st: &WorkerState, vip: IpAddr) -> bool {
+    table.is_vip(vip) && st.l2.answers(vip)
 }

@@ -95,12 +95,16 @@ pub(super) fn neighbour<H: NeighbourAddr + Into<IpAddr>>(
 /// Neighbor Solicitation with a source link-layer address option.
 pub const POLL_TRANSMIT_LEN: usize = 14 + 4 + 40 + 24 + ndp::LL_OPTION_LEN;
 
-/// Emits the next due ARP request or Neighbor Solicitation into `buf` (at least
+/// Emits the next due L2-mode announcement (`gratuitous`), else the next due ARP request
+/// or Neighbor Solicitation, into `buf` (at least
 /// [`POLL_TRANSMIT_LEN`] bytes), returning the port and frame length; `None` when nothing is
 /// due. The worker calls it after each burst until it returns `None`.
 pub fn poll_transmit(now: u64, buf: &mut [u8], st: &mut WorkerState) -> Option<(u8, usize)> {
     if buf.len() < POLL_TRANSMIT_LEN {
         return None;
+    }
+    if let Some(announcement) = super::gratuitous::poll(now, buf, st) {
+        return Some(announcement);
     }
     for i in 0..PENDING_SLOTS {
         let p = st.pending[i];
@@ -147,7 +151,7 @@ pub fn poll_transmit(now: u64, buf: &mut [u8], st: &mut WorkerState) -> Option<(
 
 /// Writes a broadcast ARP request for `target` from `spa` on `iface` into `buf`; returns
 /// the frame length.
-fn write_arp_request(buf: &mut [u8], iface: &HostInterface, spa: Ipv4Addr, target: Ipv4Addr) -> usize {
+pub(super) fn write_arp_request(buf: &mut [u8], iface: &HostInterface, spa: Ipv4Addr, target: Ipv4Addr) -> usize {
     const ARP_LEN: usize = 28;
     let l2 = link::write_header(buf, MacAddr::BROADCAST, iface.mac, iface.vlan, EtherType::Arp);
     let len = l2 + ARP_LEN;
