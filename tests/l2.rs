@@ -235,10 +235,9 @@ impl L2 {
     /// Who answers a broadcast ARP request for the VIP: the replies' sender MACs.
     fn arp_answerers(&self) -> Result<Vec<String>> {
         let out = output_with_timeout(
-            Command::new("ip").args(["netns", "exec", &self.ns("client"), "python3", "-c", ARP_PROBE, "eth0"]).args([
-                "198.51.100.10",
-                VIP,
-            ]),
+            Command::new("ip")
+                .args(["netns", "exec", &self.ns("client"), "python3", "-c", ARP_PROBE, "eth0"])
+                .args(["198.51.100.10", VIP]),
             COMMAND_TIMEOUT,
         )?;
         ensure!(out.status.success(), "ARP probe failed: {}", String::from_utf8_lossy(&out.stderr));

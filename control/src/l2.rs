@@ -37,7 +37,7 @@ use kube::Client;
 use serde::Deserialize;
 use tokio::time::Instant;
 use torii_table::config::{invalid, ConfigError};
-use torii_table::l2::{monotonic_ns, CandidateState, Candidacy, Ownership, OwnershipMode};
+use torii_table::l2::{monotonic_ns, Candidacy, CandidateState, Ownership, OwnershipMode};
 
 /// How old the gateway's candidacy file may be before the gateway counts as gone (it is
 /// rewritten every 200 ms).
@@ -395,7 +395,10 @@ mod tests {
             ("[l2.lease]\nidentity = \"a b\"\n", "l2.lease.identity"),
             ("[l2.lease]\nduration_s = 0\n", "l2.lease.duration_s"),
             ("[l2.lease]\nduration_s = 3\n", "l2.lease.renew_deadline_ms"),
-            ("[l2.lease]\nduration_s = 3\nrenew_deadline_ms = 2000\nretry_period_ms = 1700\n", "l2.lease.retry_period_ms"),
+            (
+                "[l2.lease]\nduration_s = 3\nrenew_deadline_ms = 2000\nretry_period_ms = 1700\n",
+                "l2.lease.retry_period_ms",
+            ),
         ] {
             let e = raw(&format!("[l2]\n{text}")).validate("gw").unwrap_err().to_string();
             assert!(e.starts_with(want), "{text}: {e}");

@@ -285,10 +285,14 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                     "torii-control running"
                 );
                 if let Some(lease) = &config.l2 {
-                    let elector = torii_control::l2::Elector::new(client.clone(), lease.clone(), config.shm_dir.clone());
-                    elector_task = Some((tokio::spawn(elector.run(async move {
-                        let _ = stop_rx.await;
-                    })), stop_tx));
+                    let elector =
+                        torii_control::l2::Elector::new(client.clone(), lease.clone(), config.shm_dir.clone());
+                    elector_task = Some((
+                        tokio::spawn(elector.run(async move {
+                            let _ = stop_rx.await;
+                        })),
+                        stop_tx,
+                    ));
                 }
                 Source::Kube(Box::new(KubeWatch::start(&client, settings)))
             }

@@ -438,12 +438,12 @@ impl Drain {
                 return false;
             }
             if withdrawn {
-                tracing::info!(
-                    drain_s,
-                    "VIPs given up; forwarding what still arrives until the drain ends"
-                );
+                tracing::info!(drain_s, "VIPs given up; forwarding what still arrives until the drain ends");
             } else {
-                tracing::warn!(drain_s, "the withdrawal is not confirmed (BIRD, or the Leases' release); draining anyway");
+                tracing::warn!(
+                    drain_s,
+                    "the withdrawal is not confirmed (BIRD, or the Leases' release); draining anyway"
+                );
             }
             self.since = Some(Instant::now());
         }

@@ -238,7 +238,9 @@ pub fn bookmark_line(resource: Resource, rv: u64) -> Bytes {
             "status": {"daemonEndpoints": {"kubeletEndpoint": {"Port": 0}}, "nodeInfo": {"machineID": "", "systemUUID": "",
             "bootID": "", "kernelVersion": "", "osImage": "", "containerRuntimeVersion": "", "kubeletVersion": "",
             "kubeProxyVersion": "", "operatingSystem": "", "architecture": ""}}}),
-        Resource::Leases => json!({"kind": "Lease", "apiVersion": "coordination.k8s.io/v1", "metadata": meta, "spec": {}}),
+        Resource::Leases => {
+            json!({"kind": "Lease", "apiVersion": "coordination.k8s.io/v1", "metadata": meta, "spec": {}})
+        }
     };
     event_line("BOOKMARK", &object)
 }

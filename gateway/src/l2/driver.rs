@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use super::{L2Config, Owners};
 use crate::announce::{announced, Withdraw};
 use crate::metrics::{health, Source};
-use crate::table::l2::{monotonic_ns, CandidateState, Candidacy, Ownership, OwnershipMode};
+use crate::table::l2::{monotonic_ns, Candidacy, CandidateState, Ownership, OwnershipMode};
 
 /// How often the candidacy is written and the ownership read.
 pub const PERIOD: Duration = Duration::from_millis(100);
@@ -135,9 +135,9 @@ fn run(
             tracing::info!(vips = ?list, announcing = ?joined, "L2: answering ARP/NDP for {} VIP(s)", list.len());
         }
         if draining {
-            let released = ownership.as_ref().is_none_or(|o| {
-                o.mode == OwnershipMode::All || o.vips.keys().all(|v| !o.owns(*v, now))
-            });
+            let released = ownership
+                .as_ref()
+                .is_none_or(|o| o.mode == OwnershipMode::All || o.vips.keys().all(|v| !o.owns(*v, now)));
             shared.withdrawn.store(released, Ordering::Relaxed);
         }
         if stopping {

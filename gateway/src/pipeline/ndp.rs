@@ -78,8 +78,8 @@ pub(super) fn handle(
     let host = &*st.host;
     let iface = &host.interfaces[usize::from(rx.iface)];
     let on_link = |a: Ipv6Addr| a.is_unicast_link_local() || iface.addresses6.iter().any(|c| c.contains(a));
-    let ours =
-        msg.kind == Icmpv6Type::NeighborSolicit && (host.is_own(msg.target) || answers(table, st, IpAddr::V6(msg.target)));
+    let ours = msg.kind == Icmpv6Type::NeighborSolicit
+        && (host.is_own(msg.target) || answers(table, st, IpAddr::V6(msg.target)));
     // A solicitation for one of ours teaches its source (RFC 4861 § 7.2.3); an
     // advertisement its target (§ 7.2.5).
     let learn = if msg.kind == Icmpv6Type::NeighborSolicit { ours.then_some(src) } else { Some(msg.target) };
