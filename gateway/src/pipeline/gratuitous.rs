@@ -54,7 +54,7 @@ pub(super) fn poll(now: u64, buf: &mut [u8], st: &mut WorkerState) -> Option<(u8
         };
         g.index += 1;
         let len = match vip {
-            IpAddr::V4(ip) if !iface.addresses.is_empty() => super::resolve::write_arp_request(buf, iface, ip, ip),
+            IpAddr::V4(ip) if !iface.addresses.is_empty() => super::arp::write_request(buf, iface, ip, ip),
             IpAddr::V6(ip) if !iface.addresses6.is_empty() => write_unsolicited_advertisement(buf, iface, ip),
             _ => continue,
         };

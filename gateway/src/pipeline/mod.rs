@@ -67,7 +67,9 @@
 //! - `state`: the per-worker and shared state, with the entries of the worker's fragment
 //!   tables and resolution queue;
 //! - `link`, `family` (the per-family accessors), and the steps that use only these: `arp`,
-//!   `ndp`, `reject`, `gratuitous`, `resolve`, `synproxy`, then `backend`, `expire`, `fragment`;
+//!   `ndp` (which asks `arp` what is answered for), `reject`, `gratuitous` and `resolve` (both
+//!   send `arp`'s requests; `resolve` polls `gratuitous` first), `synproxy`, then `backend`,
+//!   `expire`, `fragment`;
 //! - `flow`, then `icmp_error`, then `icmp`, then the per-family parsers `ipv4`, `ipv6`;
 //! - this module, which holds only [`process`] and its dispatch by EtherType;
 //! - `lean`, the lean established path: a frame of an established IPv4 TCP or UDP flow
