@@ -32,7 +32,10 @@ pub const OWNERSHIP_FILE: &str = "l2-owners";
 const CANDIDACY_MAGIC: &str = "torii-l2-candidacy 1";
 const OWNERSHIP_MAGIC: &str = "torii-l2-owners 1";
 
-/// `CLOCK_MONOTONIC` now, nanoseconds (system-wide: the same for every process of a host).
+/// `CLOCK_MONOTONIC` now, nanoseconds: the clock every process of one boot shares
+/// (`clock_gettime(2)`); `std::time::Instant` reads the same clock on Linux but does not show
+/// its value. Also the clock of the gateway's persistent conntrack.
+#[must_use]
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `clock_gettime` writes one `timespec` through a valid pointer.
