@@ -28,6 +28,8 @@ pub struct Config {
     pub snat_addresses: Vec<IpAddr>,
     /// `[control]`.
     pub control: ControlConfig,
+    /// `[l2.lease]` when `[l2]` is present (L2 mode): the Leases' settings.
+    pub l2: Option<crate::l2::LeaseConfig>,
 }
 
 impl Config {
@@ -56,10 +58,11 @@ impl Config {
         let common = Common::from_toml(text)?;
         let raw: RawFile = toml::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
         Ok(Self {
-            node_name: common.node_name,
+            node_name: common.node_name.clone(),
             shm_dir: common.shm_dir,
             snat_addresses: common.snat_addresses,
             control: raw.control.validate()?,
+            l2: raw.l2.map(|l2| l2.validate(&common.node_name)).transpose()?,
         })
     }
 }
@@ -144,12 +147,13 @@ pub const NODE_PORT_ADDRESSES_PRIMARY: &str = "primary";
 
 // ---- raw serde shapes, validated into the types above ----
 
-/// The file as torii-control reads it: only `[control]`; the other sections are
-/// [`Common`]'s or the gateway's.
+/// The file as torii-control reads it: `[control]` and `[l2.lease]`; the other sections
+/// are [`Common`]'s or the gateway's.
 #[derive(Deserialize)]
 struct RawFile {
     #[serde(default)]
     control: RawControl,
+    l2: Option<crate::l2::RawL2>,
 }
 
 #[derive(Deserialize, Default)]

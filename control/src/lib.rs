@@ -19,6 +19,7 @@
 //! - [`status`]: `torii-control status`, the live table read back from shared memory.
 //! - [`daemon`]: `torii-control run`'s loop: snapshots in, tables published, the
 //!   gateway's acknowledgements and the network-programming latency measured.
+//! - [`l2`]: L2 mode's owner election, one Kubernetes Lease per VIP held for the gateway.
 //!
 //! Failure semantics (DESIGN.md): bad input never stops the others from being served, and
 //! a table that cannot be built or published leaves the last good one in place.
@@ -26,6 +27,7 @@
 pub mod compile;
 pub mod config;
 pub mod daemon;
+pub mod l2;
 pub mod model;
 pub mod publish;
 pub mod source;

@@ -271,6 +271,8 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     runtime()?.block_on(async {
         let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
             .context("installing the SIGTERM handler")?;
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let mut elector_task = None;
         let source = match (&cluster, &dir) {
             (Some(cluster), _) => {
                 let (client, url) = kube_source::connect(cluster).await?;
@@ -288,9 +290,25 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                     shm_dir = %config.shm_dir.display(),
                     "torii-control running"
                 );
+                if let Some(lease) = &config.l2 {
+                    let elector =
+                        torii_control::l2::Elector::new(client.clone(), lease.clone(), config.shm_dir.clone());
+                    elector_task = Some((
+                        tokio::spawn(elector.run(async move {
+                            let _ = stop_rx.await;
+                        })),
+                        stop_tx,
+                    ));
+                }
                 Source::Kube(Box::new(KubeWatch::start(&client, settings)))
             }
             (None, Some(dir)) => {
+                if let Some(lease) = &config.l2 {
+                    // No API, no Lease: the gateway answers for every VIP it can serve.
+                    torii_control::l2::own_all(&config.shm_dir, &lease.identity)
+                        .with_context(|| format!("L2 mode: writing {}", config.shm_dir.display()))?;
+                    tracing::info!("L2 mode with the manifests source: no Lease, the gateway answers for all its VIPs");
+                }
                 let watch = DirWatch::start_with(dir, DEFAULT_QUIET, limits)?;
                 tracing::info!(
                     manifests = %dir.display(),
@@ -314,7 +332,13 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                 _ = sigterm.recv() => tracing::info!("SIGTERM: stopping"),
             }
         };
-        daemon::serve(source, &options, config.shm_dir.clone(), shutdown).await?;
+        let served = daemon::serve(source, &options, config.shm_dir.clone(), shutdown).await;
+        if let Some((task, stop)) = elector_task {
+            // Releases the Leases it holds before the process exits.
+            let _ = stop.send(());
+            let _ = task.await;
+        }
+        served?;
         Ok(())
     })
 }

@@ -500,6 +500,9 @@ pub struct Config {
     /// VIP announcement over BGP through BIRD, and graceful drain (`[bgp]`; off when
     /// absent): [`crate::announce`].
     pub bgp: Option<crate::announce::BgpConfig>,
+    /// L2 mode (`[l2]`; off when absent; not with `[bgp]`): one gateway per VIP answers
+    /// ARP/NDP for it, chosen by torii-control ([`crate::l2`]).
+    pub l2: Option<crate::l2::L2Config>,
 }
 
 /// `[metrics]`: the gateway's Prometheus `/metrics` and `/healthz` endpoint.
@@ -542,6 +545,7 @@ struct RawConfig {
     #[serde(default)]
     metrics: RawMetrics,
     bgp: Option<crate::announce::RawBgp>,
+    l2: Option<crate::l2::RawL2>,
 }
 
 #[derive(Deserialize, Default)]
@@ -997,6 +1001,10 @@ impl Config {
             })
             .collect();
         let bgp = raw.bgp.map(|b| b.validate(&own)).transpose()?;
+        let l2 = raw.l2.map(crate::l2::RawL2::validate).transpose()?;
+        if bgp.is_some() && l2.is_some() {
+            return Err(invalid("l2", "[l2] and [bgp] exclude each other: a VIP is either routed or on the segment"));
+        }
         let new_flows_per_source_burst = match ct.new_flows_per_source_burst {
             Some(0) => return Err(invalid("conntrack.new_flows_per_source_burst", "must be at least 1")),
             Some(b) => b,
@@ -1052,6 +1060,7 @@ impl Config {
                 },
             },
             bgp,
+            l2,
         })
     }
 }

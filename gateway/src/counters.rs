@@ -270,6 +270,9 @@ pub struct Counters {
     pub nd_solicitations: u64,
     /// Neighbor Solicitations and Advertisements learned from.
     pub nd_learned: u64,
+    /// L2 mode: gratuitous ARPs and unsolicited Neighbor Advertisements sent for VIPs this
+    /// gateway took over (RFC 5227 § 3, RFC 4861 § 7.2.6).
+    pub l2_announcements: u64,
     /// ICMP errors about tracked flows translated and forwarded to the flow's peer.
     pub icmp_errors_translated: u64,
     /// Later IPv4 fragments forwarded along their first fragment's translation.
@@ -312,6 +315,7 @@ impl Default for Counters {
             nd_advertisements: 0,
             nd_solicitations: 0,
             nd_learned: 0,
+            l2_announcements: 0,
             icmp_errors_translated: 0,
             fragments_followed: 0,
             fragment_evictions: 0,
@@ -386,6 +390,11 @@ impl Counters {
             "TCP and UDP segments forwarded with a wrong checksum (drop_bad_l4_checksums = false).",
             self.bad_l4_checksums_passed,
         );
+        f(
+            "l2_announcements",
+            "L2 mode: gratuitous ARPs and unsolicited Neighbor Advertisements sent for VIPs taken over.",
+            self.l2_announcements,
+        );
     }
 
     /// Adds `other` into `self` (totals over workers).
@@ -406,6 +415,7 @@ impl Counters {
         self.nd_advertisements += other.nd_advertisements;
         self.nd_solicitations += other.nd_solicitations;
         self.nd_learned += other.nd_learned;
+        self.l2_announcements += other.l2_announcements;
         self.icmp_errors_translated += other.icmp_errors_translated;
         self.fragments_followed += other.fragments_followed;
         self.fragment_evictions += other.fragment_evictions;
@@ -592,6 +602,7 @@ mod tests {
             syn_proxy_handshakes: 22,
             redirected: 23,
             bad_l4_checksums_passed: 24,
+            l2_announcements: 25,
             drops: [0; DropReason::ALL.len()],
         };
         let mut seen = Vec::new();
@@ -600,12 +611,12 @@ mod tests {
             assert!(!help.is_empty() && names.insert(name), "{name}");
             seen.push(v);
         });
-        assert_eq!(seen, (1..=24).collect::<Vec<u64>>());
+        assert_eq!(seen, (1..=25).collect::<Vec<u64>>());
         let mut total = Counters::default();
         total.add(&c);
         total.add(&c);
         let mut doubled = Vec::new();
         total.for_each(|_, _, v| doubled.push(v));
-        assert_eq!(doubled, (1..=24).map(|v| 2 * v).collect::<Vec<u64>>(), "add sums every counter");
+        assert_eq!(doubled, (1..=25).map(|v| 2 * v).collect::<Vec<u64>>(), "add sums every counter");
     }
 }

@@ -19,6 +19,7 @@
 //!   Prometheus metrics with a health check over HTTP.
 //! - [`config`]: the gateway host's TOML configuration.
 //! - [`announce`]: VIP announcement over BGP through BIRD 2, and graceful drain.
+//! - [`l2`]: L2 mode, one gateway per VIP answering ARP/NDP, announced on takeover.
 //! - [`prefetch`]: the cache prefetch hint of the burst path (`torii_table::prefetch`, which
 //!   the table's lookups issue too).
 
@@ -31,6 +32,7 @@ pub mod fragments;
 pub mod frames;
 pub mod host;
 pub mod io;
+pub mod l2;
 pub mod limiter;
 mod memory;
 pub mod metrics;

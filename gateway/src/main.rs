@@ -1,6 +1,7 @@
 //! torii-gateway: runs the data plane on the configured interfaces until SIGINT/SIGTERM.
 //! With `[bgp]` configured, SIGTERM drains first: the VIPs' routes are withdrawn, the
-//! gateway keeps forwarding for `bgp.drain_s`, then exits (SIGINT exits at once).
+//! gateway keeps forwarding for `bgp.drain_s`, then exits (SIGINT exits at once). With
+//! `[l2]`, the same with the VIPs given up to the peer gateway (`l2.drain_s`).
 //!
 //! `driver` in the configuration picks the packet I/O: AF_PACKET sockets, or DPDK
 //! (falling back to AF_PACKET when DPDK cannot start and `dpdk.fallback_to_af_packet` is
@@ -15,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
+use torii_gateway::announce::Withdraw;
 use torii_gateway::config::{Config, Driver};
 use torii_gateway::conntrack::persist::{monotonic_ns, Opened};
 use torii_gateway::counters::Counters;
@@ -200,7 +202,11 @@ where
         tracing::info!(interface = %iface.label(), %mac, vlan = ?iface.vlan, addresses = ?addrs, "interface");
     }
     let host = Arc::new(Host::new(config, &macs));
-    let shared = Shared::new(4096, config.conntrack.capacity * workers);
+    let mut shared = Shared::new(4096, config.conntrack.capacity * workers);
+    if config.l2.is_some() {
+        // L2 mode: answer ARP/NDP for no VIP until torii-control says which are ours.
+        shared.l2 = Arc::new(torii_gateway::l2::Owners::l2());
+    }
     for n in &config.neighbours {
         shared.neighbours.learn(n.address, MacAddr(n.mac), u64::MAX);
     }
@@ -256,6 +262,25 @@ where
             torii_gateway::announce::Announcer::start(bgp.clone(), Arc::clone(&source), Arc::clone(&stop))
                 .context("spawning the announcer")?,
         ),
+    };
+    let speaker = match &config.l2 {
+        None => None,
+        Some(l2) => Some(
+            torii_gateway::l2::driver::Speaker::start(
+                l2.clone(),
+                config.shm_dir.clone(),
+                Arc::clone(&source),
+                Arc::clone(&shared.l2),
+                Arc::clone(&stop),
+            )
+            .context("spawning the L2 thread")?,
+        ),
+    };
+    // What a SIGTERM drains: BGP's routes or L2 mode's VIPs.
+    let withdrawer: Option<(&dyn Withdraw, u32)> = match (&announcer, &speaker, &config.bgp, &config.l2) {
+        (Some(a), _, Some(bgp), _) => Some((a, bgp.drain_s)),
+        (_, Some(s), _, Some(l2)) => Some((s, l2.drain_s)),
+        _ => None,
     };
     let metrics = match config.metrics.listen {
         None => None,
@@ -330,7 +355,7 @@ where
     let mut stats_failed = false;
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(100));
-        if drain.poll(term.swap(false, Ordering::Relaxed), announcer.as_ref(), config) {
+        if drain.poll(term.swap(false, Ordering::Relaxed), withdrawer) {
             stop.store(true, Ordering::Relaxed);
         }
         ticks += 1;
@@ -379,6 +404,9 @@ where
     if let Some(a) = announcer {
         a.join();
     }
+    if let Some(s) = speaker {
+        s.join();
+    }
     if let Some(m) = metrics {
         m.join();
     }
@@ -391,8 +419,9 @@ where
 }
 
 /// Graceful drain (the maintenance path Katran and Maglev describe): on SIGTERM the
-/// announcer withdraws every route; once BIRD took that (or after [`Drain::WITHDRAW_WAIT`]),
-/// the gateway keeps forwarding for `bgp.drain_s`, then stops.
+/// announcer withdraws every route (L2 mode: the gateway gives its VIPs up and
+/// torii-control releases their Leases); once that took effect (or after
+/// [`Drain::WITHDRAW_WAIT`]), the gateway keeps forwarding for `drain_s`, then stops.
 #[derive(Default)]
 struct Drain {
     /// When SIGTERM arrived.
@@ -405,11 +434,12 @@ impl Drain {
     /// Longest wait for BIRD to confirm the withdrawal before the drain period starts anyway.
     const WITHDRAW_WAIT: Duration = Duration::from_secs(5);
 
-    /// Advances the drain; `term`: SIGTERM arrived since the last call. True: stop now.
-    fn poll(&mut self, term: bool, announcer: Option<&torii_gateway::announce::Announcer>, config: &Config) -> bool {
-        let (Some(announcer), Some(bgp)) = (announcer, &config.bgp) else { return term };
+    /// Advances the drain; `term`: SIGTERM arrived since the last call; `withdrawer`: what
+    /// gives the VIPs up, and the drain period. True: stop now.
+    fn poll(&mut self, term: bool, withdrawer: Option<(&dyn Withdraw, u32)>) -> bool {
+        let Some((announcer, drain_s)) = withdrawer else { return term };
         if term && self.asked.is_none() {
-            tracing::info!(drain_s = bgp.drain_s, "SIGTERM: draining: withdrawing every VIP route first");
+            tracing::info!(drain_s, "SIGTERM: draining: giving every VIP up first");
             announcer.drain();
             self.asked = Some(Instant::now());
         }
@@ -420,16 +450,16 @@ impl Drain {
                 return false;
             }
             if withdrawn {
-                tracing::info!(
-                    drain_s = bgp.drain_s,
-                    "routes withdrawn; forwarding what still arrives until the drain ends"
-                );
+                tracing::info!(drain_s, "VIPs given up; forwarding what still arrives until the drain ends");
             } else {
-                tracing::warn!(drain_s = bgp.drain_s, "BIRD has not confirmed the withdrawal; draining anyway");
+                tracing::warn!(
+                    drain_s,
+                    "the withdrawal is not confirmed (BIRD, or the Leases' release); draining anyway"
+                );
             }
             self.since = Some(Instant::now());
         }
-        let done = self.since.is_some_and(|t| t.elapsed() >= Duration::from_secs(u64::from(bgp.drain_s)));
+        let done = self.since.is_some_and(|t| t.elapsed() >= Duration::from_secs(u64::from(drain_s)));
         if done {
             tracing::info!("drain period over");
         }

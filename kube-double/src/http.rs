@@ -193,6 +193,9 @@ async fn handle(shared: &Arc<Shared>, req: Request<Incoming>) -> Response<Body> 
         return admin_api(shared, &method, admin, &query, &body);
     }
     shared.lock().log_request(format!("{} {}", req.method(), req.uri()));
+    if matches!(*req.method(), Method::POST | Method::PUT) {
+        return write(shared, req).await;
+    }
     if req.method() != Method::GET {
         return json_response(
             405,
@@ -235,6 +238,48 @@ async fn handle(shared: &Arc<Shared>, req: Request<Incoming>) -> Response<Body> 
                 list(shared, resource, selection, &query)
             }
         }
+    }
+}
+
+/// POST (create) to a Lease collection, PUT (replace) of a Lease: [`Store::create`],
+/// [`Store::replace`]. The double serves other kinds read-only (405, as for a verb RBAC
+/// does not grant it would be 403; tests script them through the admin API).
+async fn write(shared: &Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
+    let method = req.method().clone();
+    let target = route(req.uri().path());
+    let body = match req.into_body().collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => return json_response(400, &status(400, Some("BadRequest"), &format!("reading the body: {e}"), None)),
+    };
+    let object = match serde_json::from_slice::<Value>(&body) {
+        Ok(o) => o,
+        Err(e) => {
+            return json_response(400, &status(400, Some("BadRequest"), &format!("the body is not JSON: {e}"), None))
+        }
+    };
+    let result = match (method, target) {
+        (Method::POST, Some(Target::Collection { resource: Resource::Leases, namespace: Some(ns) })) => {
+            shared.lock().create(Resource::Leases, &ns, object).map(|o| (201, o))
+        }
+        (Method::PUT, Some(Target::Object { resource: Resource::Leases, namespace: Some(ns), name })) => {
+            shared.lock().replace(Resource::Leases, &ns, &name, object).map(|o| (200, o))
+        }
+        (_, None) => return not_found(),
+        _ => {
+            return json_response(
+                405,
+                &status(
+                    405,
+                    Some("MethodNotAllowed"),
+                    "the server does not allow this method on the requested resource",
+                    None,
+                ),
+            )
+        }
+    };
+    match result {
+        Ok((code, object)) => json_response(code, &object),
+        Err(e) => error_response(&e),
     }
 }
 

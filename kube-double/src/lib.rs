@@ -48,11 +48,14 @@ pub enum Resource {
     EndpointSlices,
     /// core/v1 Nodes (cluster-scoped).
     Nodes,
+    /// coordination.k8s.io/v1 Leases (L2 mode's owner election), the only resource the
+    /// double also creates (POST) and replaces (PUT) on request.
+    Leases,
 }
 
 impl Resource {
     /// All of them.
-    pub const ALL: [Self; 3] = [Self::Services, Self::EndpointSlices, Self::Nodes];
+    pub const ALL: [Self; 4] = [Self::Services, Self::EndpointSlices, Self::Nodes, Self::Leases];
 
     /// `Service`, `EndpointSlice`, `Node`.
     pub fn kind(self) -> &'static str {
@@ -60,13 +63,15 @@ impl Resource {
             Self::Services => "Service",
             Self::EndpointSlices => "EndpointSlice",
             Self::Nodes => "Node",
+            Self::Leases => "Lease",
         }
     }
 
-    /// `v1` or `discovery.k8s.io/v1`.
+    /// `v1`, `discovery.k8s.io/v1` or `coordination.k8s.io/v1`.
     pub fn api_version(self) -> &'static str {
         match self {
             Self::EndpointSlices => "discovery.k8s.io/v1",
+            Self::Leases => "coordination.k8s.io/v1",
             _ => "v1",
         }
     }
@@ -75,6 +80,7 @@ impl Resource {
     pub fn group(self) -> &'static str {
         match self {
             Self::EndpointSlices => "discovery.k8s.io",
+            Self::Leases => "coordination.k8s.io",
             _ => "",
         }
     }
@@ -85,6 +91,7 @@ impl Resource {
             Self::Services => "services",
             Self::EndpointSlices => "endpointslices",
             Self::Nodes => "nodes",
+            Self::Leases => "leases",
         }
     }
 
@@ -283,7 +290,7 @@ pub fn recorded_events(resource: Resource) -> Vec<(String, Value)> {
     let text = match resource {
         Resource::Services => include_str!("../fixtures/watch-services.jsonl"),
         Resource::EndpointSlices => include_str!("../fixtures/watch-endpointslices.jsonl"),
-        Resource::Nodes => "",
+        Resource::Nodes | Resource::Leases => "",
     };
     text.lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())

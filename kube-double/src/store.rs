@@ -207,6 +207,15 @@ fn key_of(resource: Resource, object: &Value) -> Result<(String, String), String
     Ok((namespace.to_owned(), name.to_owned()))
 }
 
+/// Puts the path's namespace into a namespaced object sent to it.
+fn set_namespace(resource: Resource, object: &mut Value, namespace: &str) {
+    if let Some(meta) = object.as_object_mut().map(|o| o.entry("metadata").or_insert_with(|| json!({}))) {
+        if let (true, Some(meta)) = (resource.namespaced(), meta.as_object_mut()) {
+            meta.insert("namespace".into(), namespace.into());
+        }
+    }
+}
+
 fn event_line(kind: &str, object: &Value) -> Bytes {
     let mut line = serde_json::to_vec(&json!({"type": kind, "object": object})).expect("JSON values serialise");
     line.push(b'\n');
@@ -229,6 +238,9 @@ pub fn bookmark_line(resource: Resource, rv: u64) -> Bytes {
             "status": {"daemonEndpoints": {"kubeletEndpoint": {"Port": 0}}, "nodeInfo": {"machineID": "", "systemUUID": "",
             "bootID": "", "kernelVersion": "", "osImage": "", "containerRuntimeVersion": "", "kubeletVersion": "",
             "kubeProxyVersion": "", "operatingSystem": "", "architecture": ""}}}),
+        Resource::Leases => {
+            json!({"kind": "Lease", "apiVersion": "coordination.k8s.io/v1", "metadata": meta, "spec": {}})
+        }
     };
     event_line("BOOKMARK", &object)
 }
@@ -402,6 +414,94 @@ impl Store {
                 None => !w.tx.is_closed(),
             }
         });
+    }
+
+    /// Creates an object sent with POST (`kubectl create`): `201` and the stored object, or
+    /// `409 AlreadyExists` when the name is taken, as kube-apiserver answers. The namespace
+    /// is the path's.
+    ///
+    /// # Errors
+    /// The `Status` kube-apiserver would send: 409 AlreadyExists, 400 for an object of
+    /// another kind or without a name.
+    pub fn create(&mut self, resource: Resource, namespace: &str, mut object: Value) -> Result<Value, ApiError> {
+        set_namespace(resource, &mut object, namespace);
+        let key = key_of(resource, &object).map_err(|e| ApiError::new(400, Some("BadRequest"), &e))?;
+        if self.get(resource, &key.0, &key.1).is_some() {
+            let name = &key.1;
+            return Err(ApiError {
+                code: 409,
+                body: status(
+                    409,
+                    Some("AlreadyExists"),
+                    &format!("{}.{} \"{name}\" already exists", resource.plural(), resource.group()),
+                    Some(json!({"name": name, "group": resource.group(), "kind": resource.plural()})),
+                ),
+            });
+        }
+        if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+            // The server assigns these; a client's values are ignored (a create is never
+            // conditional).
+            meta.remove("resourceVersion");
+            meta.remove("uid");
+        }
+        self.checked_apply(resource, object)
+    }
+
+    /// Replaces an object sent with PUT (an update): with `metadata.resourceVersion` set,
+    /// only if it is the stored object's (optimistic concurrency, as etcd's
+    /// compare-and-swap in kube-apiserver), else `409 Conflict`; without one,
+    /// unconditionally. A missing object is `404 NotFound` (Leases do not create on
+    /// update).
+    ///
+    /// # Errors
+    /// The `Status` kube-apiserver would send: 404 NotFound, 409 Conflict, 400 when the
+    /// body's name is not the path's.
+    pub fn replace(
+        &mut self,
+        resource: Resource,
+        namespace: &str,
+        name: &str,
+        mut object: Value,
+    ) -> Result<Value, ApiError> {
+        set_namespace(resource, &mut object, namespace);
+        let key = key_of(resource, &object).map_err(|e| ApiError::new(400, Some("BadRequest"), &e))?;
+        let qualified = format!("{}.{}", resource.plural(), resource.group());
+        if key.1 != name {
+            return Err(ApiError::new(
+                400,
+                Some("BadRequest"),
+                &format!("the name of the object ({}) does not match the name on the URL ({name})", key.1),
+            ));
+        }
+        let details = || Some(json!({"name": name, "group": resource.group(), "kind": resource.plural()}));
+        let Some(stored) = self.get(resource, &key.0, name) else {
+            return Err(ApiError {
+                code: 404,
+                body: status(404, Some("NotFound"), &format!("{qualified} \"{name}\" not found"), details()),
+            });
+        };
+        let sent = object.pointer("/metadata/resourceVersion").and_then(Value::as_str).filter(|s| !s.is_empty());
+        if sent.is_some_and(|rv| Some(rv) != stored.pointer("/metadata/resourceVersion").and_then(Value::as_str)) {
+            return Err(ApiError {
+                code: 409,
+                body: status(
+                    409,
+                    Some("Conflict"),
+                    &format!(
+                        "Operation cannot be fulfilled on {qualified} \"{name}\": the object has been modified; \
+                         please apply your changes to the latest version and try again"
+                    ),
+                    details(),
+                ),
+            });
+        }
+        self.checked_apply(resource, object)
+    }
+
+    fn checked_apply(&mut self, resource: Resource, object: Value) -> Result<Value, ApiError> {
+        let key = key_of(resource, &object).map_err(|e| ApiError::new(400, Some("BadRequest"), &e))?;
+        self.apply(object, true).map_err(|e| ApiError::new(400, Some("BadRequest"), &e))?;
+        self.get(resource, &key.0, &key.1).ok_or_else(|| ApiError::new(500, None, "the object vanished"))
     }
 
     /// The object, if it exists.

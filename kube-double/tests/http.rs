@@ -69,6 +69,77 @@ fn get(api: &FakeApiServer, path: &str) -> Response {
     Response { status, headers, reader }
 }
 
+/// `method path` with a JSON body; the response's status and body.
+fn send(api: &FakeApiServer, method: &str, path: &str, body: &Value) -> (u16, Value) {
+    let mut s = TcpStream::connect(api.addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let body = body.to_string();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        api.addr(),
+        body.len()
+    )
+    .unwrap();
+    let mut reader = BufReader::new(s);
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    let status = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let mut headers = Vec::new();
+    loop {
+        line.clear();
+        reader.read_line(&mut line).unwrap();
+        if line.trim().is_empty() {
+            break;
+        }
+        let (n, v) = line.trim().split_once(':').unwrap();
+        headers.push((n.trim().to_owned(), v.trim().to_owned()));
+    }
+    (status, Response { status, headers, reader }.body())
+}
+
+/// Leases as client-go's leader election uses them: create (201; 409 AlreadyExists when
+/// taken), replace carrying the resourceVersion read (200; 409 Conflict when someone wrote
+/// in between), GET, 404 for a replace of a missing Lease; other kinds stay read-only.
+#[test]
+fn leases_are_created_and_replaced_with_optimistic_concurrency() {
+    let api = FakeApiServer::start(&Objects::new()).unwrap();
+    let path = "/apis/coordination.k8s.io/v1/namespaces/torii/leases";
+    let lease = |holder: &str, rv: Option<&str>| {
+        let mut l = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "torii-l2-203.0.113.10"},
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15}});
+        if let Some(rv) = rv {
+            l["metadata"]["resourceVersion"] = rv.into();
+        }
+        l
+    };
+    let (code, created) = send(&api, "POST", path, &lease("gw-a", None));
+    assert_eq!(code, 201, "{created}");
+    assert_eq!(created["metadata"]["namespace"], "torii");
+    let rv = created["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
+    let (code, taken) = send(&api, "POST", path, &lease("gw-b", None));
+    assert_eq!((code, taken["reason"].as_str()), (409, Some("AlreadyExists")), "{taken}");
+    assert_eq!(taken["message"], "leases.coordination.k8s.io \"torii-l2-203.0.113.10\" already exists");
+
+    let one = format!("{path}/torii-l2-203.0.113.10");
+    let (code, renewed) = send(&api, "PUT", &one, &lease("gw-a", Some(&rv)));
+    assert_eq!(code, 200, "{renewed}");
+    let newer = renewed["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
+    assert_ne!(newer, rv);
+    let (code, stale) = send(&api, "PUT", &one, &lease("gw-b", Some(&rv)));
+    assert_eq!((code, stale["reason"].as_str()), (409, Some("Conflict")), "{stale}");
+    assert!(stale["message"].as_str().unwrap().contains("the object has been modified"), "{stale}");
+    let got = get(&api, &one).body();
+    assert_eq!(got["spec"]["holderIdentity"], "gw-a", "a refused write changes nothing");
+    assert_eq!(got["metadata"]["resourceVersion"].as_str(), Some(newer.as_str()));
+
+    let (code, missing) = send(&api, "PUT", &format!("{path}/other"), &json!({"metadata": {"name": "other"}}));
+    assert_eq!((code, missing["reason"].as_str()), (404, Some("NotFound")), "{missing}");
+    let (code, _) = send(&api, "POST", "/api/v1/namespaces/torii/services", &json!({"metadata": {"name": "x"}}));
+    assert_eq!(code, 405, "Services stay read-only");
+}
+
 fn event(chunk: &[u8]) -> (String, String) {
     assert!(chunk.ends_with(b"\n"), "one event per line: {:?}", String::from_utf8_lossy(chunk));
     let v: Value = serde_json::from_slice(chunk).unwrap();

@@ -15,12 +15,13 @@
 //! on the data plane: it also holds what the ABI needs — address prefixes ([`cidr`]), the
 //! Maglev rings the table stores and the lookup that reads them ([`maglev`]), the prefetch
 //! hint its lookups issue ([`prefetch`]) — and the part of the shared configuration file
-//! both binaries read ([`config`]).
+//! both binaries read ([`config`]), and L2 mode's two small files between them ([`l2`]).
 
 mod build;
 pub mod cidr;
 pub mod config;
 mod index;
+pub mod l2;
 pub mod layout;
 pub mod maglev;
 pub mod prefetch;

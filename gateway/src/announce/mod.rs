@@ -128,6 +128,58 @@ struct RawPeer {
     bfd: bool,
 }
 
+/// The front-door kinds named under `key` (`bgp.announce`, `l2.announce`): `ExternalIP`,
+/// `LoadBalancer`, `ClusterIP`, each kept once; absent, the first two (MetalLB announces
+/// load-balancer and external addresses, never ClusterIPs).
+///
+/// # Errors
+/// [`ConfigError::Invalid`] naming `key[i]` for any other name (NodePorts are the gateway's
+/// own addresses and never announced).
+pub fn kinds(key: &str, names: Option<&[String]>) -> Result<Vec<FrontendKind>, ConfigError> {
+    let mut kinds = Vec::new();
+    match names {
+        None => kinds.extend([FrontendKind::ExternalIp, FrontendKind::LoadBalancer]),
+        Some(names) => {
+            for (i, n) in names.iter().enumerate() {
+                let kind = [FrontendKind::ExternalIp, FrontendKind::LoadBalancer, FrontendKind::ClusterIp]
+                    .into_iter()
+                    .find(|k| k.as_str() == n)
+                    .ok_or_else(|| {
+                        invalid(
+                            format!("{key}[{i}]"),
+                            format!(
+                                "{n:?} is not one of \"ExternalIP\", \"LoadBalancer\", \"ClusterIP\" \
+                                 (NodePorts are on the gateway's own addresses and never announced)"
+                            ),
+                        )
+                    })?;
+                if !kinds.contains(&kind) {
+                    kinds.push(kind);
+                }
+            }
+        }
+    }
+    Ok(kinds)
+}
+
+/// What a gateway that gives its VIPs up on SIGTERM offers the drain (`main`'s): BGP's
+/// [`Announcer`] and L2 mode's [`crate::l2::driver::Speaker`].
+pub trait Withdraw {
+    /// Give every VIP up from now on.
+    fn drain(&self);
+    /// Whether that has taken effect (BIRD took the empty file; the Leases were released).
+    fn withdrawn(&self) -> bool;
+}
+
+impl Withdraw for Announcer {
+    fn drain(&self) {
+        Announcer::drain(self);
+    }
+    fn withdrawn(&self) -> bool {
+        Announcer::withdrawn(self)
+    }
+}
+
 /// Checks an autonomous system number.
 fn check_asn(key: &str, asn: u32) -> Result<u32, ConfigError> {
     match asn {
@@ -155,29 +207,7 @@ impl RawBgp {
         };
         let bird_config = absolute("bgp.bird_config", &self.bird_config)?;
         let bird_socket = absolute("bgp.bird_socket", self.bird_socket.as_deref().unwrap_or(DEFAULT_BIRD_SOCKET))?;
-        let mut kinds = Vec::new();
-        match &self.announce {
-            None => kinds.extend([FrontendKind::ExternalIp, FrontendKind::LoadBalancer]),
-            Some(names) => {
-                for (i, n) in names.iter().enumerate() {
-                    let kind = [FrontendKind::ExternalIp, FrontendKind::LoadBalancer, FrontendKind::ClusterIp]
-                        .into_iter()
-                        .find(|k| k.as_str() == n)
-                        .ok_or_else(|| {
-                            invalid(
-                                format!("bgp.announce[{i}]"),
-                                format!(
-                                    "{n:?} is not one of \"ExternalIP\", \"LoadBalancer\", \"ClusterIP\" \
-                                     (NodePorts are on the gateway's own addresses and never announced)"
-                                ),
-                            )
-                        })?;
-                    if !kinds.contains(&kind) {
-                        kinds.push(kind);
-                    }
-                }
-            }
-        }
+        let kinds = kinds("bgp.announce", self.announce.as_deref())?;
         let drain_s = self.drain_s.unwrap_or(30);
         if drain_s > 3600 {
             return Err(invalid("bgp.drain_s", format!("{drain_s} is out of range 0..=3600 seconds")));

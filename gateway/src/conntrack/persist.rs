@@ -290,17 +290,10 @@ fn layout<A: Address>() -> u64 {
     facts.iter().fold(FNV_OFFSET, |h, f| fnv1a(h, &(*f as u64).to_le_bytes()))
 }
 
-/// `CLOCK_MONOTONIC` now, ns: the clock every process of one boot shares (`clock_gettime(2)`);
-/// `std::time::Instant` reads the same clock on Linux but does not show its value.
-#[must_use]
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `clock_gettime` writes one `timespec` through a valid pointer.
-    #[allow(unsafe_code)]
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    debug_assert_eq!(rc, 0);
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+/// `CLOCK_MONOTONIC` now, ns: the clock every process of one boot shares (`clock_gettime(2)`),
+/// kept in the table crate since L2 mode's files between torii-gateway and torii-control use
+/// it too.
+pub use crate::table::l2::monotonic_ns;
 
 /// A fingerprint of this boot (`/proc/sys/kernel/random/boot_id`; 0 where unreadable).
 fn boot_id() -> u64 {

@@ -49,7 +49,9 @@
 //!   cookies and create nothing; a cookie's ACK opens the connection to the endpoint, whose
 //!   SYN-ACK the gateway answers, and the connection's sequence numbers are translated.
 //! - Next hops are resolved by ARP requests and Neighbor Solicitations the worker emits
-//!   through [`poll_transmit`] (`resolve`).
+//!   through [`poll_transmit`] (`resolve`), which also sends L2 mode's gratuitous ARPs and
+//!   unsolicited Neighbor Advertisements for VIPs this gateway took over (`gratuitous`);
+//!   in L2 mode ARP and NDP answer only for the VIPs this gateway owns.
 //! - Flows time out after idle periods following Linux conntrack's defaults; expiry runs
 //!   in bounded steps through [`poll_expire`] (`expire`).
 //!
@@ -65,7 +67,9 @@
 //! - `state`: the per-worker and shared state, with the entries of the worker's fragment
 //!   tables and resolution queue;
 //! - `link`, `family` (the per-family accessors), and the steps that use only these: `arp`,
-//!   `ndp`, `reject`, `resolve`, `synproxy`, then `backend`, `expire`, `fragment`;
+//!   `ndp` (which asks `arp` what is answered for), `reject`, `gratuitous` and `resolve` (both
+//!   send `arp`'s requests; `resolve` polls `gratuitous` first), `synproxy`, then `backend`,
+//!   `expire`, `fragment`;
 //! - `flow`, then `icmp_error`, then `icmp`, then the per-family parsers `ipv4`, `ipv6`;
 //! - this module, which holds only [`process`] and its dispatch by EtherType;
 //! - `lean`, the lean established path: a frame of an established IPv4 TCP or UDP flow
@@ -86,6 +90,7 @@ mod family;
 mod flow;
 mod fragment;
 mod frame;
+mod gratuitous;
 mod hint;
 mod icmp;
 mod icmp_error;

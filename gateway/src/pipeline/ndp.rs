@@ -1,6 +1,6 @@
 //! Neighbor Discovery (RFC 4861) arriving at the gateway, the IPv6 counterpart of
 //! [`super::arp`]: a Neighbor Solicitation for one of the gateway's own IPv6 addresses or
-//! for an IPv6 VIP is answered in place with a Neighbor Advertisement; the soliciting
+//! for an IPv6 VIP (in L2 mode, one this gateway owns) is answered in place with a Neighbor Advertisement; the soliciting
 //! node's link-layer address and advertised targets are learned. Solicitations the gateway
 //! sends itself live in [`super::resolve`].
 //!
@@ -29,6 +29,7 @@
 use std::net::{IpAddr, Ipv6Addr};
 use std::ops::Range;
 
+use super::arp::answers;
 use super::link::{self, Rx};
 use super::{Verdict, WorkerState};
 use crate::counters::DropReason;
@@ -77,8 +78,8 @@ pub(super) fn handle(
     let host = &*st.host;
     let iface = &host.interfaces[usize::from(rx.iface)];
     let on_link = |a: Ipv6Addr| a.is_unicast_link_local() || iface.addresses6.iter().any(|c| c.contains(a));
-    let ours =
-        msg.kind == Icmpv6Type::NeighborSolicit && (host.is_own(msg.target) || table.is_vip(IpAddr::V6(msg.target)));
+    let ours = msg.kind == Icmpv6Type::NeighborSolicit
+        && (host.is_own(msg.target) || answers(table, st, IpAddr::V6(msg.target)));
     // A solicitation for one of ours teaches its source (RFC 4861 § 7.2.3); an
     // advertisement its target (§ 7.2.5).
     let learn = if msg.kind == Icmpv6Type::NeighborSolicit { ours.then_some(src) } else { Some(msg.target) };

@@ -6,7 +6,7 @@
 //! [`ARP_TRIES`] attempts (a later packet queues it again; RFC 4861 § 10's
 //! `MAX_MULTICAST_SOLICIT` is 3 at `RETRANS_TIMER` 1 s too).
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv6Addr};
 
 use super::state::{Pending, PENDING_SLOTS};
 use super::{link, WorkerState};
@@ -17,7 +17,7 @@ use crate::table::Table;
 use crate::wire::icmpv6::NEXT_HEADER_ICMPV6;
 use crate::wire::ipv6::{multicast_mac, solicited_node};
 use crate::wire::ndp::{self, NdpPacket};
-use crate::wire::{ArpOperation, ArpPacket, EtherType, Icmpv6Packet, Icmpv6Type, Ipv6Packet, MacAddr};
+use crate::wire::{EtherType, Icmpv6Packet, Icmpv6Type, Ipv6Packet, MacAddr};
 
 /// How long an unanswered ARP request waits before it is repeated, ns.
 const ARP_RETRY_NS: u64 = 1_000_000_000;
@@ -95,12 +95,16 @@ pub(super) fn neighbour<H: NeighbourAddr + Into<IpAddr>>(
 /// Neighbor Solicitation with a source link-layer address option.
 pub const POLL_TRANSMIT_LEN: usize = 14 + 4 + 40 + 24 + ndp::LL_OPTION_LEN;
 
-/// Emits the next due ARP request or Neighbor Solicitation into `buf` (at least
+/// Emits the next due L2-mode announcement (`gratuitous`), else the next due ARP request
+/// or Neighbor Solicitation, into `buf` (at least
 /// [`POLL_TRANSMIT_LEN`] bytes), returning the port and frame length; `None` when nothing is
 /// due. The worker calls it after each burst until it returns `None`.
 pub fn poll_transmit(now: u64, buf: &mut [u8], st: &mut WorkerState) -> Option<(u8, usize)> {
     if buf.len() < POLL_TRANSMIT_LEN {
         return None;
+    }
+    if let Some(announcement) = super::gratuitous::poll(now, buf, st) {
+        return Some(announcement);
     }
     for i in 0..PENDING_SLOTS {
         let p = st.pending[i];
@@ -125,7 +129,9 @@ pub fn poll_transmit(now: u64, buf: &mut [u8], st: &mut WorkerState) -> Option<(
             continue;
         };
         let len = match ip {
-            IpAddr::V4(ip) => st.host.source_address_for(p.iface, ip).map(|spa| write_arp_request(buf, iface, spa, ip)),
+            IpAddr::V4(ip) => {
+                st.host.source_address_for(p.iface, ip).map(|spa| super::arp::write_request(buf, iface, spa, ip))
+            }
             IpAddr::V6(ip) => {
                 st.host.source_address_for(p.iface, ip).map(|src| write_solicitation(buf, iface, src, ip))
             }
@@ -143,22 +149,6 @@ pub fn poll_transmit(now: u64, buf: &mut [u8], st: &mut WorkerState) -> Option<(
         return Some((iface.port, len));
     }
     None
-}
-
-/// Writes a broadcast ARP request for `target` from `spa` on `iface` into `buf`; returns
-/// the frame length.
-fn write_arp_request(buf: &mut [u8], iface: &HostInterface, spa: Ipv4Addr, target: Ipv4Addr) -> usize {
-    const ARP_LEN: usize = 28;
-    let l2 = link::write_header(buf, MacAddr::BROADCAST, iface.mac, iface.vlan, EtherType::Arp);
-    let len = l2 + ARP_LEN;
-    let mut arp = ArpPacket::new_unchecked(&mut buf[l2..len]);
-    arp.fill_header();
-    arp.set_operation(ArpOperation::Request);
-    arp.set_sender_hardware_addr(iface.mac);
-    arp.set_sender_protocol_addr(spa);
-    arp.set_target_hardware_addr(MacAddr::UNSPECIFIED);
-    arp.set_target_protocol_addr(target);
-    len
 }
 
 /// Writes a Neighbor Solicitation for `target` from `src` on `iface` into `buf` (RFC 4861

@@ -16,6 +16,7 @@ use crate::conntrack::{Conntrack, FlowState};
 use crate::counters::{Counters, FrontendCounters};
 use crate::fragments::{self, FragmentAddr, FragmentTable};
 use crate::host::Host;
+use crate::l2::Owners;
 use crate::limiter::SourceLimiter;
 use crate::neighbour::Neighbours;
 use crate::scheduler::Schedulers;
@@ -87,6 +88,8 @@ pub struct Shared {
     pub affinity: Arc<Affinity>,
     /// The schedulers' connection counts and round-robin turns.
     pub schedulers: Arc<Schedulers>,
+    /// The VIPs answered for in L2 mode (everything when it is off).
+    pub l2: Arc<Owners>,
 }
 
 impl Shared {
@@ -96,6 +99,7 @@ impl Shared {
             neighbours: Arc::new(Neighbours::new(neighbours)),
             affinity: Arc::new(Affinity::new(affinity)),
             schedulers: Arc::default(),
+            l2: Arc::default(),
         }
     }
 }
@@ -146,6 +150,22 @@ pub struct WorkerState {
     /// The generation of the last table the worker processed a frame against (`u64::MAX`
     /// before the first) and the worker's epoch for it ([`WorkerState::table_epoch`]).
     table_epoch: (u64, u16),
+    /// The VIPs answered for in L2 mode, shared by all workers ([`Shared::l2`]).
+    pub l2: Arc<Owners>,
+    /// Worker 0's progress through the announcements of VIPs it took over
+    /// (see [`super::gratuitous`]).
+    pub(super) gratuitous: Gratuitous,
+}
+
+/// Where worker 0 is in announcing the VIPs of [`Owners`]' set number `seq`: `round`
+/// (0-based) of the repeated announcements, the next (VIP, interface) pair `index`, and
+/// when the round may start.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Gratuitous {
+    pub(super) seq: u64,
+    pub(super) round: u8,
+    pub(super) index: usize,
+    pub(super) next_ns: u64,
 }
 
 impl std::fmt::Debug for WorkerState {
@@ -185,6 +205,8 @@ impl WorkerState {
             pending: [Pending::default(); PENDING_SLOTS],
             hints: HintRing::default(),
             table_epoch: (u64::MAX, FlowState::NEVER_VALIDATED),
+            l2: Arc::clone(&shared.l2),
+            gratuitous: Gratuitous::default(),
         }
     }
 

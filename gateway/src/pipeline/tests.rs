@@ -604,6 +604,8 @@ mod fragment;
 /// Martian sources, source routes, invalid TCP flags, unknown ARP opcodes, bad L4 checksums.
 mod hygiene;
 mod icmp_error;
+/// L2 mode: answering only for owned VIPs, announcing those taken over.
+mod l2;
 mod sctp;
 /// SYN cookies and the SYN proxy under a SYN flood.
 mod synproxy;
