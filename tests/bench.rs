@@ -21,6 +21,7 @@
 //! Needs DPDK (skipped, loudly, when it is not installed); not root.
 
 use std::fs;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -37,20 +38,45 @@ fn testpmd_installed() -> bool {
     Command::new("dpdk-testpmd").arg("--version").output().is_ok()
 }
 
-#[test]
-fn torii_bench_smoke_through_the_gateway() -> Result<()> {
+/// Skips (returns `None`) where DPDK is unavailable; otherwise the torii-bench binary and a
+/// fresh work directory `torii-it<pid>-<tag>`.
+fn prepare(test: &str, tag: &str) -> Result<Option<(PathBuf, PathBuf)>> {
     if let Some(reason) = dpdk_unavailable() {
-        print_skipped("torii_bench_smoke_through_the_gateway", &reason);
-        return Ok(());
+        print_skipped(test, &reason);
+        return Ok(None);
     }
     let bins = Binaries::locate()?;
     let bench = bins.gateway.with_file_name("torii-bench");
     if !bench.is_file() {
         bail!("{} not found: run `cargo build --release --workspace --bins` first", bench.display());
     }
-    let workdir = std::env::temp_dir().join(format!("torii-it{}-bench", std::process::id()));
+    let workdir = std::env::temp_dir().join(format!("torii-it{}-{tag}", std::process::id()));
     let _ = fs::remove_dir_all(&workdir);
     fs::create_dir_all(&workdir)?;
+    Ok(Some((bench, workdir)))
+}
+
+/// Runs torii-bench (`what` names the run in the log) and reads its JSON result: the
+/// parsed result, its text and torii-bench's stderr.
+fn run(cmd: &mut Command, result: &Path, what: &str, timeout: Duration) -> Result<(Value, String, String)> {
+    let start = Instant::now();
+    let out = output_with_timeout(cmd, timeout)?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    eprintln!("[bench] torii-bench{what} took {:.1} s:\n{stdout}", start.elapsed().as_secs_f64());
+    if !out.status.success() {
+        bail!("torii-bench failed ({}):\n{stdout}\n{stderr}", out.status);
+    }
+    let text = fs::read_to_string(result).with_context(|| format!("read {}", result.display()))?;
+    let r: Value = serde_json::from_str(&text).with_context(|| format!("{} is not JSON", result.display()))?;
+    Ok((r, text, stderr))
+}
+
+#[test]
+fn torii_bench_smoke_through_the_gateway() -> Result<()> {
+    let Some((bench, workdir)) = prepare("torii_bench_smoke_through_the_gateway", "bench")? else {
+        return Ok(());
+    };
     let result = workdir.join("result.json");
     let baseline = testpmd_installed();
     if !baseline {
@@ -64,16 +90,7 @@ fn torii_bench_smoke_through_the_gateway() -> Result<()> {
         .arg(&result)
         .arg("--workdir")
         .arg(workdir.join("run"));
-    let start = Instant::now();
-    let out = output_with_timeout(&mut cmd, Duration::from_secs(110))?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    eprintln!("[bench] torii-bench took {:.1} s:\n{stdout}", start.elapsed().as_secs_f64());
-    if !out.status.success() {
-        bail!("torii-bench failed ({}):\n{stdout}\n{stderr}", out.status);
-    }
-    let text = fs::read_to_string(&result).with_context(|| format!("read {}", result.display()))?;
-    let r: Value = serde_json::from_str(&text).with_context(|| format!("{} is not JSON", result.display()))?;
+    let (r, text, stderr) = run(&mut cmd, &result, "", Duration::from_secs(110))?;
     check_result(&r, baseline).with_context(|| format!("result {}:\n{text}\nstderr:\n{stderr}", result.display()))?;
     // The latency plot of the fixed-rate trials (no search: no throughput plot).
     let plot = workdir.join("result-latency.svg");
@@ -91,18 +108,9 @@ fn torii_bench_smoke_through_the_gateway() -> Result<()> {
 /// testpmd's two paired ports), every frame and checksum checked.
 #[test]
 fn torii_bench_smoke_ipv6_two_armed() -> Result<()> {
-    if let Some(reason) = dpdk_unavailable() {
-        print_skipped("torii_bench_smoke_ipv6_two_armed", &reason);
+    let Some((bench, workdir)) = prepare("torii_bench_smoke_ipv6_two_armed", "bench6")? else {
         return Ok(());
-    }
-    let bins = Binaries::locate()?;
-    let bench = bins.gateway.with_file_name("torii-bench");
-    if !bench.is_file() {
-        bail!("{} not found: run `cargo build --release --workspace --bins` first", bench.display());
-    }
-    let workdir = std::env::temp_dir().join(format!("torii-it{}-bench6", std::process::id()));
-    let _ = fs::remove_dir_all(&workdir);
-    fs::create_dir_all(&workdir)?;
+    };
     let result = workdir.join("result.json");
     let baseline = testpmd_installed();
     let mut cmd = Command::new(&bench);
@@ -113,16 +121,7 @@ fn torii_bench_smoke_ipv6_two_armed() -> Result<()> {
         .arg(&result)
         .arg("--workdir")
         .arg(workdir.join("run"));
-    let start = Instant::now();
-    let out = output_with_timeout(&mut cmd, Duration::from_secs(60))?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    eprintln!("[bench] torii-bench (IPv6, two-armed) took {:.1} s:\n{stdout}", start.elapsed().as_secs_f64());
-    if !out.status.success() {
-        bail!("torii-bench failed ({}):\n{stdout}\n{stderr}", out.status);
-    }
-    let text = fs::read_to_string(&result).with_context(|| format!("read {}", result.display()))?;
-    let r: Value = serde_json::from_str(&text).with_context(|| format!("{} is not JSON", result.display()))?;
+    let (r, text, stderr) = run(&mut cmd, &result, " (IPv6, two-armed)", Duration::from_secs(60))?;
     let check = || -> Result<()> {
         ensure!(
             r["ok"] == true && r["bad_frames"] == 0,

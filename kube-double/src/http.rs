@@ -93,6 +93,13 @@ fn error_response(e: &ApiError) -> Response<Body> {
     json_response(e.code, &e.body)
 }
 
+fn method_not_allowed() -> Response<Body> {
+    json_response(
+        405,
+        &status(405, Some("MethodNotAllowed"), "the server does not allow this method on the requested resource", None),
+    )
+}
+
 fn not_found() -> Response<Body> {
     json_response(
         404,
@@ -197,15 +204,7 @@ async fn handle(shared: &Arc<Shared>, req: Request<Incoming>) -> Response<Body> 
         return write(shared, req).await;
     }
     if req.method() != Method::GET {
-        return json_response(
-            405,
-            &status(
-                405,
-                Some("MethodNotAllowed"),
-                "the server does not allow this method on the requested resource",
-                None,
-            ),
-        );
+        return method_not_allowed();
     }
     if let Some(bytes) = discovery(&path) {
         return response(200, full(bytes));
@@ -265,17 +264,7 @@ async fn write(shared: &Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
             shared.lock().replace(Resource::Leases, &ns, &name, object).map(|o| (200, o))
         }
         (_, None) => return not_found(),
-        _ => {
-            return json_response(
-                405,
-                &status(
-                    405,
-                    Some("MethodNotAllowed"),
-                    "the server does not allow this method on the requested resource",
-                    None,
-                ),
-            )
-        }
+        _ => return method_not_allowed(),
     };
     match result {
         Ok((code, object)) => json_response(code, &object),
