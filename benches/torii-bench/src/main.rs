@@ -148,7 +148,7 @@ struct Args {
     /// Most trials per search.
     #[arg(long, default_value_t = 14)]
     max_trials: usize,
-    /// Latency trial's rate as a fraction of NDR.
+    /// Latency trial's rate as a fraction of NDR (of PDR for a device with no NDR).
     #[arg(long, default_value_t = 0.5)]
     latency_fraction: f64,
     /// First warm-up attempt's rate, requests/s (each further attempt halves it).
@@ -815,15 +815,23 @@ impl Ctx<'_> {
             r.pdr_dut_pps = r.pdr_offered_pps.map(|v| frames_per_request * v);
             r.ndr_at_generator_max = r.searches.iter().any(|s| s.ndr.upper_pps.is_none() && s.ndr.lower_pps > 0.0);
         }
-        // Latency at a fraction of each device's NDR.
+        // Latency at a fraction of each device's NDR (RFC 2544 § 26.2), or of its PDR where
+        // the searches found no zero-loss rate (then the rate is below the loss ratio's
+        // ceiling, and the result says which it was: `latency_basis`).
         for (k, link) in links.iter_mut().enumerate() {
-            let Some(ndr) = results[k].ndr_offered_pps.filter(|&v| v > 0.0) else { continue };
+            let positive = |v: Option<f64>| v.filter(|&v| v > 0.0);
+            let (basis, base) = match (positive(results[k].ndr_offered_pps), positive(results[k].pdr_offered_pps)) {
+                (Some(ndr), _) => ("NDR", ndr),
+                (None, Some(pdr)) => ("PDR", pdr),
+                (None, None) => continue,
+            };
             self.duts.select(link.dut)?;
-            let label = format!("latency at {:.0} % of NDR", args.latency_fraction * 100.0);
-            let t = self.timed_trial(gen, link, &label, Some(ndr * args.latency_fraction), trial_len, true, phase);
+            let label = format!("latency at {:.0} % of {basis}", args.latency_fraction * 100.0);
+            let t = self.timed_trial(gen, link, &label, Some(base * args.latency_fraction), trial_len, true, phase);
             self.say(describe(gen.plan(), link.dut, &label, &t));
             self.account(&t);
             results[k].latency = Some(latency_result(t));
+            results[k].latency_basis = Some(basis);
         }
         Ok(())
     }

@@ -118,8 +118,12 @@ pub struct DutResult {
     pub ndr_at_generator_max: bool,
     /// The searches.
     pub searches: Vec<SearchResult>,
-    /// The latency trial (at a fraction of NDR), or the fixed-rate trial.
+    /// The latency trial (at a fraction of NDR, or of PDR where no NDR was found), or the
+    /// fixed-rate trial.
     pub latency: Option<LatencyResult>,
+    /// What the latency trial's rate is a fraction of: "NDR" or "PDR" (`None` for a
+    /// fixed-rate trial or no trial).
+    pub latency_basis: Option<&'static str>,
 }
 
 impl DutResult {
@@ -135,6 +139,7 @@ impl DutResult {
             ndr_at_generator_max: false,
             searches: Vec::new(),
             latency: None,
+            latency_basis: None,
         }
     }
 }
