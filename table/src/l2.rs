@@ -24,6 +24,8 @@ use std::io;
 use std::net::IpAddr;
 use std::path::Path;
 
+use crate::shm::write_atomically;
+
 /// The gateway's file in `shm_dir`.
 pub const CANDIDACY_FILE: &str = "l2-candidacy";
 /// torii-control's file in `shm_dir`.
@@ -228,13 +230,6 @@ fn lines<'a>(text: &'a str, magic: &str) -> Result<Vec<(usize, Vec<&'a str>)>, S
         .map(|(i, l)| (i + 2, l.split_whitespace().collect::<Vec<_>>()))
         .filter(|(_, f)| !f.is_empty())
         .collect())
-}
-
-fn write_atomically(path: &Path, text: &str) -> io::Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, path)
 }
 
 fn read<T>(path: &Path, parse: fn(&str) -> Result<T, String>) -> io::Result<Option<T>> {

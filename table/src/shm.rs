@@ -76,6 +76,19 @@ const OFF_REJECTED: usize = 32;
 const OFF_ACKS: usize = 64;
 const _: () = assert!(OFF_ACKS + 8 * MAX_WORKERS <= STATE_LEN);
 
+/// Writes `text` to `path` atomically: to `path.torii-tmp` beside it (same file system),
+/// then renamed over it, so a reader (BIRD, the gateway, torii-control) never sees half a
+/// file.
+///
+/// # Errors
+/// I/O errors of the write or the rename (a missing directory, permissions).
+pub fn write_atomically(path: &Path, text: &str) -> io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".torii-tmp");
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path)
+}
+
 /// File name of the snapshot of `generation`.
 pub fn table_file_name(generation: u64) -> String {
     format!("table-{generation:020}")

@@ -11,7 +11,6 @@
 use std::collections::BTreeSet;
 use std::io;
 use std::net::IpAddr;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -19,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use super::{announced, bird, BgpConfig};
 use crate::metrics::{health, Source};
+use crate::table::shm::write_atomically;
 
 /// How often the announcer looks at the table and health.
 pub const PERIOD: Duration = Duration::from_millis(200);
@@ -40,18 +40,6 @@ struct Shared {
 pub struct Announcer {
     shared: Arc<Shared>,
     thread: JoinHandle<()>,
-}
-
-/// Writes `text` to `path` atomically: to `path.torii-tmp` beside it (same file system),
-/// then renamed over it, so BIRD never reads half a file.
-///
-/// # Errors
-/// I/O errors of the write or the rename (a missing directory, permissions).
-pub fn write_atomically(path: &Path, text: &str) -> io::Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".torii-tmp");
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, path)
 }
 
 /// Renders `vips` for `config`, writes the file and has BIRD take it.
