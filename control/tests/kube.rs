@@ -727,6 +727,10 @@ fn run_publishes_a_new_service_and_its_slice_once() {
     d.wait_table("Service without a slice", |t| t.expect("203.0.113.21", 80, &[]));
     let waited = start.elapsed();
     assert!(waited >= Duration::from_millis(100), "published after {waited:?}, before the wait ended");
+    // The table is in shared memory before the daemon logs its publication: wait for the
+    // line, then make sure no second publication follows.
+    d.wait_log(from, &["published table"]);
+    std::thread::sleep(Duration::from_millis(300));
     assert_eq!(published(from), 1, "{}", d.log());
 }
 
