@@ -56,7 +56,8 @@
 //!   machines with two cores are not starved. `idle_sleep_us = 0` busy-polls.
 //! - **CPUs and lcores.** EAL's main lcore is `dpdk.cpus[0]` (or the first CPU the process
 //!   may use); EAL pins the thread calling `rte_eal_init` there, so the main thread's
-//!   affinity is restored afterwards. Each worker pins itself to `cpus[w % cpus.len()]`,
+//!   affinity is restored afterwards, to the allowed CPUs no worker polls (all of them if
+//!   workers take every one). Each worker pins itself to `cpus[w % cpus.len()]`,
 //!   then registers with EAL (`rte_thread_register`: an lcore id, hence a mempool cache).
 //! - **Memory.** With enough free hugepages (`/proc/meminfo`), `--in-memory
 //!   --single-file-segments` (no files left behind; virtio-user can share the memory);
@@ -226,6 +227,19 @@ fn allowed_cpus() -> Vec<usize> {
     }
 }
 
+/// The CPUs for threads other than the workers: those of `allowed` that no worker is pinned
+/// to (worker `w` of `workers` runs on `cpus[w % cpus.len()]`), or all of `allowed` if
+/// workers take every one.
+fn control_cpus(allowed: &[usize], cpus: &[usize], workers: usize) -> Vec<usize> {
+    let polled: Vec<usize> = (0..workers.min(cpus.len())).map(|w| cpus[w]).collect();
+    let free: Vec<usize> = allowed.iter().copied().filter(|c| !polled.contains(c)).collect();
+    if free.is_empty() {
+        allowed.to_vec()
+    } else {
+        free
+    }
+}
+
 /// Pins the calling thread to `cpus`.
 fn pin(cpus: &[usize]) -> std::io::Result<()> {
     let mut set = CpuSet::new();
@@ -326,8 +340,10 @@ impl DpdkDriver {
         tracing::info!(eal_args = %args.join(" "), ?memory, "initialising DPDK {}", Eal::version());
         let eal = Eal::builder().args(args.iter().cloned()).init().map_err(dpdk("rte_eal_init"))?;
         // EAL pinned this thread to the main lcore; the threads the control side spawns
-        // later (the table watcher) need not share it.
-        if let Err(e) = pin(&allowed) {
+        // later (the table watcher, metrics) run on the CPUs no worker polls, as EAL's own
+        // control threads do, so they never preempt a worker; on all of them if every CPU
+        // has a worker.
+        if let Err(e) = pin(&control_cpus(&allowed, &cpus, config.workers)) {
             tracing::warn!("restoring the main thread's CPU affinity: {e}");
         }
         // With --in-memory / --no-shconf and no telemetry, EAL leaves its runtime
@@ -1034,6 +1050,17 @@ mod tests {
     fn config(driver_lines: &str) -> Config {
         let text = crate::config::EMBEDDED_DEFAULT.replace("eal_args = []", driver_lines);
         Config::from_toml(&text).expect("config")
+    }
+
+    #[test]
+    fn control_threads_run_where_no_worker_polls() {
+        assert_eq!(control_cpus(&[0, 1], &[1], 1), vec![0]);
+        assert_eq!(control_cpus(&[0, 1, 2, 3], &[2, 3], 2), vec![0, 1]);
+        // One worker on the first of two listed CPUs: the second is free.
+        assert_eq!(control_cpus(&[0, 1, 2], &[1, 2], 1), vec![0, 2]);
+        // Workers on every allowed CPU: the control threads share them.
+        assert_eq!(control_cpus(&[0, 1], &[0, 1], 4), vec![0, 1]);
+        assert_eq!(control_cpus(&[0, 1], &[0, 1], 2), vec![0, 1]);
     }
 
     #[test]
