@@ -1023,6 +1023,20 @@ impl<A: Address> Conntrack<A> {
         }
     }
 
+    /// [`Conntrack::lookup`] that, for a key not tracked, returns its [`Conntrack::hash_key`]
+    /// and the [`Vacancy`] where its probe run ended, for [`Conntrack::insert_hashed`] to
+    /// index it there without hashing it or walking the run again: the SNAT port search's
+    /// reply tuples (the free one it finds is the one inserted). Expected O(1).
+    #[inline]
+    pub fn lookup_or_vacancy(&self, key: &FlowKey<A>) -> Result<(FlowId, Direction), (u64, Vacancy)> {
+        let hash = self.hash(key);
+        let (records, snat) = (&*self.records, &*self.snat);
+        match self.index.find(hash, |tag| tag_matches(records, snat, tag, key)) {
+            Probe::Found(tag) => Ok(untag(tag)),
+            Probe::Vacant(slot) => Err((hash, Vacancy { slot: slot as u32, removals: self.removals })),
+        }
+    }
+
     /// [`Conntrack::lookup_hashed`], using what [`Conntrack::prefetch_record`] said for this
     /// hash: a candidate flow that is live and whose tuple in that direction is `key` is the
     /// answer (a tuple belongs to one live flow at most), and a [`Vacancy`] that still holds
@@ -1293,14 +1307,16 @@ impl<A: Address> Conntrack<A> {
     ///
     /// On error the table is unchanged.
     pub fn insert(&mut self, flow: Flow<A>) -> Result<FlowId, InsertError> {
-        self.insert_hashed(flow, self.hash(&flow.original), None)
+        self.insert_hashed(flow, self.hash(&flow.original), None, None)
     }
 
     /// [`Conntrack::insert`] with the original tuple's [`Conntrack::hash_key`] already
     /// computed (by the lookup that missed) and, optionally, the [`Vacancy`]
     /// [`Conntrack::prefetch_record`] found for it: while it holds, the original tuple goes
     /// there without its probe run being walked again. A hash or vacancy that is not the
-    /// tuple's indexes it where no lookup finds it (a wrong answer, never a panic).
+    /// tuple's indexes it where no lookup finds it (a wrong answer, never a panic). `reply`
+    /// is the same for the reply tuple: its hash and where its probe run ended
+    /// ([`Conntrack::lookup_or_vacancy`]), else `None` (hashed and walked here).
     ///
     /// # Errors
     /// As [`Conntrack::insert`].
@@ -1310,6 +1326,7 @@ impl<A: Address> Conntrack<A> {
         flow: Flow<A>,
         original_hash: u64,
         vacancy: Option<Vacancy>,
+        reply: Option<(u64, Vacancy)>,
     ) -> Result<FlowId, InsertError> {
         debug_assert_eq!(original_hash, self.hash(&flow.original), "a hash of another tuple");
         let snat = self.snat.iter().position(|a| *a == flow.reply.dst_addr).ok_or(InsertError::NotFullNat)?;
@@ -1319,7 +1336,11 @@ impl<A: Address> Conntrack<A> {
         if flow.original == flow.reply {
             return Err(InsertError::Exists);
         }
-        let reply_hash = self.hash(&flow.reply);
+        let (reply_hash, reply_vacancy) = match reply {
+            Some((hash, v)) => (hash, Some(v)),
+            None => (self.hash(&flow.reply), None),
+        };
+        debug_assert_eq!(reply_hash, self.hash(&flow.reply), "a hash of another tuple");
         let (records, snat_addrs) = (&*self.records, &*self.snat);
         let original_pos = match vacancy.filter(|&v| self.holds(v)) {
             Some(v) => v.slot as usize,
@@ -1333,11 +1354,18 @@ impl<A: Address> Conntrack<A> {
             Probe::Vacant(original_pos),
             "a vacancy of another tuple"
         );
-        let Probe::Vacant(reply_pos) =
-            self.index.find(reply_hash, |t| tag_matches(records, snat_addrs, t, &flow.reply))
-        else {
-            return Err(InsertError::Exists);
+        let reply_pos = match reply_vacancy.filter(|&v| self.holds(v)) {
+            Some(v) => v.slot as usize,
+            None => match self.index.find(reply_hash, |t| tag_matches(records, snat_addrs, t, &flow.reply)) {
+                Probe::Vacant(pos) => pos,
+                Probe::Found(_) => return Err(InsertError::Exists),
+            },
         };
+        debug_assert_eq!(
+            self.index.find(reply_hash, |t| tag_matches(records, snat_addrs, t, &flow.reply)),
+            Probe::Vacant(reply_pos),
+            "a vacancy of another tuple"
+        );
         let id = self.allocate().ok_or(InsertError::Full)?;
         // `snat < MAX_SNAT_ADDRESSES`, checked in `new`.
         self.records[id as usize] = Record::pack(&flow, snat as u8);

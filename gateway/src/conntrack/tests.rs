@@ -579,20 +579,20 @@ fn vacancies_hold_until_the_run_changes() {
     let hash = ct.hash_key(&new.original);
     let v = vacancy_of(&ct, &new.original);
     assert_eq!(ct.lookup_candidate(&new.original, hash, Some(Candidate::Absent(v))), None);
-    let id = ct.insert_hashed(new, hash, Some(v)).unwrap();
+    let id = ct.insert_hashed(new, hash, Some(v), None).unwrap();
     assert_eq!(ct.lookup(&new.original), Some((id, Direction::Original)));
     assert_eq!(ct.lookup(&new.reply), Some((id, Direction::Reply)));
     // Stale after an insertion filled its slot: the same flow inserted again is found, not
     // placed twice.
     assert_eq!(ct.lookup_candidate(&new.original, hash, Some(Candidate::Absent(v))), Some((id, Direction::Original)));
-    assert_eq!(ct.insert_hashed(new, hash, Some(v)), Err(InsertError::Exists));
+    assert_eq!(ct.insert_hashed(new, hash, Some(v), None), Err(InsertError::Exists));
     // Stale after a removal: a vacancy taken before it is not trusted.
     let next = similar_flow(201, 1);
     let hash = ct.hash_key(&next.original);
     let v = vacancy_of(&ct, &next.original);
     let _ = ct.remove(ct.lookup(&similar_flow(7, 1).original).unwrap().0);
     assert_eq!(ct.lookup_candidate(&next.original, hash, Some(Candidate::Absent(v))), None);
-    let id = ct.insert_hashed(next, hash, Some(v)).unwrap();
+    let id = ct.insert_hashed(next, hash, Some(v), None).unwrap();
     assert_eq!(ct.lookup(&next.original), Some((id, Direction::Original)));
     check_invariants(&ct, index::DISP_CAP);
 }

@@ -533,7 +533,9 @@ fn new_flow<A: Proxied>(
         return Err(Verdict::Drop(DropReason::UnsupportedFamily));
     }
     let endpoint = SocketAddr::new(backend_ip.into(), backend_port);
-    let Some((snat_ip, snat_port)) = snat_port::<A>(now, st, key.protocol, (backend_ip, backend_port), out) else {
+    let Some(((snat_ip, snat_port), reply_vacancy)) =
+        snat_port::<A>(now, st, key.protocol, (backend_ip, backend_port), out)
+    else {
         return Err(Verdict::Drop(if st.snat.is_steered() && endpoint.is_ipv6() {
             DropReason::UnsupportedFamily
         } else {
@@ -553,13 +555,13 @@ fn new_flow<A: Proxied>(
         },
         state: FlowState::new(fe.index, epoch, Deadline::at(now)).with_links(Links { original: rx.iface, reply: out }),
     };
-    let mut inserted = A::conntrack_mut(st).insert_hashed(flow, hash, vacancy);
+    let mut inserted = A::conntrack_mut(st).insert_hashed(flow, hash, vacancy, reply_vacancy);
     if inserted == Err(InsertError::Full) {
         // Linux's early drop: evict a flow near this one that is worth less, then retry.
         if let Some(evicted) = A::conntrack_mut(st).early_drop(&key, now) {
             flow_ended(st, &evicted);
             st.counters.conntrack_evicted += 1;
-            inserted = A::conntrack_mut(st).insert_hashed(flow, hash, None);
+            inserted = A::conntrack_mut(st).insert_hashed(flow, hash, None, None);
         }
     }
     match inserted {
@@ -602,18 +604,25 @@ fn new_flow<A: Proxied>(
 /// makes this rare, as does the port space being per endpoint: it takes nearly 64 K flows
 /// to one endpoint from one SNAT address on one worker (÷ workers under the modulo rule)
 /// to get here.
+///
+/// With the address and port, the reply tuple's conntrack hash and where its probe run
+/// ended when the search found it free ([`crate::conntrack::Conntrack::lookup_or_vacancy`]),
+/// for the insert to index it there without hashing it or walking the run again; `None`
+/// for an evicted flow's tuple.
 fn snat_port<A: Family>(
     now: u64,
     st: &mut WorkerState,
     protocol: u8,
     (endpoint_ip, endpoint_port): (A, u16),
     out: u8,
-) -> Option<(A, u16)> {
+) -> Option<((A, u16), Option<(u64, Vacancy)>)> {
     let (conntrack, snat, host) = A::conntrack_and_snat(st);
     let addresses = host.snat_addresses_on::<A>(out);
     let endpoint = SocketAddr::new(endpoint_ip.into(), endpoint_port);
     // The candidate that gives way if none is free: (eviction order, flow).
     let mut victim: Option<((u8, u32), FlowId)> = None;
+    // The last candidate found free: the one `alloc` returns.
+    let mut vacancy = None;
     let found = snat.alloc(endpoint, addresses, |snat_ip, snat_port| {
         let reply = FlowKey {
             protocol,
@@ -622,9 +631,12 @@ fn snat_port<A: Family>(
             dst_addr: snat_ip,
             dst_port: snat_port,
         };
-        match conntrack.lookup(&reply) {
-            None => true,
-            Some((id, Direction::Reply)) => {
+        match conntrack.lookup_or_vacancy(&reply) {
+            Err(v) => {
+                vacancy = Some(v);
+                true
+            }
+            Ok((id, Direction::Reply)) => {
                 if let Some(order) = conntrack.eviction_order(id, now) {
                     if victim.is_none_or(|(best, _)| order < best) {
                         victim = Some((order, id));
@@ -634,17 +646,17 @@ fn snat_port<A: Family>(
             }
             // Some flow's original tuple (a client sending from the endpoint's address and
             // port to a front door on the SNAT address): not ours to evict.
-            Some((_, Direction::Original)) => false,
+            Ok((_, Direction::Original)) => false,
         }
     });
-    if found.is_some() {
-        return found;
+    if let Some(found) = found {
+        return Some((found, vacancy));
     }
     let (_, id) = victim?;
     let evicted = A::conntrack_mut(st).remove(id);
     flow_ended(st, &evicted);
     st.counters.conntrack_evicted += 1;
-    Some((evicted.reply.dst_addr, evicted.reply.dst_port))
+    Some(((evicted.reply.dst_addr, evicted.reply.dst_port), None))
 }
 
 /// Whether no router forwards from source `ip` ([RFC 1812 § 5.3.7]; the special-purpose
