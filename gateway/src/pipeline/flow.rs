@@ -101,8 +101,11 @@ pub(super) fn handle<A: Proxied>(
     seg: &Segment<A>,
 ) -> Verdict {
     // A SYN proxy may turn the packet into another segment (a cookie's ACK into the SYN to
-    // the endpoint) or translate its sequence numbers (`synproxy`).
-    let mut seg = *seg;
+    // the endpoint) or translate its sequence numbers (`synproxy`): `seg` then points to the
+    // changed copy (`opened` or `translated`); every other packet is read where it lies, with
+    // no copy of the whole `Segment`.
+    let (opened, translated): (Segment<A>, Segment<A>);
+    let mut seg = seg;
     if seg.proto == IpProtocol::Tcp && !tcp::valid_flags(seg.tcp.flags) {
         return Verdict::Drop(DropReason::TcpInvalid);
     }
@@ -110,7 +113,7 @@ pub(super) fn handle<A: Proxied>(
     // one that opens a flow is checked below, on the conntrack miss.
     let state_changing = seg.proto == IpProtocol::Tcp && seg.tcp.flags.0 & STATE_FLAGS != 0;
     if state_changing {
-        if let Err(v) = l4_checksum(frame, rx, st, &seg) {
+        if let Err(v) = l4_checksum(frame, rx, st, seg) {
             return v;
         }
     }
@@ -173,19 +176,20 @@ pub(super) fn handle<A: Proxied>(
         // Where stage 2 found the key's probe run to end goes to the insert (which checks it).
         None => {
             if !state_changing {
-                if let Err(v) = l4_checksum(frame, rx, st, &seg) {
+                if let Err(v) = l4_checksum(frame, rx, st, seg) {
                     return v;
                 }
             }
             let cookie =
                 if seg.proto == IpProtocol::Tcp { synproxy::cookie_ack(now, st, &key, &seg.tcp) } else { None };
-            match new_flow(now, frame, rx, table, st, key, (hash, candidate.and_then(Candidate::vacancy)), &seg, ahead)
+            match new_flow(now, frame, rx, table, st, key, (hash, candidate.and_then(Candidate::vacancy)), seg, ahead)
             {
                 Ok(id) => {
                     match cookie {
                         Some(c) => match synproxy::open(frame, rx, st, key, seg.ttl, c) {
                             Ok(syn) => {
-                                seg = Segment { l4_offset: syn.l4_offset, total: syn.total, tcp: syn.tcp, ..seg };
+                                opened = Segment { l4_offset: syn.l4_offset, total: syn.total, tcp: syn.tcp, ..*seg };
+                                seg = &opened;
                                 opened_by_cookie = true;
                             }
                             Err(v) => {
@@ -209,7 +213,11 @@ pub(super) fn handle<A: Proxied>(
     let (mut ack_delta, mut endpoint_syn_ack) = (None, None);
     if !opened_by_cookie && seg.proto == IpProtocol::Tcp && synproxy::any::<A>(st) {
         let original = if dir == Direction::Original { key } else { A::conntrack(st).get(id).original };
-        match synproxy::before_track(frame, rx, st, &original, &key, dir, &mut seg.tcp, l4.clone()) {
+        let mut tcp = seg.tcp;
+        let before = synproxy::before_track(frame, rx, st, &original, &key, dir, &mut tcp, l4.clone());
+        translated = Segment { tcp, ..*seg };
+        seg = &translated;
+        match before {
             None => {}
             Some(Before::Track { ack_delta: d }) => ack_delta = d,
             Some(Before::SynAck) => endpoint_syn_ack = Some(original),
@@ -217,17 +225,17 @@ pub(super) fn handle<A: Proxied>(
             Some(Before::Answer(v)) => return v,
         }
     }
-    let mut tracked = track(now, st, id, dir, &seg);
+    let mut tracked = track(now, st, id, dir, seg);
     if tracked == Tracked::Reopen {
         // A new connection on the tuple of a closed one: forget the old flow, choose the
         // endpoint anew.
         remove_flow::<A>(st, id);
-        id = match new_flow(now, frame, rx, table, st, key, (hash, None), &seg, ahead) {
+        id = match new_flow(now, frame, rx, table, st, key, (hash, None), seg, ahead) {
             Ok(id) => id,
             Err(v) => return v,
         };
         st.synproxy.forget(&key);
-        tracked = track(now, st, id, Direction::Original, &seg);
+        tracked = track(now, st, id, Direction::Original, seg);
     }
     match tracked {
         Tracked::Invalid => return Verdict::Drop(DropReason::TcpInvalid),
@@ -239,7 +247,7 @@ pub(super) fn handle<A: Proxied>(
         // ACK of the cookie, tracked now, makes the flow established.
         return match synproxy::complete(frame, rx, st, &original, &key) {
             Ok((verdict, client_ack)) => {
-                track(now, st, id, Direction::Original, &Segment { tcp: client_ack, ..seg });
+                track(now, st, id, Direction::Original, &Segment { tcp: client_ack, ..*seg });
                 verdict
             }
             Err(reason) => Verdict::Drop(reason),
@@ -250,7 +258,7 @@ pub(super) fn handle<A: Proxied>(
     }
     let flow = A::conntrack(st).get(id);
     let frontend = frontend_index(table, st.table_epoch(table), &flow);
-    let verdict = forward(now, frame, rx, st, id, &flow, dir, &seg, frontend.map(|i| (i, table.generation() as u32)));
+    let verdict = forward(now, frame, rx, st, id, &flow, dir, seg, frontend.map(|i| (i, table.generation() as u32)));
     if let (Verdict::Transmit { .. }, Some(index)) = (verdict, frontend) {
         st.frontends.packet(index, dir == Direction::Original, seg.total);
     }
@@ -433,13 +441,21 @@ pub(super) fn egress<A: Family>(
 }
 
 /// [`crate::host::Host::route`] of `to`: the route `process_burst` found ahead for this
-/// frame when it was for `to` (the host's routes never change), else looked up.
-#[inline]
+/// frame when it was for `to` (the host's routes never change), else looked up. The hint's
+/// comparison is inlined into its callers, the lookup is not: a call for the comparison cost
+/// a new flow more than the comparison (it routes twice).
+#[inline(always)]
 fn route<A: Family>(st: &WorkerState, to: A) -> Option<(u8, A)> {
     match st.hints.current_ref().route {
         Some(h) if h.to == to.into() => A::from_ip(h.hop).map(|hop| (h.out, hop)),
-        _ => st.host.route(to),
+        _ => route_unhinted(st, to),
     }
+}
+
+/// [`crate::host::Host::route`] of `to`, for [`route`] without a hint.
+#[inline(never)]
+fn route_unhinted<A: Family>(st: &WorkerState, to: A) -> Option<(u8, A)> {
+    st.host.route(to)
 }
 
 /// Creates the flow for `key` (a conntrack miss): front door, source-range check, endpoint,
@@ -666,6 +682,7 @@ fn snat_port<A: Family>(
 ///
 /// [RFC 1812 § 5.3.7]: https://www.rfc-editor.org/rfc/rfc1812#section-5.3.7
 /// [RFC 6890]: https://www.rfc-editor.org/rfc/rfc6890
+#[inline(always)]
 fn martian(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(a) => a.octets()[0] == 0 || a.octets()[0] >= 224 || a.is_loopback(),
