@@ -136,7 +136,7 @@ mod track;
 pub mod window;
 
 pub use tcp::TcpState;
-pub use track::{track_tcp, track_udp, Timeouts, Tracked};
+pub use track::{open_tcp, track_tcp, track_udp, Timeouts, Tracked};
 pub use window::{TcpSeq, TcpWindows, TcpWindowsMut, WindowBounds, WindowFlags};
 
 use std::fmt;

@@ -32,7 +32,7 @@ use super::synproxy::{self, Before, Proxied};
 use super::{backend, Verdict, WorkerState};
 use crate::conntrack::tcp::{self, Segment as TcpSegment};
 use crate::conntrack::{
-    track_tcp, track_udp, Candidate, Deadline, Direction, Flow, FlowId, FlowKey, FlowState, InsertError, Links, TcpSeq,
+    open_tcp, track_tcp, track_udp, Candidate, Deadline, Direction, Flow, FlowId, FlowKey, FlowState, InsertError, Links, TcpSeq,
     Tracked, Vacancy,
 };
 use crate::counters::DropReason;
@@ -171,6 +171,9 @@ pub(super) fn handle<A: Proxied>(
         return Verdict::Drop(DropReason::TtlExceeded);
     }
     let mut opened_by_cookie = false;
+    // A client's SYN that opened its flow here, tracked by `open_tcp` instead of the general
+    // state machine (unless the SYN proxy or a connection-counting scheduler is involved).
+    let mut fresh_syn = false;
     let (mut id, dir) = match hit {
         Some(h) => h,
         // Where stage 2 found the key's probe run to end goes to the insert (which checks it).
@@ -197,7 +200,12 @@ pub(super) fn handle<A: Proxied>(
                                 return v;
                             }
                         },
-                        None => st.synproxy.forget(&key),
+                        None => {
+                            st.synproxy.forget(&key);
+                            fresh_syn = seg.proto == IpProtocol::Tcp
+                                && TcpSegment::of(seg.tcp.flags) == TcpSegment::Syn
+                                && !st.host.scheduler.counts_connections();
+                        }
                     }
                     (id, Direction::Original)
                 }
@@ -212,6 +220,7 @@ pub(super) fn handle<A: Proxied>(
     let l4 = rx.l2_len + seg.l4_offset..rx.l2_len + seg.total;
     let (mut ack_delta, mut endpoint_syn_ack) = (None, None);
     if !opened_by_cookie && seg.proto == IpProtocol::Tcp && synproxy::any::<A>(st) {
+        fresh_syn = false;
         let original = if dir == Direction::Original { key } else { A::conntrack(st).get(id).original };
         let mut tcp = seg.tcp;
         let before = synproxy::before_track(frame, rx, st, &original, &key, dir, &mut tcp, l4.clone());
@@ -225,7 +234,7 @@ pub(super) fn handle<A: Proxied>(
             Some(Before::Answer(v)) => return v,
         }
     }
-    let mut tracked = track(now, st, id, dir, seg);
+    let mut tracked = if fresh_syn { open_syn(now, st, id, seg) } else { track(now, st, id, dir, seg) };
     if tracked == Tracked::Reopen {
         // A new connection on the tuple of a closed one: forget the old flow, choose the
         // endpoint anew.
@@ -322,6 +331,18 @@ fn frontend_index<A: Family>(table: &Table, epoch: u16, flow: &Flow<A>) -> Optio
         let o = &flow.original;
         table.frontend(o.dst_addr.into(), o.protocol, o.dst_port).map(|f| f.index)
     }
+}
+
+/// [`track_state`] of the client's SYN that has just created flow `id` (with a scheduler
+/// that counts no connections): [`open_tcp`], which sets what the general path would.
+#[inline]
+fn open_syn<A: Family>(now: u64, st: &mut WorkerState, id: FlowId, seg: &Segment<A>) -> Tracked {
+    let (conntrack, host) = A::conntrack_and_host(st);
+    let (state, mut windows) = conntrack.tcp_mut(id);
+    if seg.first_fragment.is_some() || host.tcp_be_liberal {
+        windows.make_liberal();
+    }
+    open_tcp(state, windows, &seg.tcp, now, &host.timeouts)
 }
 
 /// Applies the packet to flow `id`'s state ([`track_state`]) and, when the scheduler counts
