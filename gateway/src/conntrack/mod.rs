@@ -744,6 +744,19 @@ pub struct Vacancy {
     removals: u32,
 }
 
+/// What the caller of [`Conntrack::insert_hashed`] found out about a new flow's reply tuple
+/// before inserting it (the SNAT port search), so that the insert need not find it again.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReplyHint {
+    /// The reply tuple's [`Conntrack::hash_key`] and where its probe run ended
+    /// ([`Conntrack::lookup_or_vacancy`]); used while the [`Vacancy`] holds.
+    pub slot: Option<(u64, Vacancy)>,
+    /// The position of the reply tuple's destination (the SNAT address) among the table's
+    /// SNAT addresses (the list it was made with: `crate::host::Host::snat_positions_on`);
+    /// used when that position holds that address, else the address is searched for.
+    pub snat: Option<u8>,
+}
+
 impl<A: Address> fmt::Debug for Conntrack<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Conntrack")
@@ -1307,7 +1320,7 @@ impl<A: Address> Conntrack<A> {
     ///
     /// On error the table is unchanged.
     pub fn insert(&mut self, flow: Flow<A>) -> Result<FlowId, InsertError> {
-        self.insert_hashed(flow, self.hash(&flow.original), None, None)
+        self.insert_hashed(flow, self.hash(&flow.original), None, ReplyHint::default())
     }
 
     /// [`Conntrack::insert`] with the original tuple's [`Conntrack::hash_key`] already
@@ -1315,8 +1328,9 @@ impl<A: Address> Conntrack<A> {
     /// [`Conntrack::prefetch_record`] found for it: while it holds, the original tuple goes
     /// there without its probe run being walked again. A hash or vacancy that is not the
     /// tuple's indexes it where no lookup finds it (a wrong answer, never a panic). `reply`
-    /// is the same for the reply tuple: its hash and where its probe run ended
-    /// ([`Conntrack::lookup_or_vacancy`]), else `None` (hashed and walked here).
+    /// is what the caller knows of the reply tuple ([`ReplyHint`]: its hash and vacancy,
+    /// the position of its SNAT address), each part checked or used as the original
+    /// tuple's.
     ///
     /// # Errors
     /// As [`Conntrack::insert`].
@@ -1326,17 +1340,20 @@ impl<A: Address> Conntrack<A> {
         flow: Flow<A>,
         original_hash: u64,
         vacancy: Option<Vacancy>,
-        reply: Option<(u64, Vacancy)>,
+        reply: ReplyHint,
     ) -> Result<FlowId, InsertError> {
         debug_assert_eq!(original_hash, self.hash(&flow.original), "a hash of another tuple");
-        let snat = self.snat.iter().position(|a| *a == flow.reply.dst_addr).ok_or(InsertError::NotFullNat)?;
+        let snat = match reply.snat.map(usize::from).filter(|&i| self.snat.get(i) == Some(&flow.reply.dst_addr)) {
+            Some(i) => i,
+            None => self.snat.iter().position(|a| *a == flow.reply.dst_addr).ok_or(InsertError::NotFullNat)?,
+        };
         if flow.reply.protocol != flow.original.protocol || flow.original.protocol == Record::<A>::FREE {
             return Err(InsertError::NotFullNat);
         }
         if flow.original == flow.reply {
             return Err(InsertError::Exists);
         }
-        let (reply_hash, reply_vacancy) = match reply {
+        let (reply_hash, reply_vacancy) = match reply.slot {
             Some((hash, v)) => (hash, Some(v)),
             None => (self.hash(&flow.reply), None),
         };

@@ -32,8 +32,8 @@ use super::synproxy::{self, Before, Proxied};
 use super::{backend, Verdict, WorkerState};
 use crate::conntrack::tcp::{self, Segment as TcpSegment};
 use crate::conntrack::{
-    open_tcp, track_tcp, track_udp, Candidate, Deadline, Direction, Flow, FlowId, FlowKey, FlowState, InsertError, Links, TcpSeq,
-    Tracked, Vacancy,
+    open_tcp, track_tcp, track_udp, Candidate, Deadline, Direction, Flow, FlowId, FlowKey, FlowState, InsertError,
+    Links, ReplyHint, TcpSeq, Tracked, Vacancy,
 };
 use crate::counters::DropReason;
 use crate::nat::Rewrite;
@@ -185,8 +185,7 @@ pub(super) fn handle<A: Proxied>(
             }
             let cookie =
                 if seg.proto == IpProtocol::Tcp { synproxy::cookie_ack(now, st, &key, &seg.tcp) } else { None };
-            match new_flow(now, frame, rx, table, st, key, (hash, candidate.and_then(Candidate::vacancy)), seg, ahead)
-            {
+            match new_flow(now, frame, rx, table, st, key, (hash, candidate.and_then(Candidate::vacancy)), seg, ahead) {
                 Ok(id) => {
                     match cookie {
                         Some(c) => match synproxy::open(frame, rx, st, key, seg.ttl, c) {
@@ -570,7 +569,7 @@ fn new_flow<A: Proxied>(
         return Err(Verdict::Drop(DropReason::UnsupportedFamily));
     }
     let endpoint = SocketAddr::new(backend_ip.into(), backend_port);
-    let Some(((snat_ip, snat_port), reply_vacancy)) =
+    let Some(((snat_ip, snat_port), reply_hint)) =
         snat_port::<A>(now, st, key.protocol, (backend_ip, backend_port), out)
     else {
         return Err(Verdict::Drop(if st.snat.is_steered() && endpoint.is_ipv6() {
@@ -592,13 +591,13 @@ fn new_flow<A: Proxied>(
         },
         state: FlowState::new(fe.index, epoch, Deadline::at(now)).with_links(Links { original: rx.iface, reply: out }),
     };
-    let mut inserted = A::conntrack_mut(st).insert_hashed(flow, hash, vacancy, reply_vacancy);
+    let mut inserted = A::conntrack_mut(st).insert_hashed(flow, hash, vacancy, reply_hint);
     if inserted == Err(InsertError::Full) {
         // Linux's early drop: evict a flow near this one that is worth less, then retry.
         if let Some(evicted) = A::conntrack_mut(st).early_drop(&key, now) {
             flow_ended(st, &evicted);
             st.counters.conntrack_evicted += 1;
-            inserted = A::conntrack_mut(st).insert_hashed(flow, hash, None, None);
+            inserted = A::conntrack_mut(st).insert_hashed(flow, hash, None, ReplyHint::default());
         }
     }
     match inserted {
@@ -642,19 +641,23 @@ fn new_flow<A: Proxied>(
 /// to one endpoint from one SNAT address on one worker (÷ workers under the modulo rule)
 /// to get here.
 ///
-/// With the address and port, the reply tuple's conntrack hash and where its probe run
-/// ended when the search found it free ([`crate::conntrack::Conntrack::lookup_or_vacancy`]),
-/// for the insert to index it there without hashing it or walking the run again; `None`
-/// for an evicted flow's tuple.
+/// With the address and port, what the insert need not find again ([`ReplyHint`]): the
+/// reply tuple's conntrack hash and where its probe run ended when the search found it free
+/// ([`crate::conntrack::Conntrack::lookup_or_vacancy`]; not for an evicted flow's tuple),
+/// and the SNAT address's position in the conntrack's list
+/// ([`crate::host::Host::snat_positions_on`]).
 fn snat_port<A: Family>(
     now: u64,
     st: &mut WorkerState,
     protocol: u8,
     (endpoint_ip, endpoint_port): (A, u16),
     out: u8,
-) -> Option<((A, u16), Option<(u64, Vacancy)>)> {
+) -> Option<((A, u16), ReplyHint)> {
     let (conntrack, snat, host) = A::conntrack_and_snat(st);
     let addresses = host.snat_addresses_on::<A>(out);
+    let positions = host.snat_positions_on::<A>(out);
+    // The position of a chosen address among the link's, in the conntrack's list.
+    let position = |a: A| addresses.iter().position(|&b| b == a).and_then(|i| positions.get(i).copied());
     let endpoint = SocketAddr::new(endpoint_ip.into(), endpoint_port);
     // The candidate that gives way if none is free: (eviction order, flow).
     let mut victim: Option<((u8, u32), FlowId)> = None;
@@ -687,13 +690,14 @@ fn snat_port<A: Family>(
         }
     });
     if let Some(found) = found {
-        return Some((found, vacancy));
+        return Some((found, ReplyHint { slot: vacancy, snat: position(found.0) }));
     }
     let (_, id) = victim?;
     let evicted = A::conntrack_mut(st).remove(id);
     flow_ended(st, &evicted);
     st.counters.conntrack_evicted += 1;
-    Some(((evicted.reply.dst_addr, evicted.reply.dst_port), None))
+    // Rare: the insert finds the address's position itself.
+    Some(((evicted.reply.dst_addr, evicted.reply.dst_port), ReplyHint::default()))
 }
 
 /// Whether no router forwards from source `ip` ([RFC 1812 § 5.3.7]; the special-purpose
