@@ -722,6 +722,7 @@ fn martian(ip: IpAddr) -> bool {
 /// 826 "merge", RFC 4861 § 7.2.3); this covers clients that learned the gateway's MAC
 /// otherwise. A known mapping is never overwritten from IP traffic: only ARP and NDP change
 /// it.
+#[inline(always)]
 fn learn_on_link_client<A: Family>(now: u64, frame: &[u8], rx: &Rx, client: A, st: &mut WorkerState) {
     let on_link = matches!(st.host.route(client), Some((_, hop)) if hop == client);
     if on_link && st.neighbours.lookup(client).is_none() {
