@@ -63,6 +63,9 @@ pub trait HostAddr: Copy + Ord + Sized + 'static {
     /// Per interface, the SNAT addresses of this family for flows leaving through it
     /// ([`Host::snat_addresses_on`]), precomputed by [`Host::new`].
     fn snat_by_interface(host: &Host) -> &[Vec<Self>];
+    /// Per interface, the positions of those addresses among [`HostAddr::snat_addresses`]
+    /// ([`Host::snat_positions_on`]).
+    fn snat_positions_by_interface(host: &Host) -> &[Vec<u8>];
     /// The gateway's addresses of this family on `iface`.
     fn interface_addresses(iface: &HostInterface) -> &[Self::Cidr];
     /// The SNAT addresses of this family.
@@ -92,6 +95,10 @@ impl HostAddr for Ipv4Addr {
     #[inline]
     fn snat_by_interface(host: &Host) -> &[Vec<Ipv4Addr>] {
         &host.snat_by_interface
+    }
+    #[inline]
+    fn snat_positions_by_interface(host: &Host) -> &[Vec<u8>] {
+        &host.snat_positions_by_interface
     }
     #[inline]
     fn interface_addresses(iface: &HostInterface) -> &[Ipv4Cidr] {
@@ -129,6 +136,10 @@ impl HostAddr for Ipv6Addr {
     #[inline]
     fn snat_by_interface(host: &Host) -> &[Vec<Ipv6Addr>] {
         &host.snat_by_interface6
+    }
+    #[inline]
+    fn snat_positions_by_interface(host: &Host) -> &[Vec<u8>] {
+        &host.snat_positions_by_interface6
     }
     #[inline]
     fn interface_addresses(iface: &HostInterface) -> &[Ipv6Cidr] {
@@ -408,10 +419,27 @@ pub struct Host {
     snat_by_interface: Vec<Vec<Ipv4Addr>>,
     /// Per interface, its IPv6 SNAT addresses.
     snat_by_interface6: Vec<Vec<Ipv6Addr>>,
+    /// Per interface, the positions of its IPv4 SNAT addresses in `snat_addresses`.
+    snat_positions_by_interface: Vec<Vec<u8>>,
+    /// The same for IPv6.
+    snat_positions_by_interface6: Vec<Vec<u8>>,
     /// Own IPv4 addresses (interfaces' and SNAT), sorted ([`Host::is_own`]).
     own: Vec<Ipv4Addr>,
     /// Own IPv6 addresses, sorted.
     own6: Vec<Ipv6Addr>,
+}
+
+/// Per interface of `host`, the positions of its SNAT addresses of family `A`
+/// ([`Host::snat_addresses_on`]) among the family's SNAT addresses, for
+/// [`Host::snat_positions_on`]. A worker's conntrack holds at most 256 SNAT addresses
+/// (`conntrack::MAX_SNAT_ADDRESSES`, checked when it is made), so a position fits a byte; the
+/// conntrack checks a position against its own list before it trusts it.
+fn snat_positions<A: HostAddr>(host: &Host) -> Vec<Vec<u8>> {
+    let all = A::snat_addresses(host);
+    A::snat_by_interface(host)
+        .iter()
+        .map(|on| on.iter().map(|a| all.iter().position(|b| b == a).map_or(0, |i| i as u8)).collect())
+        .collect()
 }
 
 /// Every own address of family `A` on `host` (interface and SNAT addresses), sorted and
@@ -481,6 +509,8 @@ impl Host {
             scheduler: config.scheduler,
             snat_by_interface: Vec::new(),
             snat_by_interface6: Vec::new(),
+            snat_positions_by_interface: Vec::new(),
+            snat_positions_by_interface6: Vec::new(),
             own: Vec::new(),
             own6: Vec::new(),
         };
@@ -489,6 +519,8 @@ impl Host {
         let n = host.interfaces.len();
         host.snat_by_interface = (0..n).map(|i| host.choose_snat_addresses(i)).collect();
         host.snat_by_interface6 = (0..n).map(|i| host.choose_snat_addresses(i)).collect();
+        host.snat_positions_by_interface = snat_positions::<Ipv4Addr>(&host);
+        host.snat_positions_by_interface6 = snat_positions::<Ipv6Addr>(&host);
         host
     }
 
@@ -548,6 +580,18 @@ impl Host {
         match A::snat_by_interface(self).get(usize::from(iface)) {
             Some(chosen) => chosen,
             None => A::snat_addresses(self).get(..1).unwrap_or_default(),
+        }
+    }
+
+    /// The positions among `A`'s SNAT addresses (the list each worker's conntrack numbers
+    /// them by) of [`Host::snat_addresses_on`]`(iface)`, in the same order; empty when the
+    /// family has no SNAT address. O(1).
+    #[inline]
+    pub fn snat_positions_on<A: HostAddr>(&self, iface: u8) -> &[u8] {
+        match A::snat_positions_by_interface(self).get(usize::from(iface)) {
+            Some(chosen) => chosen,
+            None if A::snat_addresses(self).is_empty() => &[],
+            None => &[0],
         }
     }
 
@@ -670,5 +714,11 @@ mod tests {
         assert_eq!(h.snat_addresses_on::<Ipv4Addr>(0), [ip("198.51.100.1")]);
         assert_eq!(h.snat_addresses_on::<Ipv4Addr>(9), [ip("10.70.0.3")], "no such interface: the first");
         assert_eq!(h.snat_addresses_on::<Ipv6Addr>(0), ["fd00:70::1".parse::<Ipv6Addr>().unwrap()]);
+        // Their positions in the family's list (the conntrack's numbering), in the same order.
+        assert_eq!(h.snat_addresses, [ip("10.70.0.3"), ip("10.70.0.1"), ip("198.51.100.1"), ip("10.70.0.2")]);
+        assert_eq!(h.snat_positions_on::<Ipv4Addr>(1), [0, 1, 3]);
+        assert_eq!(h.snat_positions_on::<Ipv4Addr>(0), [2]);
+        assert_eq!(h.snat_positions_on::<Ipv4Addr>(9), [0], "no such interface: the first");
+        assert_eq!(h.snat_positions_on::<Ipv6Addr>(0), [0]);
     }
 }

@@ -136,7 +136,7 @@ mod track;
 pub mod window;
 
 pub use tcp::TcpState;
-pub use track::{track_tcp, track_udp, Timeouts, Tracked};
+pub use track::{open_tcp, track_tcp, track_udp, Timeouts, Tracked};
 pub use window::{TcpSeq, TcpWindows, TcpWindowsMut, WindowBounds, WindowFlags};
 
 use std::fmt;
@@ -744,6 +744,19 @@ pub struct Vacancy {
     removals: u32,
 }
 
+/// What the caller of [`Conntrack::insert_hashed`] found out about a new flow's reply tuple
+/// before inserting it (the SNAT port search), so that the insert need not find it again.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReplyHint {
+    /// The reply tuple's [`Conntrack::hash_key`] and where its probe run ended
+    /// ([`Conntrack::lookup_or_vacancy`]); used while the [`Vacancy`] holds.
+    pub slot: Option<(u64, Vacancy)>,
+    /// The position of the reply tuple's destination (the SNAT address) among the table's
+    /// SNAT addresses (the list it was made with: `crate::host::Host::snat_positions_on`);
+    /// used when that position holds that address, else the address is searched for.
+    pub snat: Option<u8>,
+}
+
 impl<A: Address> fmt::Debug for Conntrack<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Conntrack")
@@ -1023,6 +1036,20 @@ impl<A: Address> Conntrack<A> {
         }
     }
 
+    /// [`Conntrack::lookup`] that, for a key not tracked, returns its [`Conntrack::hash_key`]
+    /// and the [`Vacancy`] where its probe run ended, for [`Conntrack::insert_hashed`] to
+    /// index it there without hashing it or walking the run again: the SNAT port search's
+    /// reply tuples (the free one it finds is the one inserted). Expected O(1).
+    #[inline]
+    pub fn lookup_or_vacancy(&self, key: &FlowKey<A>) -> Result<(FlowId, Direction), (u64, Vacancy)> {
+        let hash = self.hash(key);
+        let (records, snat) = (&*self.records, &*self.snat);
+        match self.index.find(hash, |tag| tag_matches(records, snat, tag, key)) {
+            Probe::Found(tag) => Ok(untag(tag)),
+            Probe::Vacant(slot) => Err((hash, Vacancy { slot: slot as u32, removals: self.removals })),
+        }
+    }
+
     /// [`Conntrack::lookup_hashed`], using what [`Conntrack::prefetch_record`] said for this
     /// hash: a candidate flow that is live and whose tuple in that direction is `key` is the
     /// answer (a tuple belongs to one live flow at most), and a [`Vacancy`] that still holds
@@ -1293,14 +1320,17 @@ impl<A: Address> Conntrack<A> {
     ///
     /// On error the table is unchanged.
     pub fn insert(&mut self, flow: Flow<A>) -> Result<FlowId, InsertError> {
-        self.insert_hashed(flow, self.hash(&flow.original), None)
+        self.insert_hashed(flow, self.hash(&flow.original), None, ReplyHint::default())
     }
 
     /// [`Conntrack::insert`] with the original tuple's [`Conntrack::hash_key`] already
     /// computed (by the lookup that missed) and, optionally, the [`Vacancy`]
     /// [`Conntrack::prefetch_record`] found for it: while it holds, the original tuple goes
     /// there without its probe run being walked again. A hash or vacancy that is not the
-    /// tuple's indexes it where no lookup finds it (a wrong answer, never a panic).
+    /// tuple's indexes it where no lookup finds it (a wrong answer, never a panic). `reply`
+    /// is what the caller knows of the reply tuple ([`ReplyHint`]: its hash and vacancy,
+    /// the position of its SNAT address), each part checked or used as the original
+    /// tuple's.
     ///
     /// # Errors
     /// As [`Conntrack::insert`].
@@ -1310,16 +1340,24 @@ impl<A: Address> Conntrack<A> {
         flow: Flow<A>,
         original_hash: u64,
         vacancy: Option<Vacancy>,
+        reply: ReplyHint,
     ) -> Result<FlowId, InsertError> {
         debug_assert_eq!(original_hash, self.hash(&flow.original), "a hash of another tuple");
-        let snat = self.snat.iter().position(|a| *a == flow.reply.dst_addr).ok_or(InsertError::NotFullNat)?;
+        let snat = match reply.snat.map(usize::from).filter(|&i| self.snat.get(i) == Some(&flow.reply.dst_addr)) {
+            Some(i) => i,
+            None => self.snat.iter().position(|a| *a == flow.reply.dst_addr).ok_or(InsertError::NotFullNat)?,
+        };
         if flow.reply.protocol != flow.original.protocol || flow.original.protocol == Record::<A>::FREE {
             return Err(InsertError::NotFullNat);
         }
         if flow.original == flow.reply {
             return Err(InsertError::Exists);
         }
-        let reply_hash = self.hash(&flow.reply);
+        let (reply_hash, reply_vacancy) = match reply.slot {
+            Some((hash, v)) => (hash, Some(v)),
+            None => (self.hash(&flow.reply), None),
+        };
+        debug_assert_eq!(reply_hash, self.hash(&flow.reply), "a hash of another tuple");
         let (records, snat_addrs) = (&*self.records, &*self.snat);
         let original_pos = match vacancy.filter(|&v| self.holds(v)) {
             Some(v) => v.slot as usize,
@@ -1333,11 +1371,18 @@ impl<A: Address> Conntrack<A> {
             Probe::Vacant(original_pos),
             "a vacancy of another tuple"
         );
-        let Probe::Vacant(reply_pos) =
-            self.index.find(reply_hash, |t| tag_matches(records, snat_addrs, t, &flow.reply))
-        else {
-            return Err(InsertError::Exists);
+        let reply_pos = match reply_vacancy.filter(|&v| self.holds(v)) {
+            Some(v) => v.slot as usize,
+            None => match self.index.find(reply_hash, |t| tag_matches(records, snat_addrs, t, &flow.reply)) {
+                Probe::Vacant(pos) => pos,
+                Probe::Found(_) => return Err(InsertError::Exists),
+            },
         };
+        debug_assert_eq!(
+            self.index.find(reply_hash, |t| tag_matches(records, snat_addrs, t, &flow.reply)),
+            Probe::Vacant(reply_pos),
+            "a vacancy of another tuple"
+        );
         let id = self.allocate().ok_or(InsertError::Full)?;
         // `snat < MAX_SNAT_ADDRESSES`, checked in `new`.
         self.records[id as usize] = Record::pack(&flow, snat as u8);

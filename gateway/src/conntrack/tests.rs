@@ -561,6 +561,49 @@ fn hashed_lookups_and_prefetches_agree_with_lookup() {
     assert_eq!(ct.lookup_candidate(&key, hash, Some(candidate)), None);
 }
 
+/// The reply tuple's hash and vacancy from [`Conntrack::lookup_or_vacancy`] (what the SNAT
+/// port search found), and its SNAT address's position, right or wrong, index it as
+/// [`Conntrack::insert`] would: a table fed the hints and one
+/// fed none hold the same flows at the same ids, with the same index, whether the hint still
+/// holds, was made stale by an insertion into its run (the same reply tuple inserted twice is
+/// refused) or by a removal.
+#[test]
+fn reply_vacancies_index_as_the_plain_insert() {
+    let (mut hinted, mut plain) = (table(512, 16), table(512, 16));
+    for i in 0..300u32 {
+        let flow = similar_flow(i, 1);
+        let reply = match hinted.lookup_or_vacancy(&flow.reply) {
+            Ok(found) => panic!("{i}: {found:?} has the reply tuple"),
+            Err(hint) => hint,
+        };
+        assert_eq!(reply.0, hinted.hash_key(&flow.reply));
+        // The SNAT address's position: none, right, or wrong (then searched for).
+        let right = similar_snat().iter().position(|a| *a == flow.reply.dst_addr).unwrap() as u8;
+        let snat = [None, Some(right), Some(right.wrapping_add(1)), Some(u8::MAX)][i as usize % 4];
+        if i % 7 == 3 {
+            // Stale by a removal between the search and the insert.
+            let gone = hinted.lookup(&similar_flow(i - 2, 1).original).unwrap().0;
+            assert_eq!(plain.lookup(&similar_flow(i - 2, 1).original).unwrap().0, gone);
+            let _ = (hinted.remove(gone), plain.remove(gone));
+        }
+        let hash = hinted.hash_key(&flow.original);
+        let id = hinted.insert_hashed(flow, hash, None, ReplyHint { slot: Some(reply), snat }).unwrap();
+        assert_eq!(plain.insert(flow).unwrap(), id, "{i}");
+        assert_eq!(hinted.lookup(&flow.reply), Some((id, Direction::Reply)));
+        // Stale by the insertion that filled its slot: the tuple is found, not placed twice.
+        let again = Flow { original: similar_flow(i + 100_000, 1).original, ..flow };
+        let hash = hinted.hash_key(&again.original);
+        assert_eq!(
+            hinted.insert_hashed(again, hash, None, ReplyHint { slot: Some(reply), snat }),
+            Err(InsertError::Exists)
+        );
+        assert_eq!(plain.insert(again), Err(InsertError::Exists));
+    }
+    assert_eq!(hinted.index.raw(), plain.index.raw());
+    assert_eq!(hinted.iter().collect::<Vec<_>>(), plain.iter().collect::<Vec<_>>());
+    check_invariants(&hinted, index::DISP_CAP);
+}
+
 /// A vacancy found ahead is used only while it still holds: after an insertion into its
 /// run or any removal, the lookup and the insert walk the run again, with the same results
 /// as without it.
@@ -579,20 +622,20 @@ fn vacancies_hold_until_the_run_changes() {
     let hash = ct.hash_key(&new.original);
     let v = vacancy_of(&ct, &new.original);
     assert_eq!(ct.lookup_candidate(&new.original, hash, Some(Candidate::Absent(v))), None);
-    let id = ct.insert_hashed(new, hash, Some(v)).unwrap();
+    let id = ct.insert_hashed(new, hash, Some(v), ReplyHint::default()).unwrap();
     assert_eq!(ct.lookup(&new.original), Some((id, Direction::Original)));
     assert_eq!(ct.lookup(&new.reply), Some((id, Direction::Reply)));
     // Stale after an insertion filled its slot: the same flow inserted again is found, not
     // placed twice.
     assert_eq!(ct.lookup_candidate(&new.original, hash, Some(Candidate::Absent(v))), Some((id, Direction::Original)));
-    assert_eq!(ct.insert_hashed(new, hash, Some(v)), Err(InsertError::Exists));
+    assert_eq!(ct.insert_hashed(new, hash, Some(v), ReplyHint::default()), Err(InsertError::Exists));
     // Stale after a removal: a vacancy taken before it is not trusted.
     let next = similar_flow(201, 1);
     let hash = ct.hash_key(&next.original);
     let v = vacancy_of(&ct, &next.original);
     let _ = ct.remove(ct.lookup(&similar_flow(7, 1).original).unwrap().0);
     assert_eq!(ct.lookup_candidate(&next.original, hash, Some(Candidate::Absent(v))), None);
-    let id = ct.insert_hashed(next, hash, Some(v)).unwrap();
+    let id = ct.insert_hashed(next, hash, Some(v), ReplyHint::default()).unwrap();
     assert_eq!(ct.lookup(&next.original), Some((id, Direction::Original)));
     check_invariants(&ct, index::DISP_CAP);
 }

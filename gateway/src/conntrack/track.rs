@@ -188,6 +188,27 @@ pub fn track_tcp(
     Tracked::Forward
 }
 
+/// [`track_tcp`] for the client's SYN (a SYN without ACK or RST: [`Segment::Syn`]) of a
+/// flow just created (state NONE, windows as inserted, liberal or not): the same state,
+/// windows, deadline and verdict without the state machine's table or the window check's
+/// branches — SYN_SENT ([`tcp::initial`]), the original direction's window initialised from
+/// the SYN, the deadline SYN_SENT's timeout away, [`Tracked::Forward`]. A property test
+/// compares the two.
+#[inline]
+pub fn open_tcp(
+    state: &mut FlowState,
+    mut windows: TcpWindowsMut<'_>,
+    seg: &TcpSeq,
+    now_ns: u64,
+    timeouts: &Timeouts,
+) -> Tracked {
+    debug_assert!(state.tcp_state == TcpState::None && Segment::of(seg.flags) == Segment::Syn);
+    windows.open_original(seg);
+    state.tcp_state = TcpState::SynSent;
+    state.deadline = Deadline::after(now_ns, timeouts.tcp(TcpState::SynSent));
+    Tracked::Forward
+}
+
 /// Applies a UDP datagram travelling in `direction` to a tracked flow at `now_ns`: until a
 /// reply has been seen the deadline is [`Timeouts::udp_ns`] away; a packet after the first
 /// reply sets it [`Timeouts::udp_stream_ns`] away and makes the flow assured (Linux
@@ -526,5 +547,50 @@ mod reuse_tests {
             }
         }
         assert!(closed > 50_000 && refused_stale < closed / 100, "{closed} closed, {refused_stale} stale RSTs refused");
+    }
+}
+
+/// [`open_tcp`] against [`track_tcp`] on the first SYN of a flow just created.
+#[cfg(test)]
+mod open_tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::conntrack::TcpWindows;
+    use crate::wire::TcpFlags;
+
+    proptest! {
+        #[test]
+        fn open_tcp_is_track_tcp_on_a_new_flows_syn(
+            extra in any::<u8>(),
+            seq in any::<u32>(),
+            ack in any::<u32>(),
+            window in any::<u16>(),
+            len in 1u32..70_000,
+            wscale in prop::option::of(0u8..20),
+            liberal in any::<bool>(),
+            now_ns in any::<u64>(),
+            syn_sent_s in 1u64..1_000,
+        ) {
+            // SYN with any flags but ACK and RST (a SYN+FIN too: the flow path drops it
+            // earlier, but the two agree on it as well).
+            let flags = TcpFlags(TcpFlags::SYN.0 | (extra & !(TcpFlags::ACK.0 | TcpFlags::RST.0)));
+            let seg = TcpSeq { flags, seq, ack, window, len, wscale };
+            let timeouts = Timeouts { tcp_syn_sent_ns: syn_sent_s * NS_PER_S, ..Timeouts::DEFAULT };
+            let fresh = || {
+                let mut w = TcpWindows::default();
+                if liberal {
+                    w.as_mut().make_liberal();
+                }
+                (FlowState::new(3, 1, Deadline::at(0)), w)
+            };
+            let (mut general, mut general_w) = fresh();
+            let (mut direct, mut direct_w) = fresh();
+            let a = track_tcp(&mut general, general_w.as_mut(), Direction::Original, &seg, now_ns, &timeouts);
+            let b = open_tcp(&mut direct, direct_w.as_mut(), &seg, now_ns, &timeouts);
+            prop_assert_eq!(a, b);
+            prop_assert!(general == direct, "{:?} {:?}", general, direct);
+            prop_assert_eq!(general_w, direct_w);
+        }
     }
 }

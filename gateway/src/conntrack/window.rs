@@ -180,6 +180,14 @@ impl<'a> TcpWindowsMut<'a> {
         self.flags.0[s] & flag != 0
     }
 
+    /// Initialises the original direction from the client's SYN `seg` that opens a flow
+    /// (windows as inserted): what [`check`] does with such a segment
+    /// ([`super::track::open_tcp`]).
+    #[inline]
+    pub fn open_original(&mut self, seg: &TcpSeq) {
+        self.init_from_syn(0, seg);
+    }
+
     /// Initialises direction `s` from its SYN or SYN+ACK `seg` (Linux `tcp_options` and the
     /// SYN branch of `tcp_in_window`).
     fn init_from_syn(&mut self, s: usize, seg: &TcpSeq) {

@@ -170,18 +170,7 @@ pub fn process_burst<B: AsMut<[u8]>>(
             }
         }
         if new_flows != 0 {
-            for at in NEW_FLOW_VISITS {
-                let Some(j) = step.checked_sub(at).filter(|&i| i < n).map(slot).filter(|&j| new_flows & (1 << j) != 0)
-                else {
-                    continue;
-                };
-                if let Some(h) = &st.hints.frames[j].flow {
-                    if let Some((new_flow, route)) = visit_hinted(st, table, h, &mut ahead[j]) {
-                        st.hints.frames[j].new_flow = Some(new_flow);
-                        st.hints.frames[j].route = route;
-                    }
-                }
-            }
+            visit_new_flows(st, table, step, n, new_flows, &mut ahead);
         }
         if let Some(i) = step.checked_sub(2 * STAGE_DISTANCE).filter(|&i| i < n) {
             let j = slot(i);
@@ -280,18 +269,44 @@ fn prefetch_lean(st: &WorkerState, id: FlowId, direction: Direction) -> bool {
     }
 }
 
-/// [`visit`] for the family of `hint`. Not inlined: the pipeline loop stays small, and a
-/// call per stage costs less than its body copied into every stage of the loop.
+/// The visits ([`visit_hinted`]) of the new flows (bit `i % PREFETCH_WINDOW` of
+/// `new_flows`) that are due at `step` ([`NEW_FLOW_VISITS`]). Not inlined: out of the
+/// pipeline loop, the loop's registers serve its other stages (an established packet −10
+/// instructions).
 #[inline(never)]
-fn visit_hinted<'t>(
-    st: &WorkerState,
+fn visit_new_flows<'t>(
+    st: &mut WorkerState,
     table: &'t Table,
-    hint: &FlowHint,
-    ahead: &mut Ahead<'t>,
-) -> Option<(NewFlowHint, Option<RouteHint>)> {
-    match hint {
-        FlowHint::V4(key, _) => visit(st, table, key, ahead),
-        FlowHint::V6(key, _) => visit(st, table, key, ahead),
+    step: usize,
+    n: usize,
+    new_flows: u32,
+    ahead: &mut [Ahead<'t>; PREFETCH_WINDOW],
+) {
+    for at in NEW_FLOW_VISITS {
+        let Some(j) =
+            step.checked_sub(at).filter(|&i| i < n).map(|i| i % PREFETCH_WINDOW).filter(|&j| new_flows & (1 << j) != 0)
+        else {
+            continue;
+        };
+        visit_hinted(st, table, j, &mut ahead[j]);
+    }
+}
+
+/// [`visit`] for the family of the flow key in hint slot `j`, storing what the last visit
+/// found in that slot (here, not through a returned value: it is as large as the two
+/// hints). Not inlined: the pipeline loop stays small, and a call per stage costs less than
+/// its body copied into every stage of the loop.
+#[inline(never)]
+fn visit_hinted<'t>(st: &mut WorkerState, table: &'t Table, j: usize, ahead: &mut Ahead<'t>) {
+    let found = match &st.hints.frames[j].flow {
+        Some(FlowHint::V4(key, _)) => visit(st, table, key, ahead),
+        Some(FlowHint::V6(key, _)) => visit(st, table, key, ahead),
+        None => None,
+    };
+    if let Some((new_flow, route)) = found {
+        let h = &mut st.hints.frames[j];
+        h.new_flow = Some(new_flow);
+        h.route = route;
     }
 }
 

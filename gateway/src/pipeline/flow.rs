@@ -32,8 +32,8 @@ use super::synproxy::{self, Before, Proxied};
 use super::{backend, Verdict, WorkerState};
 use crate::conntrack::tcp::{self, Segment as TcpSegment};
 use crate::conntrack::{
-    track_tcp, track_udp, Candidate, Deadline, Direction, Flow, FlowId, FlowKey, FlowState, InsertError, Links, TcpSeq,
-    Tracked, Vacancy,
+    open_tcp, track_tcp, track_udp, Candidate, Deadline, Direction, Flow, FlowId, FlowKey, FlowState, InsertError,
+    Links, ReplyHint, TcpSeq, Tracked, Vacancy,
 };
 use crate::counters::DropReason;
 use crate::nat::Rewrite;
@@ -101,8 +101,11 @@ pub(super) fn handle<A: Proxied>(
     seg: &Segment<A>,
 ) -> Verdict {
     // A SYN proxy may turn the packet into another segment (a cookie's ACK into the SYN to
-    // the endpoint) or translate its sequence numbers (`synproxy`).
-    let mut seg = *seg;
+    // the endpoint) or translate its sequence numbers (`synproxy`): `seg` then points to the
+    // changed copy (`opened` or `translated`); every other packet is read where it lies, with
+    // no copy of the whole `Segment`.
+    let (opened, translated): (Segment<A>, Segment<A>);
+    let mut seg = seg;
     if seg.proto == IpProtocol::Tcp && !tcp::valid_flags(seg.tcp.flags) {
         return Verdict::Drop(DropReason::TcpInvalid);
     }
@@ -110,7 +113,7 @@ pub(super) fn handle<A: Proxied>(
     // one that opens a flow is checked below, on the conntrack miss.
     let state_changing = seg.proto == IpProtocol::Tcp && seg.tcp.flags.0 & STATE_FLAGS != 0;
     if state_changing {
-        if let Err(v) = l4_checksum(frame, rx, st, &seg) {
+        if let Err(v) = l4_checksum(frame, rx, st, seg) {
             return v;
         }
     }
@@ -168,24 +171,27 @@ pub(super) fn handle<A: Proxied>(
         return Verdict::Drop(DropReason::TtlExceeded);
     }
     let mut opened_by_cookie = false;
+    // A client's SYN that opened its flow here, tracked by `open_tcp` instead of the general
+    // state machine (unless the SYN proxy or a connection-counting scheduler is involved).
+    let mut fresh_syn = false;
     let (mut id, dir) = match hit {
         Some(h) => h,
         // Where stage 2 found the key's probe run to end goes to the insert (which checks it).
         None => {
             if !state_changing {
-                if let Err(v) = l4_checksum(frame, rx, st, &seg) {
+                if let Err(v) = l4_checksum(frame, rx, st, seg) {
                     return v;
                 }
             }
             let cookie =
                 if seg.proto == IpProtocol::Tcp { synproxy::cookie_ack(now, st, &key, &seg.tcp) } else { None };
-            match new_flow(now, frame, rx, table, st, key, (hash, candidate.and_then(Candidate::vacancy)), &seg, ahead)
-            {
+            match new_flow(now, frame, rx, table, st, key, (hash, candidate.and_then(Candidate::vacancy)), seg, ahead) {
                 Ok(id) => {
                     match cookie {
                         Some(c) => match synproxy::open(frame, rx, st, key, seg.ttl, c) {
                             Ok(syn) => {
-                                seg = Segment { l4_offset: syn.l4_offset, total: syn.total, tcp: syn.tcp, ..seg };
+                                opened = Segment { l4_offset: syn.l4_offset, total: syn.total, tcp: syn.tcp, ..*seg };
+                                seg = &opened;
                                 opened_by_cookie = true;
                             }
                             Err(v) => {
@@ -193,7 +199,12 @@ pub(super) fn handle<A: Proxied>(
                                 return v;
                             }
                         },
-                        None => st.synproxy.forget(&key),
+                        None => {
+                            st.synproxy.forget(&key);
+                            fresh_syn = seg.proto == IpProtocol::Tcp
+                                && TcpSegment::of(seg.tcp.flags) == TcpSegment::Syn
+                                && !st.host.scheduler.counts_connections();
+                        }
                     }
                     (id, Direction::Original)
                 }
@@ -208,8 +219,13 @@ pub(super) fn handle<A: Proxied>(
     let l4 = rx.l2_len + seg.l4_offset..rx.l2_len + seg.total;
     let (mut ack_delta, mut endpoint_syn_ack) = (None, None);
     if !opened_by_cookie && seg.proto == IpProtocol::Tcp && synproxy::any::<A>(st) {
+        fresh_syn = false;
         let original = if dir == Direction::Original { key } else { A::conntrack(st).get(id).original };
-        match synproxy::before_track(frame, rx, st, &original, &key, dir, &mut seg.tcp, l4.clone()) {
+        let mut tcp = seg.tcp;
+        let before = synproxy::before_track(frame, rx, st, &original, &key, dir, &mut tcp, l4.clone());
+        translated = Segment { tcp, ..*seg };
+        seg = &translated;
+        match before {
             None => {}
             Some(Before::Track { ack_delta: d }) => ack_delta = d,
             Some(Before::SynAck) => endpoint_syn_ack = Some(original),
@@ -217,17 +233,17 @@ pub(super) fn handle<A: Proxied>(
             Some(Before::Answer(v)) => return v,
         }
     }
-    let mut tracked = track(now, st, id, dir, &seg);
+    let mut tracked = if fresh_syn { open_syn(now, st, id, seg) } else { track(now, st, id, dir, seg) };
     if tracked == Tracked::Reopen {
         // A new connection on the tuple of a closed one: forget the old flow, choose the
         // endpoint anew.
         remove_flow::<A>(st, id);
-        id = match new_flow(now, frame, rx, table, st, key, (hash, None), &seg, ahead) {
+        id = match new_flow(now, frame, rx, table, st, key, (hash, None), seg, ahead) {
             Ok(id) => id,
             Err(v) => return v,
         };
         st.synproxy.forget(&key);
-        tracked = track(now, st, id, Direction::Original, &seg);
+        tracked = track(now, st, id, Direction::Original, seg);
     }
     match tracked {
         Tracked::Invalid => return Verdict::Drop(DropReason::TcpInvalid),
@@ -239,7 +255,7 @@ pub(super) fn handle<A: Proxied>(
         // ACK of the cookie, tracked now, makes the flow established.
         return match synproxy::complete(frame, rx, st, &original, &key) {
             Ok((verdict, client_ack)) => {
-                track(now, st, id, Direction::Original, &Segment { tcp: client_ack, ..seg });
+                track(now, st, id, Direction::Original, &Segment { tcp: client_ack, ..*seg });
                 verdict
             }
             Err(reason) => Verdict::Drop(reason),
@@ -250,7 +266,7 @@ pub(super) fn handle<A: Proxied>(
     }
     let flow = A::conntrack(st).get(id);
     let frontend = frontend_index(table, st.table_epoch(table), &flow);
-    let verdict = forward(now, frame, rx, st, id, &flow, dir, &seg, frontend.map(|i| (i, table.generation() as u32)));
+    let verdict = forward(now, frame, rx, st, id, &flow, dir, seg, frontend.map(|i| (i, table.generation() as u32)));
     if let (Verdict::Transmit { .. }, Some(index)) = (verdict, frontend) {
         st.frontends.packet(index, dir == Direction::Original, seg.total);
     }
@@ -314,6 +330,18 @@ fn frontend_index<A: Family>(table: &Table, epoch: u16, flow: &Flow<A>) -> Optio
         let o = &flow.original;
         table.frontend(o.dst_addr.into(), o.protocol, o.dst_port).map(|f| f.index)
     }
+}
+
+/// [`track_state`] of the client's SYN that has just created flow `id` (with a scheduler
+/// that counts no connections): [`open_tcp`], which sets what the general path would.
+#[inline]
+fn open_syn<A: Family>(now: u64, st: &mut WorkerState, id: FlowId, seg: &Segment<A>) -> Tracked {
+    let (conntrack, host) = A::conntrack_and_host(st);
+    let (state, mut windows) = conntrack.tcp_mut(id);
+    if seg.first_fragment.is_some() || host.tcp_be_liberal {
+        windows.make_liberal();
+    }
+    open_tcp(state, windows, &seg.tcp, now, &host.timeouts)
 }
 
 /// Applies the packet to flow `id`'s state ([`track_state`]) and, when the scheduler counts
@@ -433,13 +461,21 @@ pub(super) fn egress<A: Family>(
 }
 
 /// [`crate::host::Host::route`] of `to`: the route `process_burst` found ahead for this
-/// frame when it was for `to` (the host's routes never change), else looked up.
-#[inline]
+/// frame when it was for `to` (the host's routes never change), else looked up. The hint's
+/// comparison is inlined into its callers, the lookup is not: a call for the comparison cost
+/// a new flow more than the comparison (it routes twice).
+#[inline(always)]
 fn route<A: Family>(st: &WorkerState, to: A) -> Option<(u8, A)> {
     match st.hints.current_ref().route {
         Some(h) if h.to == to.into() => A::from_ip(h.hop).map(|hop| (h.out, hop)),
-        _ => st.host.route(to),
+        _ => route_unhinted(st, to),
     }
+}
+
+/// [`crate::host::Host::route`] of `to`, for [`route`] without a hint.
+#[inline(never)]
+fn route_unhinted<A: Family>(st: &WorkerState, to: A) -> Option<(u8, A)> {
+    st.host.route(to)
 }
 
 /// Creates the flow for `key` (a conntrack miss): front door, source-range check, endpoint,
@@ -533,7 +569,9 @@ fn new_flow<A: Proxied>(
         return Err(Verdict::Drop(DropReason::UnsupportedFamily));
     }
     let endpoint = SocketAddr::new(backend_ip.into(), backend_port);
-    let Some((snat_ip, snat_port)) = snat_port::<A>(now, st, key.protocol, (backend_ip, backend_port), out) else {
+    let Some(((snat_ip, snat_port), reply_hint)) =
+        snat_port::<A>(now, st, key.protocol, (backend_ip, backend_port), out)
+    else {
         return Err(Verdict::Drop(if st.snat.is_steered() && endpoint.is_ipv6() {
             DropReason::UnsupportedFamily
         } else {
@@ -553,13 +591,13 @@ fn new_flow<A: Proxied>(
         },
         state: FlowState::new(fe.index, epoch, Deadline::at(now)).with_links(Links { original: rx.iface, reply: out }),
     };
-    let mut inserted = A::conntrack_mut(st).insert_hashed(flow, hash, vacancy);
+    let mut inserted = A::conntrack_mut(st).insert_hashed(flow, hash, vacancy, reply_hint);
     if inserted == Err(InsertError::Full) {
         // Linux's early drop: evict a flow near this one that is worth less, then retry.
         if let Some(evicted) = A::conntrack_mut(st).early_drop(&key, now) {
             flow_ended(st, &evicted);
             st.counters.conntrack_evicted += 1;
-            inserted = A::conntrack_mut(st).insert_hashed(flow, hash, None);
+            inserted = A::conntrack_mut(st).insert_hashed(flow, hash, None, ReplyHint::default());
         }
     }
     match inserted {
@@ -602,18 +640,29 @@ fn new_flow<A: Proxied>(
 /// makes this rare, as does the port space being per endpoint: it takes nearly 64 K flows
 /// to one endpoint from one SNAT address on one worker (÷ workers under the modulo rule)
 /// to get here.
+///
+/// With the address and port, what the insert need not find again ([`ReplyHint`]): the
+/// reply tuple's conntrack hash and where its probe run ended when the search found it free
+/// ([`crate::conntrack::Conntrack::lookup_or_vacancy`]; not for an evicted flow's tuple),
+/// and the SNAT address's position in the conntrack's list
+/// ([`crate::host::Host::snat_positions_on`]).
 fn snat_port<A: Family>(
     now: u64,
     st: &mut WorkerState,
     protocol: u8,
     (endpoint_ip, endpoint_port): (A, u16),
     out: u8,
-) -> Option<(A, u16)> {
+) -> Option<((A, u16), ReplyHint)> {
     let (conntrack, snat, host) = A::conntrack_and_snat(st);
     let addresses = host.snat_addresses_on::<A>(out);
+    let positions = host.snat_positions_on::<A>(out);
+    // The position of a chosen address among the link's, in the conntrack's list.
+    let position = |a: A| addresses.iter().position(|&b| b == a).and_then(|i| positions.get(i).copied());
     let endpoint = SocketAddr::new(endpoint_ip.into(), endpoint_port);
     // The candidate that gives way if none is free: (eviction order, flow).
     let mut victim: Option<((u8, u32), FlowId)> = None;
+    // The last candidate found free: the one `alloc` returns.
+    let mut vacancy = None;
     let found = snat.alloc(endpoint, addresses, |snat_ip, snat_port| {
         let reply = FlowKey {
             protocol,
@@ -622,9 +671,12 @@ fn snat_port<A: Family>(
             dst_addr: snat_ip,
             dst_port: snat_port,
         };
-        match conntrack.lookup(&reply) {
-            None => true,
-            Some((id, Direction::Reply)) => {
+        match conntrack.lookup_or_vacancy(&reply) {
+            Err(v) => {
+                vacancy = Some(v);
+                true
+            }
+            Ok((id, Direction::Reply)) => {
                 if let Some(order) = conntrack.eviction_order(id, now) {
                     if victim.is_none_or(|(best, _)| order < best) {
                         victim = Some((order, id));
@@ -634,17 +686,18 @@ fn snat_port<A: Family>(
             }
             // Some flow's original tuple (a client sending from the endpoint's address and
             // port to a front door on the SNAT address): not ours to evict.
-            Some((_, Direction::Original)) => false,
+            Ok((_, Direction::Original)) => false,
         }
     });
-    if found.is_some() {
-        return found;
+    if let Some(found) = found {
+        return Some((found, ReplyHint { slot: vacancy, snat: position(found.0) }));
     }
     let (_, id) = victim?;
     let evicted = A::conntrack_mut(st).remove(id);
     flow_ended(st, &evicted);
     st.counters.conntrack_evicted += 1;
-    Some((evicted.reply.dst_addr, evicted.reply.dst_port))
+    // Rare: the insert finds the address's position itself.
+    Some(((evicted.reply.dst_addr, evicted.reply.dst_port), ReplyHint::default()))
 }
 
 /// Whether no router forwards from source `ip` ([RFC 1812 § 5.3.7]; the special-purpose
@@ -654,6 +707,7 @@ fn snat_port<A: Family>(
 ///
 /// [RFC 1812 § 5.3.7]: https://www.rfc-editor.org/rfc/rfc1812#section-5.3.7
 /// [RFC 6890]: https://www.rfc-editor.org/rfc/rfc6890
+#[inline(always)]
 fn martian(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(a) => a.octets()[0] == 0 || a.octets()[0] >= 224 || a.is_loopback(),
@@ -668,6 +722,7 @@ fn martian(ip: IpAddr) -> bool {
 /// 826 "merge", RFC 4861 § 7.2.3); this covers clients that learned the gateway's MAC
 /// otherwise. A known mapping is never overwritten from IP traffic: only ARP and NDP change
 /// it.
+#[inline(always)]
 fn learn_on_link_client<A: Family>(now: u64, frame: &[u8], rx: &Rx, client: A, st: &mut WorkerState) {
     let on_link = matches!(st.host.route(client), Some((_, hop)) if hop == client);
     if on_link && st.neighbours.lookup(client).is_none() {
