@@ -88,6 +88,11 @@
 //! routed to the client like any other packet (next hop and neighbour table), as a Linux
 //! router does.
 //!
+//! Beside the flows, outside that budget, a fixed side table of the client SYNs ignored on
+//! open flows ([`resync`]: at most 4 096 entries, 106 496 B per table, one per family per
+//! worker), which lets the endpoint's SYN+ACK bring a stale flow back in step as Linux's
+//! `last_*` fields do; [`Conntrack::remove`] drops a freed record's entry.
+//!
 //! Expected cost at load ≤ 3/4 (Knuth, TAOCP vol. 3, § 6.4): a hit probes ≈ 2.5 slots, a
 //! miss ≈ 8.5 slots (about two cache lines of index), one record read per hit.
 //!
@@ -127,6 +132,7 @@
 mod hash;
 mod index;
 pub mod persist;
+pub mod resync;
 pub mod syncookie;
 pub mod synproxy;
 pub mod tcp;
@@ -708,6 +714,9 @@ pub struct Conntrack<A: Address = Ipv4Addr> {
     expire_cursor: usize,
     /// Flows removed so far (wrapping): a [`Vacancy`] taken before a removal is stale.
     removals: u32,
+    /// The client SYNs ignored on open flows, for the endpoint's SYN+ACK to bring a flow
+    /// back in step ([`resync`]): outside the per-flow memory, not persisted.
+    ignored_syns: resync::IgnoredSyns,
 }
 
 /// What [`Conntrack::prefetch_record`] found for a hash ahead of the lookup.
@@ -843,6 +852,7 @@ impl<A: Address> Conntrack<A> {
             snat_addresses.len()
         );
         debug_assert!(index.slot_count() > 2 * capacity);
+        let ignored_syns = resync::IgnoredSyns::for_capacity(capacity);
         Self {
             records,
             live,
@@ -855,6 +865,7 @@ impl<A: Address> Conntrack<A> {
             never_used: 0,
             expire_cursor: 0,
             removals: 0,
+            ignored_syns,
         }
     }
 
@@ -969,7 +980,8 @@ impl<A: Address> Conntrack<A> {
 
     /// Bytes of heap memory the table holds (records, TCP windows, occupancy bitmap, index,
     /// SNAT addresses), fixed at construction: at capacity about 93.5 B per IPv4 flow and
-    /// 129.5 B per IPv6 flow (module documentation, "Layout").
+    /// 129.5 B per IPv6 flow (module documentation, "Layout"). The ignored SYNs' side table
+    /// is apart, not per flow ([`resync::IgnoredSyns::memory_bytes`], at most 106 496 B).
     #[must_use]
     pub fn memory_bytes(&self) -> usize {
         self.records.len() * size_of::<Record<A>>()
@@ -1217,17 +1229,29 @@ impl<A: Address> Conntrack<A> {
         &mut self.records[id as usize].state
     }
 
-    /// The state and TCP windows of flow `id`, mutable, with the same contract as
-    /// [`Conntrack::get`]: what [`track_tcp`] updates.
+    /// The state and TCP windows of flow `id`, mutable, and its view of the table's ignored
+    /// SYNs ([`resync`]; checked against the flow's client port and SNAT port), with the
+    /// same contract as [`Conntrack::get`]: what [`track_tcp`] updates.
     ///
     /// # Panics
     ///
     /// If `id >= capacity` (always), or if `id` is not live (debug builds).
     #[inline]
-    pub fn tcp_mut(&mut self, id: FlowId) -> (&mut FlowState, TcpWindowsMut<'_>) {
+    pub fn tcp_mut(&mut self, id: FlowId) -> (&mut FlowState, TcpWindowsMut<'_>, resync::FlowSyn<'_>) {
         debug_assert!(self.is_live(id), "conntrack: flow id {id} is not live");
         let record = &mut self.records[id as usize];
-        (&mut record.state, TcpWindowsMut::new(&mut self.windows[id as usize], &mut record.window_flags))
+        let check = u32::from(record.original_src_port) << 16 | u32::from(record.reply_dst_port);
+        (
+            &mut record.state,
+            TcpWindowsMut::new(&mut self.windows[id as usize], &mut record.window_flags),
+            resync::FlowSyn::new(&mut self.ignored_syns, id, check),
+        )
+    }
+
+    /// The table's ignored SYNs ([`resync`]): counts and memory.
+    #[must_use]
+    pub fn ignored_syns(&self) -> &resync::IgnoredSyns {
+        &self.ignored_syns
     }
 
     /// The lean established path's view of the flow a burst found ahead: when record `id`
@@ -1390,6 +1414,7 @@ impl<A: Address> Conntrack<A> {
         self.free_head = id;
         self.len -= 1;
         self.removals = self.removals.wrapping_add(1);
+        self.ignored_syns.forget(id);
         flow
     }
 

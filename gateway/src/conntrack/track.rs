@@ -6,6 +6,7 @@
 //! The timeouts default to kube-proxy's and Linux's ([`Timeouts::DEFAULT`]); each is
 //! configurable under `[conntrack]` in the gateway's configuration.
 
+use super::resync::{FlowSyn, IgnoredSyn};
 use super::tcp::{self, Segment, TcpState, Transition};
 use super::window::{self, Fit, TcpSeq, TcpWindowsMut};
 use super::{Deadline, Direction, FlowState};
@@ -130,24 +131,37 @@ pub enum Tracked {
 ///   completes the handshake (SYN_RECV or ESTABLISHED → ESTABLISHED after a reply).
 /// - Ignored segments change nothing, not even the deadline; invalid ones
 ///   ([`Tracked::Invalid`], [`Tracked::OutOfWindow`]) are dropped and change nothing.
+/// - A client's SYN that is ignored (the flow is open: SYN_RECV to LAST_ACK) is recorded in
+///   the flow's `syns` ([`super::resync`]); an endpoint's SYN+ACK that is ignored but
+///   acknowledges exactly that SYN means that client and endpoint opened a new connection
+///   on the tuple: the flow restarts as that connection, SYN_RECV with the client's window
+///   from the recorded SYN and the endpoint's from the SYN+ACK (Linux's resynchronisation in
+///   the `TCP_CONNTRACK_IGNORE` case).
 ///
 /// Not modelled: the retransmission and zero-window timeouts (`nf_conntrack_tcp_max_retrans`).
 pub fn track_tcp(
     state: &mut FlowState,
-    windows: TcpWindowsMut<'_>,
+    mut windows: TcpWindowsMut<'_>,
+    syns: FlowSyn<'_>,
     direction: Direction,
     seg: &TcpSeq,
     now_ns: u64,
     timeouts: &Timeouts,
 ) -> Tracked {
-    let old = state.tcp_state;
+    let mut old = state.tcp_state;
     let segment = Segment::of(seg.flags);
     let mut new = match tcp::transition(old, direction, segment) {
         Transition::Invalid => return Tracked::Invalid,
-        Transition::Ignore => {
-            mark_seen(state, direction);
-            return Tracked::Forward;
-        }
+        Transition::Ignore => match ignored(&mut windows, syns, direction, segment, seg, now_ns, timeouts) {
+            Some(restarted) => {
+                old = TcpState::SynSent;
+                restarted
+            }
+            None => {
+                mark_seen(state, direction);
+                return Tracked::Forward;
+            }
+        },
         Transition::To(TcpState::SynSent) if matches!(old, TcpState::TimeWait | TcpState::Close) => {
             // A client's SYN reopens; an endpoint's SYN to a closed flow opens nothing
             // through the gateway (only clients open connections through a front door).
@@ -188,6 +202,39 @@ pub fn track_tcp(
     Tracked::Forward
 }
 
+/// An ignored segment `seg` (class `segment`, travelling in `direction`) and the flow's
+/// ignored SYNs `syns` at `now_ns`: a client's SYN is recorded (for the SYN_SENT timeout);
+/// an endpoint's SYN+ACK takes the flow's recorded SYN and, if it acknowledges exactly
+/// that SYN, restarts the windows for the new connection
+/// ([`TcpWindowsMut::restart_from_ignored_syn`]) and returns the state the SYN+ACK moves it
+/// to, SYN_RECV (from SYN_SENT: the caller checks the SYN+ACK against the new windows).
+/// `None`: the segment stays ignored.
+#[cold]
+#[inline(never)]
+fn ignored(
+    windows: &mut TcpWindowsMut<'_>,
+    mut syns: FlowSyn<'_>,
+    direction: Direction,
+    segment: Segment,
+    seg: &TcpSeq,
+    now_ns: u64,
+    timeouts: &Timeouts,
+) -> Option<TcpState> {
+    match (segment, direction) {
+        (Segment::Syn, Direction::Original) => {
+            let syn = IgnoredSyn { end: seg.end(), window: seg.window, wscale: seg.wscale };
+            syns.record(syn, now_ns, timeouts.tcp_syn_sent_ns);
+            None
+        }
+        (Segment::SynAck, Direction::Reply) => {
+            let syn = syns.take_answered(seg.ack, now_ns)?;
+            windows.restart_from_ignored_syn(&syn);
+            Some(TcpState::SynRecv)
+        }
+        _ => None,
+    }
+}
+
 /// Applies a UDP datagram travelling in `direction` to a tracked flow at `now_ns`: until a
 /// reply has been seen the deadline is [`Timeouts::udp_ns`] away; a packet after the first
 /// reply sets it [`Timeouts::udp_stream_ns`] away and makes the flow assured (Linux
@@ -216,6 +263,7 @@ fn mark_seen(state: &mut FlowState, direction: Direction) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::conntrack::resync::IgnoredSyns;
     use crate::conntrack::TcpWindows;
     use crate::wire::TcpFlags;
     use Direction::{Original as O, Reply as R};
@@ -224,7 +272,7 @@ mod tests {
     /// the state machine and timeouts alone (the windows have tests of their own).
     fn track_tcp(state: &mut FlowState, direction: Direction, flags: TcpFlags, now_ns: u64, t: &Timeouts) -> Tracked {
         let seg = TcpSeq { flags, ..TcpSeq::default() };
-        super::track_tcp(state, TcpWindows::liberal().as_mut(), direction, &seg, now_ns, t)
+        super::track_tcp(state, TcpWindows::liberal().as_mut(), FlowSyn::new(&mut IgnoredSyns::new(0), 0, 0), direction, &seg, now_ns, t)
     }
 
     const S: u64 = NS_PER_S;
@@ -375,16 +423,98 @@ mod tests {
             len: u32::from(flags == SYN || flags == SYN_ACK),
             wscale: None,
         };
-        assert_eq!(super::track_tcp(&mut st, w.as_mut(), O, &seg(SYN, 1000, 0), 0, &T), Tracked::Forward);
-        assert_eq!(super::track_tcp(&mut st, w.as_mut(), R, &seg(SYN_ACK, 5000, 1001), 0, &T), Tracked::Forward);
-        assert_eq!(super::track_tcp(&mut st, w.as_mut(), O, &seg(ACK, 1001, 5001), 0, &T), Tracked::Forward);
+        assert_eq!(super::track_tcp(&mut st, w.as_mut(), FlowSyn::new(&mut IgnoredSyns::new(0), 0, 0), O, &seg(SYN, 1000, 0), 0, &T), Tracked::Forward);
+        assert_eq!(super::track_tcp(&mut st, w.as_mut(), FlowSyn::new(&mut IgnoredSyns::new(0), 0, 0), R, &seg(SYN_ACK, 5000, 1001), 0, &T), Tracked::Forward);
+        assert_eq!(super::track_tcp(&mut st, w.as_mut(), FlowSyn::new(&mut IgnoredSyns::new(0), 0, 0), O, &seg(ACK, 1001, 5001), 0, &T), Tracked::Forward);
         let before = (st, w);
-        assert_eq!(super::track_tcp(&mut st, w.as_mut(), R, &seg(RST, 0xdead_beef, 0), S, &T), Tracked::OutOfWindow);
+        assert_eq!(super::track_tcp(&mut st, w.as_mut(), FlowSyn::new(&mut IgnoredSyns::new(0), 0, 0), R, &seg(RST, 0xdead_beef, 0), S, &T), Tracked::OutOfWindow);
         assert_eq!((st, w), before, "an out-of-window RST changes nothing");
-        assert_eq!(super::track_tcp(&mut st, w.as_mut(), R, &seg(RST, 5002, 0), S, &T), Tracked::Forward);
+        assert_eq!(super::track_tcp(&mut st, w.as_mut(), FlowSyn::new(&mut IgnoredSyns::new(0), 0, 0), R, &seg(RST, 5002, 0), S, &T), Tracked::Forward);
         assert_eq!(st.tcp_state, TcpState::Established, "in the window, not exact: kept for a challenge ACK");
-        assert_eq!(super::track_tcp(&mut st, w.as_mut(), R, &seg(RST, 5001, 0), S, &T), Tracked::Forward);
+        assert_eq!(super::track_tcp(&mut st, w.as_mut(), FlowSyn::new(&mut IgnoredSyns::new(0), 0, 0), R, &seg(RST, 5001, 0), S, &T), Tracked::Forward);
         assert_eq!(st.tcp_state, TcpState::Close, "at RCV.NXT: closed");
+    }
+
+    /// A client's SYN on an ESTABLISHED flow is ignored and recorded; the endpoint's SYN+ACK
+    /// acknowledging exactly it restarts the flow as the new connection (SYN_RECV, the
+    /// SYN_RECV timeout, windows and scales of the new handshake), the client's ACK makes
+    /// it ESTABLISHED, and the new connection's numbers fit where the old ones no longer do.
+    #[test]
+    fn a_syn_ack_answering_an_ignored_syn_restarts_the_flow() {
+        let mut st = fresh();
+        let mut w = TcpWindows::default();
+        let mut syns = IgnoredSyns::new(8);
+        let seg = |flags: TcpFlags, seq, ack, window, data: u32, wscale| TcpSeq {
+            flags,
+            seq,
+            ack,
+            window,
+            len: data + u32::from(flags.contains(TcpFlags::SYN)),
+            wscale,
+        };
+        let mut step = |st: &mut FlowState, w: &mut TcpWindows, d, s: TcpSeq, at: u64| {
+            super::track_tcp(st, w.as_mut(), FlowSyn::new(&mut syns, 5, 9), d, &s, at * S, &T)
+        };
+        assert_eq!(step(&mut st, &mut w, O, seg(SYN, 1000, 0, 64240, 0, None), 0), Tracked::Forward);
+        assert_eq!(step(&mut st, &mut w, R, seg(SYN_ACK, 5000, 1001, 64240, 0, None), 0), Tracked::Forward);
+        assert_eq!(step(&mut st, &mut w, O, seg(ACK, 1001, 5001, 64240, 0, None), 1), Tracked::Forward);
+        assert!(st.assured());
+        let old = (st, w);
+        // The new connection: ISNs far from the old ones, window scaling on both sides.
+        let (isn, endpoint_isn) = (9_000_000u32, 40_000u32);
+        assert_eq!(step(&mut st, &mut w, O, seg(SYN, isn, 0, 65535, 0, Some(7)), 10), Tracked::Forward);
+        assert_eq!((st, w), old, "ignored: the flow unchanged");
+        assert_eq!(
+            step(&mut st, &mut w, R, seg(SYN_ACK, endpoint_isn, isn + 1, 65160, 0, Some(8)), 11),
+            Tracked::Forward
+        );
+        assert_eq!(st.tcp_state, TcpState::SynRecv);
+        assert_eq!(st.deadline, Deadline::after(11 * S, T.tcp_syn_recv_ns));
+        assert!(st.assured(), "Linux never clears IPS_ASSURED");
+        assert_eq!(
+            step(&mut st, &mut w, O, seg(ACK, isn + 1, endpoint_isn + 1, 1000, 0, None), 12),
+            Tracked::Forward
+        );
+        assert_eq!(st.tcp_state, TcpState::Established);
+        // The client's window is 1000 << 7 = 128 000: the endpoint may send 100 000 ahead.
+        let far = seg(ACK, endpoint_isn + 1 + 100_000, isn + 1, 1000, 1, None);
+        assert_eq!(step(&mut st, &mut w, R, far, 13), Tracked::Forward);
+        // The old connection's numbers no longer fit.
+        assert_eq!(step(&mut st, &mut w, O, seg(ACK, 1001, 5001, 64240, 10, None), 14), Tracked::OutOfWindow);
+    }
+
+    /// A SYN+ACK that does not acknowledge the recorded SYN, or comes after it aged out, or
+    /// for another flow in the same record, stays ignored.
+    #[test]
+    fn a_syn_ack_not_answering_the_recorded_syn_stays_ignored() {
+        let established = || {
+            let mut st = fresh();
+            let mut w = TcpWindows::default();
+            let mut none = IgnoredSyns::new(0);
+            let seg = |flags: TcpFlags, seq, ack| TcpSeq {
+                flags,
+                seq,
+                ack,
+                window: 64240,
+                len: u32::from(flags.contains(TcpFlags::SYN)),
+                wscale: None,
+            };
+            for (d, s) in [(O, seg(SYN, 1000, 0)), (R, seg(SYN_ACK, 5000, 1001)), (O, seg(ACK, 1001, 5001))] {
+                super::track_tcp(&mut st, w.as_mut(), FlowSyn::new(&mut none, 5, 9), d, &s, 0, &T);
+            }
+            (st, w)
+        };
+        let syn = TcpSeq { flags: SYN, seq: 77, ack: 0, window: 100, len: 1, wscale: None };
+        let syn_ack = |ack| TcpSeq { flags: SYN_ACK, seq: 500, ack, window: 100, len: 1, wscale: None };
+        for (ack, check, at) in [(79, 9, S), (78, 10, S), (78, 9, T.tcp_syn_sent_ns)] {
+            let (mut st, mut w) = established();
+            let mut syns = IgnoredSyns::new(8);
+            super::track_tcp(&mut st, w.as_mut(), FlowSyn::new(&mut syns, 5, 9), O, &syn, 0, &T);
+            let before = (st, w);
+            let got = super::track_tcp(&mut st, w.as_mut(), FlowSyn::new(&mut syns, 5, check), R, &syn_ack(ack), at, &T);
+            assert_eq!((got, (st, w)), (Tracked::Forward, before), "ack {ack}, check {check}, at {at}");
+            assert_eq!(syns.resyncs(), 0);
+        }
     }
 
     #[test]
@@ -411,6 +541,7 @@ mod tests {
 #[cfg(test)]
 mod reuse_tests {
     use super::*;
+    use crate::conntrack::resync::IgnoredSyns;
     use crate::conntrack::TcpWindows;
     use crate::wire::TcpFlags;
     use Direction::{Original as O, Reply as R};
@@ -425,7 +556,7 @@ mod reuse_tests {
     fn liberal(st: &mut FlowState, w: &mut TcpWindows, d: Direction, s: &TcpSeq) -> Tracked {
         let mut w = w.as_mut();
         w.make_liberal();
-        track_tcp(st, w, d, s, NS_PER_S, &T)
+        track_tcp(st, w, FlowSyn::new(&mut IgnoredSyns::new(0), 0, 0), d, s, NS_PER_S, &T)
     }
 
     /// The sequence that failed the connection test (48 M `tcp_out_of_window` drops): a

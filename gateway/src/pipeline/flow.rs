@@ -341,11 +341,11 @@ fn track_state<A: Family>(now: u64, st: &mut WorkerState, id: FlowId, dir: Direc
     let (conntrack, host) = A::conntrack_and_host(st);
     let timeouts = &host.timeouts;
     if seg.proto == IpProtocol::Tcp {
-        let (state, mut windows) = conntrack.tcp_mut(id);
+        let (state, mut windows, syns) = conntrack.tcp_mut(id);
         if seg.first_fragment.is_some() || host.tcp_be_liberal {
             windows.make_liberal();
         }
-        return track_tcp(state, windows, dir, &seg.tcp, now, timeouts);
+        return track_tcp(state, windows, syns, dir, &seg.tcp, now, timeouts);
     }
     let state = conntrack.state_mut(id);
     if seg.proto == IpProtocol::Sctp {
