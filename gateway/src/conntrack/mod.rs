@@ -142,7 +142,7 @@ mod track;
 pub mod window;
 
 pub use tcp::TcpState;
-pub use track::{track_tcp, track_udp, Timeouts, Tracked};
+pub use track::{track_ignored_tcp, track_tcp, track_udp, Timeouts, Tracked};
 pub use window::{TcpSeq, TcpWindows, TcpWindowsMut, WindowBounds, WindowFlags};
 
 use std::fmt;
@@ -1229,15 +1229,27 @@ impl<A: Address> Conntrack<A> {
         &mut self.records[id as usize].state
     }
 
-    /// The state and TCP windows of flow `id`, mutable, and its view of the table's ignored
-    /// SYNs ([`resync`]; checked against the flow's client port and SNAT port), with the
-    /// same contract as [`Conntrack::get`]: what [`track_tcp`] updates.
+    /// The state and TCP windows of flow `id`, mutable, with the same contract as
+    /// [`Conntrack::get`]: what [`track_tcp`] updates.
     ///
     /// # Panics
     ///
     /// If `id >= capacity` (always), or if `id` is not live (debug builds).
     #[inline]
-    pub fn tcp_mut(&mut self, id: FlowId) -> (&mut FlowState, TcpWindowsMut<'_>, resync::FlowSyn<'_>) {
+    pub fn tcp_mut(&mut self, id: FlowId) -> (&mut FlowState, TcpWindowsMut<'_>) {
+        debug_assert!(self.is_live(id), "conntrack: flow id {id} is not live");
+        let record = &mut self.records[id as usize];
+        (&mut record.state, TcpWindowsMut::new(&mut self.windows[id as usize], &mut record.window_flags))
+    }
+
+    /// [`Conntrack::tcp_mut`] and the flow's view of the table's ignored SYNs ([`resync`];
+    /// checked against the flow's client port and SNAT port): what [`track_ignored_tcp`]
+    /// updates.
+    ///
+    /// # Panics
+    ///
+    /// As [`Conntrack::tcp_mut`].
+    pub fn tcp_resync_mut(&mut self, id: FlowId) -> (&mut FlowState, TcpWindowsMut<'_>, resync::FlowSyn<'_>) {
         debug_assert!(self.is_live(id), "conntrack: flow id {id} is not live");
         let record = &mut self.records[id as usize];
         let check = u32::from(record.original_src_port) << 16 | u32::from(record.reply_dst_port);

@@ -11,7 +11,7 @@
 //! it. The new SYN does not fit the old connection, so it is ignored (forwarded along the
 //! flow's translation, nothing changed); if the endpoint answers it with a SYN+ACK that
 //! acknowledges exactly that SYN (SEG.ACK = the SYN's SEG.SEQ + SEG.LEN), client and
-//! endpoint are in step and the gateway is not: [`super::track_tcp`] then resets the flow to
+//! endpoint are in step and the gateway is not: [`super::track_ignored_tcp`] then resets the flow to
 //! the new connection (SYN_RECV, the client's window from the recorded SYN, the endpoint's
 //! from the SYN+ACK), as Linux does.
 //!
@@ -280,8 +280,8 @@ impl IgnoredSyns {
 }
 
 /// One flow's view of its table's [`IgnoredSyns`], lent by
-/// [`super::Conntrack::tcp_mut`] with the flow's id and tuple check: what
-/// [`super::track_tcp`] records an ignored SYN in and looks a SYN+ACK's answer up in.
+/// [`super::Conntrack::tcp_resync_mut`] with the flow's id and tuple check: what
+/// [`super::track_ignored_tcp`] records an ignored SYN in and looks a SYN+ACK's answer up in.
 #[derive(Debug)]
 pub struct FlowSyn<'a> {
     syns: &'a mut IgnoredSyns,

@@ -97,6 +97,11 @@ impl Default for Timeouts {
 pub enum Tracked {
     /// Forward it with the flow's translation.
     Forward,
+    /// Forward it with the flow's translation, the flow unchanged: a segment the state
+    /// table ignores (Linux's `sIG`: a client's SYN on an open flow, an endpoint's SYN+ACK
+    /// after SYN_SENT, its ACK in SYN_SENT). For a SYN or SYN+ACK the caller then hands it
+    /// to [`track_ignored_tcp`], which may bring the flow back in step.
+    Ignored,
     /// Forward it, then stop tracking the flow: a RST before the endpoint ever answered
     /// (Linux kills such an entry at once: "If only reply is a RST, we can consider
     /// ourselves not to have an established connection").
@@ -129,39 +134,26 @@ pub enum Tracked {
 ///   at most [`Timeouts::tcp_unacknowledged_ns`] (and liberal window checks, as in Linux).
 /// - The flow becomes assured (not evicted early when the table is full) when an ACK
 ///   completes the handshake (SYN_RECV or ESTABLISHED → ESTABLISHED after a reply).
-/// - Ignored segments change nothing, not even the deadline; invalid ones
-///   ([`Tracked::Invalid`], [`Tracked::OutOfWindow`]) are dropped and change nothing.
-/// - A client's SYN that is ignored (the flow is open: SYN_RECV to LAST_ACK) is recorded in
-///   the flow's `syns` ([`super::resync`]); an endpoint's SYN+ACK that is ignored but
-///   acknowledges exactly that SYN means that client and endpoint opened a new connection
-///   on the tuple: the flow restarts as that connection, SYN_RECV with the client's window
-///   from the recorded SYN and the endpoint's from the SYN+ACK (Linux's resynchronisation in
-///   the `TCP_CONNTRACK_IGNORE` case).
+/// - Ignored segments ([`Tracked::Ignored`]) change nothing, not even the deadline; invalid
+///   ones ([`Tracked::Invalid`], [`Tracked::OutOfWindow`]) are dropped and change nothing.
 ///
 /// Not modelled: the retransmission and zero-window timeouts (`nf_conntrack_tcp_max_retrans`).
 pub fn track_tcp(
     state: &mut FlowState,
-    mut windows: TcpWindowsMut<'_>,
-    syns: FlowSyn<'_>,
+    windows: TcpWindowsMut<'_>,
     direction: Direction,
     seg: &TcpSeq,
     now_ns: u64,
     timeouts: &Timeouts,
 ) -> Tracked {
-    let mut old = state.tcp_state;
+    let old = state.tcp_state;
     let segment = Segment::of(seg.flags);
-    let mut new = match tcp::transition(old, direction, segment) {
+    let new = match tcp::transition(old, direction, segment) {
         Transition::Invalid => return Tracked::Invalid,
-        Transition::Ignore => match ignored(&mut windows, syns, direction, segment, seg, now_ns, timeouts) {
-            Some(restarted) => {
-                old = TcpState::SynSent;
-                restarted
-            }
-            None => {
-                mark_seen(state, direction);
-                return Tracked::Forward;
-            }
-        },
+        Transition::Ignore => {
+            mark_seen(state, direction);
+            return Tracked::Ignored;
+        }
         Transition::To(TcpState::SynSent) if matches!(old, TcpState::TimeWait | TcpState::Close) => {
             // A client's SYN reopens; an endpoint's SYN to a closed flow opens nothing
             // through the gateway (only clients open connections through a front door).
@@ -169,6 +161,24 @@ pub fn track_tcp(
         }
         Transition::To(new) => new,
     };
+    advance(state, windows, direction, (old, new), segment, seg, now_ns, timeouts)
+}
+
+/// Moves a flow from `old` to `new` by segment `seg` (class `segment`, travelling in
+/// `direction`) if it fits the windows: the part of [`track_tcp`] after the state table,
+/// which [`track_ignored_tcp`] shares.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn advance(
+    state: &mut FlowState,
+    windows: TcpWindowsMut<'_>,
+    direction: Direction,
+    (old, mut new): (TcpState, TcpState),
+    segment: Segment,
+    seg: &TcpSeq,
+    now_ns: u64,
+    timeouts: &Timeouts,
+) -> Tracked {
     match window::check(windows, direction, old, state.assured(), seg) {
         Fit::Accept => {}
         Fit::AcceptRstKeepState => new = old,
@@ -202,36 +212,48 @@ pub fn track_tcp(
     Tracked::Forward
 }
 
-/// An ignored segment `seg` (class `segment`, travelling in `direction`) and the flow's
-/// ignored SYNs `syns` at `now_ns`: a client's SYN is recorded (for the SYN_SENT timeout);
-/// an endpoint's SYN+ACK takes the flow's recorded SYN and, if it acknowledges exactly
-/// that SYN, restarts the windows for the new connection
-/// ([`TcpWindowsMut::restart_from_ignored_syn`]) and returns the state the SYN+ACK moves it
-/// to, SYN_RECV (from SYN_SENT: the caller checks the SYN+ACK against the new windows).
-/// `None`: the segment stays ignored.
+/// A SYN or SYN+ACK that [`track_tcp`] ignored ([`Tracked::Ignored`]) on a flow, with the
+/// flow's view of its table's ignored SYNs `syns` ([`super::resync`]), at `now_ns`:
+///
+/// - a client's SYN (on an open flow: SYN_RECV to LAST_ACK) is recorded, for the SYN_SENT
+///   timeout, and stays ignored;
+/// - an endpoint's SYN+ACK takes the flow's recorded SYN; if it acknowledges exactly that
+///   SYN, client and endpoint opened a new connection on the tuple, and the flow restarts as
+///   that connection: the windows from the recorded SYN and the SYN+ACK
+///   ([`TcpWindowsMut::restart_from_ignored_syn`], then [`window::check`] from SYN_SENT), the
+///   state SYN_RECV with its timeout, as Linux's resynchronisation in the
+///   `TCP_CONNTRACK_IGNORE` case of `nf_conntrack_tcp_packet` (`assured` is kept, as Linux
+///   never clears `IPS_ASSURED`);
+/// - anything else stays ignored.
+///
+/// Only the general path calls it, and only for such segments: the lean established path
+/// never consults the table.
 #[cold]
 #[inline(never)]
-fn ignored(
-    windows: &mut TcpWindowsMut<'_>,
+pub fn track_ignored_tcp(
+    state: &mut FlowState,
+    mut windows: TcpWindowsMut<'_>,
     mut syns: FlowSyn<'_>,
     direction: Direction,
-    segment: Segment,
     seg: &TcpSeq,
     now_ns: u64,
     timeouts: &Timeouts,
-) -> Option<TcpState> {
-    match (segment, direction) {
+) -> Tracked {
+    match (Segment::of(seg.flags), direction) {
         (Segment::Syn, Direction::Original) => {
             let syn = IgnoredSyn { end: seg.end(), window: seg.window, wscale: seg.wscale };
             syns.record(syn, now_ns, timeouts.tcp_syn_sent_ns);
-            None
+            Tracked::Ignored
         }
-        (Segment::SynAck, Direction::Reply) => {
-            let syn = syns.take_answered(seg.ack, now_ns)?;
-            windows.restart_from_ignored_syn(&syn);
-            Some(TcpState::SynRecv)
-        }
-        _ => None,
+        (Segment::SynAck, Direction::Reply) => match syns.take_answered(seg.ack, now_ns) {
+            Some(syn) => {
+                windows.restart_from_ignored_syn(&syn);
+                let restart = (TcpState::SynSent, TcpState::SynRecv);
+                advance(state, windows, direction, restart, Segment::SynAck, seg, now_ns, timeouts)
+            }
+            None => Tracked::Ignored,
+        },
+        _ => Tracked::Ignored,
     }
 }
 
@@ -272,7 +294,7 @@ mod tests {
     /// the state machine and timeouts alone (the windows have tests of their own).
     fn track_tcp(state: &mut FlowState, direction: Direction, flags: TcpFlags, now_ns: u64, t: &Timeouts) -> Tracked {
         let seg = TcpSeq { flags, ..TcpSeq::default() };
-        super::track_tcp(state, TcpWindows::liberal().as_mut(), FlowSyn::new(&mut IgnoredSyns::new(0), 0, 0), direction, &seg, now_ns, t)
+        super::track_tcp(state, TcpWindows::liberal().as_mut(), direction, &seg, now_ns, t)
     }
 
     const S: u64 = NS_PER_S;
@@ -389,7 +411,7 @@ mod tests {
         track_tcp(&mut st, O, SYN, 0, &T);
         track_tcp(&mut st, R, SYN_ACK, 0, &T);
         let before = st;
-        assert_eq!(track_tcp(&mut st, R, SYN_ACK, 30 * S, &T), Tracked::Forward, "retransmitted SYN+ACK");
+        assert_eq!(track_tcp(&mut st, R, SYN_ACK, 30 * S, &T), Tracked::Ignored, "retransmitted SYN+ACK");
         assert_eq!(st, before);
         assert_eq!(track_tcp(&mut st, O, TcpFlags::EMPTY, 31 * S, &T), Tracked::Invalid);
         assert_eq!(track_tcp(&mut st, R, SYN, 31 * S, &T), Tracked::Invalid);
@@ -423,16 +445,52 @@ mod tests {
             len: u32::from(flags == SYN || flags == SYN_ACK),
             wscale: None,
         };
-        assert_eq!(super::track_tcp(&mut st, w.as_mut(), FlowSyn::new(&mut IgnoredSyns::new(0), 0, 0), O, &seg(SYN, 1000, 0), 0, &T), Tracked::Forward);
-        assert_eq!(super::track_tcp(&mut st, w.as_mut(), FlowSyn::new(&mut IgnoredSyns::new(0), 0, 0), R, &seg(SYN_ACK, 5000, 1001), 0, &T), Tracked::Forward);
-        assert_eq!(super::track_tcp(&mut st, w.as_mut(), FlowSyn::new(&mut IgnoredSyns::new(0), 0, 0), O, &seg(ACK, 1001, 5001), 0, &T), Tracked::Forward);
+        assert_eq!(super::track_tcp(&mut st, w.as_mut(), O, &seg(SYN, 1000, 0), 0, &T), Tracked::Forward);
+        assert_eq!(super::track_tcp(&mut st, w.as_mut(), R, &seg(SYN_ACK, 5000, 1001), 0, &T), Tracked::Forward);
+        assert_eq!(super::track_tcp(&mut st, w.as_mut(), O, &seg(ACK, 1001, 5001), 0, &T), Tracked::Forward);
         let before = (st, w);
-        assert_eq!(super::track_tcp(&mut st, w.as_mut(), FlowSyn::new(&mut IgnoredSyns::new(0), 0, 0), R, &seg(RST, 0xdead_beef, 0), S, &T), Tracked::OutOfWindow);
+        assert_eq!(super::track_tcp(&mut st, w.as_mut(), R, &seg(RST, 0xdead_beef, 0), S, &T), Tracked::OutOfWindow);
         assert_eq!((st, w), before, "an out-of-window RST changes nothing");
-        assert_eq!(super::track_tcp(&mut st, w.as_mut(), FlowSyn::new(&mut IgnoredSyns::new(0), 0, 0), R, &seg(RST, 5002, 0), S, &T), Tracked::Forward);
+        assert_eq!(super::track_tcp(&mut st, w.as_mut(), R, &seg(RST, 5002, 0), S, &T), Tracked::Forward);
         assert_eq!(st.tcp_state, TcpState::Established, "in the window, not exact: kept for a challenge ACK");
-        assert_eq!(super::track_tcp(&mut st, w.as_mut(), FlowSyn::new(&mut IgnoredSyns::new(0), 0, 0), R, &seg(RST, 5001, 0), S, &T), Tracked::Forward);
+        assert_eq!(super::track_tcp(&mut st, w.as_mut(), R, &seg(RST, 5001, 0), S, &T), Tracked::Forward);
         assert_eq!(st.tcp_state, TcpState::Close, "at RCV.NXT: closed");
+    }
+
+    /// What the pipeline does with a segment: [`track_tcp`], then for an ignored SYN or
+    /// SYN+ACK [`track_ignored_tcp`] with flow 5's view (tuple check `check`) of `syns`.
+    fn track_with_syns(
+        st: &mut FlowState,
+        w: &mut TcpWindows,
+        syns: &mut IgnoredSyns,
+        check: u32,
+        direction: Direction,
+        seg: &TcpSeq,
+        now_ns: u64,
+    ) -> Tracked {
+        let tracked = super::track_tcp(st, w.as_mut(), direction, seg, now_ns, &T);
+        if tracked == Tracked::Ignored && seg.flags.contains(TcpFlags::SYN) {
+            return track_ignored_tcp(st, w.as_mut(), FlowSyn::new(syns, 5, check), direction, seg, now_ns, &T);
+        }
+        tracked
+    }
+
+    fn tcp_seg(flags: TcpFlags, seq: u32, ack: u32, window: u16, data: u32, wscale: Option<u8>) -> TcpSeq {
+        TcpSeq { flags, seq, ack, window, len: data + u32::from(flags.contains(TcpFlags::SYN)), wscale }
+    }
+
+    /// A flow through the handshake (client ISN 1000, endpoint ISN 5000, no scaling).
+    fn established(syns: &mut IgnoredSyns) -> (FlowState, TcpWindows) {
+        let (mut st, mut w) = (fresh(), TcpWindows::default());
+        for (d, s) in [
+            (O, tcp_seg(SYN, 1000, 0, 64240, 0, None)),
+            (R, tcp_seg(SYN_ACK, 5000, 1001, 64240, 0, None)),
+            (O, tcp_seg(ACK, 1001, 5001, 64240, 0, None)),
+        ] {
+            assert_eq!(track_with_syns(&mut st, &mut w, syns, 9, d, &s, S), Tracked::Forward);
+        }
+        assert!(st.assured() && st.tcp_state == TcpState::Established);
+        (st, w)
     }
 
     /// A client's SYN on an ESTABLISHED flow is ignored and recorded; the endpoint's SYN+ACK
@@ -441,79 +499,47 @@ mod tests {
     /// it ESTABLISHED, and the new connection's numbers fit where the old ones no longer do.
     #[test]
     fn a_syn_ack_answering_an_ignored_syn_restarts_the_flow() {
-        let mut st = fresh();
-        let mut w = TcpWindows::default();
         let mut syns = IgnoredSyns::new(8);
-        let seg = |flags: TcpFlags, seq, ack, window, data: u32, wscale| TcpSeq {
-            flags,
-            seq,
-            ack,
-            window,
-            len: data + u32::from(flags.contains(TcpFlags::SYN)),
-            wscale,
-        };
-        let mut step = |st: &mut FlowState, w: &mut TcpWindows, d, s: TcpSeq, at: u64| {
-            super::track_tcp(st, w.as_mut(), FlowSyn::new(&mut syns, 5, 9), d, &s, at * S, &T)
-        };
-        assert_eq!(step(&mut st, &mut w, O, seg(SYN, 1000, 0, 64240, 0, None), 0), Tracked::Forward);
-        assert_eq!(step(&mut st, &mut w, R, seg(SYN_ACK, 5000, 1001, 64240, 0, None), 0), Tracked::Forward);
-        assert_eq!(step(&mut st, &mut w, O, seg(ACK, 1001, 5001, 64240, 0, None), 1), Tracked::Forward);
-        assert!(st.assured());
+        let (mut st, mut w) = established(&mut syns);
         let old = (st, w);
+        let mut step = |st: &mut FlowState, w: &mut TcpWindows, d, s: TcpSeq, at: u64| {
+            track_with_syns(st, w, &mut syns, 9, d, &s, at * S)
+        };
         // The new connection: ISNs far from the old ones, window scaling on both sides.
         let (isn, endpoint_isn) = (9_000_000u32, 40_000u32);
-        assert_eq!(step(&mut st, &mut w, O, seg(SYN, isn, 0, 65535, 0, Some(7)), 10), Tracked::Forward);
+        assert_eq!(step(&mut st, &mut w, O, tcp_seg(SYN, isn, 0, 65535, 0, Some(7)), 10), Tracked::Ignored);
         assert_eq!((st, w), old, "ignored: the flow unchanged");
-        assert_eq!(
-            step(&mut st, &mut w, R, seg(SYN_ACK, endpoint_isn, isn + 1, 65160, 0, Some(8)), 11),
-            Tracked::Forward
-        );
+        let syn_ack = tcp_seg(SYN_ACK, endpoint_isn, isn + 1, 65160, 0, Some(8));
+        assert_eq!(step(&mut st, &mut w, R, syn_ack, 11), Tracked::Forward);
         assert_eq!(st.tcp_state, TcpState::SynRecv);
         assert_eq!(st.deadline, Deadline::after(11 * S, T.tcp_syn_recv_ns));
         assert!(st.assured(), "Linux never clears IPS_ASSURED");
-        assert_eq!(
-            step(&mut st, &mut w, O, seg(ACK, isn + 1, endpoint_isn + 1, 1000, 0, None), 12),
-            Tracked::Forward
-        );
+        let ack = tcp_seg(ACK, isn + 1, endpoint_isn + 1, 1000, 0, None);
+        assert_eq!(step(&mut st, &mut w, O, ack, 12), Tracked::Forward);
         assert_eq!(st.tcp_state, TcpState::Established);
         // The client's window is 1000 << 7 = 128 000: the endpoint may send 100 000 ahead.
-        let far = seg(ACK, endpoint_isn + 1 + 100_000, isn + 1, 1000, 1, None);
+        let far = tcp_seg(ACK, endpoint_isn + 1 + 100_000, isn + 1, 1000, 1, None);
         assert_eq!(step(&mut st, &mut w, R, far, 13), Tracked::Forward);
         // The old connection's numbers no longer fit.
-        assert_eq!(step(&mut st, &mut w, O, seg(ACK, 1001, 5001, 64240, 10, None), 14), Tracked::OutOfWindow);
+        let stale = tcp_seg(ACK, 1001, 5001, 64240, 10, None);
+        assert_eq!(step(&mut st, &mut w, O, stale, 14), Tracked::OutOfWindow);
     }
 
     /// A SYN+ACK that does not acknowledge the recorded SYN, or comes after it aged out, or
-    /// for another flow in the same record, stays ignored.
+    /// for another flow in the same record, stays ignored and changes nothing.
     #[test]
     fn a_syn_ack_not_answering_the_recorded_syn_stays_ignored() {
-        let established = || {
-            let mut st = fresh();
-            let mut w = TcpWindows::default();
-            let mut none = IgnoredSyns::new(0);
-            let seg = |flags: TcpFlags, seq, ack| TcpSeq {
-                flags,
-                seq,
-                ack,
-                window: 64240,
-                len: u32::from(flags.contains(TcpFlags::SYN)),
-                wscale: None,
-            };
-            for (d, s) in [(O, seg(SYN, 1000, 0)), (R, seg(SYN_ACK, 5000, 1001)), (O, seg(ACK, 1001, 5001))] {
-                super::track_tcp(&mut st, w.as_mut(), FlowSyn::new(&mut none, 5, 9), d, &s, 0, &T);
-            }
-            (st, w)
-        };
-        let syn = TcpSeq { flags: SYN, seq: 77, ack: 0, window: 100, len: 1, wscale: None };
-        let syn_ack = |ack| TcpSeq { flags: SYN_ACK, seq: 500, ack, window: 100, len: 1, wscale: None };
-        for (ack, check, at) in [(79, 9, S), (78, 10, S), (78, 9, T.tcp_syn_sent_ns)] {
-            let (mut st, mut w) = established();
+        let syn = tcp_seg(SYN, 77, 0, 100, 0, None);
+        for (ack, check, at) in [(79, 9, 2 * S), (78, 10, 2 * S), (78, 9, S + T.tcp_syn_sent_ns)] {
             let mut syns = IgnoredSyns::new(8);
-            super::track_tcp(&mut st, w.as_mut(), FlowSyn::new(&mut syns, 5, 9), O, &syn, 0, &T);
+            let (mut st, mut w) = established(&mut syns);
+            assert_eq!(track_with_syns(&mut st, &mut w, &mut syns, 9, O, &syn, S), Tracked::Ignored);
+            assert_eq!(syns.len(), 1);
             let before = (st, w);
-            let got = super::track_tcp(&mut st, w.as_mut(), FlowSyn::new(&mut syns, 5, check), R, &syn_ack(ack), at, &T);
-            assert_eq!((got, (st, w)), (Tracked::Forward, before), "ack {ack}, check {check}, at {at}");
-            assert_eq!(syns.resyncs(), 0);
+            let syn_ack = tcp_seg(SYN_ACK, 500, ack, 100, 0, None);
+            let got = track_with_syns(&mut st, &mut w, &mut syns, check, R, &syn_ack, at);
+            assert_eq!((got, (st, w)), (Tracked::Ignored, before), "ack {ack}, check {check}, at {at}");
+            assert_eq!((syns.resyncs(), syns.len()), (0, 0));
         }
     }
 
@@ -541,7 +567,6 @@ mod tests {
 #[cfg(test)]
 mod reuse_tests {
     use super::*;
-    use crate::conntrack::resync::IgnoredSyns;
     use crate::conntrack::TcpWindows;
     use crate::wire::TcpFlags;
     use Direction::{Original as O, Reply as R};
@@ -556,7 +581,7 @@ mod reuse_tests {
     fn liberal(st: &mut FlowState, w: &mut TcpWindows, d: Direction, s: &TcpSeq) -> Tracked {
         let mut w = w.as_mut();
         w.make_liberal();
-        track_tcp(st, w, FlowSyn::new(&mut IgnoredSyns::new(0), 0, 0), d, s, NS_PER_S, &T)
+        track_tcp(st, w, d, s, NS_PER_S, &T)
     }
 
     /// The sequence that failed the connection test (48 M `tcp_out_of_window` drops): a
@@ -573,7 +598,7 @@ mod reuse_tests {
         assert_eq!(st.tcp_state, TcpState::Established, "picked up mid-stream");
         for k in 0..3 {
             assert_eq!(liberal(&mut st, &mut w, R, &seg(0x04, F + 7, time, 0)), Tracked::OutOfWindow, "{k}");
-            assert_eq!(liberal(&mut st, &mut w, O, &seg(0x02, F, time + k, 7)), Tracked::Forward, "SYN ignored");
+            assert_eq!(liberal(&mut st, &mut w, O, &seg(0x02, F, time + k, 7)), Tracked::Ignored, "SYN ignored");
             assert_eq!(st.tcp_state, TcpState::Established, "stuck");
         }
         assert_eq!(liberal(&mut st, &mut w, R, &seg(0x04, time, F, 0)), Tracked::ForwardThenRemove);
@@ -648,7 +673,7 @@ mod reuse_tests {
                         }
                         _ => {}
                     }
-                    let forwarded = matches!(verdict, Tracked::Forward | Tracked::ForwardThenRemove);
+                    let forwarded = matches!(verdict, Tracked::Forward | Tracked::Ignored | Tracked::ForwardThenRemove);
                     if forwarded && step < 3 && next() % 1000 != 0 {
                         pending.push((at + 1 + next() % 12, c, step + 1, time));
                         pending.sort_unstable();

@@ -32,7 +32,7 @@ use super::synproxy::{self, Before, Proxied};
 use super::{backend, Verdict, WorkerState};
 use crate::conntrack::tcp::{self, Segment as TcpSegment};
 use crate::conntrack::{
-    track_tcp, track_udp, Candidate, Deadline, Direction, Flow, FlowId, FlowKey, FlowState, InsertError, Links, TcpSeq,
+    track_ignored_tcp, track_tcp, track_udp, Candidate, Deadline, Direction, Flow, FlowId, FlowKey, FlowState, InsertError, Links, TcpSeq,
     Tracked, Vacancy,
 };
 use crate::counters::DropReason;
@@ -331,7 +331,9 @@ fn track<A: Family>(now: u64, st: &mut WorkerState, id: FlowId, dir: Direction, 
 }
 
 /// Applies the packet to flow `id`'s state ([`track_tcp`], [`track_udp`], [`sctp::track`]):
-/// TCP state and sequence windows, idle deadline, `seen_reply`, `assured`.
+/// TCP state and sequence windows, idle deadline, `seen_reply`, `assured`; a SYN or SYN+ACK
+/// the TCP state ignored goes on to [`track_ignored_tcp`] (the worker's ignored SYNs, which
+/// may bring a stale flow back in step).
 ///
 /// A TCP flow whose segments arrive fragmented is tracked with liberal windows from then
 /// on: a first fragment does not carry the segment's length (Linux reassembles before
@@ -341,11 +343,17 @@ fn track_state<A: Family>(now: u64, st: &mut WorkerState, id: FlowId, dir: Direc
     let (conntrack, host) = A::conntrack_and_host(st);
     let timeouts = &host.timeouts;
     if seg.proto == IpProtocol::Tcp {
-        let (state, mut windows, syns) = conntrack.tcp_mut(id);
+        let (state, mut windows) = conntrack.tcp_mut(id);
         if seg.first_fragment.is_some() || host.tcp_be_liberal {
             windows.make_liberal();
         }
-        return track_tcp(state, windows, syns, dir, &seg.tcp, now, timeouts);
+        let tracked = track_tcp(state, windows, dir, &seg.tcp, now, timeouts);
+        if tracked == Tracked::Ignored && seg.tcp.flags.contains(TcpFlags::SYN) {
+            // A SYN or SYN+ACK the flow's state ignored: the table of ignored SYNs decides.
+            let (state, windows, syns) = conntrack.tcp_resync_mut(id);
+            return track_ignored_tcp(state, windows, syns, dir, &seg.tcp, now, timeouts);
+        }
+        return tracked;
     }
     let state = conntrack.state_mut(id);
     if seg.proto == IpProtocol::Sctp {
