@@ -316,24 +316,38 @@ fn frontend_index<A: Family>(table: &Table, epoch: u16, flow: &Flow<A>) -> Optio
     }
 }
 
-/// Applies the packet to flow `id`'s state ([`track_state`]) and, when the scheduler counts
+/// Applies the packet to flow `id`'s state ([`track_state`], then [`track_ignored`] for a
+/// TCP segment the state ignored) and, when the scheduler counts
 /// connections, moves the flow's count between inactive and active if the packet moved it
 /// to or from ESTABLISHED ([`backend::count_state`]): a comparison of the state before and
 /// after, the shared count touched only on such a change.
 fn track<A: Family>(now: u64, st: &mut WorkerState, id: FlowId, dir: Direction, seg: &Segment<A>) -> Tracked {
     let counted = st.host.scheduler.counts_connections();
     let was_active = counted && backend::is_active(u8::from(seg.proto), A::conntrack(st).state(id));
-    let tracked = track_state(now, st, id, dir, seg);
+    let mut tracked = track_state(now, st, id, dir, seg);
+    if tracked == Tracked::Ignored {
+        tracked = track_ignored::<A>(now, st, id, dir, seg);
+    }
     if counted {
         backend::count_state(st, &A::conntrack(st).get(id), was_active);
     }
     tracked
 }
 
+/// A TCP segment of flow `id` that [`track_tcp`] ignored: [`track_ignored_tcp`] with the
+/// worker's ignored SYNs, which records a client's SYN and may bring a stale flow back in
+/// step on the endpoint's SYN+ACK. Cold and out of line, so the general path pays one
+/// comparison for it.
+#[cold]
+#[inline(never)]
+fn track_ignored<A: Family>(now: u64, st: &mut WorkerState, id: FlowId, dir: Direction, seg: &Segment<A>) -> Tracked {
+    let (conntrack, host) = A::conntrack_and_host(st);
+    let (state, windows, syns) = conntrack.tcp_resync_mut(id);
+    track_ignored_tcp(state, windows, syns, dir, &seg.tcp, now, &host.timeouts)
+}
+
 /// Applies the packet to flow `id`'s state ([`track_tcp`], [`track_udp`], [`sctp::track`]):
-/// TCP state and sequence windows, idle deadline, `seen_reply`, `assured`; a SYN or SYN+ACK
-/// the TCP state ignored goes on to [`track_ignored_tcp`] (the worker's ignored SYNs, which
-/// may bring a stale flow back in step).
+/// TCP state and sequence windows, idle deadline, `seen_reply`, `assured`.
 ///
 /// A TCP flow whose segments arrive fragmented is tracked with liberal windows from then
 /// on: a first fragment does not carry the segment's length (Linux reassembles before
@@ -347,13 +361,7 @@ fn track_state<A: Family>(now: u64, st: &mut WorkerState, id: FlowId, dir: Direc
         if seg.first_fragment.is_some() || host.tcp_be_liberal {
             windows.make_liberal();
         }
-        let tracked = track_tcp(state, windows, dir, &seg.tcp, now, timeouts);
-        if tracked == Tracked::Ignored && seg.tcp.flags.contains(TcpFlags::SYN) {
-            // A SYN or SYN+ACK the flow's state ignored: the table of ignored SYNs decides.
-            let (state, windows, syns) = conntrack.tcp_resync_mut(id);
-            return track_ignored_tcp(state, windows, syns, dir, &seg.tcp, now, timeouts);
-        }
-        return tracked;
+        return track_tcp(state, windows, dir, &seg.tcp, now, timeouts);
     }
     let state = conntrack.state_mut(id);
     if seg.proto == IpProtocol::Sctp {
