@@ -137,7 +137,10 @@ impl IgnoredSyns {
     /// If `entries` is not 0 or a power of two, or exceeds [`IGNORED_SYNS`].
     #[must_use]
     pub fn new(entries: usize) -> Self {
-        assert!(entries == 0 || (entries.is_power_of_two() && entries <= IGNORED_SYNS), "{entries} ignored SYN entries");
+        assert!(
+            entries == 0 || (entries.is_power_of_two() && entries <= IGNORED_SYNS),
+            "{entries} ignored SYN entries"
+        );
         Self {
             entries: vec![Entry::VACANT; entries].into_boxed_slice(),
             heads: vec![NIL; entries].into_boxed_slice(),

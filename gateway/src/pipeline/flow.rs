@@ -32,8 +32,8 @@ use super::synproxy::{self, Before, Proxied};
 use super::{backend, Verdict, WorkerState};
 use crate::conntrack::tcp::{self, Segment as TcpSegment};
 use crate::conntrack::{
-    track_ignored_tcp, track_tcp, track_udp, Candidate, Deadline, Direction, Flow, FlowId, FlowKey, FlowState, InsertError, Links, TcpSeq,
-    Tracked, Vacancy,
+    track_ignored_tcp, track_tcp, track_udp, Candidate, Deadline, Direction, Flow, FlowId, FlowKey, FlowState,
+    InsertError, Links, TcpSeq, Tracked, Vacancy,
 };
 use crate::counters::DropReason;
 use crate::nat::Rewrite;
