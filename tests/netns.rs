@@ -329,7 +329,9 @@ fn step_reused_tuple_of_a_forgotten_connection(h: &mut Harness) -> Result<()> {
     };
     let forget = || -> Result<()> {
         run(&client, &["nft", &silence(&format!("tcp sport {local_port}"))])?;
-        run(&backend_ns, &["nft", &silence(&format!("ip daddr {snat} tcp dport {snat_port}"))])?;
+        // The backends listen on IPv6 sockets: they name the SNAT address v4-mapped.
+        let snat_v4 = snat.trim_start_matches("::ffff:");
+        run(&backend_ns, &["nft", &silence(&format!("ip daddr {snat_v4} tcp dport {snat_port}"))])?;
         let killed_client = run(&client, &["ss", "-K", "-t", "-n", &format!("sport = :{local_port}")])?;
         let killed_backend = run(&backend_ns, &["ss", "-K", "-t", "-n", &format!("dst {snat}:{snat_port}")])?;
         for (side, killed) in [("client", killed_client), ("backend", killed_backend)] {
@@ -344,8 +346,11 @@ fn step_reused_tuple_of_a_forgotten_connection(h: &mut Harness) -> Result<()> {
     forget().map_err(|e| h.fail(STEP, e))?;
     drop(conn);
     let mut curl = Command::new("ip");
-    curl.args(["netns", "exec", &client, "curl", "-sS", "-m", "5", "--local-port", &local_port])
-        .args(["-w", "\n%{http_code}", &format!("http://{addr}/")]);
+    curl.args(["netns", "exec", &client, "curl", "-sS", "-m", "5", "--local-port", &local_port]).args([
+        "-w",
+        "\n%{http_code}",
+        &format!("http://{addr}/"),
+    ]);
     let out = output_with_timeout(&mut curl, Duration::from_secs(10)).map_err(|e| h.fail(STEP, e))?;
     let text = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() || !text.ends_with("\n200") || text.lines().next() != Some(backend.as_str()) {
