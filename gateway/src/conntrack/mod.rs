@@ -831,9 +831,9 @@ impl<A: Address> Conntrack<A> {
     }
 
     fn with_index(capacity: usize, seed: u64, snat_addresses: &[A], index: Index) -> Self {
-        let records = persist::Slots::heap(capacity, Record::VACANT);
-        let live = persist::Slots::heap(capacity.div_ceil(64), 0);
-        let windows = persist::Slots::heap(capacity, WindowBounds::default());
+        let records = crate::memory::filled(capacity, Record::VACANT);
+        let live = crate::memory::filled(capacity.div_ceil(64), 0);
+        let windows = crate::memory::filled(capacity, WindowBounds::default());
         Self::with_storage(seed, snat_addresses, index, records, live, windows)
     }
 
