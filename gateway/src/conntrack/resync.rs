@@ -20,7 +20,7 @@
 //! - [`IgnoredSyns`] is a fixed table of at most [`IGNORED_SYNS`] entries, allocated by
 //!   [`IgnoredSyns::new`] and never grown: one per flow id at most, holding the
 //!   [`IgnoredSyn`] (the SYN's end, window and Window Scale option), a check of the flow's
-//!   tuple, and when the entry ages out (`[conntrack] tcp_timeout_syn_sent_s`, the time a
+//!   tuple, and when the entry ages out (`[conntrack] tcp_syn_sent_timeout_s`, the time a
 //!   client's SYN is waited for).
 //! - Entries are found by flow id (buckets of a chained hash on the id, 2 B per bucket) and
 //!   taken in ring order, so the table holds at most the last [`IGNORED_SYNS`] flows'
