@@ -100,6 +100,7 @@ fn demo_scenario(test: &str, driver: &str, prefix: &str) -> Result<()> {
     step_driver_is(&h, driver)?;
     step_second_instances_refused(&mut h, &bins)?;
     step_new_connections_spread(&mut h, "1 new connections spread over backends", &web_url())?;
+    step_reused_tuple_of_a_forgotten_connection(&mut h)?;
     let (mut pinned, pinned_backend) = step_long_lived_connection_keeps_backend(&mut h)?;
     step_forged_resets_change_nothing(&mut h, &mut pinned, &pinned_backend)?;
     step_syn_flood_does_not_displace_service(&mut h, &mut pinned, &pinned_backend)?;
@@ -284,6 +285,97 @@ fn step_long_lived_connection_keeps_backend(h: &mut Harness) -> Result<(HttpConn
     }
     progress(STEP, format!("5 requests on {} → {addr} all answered by {first}", conn.local_addr()));
     Ok((conn, first))
+}
+
+/// Step 1a: a client reuses the tuple of a connection that both ends forgot while the
+/// gateway still holds it ESTABLISHED (nftables in the client's and the backend's
+/// namespaces drop their FIN and RST, then `ss -K` destroys both sockets). The new
+/// connection from the same source port (curl `--local-port`) succeeds: its SYN is ignored
+/// by the stale flow and forwarded along its translation, and the backend's SYN+ACK
+/// answering it brings the flow back in step (`tcp_resyncs`; Linux's resynchronisation,
+/// `conntrack::resync`). Without it the client's ACK falls outside the old windows and the
+/// request times out.
+fn step_reused_tuple_of_a_forgotten_connection(h: &mut Harness) -> Result<()> {
+    const STEP: &str = "1a a reused tuple of a connection the endpoint forgot";
+    let addr = SocketAddrV4::new(WEB_VIP, 80);
+    let client = h.ns("client");
+    let mut conn = HttpConn::connect(&client, addr, Duration::from_secs(2))
+        .map_err(|e| h.fail(STEP, format!("connect to {addr} from the client namespace: {e}")))?;
+    let r = conn.get("/").map_err(|e| h.fail(STEP, format!("first request: {e}")))?;
+    let backend = r.body.clone();
+    let Some((snat, snat_port)) = r.client.as_deref().and_then(|c| c.rsplit_once(':')) else {
+        return Err(h.fail(STEP, format!("the backend's answer names no client address: {r:?}")));
+    };
+    if r.status != 200 || !is_web_backend(&backend) {
+        return Err(h.fail(STEP, format!("first request: HTTP {} from {backend:?}", r.status)));
+    }
+    let (snat, snat_port, local_port) = (snat.to_string(), snat_port.to_string(), conn.local_addr().port().to_string());
+    let backend_ns = h.ns(&backend);
+    let resyncs_before = counter_sum(h, "tcp_resyncs_total").map_err(|e| h.fail(STEP, e))?;
+    let run = |ns: &str, args: &[&str]| -> Result<String> {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", ns]).args(args);
+        let out = output_with_timeout(&mut cmd, Duration::from_secs(10))?;
+        if !out.status.success() {
+            bail!("{ns}: {args:?}: {} {}", out.status, String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let silence = |matching: &str| {
+        format!(
+            "add table inet resync_test; add chain inet resync_test out {{ type filter hook output priority 0; }}; \
+             add rule inet resync_test out {matching} tcp flags & (fin | rst) != 0 drop"
+        )
+    };
+    let forget = || -> Result<()> {
+        run(&client, &["nft", &silence(&format!("tcp sport {local_port}"))])?;
+        // The backends listen on IPv6 sockets: they name the SNAT address v4-mapped.
+        let snat_v4 = snat.trim_start_matches("::ffff:");
+        run(&backend_ns, &["nft", &silence(&format!("ip daddr {snat_v4} tcp dport {snat_port}"))])?;
+        let killed_client = run(&client, &["ss", "-K", "-t", "-n", &format!("sport = :{local_port}")])?;
+        let killed_backend = run(&backend_ns, &["ss", "-K", "-t", "-n", &format!("dst {snat}:{snat_port}")])?;
+        for (side, killed) in [("client", killed_client), ("backend", killed_backend)] {
+            if killed.lines().count() < 2 {
+                bail!("ss -K destroyed no socket on the {side} side: {killed:?}");
+            }
+        }
+        run(&client, &["nft", "delete table inet resync_test"])?;
+        run(&backend_ns, &["nft", "delete table inet resync_test"])?;
+        Ok(())
+    };
+    forget().map_err(|e| h.fail(STEP, e))?;
+    drop(conn);
+    let mut curl = Command::new("ip");
+    curl.args(["netns", "exec", &client, "curl", "-sS", "-m", "5", "--local-port", &local_port]).args([
+        "-w",
+        "\n%{http_code}",
+        &format!("http://{addr}/"),
+    ]);
+    let out = output_with_timeout(&mut curl, Duration::from_secs(10)).map_err(|e| h.fail(STEP, e))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() || !text.ends_with("\n200") || text.lines().next() != Some(backend.as_str()) {
+        return Err(h.fail(
+            STEP,
+            format!(
+                "a new connection from port {local_port} to {addr}: {} {text:?} {}; expected 200 from {backend}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        ));
+    }
+    sleep(Duration::from_millis(1500)); // workers publish counters about once a second
+    let resyncs = counter_sum(h, "tcp_resyncs_total").map_err(|e| h.fail(STEP, e))? - resyncs_before;
+    if resyncs == 0 {
+        return Err(h.fail(STEP, "the new connection got through but tcp_resyncs did not count it"));
+    }
+    progress(
+        STEP,
+        format!(
+            "both ends forgot {client}:{local_port} → {addr} ({backend}, SNAT {snat}:{snat_port}); a new connection \
+             from the same port answered by {backend}; tcp_resyncs +{resyncs}"
+        ),
+    );
+    Ok(())
 }
 
 /// Step 2a: an attacker on the clients' link, who knows the long-lived connection's

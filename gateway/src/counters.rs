@@ -291,6 +291,13 @@ pub struct Counters {
     /// TCP and UDP segments forwarded although their checksum is wrong (`[conntrack]
     /// drop_bad_l4_checksums = false`; else they are `bad_l4_checksum` drops).
     pub bad_l4_checksums_passed: u64,
+    /// TCP flows restarted as a new connection on their tuple: the endpoint's SYN+ACK
+    /// answered a client SYN the flow had ignored (`conntrack::resync`; copied from the
+    /// conntrack tables when the worker reports).
+    pub tcp_resyncs: u64,
+    /// Ignored SYNs overwritten in the full side table before they aged out
+    /// (`conntrack::resync`; copied from the conntrack tables when the worker reports).
+    pub tcp_ignored_syns_overwritten: u64,
     /// Drops, indexed by `DropReason as usize`.
     pub drops: [u64; DropReason::ALL.len()],
 }
@@ -324,6 +331,8 @@ impl Default for Counters {
             syn_proxy_handshakes: 0,
             redirected: 0,
             bad_l4_checksums_passed: 0,
+            tcp_resyncs: 0,
+            tcp_ignored_syns_overwritten: 0,
             drops: [0; DropReason::ALL.len()],
         }
     }
@@ -395,6 +404,12 @@ impl Counters {
             "L2 mode: gratuitous ARPs and unsolicited Neighbor Advertisements sent for VIPs taken over.",
             self.l2_announcements,
         );
+        f("tcp_resyncs", "TCP flows restarted by a SYN+ACK answering a SYN they had ignored.", self.tcp_resyncs);
+        f(
+            "tcp_ignored_syns_overwritten",
+            "Ignored SYNs overwritten in the full side table before they aged out.",
+            self.tcp_ignored_syns_overwritten,
+        );
     }
 
     /// Adds `other` into `self` (totals over workers).
@@ -424,6 +439,8 @@ impl Counters {
         self.syn_proxy_handshakes += other.syn_proxy_handshakes;
         self.redirected += other.redirected;
         self.bad_l4_checksums_passed += other.bad_l4_checksums_passed;
+        self.tcp_resyncs += other.tcp_resyncs;
+        self.tcp_ignored_syns_overwritten += other.tcp_ignored_syns_overwritten;
         for (a, b) in self.drops.iter_mut().zip(other.drops) {
             *a += b;
         }
@@ -603,6 +620,8 @@ mod tests {
             redirected: 23,
             bad_l4_checksums_passed: 24,
             l2_announcements: 25,
+            tcp_resyncs: 26,
+            tcp_ignored_syns_overwritten: 27,
             drops: [0; DropReason::ALL.len()],
         };
         let mut seen = Vec::new();
@@ -611,12 +630,12 @@ mod tests {
             assert!(!help.is_empty() && names.insert(name), "{name}");
             seen.push(v);
         });
-        assert_eq!(seen, (1..=25).collect::<Vec<u64>>());
+        assert_eq!(seen, (1..=27).collect::<Vec<u64>>());
         let mut total = Counters::default();
         total.add(&c);
         total.add(&c);
         let mut doubled = Vec::new();
         total.for_each(|_, _, v| doubled.push(v));
-        assert_eq!(doubled, (1..=25).map(|v| 2 * v).collect::<Vec<u64>>(), "add sums every counter");
+        assert_eq!(doubled, (1..=27).map(|v| 2 * v).collect::<Vec<u64>>(), "add sums every counter");
     }
 }

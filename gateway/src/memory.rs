@@ -11,33 +11,56 @@
 //! in an advised region allocates a huge page directly). The advice is a hint: where the
 //! kernel refuses it (no THP, another OS) the arrays are simply built of small pages.
 
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use memmap2::MmapMut;
+
 /// Transparent huge page size on x86-64 and most arm64 kernels.
 const HUGE_PAGE: usize = 2 << 20;
 
-/// A fixed-length array whose elements start on a huge-page boundary (or less than one
-/// element after it, for element sizes that do not divide 2 MiB), when it is at least
-/// a huge page long, inside an allocation advised for transparent huge pages: every element
-/// lies in a huge page where the kernel gives them (a plain boxed slice starts wherever the
-/// allocator put it, and its first and last partial huge pages, up to 4 MiB of a neighbour
-/// table, stay in small pages). Dereferences to `[T]`; cannot grow.
+/// A fixed-length array of the packet path: on the heap, its elements starting on a
+/// huge-page boundary (or less than one element after it, for element sizes that do not
+/// divide 2 MiB) when it is at least a huge page long, inside an allocation advised for
+/// transparent huge pages ([`filled`], [`filled_with`]: every element lies in a huge page
+/// where the kernel gives them; a plain boxed slice starts wherever the allocator put it,
+/// and its first and last partial huge pages, up to 4 MiB of a neighbour table, stay in
+/// small pages); or in a shared file mapping ([`HugeSlice::mapped`], the conntrack tables a
+/// restarted gateway adopts). Dereferences to `[T]`; cannot grow.
 pub(crate) struct HugeSlice<T> {
-    storage: Box<[T]>,
-    start: usize,
+    ptr: NonNull<T>,
     len: usize,
+    _backing: Backing<T>,
 }
 
+/// What keeps a [`HugeSlice`]'s elements alive.
+#[allow(dead_code)] // held for ownership only
+enum Backing<T> {
+    Heap(Box<[T]>),
+    Mapped(Arc<MmapMut>),
+}
+
+// SAFETY: `HugeSlice<T>` owns its elements (through `_backing`, which keeps the allocation
+// or mapping alive and is never shared with another `HugeSlice` over the same bytes), as a
+// `Box<[T]>` does.
+#[allow(unsafe_code)]
+unsafe impl<T: Send> Send for HugeSlice<T> {}
+// SAFETY: as above; `&HugeSlice<T>` gives only `&[T]`.
+#[allow(unsafe_code)]
+unsafe impl<T: Sync> Sync for HugeSlice<T> {}
+
 // The packet path dereferences these arrays several times per packet; a checked slice of
-// `storage` cost about 45 instructions per established packet (callgrind), so the bounds,
-// checked once by `filled_with`, are not checked again.
+// the storage cost about 45 instructions per established packet (callgrind), so the bounds,
+// checked once by the constructors, are not checked again.
 impl<T> std::ops::Deref for HugeSlice<T> {
     type Target = [T];
     #[inline(always)]
     fn deref(&self) -> &[T] {
-        // SAFETY: `filled_with` sets `start + len <= storage.len()`, and neither changes
-        // afterwards (the fields are private, the storage a boxed slice).
+        // SAFETY: `ptr` points to `len` initialised, aligned elements that `_backing` keeps
+        // alive and that nothing else references (the constructors).
         #[allow(unsafe_code)]
         unsafe {
-            self.storage.get_unchecked(self.start..self.start + self.len)
+            std::slice::from_raw_parts(self.ptr.as_ptr(), self.len)
         }
     }
 }
@@ -45,11 +68,23 @@ impl<T> std::ops::Deref for HugeSlice<T> {
 impl<T> std::ops::DerefMut for HugeSlice<T> {
     #[inline(always)]
     fn deref_mut(&mut self) -> &mut [T] {
-        // SAFETY: as in `deref`.
+        // SAFETY: as in `deref`; `&mut self` is the only access.
         #[allow(unsafe_code)]
         unsafe {
-            self.storage.get_unchecked_mut(self.start..self.start + self.len)
+            std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len)
         }
+    }
+}
+
+impl<T> HugeSlice<T> {
+    /// The `len` elements at `ptr` inside the file mapping `map`.
+    ///
+    /// # Safety
+    /// `ptr` must point to `len` aligned elements of `T` inside `map`, each a valid value of
+    /// `T`, that no other `HugeSlice` or reference covers.
+    #[allow(unsafe_code)]
+    pub(crate) unsafe fn mapped(ptr: NonNull<T>, len: usize, map: Arc<MmapMut>) -> Self {
+        HugeSlice { ptr, len, _backing: Backing::Mapped(map) }
     }
 }
 
@@ -77,7 +112,10 @@ pub(crate) fn filled_with<T>(len: usize, make: impl FnMut() -> T) -> HugeSlice<T
     let start = if pad == 0 { 0 } else { (base.next_multiple_of(HUGE_PAGE) - base).div_ceil(size).min(pad) };
     v.extend(std::iter::repeat_with(make).take(len + pad));
     assert!(start.checked_add(len).is_some_and(|end| end <= v.len()), "the used part lies inside the storage");
-    HugeSlice { storage: v.into_boxed_slice(), start, len }
+    let mut storage = v.into_boxed_slice();
+    // `start + len <= storage.len()` (asserted): in bounds, and not null.
+    let ptr = NonNull::new(storage[start..].as_mut_ptr()).expect("a slice pointer is never null");
+    HugeSlice { ptr, len, _backing: Backing::Heap(storage) }
 }
 
 /// Advises the huge-page-aligned part of `[start, start + bytes)` for transparent huge

@@ -391,6 +391,9 @@ impl Worker {
     /// vectors have grown to the table's size).
     fn report(&self, r: &mut WorkerReport, table: &Arc<Table>, now: u64) {
         r.counters.clone_from(&self.state.counters);
+        let (syns, syns6) = (self.state.conntrack.ignored_syns(), self.state.conntrack6.ignored_syns());
+        r.counters.tcp_resyncs = syns.resyncs() + syns6.resyncs();
+        r.counters.tcp_ignored_syns_overwritten = syns.overwritten() + syns6.overwritten();
         r.frontends.clone_from(&self.state.frontends);
         if !r.table.as_ref().is_some_and(|t| Arc::ptr_eq(t, table)) {
             r.table = Some(Arc::clone(table));

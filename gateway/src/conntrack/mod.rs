@@ -88,6 +88,11 @@
 //! routed to the client like any other packet (next hop and neighbour table), as a Linux
 //! router does.
 //!
+//! Beside the flows, outside that budget, a fixed side table of the client SYNs ignored on
+//! open flows ([`resync`]: at most 4 096 entries, 106 496 B per table, one per family per
+//! worker), which lets the endpoint's SYN+ACK bring a stale flow back in step as Linux's
+//! `last_*` fields do; [`Conntrack::remove`] drops a freed record's entry.
+//!
 //! Expected cost at load ≤ 3/4 (Knuth, TAOCP vol. 3, § 6.4): a hit probes ≈ 2.5 slots, a
 //! miss ≈ 8.5 slots (about two cache lines of index), one record read per hit.
 //!
@@ -127,6 +132,7 @@
 mod hash;
 mod index;
 pub mod persist;
+pub mod resync;
 pub mod syncookie;
 pub mod synproxy;
 pub mod tcp;
@@ -136,7 +142,7 @@ mod track;
 pub mod window;
 
 pub use tcp::TcpState;
-pub use track::{open_tcp, track_tcp, track_udp, Timeouts, Tracked};
+pub use track::{open_tcp, track_ignored_tcp, track_tcp, track_udp, Timeouts, Tracked};
 pub use window::{TcpSeq, TcpWindows, TcpWindowsMut, WindowBounds, WindowFlags};
 
 use std::fmt;
@@ -708,6 +714,9 @@ pub struct Conntrack<A: Address = Ipv4Addr> {
     expire_cursor: usize,
     /// Flows removed so far (wrapping): a [`Vacancy`] taken before a removal is stale.
     removals: u32,
+    /// The client SYNs ignored on open flows, for the endpoint's SYN+ACK to bring a flow
+    /// back in step ([`resync`]): outside the per-flow memory, not persisted.
+    ignored_syns: resync::IgnoredSyns,
 }
 
 /// What [`Conntrack::prefetch_record`] found for a hash ahead of the lookup.
@@ -835,9 +844,9 @@ impl<A: Address> Conntrack<A> {
     }
 
     fn with_index(capacity: usize, seed: u64, snat_addresses: &[A], index: Index) -> Self {
-        let records = persist::Slots::heap(capacity, Record::VACANT);
-        let live = persist::Slots::heap(capacity.div_ceil(64), 0);
-        let windows = persist::Slots::heap(capacity, WindowBounds::default());
+        let records = crate::memory::filled(capacity, Record::VACANT);
+        let live = crate::memory::filled(capacity.div_ceil(64), 0);
+        let windows = crate::memory::filled(capacity, WindowBounds::default());
         Self::with_storage(seed, snat_addresses, index, records, live, windows)
     }
 
@@ -856,6 +865,7 @@ impl<A: Address> Conntrack<A> {
             snat_addresses.len()
         );
         debug_assert!(index.slot_count() > 2 * capacity);
+        let ignored_syns = resync::IgnoredSyns::for_capacity(capacity);
         Self {
             records,
             live,
@@ -868,6 +878,7 @@ impl<A: Address> Conntrack<A> {
             never_used: 0,
             expire_cursor: 0,
             removals: 0,
+            ignored_syns,
         }
     }
 
@@ -982,7 +993,8 @@ impl<A: Address> Conntrack<A> {
 
     /// Bytes of heap memory the table holds (records, TCP windows, occupancy bitmap, index,
     /// SNAT addresses), fixed at construction: at capacity about 93.5 B per IPv4 flow and
-    /// 129.5 B per IPv6 flow (module documentation, "Layout").
+    /// 129.5 B per IPv6 flow (module documentation, "Layout"). The ignored SYNs' side table
+    /// is apart, not per flow ([`resync::IgnoredSyns::memory_bytes`], at most 106 496 B).
     #[must_use]
     pub fn memory_bytes(&self) -> usize {
         self.records.len() * size_of::<Record<A>>()
@@ -1257,6 +1269,30 @@ impl<A: Address> Conntrack<A> {
         (&mut record.state, TcpWindowsMut::new(&mut self.windows[id as usize], &mut record.window_flags))
     }
 
+    /// [`Conntrack::tcp_mut`] and the flow's view of the table's ignored SYNs ([`resync`];
+    /// checked against the flow's client port and SNAT port): what [`track_ignored_tcp`]
+    /// updates.
+    ///
+    /// # Panics
+    ///
+    /// As [`Conntrack::tcp_mut`].
+    pub fn tcp_resync_mut(&mut self, id: FlowId) -> (&mut FlowState, TcpWindowsMut<'_>, resync::FlowSyn<'_>) {
+        debug_assert!(self.is_live(id), "conntrack: flow id {id} is not live");
+        let record = &mut self.records[id as usize];
+        let check = u32::from(record.original_src_port) << 16 | u32::from(record.reply_dst_port);
+        (
+            &mut record.state,
+            TcpWindowsMut::new(&mut self.windows[id as usize], &mut record.window_flags),
+            resync::FlowSyn::new(&mut self.ignored_syns, id, check),
+        )
+    }
+
+    /// The table's ignored SYNs ([`resync`]): counts and memory.
+    #[must_use]
+    pub fn ignored_syns(&self) -> &resync::IgnoredSyns {
+        &self.ignored_syns
+    }
+
     /// The lean established path's view of the flow a burst found ahead: when record `id`
     /// is live and its tuple `direction` is `key` (what [`Conntrack::lookup_candidate`]
     /// confirms), its state and TCP windows, mutable, and the tuple a packet of `direction`
@@ -1435,6 +1471,7 @@ impl<A: Address> Conntrack<A> {
         self.free_head = id;
         self.len -= 1;
         self.removals = self.removals.wrapping_add(1);
+        self.ignored_syns.forget(id);
         flow
     }
 

@@ -5,8 +5,8 @@
 //!
 //! # Contract
 //!
-//! - `Slots<T>` is a fixed-length array that dereferences to `[T]`, on the heap
-//!   (`Slots::heap`, in transparent huge pages as `crate::memory` allocates) or in a
+//! - `Slots<T>` (`crate::memory`'s `HugeSlice`) is a fixed-length array that dereferences
+//!   to `[T]`, on the heap (`crate::memory::filled`, in transparent huge pages) or in a
 //!   shared file mapping. The table code does not know which.
 //! - A region file is `[header: 4 KiB][records][windows][live bitmap]`, each array starting
 //!   on a 64-byte boundary. The header (`Header`, little-endian fields) holds a magic, the
@@ -54,60 +54,8 @@ const STATE_BUILDING: u32 = 0;
 const STATE_READY: u32 = 1;
 const STATE_ADOPTING: u32 = 2;
 
-/// A fixed-length array on the heap or in a shared file mapping; dereferences to `[T]`.
-pub(crate) struct Slots<T> {
-    ptr: NonNull<T>,
-    len: usize,
-    _backing: Backing<T>,
-}
-
-#[allow(dead_code)] // held for ownership only
-enum Backing<T> {
-    Heap(HugeSlice<T>),
-    Mapped(Arc<MmapMut>),
-}
-
-// SAFETY: `Slots<T>` owns its elements (through `_backing`, which keeps the allocation or
-// mapping alive and is never shared with another `Slots` over the same bytes), as a
-// `Box<[T]>` does.
-#[allow(unsafe_code)]
-unsafe impl<T: Send> Send for Slots<T> {}
-// SAFETY: as above; `&Slots<T>` gives only `&[T]`.
-#[allow(unsafe_code)]
-unsafe impl<T: Sync> Sync for Slots<T> {}
-
-impl<T> std::ops::Deref for Slots<T> {
-    type Target = [T];
-    #[inline(always)]
-    fn deref(&self) -> &[T] {
-        // SAFETY: `ptr` points to `len` initialised, aligned elements that `_backing` keeps
-        // alive and that nothing else references (constructors).
-        #[allow(unsafe_code)]
-        unsafe {
-            std::slice::from_raw_parts(self.ptr.as_ptr(), self.len)
-        }
-    }
-}
-
-impl<T> std::ops::DerefMut for Slots<T> {
-    #[inline(always)]
-    fn deref_mut(&mut self) -> &mut [T] {
-        // SAFETY: as in `deref`; `&mut self` is the only access.
-        #[allow(unsafe_code)]
-        unsafe {
-            std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len)
-        }
-    }
-}
-
-impl<T: Copy> Slots<T> {
-    /// `len` copies of `value` on the heap (`crate::memory::filled`).
-    pub(crate) fn heap(len: usize, value: T) -> Self {
-        let mut slice = crate::memory::filled(len, value);
-        let ptr = NonNull::new(slice.as_mut_ptr()).expect("a slice pointer is never null");
-        Slots { ptr, len, _backing: Backing::Heap(slice) }
-    }
-}
+/// A fixed-length array on the heap or in a shared file mapping: [`HugeSlice`].
+pub(crate) type Slots<T> = HugeSlice<T>;
 
 /// What a region was built for, besides its capacity and family: flows of another owner
 /// would be found by the wrong worker, translated to ports it does not own, or sent out of
@@ -456,17 +404,15 @@ fn split<A: Address>(mut map: MmapMut, capacity: usize, deadline_shift_ms: u32) 
             NonNull::new_unchecked(base.add(offset))
         }
     };
-    let records =
-        Slots { ptr: at(records_at).cast::<Record<A>>(), len: capacity, _backing: Backing::Mapped(Arc::clone(&map)) };
-    let windows = Slots {
-        ptr: at(windows_at).cast::<WindowBounds>(),
-        len: capacity,
-        _backing: Backing::Mapped(Arc::clone(&map)),
-    };
-    let live = Slots {
-        ptr: at(live_at).cast::<u64>(),
-        len: capacity.div_ceil(64),
-        _backing: Backing::Mapped(Arc::clone(&map)),
+    // SAFETY: as said above `at`: disjoint, aligned arrays inside the mapping, which each
+    // keeps alive, holding valid values of their types.
+    #[allow(unsafe_code)]
+    let (records, windows, live) = unsafe {
+        (
+            Slots::mapped(at(records_at).cast::<Record<A>>(), capacity, Arc::clone(&map)),
+            Slots::mapped(at(windows_at).cast::<WindowBounds>(), capacity, Arc::clone(&map)),
+            Slots::mapped(at(live_at).cast::<u64>(), capacity.div_ceil(64), Arc::clone(&map)),
+        )
     };
     let header = at(0);
     Region { records, windows, live, mark: Mark { header, _map: map }, deadline_shift_ms }

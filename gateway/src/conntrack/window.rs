@@ -188,6 +188,26 @@ impl<'a> TcpWindowsMut<'a> {
         self.init_from_syn(0, seg);
     }
 
+    /// Restarts the windows for a new connection whose client SYN `syn` was ignored
+    /// ([`super::resync`]) and which the endpoint's SYN+ACK now answers: the client's
+    /// direction from the recorded SYN (end, window at least 1, Window Scale; its flags
+    /// cleared but for the scale's), the endpoint's emptied, to be initialised by the
+    /// SYN+ACK ([`check`] in state SYN_SENT). Linux's `TCP_CONNTRACK_IGNORE` case of
+    /// `nf_conntrack_tcp_packet`, which keeps the client's `td_maxack` (not in force: its
+    /// flag is cleared).
+    pub fn restart_from_ignored_syn(&mut self, syn: &super::resync::IgnoredSyn) {
+        let (o, r) = (Direction::Original as usize, Direction::Reply as usize);
+        self.bounds.end[o] = syn.end;
+        self.bounds.maxend[o] = syn.end;
+        self.bounds.maxwin[o] = u32::from(syn.window).max(1);
+        self.flags.0[o] = match syn.wscale {
+            Some(shift) => (shift.min(MAX_WSCALE) & SCALE) | WSCALE,
+            None => 0,
+        };
+        (self.bounds.end[r], self.bounds.maxend[r], self.bounds.maxwin[r], self.bounds.maxack[r]) = (0, 0, 0, 0);
+        self.flags.0[r] = 0;
+    }
+
     /// Initialises direction `s` from its SYN or SYN+ACK `seg` (Linux `tcp_options` and the
     /// SYN branch of `tcp_in_window`).
     fn init_from_syn(&mut self, s: usize, seg: &TcpSeq) {

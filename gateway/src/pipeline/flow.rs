@@ -32,8 +32,8 @@ use super::synproxy::{self, Before, Proxied};
 use super::{backend, Verdict, WorkerState};
 use crate::conntrack::tcp::{self, Segment as TcpSegment};
 use crate::conntrack::{
-    open_tcp, track_tcp, track_udp, Candidate, Deadline, Direction, Flow, FlowId, FlowKey, FlowState, InsertError,
-    Links, ReplyHint, TcpSeq, Tracked, Vacancy,
+    open_tcp, track_ignored_tcp, track_tcp, track_udp, Candidate, Deadline, Direction, Flow, FlowId, FlowKey,
+    FlowState, InsertError, Links, ReplyHint, TcpSeq, Tracked, Vacancy,
 };
 use crate::counters::DropReason;
 use crate::nat::Rewrite;
@@ -344,18 +344,34 @@ fn open_syn<A: Family>(now: u64, st: &mut WorkerState, id: FlowId, seg: &Segment
     open_tcp(state, windows, &seg.tcp, now, &host.timeouts)
 }
 
-/// Applies the packet to flow `id`'s state ([`track_state`]) and, when the scheduler counts
+/// Applies the packet to flow `id`'s state ([`track_state`], then [`track_ignored`] for a
+/// TCP segment the state ignored) and, when the scheduler counts
 /// connections, moves the flow's count between inactive and active if the packet moved it
 /// to or from ESTABLISHED ([`backend::count_state`]): a comparison of the state before and
 /// after, the shared count touched only on such a change.
 fn track<A: Family>(now: u64, st: &mut WorkerState, id: FlowId, dir: Direction, seg: &Segment<A>) -> Tracked {
     let counted = st.host.scheduler.counts_connections();
     let was_active = counted && backend::is_active(u8::from(seg.proto), A::conntrack(st).state(id));
-    let tracked = track_state(now, st, id, dir, seg);
+    let mut tracked = track_state(now, st, id, dir, seg);
+    if tracked == Tracked::Ignored {
+        tracked = track_ignored::<A>(now, st, id, dir, seg);
+    }
     if counted {
         backend::count_state(st, &A::conntrack(st).get(id), was_active);
     }
     tracked
+}
+
+/// A TCP segment of flow `id` that [`track_tcp`] ignored: [`track_ignored_tcp`] with the
+/// worker's ignored SYNs, which records a client's SYN and may bring a stale flow back in
+/// step on the endpoint's SYN+ACK. Cold and out of line, so the general path pays one
+/// comparison for it.
+#[cold]
+#[inline(never)]
+fn track_ignored<A: Family>(now: u64, st: &mut WorkerState, id: FlowId, dir: Direction, seg: &Segment<A>) -> Tracked {
+    let (conntrack, host) = A::conntrack_and_host(st);
+    let (state, windows, syns) = conntrack.tcp_resync_mut(id);
+    track_ignored_tcp(state, windows, syns, dir, &seg.tcp, now, &host.timeouts)
 }
 
 /// Applies the packet to flow `id`'s state ([`track_tcp`], [`track_udp`], [`sctp::track`]):

@@ -540,37 +540,93 @@ fn a_full_table_evicts_unassured_flows_then_refuses() {
     }
 }
 
-/// What torii does today when a client that crashed reuses its port while the gateway still
-/// holds the old connection's flow as ESTABLISHED, and the endpoint no longer has it (its
-/// RST, or the client's, never passed the gateway): the new SYN is let through along the
-/// old flow but ignored (Linux's `sIG`), the endpoint's SYN+ACK too, and the client's ACK
-/// of the new connection falls outside the old windows: dropped (`tcp_out_of_window`), as
-/// is everything after it until the flow expires. Linux gets in step instead: it keeps the
-/// ignored SYN's end, window and scale (`last_end`, `last_win`, `last_wscale`) and a
-/// SYN+ACK acknowledging exactly that SYN resets the entry to SYN_RECV
-/// (`nf_conntrack_tcp_packet`, the `TCP_CONNTRACK_IGNORE` case). That needs about 7 bytes
-/// per flow; issue 16's budget leaves 2.5 (docs/optimisation-log.md, "Lean established
-/// path"). When it is built, this test's last steps flip: SYN_RECV, then forwarded.
+/// A client that crashed reuses its port while the gateway still holds the old connection's
+/// flow as ESTABLISHED and the endpoint no longer has it (its RST, or the client's, never
+/// passed the gateway). The new SYN does not fit the old connection: it is let through along
+/// the old flow's translation (same endpoint, same SNAT port) but ignored (Linux's `sIG`),
+/// and recorded beside the flow table (`conntrack::resync`). The endpoint's SYN+ACK
+/// acknowledges exactly that SYN, so the flow restarts as the new connection: SYN_RECV, the
+/// client's window from the SYN, the endpoint's from the SYN+ACK (Linux
+/// `nf_conntrack_tcp_packet`, the `TCP_CONNTRACK_IGNORE` case). The client's ACK completes
+/// the handshake and data flows both ways. Before, the ACK fell outside the old windows and
+/// every later segment was dropped until the flow expired.
 #[test]
-fn a_reused_tuple_on_a_stale_established_flow_is_not_resynchronised_yet() {
+fn a_reused_tuple_on_a_stale_established_flow_is_resynchronised() {
     let mut c = Conn::new(1024);
     c.establish();
     let (isn, endpoint_isn) = (3_000_000_000u32, 777_000u32);
-    let endpoint_l2 = L2 { src: backend_mac(11), dst: GW_BACK_MAC };
+    let to_endpoint = L2 { src: GW_BACK_MAC, dst: backend_mac(11) };
+    let from_endpoint = L2 { src: backend_mac(11), dst: GW_BACK_MAC };
+    let to_client = L2 { src: GW_FRONT_MAC, dst: CLIENT_MAC };
+    let snat = (SNAT, c.snat_port);
+    let client = c.client;
+    // Client → VIP as received, and as it must leave for the endpoint (TTL − 1).
+    let original = |flags, seq, ack, data: &[u8]| {
+        (
+            frames::tcp(to_gw(), client, (VIP, 80), flags, seq, ack, data, 64),
+            frames::tcp(to_endpoint, snat, Conn::backend(), flags, seq, ack, data, 63),
+        )
+    };
+    // Endpoint → SNAT address as received, and as it must leave for the client.
+    let reply = |flags, seq, ack, data: &[u8]| {
+        (
+            frames::tcp(from_endpoint, Conn::backend(), snat, flags, seq, ack, data, 64),
+            frames::tcp(to_client, (VIP, 80), client, flags, seq, ack, data, 63),
+        )
+    };
+    // The new connection's SYN: along the old flow to its endpoint, the flow unchanged.
+    let (input, want) = original(SYN, isn, 0, b"");
+    assert_eq!(run(10 * SEC, &input, FRONT, &c.t, &mut c.st), (tx(BACK, &want), want));
+    c.expect(TcpState::Established, 2 * SEC, T.tcp_established_ns);
+    assert_eq!(c.st.conntrack.ignored_syns().len(), 1, "the ignored SYN is recorded");
+    // The endpoint's answer, acknowledging exactly that SYN: forwarded, the flow restarted.
+    let (input, want) = reply(SYN_ACK, endpoint_isn, isn.wrapping_add(1), b"");
+    assert_eq!(run(11 * SEC, &input, BACK, &c.t, &mut c.st), (tx(FRONT, &want), want));
+    c.expect(TcpState::SynRecv, 11 * SEC, T.tcp_syn_recv_ns);
+    let syns = c.st.conntrack.ignored_syns();
+    assert_eq!((syns.len(), syns.resyncs()), (0, 1));
+    // The client's ACK completes the new handshake.
+    let (input, want) = original(ACK, isn + 1, endpoint_isn + 1, b"");
+    assert_eq!(run(12 * SEC, &input, FRONT, &c.t, &mut c.st), (tx(BACK, &want), want));
+    c.expect(TcpState::Established, 12 * SEC, T.tcp_established_ns);
+    // Data both ways, in the new connection's numbers.
+    let (input, want) = original(ACK, isn + 1, endpoint_isn + 1, b"GET / HTTP/1.1\r\n\r\n");
+    assert_eq!(run(13 * SEC, &input, FRONT, &c.t, &mut c.st), (tx(BACK, &want), want));
+    let (input, want) = reply(ACK, endpoint_isn + 1, isn + 19, b"HTTP/1.1 200 OK\r\n\r\n");
+    assert_eq!(run(14 * SEC, &input, BACK, &c.t, &mut c.st), (tx(FRONT, &want), want));
+    let (input, want) = original(ACK, isn + 19, endpoint_isn + 20, b"");
+    assert_eq!(run(15 * SEC, &input, FRONT, &c.t, &mut c.st), (tx(BACK, &want), want));
+    c.expect(TcpState::Established, 15 * SEC, T.tcp_established_ns);
+    assert_eq!(c.st.counters.drops_of(DropReason::TcpOutOfWindow), 0);
+    assert_eq!(c.st.counters.new_flows, 1, "one flow throughout: the old translation kept");
+}
+
+/// The ignored SYN's record is the flow's alone: an endpoint's SYN+ACK that acknowledges
+/// something else leaves the flow as it was (and drops the record, as Linux's `last_*`
+/// then describe that SYN+ACK), so the new handshake's ACK still does not fit; and a flow
+/// removed and created again on the same record does not inherit the record.
+#[test]
+fn only_a_syn_ack_answering_the_ignored_syn_resynchronises() {
+    let mut c = Conn::new(1024);
+    c.establish();
+    let isn = 3_000_000_000u32;
     let client = |flags, seq, ack| frames::tcp(to_gw(), c.client, (VIP, 80), flags, seq, ack, b"", 64);
+    let endpoint_l2 = L2 { src: backend_mac(11), dst: GW_BACK_MAC };
     let endpoint =
         |flags, seq, ack| frames::tcp(endpoint_l2, Conn::backend(), (SNAT, c.snat_port), flags, seq, ack, b"", 64);
-    // The new connection's SYN: along the old flow to its endpoint, the flow unchanged.
-    let (v, out) = run(10 * SEC, &client(SYN, isn, 0), FRONT, &c.t, &mut c.st);
-    assert!(matches!(v, Verdict::Transmit { iface: BACK, .. }), "{v:?}");
-    assert_eq!(backend_of(&out), ip(BACKEND));
+    assert!(matches!(run(10 * SEC, &client(SYN, isn, 0), FRONT, &c.t, &mut c.st).0, Verdict::Transmit { .. }));
+    let (v, _) = run(11 * SEC, &endpoint(SYN_ACK, 777_000, isn.wrapping_add(2)), BACK, &c.t, &mut c.st);
+    assert!(matches!(v, Verdict::Transmit { iface: FRONT, .. }), "ignored, forwarded: {v:?}");
     c.expect(TcpState::Established, 2 * SEC, T.tcp_established_ns);
-    // The endpoint's answer: let through to the client, the flow unchanged.
-    let (v, _) = run(11 * SEC, &endpoint(SYN_ACK, endpoint_isn, isn + 1), BACK, &c.t, &mut c.st);
+    assert!(c.st.conntrack.ignored_syns().is_empty());
+    let (v, _) = run(12 * SEC, &endpoint(SYN_ACK, 777_000, isn.wrapping_add(1)), BACK, &c.t, &mut c.st);
     assert!(matches!(v, Verdict::Transmit { iface: FRONT, .. }), "{v:?}");
     c.expect(TcpState::Established, 2 * SEC, T.tcp_established_ns);
-    // The client's ACK completing the new handshake does not fit the old connection.
-    let (v, _) = run(12 * SEC, &client(ACK, isn + 1, endpoint_isn + 1), FRONT, &c.t, &mut c.st);
+    let (v, _) = run(13 * SEC, &client(ACK, isn + 1, 777_001), FRONT, &c.t, &mut c.st);
     assert_eq!(v, Verdict::Drop(DropReason::TcpOutOfWindow));
-    c.expect(TcpState::Established, 2 * SEC, T.tcp_established_ns);
+    // Recorded again, then the flow expires: the record goes with it.
+    assert!(matches!(run(14 * SEC, &client(SYN, isn, 0), FRONT, &c.t, &mut c.st).0, Verdict::Transmit { .. }));
+    assert_eq!(c.st.conntrack.ignored_syns().len(), 1);
+    assert_eq!(poll_expire(2 * SEC + T.tcp_established_ns, 1024, &mut c.st), 1);
+    assert!(c.st.conntrack.ignored_syns().is_empty(), "dropped with the flow's record");
 }
