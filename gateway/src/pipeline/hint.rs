@@ -12,8 +12,8 @@ use crate::conntrack::tcp::Segment as TcpSegment;
 use crate::conntrack::{Candidate, Direction, FlowId, FlowKey, TcpSeq};
 use crate::wire::{IpProtocol, SctpPacket, TcpPacket, UdpPacket};
 
-/// Frames [`super::process_burst`] has in flight at once: from a frame's stage 1 to its processing
-/// (`PROCESS_AT` steps of `burst`: 12) its hints take one of this many slots.
+/// Frames [`super::process_burst`] has in flight at once (a chunk of its burst): from a
+/// frame's stage 1 to its processing its hints take one of this many slots.
 pub const PREFETCH_WINDOW: usize = 16;
 
 /// Where [`super::process_burst`] found ahead (stage 3) that a frame's packet will go: for a
@@ -134,8 +134,8 @@ pub(super) struct LeanSegment {
     pub tcp: TcpSeq,
 }
 
-/// The hints of the frames [`super::process_burst`] has in flight, frame `i`'s in slot
-/// `i % PREFETCH_WINDOW`, and which slot belongs to the frame [`super::process`] is processing:
+/// The hints of the frames [`super::process_burst`] has in flight, a chunk's frame `j`'s in
+/// slot `j`, and which slot belongs to the frame [`super::process`] is processing:
 /// [`PREFETCH_WINDOW`], a slot that always holds no hints, outside a burst. Kept in
 /// [`super::WorkerState`] so that [`super::process`] reads its frame's hints where stage 1 wrote them,
 /// with no copy.
