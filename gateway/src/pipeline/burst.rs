@@ -49,7 +49,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use super::family::Family;
-use super::hint::{FlowHint, FrameHints, LeanFrame, NewFlowHint, RouteHint, PREFETCH_WINDOW};
+use super::hint::{FlowHint, FrameHints, LeanFrame, LeanSegment, NewFlowHint, RouteHint, PREFETCH_WINDOW};
 use super::link;
 use super::{backend, ipv4, ipv6, lean, process, Meta, Verdict, WorkerState};
 use crate::conntrack::{Candidate, Conntrack, Direction, FlowId, FlowKey, Vacancy};
@@ -416,11 +416,11 @@ fn hint(
     out.new_flow = None;
     match link::receive(frame, meta, host) {
         Ok((rx, EtherType::Ipv4)) => {
-            lean.seg = None;
+            lean.seg = LeanSegment::NONE;
             let mut checked = false;
             if let Some((key, opens)) = ipv4::flow_key(frame, &rx, &mut lean.seg, &mut checked) {
                 let hash = prefetch(v4, &key, opens);
-                if lean.seg.is_some() {
+                if lean.seg.is_lean() {
                     lean.key = key;
                     lean.hash = hash;
                     return true;

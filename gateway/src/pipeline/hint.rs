@@ -94,8 +94,8 @@ pub(super) struct LeanFrame {
     pub id: FlowId,
     /// ... and the direction of the key's tuple.
     pub direction: Direction,
-    /// What stage 1's parse found; `None`: not a lean frame.
-    pub seg: Option<LeanSegment>,
+    /// What stage 1's parse found ([`LeanSegment::NONE`]: not a lean frame).
+    pub seg: LeanSegment,
 }
 
 impl LeanFrame {
@@ -111,7 +111,7 @@ impl LeanFrame {
         hash: 0,
         id: 0,
         direction: Direction::Original,
-        seg: None,
+        seg: LeanSegment::NONE,
     };
 }
 
@@ -121,17 +121,31 @@ impl LeanFrame {
 /// link layer ([`super::link::receive`]), IPv4 header without options, checksum verified
 /// (or vouched for by the device: `Meta::l3_csum_good`), not a fragment, TTL above 1,
 /// transport header whole, no partial L4 checksum. The flow key is the frame's
-/// [`FlowHint`]. Anything else is parsed again by the general path.
+/// [`FlowHint`]. Anything else is parsed again by the general path: its segment is
+/// [`LeanSegment::NONE`] (a Total Length of 0, which no parsed packet has), so that a parse
+/// writes the fields alone, with no `Option` around them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(super) struct LeanSegment {
     /// The interface the frame arrived on ([`super::link::Rx::iface`]).
     pub iface: u8,
     /// Length of its link-layer header, bytes (14 or 18).
     pub l2_len: u8,
-    /// Length of the IPv4 packet (Total Length), bytes.
+    /// Length of the IPv4 packet (Total Length), bytes; 0: not a lean frame.
     pub total: u16,
     /// The TCP segment's window-tracking fields ([`super::flow::tcp_seq`]); zero for UDP.
     pub tcp: TcpSeq,
+}
+
+impl LeanSegment {
+    /// No lean frame's: what the early parse leaves for a frame the lean path cannot take.
+    pub const NONE: Self =
+        Self { iface: 0, l2_len: 0, total: 0, tcp: TcpSeq { flags: crate::wire::TcpFlags(0), seq: 0, ack: 0, window: 0, len: 0, wscale: None } };
+
+    /// Whether the early parse found a lean frame (anything but [`LeanSegment::NONE`]).
+    #[inline(always)]
+    pub fn is_lean(&self) -> bool {
+        self.total != 0
+    }
 }
 
 /// The hints of the frames [`super::process_burst`] has in flight, a chunk's frame `j`'s in

@@ -83,9 +83,8 @@ pub(super) fn forward(
     st: &mut WorkerState,
 ) -> Option<Verdict> {
     let WorkerState { conntrack, host, neighbours, counters, frontends, synproxy, .. } = st;
-    let LeanFrame { key, id, direction, seg: Some(seg), .. } = lean else {
-        return None;
-    };
+    let LeanFrame { key, id, direction, seg, .. } = lean;
+    debug_assert!(seg.is_lean(), "a lean frame's segment");
     let (id, direction) = (*id, *direction);
     let (state, mut windows, out) = conntrack.lean(id, direction, key)?;
     if state.deadline.is_due(now) || state.links.of(direction) != seg.iface || state.table_epoch != k.epoch {
