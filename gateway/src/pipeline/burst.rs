@@ -49,7 +49,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use super::family::Family;
-use super::hint::{FlowHint, FrameHints, LeanFrame, LeanSegment, NewFlowHint, RouteHint, PREFETCH_WINDOW};
+use super::hint::{FlowHint, FrameHints, LeanFrame, NewFlowHint, RouteHint, PREFETCH_WINDOW};
 use super::link;
 use super::{backend, ipv4, ipv6, lean, process, Meta, Verdict, WorkerState};
 use crate::conntrack::{Candidate, Conntrack, Direction, FlowId, FlowKey, Vacancy};
@@ -416,7 +416,8 @@ fn hint(
     out.new_flow = None;
     match link::receive(frame, meta, host) {
         Ok((rx, EtherType::Ipv4)) => {
-            lean.seg = LeanSegment::NONE;
+            // `LeanSegment::NONE` as far as `is_lean` reads: one store, not the whole segment.
+            lean.seg.total = 0;
             let mut checked = false;
             if let Some((key, opens)) = ipv4::flow_key(frame, &rx, &mut lean.seg, &mut checked) {
                 let hash = prefetch(v4, &key, opens);

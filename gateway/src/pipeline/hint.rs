@@ -141,7 +141,8 @@ impl LeanSegment {
     pub const NONE: Self =
         Self { iface: 0, l2_len: 0, total: 0, tcp: TcpSeq { flags: crate::wire::TcpFlags(0), seq: 0, ack: 0, window: 0, len: 0, wscale: None } };
 
-    /// Whether the early parse found a lean frame (anything but [`LeanSegment::NONE`]).
+    /// Whether the early parse found a lean frame: a Total Length other than
+    /// [`LeanSegment::NONE`]'s, whatever the other fields hold.
     #[inline(always)]
     pub fn is_lean(&self) -> bool {
         self.total != 0
