@@ -411,9 +411,6 @@ fn hint(
     out: &mut FrameHints,
     lean: &mut LeanFrame,
 ) -> bool {
-    out.candidate = None;
-    out.route = None;
-    out.new_flow = None;
     match link::receive(frame, meta, host) {
         Ok((rx, EtherType::Ipv4)) => {
             // `LeanSegment::NONE` as far as `is_lean` reads: one store, not the whole segment.
@@ -426,6 +423,10 @@ fn hint(
                     lean.hash = hash;
                     return true;
                 }
+                // Field by field: cheaper here than the whole slot.
+                out.candidate = None;
+                out.route = None;
+                out.new_flow = None;
                 out.flow = Some(FlowHint::V4(key, hash));
                 out.l3_checked = checked;
                 return false;
@@ -433,15 +434,13 @@ fn hint(
         }
         Ok((rx, EtherType::Ipv6)) => {
             if let Some((key, opens)) = ipv6::flow_key(frame, &rx) {
-                out.flow = Some(FlowHint::V6(key, prefetch(v6, &key, opens)));
-                out.l3_checked = false;
+                *out = FrameHints { flow: Some(FlowHint::V6(key, prefetch(v6, &key, opens))), ..FrameHints::NONE };
                 return false;
             }
         }
         _ => {}
     }
-    out.flow = None;
-    out.l3_checked = false;
+    *out = FrameHints::NONE;
     false
 }
 

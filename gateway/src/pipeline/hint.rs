@@ -68,6 +68,9 @@ pub(super) struct FrameHints {
 }
 
 impl FrameHints {
+    /// No hints at all (a frame without a flow key, and the fields a stage 1 leaves empty).
+    pub const NONE: Self = Self { flow: None, candidate: None, route: None, new_flow: None, l3_checked: false };
+
     /// The hints of a frame [`LeanFrame`] held until the lean path turned it down: its flow
     /// key and hash, and `candidate` (the flow found ahead, or where the key's probe run
     /// ended); no route or new-flow hint.
