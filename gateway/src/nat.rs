@@ -73,12 +73,7 @@ pub fn rewrite_ipv4_plain(ip_buf: &mut [u8], tcp: bool, rw: &Rewrite) {
 /// [`rewrite_ipv4_plain`] of the `L` bytes of IPv4 and transport header `b` whose
 /// transport checksum lies at `at` and takes its change by `apply`.
 #[inline(always)]
-fn rewrite_ipv4_plain_in<const L: usize>(
-    b: &mut [u8; L],
-    at: usize,
-    apply: impl Fn(Delta, u16) -> u16,
-    rw: &Rewrite,
-) {
+fn rewrite_ipv4_plain_in<const L: usize>(b: &mut [u8; L], at: usize, apply: impl Fn(Delta, u16) -> u16, rw: &Rewrite) {
     let word = |b: &[u8; L], at: usize| u16::from_ne_bytes([b[at], b[at + 1]]);
     let word32 = |b: &[u8; L], at: usize| u32::from_ne_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
     let (src, dst) = (u32::from_ne_bytes(rw.src_addr.octets()), u32::from_ne_bytes(rw.dst_addr.octets()));

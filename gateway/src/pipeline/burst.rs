@@ -60,10 +60,7 @@ use crate::table::{FrontendHash, ServiceRing, Table};
 use crate::wire::EtherType;
 
 // `PREFETCH_WINDOW` lives in `hint`, with the ring of hint slots it sizes.
-const _: () = assert!(
-    PREFETCH_WINDOW <= 32,
-    "process_burst keeps a chunk's lean frames and new flows in 32-bit masks"
-);
+const _: () = assert!(PREFETCH_WINDOW <= 32, "process_burst keeps a chunk's lean frames and new flows in 32-bit masks");
 
 /// The passes of [`process_burst`] that advance the prefetches of a chunk's new flows past
 /// stage 2: front-door record, service record, ring slot, endpoint record, next hop.

@@ -141,8 +141,12 @@ pub(super) struct LeanSegment {
 
 impl LeanSegment {
     /// No lean frame's: what the early parse leaves for a frame the lean path cannot take.
-    pub const NONE: Self =
-        Self { iface: 0, l2_len: 0, total: 0, tcp: TcpSeq { flags: crate::wire::TcpFlags(0), seq: 0, ack: 0, window: 0, len: 0, wscale: None } };
+    pub const NONE: Self = Self {
+        iface: 0,
+        l2_len: 0,
+        total: 0,
+        tcp: TcpSeq { flags: crate::wire::TcpFlags(0), seq: 0, ack: 0, window: 0, len: 0, wscale: None },
+    };
 
     /// Whether the early parse found a lean frame: a Total Length other than
     /// [`LeanSegment::NONE`]'s, whatever the other fields hold.
