@@ -266,6 +266,17 @@ fn prefetch_egress<A: Family>(st: &WorkerState, id: FlowId, direction: Direction
 /// false for a flow never routed.
 #[inline]
 fn prefetch_lean(st: &WorkerState, id: FlowId, direction: Direction) -> bool {
+    // One copy per direction, as `lean::forward`.
+    match direction {
+        Direction::Original => prefetch_lean_in::<true>(st, id),
+        Direction::Reply => prefetch_lean_in::<false>(st, id),
+    }
+}
+
+/// [`prefetch_lean`] of a frame of the original direction (`ORIGINAL`) or a reply.
+#[inline(always)]
+fn prefetch_lean_in<const ORIGINAL: bool>(st: &WorkerState, id: FlowId) -> bool {
+    let direction = if ORIGINAL { Direction::Original } else { Direction::Reply };
     let (to, state) = st.conntrack.peek_destination(id, direction);
     match state.egress(direction) {
         Some((_, on_link)) => {
