@@ -60,9 +60,22 @@ pub fn rewrite_ipv4(ip_buf: &mut [u8], rw: &Rewrite, l4_partial: bool) {
 /// [RFC 1071]: https://www.rfc-editor.org/rfc/rfc1071
 #[inline(always)]
 pub fn rewrite_ipv4_plain(ip_buf: &mut [u8], tcp: bool, rw: &Rewrite) {
-    let b = &mut ip_buf[..if tcp { 40 } else { 28 }];
-    let word = |b: &[u8], at: usize| u16::from_ne_bytes([b[at], b[at + 1]]);
-    let word32 = |b: &[u8], at: usize| u32::from_ne_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+    // Each a fixed-size array: every offset below is checked at compile time.
+    if tcp {
+        let b: &mut [u8; 40] = ip_buf.first_chunk_mut().expect("a whole TCP header");
+        rewrite_ipv4_plain_in(b, 36, |l4, check| l4.apply(check), rw);
+    } else {
+        let b: &mut [u8; 28] = ip_buf.first_chunk_mut().expect("a whole UDP header");
+        rewrite_ipv4_plain_in(b, 26, |l4, check| l4.apply_udp(check), rw);
+    }
+}
+
+/// [`rewrite_ipv4_plain`] of the `L` bytes of IPv4 and transport header `b` whose
+/// transport checksum lies at `at` and takes its change by `apply`.
+#[inline(always)]
+fn rewrite_ipv4_plain_in<const L: usize>(b: &mut [u8; L], at: usize, apply: impl Fn(Delta, u16) -> u16, rw: &Rewrite) {
+    let word = |b: &[u8; L], at: usize| u16::from_ne_bytes([b[at], b[at + 1]]);
+    let word32 = |b: &[u8; L], at: usize| u32::from_ne_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
     let (src, dst) = (u32::from_ne_bytes(rw.src_addr.octets()), u32::from_ne_bytes(rw.dst_addr.octets()));
     let (sp, dp) = (rw.src_port.to_be_bytes(), rw.dst_port.to_be_bytes());
     let ports = u32::from_ne_bytes([sp[0], sp[1], dp[0], dp[1]]);
@@ -76,8 +89,7 @@ pub fn rewrite_ipv4_plain(ip_buf: &mut [u8], tcp: bool, rw: &Rewrite) {
     b[12..16].copy_from_slice(&src.to_ne_bytes());
     b[16..20].copy_from_slice(&dst.to_ne_bytes());
     b[20..24].copy_from_slice(&ports.to_ne_bytes());
-    let at = if tcp { 36 } else { 26 };
-    let check = if tcp { l4.apply(word(b, at)) } else { l4.apply_udp(word(b, at)) };
+    let check = apply(l4, word(b, at));
     b[at..at + 2].copy_from_slice(&check.to_ne_bytes());
 }
 

@@ -414,11 +414,21 @@ pub fn check(mut w: TcpWindowsMut<'_>, direction: Direction, state: TcpState, as
 /// spills cost as much as a fifth of its body.
 #[inline(always)]
 #[must_use]
-pub fn check_ack(mut w: TcpWindowsMut<'_>, direction: Direction, seg: &TcpSeq) -> bool {
+pub fn check_ack(w: TcpWindowsMut<'_>, direction: Direction, seg: &TcpSeq) -> bool {
     debug_assert!(
         seg.flags.contains(TcpFlags::ACK) && seg.flags.0 & (TcpFlags::SYN.0 | TcpFlags::FIN.0 | TcpFlags::RST.0) == 0
     );
-    let (s, r) = (direction as usize, 1 - direction as usize);
+    // One copy per direction: every index below a constant.
+    match direction {
+        Direction::Original => check_ack_of::<0, 1>(w, seg),
+        Direction::Reply => check_ack_of::<1, 0>(w, seg),
+    }
+}
+
+/// [`check_ack`] for a segment of sender `S` to receiver `R`.
+#[inline(always)]
+fn check_ack_of<const S: usize, const R: usize>(mut w: TcpWindowsMut<'_>, seg: &TcpSeq) -> bool {
+    let (s, r) = (S, R);
     let b = &*w.bounds;
     if b.maxwin[s] == 0 {
         return false;
@@ -434,16 +444,22 @@ pub fn check_ack(mut w: TcpWindowsMut<'_>, direction: Direction, seg: &TcpSeq) -
         return w.has(s, LIBERAL);
     }
     let win = u32::from(seg.window) << w.scale(s);
-    advance(&mut w, (s, r), end, ack, win, true);
+    advance_inlined(&mut w, (s, r), end, ack, win, true);
     true
+}
+
+/// [`advance_inlined`], called.
+#[inline]
+fn advance(w: &mut TcpWindowsMut<'_>, s_r: (usize, usize), end: u32, ack: u32, win: u32, has_ack: bool) {
+    advance_inlined(w, s_r, end, ack, win, has_ack);
 }
 
 /// Moves the windows forward for an in-window segment of sender `s` to receiver `r`
 /// (Linux `tcp_in_window`'s update, shared by [`check`] and [`check_ack`]): the sender's
 /// largest window (`win`, scaled) and end, its largest acknowledgement when the segment
 /// carries one (`has_ack`), and the receiver's window and right edge.
-#[inline]
-fn advance(w: &mut TcpWindowsMut<'_>, (s, r): (usize, usize), end: u32, ack: u32, win: u32, has_ack: bool) {
+#[inline(always)]
+fn advance_inlined(w: &mut TcpWindowsMut<'_>, (s, r): (usize, usize), end: u32, ack: u32, win: u32, has_ack: bool) {
     let set_maxack = !w.has(s, MAXACK_SET);
     if has_ack && set_maxack {
         w.flags.0[s] |= MAXACK_SET;

@@ -21,12 +21,15 @@
 //!    the SNAT port the allocation would give it now);
 //! 4. the frame is processed by [`process`].
 //!
-//! The stages are software-pipelined over the whole burst: frame `i`'s stage 1 runs at step
-//! `i`, stage 2 at `i + d`, stage 3 at `i + 2d` and its processing at `i + 3d`
-//! ([`PROCESS_AT`]), a new flow's further stages at the steps of `NEW_FLOW_VISITS` in
-//! between, so every load has the work of a few frames to arrive before the next stage reads
-//! it. Only the first frames of a burst wait for their loads (the pipeline fills once per
-//! call, however long the burst): a driver amortises that best with long bursts.
+//! The burst goes in chunks of [`PREFETCH_WINDOW`] frames, and each chunk through the
+//! stages pass by pass (stage 1 over its frames, then stage 2 over them, a new flow's
+//! further stages one pass per visit, stage 3, then the processing in order), so that every
+//! load has the work of the rest of the chunk (about `PREFETCH_WINDOW` frames' worth of one
+//! stage or the next) to arrive before the next stage reads it, and a stage costs a frame
+//! no range checks or slot arithmetic (a software pipeline over the whole burst, frame `i`'s
+//! stage `s` at step `i + s·d`, paid both on every step). Only the first frames of a chunk's
+//! first stage wait for nothing: a chunk of the same `PREFETCH_WINDOW` frames fills the
+//! distance a pipeline of that depth would.
 //!
 //! IPv4 frames (TCP, UDP, SCTP) are hinted against the worker's IPv4 conntrack, IPv6 frames
 //! (TCP and UDP, after any extension headers) against its IPv6 one; fragments and everything
@@ -57,22 +60,11 @@ use crate::table::{FrontendHash, ServiceRing, Table};
 use crate::wire::EtherType;
 
 // `PREFETCH_WINDOW` lives in `hint`, with the ring of hint slots it sizes.
-const _: () = assert!(
-    PREFETCH_WINDOW > PROCESS_AT && PREFETCH_WINDOW <= 32,
-    "process_burst keeps the frames in flight in as many slots, their new flows in a 32-bit mask"
-);
+const _: () = assert!(PREFETCH_WINDOW <= 32, "process_burst keeps a chunk's lean frames and new flows in 32-bit masks");
 
-/// Steps between the stages of an established flow's frame in [`process_burst`]: stage 2 at
-/// step `i + d`, stage 3 at `i + 2d`, processing at `i + 3d` ([`PROCESS_AT`]).
-const STAGE_DISTANCE: usize = 4;
-
-/// The step, after stage 1, at which [`process_burst`] processes a frame.
-pub const PROCESS_AT: usize = 3 * STAGE_DISTANCE;
-
-/// The steps (after stage 1) at which [`process_burst`] advances the prefetches of a new
-/// flow's frame past stage 2: front-door record, service record, ring slot, endpoint record,
-/// next hop. The table is far smaller than the conntrack, so these loads come sooner.
-const NEW_FLOW_VISITS: [usize; 5] = [6, 8, 9, 10, 11];
+/// The passes of [`process_burst`] that advance the prefetches of a chunk's new flows past
+/// stage 2: front-door record, service record, ring slot, endpoint record, next hop.
+const NEW_FLOW_VISITS: usize = 5;
 
 /// How far the prefetches of a frame have come: what the next visit reads (it was prefetched
 /// by the previous one) and prefetches. A new flow's service is viewed once
@@ -117,28 +109,35 @@ pub fn process_burst<B: AsMut<[u8]>>(
     // checks fold into those.
     let (frames, metas, verdicts) = (&mut frames[..n], &metas[..n], &mut verdicts[..n]);
     let constants = lean::BurstConstants::new(now, table, st);
-    // Frame `i`'s hints live in slot `i % PREFETCH_WINDOW` from its stage 1 (step `i`) to its
-    // processing (step `i + PROCESS_AT`), so the pipeline runs through the whole burst
-    // without draining between windows.
-    let mut ahead: [Ahead<'_>; PREFETCH_WINDOW] = [Ahead::Done; PREFETCH_WINDOW];
-    // The compact hints of the frames that may take the lean path (`lean`), by slot.
+    // The burst goes in chunks of `PREFETCH_WINDOW` frames, each through the stages pass
+    // by pass: frame `j` of a chunk takes slot `j` from its stage 1 to its processing.
     let mut leans = [LeanFrame::EMPTY; PREFETCH_WINDOW];
-    // Bit `i % PREFETCH_WINDOW`: frame `i` opens a new flow whose prefetches are under way.
-    let mut new_flows: u32 = 0;
-    // Bit `i % PREFETCH_WINDOW`: frame `i`'s hints are in `leans`, not in `st.hints`.
-    let mut lean_frames: u32 = 0;
-    let slot = |i: usize| i % PREFETCH_WINDOW;
-    for step in 0..n + PROCESS_AT {
-        if step < n {
-            let j = slot(step);
-            let h = &mut st.hints.frames[j];
-            let lean =
-                hint(frames[step].as_mut(), &metas[step], &st.host, &st.conntrack, &st.conntrack6, h, &mut leans[j]);
-            new_flows &= !(1 << j);
-            lean_frames = lean_frames & !(1 << j) | u32::from(lean) << j;
+    let mut ahead: [Ahead<'_>; PREFETCH_WINDOW] = [Ahead::Done; PREFETCH_WINDOW];
+    for ((frames, metas), verdicts) in
+        frames.chunks_mut(PREFETCH_WINDOW).zip(metas.chunks(PREFETCH_WINDOW)).zip(verdicts.chunks_mut(PREFETCH_WINDOW))
+    {
+        // Equal lengths (all cut to `n`): the chunks are too.
+        let m = frames.len();
+        let (metas, verdicts) = (&metas[..m], &mut verdicts[..m]);
+        // Bit `j`: the chunk's frame `j` has its hints in `leans`, not in `st.hints`.
+        let mut lean_frames: u32 = 0;
+        // Bit `j`: the chunk's frame `j` opens a new flow whose prefetches are under way.
+        let mut new_flows: u32 = 0;
+        // Stage 1.
+        for (j, (frame, meta)) in frames.iter_mut().zip(metas).enumerate() {
+            let lean = hint(
+                frame.as_mut(),
+                meta,
+                &st.host,
+                &st.conntrack,
+                &st.conntrack6,
+                &mut st.hints.frames[j],
+                &mut leans[j],
+            );
+            lean_frames |= u32::from(lean) << j;
         }
-        if let Some(i) = step.checked_sub(STAGE_DISTANCE).filter(|&i| i < n) {
-            let j = slot(i);
+        // Stage 2.
+        for j in 0..m {
             if lean_frames & (1 << j) != 0 {
                 let l = &mut leans[j];
                 match st.conntrack.prefetch_record(l.hash) {
@@ -169,11 +168,12 @@ pub fn process_burst<B: AsMut<[u8]>>(
                 }
             }
         }
+        // A new flow's further stages, one pass per visit.
         if new_flows != 0 {
-            visit_new_flows(st, table, step, n, new_flows, &mut ahead);
+            visit_new_flows(st, table, new_flows, &mut ahead);
         }
-        if let Some(i) = step.checked_sub(2 * STAGE_DISTANCE).filter(|&i| i < n) {
-            let j = slot(i);
+        // Stage 3.
+        for j in 0..m {
             if lean_frames & (1 << j) != 0 {
                 let l = &leans[j];
                 if !prefetch_lean(st, l.id, l.direction) {
@@ -198,18 +198,18 @@ pub fn process_burst<B: AsMut<[u8]>>(
                 }
             }
         }
-        if let Some(i) = step.checked_sub(PROCESS_AT).filter(|&i| i < n) {
-            let j = slot(i);
+        // Stage 4: processing, in order.
+        for (j, ((frame, meta), verdict)) in frames.iter_mut().zip(metas).zip(verdicts.iter_mut()).enumerate() {
             if lean_frames & (1 << j) != 0 {
                 let l = &leans[j];
-                if let Some(verdict) = lean::forward(now, frames[i].as_mut(), l, &constants, st) {
-                    verdicts[i] = verdict;
+                if let Some(v) = lean::forward(now, frame.as_mut(), l, &constants, st) {
+                    *verdict = v;
                     continue;
                 }
                 st.hints.frames[j] = FrameHints::from_lean(l, Some(Candidate::Flow(l.id, l.direction)));
             }
             st.hints.current = j;
-            verdicts[i] = process(now, frames[i].as_mut(), &metas[i], table, st);
+            *verdict = process(now, frame.as_mut(), meta, table, st);
             st.hints.current = PREFETCH_WINDOW;
         }
     }
@@ -254,6 +254,17 @@ fn prefetch_egress<A: Family>(st: &WorkerState, id: FlowId, direction: Direction
 /// false for a flow never routed.
 #[inline]
 fn prefetch_lean(st: &WorkerState, id: FlowId, direction: Direction) -> bool {
+    // One copy per direction, as `lean::forward`.
+    match direction {
+        Direction::Original => prefetch_lean_in::<true>(st, id),
+        Direction::Reply => prefetch_lean_in::<false>(st, id),
+    }
+}
+
+/// [`prefetch_lean`] of a frame of the original direction (`ORIGINAL`) or a reply.
+#[inline(always)]
+fn prefetch_lean_in<const ORIGINAL: bool>(st: &WorkerState, id: FlowId) -> bool {
+    let direction = if ORIGINAL { Direction::Original } else { Direction::Reply };
     let (to, state) = st.conntrack.peek_destination(id, direction);
     match state.egress(direction) {
         Some((_, on_link)) => {
@@ -269,26 +280,23 @@ fn prefetch_lean(st: &WorkerState, id: FlowId, direction: Direction) -> bool {
     }
 }
 
-/// The visits ([`visit_hinted`]) of the new flows (bit `i % PREFETCH_WINDOW` of
-/// `new_flows`) that are due at `step` ([`NEW_FLOW_VISITS`]). Not inlined: out of the
-/// pipeline loop, the loop's registers serve its other stages (an established packet −10
-/// instructions).
+/// The visits ([`visit_hinted`]) of a chunk's new flows (bit `j` of `new_flows`), one
+/// pass per visit ([`NEW_FLOW_VISITS`]). Not inlined: out of the burst loop, the loop's
+/// registers serve its other stages (an established packet −10 instructions).
 #[inline(never)]
 fn visit_new_flows<'t>(
     st: &mut WorkerState,
     table: &'t Table,
-    step: usize,
-    n: usize,
     new_flows: u32,
     ahead: &mut [Ahead<'t>; PREFETCH_WINDOW],
 ) {
-    for at in NEW_FLOW_VISITS {
-        let Some(j) =
-            step.checked_sub(at).filter(|&i| i < n).map(|i| i % PREFETCH_WINDOW).filter(|&j| new_flows & (1 << j) != 0)
-        else {
-            continue;
-        };
-        visit_hinted(st, table, j, &mut ahead[j]);
+    for _ in 0..NEW_FLOW_VISITS {
+        let mut todo = new_flows;
+        while todo != 0 {
+            let j = todo.trailing_zeros() as usize;
+            todo &= todo - 1;
+            visit_hinted(st, table, j, &mut ahead[j]);
+        }
     }
 }
 
@@ -422,20 +430,22 @@ fn hint(
     out: &mut FrameHints,
     lean: &mut LeanFrame,
 ) -> bool {
-    out.candidate = None;
-    out.route = None;
-    out.new_flow = None;
     match link::receive(frame, meta, host) {
         Ok((rx, EtherType::Ipv4)) => {
-            lean.seg = None;
+            // `LeanSegment::NONE` as far as `is_lean` reads: one store, not the whole segment.
+            lean.seg.total = 0;
             let mut checked = false;
             if let Some((key, opens)) = ipv4::flow_key(frame, &rx, &mut lean.seg, &mut checked) {
                 let hash = prefetch(v4, &key, opens);
-                if lean.seg.is_some() {
+                if lean.seg.is_lean() {
                     lean.key = key;
                     lean.hash = hash;
                     return true;
                 }
+                // Field by field: cheaper here than the whole slot.
+                out.candidate = None;
+                out.route = None;
+                out.new_flow = None;
                 out.flow = Some(FlowHint::V4(key, hash));
                 out.l3_checked = checked;
                 return false;
@@ -443,15 +453,13 @@ fn hint(
         }
         Ok((rx, EtherType::Ipv6)) => {
             if let Some((key, opens)) = ipv6::flow_key(frame, &rx) {
-                out.flow = Some(FlowHint::V6(key, prefetch(v6, &key, opens)));
-                out.l3_checked = false;
+                *out = FrameHints { flow: Some(FlowHint::V6(key, prefetch(v6, &key, opens))), ..FrameHints::NONE };
                 return false;
             }
         }
         _ => {}
     }
-    out.flow = None;
-    out.l3_checked = false;
+    *out = FrameHints::NONE;
     false
 }
 

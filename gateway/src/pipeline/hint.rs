@@ -12,8 +12,8 @@ use crate::conntrack::tcp::Segment as TcpSegment;
 use crate::conntrack::{Candidate, Direction, FlowId, FlowKey, TcpSeq};
 use crate::wire::{IpProtocol, SctpPacket, TcpPacket, UdpPacket};
 
-/// Frames [`super::process_burst`] has in flight at once: from a frame's stage 1 to its processing
-/// (`PROCESS_AT` steps of `burst`: 12) its hints take one of this many slots.
+/// Frames [`super::process_burst`] has in flight at once (a chunk of its burst): from a
+/// frame's stage 1 to its processing its hints take one of this many slots.
 pub const PREFETCH_WINDOW: usize = 16;
 
 /// Where [`super::process_burst`] found ahead (stage 3) that a frame's packet will go: for a
@@ -68,6 +68,9 @@ pub(super) struct FrameHints {
 }
 
 impl FrameHints {
+    /// No hints at all (a frame without a flow key, and the fields a stage 1 leaves empty).
+    pub const NONE: Self = Self { flow: None, candidate: None, route: None, new_flow: None, l3_checked: false };
+
     /// The hints of a frame [`LeanFrame`] held until the lean path turned it down: its flow
     /// key and hash, and `candidate` (the flow found ahead, or where the key's probe run
     /// ended); no route or new-flow hint.
@@ -94,8 +97,8 @@ pub(super) struct LeanFrame {
     pub id: FlowId,
     /// ... and the direction of the key's tuple.
     pub direction: Direction,
-    /// What stage 1's parse found; `None`: not a lean frame.
-    pub seg: Option<LeanSegment>,
+    /// What stage 1's parse found ([`LeanSegment::NONE`]: not a lean frame).
+    pub seg: LeanSegment,
 }
 
 impl LeanFrame {
@@ -111,7 +114,7 @@ impl LeanFrame {
         hash: 0,
         id: 0,
         direction: Direction::Original,
-        seg: None,
+        seg: LeanSegment::NONE,
     };
 }
 
@@ -121,21 +124,40 @@ impl LeanFrame {
 /// link layer ([`super::link::receive`]), IPv4 header without options, checksum verified
 /// (or vouched for by the device: `Meta::l3_csum_good`), not a fragment, TTL above 1,
 /// transport header whole, no partial L4 checksum. The flow key is the frame's
-/// [`FlowHint`]. Anything else is parsed again by the general path.
+/// [`FlowHint`]. Anything else is parsed again by the general path: its segment is
+/// [`LeanSegment::NONE`] (a Total Length of 0, which no parsed packet has), so that a parse
+/// writes the fields alone, with no `Option` around them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(super) struct LeanSegment {
     /// The interface the frame arrived on ([`super::link::Rx::iface`]).
     pub iface: u8,
     /// Length of its link-layer header, bytes (14 or 18).
     pub l2_len: u8,
-    /// Length of the IPv4 packet (Total Length), bytes.
+    /// Length of the IPv4 packet (Total Length), bytes; 0: not a lean frame.
     pub total: u16,
     /// The TCP segment's window-tracking fields ([`super::flow::tcp_seq`]); zero for UDP.
     pub tcp: TcpSeq,
 }
 
-/// The hints of the frames [`super::process_burst`] has in flight, frame `i`'s in slot
-/// `i % PREFETCH_WINDOW`, and which slot belongs to the frame [`super::process`] is processing:
+impl LeanSegment {
+    /// No lean frame's: what the early parse leaves for a frame the lean path cannot take.
+    pub const NONE: Self = Self {
+        iface: 0,
+        l2_len: 0,
+        total: 0,
+        tcp: TcpSeq { flags: crate::wire::TcpFlags(0), seq: 0, ack: 0, window: 0, len: 0, wscale: None },
+    };
+
+    /// Whether the early parse found a lean frame: a Total Length other than
+    /// [`LeanSegment::NONE`]'s, whatever the other fields hold.
+    #[inline(always)]
+    pub fn is_lean(&self) -> bool {
+        self.total != 0
+    }
+}
+
+/// The hints of the frames [`super::process_burst`] has in flight, a chunk's frame `j`'s in
+/// slot `j`, and which slot belongs to the frame [`super::process`] is processing:
 /// [`PREFETCH_WINDOW`], a slot that always holds no hints, outside a burst. Kept in
 /// [`super::WorkerState`] so that [`super::process`] reads its frame's hints where stage 1 wrote them,
 /// with no copy.

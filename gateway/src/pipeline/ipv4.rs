@@ -26,7 +26,8 @@ use crate::wire::{checksum, IpProtocol, Ipv4Packet, TcpFlags, TcpPacket, UdpPack
 /// SYN without ACK (a connection opening: its key is almost certainly not tracked yet); and
 /// into `lean` (in place: the hint slot, no copy through the return value) the
 /// [`LeanSegment`] of a frame the lean established path may take (see there for what that
-/// needs: this is the one parse such a frame gets), `None` for anything else.
+/// needs: this is the one parse such a frame gets), left as it was for anything else (the
+/// caller sets [`LeanSegment::NONE`] first).
 /// `None` for anything but TCP, UDP and SCTP, fragments included (`lean` then unchanged).
 /// `l3_checked` is set when the header checksum was found correct (or vouched for by the
 /// device) on the way ([`super::hint::FrameHints::l3_checked`]), left as it was otherwise.
@@ -38,7 +39,7 @@ use crate::wire::{checksum, IpProtocol, Ipv4Packet, TcpFlags, TcpPacket, UdpPack
 pub(super) fn flow_key(
     frame: &[u8],
     rx: &Rx,
-    lean: &mut Option<LeanSegment>,
+    lean: &mut LeanSegment,
     l3_checked: &mut bool,
 ) -> Option<(FlowKey, bool)> {
     if let Some(found) = flow_key_plain(frame, rx, lean, l3_checked) {
@@ -62,7 +63,7 @@ const PLAIN_LEN: usize = 40;
 pub(super) fn flow_key_plain(
     frame: &[u8],
     rx: &Rx,
-    lean: &mut Option<LeanSegment>,
+    lean: &mut LeanSegment,
     l3_checked: &mut bool,
 ) -> Option<(FlowKey, bool)> {
     let l3 = rx.l2_len;
@@ -101,7 +102,7 @@ pub(super) fn flow_key_plain(
                     len: u32::from(l4_len - doff),
                     wscale: None,
                 };
-                *lean = Some(LeanSegment { iface: rx.iface, l2_len: rx.l2_len as u8, total, tcp });
+                *lean = LeanSegment { iface: rx.iface, l2_len: rx.l2_len as u8, total, tcp };
             }
             TcpSegment::of(flags) == TcpSegment::Syn
         }
@@ -113,7 +114,7 @@ pub(super) fn flow_key_plain(
                 return None;
             }
             if plain {
-                *lean = Some(LeanSegment { iface: rx.iface, l2_len: rx.l2_len as u8, total, tcp: TcpSeq::default() });
+                *lean = LeanSegment { iface: rx.iface, l2_len: rx.l2_len as u8, total, tcp: TcpSeq::default() };
             }
             false
         }
@@ -132,7 +133,7 @@ pub(super) fn flow_key_plain(
 
 /// [`flow_key`] read with checked views: every packet [`flow_key_plain`] does not take.
 #[inline(never)]
-pub(super) fn flow_key_checked(frame: &[u8], rx: &Rx, lean: &mut Option<LeanSegment>) -> Option<(FlowKey, bool)> {
+pub(super) fn flow_key_checked(frame: &[u8], rx: &Rx, lean: &mut LeanSegment) -> Option<(FlowKey, bool)> {
     let l3 = rx.l2_len;
     let ip = Ipv4Packet::new_checked(&frame[l3..rx.len]).ok()?;
     if ip.is_fragment() {
@@ -145,7 +146,7 @@ pub(super) fn flow_key_checked(frame: &[u8], rx: &Rx, lean: &mut Option<LeanSegm
         && ip.hop_limit() > 1
         && !rx.l4_csum_partial
         && (rx.l3_csum_good || ip.verify_checksum());
-    let segment = |tcp| Some(LeanSegment { iface: rx.iface, l2_len: rx.l2_len as u8, total, tcp });
+    let segment = |tcp| LeanSegment { iface: rx.iface, l2_len: rx.l2_len as u8, total, tcp };
     let (src_port, dst_port, opens) = match protocol {
         IpProtocol::Tcp => {
             let t = TcpPacket::new_checked(l4).ok()?;

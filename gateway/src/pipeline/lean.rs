@@ -82,11 +82,28 @@ pub(super) fn forward(
     k: &BurstConstants,
     st: &mut WorkerState,
 ) -> Option<Verdict> {
+    // One copy per direction: every choice by direction below made at compile time.
+    match lean.direction {
+        Direction::Original => forward_in::<true>(now, frame, lean, k, st),
+        Direction::Reply => forward_in::<false>(now, frame, lean, k, st),
+    }
+}
+
+/// [`forward`] of a frame of the original direction (`ORIGINAL`) or a reply.
+#[inline(always)]
+fn forward_in<const ORIGINAL: bool>(
+    now: u64,
+    frame: &mut [u8],
+    lean: &LeanFrame,
+    k: &BurstConstants,
+    st: &mut WorkerState,
+) -> Option<Verdict> {
     let WorkerState { conntrack, host, neighbours, counters, frontends, synproxy, .. } = st;
-    let LeanFrame { key, id, direction, seg: Some(seg), .. } = lean else {
-        return None;
-    };
-    let (id, direction) = (*id, *direction);
+    let LeanFrame { key, id, seg, .. } = lean;
+    debug_assert!(seg.is_lean(), "a lean frame's segment");
+    debug_assert_eq!(lean.direction == Direction::Original, ORIGINAL);
+    let direction = if ORIGINAL { Direction::Original } else { Direction::Reply };
+    let id = *id;
     let (state, mut windows, out) = conntrack.lean(id, direction, key)?;
     if state.deadline.is_due(now) || state.links.of(direction) != seg.iface || state.table_epoch != k.epoch {
         return None;
@@ -132,7 +149,7 @@ pub(super) fn forward(
     }
     counters.rx_frames += 1;
     counters.tx_frames += 1;
-    let original = direction == Direction::Original;
+    let original = ORIGINAL;
     if original {
         counters.forwarded_original += 1;
     } else {

@@ -127,12 +127,14 @@ fn sum_native(data: &[u8]) -> u64 {
     acc
 }
 
-/// Reduces a 64-bit one's complement accumulator to 32 bits (2^32 ≡ 1 modulo 0xffff).
+/// Reduces a 64-bit one's complement accumulator to 32 bits (2^32 ≡ 1 modulo 0xffff): the
+/// end-around-carry sum of its halves. With `acc = H·2^32 + L`, the upper half of
+/// `acc + rotr(acc, 32)` is `H + L` plus the carry out of the lower half's `L + H` — that
+/// sum with its carry added back in, in three instructions (Linux's `csum_fold` does the
+/// same for 32 → 16 bits: include/asm-generic/checksum.h).
 #[inline]
 const fn fold64(acc: u64) -> u32 {
-    let sum = (acc & 0xffff_ffff) + (acc >> 32); // <= 2^33 - 2
-    let sum = (sum & 0xffff_ffff) + (sum >> 32); // <= 2^32 - 1
-    sum as u32
+    (acc.wrapping_add(acc.rotate_right(32)) >> 32) as u32
 }
 
 /// Adds two partial sums (from [`partial`] or [`pseudo_header_v4`]) with end-around carry.
@@ -149,9 +151,8 @@ pub const fn combine(a: u32, b: u32) -> u32 {
 /// zero modulo `0xffff` folds to `0xffff` ("negative zero").
 #[inline]
 pub const fn fold(sum: u32) -> u16 {
-    let sum = (sum & 0xffff) + (sum >> 16); // <= 0x1fffe
-    let sum = (sum & 0xffff) + (sum >> 16); // <= 0xffff
-    sum as u16
+    // The halves' end-around-carry sum, as in `fold64` (Linux's generic `csum_fold`).
+    (sum.wrapping_add(sum.rotate_right(16)) >> 16) as u16
 }
 
 /// The value to store in a checksum field for the partial sum `sum`: `!fold(sum)`, host order.
@@ -572,6 +573,22 @@ mod tests {
     }
 
     proptest! {
+        /// The rotate folds against the textbook two-step end-around carry (RFC 1071 § 2(C)).
+        #[test]
+        fn folds_match_two_step_end_around_carry(acc in any::<u64>(), sum in any::<u32>()) {
+            let two_step64 = |a: u64| {
+                let s = (a & 0xffff_ffff) + (a >> 32);
+                ((s & 0xffff_ffff) + (s >> 32)) as u32
+            };
+            let two_step = |a: u32| {
+                let s = (a & 0xffff) + (a >> 16);
+                ((s & 0xffff) + (s >> 16)) as u16
+            };
+            prop_assert_eq!(fold64(acc), two_step64(acc));
+            prop_assert_eq!(fold(sum), two_step(sum));
+            prop_assert_eq!(fold(fold64(acc)), two_step(two_step64(acc)));
+        }
+
         #[test]
         fn pseudo_header_v6_matches_reference(
             src in any::<u128>(),

@@ -11,6 +11,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::conntrack::Direction;
+use crate::pipeline::hint::LeanSegment;
 
 const BACK_L2: L2 = L2 { src: MacAddr([0x02, 0, 0, 0, 0xb0, 0]), dst: GW_BACK_MAC };
 
@@ -241,7 +242,7 @@ proptest! {
         let st = state(0, 1);
         let meta = Meta { iface: FRONT, len, l4_csum_partial: partial, l3_csum_good: good, ..Meta::default() };
         let Ok((rx, _)) = crate::pipeline::link::receive(&f, &meta, &st.host) else { return Ok(()) };
-        let (mut plain_seg, mut checked_seg) = (None, None);
+        let (mut plain_seg, mut checked_seg) = (LeanSegment::NONE, LeanSegment::NONE);
         let mut header_ok = false;
         let plain = crate::pipeline::ipv4::flow_key_plain(&f, &rx, &mut plain_seg, &mut header_ok);
         let checked = crate::pipeline::ipv4::flow_key_checked(&f, &rx, &mut checked_seg);
@@ -252,7 +253,7 @@ proptest! {
             prop_assert_eq!(header_ok, good || ip.verify_checksum());
             prop_assert_eq!(plain_seg, checked_seg);
         } else {
-            prop_assert_eq!(plain_seg, None);
+            prop_assert_eq!(plain_seg, LeanSegment::NONE);
         }
     }
 }
@@ -273,8 +274,11 @@ fn established_frames_take_the_lean_path() {
         // Stage 1 and 2 of a burst for this one frame.
         // A frame for another port's MAC (the wrong link) fails here: no lean path either.
         let Ok((rx, _)) = crate::pipeline::link::receive(&buf, &meta, &a.host) else { return false };
-        let mut seg = None;
+        let mut seg = LeanSegment::NONE;
         let Some((key, _)) = crate::pipeline::ipv4::flow_key(&buf, &rx, &mut seg, &mut false) else { return false };
+        if !seg.is_lean() {
+            return false;
+        }
         let Some((id, direction)) = a.conntrack.lookup(&key) else { return false };
         let lean = crate::pipeline::hint::LeanFrame { key, hash: 0, id, direction, seg };
         crate::pipeline::lean::forward(SEC, &mut buf, &lean, &constants, &mut a).is_some()
