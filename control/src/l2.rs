@@ -151,14 +151,11 @@ pub const MEMBER_PREFIX: &str = "torii-l2-member-";
 /// The label every member Lease carries (`true`), to list them.
 pub const MEMBER_LABEL: &str = "torii.io/l2-member";
 
-/// Where `identity` ranks for `vip`: lower is preferred. FNV-1a 64 of `"<identity>#<vip>"`
-/// (a fixed, documented hash, so that gateways of different builds agree; MetalLB ranks its
+/// Where `identity` ranks for `vip`: lower is preferred. XXH3-64 of `"<identity>#<vip>"`
+/// (a fixed, specified hash, so that gateways of different builds agree; MetalLB ranks its
 /// speakers by SHA-256 of `"<node>#<service>"` the same way).
 pub fn rank(identity: &str, vip: IpAddr) -> u64 {
-    use std::hash::Hasher as _;
-    let mut h = fnv::FnvHasher::default();
-    h.write(format!("{identity}#{vip}").as_bytes());
-    h.finish()
+    xxhash_rust::xxh3::xxh3_64(format!("{identity}#{vip}").as_bytes())
 }
 
 /// The preferred owner of `vip` among `members` (identities): the lowest [`rank`], ties
@@ -603,6 +600,7 @@ mod tests {
         for (text, want) in [
             ("[l2.lease]\nnamespace = \"Kube\"\n", "l2.lease.namespace"),
             ("[l2.lease]\nidentity = \"a b\"\n", "l2.lease.identity"),
+            ("[l2.lease]\nidentity = \"Gateway_1\"\n", "l2.lease.identity"),
             ("[l2.lease]\nduration_s = 0\n", "l2.lease.duration_s"),
             ("[l2.lease]\nduration_s = 3\n", "l2.lease.renew_deadline_ms"),
             (
@@ -616,6 +614,19 @@ mod tests {
         assert!(toml::from_str::<toml::Table>("[l2.lease]\nbogus = 1\n")
             .map(|t| RawL2::deserialize(t["l2"].clone()).is_err())
             .unwrap());
+    }
+
+    #[test]
+    fn vips_spread_over_members_by_rank() {
+        let vips: Vec<IpAddr> = (1..=64).map(|i| IpAddr::from([198, 51, 100, i])).collect();
+        let firsts = vips.iter().filter(|v| preferred(**v, ["gateway-1", "gateway-2"]) == Some("gateway-1")).count();
+        assert!((16..=48).contains(&firsts), "gateway-1 preferred for {firsts} of 64");
+        let v = vips[0];
+        assert_eq!(preferred(v, ["b", "a"]), preferred(v, ["a", "b"]), "the order of the live set does not matter");
+        assert_eq!(preferred(v, []), None);
+        let three = preferred(v, ["a", "b", "c"]).unwrap();
+        let rest: Vec<&str> = ["a", "b", "c"].into_iter().filter(|m| *m != three).collect();
+        assert!(rank(three, v) < rank(rest[0], v) && rank(three, v) < rank(rest[1], v));
     }
 
     #[test]
