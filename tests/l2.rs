@@ -1,6 +1,6 @@
 //! L2 mode: two torii gateways and a client on one bridged segment, no router
 //! (`scripts/topology-l2`). Real processes only: the Kubernetes API double as its own
-//! process (`torii-fake-apiserver`, serving a dual-stack Service with six externalIPs, its
+//! process (`torii-fake-apiserver`, serving a dual-stack Service with eight externalIPs, its
 //! EndpointSlices and the Leases), and per gateway a torii-control (`--kubeconfig`, holding
 //! a member Lease and one `coordination.k8s.io/v1` Lease per VIP for its gateway) and a
 //! torii-gateway (AF_PACKET, one worker, `[l2]`); two HTTP backends (`scripts/backend.py`).
@@ -44,7 +44,9 @@ use torii_integration::{
 };
 
 const VIP: &str = "198.51.100.100";
-const VIP6: &str = "2001:db8:51::100";
+/// The Service's IPv6 externalIPs: the test follows the one ranked first for the same
+/// gateway as [`VIP`] (`L2::vip6`), so that both families move in every step.
+const VIPS6: [&str; 3] = ["2001:db8:51::100", "2001:db8:51::101", "2001:db8:51::102"];
 /// The Service's other externalIPs (IPv4): the VIPs spread over both gateways.
 const MORE_VIPS: [&str; 4] = ["198.51.100.101", "198.51.100.102", "198.51.100.103", "198.51.100.104"];
 /// Lease duration (s), renew deadline and retry period (ms).
@@ -73,8 +75,8 @@ spec:
   ipFamilies: [IPv4, IPv6]
   clusterIP: 10.96.0.10
   clusterIPs: [10.96.0.10, \"fd00:96::10\"]
-  externalIPs: [198.51.100.100, \"2001:db8:51::100\", 198.51.100.101, 198.51.100.102, 198.51.100.103,
-    198.51.100.104]
+  externalIPs: [198.51.100.100, \"2001:db8:51::100\", \"2001:db8:51::101\", \"2001:db8:51::102\",
+    198.51.100.101, 198.51.100.102, 198.51.100.103, 198.51.100.104]
   ports:
   - {name: http, protocol: TCP, port: 80, targetPort: 8080}
 ---
@@ -139,6 +141,8 @@ struct L2 {
     workdir: PathBuf,
     bins: Binaries,
     kubeconfig: PathBuf,
+    /// The IPv6 VIP followed (one of [`VIPS6`]).
+    vip6: &'static str,
     api: Option<Daemon>,
     /// Gateway N's at index N-1.
     controls: [Option<Daemon>; 2],
@@ -271,7 +275,7 @@ impl L2 {
 
     /// New connections to both VIPs: `count` curls each, all must answer 200.
     fn connections_work(&self, step: &str, count: usize) -> Result<()> {
-        for url in [format!("http://{VIP}/"), format!("http://[{VIP6}]/")] {
+        for url in [format!("http://{VIP}/"), format!("http://[{}]/", self.vip6)] {
             for _ in 0..count {
                 let r = curl_get_timeout(&self.ns("client"), &url, Duration::from_secs(3))
                     .map_err(|e| self.fail(step, format!("{url}: {e:#}")))?;
@@ -296,7 +300,7 @@ impl L2 {
             if v4.is_none() && self.neighbour(VIP).as_deref() == Some(mac(n).as_str()) {
                 v4 = Some(since.elapsed());
             }
-            if v6.is_none() && self.neighbour(VIP6).as_deref() == Some(mac(n).as_str()) {
+            if v6.is_none() && self.neighbour(self.vip6).as_deref() == Some(mac(n).as_str()) {
                 v6 = Some(since.elapsed());
             }
             sleep(Duration::from_millis(10));
@@ -307,10 +311,11 @@ impl L2 {
                 step,
                 format!(
                     "the client's neighbour entries did not move to gateway {n} ({}) within {limit:?}: {VIP} → {:?}, \
-                     {VIP6} → {:?}",
+                     {} → {:?}",
                     mac(n),
                     self.neighbour(VIP),
-                    self.neighbour(VIP6)
+                    self.vip6,
+                    self.neighbour(self.vip6)
                 ),
             )),
         }
@@ -390,6 +395,7 @@ fn l2_mode_failures_balance_and_drain() -> Result<()> {
     let mut t = L2 {
         prefix: prefix.clone(),
         kubeconfig: workdir.join("kubeconfig"),
+        vip6: VIPS6[0],
         workdir,
         bins,
         api: None,
@@ -413,7 +419,8 @@ fn l2_mode_failures_balance_and_drain() -> Result<()> {
     t.api = Some(Daemon::spawn("torii-fake-apiserver", api, &t.workdir.join("apiserver.log"))?);
     wait_for("the API double's kubeconfig", Duration::from_secs(10), || t.kubeconfig.is_file())
         .map_err(|e| t.fail("start", e))?;
-    let mut vips: Vec<IpAddr> = vec![VIP.parse()?, VIP6.parse()?];
+    let mut vips: Vec<IpAddr> = vec![VIP.parse()?];
+    vips.extend(VIPS6.iter().map(|v| v.parse::<IpAddr>()).collect::<Result<Vec<_>, _>>()?);
     vips.extend(MORE_VIPS.iter().map(|v| v.parse::<IpAddr>()).collect::<Result<Vec<_>, _>>()?);
     vips.sort();
     ensure!(
@@ -421,6 +428,13 @@ fn l2_mode_failures_balance_and_drain() -> Result<()> {
         "the test's VIPs all prefer one gateway: choose others"
     );
     let lease_limit = Duration::from_secs(LEASE_S + 10);
+    let a = preferred_gateway(VIP.parse()?);
+    let b = 3 - a;
+    t.vip6 = VIPS6
+        .into_iter()
+        .find(|v| v.parse().is_ok_and(|v| preferred_gateway(v) == a))
+        .context("no IPv6 VIP of the test ranks first for the IPv4 VIP's gateway: choose others")?;
+    let vip6 = t.vip6;
 
     // 1. Both gateways start; the VIPs spread, each to its preferred gateway.
     for n in 1..=2 {
@@ -428,8 +442,6 @@ fn l2_mode_failures_balance_and_drain() -> Result<()> {
         t.start_gateway(n)?;
     }
     let balanced = t.await_balance("1 balance", &vips, Duration::from_secs(30))?;
-    let a = preferred_gateway(VIP.parse()?);
-    let b = 3 - a;
     progress(
         "1",
         format!(
@@ -457,7 +469,7 @@ fn l2_mode_failures_balance_and_drain() -> Result<()> {
     progress(
         "2",
         format!(
-            "kill -9 of gateway {a}'s torii-gateway (its control alive): {VIP} → gateway {b} after {:.2} s, {VIP6} \
+            "kill -9 of gateway {a}'s torii-gateway (its control alive): {VIP} → gateway {b} after {:.2} s, {vip6} \
              after {:.2} s; only gateway {b} answers ARP; 6 new connections OK by {:.2} s",
             flip4.as_secs_f64(),
             flip6.as_secs_f64(),
@@ -503,7 +515,7 @@ fn l2_mode_failures_balance_and_drain() -> Result<()> {
         "4",
         format!(
             "kill -9 of gateway {a}'s torii-control (its gateway alive): gateway {a} silent {:.2} s before gateway {b} \
-             took {VIP}; {VIP} → gateway {b} after {:.2} s, {VIP6} after {:.2} s; only gateway {b} answers ARP",
+             took {VIP}; {VIP} → gateway {b} after {:.2} s, {vip6} after {:.2} s; only gateway {b} answers ARP",
             (took_ns - until) as f64 / 1e9,
             flip4.as_secs_f64(),
             flip6.as_secs_f64()
@@ -541,7 +553,7 @@ fn l2_mode_failures_balance_and_drain() -> Result<()> {
     progress(
         "5",
         format!(
-            "drain of gateway {b}: {VIP} → gateway {a} after {:.2} s, {VIP6} after {:.2} s; gateway {b} exited 0 \
+            "drain of gateway {b}: {VIP} → gateway {a} after {:.2} s, {vip6} after {:.2} s; gateway {b} exited 0 \
              {:.2} s after SIGTERM (drain_s {DRAIN_S})",
             back4.as_secs_f64(),
             back6.as_secs_f64(),
