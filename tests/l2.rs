@@ -331,7 +331,9 @@ impl L2 {
         wait_for("each VIP held by its preferred gateway", limit, || {
             self.owned(1) == want(1) && self.owned(2) == want(2)
         })
-        .map_err(|e| self.fail(step, format!("{e}: gateway 1 holds {:?}, gateway 2 {:?}", self.owned(1), self.owned(2))))
+        .map_err(|e| {
+            self.fail(step, format!("{e}: gateway 1 holds {:?}, gateway 2 {:?}", self.owned(1), self.owned(2)))
+        })
     }
 }
 

@@ -396,7 +396,8 @@ impl Elector {
         match self.api.get_opt(&name).await {
             Ok(Some(mut lease)) => {
                 let spec = lease.spec.clone().unwrap_or_default();
-                lease.spec = Some(LeaseSpec { holder_identity: Some(String::new()), lease_duration_seconds: Some(1), ..spec });
+                lease.spec =
+                    Some(LeaseSpec { holder_identity: Some(String::new()), lease_duration_seconds: Some(1), ..spec });
                 match self.api.replace(&name, &PostParams::default(), &lease).await {
                     Ok(_) => tracing::info!(lease = %name, "L2: left the live set"),
                     Err(e) => tracing::warn!(lease = %name, "L2: releasing the member Lease: {e}"),
@@ -462,7 +463,8 @@ impl Elector {
     fn hand_back_to(&self, vip: IpAddr) -> Option<String> {
         let p = self.preferred(vip, "")?;
         let settled = self.members.get(p).is_some_and(|since| since.elapsed() >= self.config.duration);
-        (p != self.config.identity && settled && self.handed_back.get(&vip).is_none_or(|h| h != p)).then(|| p.to_owned())
+        (p != self.config.identity && settled && self.handed_back.get(&vip).is_none_or(|h| h != p))
+            .then(|| p.to_owned())
     }
 
     /// client-go's `tryAcquireOrRenew` for one VIP's Lease, with the preference above.

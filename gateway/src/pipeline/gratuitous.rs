@@ -28,7 +28,6 @@ use crate::wire::ipv6::{multicast_mac, ALL_NODES};
 use crate::wire::ndp::{self, NdpPacket};
 use crate::wire::{EtherType, Icmpv6Packet, Icmpv6Type, Ipv6Packet};
 
-
 /// Writes worker 0's next due announcement into `buf` (at least
 /// [`super::POLL_TRANSMIT_LEN`] bytes); returns its port and length.
 pub(super) fn poll(now: u64, buf: &mut [u8], st: &mut WorkerState) -> Option<(u8, usize)> {
