@@ -158,7 +158,7 @@ pub struct Ownership {
 impl Ownership {
     /// Whether `vip`, a candidate, is owned at `now_ns`.
     pub fn owns(&self, vip: IpAddr, now_ns: u64) -> bool {
-        now_ns < self.until(vip)
+        self.mode == OwnershipMode::All || now_ns < self.until(vip)
     }
 
     /// Until when (`CLOCK_MONOTONIC` ns) `vip` is owned: its deadline, `u64::MAX` in
