@@ -22,6 +22,16 @@
 //! once, as client-go's `ReleaseOnCancel` does: `holderIdentity` empty,
 //! `leaseDurationSeconds` 1, so the peer takes it on its next retry without waiting.
 //!
+//! VIPs spread over the gateways as MetalLB's L2 mode spreads Services: each torii-control
+//! holds a member Lease (`torii-l2-member-<identity>`, label [`MEMBER_LABEL`]) while its
+//! gateway is a live, healthy candidate, and lists the others' to know the live set; per
+//! VIP the member of lowest [`rank`] takes a free Lease at once, any other only after it
+//! was free for a Lease duration; a holder hands a VIP back (releases it) once its
+//! preferred member has been live for a Lease duration, once per such stay — never a take
+//! of a held Lease, so two gateways never answer for one VIP. The gateway counts as a
+//! candidate only while its process holds its `shm_dir` lock
+//! ([`torii_table::shm::holds_lock`]) and its candidacy is fresh and healthy.
+//!
 //! Defaults are client-go's and kube-vip's (15 s / 10 s / 2 s); configuration: the
 //! `[l2.lease]` table ([`LeaseConfig`]).
 
