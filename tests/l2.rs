@@ -1,24 +1,28 @@
 //! L2 mode: two torii gateways and a client on one bridged segment, no router
 //! (`scripts/topology-l2`). Real processes only: the Kubernetes API double as its own
-//! process (`torii-fake-apiserver`, serving a dual-stack Service and its EndpointSlices and
-//! the Leases), and per gateway a torii-control (`--kubeconfig`, holding one
-//! `coordination.k8s.io/v1` Lease per VIP for its gateway) and a torii-gateway (AF_PACKET,
-//! one worker, `[l2]`); two HTTP backends (`scripts/backend.py`).
+//! process (`torii-fake-apiserver`, serving a dual-stack Service with eight externalIPs, its
+//! EndpointSlices and the Leases), and per gateway a torii-control (`--kubeconfig`, holding
+//! a member Lease and one `coordination.k8s.io/v1` Lease per VIP for its gateway) and a
+//! torii-gateway (AF_PACKET, one worker, `[l2]`); two HTTP backends (`scripts/backend.py`).
 //!
 //! Steps (one `#[test]`: they share the topology and the daemons):
-//! 1. gateway 1 starts first and takes both VIPs' Leases; gateway 2 starts and stays
-//!    silent: a raw ARP request for the VIP from the client is answered by gateway 1's MAC
-//!    only; curl to both VIPs works and the client's neighbour entries (IPv4 and IPv6)
-//!    hold gateway 1's MAC;
-//! 2. failover: `kill -9` of gateway 1's torii-gateway and torii-control; the client sends
-//!    nothing to the VIPs, yet its neighbour entries flip to gateway 2's MAC (gateway 2
-//!    took the Leases once they expired and sent a gratuitous ARP and an unsolicited
-//!    Neighbor Advertisement); timed from the kill; new connections succeed;
-//! 3. gateway 1 comes back and does not take the VIPs back (gateway 2 holds the Leases);
-//! 4. drain: SIGTERM to gateway 2's torii-gateway: its torii-control releases the Leases at
-//!    once, gateway 1 takes them on its next retry and announces; the client's entries
-//!    flip back (timed: the handover, far below a Lease duration); gateway 2 keeps running
-//!    `drain_s` and exits 0; new connections succeed.
+//! 1. both gateways start; the VIPs spread: each ends up held by its preferred gateway
+//!    (`torii_control::l2::preferred`), both hold some; a raw ARP request for the VIP is
+//!    answered by its owner's MAC only; curl to the IPv4 and IPv6 VIPs works. Call the
+//!    VIP's owner A, the other B;
+//! 2. A's torii-gateway dies (`kill -9`), its torii-control lives: the control sees the
+//!    gateway's lock go and releases A's Leases at once; B takes them and announces; the
+//!    client's neighbour entries flip to B's MAC with the client sending nothing (timed);
+//!    only B answers ARP; new connections succeed;
+//! 3. A's gateway returns: after a Lease duration in the live set, B hands A's preferred
+//!    VIPs back (released, then taken: never two owners); only A answers ARP for the VIP;
+//! 4. A's torii-control dies (`kill -9`), its gateway lives: the gateway falls silent at
+//!    the deadline of its last renewal (before B may take the Lease), B takes the Leases
+//!    once they expire and announces (timed); only B answers ARP; new connections succeed;
+//! 5. drain: A's torii-control returns; SIGTERM to B's torii-gateway: B's control releases
+//!    the Leases at once, A takes them on its next retry and announces; the client's
+//!    entries flip to A (timed: far below a Lease duration); B keeps running `drain_s` and
+//!    exits 0; new connections succeed.
 //!
 //! Leases: 3 s duration, 2 s renew deadline, 500 ms retry period (client-go's defaults are
 //! 15 s / 10 s / 2 s). Needs root (prints `SKIPPED` otherwise; a failure with
@@ -33,13 +37,18 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
+use torii_control::l2::preferred;
 use torii_gateway::table::l2::{monotonic_ns, Ownership};
 use torii_integration::{
     curl_get_timeout, netns_unavailable, output_with_timeout, print_skipped, repo_root, tail, Binaries, Daemon,
 };
 
 const VIP: &str = "198.51.100.100";
-const VIP6: &str = "2001:db8:51::100";
+/// The Service's IPv6 externalIPs: the test follows the one ranked first for the same
+/// gateway as [`VIP`] (`L2::vip6`), so that both families move in every step.
+const VIPS6: [&str; 3] = ["2001:db8:51::100", "2001:db8:51::101", "2001:db8:51::102"];
+/// The Service's other externalIPs (IPv4): the VIPs spread over both gateways.
+const MORE_VIPS: [&str; 4] = ["198.51.100.101", "198.51.100.102", "198.51.100.103", "198.51.100.104"];
 /// Lease duration (s), renew deadline and retry period (ms).
 const LEASE_S: u64 = 3;
 const RENEW_DEADLINE_MS: u64 = 2000;
@@ -66,7 +75,8 @@ spec:
   ipFamilies: [IPv4, IPv6]
   clusterIP: 10.96.0.10
   clusterIPs: [10.96.0.10, \"fd00:96::10\"]
-  externalIPs: [198.51.100.100, \"2001:db8:51::100\"]
+  externalIPs: [198.51.100.100, \"2001:db8:51::100\", \"2001:db8:51::101\", \"2001:db8:51::102\",
+    198.51.100.101, 198.51.100.102, 198.51.100.103, 198.51.100.104]
   ports:
   - {name: http, protocol: TCP, port: 80, targetPort: 8080}
 ---
@@ -131,6 +141,8 @@ struct L2 {
     workdir: PathBuf,
     bins: Binaries,
     kubeconfig: PathBuf,
+    /// The IPv6 VIP followed (one of [`VIPS6`]).
+    vip6: &'static str,
     api: Option<Daemon>,
     /// Gateway N's at index N-1.
     controls: [Option<Daemon>; 2],
@@ -182,9 +194,8 @@ impl L2 {
         fs::write(self.config_path(n), text).context("writing a gateway configuration")
     }
 
-    /// Starts gateway N's torii-control and torii-gateway.
-    fn start(&mut self, n: u8) -> Result<()> {
-        let i = usize::from(n - 1);
+    /// Starts gateway N's torii-control.
+    fn start_control(&mut self, n: u8) -> Result<()> {
         let log_level = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into());
         let mut control = Command::new(&self.bins.control);
         control
@@ -195,8 +206,14 @@ impl L2 {
             .arg(&self.kubeconfig)
             .env("RUST_LOG", &log_level)
             .env("NO_COLOR", "1");
-        self.controls[i] =
+        self.controls[usize::from(n - 1)] =
             Some(Daemon::spawn("torii-control", control, &self.workdir.join(format!("gw{n}-control.log")))?);
+        Ok(())
+    }
+
+    /// Starts gateway N's torii-gateway.
+    fn start_gateway(&mut self, n: u8) -> Result<()> {
+        let log_level = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into());
         let mut gateway = Command::new("ip");
         gateway
             .args(["netns", "exec", &self.ns(&format!("gw{n}"))])
@@ -205,9 +222,14 @@ impl L2 {
             .arg(self.config_path(n))
             .env("RUST_LOG", &log_level)
             .env("NO_COLOR", "1");
-        self.gateways[i] =
+        self.gateways[usize::from(n - 1)] =
             Some(Daemon::spawn("torii-gateway", gateway, &self.workdir.join(format!("gw{n}-gateway.log")))?);
         Ok(())
+    }
+
+    /// How many lines of gateway N's `process` log (`control`, `gateway`) contain `text`.
+    fn log_count(&self, n: u8, process: &str, text: &str) -> usize {
+        fs::read_to_string(self.workdir.join(format!("gw{n}-{process}.log"))).map_or(0, |l| l.matches(text).count())
     }
 
     /// The VIPs gateway N's torii-control says it holds now.
@@ -232,21 +254,28 @@ impl L2 {
         words.next().map(str::to_owned)
     }
 
-    /// Who answers a broadcast ARP request for the VIP: the replies' sender MACs.
-    fn arp_answerers(&self) -> Result<Vec<String>> {
+    /// Who answers a broadcast ARP request for `vip`: the replies' sender MACs.
+    fn arp_answerers(&self, vip: &str) -> Result<Vec<String>> {
         let out = output_with_timeout(
             Command::new("ip")
                 .args(["netns", "exec", &self.ns("client"), "python3", "-c", ARP_PROBE, "eth0"])
-                .args(["198.51.100.10", VIP]),
+                .args(["198.51.100.10", vip]),
             COMMAND_TIMEOUT,
         )?;
         ensure!(out.status.success(), "ARP probe failed: {}", String::from_utf8_lossy(&out.stderr));
         Ok(String::from_utf8_lossy(&out.stdout).split_whitespace().map(str::to_owned).collect())
     }
 
+    /// Fails `step` unless exactly gateway N's MAC answers ARP for `vip`.
+    fn only_answerer(&self, step: &str, vip: &str, n: u8) -> Result<()> {
+        let answerers = self.arp_answerers(vip)?;
+        ensure!(answerers == [mac(n)], self.fail(step, format!("ARP replies for {vip} came from {answerers:?}")));
+        Ok(())
+    }
+
     /// New connections to both VIPs: `count` curls each, all must answer 200.
     fn connections_work(&self, step: &str, count: usize) -> Result<()> {
-        for url in [format!("http://{VIP}/"), format!("http://[{VIP6}]/")] {
+        for url in [format!("http://{VIP}/"), format!("http://[{}]/", self.vip6)] {
             for _ in 0..count {
                 let r = curl_get_timeout(&self.ns("client"), &url, Duration::from_secs(3))
                     .map_err(|e| self.fail(step, format!("{url}: {e:#}")))?;
@@ -259,31 +288,61 @@ impl L2 {
     }
 
     /// Waits (polling every 10 ms, up to `limit`) until the client's entries for both VIPs
-    /// hold gateway N's MAC; returns the time from `since` for each.
-    fn await_flip(&self, step: &str, n: u8, since: Instant, limit: Duration) -> Result<(Duration, Duration)> {
-        let (mut v4, mut v6) = (None, None);
+    /// hold gateway N's MAC; returns the time from `since` for each, and the
+    /// `CLOCK_MONOTONIC` ns at which gateway N's `l2-owners` was first seen holding [`VIP`].
+    fn await_flip(&self, step: &str, n: u8, since: Instant, limit: Duration) -> Result<(Duration, Duration, u64)> {
+        let vip: IpAddr = VIP.parse()?;
+        let (mut v4, mut v6, mut took) = (None, None, None);
         while since.elapsed() < limit && (v4.is_none() || v6.is_none()) {
+            if took.is_none() && self.owned(n).contains(&vip) {
+                took = Some(monotonic_ns());
+            }
             if v4.is_none() && self.neighbour(VIP).as_deref() == Some(mac(n).as_str()) {
                 v4 = Some(since.elapsed());
             }
-            if v6.is_none() && self.neighbour(VIP6).as_deref() == Some(mac(n).as_str()) {
+            if v6.is_none() && self.neighbour(self.vip6).as_deref() == Some(mac(n).as_str()) {
                 v6 = Some(since.elapsed());
             }
             sleep(Duration::from_millis(10));
         }
         match (v4, v6) {
-            (Some(a), Some(b)) => Ok((a, b)),
+            (Some(a), Some(b)) => Ok((a, b, took.unwrap_or_else(monotonic_ns))),
             _ => Err(self.fail(
                 step,
                 format!(
                     "the client's neighbour entries did not move to gateway {n} ({}) within {limit:?}: {VIP} → {:?}, \
-                     {VIP6} → {:?}",
+                     {} → {:?}",
                     mac(n),
                     self.neighbour(VIP),
-                    self.neighbour(VIP6)
+                    self.vip6,
+                    self.neighbour(self.vip6)
                 ),
             )),
         }
+    }
+
+    /// Waits until every VIP is held by its preferred gateway alone; returns how long it took.
+    fn await_balance(&self, step: &str, vips: &[IpAddr], limit: Duration) -> Result<Duration> {
+        let want = |n: u8| -> Vec<IpAddr> {
+            let mut v: Vec<IpAddr> = vips.iter().filter(|v| preferred_gateway(**v) == n).copied().collect();
+            v.sort();
+            v
+        };
+        wait_for("each VIP held by its preferred gateway", limit, || {
+            self.owned(1) == want(1) && self.owned(2) == want(2)
+        })
+        .map_err(|e| {
+            self.fail(step, format!("{e}: gateway 1 holds {:?}, gateway 2 {:?}", self.owned(1), self.owned(2)))
+        })
+    }
+}
+
+/// Which gateway (1 or 2) ranks first for `vip` (`torii_control::l2::preferred`).
+fn preferred_gateway(vip: IpAddr) -> u8 {
+    if preferred(vip, ["gateway-1", "gateway-2"]) == Some("gateway-1") {
+        1
+    } else {
+        2
     }
 }
 
@@ -322,11 +381,11 @@ fn wait_for(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) -> Result
 }
 
 #[test]
-fn l2_mode_lease_failover_and_drain() -> Result<()> {
+fn l2_mode_failures_balance_and_drain() -> Result<()> {
     let test_start = Instant::now();
     let prefix = format!("l2-{}", std::process::id());
     if let Some(reason) = netns_unavailable(&prefix) {
-        print_skipped("l2_mode_lease_failover_and_drain", &reason);
+        print_skipped("l2_mode_failures_balance_and_drain", &reason);
         return Ok(());
     }
     let bins = Binaries::locate()?;
@@ -338,6 +397,7 @@ fn l2_mode_lease_failover_and_drain() -> Result<()> {
     let mut t = L2 {
         prefix: prefix.clone(),
         kubeconfig: workdir.join("kubeconfig"),
+        vip6: VIPS6[0],
         workdir,
         bins,
         api: None,
@@ -361,97 +421,142 @@ fn l2_mode_lease_failover_and_drain() -> Result<()> {
     t.api = Some(Daemon::spawn("torii-fake-apiserver", api, &t.workdir.join("apiserver.log"))?);
     wait_for("the API double's kubeconfig", Duration::from_secs(10), || t.kubeconfig.is_file())
         .map_err(|e| t.fail("start", e))?;
-    let vips: Vec<IpAddr> = vec![VIP.parse()?, VIP6.parse()?];
-
-    // 1. Gateway 1 first: it takes both Leases; gateway 2 then stays silent.
-    t.start(1)?;
-    let took = wait_for("gateway 1 holding both VIPs", Duration::from_secs(20), || t.owned(1) == vips)
-        .map_err(|e| t.fail("1 gateway 1 takes the VIPs", e))?;
-    progress("1", format!("gateway 1 holds both Leases {:.2} s after its start", took.as_secs_f64()));
-    t.start(2)?;
-    wait_for("gateway 2 running", Duration::from_secs(10), || {
-        fs::read_to_string(t.workdir.join("gw2-gateway.log")).is_ok_and(|l| l.contains("L2: candidate for 2 VIP(s)"))
-    })
-    .map_err(|e| t.fail("1 gateway 2 starts", e))?;
-    sleep(Duration::from_millis(3 * RETRY_PERIOD_MS));
-    ensure!(t.owned(2).is_empty(), t.fail("1 one owner", format!("gateway 2 holds {:?} too", t.owned(2))));
-    let answerers = t.arp_answerers()?;
+    let mut vips: Vec<IpAddr> = vec![VIP.parse()?];
+    vips.extend(VIPS6.iter().map(|v| v.parse::<IpAddr>()).collect::<Result<Vec<_>, _>>()?);
+    vips.extend(MORE_VIPS.iter().map(|v| v.parse::<IpAddr>()).collect::<Result<Vec<_>, _>>()?);
+    vips.sort();
     ensure!(
-        answerers == [mac(1)],
-        t.fail("1 only the owner answers ARP", format!("ARP replies for {VIP} came from {answerers:?}"))
+        vips.iter().any(|v| preferred_gateway(*v) == 1) && vips.iter().any(|v| preferred_gateway(*v) == 2),
+        "the test's VIPs all prefer one gateway: choose others"
     );
-    t.connections_work("1 connections through the owner", 5)?;
-    for a in [VIP, VIP6] {
-        ensure!(
-            t.neighbour(a).as_deref() == Some(mac(1).as_str()),
-            t.fail("1 neighbour entries", format!("{a} → {:?}, not gateway 1's {}", t.neighbour(a), mac(1)))
-        );
-    }
-    progress("1", format!("only gateway 1 ({}) answers ARP; 10 connections OK", mac(1)));
+    let lease_limit = Duration::from_secs(LEASE_S + 10);
+    let a = preferred_gateway(VIP.parse()?);
+    let b = 3 - a;
+    t.vip6 = VIPS6
+        .into_iter()
+        .find(|v| v.parse().is_ok_and(|v| preferred_gateway(v) == a))
+        .context("no IPv6 VIP of the test ranks first for the IPv4 VIP's gateway: choose others")?;
+    let vip6 = t.vip6;
 
-    // 2. Failover: kill -9 both of gateway 1's processes; the client sends nothing to the
-    //    VIPs while it waits.
-    let killed = Instant::now();
-    for d in [&mut t.gateways[0], &mut t.controls[0]] {
-        d.as_mut().and_then(Daemon::kill);
+    // 1. Both gateways start; the VIPs spread, each to its preferred gateway.
+    for n in 1..=2 {
+        t.start_control(n)?;
+        t.start_gateway(n)?;
     }
-    let limit = Duration::from_secs(LEASE_S + 10);
-    let (flip4, flip6) = t.await_flip("2 failover", 2, killed, limit)?;
-    let owned_after = t.owned(2);
-    ensure!(owned_after == vips, t.fail("2 failover", format!("gateway 2 holds {owned_after:?}")));
-    t.connections_work("2 connections after the failover", 5)?;
-    let works = killed.elapsed();
+    let balanced = t.await_balance("1 balance", &vips, Duration::from_secs(30))?;
+    progress(
+        "1",
+        format!(
+            "balanced {:.2} s after the start: gateway 1 holds {:?}, gateway 2 {:?}",
+            balanced.as_secs_f64(),
+            t.owned(1),
+            t.owned(2)
+        ),
+    );
+    t.only_answerer("1 only the owner answers ARP", VIP, a)?;
+    t.connections_work("1 connections through the owners", 3)?;
+    ensure!(
+        t.neighbour(VIP).as_deref() == Some(mac(a).as_str()),
+        t.fail("1 neighbour entries", format!("{VIP} → {:?}, not gateway {a}'s {}", t.neighbour(VIP), mac(a)))
+    );
+    progress("1", format!("only gateway {a} ({}) answers ARP for {VIP}; 6 connections OK", mac(a)));
+
+    // 2. A's torii-gateway dies, its torii-control lives.
+    let killed = Instant::now();
+    t.gateways[usize::from(a - 1)].as_mut().and_then(Daemon::kill);
+    let (flip4, flip6, _) = t.await_flip("2 gateway dies", b, killed, lease_limit)?;
+    ensure!(t.owned(b) == vips, t.fail("2 gateway dies", format!("gateway {b} holds {:?}", t.owned(b))));
+    t.only_answerer("2 only the peer answers ARP", VIP, b)?;
+    t.connections_work("2 connections after the takeover", 3)?;
     progress(
         "2",
         format!(
-            "failover after kill -9 of gateway 1: neighbour entry {VIP} → gateway 2 after {:.2} s, {VIP6} after {:.2} s \
-             (Lease {LEASE_S} s, retry {RETRY_PERIOD_MS} ms); 10 new connections OK by {:.2} s",
+            "kill -9 of gateway {a}'s torii-gateway (its control alive): {VIP} → gateway {b} after {:.2} s, {vip6} \
+             after {:.2} s; only gateway {b} answers ARP; 6 new connections OK by {:.2} s",
             flip4.as_secs_f64(),
             flip6.as_secs_f64(),
-            works.as_secs_f64()
+            killed.elapsed().as_secs_f64()
+        ),
+    );
+    ensure!(
+        flip4 < Duration::from_secs(LEASE_S),
+        t.fail("2 gateway dies", format!("the takeover took {flip4:?}: the Leases were not released at once"))
+    );
+
+    // 3. A's gateway returns: B hands A's preferred VIPs back.
+    t.start_gateway(a)?;
+    let back = t.await_balance("3 hand back", &vips, Duration::from_secs(LEASE_S + 15))?;
+    t.only_answerer("3 only the preferred answers ARP", VIP, a)?;
+    progress(
+        "3",
+        format!(
+            "gateway {a} returned: its VIPs handed back {:.2} s after its start (Lease {LEASE_S} s in the live set \
+             first); only gateway {a} answers ARP for {VIP}",
+            back.as_secs_f64()
+        ),
+    );
+
+    // 4. A's torii-control dies, its gateway lives.
+    let killed = Instant::now();
+    t.controls[usize::from(a - 1)].as_mut().and_then(Daemon::kill);
+    let (flip4, flip6, took_ns) = t.await_flip("4 control dies", b, killed, lease_limit)?;
+    let frozen = Ownership::read(&t.shm_dir(a))?.context("gateway A's l2-owners")?;
+    let until = frozen.until(VIP.parse()?);
+    ensure!(
+        until <= took_ns,
+        t.fail("4 control dies", format!("gateway {a} owned {VIP} until {until}, gateway {b} held it from {took_ns}"))
+    );
+    ensure!(t.owned(b) == vips, t.fail("4 control dies", format!("gateway {b} holds {:?}", t.owned(b))));
+    ensure!(
+        t.log_count(a, "gateway", "L2: answering ARP/NDP for 0 VIP(s)") >= 1,
+        t.fail("4 control dies", format!("gateway {a} did not fall silent"))
+    );
+    t.only_answerer("4 only the peer answers ARP", VIP, b)?;
+    t.connections_work("4 connections after the takeover", 3)?;
+    progress(
+        "4",
+        format!(
+            "kill -9 of gateway {a}'s torii-control (its gateway alive): gateway {a} silent {:.2} s before gateway {b} \
+             took {VIP}; {VIP} → gateway {b} after {:.2} s, {vip6} after {:.2} s; only gateway {b} answers ARP",
+            (took_ns - until) as f64 / 1e9,
+            flip4.as_secs_f64(),
+            flip6.as_secs_f64()
         ),
     );
     ensure!(
         flip4 >= Duration::from_millis(LEASE_S * 1000 - RENEW_DEADLINE_MS / 2),
-        t.fail("2 failover", format!("the entry moved after {flip4:?}, before the Lease could have expired"))
+        t.fail("4 control dies", format!("the entry moved after {flip4:?}, before the Lease could have expired"))
     );
 
-    // 3. Gateway 1 returns: it does not take the VIPs back.
-    t.start(1)?;
-    wait_for("gateway 1 running again", Duration::from_secs(10), || {
-        fs::read_to_string(t.workdir.join("gw1-gateway.log"))
-            .is_ok_and(|l| l.matches("L2: candidate for 2 VIP(s)").count() >= 2)
+    // 5. A's torii-control returns; drain B: SIGTERM to its torii-gateway only.
+    let members = t.log_count(a, "control", "L2: member of the live set");
+    t.start_control(a)?;
+    wait_for("gateway A's control in the live set again", Duration::from_secs(10), || {
+        t.log_count(a, "control", "L2: member of the live set") > members
     })
-    .map_err(|e| t.fail("3 gateway 1 returns", e))?;
-    sleep(Duration::from_millis(4 * RETRY_PERIOD_MS));
-    ensure!(t.owned(1).is_empty(), t.fail("3 no flapping", format!("gateway 1 took {:?} back", t.owned(1))));
-    let answerers = t.arp_answerers()?;
-    ensure!(answerers == [mac(2)], t.fail("3 no flapping", format!("ARP replies from {answerers:?}")));
-    progress("3", "gateway 1 is back and silent; gateway 2 keeps the VIPs");
-
-    // 4. Drain gateway 2: SIGTERM to its torii-gateway only.
+    .map_err(|e| t.fail("5 control returns", e))?;
     let drained = Instant::now();
-    let pid = t.gateways[1].as_ref().and_then(Daemon::pid).context("gateway 2's pid")?;
+    let pid = t.gateways[usize::from(b - 1)].as_ref().and_then(Daemon::pid).context("gateway B's pid")?;
     let status = Command::new("kill").args(["-TERM", &pid.to_string()]).status()?;
     ensure!(status.success(), "kill -TERM {pid}");
-    let (back4, back6) = t.await_flip("4 drain", 1, drained, Duration::from_secs(LEASE_S + 10))?;
-    t.connections_work("4 connections after the drain", 5)?;
+    let (back4, back6, _) = t.await_flip("5 drain", a, drained, lease_limit)?;
+    t.connections_work("5 connections after the drain", 3)?;
     ensure!(
         back4 < Duration::from_secs(LEASE_S),
-        t.fail("4 drain", format!("the handover took {back4:?}: the Lease was not released at once"))
+        t.fail("5 drain", format!("the handover took {back4:?}: the Lease was not released at once"))
     );
-    wait_for("gateway 2 exits after drain_s", Duration::from_secs(DRAIN_S + 10), || {
-        t.gateways[1].as_mut().and_then(Daemon::exited).is_some()
+    wait_for("gateway B exits after drain_s", Duration::from_secs(DRAIN_S + 10), || {
+        t.gateways[usize::from(b - 1)].as_mut().and_then(Daemon::exited).is_some()
     })
-    .map_err(|e| t.fail("4 drain", e))?;
+    .map_err(|e| t.fail("5 drain", e))?;
     let exited = drained.elapsed();
-    let status = t.gateways[1].as_mut().and_then(Daemon::exited).context("exit status")?;
-    ensure!(status.success(), t.fail("4 drain", format!("gateway 2 exited with {status}")));
+    let status = t.gateways[usize::from(b - 1)].as_mut().and_then(Daemon::exited).context("exit status")?;
+    ensure!(status.success(), t.fail("5 drain", format!("gateway {b} exited with {status}")));
     progress(
-        "4",
+        "5",
         format!(
-            "drain of gateway 2: neighbour entry {VIP} → gateway 1 after {:.2} s, {VIP6} after {:.2} s; \
-             gateway 2 exited 0 {:.2} s after SIGTERM (drain_s {DRAIN_S})",
+            "drain of gateway {b}: {VIP} → gateway {a} after {:.2} s, {vip6} after {:.2} s; gateway {b} exited 0 \
+             {:.2} s after SIGTERM (drain_s {DRAIN_S})",
             back4.as_secs_f64(),
             back6.as_secs_f64(),
             exited.as_secs_f64()

@@ -22,6 +22,16 @@
 //! once, as client-go's `ReleaseOnCancel` does: `holderIdentity` empty,
 //! `leaseDurationSeconds` 1, so the peer takes it on its next retry without waiting.
 //!
+//! VIPs spread over the gateways as MetalLB's L2 mode spreads Services: each torii-control
+//! holds a member Lease (`torii-l2-member-<identity>`, label [`MEMBER_LABEL`]) while its
+//! gateway is a live, healthy candidate, and lists the others' to know the live set; per
+//! VIP the member of lowest [`rank`] takes a free Lease at once, any other only after it
+//! was free for a Lease duration; a holder hands a VIP back (releases it) once its
+//! preferred member has been live for a Lease duration, once per such stay — never a take
+//! of a held Lease, so two gateways never answer for one VIP. The gateway counts as a
+//! candidate only while its process holds its `shm_dir` lock
+//! ([`torii_table::shm::holds_lock`]) and its candidacy is fresh and healthy.
+//!
 //! Defaults are client-go's and kube-vip's (15 s / 10 s / 2 s); configuration: the
 //! `[l2.lease]` table ([`LeaseConfig`]).
 
@@ -32,7 +42,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use kube::api::{Api, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use kube::Client;
 use serde::Deserialize;
 use tokio::time::Instant;
@@ -105,8 +115,11 @@ impl RawL2 {
             return Err(invalid("l2.lease.namespace", format!("{namespace:?} is not a namespace name (a DNS label)")));
         }
         let identity = l.identity.unwrap_or_else(|| node_name.to_owned());
-        if identity.is_empty() || identity.chars().any(char::is_whitespace) {
-            return Err(invalid("l2.lease.identity", format!("{identity:?} must be non-empty without spaces")));
+        if !identity.split('.').all(is_dns_label) || identity.len() > 253 - MEMBER_PREFIX.len() {
+            return Err(invalid(
+                "l2.lease.identity",
+                format!("{identity:?} must be a DNS subdomain name (a Node name; it names the member Lease)"),
+            ));
         }
         let duration_s = l.duration_s.unwrap_or(15);
         if !(1..=3600).contains(&duration_s) {
@@ -143,6 +156,24 @@ pub fn lease_name(vip: IpAddr) -> String {
     format!("torii-l2-{}", vip.to_string().replace(':', "-"))
 }
 
+/// The member Leases' names: this and the identity.
+pub const MEMBER_PREFIX: &str = "torii-l2-member-";
+/// The label every member Lease carries (`true`), to list them.
+pub const MEMBER_LABEL: &str = "torii.io/l2-member";
+
+/// Where `identity` ranks for `vip`: lower is preferred. XXH3-64 of `"<identity>#<vip>"`
+/// (a fixed, specified hash, so that gateways of different builds agree; MetalLB ranks its
+/// speakers by SHA-256 of `"<node>#<service>"` the same way).
+pub fn rank(identity: &str, vip: IpAddr) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(format!("{identity}#{vip}").as_bytes())
+}
+
+/// The preferred owner of `vip` among `members` (identities): the lowest [`rank`], ties
+/// by identity.
+pub fn preferred<'a>(vip: IpAddr, members: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    members.into_iter().min_by_key(|m| (rank(m, vip), *m))
+}
+
 /// With the manifests source there is no Lease: the gateway answers for every VIP it can
 /// serve (one gateway per segment, no failover). Writes that in the ownership file.
 ///
@@ -164,6 +195,17 @@ struct Observed {
     at: Instant,
 }
 
+impl Observed {
+    /// Records `rv` seen `now`; returns when the record last changed.
+    fn see(seen: &mut HashMap<String, Observed>, name: &str, rv: &str, now: Instant) -> Instant {
+        let o = seen.entry(name.to_owned()).or_insert_with(|| Observed { resource_version: rv.to_owned(), at: now });
+        if o.resource_version != rv {
+            *o = Observed { resource_version: rv.to_owned(), at: now };
+        }
+        o.at
+    }
+}
+
 /// The elector of one torii-control.
 pub struct Elector {
     api: Api<Lease>,
@@ -171,14 +213,34 @@ pub struct Elector {
     shm_dir: PathBuf,
     /// VIP → `CLOCK_MONOTONIC` ns when its last successful renewal was sent.
     held: BTreeMap<IpAddr, u64>,
-    observed: HashMap<IpAddr, Observed>,
+    /// Lease name → what we last saw of it (VIP and member Leases).
+    observed: HashMap<String, Observed>,
+    /// Whether our member Lease is ours now.
+    member: bool,
+    /// The live members (identity → since when, by our clock), ourselves included.
+    members: BTreeMap<String, Instant>,
+    /// VIP → when we first saw its Lease free while another member was preferred: we take
+    /// it once that is a Lease duration ago (the preferred did not).
+    free_since: HashMap<IpAddr, Instant>,
+    /// VIP → the member we handed it back to (once per member while it stays live).
+    handed_back: HashMap<IpAddr, String>,
 }
 
 impl Elector {
     /// An elector for `client`'s cluster, writing into `shm_dir`.
     pub fn new(client: Client, config: LeaseConfig, shm_dir: PathBuf) -> Self {
         let api = Api::namespaced(client, &config.namespace);
-        Self { api, config, shm_dir, held: BTreeMap::new(), observed: HashMap::new() }
+        Self {
+            api,
+            config,
+            shm_dir,
+            held: BTreeMap::new(),
+            observed: HashMap::new(),
+            member: false,
+            members: BTreeMap::new(),
+            free_since: HashMap::new(),
+            handed_back: HashMap::new(),
+        }
     }
 
     /// Runs until `shutdown` completes, then releases every Lease it holds.
@@ -199,13 +261,23 @@ impl Elector {
                 () = &mut shutdown => break,
                 () = tokio::time::sleep(POLL) => {}
             }
-            let offered = self.offered();
+            let candidacy = self.candidacy();
+            let offered = candidacy.clone().unwrap_or_default();
+            if candidacy.is_none() && self.member {
+                // Out of the live set first, so that a peer reading both sees the VIPs'
+                // preferred owner gone when it sees them released.
+                self.release_member().await;
+            }
             let gone: Vec<IpAddr> = self.held.keys().filter(|v| !offered.contains(v)).copied().collect();
             for vip in gone {
                 self.release(vip).await;
             }
             if Instant::now() >= next_round {
                 next_round = Instant::now() + self.config.retry_period;
+                if candidacy.is_some() {
+                    self.renew_member().await;
+                }
+                self.read_members().await;
                 for vip in &offered {
                     self.try_acquire_or_renew(*vip).await;
                 }
@@ -226,21 +298,35 @@ impl Elector {
             self.release(vip).await;
         }
         self.write_ownership();
+        if self.member {
+            self.release_member().await;
+        }
     }
 
-    /// The VIPs the gateway offers now: those of a fresh, healthy candidacy.
-    fn offered(&self) -> BTreeSet<IpAddr> {
+    /// The VIPs the gateway offers now, `None` when it is no candidate at all: its process
+    /// must hold its lock on `shm_dir` (alive: [`torii_table::shm::holds_lock`], the moment
+    /// it dies) and its candidacy must be fresh (written within [`CANDIDACY_MAX_AGE`]: it
+    /// is not hung) and healthy (its `/healthz` verdict).
+    fn candidacy(&self) -> Option<BTreeSet<IpAddr>> {
+        match torii_table::shm::holds_lock(&self.shm_dir, torii_table::shm::Role::Gateway) {
+            Ok(true) => {}
+            Ok(false) => return None,
+            Err(e) => {
+                tracing::warn!("L2: testing the gateway's lock: {e}");
+                return None;
+            }
+        }
         match Candidacy::read(&self.shm_dir) {
             Ok(Some(c))
                 if c.state == CandidateState::Healthy
                     && c.fresh(monotonic_ns(), CANDIDACY_MAX_AGE.as_nanos() as u64) =>
             {
-                c.vips
+                Some(c.vips)
             }
-            Ok(_) => BTreeSet::new(),
+            Ok(_) => None,
             Err(e) => {
                 tracing::warn!("L2: reading the gateway's candidacy: {e}");
-                BTreeSet::new()
+                None
             }
         }
     }
@@ -270,7 +356,128 @@ impl Elector {
         }
     }
 
-    /// client-go's `tryAcquireOrRenew` for one VIP's Lease.
+    fn member_name(&self) -> String {
+        format!("{MEMBER_PREFIX}{}", self.config.identity)
+    }
+
+    /// Creates or renews our member Lease (`torii-l2-member-<identity>`, labelled
+    /// [`MEMBER_LABEL`]): this gateway is a live candidate.
+    async fn renew_member(&mut self) {
+        let name = self.member_name();
+        let result = match self.api.get_opt(&name).await {
+            Ok(None) => {
+                let lease = Lease {
+                    metadata: ObjectMeta {
+                        name: Some(name.clone()),
+                        labels: Some([(MEMBER_LABEL.to_owned(), "true".to_owned())].into()),
+                        ..ObjectMeta::default()
+                    },
+                    spec: Some(self.spec(None, 0)),
+                };
+                self.api.create(&PostParams::default(), &lease).await
+            }
+            Ok(Some(mut lease)) => {
+                let spec = lease.spec.clone().unwrap_or_default();
+                let ours = spec.holder_identity.as_deref() == Some(self.config.identity.as_str());
+                let transitions = spec.lease_transitions.unwrap_or(0);
+                lease.spec = Some(if ours {
+                    self.spec(spec.acquire_time, transitions)
+                } else {
+                    self.spec(None, transitions.saturating_add(1))
+                });
+                self.api.replace(&name, &PostParams::default(), &lease).await
+            }
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(_) if !self.member => {
+                tracing::info!(lease = %name, "L2: member of the live set");
+                self.member = true;
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(lease = %name, "L2: renewing the member Lease: {e}"),
+        }
+    }
+
+    /// Leaves the live set at once: our member Lease's holder emptied.
+    async fn release_member(&mut self) {
+        self.member = false;
+        let name = self.member_name();
+        match self.api.get_opt(&name).await {
+            Ok(Some(mut lease)) => {
+                let spec = lease.spec.clone().unwrap_or_default();
+                lease.spec =
+                    Some(LeaseSpec { holder_identity: Some(String::new()), lease_duration_seconds: Some(1), ..spec });
+                match self.api.replace(&name, &PostParams::default(), &lease).await {
+                    Ok(_) => tracing::info!(lease = %name, "L2: left the live set"),
+                    Err(e) => tracing::warn!(lease = %name, "L2: releasing the member Lease: {e}"),
+                }
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(lease = %name, "L2: reading the member Lease: {e}"),
+        }
+    }
+
+    /// Lists the member Leases: live are those with a holder whose record changed within
+    /// their duration by our clock (ours while we hold it).
+    async fn read_members(&mut self) {
+        let list = match self.api.list(&ListParams::default().labels(&format!("{MEMBER_LABEL}=true"))).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!("L2: listing the member Leases: {e}");
+                return;
+            }
+        };
+        let now = Instant::now();
+        let mut live = BTreeMap::new();
+        for lease in list.items {
+            let (Some(name), Some(spec)) = (lease.metadata.name.as_deref(), lease.spec.as_ref()) else { continue };
+            let holder = spec.holder_identity.clone().unwrap_or_default();
+            let rv = lease.metadata.resource_version.clone().unwrap_or_default();
+            let changed = Observed::see(&mut self.observed, name, &rv, now);
+            let duration = Duration::from_secs(u64::try_from(spec.lease_duration_seconds.unwrap_or(0)).unwrap_or(0));
+            let ours = holder == self.config.identity;
+            if holder.is_empty() || (ours && !self.member) || (!ours && changed + duration <= now) {
+                continue;
+            }
+            let since = self.members.get(&holder).copied().unwrap_or(now);
+            live.insert(holder, since);
+        }
+        if live.keys().ne(self.members.keys()) {
+            tracing::info!(members = ?live.keys().collect::<Vec<_>>(), "L2: the live set changed");
+        }
+        self.members = live;
+        let members = &self.members;
+        self.handed_back.retain(|_, to| members.contains_key(to));
+    }
+
+    /// The member preferred for `vip`, leaving `except` (a holder whose Lease expired) out.
+    fn preferred(&self, vip: IpAddr, except: &str) -> Option<&str> {
+        preferred(vip, self.members.keys().map(String::as_str).filter(|m| *m != except))
+    }
+
+    /// Whether we may take `vip`'s free Lease now: at once when we are its preferred live
+    /// member (or the live set is unknown), else once it has been free for a Lease duration
+    /// (the preferred one did not take it).
+    fn may_take(&mut self, vip: IpAddr, expired_holder: &str) -> bool {
+        let preferred = self.preferred(vip, expired_holder).map(str::to_owned);
+        if preferred.as_deref().is_none_or(|p| p == self.config.identity) {
+            return true;
+        }
+        let since = *self.free_since.entry(vip).or_insert_with(Instant::now);
+        since.elapsed() >= self.config.duration
+    }
+
+    /// Whether to hand `vip`, which we hold, back to its preferred member: one that has been
+    /// live for a Lease duration (not one passing through), once while it stays live.
+    fn hand_back_to(&self, vip: IpAddr) -> Option<String> {
+        let p = self.preferred(vip, "")?;
+        let settled = self.members.get(p).is_some_and(|since| since.elapsed() >= self.config.duration);
+        (p != self.config.identity && settled && self.handed_back.get(&vip).is_none_or(|h| h != p))
+            .then(|| p.to_owned())
+    }
+
+    /// client-go's `tryAcquireOrRenew` for one VIP's Lease, with the preference above.
     async fn try_acquire_or_renew(&mut self, vip: IpAddr) {
         let name = lease_name(vip);
         let sent_ns = monotonic_ns();
@@ -282,6 +489,9 @@ impl Elector {
             }
         };
         let Some(mut lease) = current else {
+            if !self.may_take(vip, "") {
+                return;
+            }
             let lease = Lease {
                 metadata: ObjectMeta { name: Some(name.clone()), ..ObjectMeta::default() },
                 spec: Some(self.spec(None, 0)),
@@ -296,16 +506,24 @@ impl Elector {
         let holder = spec.holder_identity.clone().unwrap_or_default();
         let rv = lease.metadata.resource_version.clone().unwrap_or_default();
         let now = Instant::now();
-        let observed = self.observed.entry(vip).or_insert_with(|| Observed { resource_version: rv.clone(), at: now });
-        if observed.resource_version != rv {
-            *observed = Observed { resource_version: rv, at: now };
-        }
+        let changed = Observed::see(&mut self.observed, &name, &rv, now);
         let ours = holder == self.config.identity;
         let duration = Duration::from_secs(u64::try_from(spec.lease_duration_seconds.unwrap_or(0)).unwrap_or(0));
-        if !ours && !holder.is_empty() && observed.at + duration > now {
+        if !ours && !holder.is_empty() && changed + duration > now {
+            self.free_since.remove(&vip);
             if self.held.remove(&vip).is_some() {
                 tracing::warn!(%vip, holder = %holder, "L2: the Lease is another gateway's: no longer answering for it");
             }
+            return;
+        }
+        if ours {
+            if let Some(to) = self.hand_back_to(vip) {
+                tracing::info!(%vip, lease = %name, to = %to, "L2: handing the VIP back to its preferred gateway");
+                self.handed_back.insert(vip, to);
+                self.release(vip).await;
+                return;
+            }
+        } else if !self.may_take(vip, &holder) {
             return;
         }
         let transitions = spec.lease_transitions.unwrap_or(0);
@@ -329,7 +547,8 @@ impl Elector {
     fn took(&mut self, vip: IpAddr, name: &str, sent_ns: u64, how: &str) {
         tracing::info!(%vip, lease = %name, identity = %self.config.identity, "L2: took the Lease ({how})");
         self.held.insert(vip, sent_ns);
-        self.observed.remove(&vip);
+        self.observed.remove(name);
+        self.free_since.remove(&vip);
     }
 
     /// Gives a Lease up at once (client-go's `ReleaseOnCancel`), if it is still ours.
@@ -393,6 +612,7 @@ mod tests {
         for (text, want) in [
             ("[l2.lease]\nnamespace = \"Kube\"\n", "l2.lease.namespace"),
             ("[l2.lease]\nidentity = \"a b\"\n", "l2.lease.identity"),
+            ("[l2.lease]\nidentity = \"Gateway_1\"\n", "l2.lease.identity"),
             ("[l2.lease]\nduration_s = 0\n", "l2.lease.duration_s"),
             ("[l2.lease]\nduration_s = 3\n", "l2.lease.renew_deadline_ms"),
             (
@@ -406,6 +626,19 @@ mod tests {
         assert!(toml::from_str::<toml::Table>("[l2.lease]\nbogus = 1\n")
             .map(|t| RawL2::deserialize(t["l2"].clone()).is_err())
             .unwrap());
+    }
+
+    #[test]
+    fn vips_spread_over_members_by_rank() {
+        let vips: Vec<IpAddr> = (1..=64).map(|i| IpAddr::from([198, 51, 100, i])).collect();
+        let firsts = vips.iter().filter(|v| preferred(**v, ["gateway-1", "gateway-2"]) == Some("gateway-1")).count();
+        assert!((16..=48).contains(&firsts), "gateway-1 preferred for {firsts} of 64");
+        let v = vips[0];
+        assert_eq!(preferred(v, ["b", "a"]), preferred(v, ["a", "b"]), "the order of the live set does not matter");
+        assert_eq!(preferred(v, []), None);
+        let three = preferred(v, ["a", "b", "c"]).unwrap();
+        let rest: Vec<&str> = ["a", "b", "c"].into_iter().filter(|m| *m != three).collect();
+        assert!(rank(three, v) < rank(rest[0], v) && rank(three, v) < rank(rest[1], v));
     }
 
     #[test]

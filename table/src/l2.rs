@@ -158,9 +158,15 @@ pub struct Ownership {
 impl Ownership {
     /// Whether `vip`, a candidate, is owned at `now_ns`.
     pub fn owns(&self, vip: IpAddr, now_ns: u64) -> bool {
+        self.mode == OwnershipMode::All || now_ns < self.until(vip)
+    }
+
+    /// Until when (`CLOCK_MONOTONIC` ns) `vip` is owned: its deadline, `u64::MAX` in
+    /// [`OwnershipMode::All`], 0 when not listed.
+    pub fn until(&self, vip: IpAddr) -> u64 {
         match self.mode {
-            OwnershipMode::All => true,
-            OwnershipMode::Lease => self.vips.get(&vip).is_some_and(|&until| now_ns < until),
+            OwnershipMode::All => u64::MAX,
+            OwnershipMode::Lease => self.vips.get(&vip).copied().unwrap_or(0),
         }
     }
 
@@ -273,8 +279,9 @@ mod tests {
         let vip: IpAddr = "203.0.113.10".parse().unwrap();
         assert!(o.owns(vip, 99) && !o.owns(vip, 100), "owned until the deadline, not at it");
         assert!(!o.owns("203.0.113.11".parse().unwrap(), 0));
+        assert_eq!((o.until(vip), o.until("203.0.113.11".parse().unwrap())), (100, 0));
         let all = Ownership { mode: OwnershipMode::All, vips: BTreeMap::new(), ..o };
-        assert!(all.owns(vip, u64::MAX));
+        assert!(all.owns(vip, u64::MAX) && all.until(vip) == u64::MAX);
         let dir = std::env::temp_dir().join(format!("torii-l2-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         assert_eq!(Ownership::read(&dir).unwrap(), None);

@@ -110,6 +110,13 @@ pub enum Role {
 }
 
 impl Role {
+    fn lock_file(self) -> &'static str {
+        match self {
+            Role::Gateway => "gateway.lock",
+            Role::Control => "control.lock",
+        }
+    }
+
     fn name(self) -> &'static str {
         match self {
             Role::Gateway => "torii-gateway",
@@ -160,10 +167,7 @@ pub struct DirLock {
 /// [`LockError::Held`] when another process holds it; [`LockError::Io`] when the directory
 /// or file cannot be created or locked.
 pub fn lock_dir(dir: &Path, role: Role) -> Result<DirLock, LockError> {
-    let path = dir.join(match role {
-        Role::Gateway => "gateway.lock",
-        Role::Control => "control.lock",
-    });
+    let path = dir.join(role.lock_file());
     let io_err = |source| LockError::Io { path: path.clone(), source };
     ensure_dir(dir).map_err(io_err)?;
     let mut file = OpenOptions::new()
@@ -174,7 +178,18 @@ pub fn lock_dir(dir: &Path, role: Role) -> Result<DirLock, LockError> {
         .mode(0o600)
         .open(&path)
         .map_err(io_err)?;
-    match file.try_lock() {
+    // [`holds_lock`] takes the lock shared for a moment to test it: retry past that.
+    let mut tries = 0;
+    let locked = loop {
+        match file.try_lock() {
+            Err(std::fs::TryLockError::WouldBlock) if tries < 20 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            other => break other,
+        }
+    };
+    match locked {
         Ok(()) => {}
         Err(std::fs::TryLockError::WouldBlock) => {
             let holder = std::fs::read_to_string(&path).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
@@ -186,6 +201,27 @@ pub fn lock_dir(dir: &Path, role: Role) -> Result<DirLock, LockError> {
     file.set_len(0).map_err(io_err)?;
     writeln!(file, "{}", std::process::id()).map_err(io_err)?;
     Ok(DirLock { _file: file })
+}
+
+/// Whether a live process holds `role`'s lock on `dir` ([`lock_dir`]): the kernel's word
+/// that the process is alive, the moment it dies however it dies (the lock goes with its
+/// last file descriptor), across PID namespaces and without trusting a PID that may have
+/// been reused. Tests by taking the lock shared for an instant (`flock(2)` `LOCK_SH |
+/// LOCK_NB`); [`lock_dir`] retries past such a test.
+///
+/// # Errors
+/// I/O errors opening the lock file other than its absence (no lock file: `Ok(false)`).
+pub fn holds_lock(dir: &Path, role: Role) -> io::Result<bool> {
+    let file = match File::open(dir.join(role.lock_file())) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    match file.try_lock_shared() {
+        Ok(()) => Ok(false),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(true),
+        Err(std::fs::TryLockError::Error(e)) => Err(e),
+    }
 }
 
 /// Creates `dir` (mode 0700) if it is missing.
@@ -495,11 +531,14 @@ mod tests {
     #[test]
     fn one_process_per_role_holds_a_directory() {
         let dir = std::env::temp_dir().join(format!("torii-lock-test-{}", std::process::id()));
+        assert!(!holds_lock(&dir, Role::Gateway).unwrap(), "no lock file yet");
         let first = lock_dir(&dir, Role::Gateway).unwrap();
         let control = lock_dir(&dir, Role::Control).unwrap();
+        assert!(holds_lock(&dir, Role::Gateway).unwrap());
         let e = lock_dir(&dir, Role::Gateway).unwrap_err().to_string();
         assert!(e.starts_with(&format!("another torii-gateway (pid {}) already uses", std::process::id())), "{e}");
         drop(first);
+        assert!(!holds_lock(&dir, Role::Gateway).unwrap(), "the holder is gone");
         let again = lock_dir(&dir, Role::Gateway).unwrap();
         drop((again, control));
         let _ = std::fs::remove_dir_all(&dir);

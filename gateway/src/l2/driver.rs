@@ -2,9 +2,9 @@
 //! (`shm_dir/l2-candidacy`: healthy, draining or unhealthy — the `/healthz` verdict, as BGP
 //! mode's announcer uses it — and the VIPs with a usable endpoint of an `l2.announce` kind,
 //! [`crate::announce::announced`]), reads torii-control's ownership (`shm_dir/l2-owners`),
-//! and publishes to the workers the VIPs that are both offered and owned now
-//! ([`super::Owners::publish`]); worker 0 announces the ones that joined. It never touches
-//! a worker otherwise.
+//! and publishes to the workers the VIPs that are both offered and owned now, each with
+//! its deadline, confirming the set every round ([`super::Owners::publish`]); worker 0
+//! announces the ones that joined. It never touches a worker otherwise.
 //!
 //! On SIGTERM ([`Speaker`] as [`Withdraw`]) the candidacy says `draining` and the workers
 //! stop answering at once; torii-control releases the Leases on its next look (100 ms),
@@ -13,7 +13,7 @@
 //! candidacy go stale and releases too; if both processes die, the peer waits out the
 //! Lease.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::{L2Config, Owners};
+use super::{L2Config, Owners, ANNOUNCE_INTERVAL_NS, ANNOUNCE_NUM};
 use crate::announce::{announced, Withdraw};
 use crate::metrics::{health, Source};
 use crate::table::l2::{monotonic_ns, Candidacy, CandidateState, Ownership, OwnershipMode};
@@ -89,6 +89,8 @@ fn run(
     stop: &AtomicBool,
 ) {
     let mut said = None::<(CandidateState, BTreeSet<IpAddr>)>;
+    // The VIPs answered for, with the time each joined (what is announced).
+    let mut joined_at = BTreeMap::<IpAddr, u64>::new();
     let mut last_error = None::<(String, Instant)>;
     let mut warn = |text: String| {
         let repeat = last_error.as_ref().is_some_and(|(t, at)| *t == text && at.elapsed().as_secs() < 30);
@@ -126,11 +128,26 @@ fn run(
                 None
             }
         };
-        let answered: Vec<IpAddr> =
-            candidacy.vips.iter().filter(|v| ownership.as_ref().is_some_and(|o| o.owns(**v, now))).copied().collect();
-        if answered != owners.current().vips {
-            let joined = owners.publish(answered.clone());
-            let list: Vec<String> = answered.iter().map(ToString::to_string).collect();
+        let answered: Vec<(IpAddr, u64)> = candidacy
+            .vips
+            .iter()
+            .filter_map(|v| ownership.as_ref().filter(|o| o.owns(*v, now)).map(|o| (*v, o.until(*v))))
+            .collect();
+        joined_at.retain(|v, _| answered.binary_search_by_key(v, |(a, _)| *a).is_ok());
+        let joined: Vec<IpAddr> = answered.iter().map(|(v, _)| *v).filter(|v| !joined_at.contains_key(v)).collect();
+        let window = u64::from(ANNOUNCE_NUM) * ANNOUNCE_INTERVAL_NS;
+        for v in &joined {
+            joined_at.insert(*v, now);
+        }
+        let changed = answered.iter().map(|(v, _)| v).ne(owners.current().vips.iter().map(|(v, _)| v));
+        if joined.is_empty() {
+            owners.publish(answered.clone(), None);
+        } else {
+            let announce = joined_at.iter().filter(|(_, at)| now - **at < window).map(|(v, _)| *v).collect();
+            owners.publish(answered.clone(), Some(announce));
+        }
+        if changed {
+            let list: Vec<String> = answered.iter().map(|(v, _)| v.to_string()).collect();
             let joined: Vec<String> = joined.iter().map(ToString::to_string).collect();
             tracing::info!(vips = ?list, announcing = ?joined, "L2: answering ARP/NDP for {} VIP(s)", list.len());
         }

@@ -23,12 +23,14 @@
 pub mod driver;
 
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use serde::Deserialize;
 
 use crate::table::config::{invalid, ConfigError};
+use crate::table::l2::monotonic_ns;
 use crate::table::FrontendKind;
 
 /// The validated `[l2]` table.
@@ -69,21 +71,42 @@ impl RawL2 {
     }
 }
 
+/// Announcements of each VIP taken (RFC 5227 § 1.1 `ANNOUNCE_NUM`).
+pub const ANNOUNCE_NUM: u8 = 2;
+/// Between two rounds of announcements, ns (RFC 5227 § 1.1 `ANNOUNCE_INTERVAL`, 2 s).
+pub const ANNOUNCE_INTERVAL_NS: u64 = 2_000_000_000;
+
+/// How long the workers trust the published set without the L2 thread confirming it, ns
+/// ([`Owners::confirm`]; it confirms every [`driver::PERIOD`], 100 ms): a gateway whose L2
+/// thread stalls (the process stopped, starved) falls silent within this time, before
+/// torii-control sees its candidacy go stale (1 s) and gives its VIPs to a peer; and after
+/// a stop the workers answer nothing until the L2 thread has read the ownership again.
+pub const CONFIRMATION_MAX_AGE_NS: u64 = 500_000_000;
+
 /// The VIPs this gateway answers for now, as the workers see them.
 #[derive(Debug, Default)]
 pub struct Answered {
-    /// Sorted, each once.
-    pub vips: Vec<IpAddr>,
-    /// Advanced whenever a VIP joined the set: worker 0 announces them all again.
+    /// Sorted by address, each once, with the `CLOCK_MONOTONIC` ns until which it is owned
+    /// (the deadline in `l2-owners`; `u64::MAX` when torii-control owns every VIP).
+    pub vips: Vec<(IpAddr, u64)>,
+    /// The VIPs worker 0 announces: those that joined the set in the last
+    /// [`ANNOUNCE_NUM`] rounds' time (only what changed: a VIP held all along is not
+    /// announced again).
+    pub announce: Vec<IpAddr>,
+    /// Advanced whenever a VIP joined the set: worker 0 starts the announcements of
+    /// [`Answered::announce`] over.
     pub seq: u64,
 }
 
 /// What the workers consult before answering ARP/NDP for a VIP: everything when L2 mode is
-/// off ([`Owners::everyone`]), else the published set.
+/// off ([`Owners::everyone`]), else the published set, each VIP until its deadline and only
+/// while the L2 thread keeps confirming it ([`CONFIRMATION_MAX_AGE_NS`]).
 #[derive(Debug)]
 pub struct Owners {
     enabled: bool,
     answered: ArcSwap<Answered>,
+    /// `CLOCK_MONOTONIC` ns of the L2 thread's last [`Owners::confirm`].
+    confirmed_ns: AtomicU64,
 }
 
 impl Default for Owners {
@@ -95,7 +118,7 @@ impl Default for Owners {
 impl Owners {
     /// L2 mode off: every VIP of the table is answered for, nothing is announced.
     pub fn everyone() -> Self {
-        Self { enabled: false, answered: ArcSwap::from_pointee(Answered::default()) }
+        Self { enabled: false, answered: ArcSwap::from_pointee(Answered::default()), confirmed_ns: AtomicU64::new(0) }
     }
 
     /// L2 mode on: nothing is answered for until [`Owners::publish`].
@@ -109,10 +132,21 @@ impl Owners {
         self.enabled
     }
 
-    /// Whether ARP/NDP for `vip` (a VIP of the table) is answered.
+    /// Whether ARP/NDP for `vip` (a VIP of the table) is answered now: L2 mode off, or `vip`
+    /// published, its deadline ahead and the set confirmed within
+    /// [`CONFIRMATION_MAX_AGE_NS`]. Reads `CLOCK_MONOTONIC` (ARP and NDP only, not the
+    /// forwarding path).
     #[inline]
     pub fn answers(&self, vip: IpAddr) -> bool {
-        !self.enabled || self.answered.load().vips.binary_search(&vip).is_ok()
+        if !self.enabled {
+            return true;
+        }
+        let now = monotonic_ns();
+        if now >= self.confirmed_ns.load(Ordering::Acquire).saturating_add(CONFIRMATION_MAX_AGE_NS) {
+            return false;
+        }
+        let a = self.answered.load();
+        a.vips.binary_search_by_key(&vip, |(v, _)| *v).is_ok_and(|i| now < a.vips[i].1)
     }
 
     /// The current set.
@@ -120,13 +154,22 @@ impl Owners {
         self.answered.load()
     }
 
-    /// Publishes `vips` (sorted, each once); returns the VIPs that joined.
-    pub fn publish(&self, vips: Vec<IpAddr>) -> Vec<IpAddr> {
+    /// Publishes `vips` (sorted by address, each once, with deadlines) and confirms it.
+    /// `announce`: the VIPs to announce when some joined (a new round of announcements);
+    /// `None` lets the announcements under way go on.
+    pub fn publish(&self, vips: Vec<(IpAddr, u64)>, announce: Option<Vec<IpAddr>>) {
         let old = self.answered.load_full();
-        let joined: Vec<IpAddr> = vips.iter().filter(|v| old.vips.binary_search(v).is_err()).copied().collect();
-        let seq = old.seq + u64::from(!joined.is_empty());
-        self.answered.store(Arc::new(Answered { vips, seq }));
-        joined
+        let next = match announce {
+            Some(announce) => Answered { vips, announce, seq: old.seq + 1 },
+            None => Answered { vips, announce: old.announce.clone(), seq: old.seq },
+        };
+        self.answered.store(Arc::new(next));
+        self.confirm();
+    }
+
+    /// Says the published set is still torii-control's word (the L2 thread, every round).
+    pub fn confirm(&self) {
+        self.confirmed_ns.store(monotonic_ns(), Ordering::Release);
     }
 }
 
@@ -135,19 +178,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn owners_answer_what_was_published_and_count_joins() {
+    fn owners_answer_what_was_published_until_its_deadline_while_confirmed() {
         let vip = |s: &str| s.parse::<IpAddr>().unwrap();
-        assert!(Owners::everyone().answers(vip("203.0.113.10")));
+        let (a, b) = (vip("203.0.113.10"), vip("2001:db8::10"));
+        assert!(Owners::everyone().answers(a));
         let o = Owners::l2();
-        assert!(!o.answers(vip("203.0.113.10")), "nothing before the first publication");
-        assert_eq!(o.publish(vec![vip("203.0.113.10"), vip("2001:db8::10")]).len(), 2);
-        assert!(o.answers(vip("203.0.113.10")) && o.answers(vip("2001:db8::10")));
-        assert_eq!(o.current().seq, 1);
-        assert!(o.publish(vec![vip("203.0.113.10")]).is_empty(), "a VIP leaving announces nothing");
-        assert_eq!(o.current().seq, 1);
-        assert!(!o.answers(vip("2001:db8::10")));
-        assert_eq!(o.publish(vec![vip("203.0.113.10"), vip("2001:db8::10")]), [vip("2001:db8::10")]);
-        assert_eq!(o.current().seq, 2);
+        assert!(!o.answers(a), "nothing before the first publication");
+        o.publish(vec![(a, u64::MAX), (b, u64::MAX)], Some(vec![a, b]));
+        assert!(o.answers(a) && o.answers(b));
+        assert_eq!((o.current().seq, o.current().announce.len()), (1, 2));
+        o.publish(vec![(a, u64::MAX)], None);
+        assert_eq!(o.current().seq, 1, "a VIP leaving starts no announcement");
+        assert!(!o.answers(b));
+        o.publish(vec![(a, monotonic_ns()), (b, u64::MAX)], Some(vec![b]));
+        assert!(!o.answers(a), "past its deadline (torii-control stopped renewing)");
+        assert!(o.answers(b));
+        assert_eq!((o.current().seq, o.current().announce.clone()), (2, vec![b]), "only the VIP that joined");
+        o.confirmed_ns.store(monotonic_ns() - CONFIRMATION_MAX_AGE_NS, Ordering::Release);
+        assert!(!o.answers(b), "not confirmed lately: the L2 thread stalled");
+        o.confirm();
+        assert!(o.answers(b));
     }
 
     #[test]

@@ -11,23 +11,22 @@
 //! Each is sent [`ANNOUNCE_NUM`] times, [`ANNOUNCE_INTERVAL_NS`] apart (RFC 5227 § 1.1's
 //! `ANNOUNCE_NUM` and `ANNOUNCE_INTERVAL`; RFC 4861 § 7.2.6 allows up to
 //! `MAX_NEIGHBOR_ADVERTISEMENT` = 3), on every interface with an address of the VIP's
-//! family. A newer set starts the announcements over (every VIP of it, so none is left
-//! with fewer). One frame per call, through [`super::poll_transmit`].
+//! family. Only what changed is announced: the set's `announce` list, the VIPs that joined
+//! within the last rounds' time (a VIP held all along is not announced again); a newer
+//! list starts the rounds over (a VIP that joined a moment before gets at most one extra
+//! round, none is left with fewer), and a VIP given up meanwhile is skipped. One frame
+//! per call, through [`super::poll_transmit`].
 
 use std::net::{IpAddr, Ipv6Addr};
 
 use super::state::Gratuitous;
 use super::{link, WorkerState};
 use crate::host::HostInterface;
+use crate::l2::{ANNOUNCE_INTERVAL_NS, ANNOUNCE_NUM};
 use crate::wire::icmpv6::NEXT_HEADER_ICMPV6;
 use crate::wire::ipv6::{multicast_mac, ALL_NODES};
 use crate::wire::ndp::{self, NdpPacket};
 use crate::wire::{EtherType, Icmpv6Packet, Icmpv6Type, Ipv6Packet};
-
-/// Announcements of each VIP (RFC 5227 § 1.1 `ANNOUNCE_NUM`).
-pub const ANNOUNCE_NUM: u8 = 2;
-/// Between two rounds of announcements, ns (RFC 5227 § 1.1 `ANNOUNCE_INTERVAL`, 2 s).
-pub const ANNOUNCE_INTERVAL_NS: u64 = 2_000_000_000;
 
 /// Writes worker 0's next due announcement into `buf` (at least
 /// [`super::POLL_TRANSMIT_LEN`] bytes); returns its port and length.
@@ -46,13 +45,16 @@ pub(super) fn poll(now: u64, buf: &mut [u8], st: &mut WorkerState) -> Option<(u8
     let interfaces = &st.host.interfaces;
     loop {
         let (v, i) = (g.index / interfaces.len().max(1), g.index % interfaces.len().max(1));
-        let (Some(&vip), Some(iface)) = (answered.vips.get(v), interfaces.get(i)) else {
+        let (Some(&vip), Some(iface)) = (answered.announce.get(v), interfaces.get(i)) else {
             g.round += 1;
             g.index = 0;
             g.next_ns = now + ANNOUNCE_INTERVAL_NS;
             return None;
         };
         g.index += 1;
+        if !st.l2.answers(vip) {
+            continue; // given up (or its deadline passed) since it joined
+        }
         let len = match vip {
             IpAddr::V4(ip) if !iface.addresses.is_empty() => super::arp::write_request(buf, iface, ip, ip),
             IpAddr::V6(ip) if !iface.addresses6.is_empty() => write_unsolicited_advertisement(buf, iface, ip),

@@ -1,6 +1,6 @@
 //! L2 mode in the pipeline: only the VIPs this gateway owns are answered for, its own
-//! addresses always; worker 0 announces VIPs that join the owned set with gratuitous ARPs
-//! and unsolicited Neighbor Advertisements, twice, 2 s apart.
+//! addresses always; worker 0 announces the VIPs that join the owned set (only those) with
+//! gratuitous ARPs and unsolicited Neighbor Advertisements, twice, 2 s apart.
 
 use std::net::Ipv6Addr;
 
@@ -48,7 +48,7 @@ fn a_non_owner_stays_silent_for_the_vip_and_answers_for_its_own_addresses() {
     assert_eq!(run(0, &req, FRONT, &t, &mut st).0, Verdict::Drop(DropReason::ArpNotForUs), "not owned yet");
     let own = arp_request(ip("198.51.100.1"));
     assert!(matches!(run(0, &own, FRONT, &t, &mut st).0, Verdict::Transmit { .. }), "own addresses always");
-    owners.publish(vec![IpAddr::V4(VIP)]);
+    owners.publish(vec![(IpAddr::V4(VIP), u64::MAX)], Some(vec![IpAddr::V4(VIP)]));
     let want = frames::arp(
         L2 { src: GW_FRONT_MAC, dst: CLIENT_MAC },
         ArpOperation::Reply,
@@ -58,7 +58,7 @@ fn a_non_owner_stays_silent_for_the_vip_and_answers_for_its_own_addresses() {
         CLIENT.0,
     );
     assert_eq!(run(0, &req, FRONT, &t, &mut st), (tx(FRONT, &want), want), "owned: answered");
-    owners.publish(vec![]);
+    owners.publish(vec![], None);
     assert_eq!(run(0, &req, FRONT, &t, &mut st).0, Verdict::Drop(DropReason::ArpNotForUs), "given up: silent");
 }
 
@@ -68,7 +68,8 @@ fn worker_0_announces_vips_that_join_twice_on_every_interface_of_their_family() 
     let (mut other, _) = l2_state(1);
     other.l2 = Arc::clone(&owners);
     assert!(emitted(0, &mut st).is_empty(), "nothing owned, nothing announced");
-    owners.publish(vec![IpAddr::V4(VIP), IpAddr::V6(VIP6)]);
+    let both = vec![IpAddr::V4(VIP), IpAddr::V6(VIP6)];
+    owners.publish(both.iter().map(|v| (*v, u64::MAX)).collect(), Some(both.clone()));
     let garp = |mac: MacAddr| {
         frames::arp(
             L2 { src: mac, dst: MacAddr::BROADCAST },
@@ -106,8 +107,11 @@ fn worker_0_announces_vips_that_join_twice_on_every_interface_of_their_family() 
     assert!(emitted(10 * SEC, &mut st).is_empty(), "ANNOUNCE_NUM rounds in all");
     assert!(emitted(SEC, &mut other).is_empty(), "only worker 0 announces");
     assert_eq!(st.counters.l2_announcements, 8);
-    owners.publish(vec![IpAddr::V6(VIP6)]);
+    owners.publish(vec![(IpAddr::V6(VIP6), u64::MAX)], None);
     assert!(emitted(11 * SEC, &mut st).is_empty(), "a VIP leaving announces nothing");
-    owners.publish(vec![IpAddr::V4(VIP), IpAddr::V6(VIP6)]);
-    assert_eq!(emitted(12 * SEC, &mut st).len(), 4, "a VIP joining announces the set again");
+    owners.publish(both.iter().map(|v| (*v, u64::MAX)).collect(), Some(vec![IpAddr::V4(VIP)]));
+    let v4_only = vec![round[0].clone(), round[1].clone()];
+    assert_eq!(emitted(12 * SEC, &mut st), v4_only, "only the VIP that joined is announced");
+    owners.publish(vec![(IpAddr::V6(VIP6), u64::MAX)], None);
+    assert!(emitted(14 * SEC, &mut st).is_empty(), "a VIP given up before its second round: skipped");
 }
