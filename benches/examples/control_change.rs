@@ -86,7 +86,7 @@ fn timed_compile(daemon: &mut Daemon, changes: &[Change<'_>]) {
 
 #[inline(never)]
 fn timed_publish(daemon: &mut Daemon) {
-    black_box(daemon.publisher.publish(daemon.compiler.table_spec()).expect("publish"));
+    black_box(daemon.publisher.publish_from(&daemon.compiler).expect("publish"));
 }
 
 fn one(daemon: &mut Daemon, changes: &[Change<'_>], samples: &mut Samples) {
