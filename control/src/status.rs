@@ -173,6 +173,9 @@ fn range(first: [u8; 16], last: [u8; 16]) -> String {
     format!("{ip}-{}", addr_from16(last))
 }
 
+/// Counters older than this (ms) are not live: the gateway rewrites them every second.
+const STATS_STALE_MS: u64 = 10_000;
+
 /// Reads the status of the gateway served from `dir`.
 ///
 /// Opening the state region creates nothing when it exists (the directory must have one).
@@ -228,9 +231,10 @@ pub fn read(dir: &Path) -> Result<Status, StatusError> {
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
         status.counters_age_ms = u64::try_from(now).ok().and_then(|now| now.checked_sub(ms));
         // Another process's file (a gateway that died without removing it; a clean exit
-        // removes it), or the registered gateway's pid no longer running: not live.
-        let running = Path::new(&format!("/proc/{}", c.pid)).exists();
-        status.counters_stale = status.gateway_pid != Some(c.pid) || !running;
+        // removes it), or one not rewritten for 10 s (the gateway writes it every second;
+        // its pid may be in another pid namespace, so it is not looked up): not live.
+        let old = status.counters_age_ms.is_none_or(|a| a > STATS_STALE_MS);
+        status.counters_stale = status.gateway_pid != Some(c.pid) || old;
     }
     // Stale counters are not shown beside the front doors.
     let counters = counters.filter(|_| !status.counters_stale);
@@ -355,8 +359,7 @@ mod tests {
         let mut publisher = Publisher::open(&shm).unwrap();
         let generation = publisher.publish(&compiled.to_table_spec()).unwrap();
         let region = StateRegion::open(&shm).unwrap();
-        // This process plays the gateway (its pid is running).
-        let pid = std::process::id();
+        let pid = 4242;
         region.register_gateway(pid, 2);
         region.ack(0, generation);
         let status = read(&shm).unwrap();
