@@ -50,7 +50,7 @@ use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
 
 use torii_table::shm::{self, StateRegion};
-use torii_table::{merge_byte_ranges, BuildError, TableBuilder, TableSpec};
+use torii_table::{merge_byte_ranges, BuildError, TableBuilder, TableSpec, Touched};
 
 use crate::compile::Compiler;
 
@@ -290,7 +290,7 @@ impl Publisher {
         let version = compiler.table_version();
         let touched = self.builder.spec_version().and_then(|v| compiler.touched_since(v));
         let accepts = touched.as_ref().map(|t| move |name: &str| t.contains(name));
-        let accepts: Option<&dyn Fn(&str) -> bool> = accepts.as_ref().map(|f| f as &dyn Fn(&str) -> bool);
+        let accepts: Option<Touched<'_>> = accepts.as_ref().map(|f| f as Touched<'_>);
         self.publish_numbered(compiler.table_spec(), Some((version, accepts)))
     }
 
@@ -298,7 +298,7 @@ impl Publisher {
     fn publish_numbered(
         &mut self,
         spec: &TableSpec,
-        numbered: Option<(u64, Option<&dyn Fn(&str) -> bool>)>,
+        numbered: Option<(u64, Option<Touched<'_>>)>,
     ) -> Result<u64, PublishError> {
         let generation = self.generation.max(self.region.published_generation()) + 1;
         let previous = self.built;

@@ -51,6 +51,10 @@ use crate::maglev;
 use crate::storage::Storage;
 use crate::view::Table;
 
+/// A caller's promise to [`TableBuilder::build_versioned`]: accepts the name of every
+/// service that may have changed since the spec of the builder's last build.
+pub type Touched<'a> = &'a dyn Fn(&str) -> bool;
+
 /// Why a [`TableSpec`] could not be laid out.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum BuildError {
@@ -381,7 +385,7 @@ impl TableBuilder {
         &mut self,
         spec: &TableSpec,
         generation: u64,
-        numbered: Option<(u64, Option<&dyn Fn(&str) -> bool>)>,
+        numbered: Option<(u64, Option<Touched<'_>>)>,
     ) -> Result<&[u8], BuildError> {
         let touched = match numbered {
             Some((_, Some(t))) if self.spec_version().is_some() => Some(t),

@@ -565,8 +565,9 @@ impl Compiler {
     /// Notes that a `spec.services` entry named `name` was inserted or removed.
     fn touch(&mut self, name: String) {
         if self.touched.len() >= TOUCHED_KEEP {
-            let dropped = self.touched.drain(..TOUCHED_KEEP / 2).last();
-            self.touched_floor = self.touched_floor.max(dropped.map_or(0, |(v, _)| v));
+            let newest_dropped = self.touched[TOUCHED_KEEP / 2 - 1].0;
+            self.touched.drain(..TOUCHED_KEEP / 2);
+            self.touched_floor = self.touched_floor.max(newest_dropped);
         }
         self.touched.push((self.spec_version, name));
     }
