@@ -214,7 +214,7 @@ impl Daemon {
         let mut compiler = Compiler::new(options());
         compiler.apply(objects.iter().map(Change::Upsert));
         let mut publisher = Publisher::open(shm_dir).expect("shared-memory directory");
-        publisher.publish(compiler.table_spec()).expect("publish");
+        publisher.publish_from(&compiler).expect("publish");
         Self { compiler, publisher }
     }
 
@@ -227,7 +227,7 @@ impl Daemon {
         let t0 = Instant::now();
         self.compiler.apply([Change::Upsert(change)]);
         let t1 = Instant::now();
-        self.publisher.publish(self.compiler.table_spec()).expect("publish");
+        self.publisher.publish_from(&self.compiler).expect("publish");
         (t1 - t0, t1.elapsed())
     }
 }

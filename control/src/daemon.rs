@@ -44,7 +44,6 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
-use torii_table::TableSpec;
 
 use crate::compile::{CompileOptions, Compiled, Compiler};
 use crate::publish::Publisher;
@@ -229,13 +228,13 @@ impl Publishing {
         }
     }
 
-    /// Publishes `spec` (the table of `compiled`, [`Compiler::table_version`] `version`)
+    /// Publishes `compiler`'s table spec (the table of `compiled`, [`Compiler::table_version`] `version`)
     /// unless it is the table already published; `compile` is how long compiling took,
     /// `triggers` when the changes were made.
     fn offer(
         &mut self,
         compiled: &Compiled,
-        spec: &TableSpec,
+        compiler: &Compiler,
         version: u64,
         compile: Duration,
         triggers: Option<TriggerTimes>,
@@ -254,26 +253,26 @@ impl Publishing {
         self.pending = Some(Pending {
             version,
             frontends: compiled.frontends.len(),
-            backend_sets: spec.services.len(),
+            backend_sets: compiler.table_spec().services.len(),
             compile,
             triggers,
         });
         self.retry_delay = RETRY_MIN;
-        self.try_publish(spec);
+        self.try_publish(compiler);
     }
 
-    /// Publishes the pending table, `spec`.
-    fn try_publish(&mut self, spec: &TableSpec) {
+    /// Publishes the pending table, `compiler`'s.
+    fn try_publish(&mut self, compiler: &Compiler) {
         if self.pending.is_none() {
             self.retry_at = None;
             return;
         }
         let start = Instant::now();
         let result = match &mut self.publisher {
-            Some(p) => p.publish(spec).map_err(|e| format!("publishing the table failed: {e}")),
+            Some(p) => p.publish_from(compiler).map_err(|e| format!("publishing the table failed: {e}")),
             None => match Publisher::open(&self.shm_dir) {
                 Ok(mut p) => {
-                    let r = p.publish(spec).map_err(|e| format!("publishing the table failed: {e}"));
+                    let r = p.publish_from(compiler).map_err(|e| format!("publishing the table failed: {e}"));
                     self.publisher = Some(p);
                     r
                 }
@@ -465,7 +464,7 @@ pub async fn serve(
                         source.what()
                     );
                     let version = compiler.table_version();
-                    publishing.offer(compiled, compiler.table_spec(), version, compile, input.triggers());
+                    publishing.offer(compiled, &compiler, version, compile, input.triggers());
                     // The batch's objects are freed first, so that their pages go too.
                     drop(input);
                     if objects >= TRIM_AFTER_OBJECTS {
@@ -473,7 +472,7 @@ pub async fn serve(
                     }
                 }
             },
-            () = sleep_until_opt(retry_at), if retry_at.is_some() => publishing.try_publish(compiler.table_spec()),
+            () = sleep_until_opt(retry_at), if retry_at.is_some() => publishing.try_publish(&compiler),
             () = tokio::time::sleep(ack_poll.unwrap_or(ACK_POLL)), if ack_poll.is_some() => publishing.poll_acks(),
             _ = gc.tick() => {
                 if let Some(p) = &publishing.publisher {

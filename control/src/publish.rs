@@ -5,7 +5,8 @@
 //! continue from whatever is already published, so a restarted torii-control publishes
 //! the same content under a newer generation and the gateway adopts it without
 //! disturbing anything. Old snapshot files are deleted once every worker of the running
-//! gateway has acknowledged a newer generation (all but the newest when no gateway runs).
+//! gateway has acknowledged a newer generation (once superseded when no gateway runs),
+//! but for the newest [`RETIRED_KEEP`] of them, kept to be patched into later snapshots.
 //!
 //! Writing a snapshot into a new tmpfs file allocates and zeroes its pages, and deleting
 //! an old one frees them, both costing more than laying the table out (together about
@@ -27,9 +28,14 @@
 //!    changed since its generation (the whole snapshot when the history does not reach
 //!    back that far) and renamed to `table-N`. Up to [`RETIRED_KEEP`] retired snapshots
 //!    are kept for this instead of being deleted (while a gateway is registered);
+//!    Without a registered gateway, a *superseded* snapshot (older than the published
+//!    one) is reused the same way, but renamed away first and checked after: if a gateway
+//!    has registered by then, it goes back under its name untouched (a gateway registers
+//!    before it maps anything and maps only the published generation, by name, so one that
+//!    registers after the rename can never map it; `torii_table::shm`);
 //! 2. the *spare*, `table-spare.tmp` (mode 0600): a copy of the last published snapshot that
-//!    a background thread prepares when no gateway is registered (nothing is ever retired
-//!    then: without acknowledgements a starting gateway might be mapping any of them).
+//!    a background thread prepares when no gateway is registered and no superseded
+//!    snapshot is kept (after the first publication).
 //!
 //! It never waits: when neither is available (or anything about them fails), it writes a
 //! new file. A file is patched only while it has no published name and no gateway maps
@@ -44,7 +50,9 @@ use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
 
 use torii_table::shm::{self, StateRegion};
-use torii_table::{merge_byte_ranges, BuildError, TableBuilder, TableSpec};
+use torii_table::{merge_byte_ranges, BuildError, TableBuilder, TableSpec, Touched};
+
+use crate::compile::Compiler;
 
 /// Writes table snapshots into the shared-memory directory and advances the published
 /// generation.
@@ -268,11 +276,35 @@ impl Publisher {
     /// doors), [`PublishError::Write`] when the snapshot cannot be written. Nothing is
     /// published then.
     pub fn publish(&mut self, spec: &TableSpec) -> Result<u64, PublishError> {
+        self.publish_numbered(spec, None)
+    }
+
+    /// [`Publisher::publish`] of `compiler`'s table spec, telling the builder which of its
+    /// services the compiler inserted or removed since the spec of the last build
+    /// ([`Compiler::touched_since`], [`TableBuilder::build_versioned`]), so that only those
+    /// are compared with the last build, not every service's backend list.
+    ///
+    /// # Errors
+    /// As [`Publisher::publish`].
+    pub fn publish_from(&mut self, compiler: &Compiler) -> Result<u64, PublishError> {
+        let version = compiler.table_version();
+        let touched = self.builder.spec_version().and_then(|v| compiler.touched_since(v));
+        let accepts = touched.as_ref().map(|t| move |name: &str| t.contains(name));
+        let accepts: Option<Touched<'_>> = accepts.as_ref().map(|f| f as Touched<'_>);
+        self.publish_numbered(compiler.table_spec(), Some((version, accepts)))
+    }
+
+    /// [`Publisher::publish`], the spec numbered as [`TableBuilder::build_versioned`] takes it.
+    fn publish_numbered(
+        &mut self,
+        spec: &TableSpec,
+        numbered: Option<(u64, Option<Touched<'_>>)>,
+    ) -> Result<u64, PublishError> {
         let generation = self.generation.max(self.region.published_generation()) + 1;
         let previous = self.built;
         let previous_len = self.builder.bytes().len();
         let t0 = std::time::Instant::now();
-        self.builder.build(spec, generation)?;
+        self.builder.build_versioned(spec, generation, numbered)?;
         let t1 = std::time::Instant::now();
         self.built = Some(generation);
         if self.history.len() == HISTORY {
@@ -316,7 +348,9 @@ impl Publisher {
             // Delete what is neither needed nor kept for recycling; without a gateway,
             // prepare a copy of this snapshot for the next publication.
             let stale = self.stale_files();
-            let copy = self.region.min_acked().is_none();
+            // A copy is needed only while no superseded snapshot is kept to be patched.
+            let copy = self.region.min_acked().is_none()
+                && self.snapshot_files().iter().filter(|(g, _)| *g < generation).count() <= stale.len();
             let dir = self.dir.clone();
             self.spare = std::thread::Builder::new()
                 .name("torii-spare".into())
@@ -355,15 +389,25 @@ impl Publisher {
         }
         // The newest retired snapshot whose changes since are known (fewest bytes to write).
         // Even when those are not known, a whole write into it allocates no pages.
-        let min_acked = self.region.min_acked()?;
+        // Without a gateway, the newest superseded one: renamed away first, then kept only
+        // if still no gateway has registered (one that registers later maps only the
+        // published generation, by name; see `torii_table::shm`).
+        let min_acked = self.region.min_acked();
         let published = self.region.published_generation();
         let newest = self
             .snapshot_files()
             .into_iter()
             .map(|(g, _)| g)
-            .filter(|&g| g < min_acked && g < published && g < self.generation)
+            .filter(|&g| min_acked.is_none_or(|m| g < m) && g < published && g < self.generation)
             .max()?;
-        Spare::retired(&self.dir, newest).ok().map(|s| (s, true))
+        let s = Spare::retired(&self.dir, newest).ok()?;
+        if min_acked.is_none() && self.region.workers() != 0 {
+            // A gateway registered meanwhile: it may have read this generation as the
+            // published one before the rename, so the file goes back untouched.
+            let _ = std::fs::rename(&s.path, self.dir.join(shm::table_file_name(newest)));
+            return None;
+        }
+        Some((s, true))
     }
 
     /// The byte ranges in which the snapshot of generation `to` (the last build) may
@@ -421,10 +465,8 @@ impl Publisher {
         let keep_from = min_acked.unwrap_or(self.generation).min(self.generation);
         let mut stale: Vec<(u64, PathBuf)> =
             self.snapshot_files().into_iter().filter(|(g, _)| *g < keep_from).collect();
-        if min_acked.is_some() {
-            stale.sort_unstable_by_key(|(g, _)| std::cmp::Reverse(*g));
-            stale.drain(..stale.len().min(RETIRED_KEEP));
-        }
+        stale.sort_unstable_by_key(|(g, _)| std::cmp::Reverse(*g));
+        stale.drain(..stale.len().min(RETIRED_KEEP));
         stale.into_iter().map(|(_, p)| p).collect()
     }
 }
@@ -691,6 +733,34 @@ mod tests {
         assert_serves(p.builder.bytes(), &specs[3]);
     }
 
+    /// Without a gateway, a superseded snapshot is patched into the next one: no copy,
+    /// no new file, the changes only.
+    #[test]
+    fn without_a_gateway_superseded_files_are_patched() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = Publisher::open(dir.path()).unwrap();
+        let g1 = p.publish(&spec(80)).unwrap();
+        settle(&p);
+        let g2 = p.publish(&spec(81)).unwrap();
+        settle(&p);
+        assert!(p.spare.as_ref().is_none_or(|h| h.is_finished()));
+        let file = |g: u64| dir.path().join(shm::table_file_name(g));
+        assert!(file(g1).exists(), "kept to be patched");
+        for port in 82..90 {
+            let before = p.stats();
+            let g = p.publish(&spec(port)).unwrap();
+            let after = p.stats();
+            assert_eq!(after.retired_used, before.retired_used + 1, "port {port}");
+            assert!(after.bytes_written - before.bytes_written < p.builder.bytes().len() as u64);
+            assert!(std::fs::read(file(g)).unwrap() == p.builder.bytes());
+            assert_serves(p.builder.bytes(), &spec(port));
+            assert!(file(g - 1).exists(), "the superseded snapshot stays until the next one");
+            settle(&p);
+        }
+        assert!(!file(g2).exists());
+        assert!(!dir.path().join(SPARE_FILE_NAME).exists(), "no copy is made while a superseded file is kept");
+    }
+
     #[test]
     fn a_spare_of_another_generation_is_rewritten_whole() {
         let dir = tempfile::tempdir().unwrap();
@@ -702,16 +772,16 @@ mod tests {
         let mut bad = spec(81);
         bad.frontends[0].service = 7;
         assert!(p.publish(&bad).is_err());
+        // Corrupt the spare's bookkeeping (a copy of generation 1: nothing older is kept
+        // after the first publication): pretend it copies another generation.
+        let h = p.spare.take().expect("a spare after the first publication");
+        let mut s = h.join().unwrap().unwrap().expect("a copy");
+        s.copy_of += 100;
+        p.spare = Some(std::thread::spawn(move || Ok(Some(s))));
+        settle(&p);
         let g = p.publish(&spec(83)).unwrap();
         assert!(std::fs::read(dir.path().join(shm::table_file_name(g))).unwrap() == p.builder.bytes());
         assert_serves(p.builder.bytes(), &spec(83));
-        settle(&p);
-        // Corrupt the spare's bookkeeping: pretend it copies another generation.
-        if let Some(h) = p.spare.take() {
-            let mut s = h.join().unwrap().unwrap().unwrap();
-            s.copy_of += 100;
-            p.spare = Some(std::thread::spawn(move || Ok(Some(s))));
-        }
         settle(&p);
         let g = p.publish(&spec(84)).unwrap();
         assert!(std::fs::read(dir.path().join(shm::table_file_name(g))).unwrap() == p.builder.bytes());

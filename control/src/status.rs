@@ -173,6 +173,9 @@ fn range(first: [u8; 16], last: [u8; 16]) -> String {
     format!("{ip}-{}", addr_from16(last))
 }
 
+/// Counters older than this (ms) are not live: the gateway rewrites them every second.
+const STATS_STALE_MS: u64 = 10_000;
+
 /// Reads the status of the gateway served from `dir`.
 ///
 /// Opening the state region creates nothing when it exists (the directory must have one).
@@ -227,8 +230,14 @@ pub fn read(dir: &Path) -> Result<Status, StatusError> {
         status.counters_written_unix_ms = Some(ms);
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
         status.counters_age_ms = u64::try_from(now).ok().and_then(|now| now.checked_sub(ms));
-        status.counters_stale = status.gateway_pid != Some(c.pid);
+        // Another process's file (a gateway that died without removing it; a clean exit
+        // removes it), or one not rewritten for 10 s (the gateway writes it every second;
+        // its pid may be in another pid namespace, so it is not looked up): not live.
+        let old = status.counters_age_ms.is_none_or(|a| a > STATS_STALE_MS);
+        status.counters_stale = status.gateway_pid != Some(c.pid) || old;
     }
+    // Stale counters are not shown beside the front doors.
+    let counters = counters.filter(|_| !status.counters_stale);
     let mut doors: BTreeMap<u32, Vec<FrontDoor>> = BTreeMap::new();
     for (i, f) in table.frontends().iter().enumerate() {
         let Some(r) = table.frontend_at(i) else { continue };
@@ -293,7 +302,11 @@ impl Status {
                 let _ = writeln!(out, "counters:             none (no gateway has written them)");
             }
             (Some(age), Some(_)) => {
-                let stale = if self.counters_stale { "; not the registered gateway's, not moving" } else { "" };
+                let stale = if self.counters_stale {
+                    "; no gateway running that writes them (left by an exited one), not shown"
+                } else {
+                    ""
+                };
                 let _ = writeln!(out, "counters:             {:.1} s old{stale}", age as f64 / 1e3);
             }
             (None, Some(_)) => {
@@ -346,7 +359,8 @@ mod tests {
         let mut publisher = Publisher::open(&shm).unwrap();
         let generation = publisher.publish(&compiled.to_table_spec()).unwrap();
         let region = StateRegion::open(&shm).unwrap();
-        region.register_gateway(4242, 2);
+        let pid = 4242;
+        region.register_gateway(pid, 2);
         region.ack(0, generation);
         let status = read(&shm).unwrap();
         assert_eq!((status.counters_written_unix_ms, status.counters_stale), (None, false));
@@ -364,12 +378,12 @@ mod tests {
             new_flows: 10.into(),
             ..Default::default()
         };
-        stats::write_stats(&shm, 4242, generation, &[web_door]).unwrap();
+        stats::write_stats(&shm, pid, generation, &[web_door]).unwrap();
 
         let status = read(&shm).unwrap();
         assert!(status.counters_age_ms.is_some_and(|a| a < 60_000) && !status.counters_stale, "{status:?}");
         assert_eq!(status.generation, generation);
-        assert_eq!(status.gateway_pid, Some(4242));
+        assert_eq!(status.gateway_pid, Some(pid));
         assert_eq!(
             status.workers,
             [
@@ -407,6 +421,22 @@ mod tests {
                 .collect::<Vec<_>>(),
             [10]
         );
+
+        // The gateway stops: it unregisters and removes its counters; a file another
+        // process left is not shown as live.
+        region.unregister_gateway(pid);
+        stats::write_stats(&shm, 4_000_000, generation, &[web_door]).unwrap();
+        stats::remove_stats(&shm, pid).unwrap();
+        assert!(shm.join(stats::STATS_FILE_NAME).exists(), "not this process's file");
+        let status = read(&shm).unwrap();
+        assert!(status.counters_stale, "{status:?}");
+        assert!(status.services.iter().flat_map(|s| &s.front_doors).all(|d| d.counters.is_none()));
+        let text = status.render();
+        assert!(text.contains("gateway:              none registered"), "{text}");
+        assert!(text.contains("no gateway running that writes them"), "{text}");
+        stats::write_stats(&shm, pid, generation, &[web_door]).unwrap();
+        stats::remove_stats(&shm, pid).unwrap();
+        assert!(!shm.join(stats::STATS_FILE_NAME).exists(), "this process's file is removed");
 
         let empty = tempfile::tempdir().unwrap();
         let e = read(empty.path()).unwrap_err().to_string();

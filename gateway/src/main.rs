@@ -411,6 +411,8 @@ where
         m.join();
     }
     region.unregister_gateway(pid);
+    // Counters no gateway updates any more must not be shown as live.
+    let _ = torii_gateway::table::stats::remove_stats(&config.shm_dir, pid);
     tracing::info!("final counters (all workers): {total}");
     match failed {
         Some(e) => Err(e),

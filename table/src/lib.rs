@@ -31,7 +31,7 @@ pub mod stats;
 mod storage;
 mod view;
 
-pub use build::{build, merge_byte_ranges, BuildError, BuildStats, TableBuilder};
+pub use build::{build, merge_byte_ranges, BuildError, BuildStats, TableBuilder, Touched};
 pub use index::FrontendHash;
 pub use spec::*;
 pub use storage::{Mapping, Storage};

@@ -33,8 +33,12 @@
 //! published generation). torii-control may delete it, or reuse it: rename it away from its
 //! `table-N` name first (rename is atomic, so no name ever points at changing bytes), patch
 //! it into a newer snapshot, then rename it to that snapshot's name. Without a registered
-//! gateway (`min_acked` is `None`) nothing is retired, since a starting gateway may be
-//! mapping any snapshot.
+//! gateway (`min_acked` is `None`) no gateway maps anything, and one that registers later
+//! maps only the published generation, by name: so a file that is not the published one
+//! may be reused too, if it is renamed away from its `table-N` name *first* and no
+//! gateway has registered when that rename is done (checked after it; a gateway that
+//! registered before it may have read that generation as the published one, and the file
+//! must go back under its name untouched).
 //!
 //! (A file truncated or rewritten under a live mapping would fault or change a validated
 //! table under its reader; this discipline is what makes mapping snapshots safe.)

@@ -130,6 +130,23 @@ pub fn write_stats(dir: &Path, pid: u32, table_generation: u64, frontends: &[Fro
     std::fs::rename(&tmp, dir.join(STATS_FILE_NAME))
 }
 
+/// Removes `dir/frontend-stats` if process `pid` wrote it (a gateway that stops cleanly),
+/// so that no reader takes its last counters for live ones; another process's file, or
+/// none, is left alone.
+///
+/// # Errors
+/// I/O errors other than the file being absent.
+pub fn remove_stats(dir: &Path, pid: u32) -> io::Result<()> {
+    match read_stats(dir) {
+        Ok(Some(s)) if s.pid == pid => match std::fs::remove_file(dir.join(STATS_FILE_NAME)) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        },
+        Ok(_) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 /// Reads `dir/frontend-stats`; `Ok(None)` when there is none (no gateway has written it).
 ///
 /// # Errors

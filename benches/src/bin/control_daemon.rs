@@ -18,7 +18,15 @@
 //! - *isolated*: one endpoint of one EndpointSlice changed, 20 ms after the previous
 //!   change was acknowledged;
 //! - *back to back*: the next change as soon as the previous one is acknowledged;
-//! - *stream*: one change every millisecond, without waiting (bursts coalesced).
+//! - *stream*: one change every millisecond, without waiting (bursts coalesced);
+//! - *Service added*: a new Service (one externalIP front door) and its EndpointSlice,
+//!   written one after the other, 20 ms after the previous change was acknowledged,
+//!   measured from the first write to the table that has the front door with its
+//!   endpoints; *Service removed*: those Services and slices deleted, to the table without
+//!   the front door.
+//!
+//! At the end it prints the process's resident memory (`VmRSS`, `VmHWM`: the daemon,
+//! the in-process double and the simulated gateway together).
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,7 +38,7 @@ use torii_benches::{endpoint_slice, node, service, shm_tempdir, NODE_NAME};
 use torii_control::daemon::{self, Source};
 use torii_control::model::KubeObject;
 use torii_control::source::kube::{self as kube_source, ClusterConfig, KubeSettings, KubeWatch};
-use torii_kube_double::{FakeApiServer, Objects};
+use torii_kube_double::{FakeApiServer, Objects, Resource};
 use torii_table::shm::{Mappings, StateRegion};
 
 fn arg(n: usize, default: usize) -> usize {
@@ -50,7 +58,8 @@ fn json(o: &KubeObject) -> Value {
 /// `backend`.
 struct Expected {
     external_ip: IpAddr,
-    backend: IpAddr,
+    /// The endpoint the front door must lead to; `None`: the front door must be gone.
+    backend: Option<IpAddr>,
     written_at: Instant,
     /// How long writing it into the double took (the API server's share).
     write: Duration,
@@ -82,10 +91,14 @@ fn simulated_gateway(dir: std::path::PathBuf, expected: Arc<Mutex<Vec<Expected>>
                     adopted += 1;
                     let t = table.as_ref().expect("just stored");
                     for e in expected.lock().expect("lock").iter_mut().filter(|e| e.adopted_after.is_none()) {
-                        let has =
-                            t.frontend(e.external_ip, 6, 80).and_then(|f| t.service(f.service)).is_some_and(|s| {
-                                s.backends.iter().any(|b| torii_table::layout::addr_from16(b.addr) == e.backend)
-                            });
+                        let has = match e.backend {
+                            Some(backend) => {
+                                t.frontend(e.external_ip, 6, 80).and_then(|f| t.service(f.service)).is_some_and(|s| {
+                                    s.backends.iter().any(|b| torii_table::layout::addr_from16(b.addr) == backend)
+                                })
+                            }
+                            None => t.frontend(e.external_ip, 6, 80).is_none(),
+                        };
                         if has {
                             e.published_after = Some(seen.saturating_duration_since(e.written_at));
                             e.adopted_after = Some(now - e.written_at);
@@ -198,7 +211,7 @@ fn main() {
             let mut e = expected.lock().expect("lock");
             e.push(Expected {
                 external_ip,
-                backend: backend.into(),
+                backend: Some(backend.into()),
                 written_at: Instant::now(),
                 write: Duration::ZERO,
                 published_after: None,
@@ -238,6 +251,57 @@ fn main() {
             samples.push(wait(change(serial)));
         }
         report(&format!("one endpoint changed, {label}"), &samples);
+    }
+    // Front doors added and removed: a new Service and its slice (written one after the
+    // other, as a controller does), then both deleted.
+    let door = |i: usize, add: bool| {
+        let external_ip = IpAddr::V4(Ipv4Addr::from(0xc612_0000 + i as u32));
+        let slice = endpoint_slice(i, endpoints, 0);
+        let backend = slice
+            .endpoints
+            .as_ref()
+            .and_then(|e| e.first())
+            .and_then(|e| e.addresses.first())
+            .and_then(|a| a.parse::<IpAddr>().ok())
+            .expect("an endpoint");
+        let index = {
+            let mut e = expected.lock().expect("lock");
+            e.push(Expected {
+                external_ip,
+                backend: add.then_some(backend),
+                written_at: Instant::now(),
+                write: Duration::ZERO,
+                published_after: None,
+                adopted_after: None,
+            });
+            e.len() - 1
+        };
+        let t = Instant::now();
+        if add {
+            for o in [service(i), KubeObject::EndpointSlice(Box::new(slice))] {
+                let mut v = json(&o);
+                v["metadata"]["resourceVersion"] = Value::Null;
+                api.apply(v).expect("apply");
+            }
+        } else {
+            let name = format!("svc-{i:05}");
+            api.delete(Resource::Services, torii_benches::NAMESPACE, &name).expect("delete");
+            api.delete(Resource::EndpointSlices, torii_benches::NAMESPACE, &format!("{name}-x7k2p")).expect("delete");
+        }
+        expected.lock().expect("lock")[index].write = t.elapsed();
+        index
+    };
+    for (label, add) in [("a Service and its slice added", true), ("a Service and its slice removed", false)] {
+        let mut samples = Vec::with_capacity(changes);
+        for k in 0..changes {
+            std::thread::sleep(Duration::from_millis(20));
+            samples.push(wait(door(services + k, add)));
+        }
+        report(&format!("{label}, 20 ms apart"), &samples);
+    }
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    for line in status.lines().filter(|l| l.starts_with("VmRSS") || l.starts_with("VmHWM")) {
+        println!("{line} (this process: daemon, API server double, simulated gateway)");
     }
     // A stream: one change every millisecond, not waiting for the tables.
     let first = expected.lock().expect("lock").len();

@@ -128,8 +128,17 @@ pub struct Compiler {
     spec_refs: Vec<usize>,
     /// Counts the changes of `spec`.
     spec_version: u64,
+    /// The names of the `spec.services` entries inserted or removed, with the
+    /// `spec_version` they were at, oldest first ([`Compiler::touched_since`]); complete
+    /// for the versions from `touched_floor` on.
+    touched: Vec<(u64, String)>,
+    touched_floor: u64,
     stats: CompilerStats,
 }
+
+/// How many entries [`Compiler::touched_since`] keeps at most: past it the older half
+/// goes (a publisher that far behind compares every service, as after a rebuild).
+const TOUCHED_KEEP: usize = 4096;
 
 impl Compiler {
     /// A compiler with no objects for the gateway `options` describes.
@@ -156,6 +165,8 @@ impl Compiler {
             spec: TableSpec::default(),
             spec_refs: Vec::new(),
             spec_version: 0,
+            touched: Vec::new(),
+            touched_floor: 0,
             stats: CompilerStats::default(),
         }
     }
@@ -417,6 +428,8 @@ impl Compiler {
         if spec != self.spec {
             self.spec = spec;
             self.spec_version += 1;
+            self.touched.clear();
+            self.touched_floor = self.spec_version;
         }
         self.spec_refs = vec![0; self.spec.services.len()];
         for f in &self.spec.frontends {
@@ -536,6 +549,7 @@ impl Compiler {
                 i
             }
             Err(i) => {
+                self.touch(name.clone());
                 self.spec.services.insert(i, key.to_spec());
                 self.spec_refs.insert(i, 1);
                 for fs in &mut self.spec.frontends {
@@ -548,11 +562,34 @@ impl Compiler {
         }
     }
 
+    /// Notes that a `spec.services` entry named `name` was inserted or removed.
+    fn touch(&mut self, name: String) {
+        if self.touched.len() >= TOUCHED_KEEP {
+            let newest_dropped = self.touched[TOUCHED_KEEP / 2 - 1].0;
+            self.touched.drain(..TOUCHED_KEEP / 2);
+            self.touched_floor = self.touched_floor.max(newest_dropped);
+        }
+        self.touched.push((self.spec_version, name));
+    }
+
+    /// The names of the table spec's services that may differ from those of the spec of
+    /// [`Compiler::table_version`] `version` (services of any other name are the same,
+    /// in the same order): the ones inserted or removed since. `None` when that is not
+    /// known (`version` is older than the last full rebuild or the kept record).
+    pub fn touched_since(&self, version: u64) -> Option<ahash::AHashSet<&str>> {
+        if version < self.touched_floor || version > self.spec_version {
+            return None;
+        }
+        let first = self.touched.partition_point(|(v, _)| *v <= version);
+        Some(self.touched[first..].iter().map(|(_, n)| n.as_str()).collect())
+    }
+
     /// Counts one reference less to spec service `i`, removing it when none is left.
     fn release(&mut self, i: usize) {
         self.spec_refs[i] -= 1;
         if self.spec_refs[i] == 0 {
-            self.spec.services.remove(i);
+            let gone = self.spec.services.remove(i);
+            self.touch(gone.name);
             self.spec_refs.remove(i);
             for fs in &mut self.spec.frontends {
                 if fs.service > i {
@@ -878,6 +915,10 @@ mod tests {
             let mut compiler = Compiler::new(options.clone());
             let mut cluster: BTreeMap<ObjectRef, KubeObject> = BTreeMap::new();
             let mut version = 0;
+            // A builder fed the compiler's promises, on some steps only (a publisher
+            // that skipped some versions), and the spec it built last.
+            let mut builder = torii_table::TableBuilder::new();
+            let mut built: Option<(u64, TableSpec)> = None;
             for step in 0..steps {
                 let mut upserts = Vec::new();
                 let mut deletes = Vec::new();
@@ -911,6 +952,28 @@ mod tests {
                 model_errors.extend(expected.errors.iter().cloned());
                 assert_eq!(&got.errors, &model_errors, "seed {seed} step {step}");
                 assert_eq!(compiler.table_spec(), &expected.to_table_spec(), "seed {seed} step {step}");
+                if rng.chance(70) {
+                    let spec = compiler.table_spec();
+                    let touched = built.as_ref().and_then(|(v, _)| compiler.touched_since(*v));
+                    if let (Some((_, before)), Some(t)) = (&built, &touched) {
+                        // The promise: the services of every other name are unchanged, in order.
+                        let others = |x: &TableSpec| {
+                            x.services.iter().filter(|s| !t.contains(s.name.as_str())).cloned().collect::<Vec<_>>()
+                        };
+                        assert_eq!(others(before), others(spec), "seed {seed} step {step}");
+                    }
+                    let accepts = touched.as_ref().map(|t| move |n: &str| t.contains(n));
+                    let accepts = accepts.as_ref().map(|f| f as &dyn Fn(&str) -> bool);
+                    let v = compiler.table_version();
+                    if let Ok(bytes) = builder.build_versioned(spec, step as u64 + 1, Some((v, accepts))) {
+                        let got = torii_table::Table::new(bytes.to_vec()).unwrap().content();
+                        let fresh = torii_table::Table::new(torii_table::build(spec, 1).unwrap()).unwrap().content();
+                        assert_eq!(got, fresh, "seed {seed} step {step}");
+                        built = Some((v, spec.clone()));
+                    } else {
+                        built = None;
+                    }
+                }
             }
             patched += compiler.stats().updates - compiler.stats().full_rebuilds;
         }
