@@ -195,6 +195,19 @@ fn main() {
     println!("start (list over HTTP, compile, publish, first acknowledgement): {}", ms(started.elapsed()));
 
     let mut serial = 0u64;
+    // Registers a change the watcher thread is to see published: its index in `expected`.
+    let expect = |external_ip: IpAddr, backend: Option<IpAddr>| {
+        let mut e = expected.lock().expect("lock");
+        e.push(Expected {
+            external_ip,
+            backend,
+            written_at: Instant::now(),
+            write: Duration::ZERO,
+            published_after: None,
+            adopted_after: None,
+        });
+        e.len() - 1
+    };
     let change = |serial: u64| {
         // The EndpointSlice of Service i with endpoint j replaced by 10.200.x.y.
         let i = (serial as usize).wrapping_mul(7919) % services;
@@ -207,18 +220,7 @@ fn main() {
         let mut v = json(&KubeObject::EndpointSlice(Box::new(slice)));
         v["metadata"]["resourceVersion"] = Value::Null;
         let external_ip = IpAddr::V4(Ipv4Addr::from(0xc612_0000 + i as u32));
-        let index = {
-            let mut e = expected.lock().expect("lock");
-            e.push(Expected {
-                external_ip,
-                backend: Some(backend.into()),
-                written_at: Instant::now(),
-                write: Duration::ZERO,
-                published_after: None,
-                adopted_after: None,
-            });
-            e.len() - 1
-        };
+        let index = expect(external_ip, Some(backend.into()));
         let t = Instant::now();
         api.apply(v).expect("apply");
         expected.lock().expect("lock")[index].write = t.elapsed();
@@ -264,18 +266,7 @@ fn main() {
             .and_then(|e| e.addresses.first())
             .and_then(|a| a.parse::<IpAddr>().ok())
             .expect("an endpoint");
-        let index = {
-            let mut e = expected.lock().expect("lock");
-            e.push(Expected {
-                external_ip,
-                backend: add.then_some(backend),
-                written_at: Instant::now(),
-                write: Duration::ZERO,
-                published_after: None,
-                adopted_after: None,
-            });
-            e.len() - 1
-        };
+        let index = expect(external_ip, add.then_some(backend));
         let t = Instant::now();
         if add {
             for o in [service(i), KubeObject::EndpointSlice(Box::new(slice))] {
