@@ -380,20 +380,28 @@ impl Worker {
         if let Ok(mut r) = self.export.lock() {
             self.report(&mut r, &table, now);
         }
-        self.state.counters
+        let mut counters = self.state.counters.clone();
+        self.count_resyncs(&mut counters);
+        counters
     }
 
     fn now(&self) -> u64 {
         self.epoch.elapsed().as_nanos() as u64
     }
 
+    /// Sets `counters`' resynchronisation counts from the ignored-SYN tables, which keep
+    /// them (`conntrack::resync`).
+    fn count_resyncs(&self, counters: &mut Counters) {
+        let (syns, syns6) = (self.state.conntrack.ignored_syns(), self.state.conntrack6.ignored_syns());
+        counters.tcp_resyncs = syns.resyncs() + syns6.resyncs();
+        counters.tcp_ignored_syns_overwritten = syns.overwritten() + syns6.overwritten();
+    }
+
     /// Copies the worker's counters into its report slot (no allocation once the slot's
     /// vectors have grown to the table's size).
     fn report(&self, r: &mut WorkerReport, table: &Arc<Table>, now: u64) {
         r.counters.clone_from(&self.state.counters);
-        let (syns, syns6) = (self.state.conntrack.ignored_syns(), self.state.conntrack6.ignored_syns());
-        r.counters.tcp_resyncs = syns.resyncs() + syns6.resyncs();
-        r.counters.tcp_ignored_syns_overwritten = syns.overwritten() + syns6.overwritten();
+        self.count_resyncs(&mut r.counters);
         r.frontends.clone_from(&self.state.frontends);
         if !r.table.as_ref().is_some_and(|t| Arc::ptr_eq(t, table)) {
             r.table = Some(Arc::clone(table));
