@@ -32,10 +32,11 @@ use super::synproxy::{self, Before, Proxied};
 use super::{backend, Verdict, WorkerState};
 use crate::conntrack::tcp::{self, Segment as TcpSegment};
 use crate::conntrack::{
-    open_tcp, track_ignored_tcp, track_tcp, track_udp, Candidate, Deadline, Direction, Flow, FlowId, FlowKey,
-    FlowState, InsertError, Links, ReplyHint, TcpSeq, Tracked, Vacancy,
+    open_tcp, track_ignored_tcp, track_tcp, track_udp, Candidate, Conntrack, Deadline, Direction, Flow, FlowId,
+    FlowKey, FlowState, InsertError, Links, ReplyHint, TcpSeq, TcpWindowsMut, Tracked, Vacancy,
 };
 use crate::counters::DropReason;
+use crate::host::Host;
 use crate::nat::Rewrite;
 use crate::table::layout;
 use crate::table::Table;
@@ -337,11 +338,24 @@ fn frontend_index<A: Family>(table: &Table, epoch: u16, flow: &Flow<A>) -> Optio
 #[inline]
 fn open_syn<A: Family>(now: u64, st: &mut WorkerState, id: FlowId, seg: &Segment<A>) -> Tracked {
     let (conntrack, host) = A::conntrack_and_host(st);
+    let (state, windows) = tcp_of(conntrack, host, id, seg);
+    open_tcp(state, windows, &seg.tcp, now, &host.timeouts)
+}
+
+/// Flow `id`'s TCP state and windows for segment `seg`, the windows made liberal from a
+/// fragmented segment on, or for every flow with `[conntrack] tcp_be_liberal` ([`track_state`]).
+#[inline(always)]
+fn tcp_of<'c, A: Family>(
+    conntrack: &'c mut Conntrack<A>,
+    host: &Host,
+    id: FlowId,
+    seg: &Segment<A>,
+) -> (&'c mut FlowState, TcpWindowsMut<'c>) {
     let (state, mut windows) = conntrack.tcp_mut(id);
     if seg.first_fragment.is_some() || host.tcp_be_liberal {
         windows.make_liberal();
     }
-    open_tcp(state, windows, &seg.tcp, now, &host.timeouts)
+    (state, windows)
 }
 
 /// Applies the packet to flow `id`'s state ([`track_state`], then [`track_ignored`] for a
@@ -385,10 +399,7 @@ fn track_state<A: Family>(now: u64, st: &mut WorkerState, id: FlowId, dir: Direc
     let (conntrack, host) = A::conntrack_and_host(st);
     let timeouts = &host.timeouts;
     if seg.proto == IpProtocol::Tcp {
-        let (state, mut windows) = conntrack.tcp_mut(id);
-        if seg.first_fragment.is_some() || host.tcp_be_liberal {
-            windows.make_liberal();
-        }
+        let (state, windows) = tcp_of(conntrack, host, id, seg);
         return track_tcp(state, windows, dir, &seg.tcp, now, timeouts);
     }
     let state = conntrack.state_mut(id);
