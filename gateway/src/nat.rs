@@ -77,8 +77,8 @@ fn rewrite_ipv4_plain_in<const L: usize>(b: &mut [u8; L], at: usize, apply: impl
     let word = |b: &[u8; L], at: usize| u16::from_ne_bytes([b[at], b[at + 1]]);
     let word32 = |b: &[u8; L], at: usize| u32::from_ne_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
     let (src, dst) = (u32::from_ne_bytes(rw.src_addr.octets()), u32::from_ne_bytes(rw.dst_addr.octets()));
-    let (sp, dp) = (rw.src_port.to_be_bytes(), rw.dst_port.to_be_bytes());
-    let ports = u32::from_ne_bytes([sp[0], sp[1], dp[0], dp[1]]);
+    // The two ports as they lie in the header: both in network order, source first.
+    let ports = ((u32::from(rw.src_port) << 16) | u32::from(rw.dst_port)).to_be();
     let addrs = Delta::NONE.words32([(word32(b, 12), src), (word32(b, 16), dst)]);
     let l4 = addrs.words32([(word32(b, 20), ports)]);
     // TTL down by one: the word (TTL, Protocol) loses 1 in its high byte, whatever both hold.

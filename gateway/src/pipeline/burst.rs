@@ -202,7 +202,7 @@ pub fn process_burst<B: AsMut<[u8]>>(
         for (j, ((frame, meta), verdict)) in frames.iter_mut().zip(metas).zip(verdicts.iter_mut()).enumerate() {
             if lean_frames & (1 << j) != 0 {
                 let l = &leans[j];
-                if let Some(v) = lean::forward(now, frame.as_mut(), l, &constants, st) {
+                if let Some(v) = lean::forward(frame.as_mut(), l, &constants, st) {
                     *verdict = v;
                     continue;
                 }

@@ -54,10 +54,18 @@ pub(super) struct BurstConstants {
     tcp_established: Deadline,
     /// The deadline of an assured UDP flow refreshed now.
     udp_stream: Deadline,
+    /// The deadlines' clock now ([`Deadline::clock_ms`]).
+    now_ms: u32,
+    /// A neighbour entry confirmed before this (monotonic ns) is due for a refresh: `now`
+    /// less [`NEIGHBOUR_REFRESH_NS`], 0 early on (a static entry's `u64::MAX` never is).
+    stale_before: u64,
+    /// TCP windows checked liberally (`tcp_be_liberal`).
+    liberal: bool,
 }
 
 impl BurstConstants {
-    /// The constants of a burst processed at `now` against `table` (which gives `table` its
+    /// The constants of a burst processed at `now` (what [`forward`] knows of the time)
+    /// against `table` (which gives `table` its
     /// worker epoch if it has none yet: [`WorkerState::table_epoch`]).
     #[inline]
     pub fn new(now: u64, table: &Table, st: &mut WorkerState) -> Self {
@@ -67,6 +75,9 @@ impl BurstConstants {
             epoch,
             tcp_established: Deadline::after(now, t.tcp_established_ns),
             udp_stream: Deadline::after(now, t.udp_stream_ns),
+            now_ms: Deadline::clock_ms(now),
+            stale_before: now.saturating_sub(NEIGHBOUR_REFRESH_NS),
+            liberal: st.host.tcp_be_liberal,
         }
     }
 }
@@ -75,24 +86,17 @@ impl BurstConstants {
 /// 1's [`super::hint::LeanSegment`]), along its flow, or returns `None` having changed
 /// nothing. See the module documentation.
 #[inline]
-pub(super) fn forward(
-    now: u64,
-    frame: &mut [u8],
-    lean: &LeanFrame,
-    k: &BurstConstants,
-    st: &mut WorkerState,
-) -> Option<Verdict> {
+pub(super) fn forward(frame: &mut [u8], lean: &LeanFrame, k: &BurstConstants, st: &mut WorkerState) -> Option<Verdict> {
     // One copy per direction: every choice by direction below made at compile time.
     match lean.direction {
-        Direction::Original => forward_in::<true>(now, frame, lean, k, st),
-        Direction::Reply => forward_in::<false>(now, frame, lean, k, st),
+        Direction::Original => forward_in::<true>(frame, lean, k, st),
+        Direction::Reply => forward_in::<false>(frame, lean, k, st),
     }
 }
 
 /// [`forward`] of a frame of the original direction (`ORIGINAL`) or a reply.
 #[inline(always)]
 fn forward_in<const ORIGINAL: bool>(
-    now: u64,
     frame: &mut [u8],
     lean: &LeanFrame,
     k: &BurstConstants,
@@ -105,7 +109,7 @@ fn forward_in<const ORIGINAL: bool>(
     let direction = if ORIGINAL { Direction::Original } else { Direction::Reply };
     let id = *id;
     let (state, mut windows, out) = conntrack.lean(id, direction, key)?;
-    if state.deadline.is_due(now) || state.links.of(direction) != seg.iface || state.table_epoch != k.epoch {
+    if state.deadline.is_due_ms(k.now_ms) || state.links.of(direction) != seg.iface || state.table_epoch != k.epoch {
         return None;
     }
     let (out_iface, on_link) = state.egress(direction)?;
@@ -126,7 +130,9 @@ fn forward_in<const ORIGINAL: bool>(
     }
     let hop = if on_link { out.dst_addr } else { <Ipv4Addr as HostAddr>::router(host)?.0 };
     let n = neighbours.lookup(hop)?;
-    if n.updated_ns != u64::MAX && now.saturating_sub(n.updated_ns) > NEIGHBOUR_REFRESH_NS {
+    // `now − updated_ns > NEIGHBOUR_REFRESH_NS` (saturating; a static entry never), with
+    // the subtraction made once per burst.
+    if n.updated_ns < k.stale_before {
         return None;
     }
     let o = host.interfaces.get(usize::from(out_iface))?;
@@ -137,7 +143,7 @@ fn forward_in<const ORIGINAL: bool>(
     // Everything is checked but the windows: from here on the packet is forwarded.
     if tcp {
         debug_assert!(seg.tcp.flags.contains(TcpFlags::ACK));
-        if host.tcp_be_liberal {
+        if k.liberal {
             windows.make_liberal();
         }
         if !window::check_ack(windows, direction, &seg.tcp) {

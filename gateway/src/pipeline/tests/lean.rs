@@ -281,7 +281,7 @@ fn established_frames_take_the_lean_path() {
         }
         let Some((id, direction)) = a.conntrack.lookup(&key) else { return false };
         let lean = crate::pipeline::hint::LeanFrame { key, hash: 0, id, direction, seg };
-        crate::pipeline::lean::forward(SEC, &mut buf, &lean, &constants, &mut a).is_some()
+        crate::pipeline::lean::forward(&mut buf, &lean, &constants, &mut a).is_some()
     };
     for conn in &mut conns {
         assert!(taken(conn, false, Variant::Data(10)), "{conn:?}");
