@@ -378,6 +378,19 @@ pub struct HostPort {
     pub vlans: Vec<(u16, u8)>,
 }
 
+impl HostPort {
+    /// The interface of this port receiving frames of VLAN `vid` (`None` or 0: untagged or
+    /// priority-tagged), if any.
+    #[inline]
+    #[must_use]
+    pub fn interface(&self, vid: Option<u16>) -> Option<u8> {
+        match vid {
+            None | Some(0) => self.untagged,
+            Some(v) => self.vlans.binary_search_by_key(&v, |&(id, _)| id).ok().map(|k| self.vlans[k].1),
+        }
+    }
+}
+
 /// Everything the pipeline needs to know about the host.
 #[derive(Clone, Debug)]
 pub struct Host {
@@ -545,11 +558,7 @@ impl Host {
     /// does not exist or has no such interface.
     #[inline]
     pub fn interface_on(&self, port: u8, vid: Option<u16>) -> Option<u8> {
-        let p = self.ports.get(usize::from(port))?;
-        match vid {
-            None | Some(0) => p.untagged,
-            Some(v) => p.vlans.binary_search_by_key(&v, |&(id, _)| id).ok().map(|k| p.vlans[k].1),
-        }
+        self.ports.get(usize::from(port))?.interface(vid)
     }
 
     /// Whether `ip` is one of the gateway's own addresses (an interface address or a

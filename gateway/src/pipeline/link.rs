@@ -86,7 +86,8 @@ pub(super) fn receive(frame: &[u8], meta: &Meta, host: &Host) -> Result<(Rx, Eth
         EtherType::ServiceVlan => return Err(DropReason::VlanStacked),
         other => (None, other, ETH_LEN),
     };
-    let Some(iface) = host.interface_on(meta.iface, vid) else {
+    // The port found above: no second bounds check.
+    let Some(iface) = port.interface(vid) else {
         return Err(DropReason::UnknownVlan);
     };
     let (l4_csum_partial, l3_csum_good, l4_csum_good) = (meta.l4_csum_partial, meta.l3_csum_good, meta.l4_csum_good);
