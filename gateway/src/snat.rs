@@ -180,13 +180,26 @@ impl SnatPorts {
         &mut self,
         endpoint: SocketAddr,
         addresses: &[A],
-        mut free: impl FnMut(A, u16) -> bool,
+        free: impl FnMut(A, u16) -> bool,
     ) -> Option<(A, u16)> {
+        self.alloc_indexed(endpoint, addresses, free).map(|(i, p)| (addresses[i], p))
+    }
+
+    /// [`alloc`](Self::alloc), returning the chosen address's position in `addresses`
+    /// instead of the address (the pipeline keeps data per position).
+    #[inline]
+    pub fn alloc_indexed<A: Copy + Into<IpAddr>>(
+        &mut self,
+        endpoint: SocketAddr,
+        addresses: &[A],
+        mut free: impl FnMut(A, u16) -> bool,
+    ) -> Option<(usize, u16)> {
         let n = addresses.len();
         let first = scale((self.next >> 32) as u32, n);
         let found = (0..n).find_map(|k| {
-            let address = addresses[(first + k) % n];
-            self.search(endpoint, address.into(), k as u64, |p| free(address, p)).map(|p| (address, p))
+            let i = (first + k) % n;
+            let address = addresses[i];
+            self.search(endpoint, address.into(), k as u64, |p| free(address, p)).map(|p| (i, p))
         });
         if found.is_some() {
             self.next = self.rng.u64(..);
@@ -207,11 +220,19 @@ impl SnatPorts {
             None if self.count <= MAX_ATTEMPTS => {
                 (0..self.count).map(|i| self.port_at((start + i) % self.count)).find(|&p| free(p))
             }
-            None => std::iter::once(start)
-                .chain(std::iter::repeat_with(|| later.usize(..self.count)))
-                .take(MAX_ATTEMPTS)
-                .map(|i| self.port_at(i))
-                .find(|&p| free(p)),
+            None => {
+                // `start`, then fresh draws: at most `MAX_ATTEMPTS` candidates (a loop, not
+                // an iterator chain: the first candidate is nearly always free).
+                let mut i = start;
+                for _ in 0..MAX_ATTEMPTS {
+                    let p = self.port_at(i);
+                    if free(p) {
+                        return Some(p);
+                    }
+                    i = later.usize(..self.count);
+                }
+                None
+            }
             Some(st) => {
                 let (SocketAddr::V4(endpoint), IpAddr::V4(snat_addr)) = (endpoint, address) else { return None };
                 let mut left = self.count.min(MAX_ATTEMPTS);

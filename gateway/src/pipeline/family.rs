@@ -106,9 +106,19 @@ impl Family for Ipv4Addr {
         }
     }
 
+    /// A TCP or UDP packet without IPv4 options whose transport header is whole and whose
+    /// checksum is not partial (a new flow's SYN, a first fragment, any packet the lean path
+    /// turned down) takes the fixed-offset rewrite ([`nat::rewrite_ipv4_plain`], the same
+    /// bytes: a property test compares the two); anything else the general one.
     #[inline]
-    fn rewrite(ip: &mut [u8], _l4_offset: usize, _protocol: IpProtocol, rw: &Rewrite<Self>, l4_partial: bool) {
-        nat::rewrite_ipv4(ip, rw, l4_partial);
+    fn rewrite(ip: &mut [u8], l4_offset: usize, protocol: IpProtocol, rw: &Rewrite<Self>, l4_partial: bool) {
+        let tcp = protocol == IpProtocol::Tcp;
+        let whole = if tcp { 40 } else { 28 };
+        if l4_offset == 20 && !l4_partial && (tcp || protocol == IpProtocol::Udp) && ip.len() >= whole {
+            nat::rewrite_ipv4_plain(ip, tcp, rw);
+        } else {
+            nat::rewrite_ipv4(ip, rw, l4_partial);
+        }
     }
 
     #[inline]
