@@ -94,6 +94,14 @@ pub struct SnatPorts {
     steered: Option<Steered>,
 }
 
+/// The draws of the searches [`SnatPorts::alloc`] will make next, as
+/// [`SnatPorts::upcoming`] foretells them.
+#[derive(Clone, Debug)]
+pub struct Upcoming {
+    next: u64,
+    rng: fastrand::Rng,
+}
+
 /// `x` (a uniform 32-bit value) scaled to `0..n`, by multiplication (Lemire), without a division.
 #[inline]
 fn scale(x: u32, n: usize) -> usize {
@@ -160,11 +168,34 @@ impl SnatPorts {
     /// candidate depends on a hash of the tuple, and when there is no address or port.
     #[inline]
     pub fn peek<A: Copy>(&self, addresses: &[A]) -> Option<(A, u16)> {
+        self.peek_from(self.next, addresses)
+    }
+
+    /// The random draws of the searches to come, for [`peek_next`](Self::peek_next): a copy
+    /// of the generator, which the allocations leave untouched.
+    #[inline]
+    pub fn upcoming(&self) -> Upcoming {
+        Upcoming { next: self.next, rng: self.rng.clone() }
+    }
+
+    /// [`peek`](Self::peek) of the search after those `upcoming` has foretold already, each
+    /// of them taken to succeed (one draw per allocation): the first candidate of the
+    /// `k`-th new flow of a burst, not of the first, when `k` flows open before it.
+    #[inline]
+    pub fn peek_next<A: Copy>(&self, upcoming: &mut Upcoming, addresses: &[A]) -> Option<(A, u16)> {
+        let next = upcoming.next;
+        upcoming.next = upcoming.rng.u64(..);
+        self.peek_from(next, addresses)
+    }
+
+    /// [`peek`](Self::peek) with the search's draw `next`.
+    #[inline]
+    fn peek_from<A: Copy>(&self, next: u64, addresses: &[A]) -> Option<(A, u16)> {
         if self.steered.is_some() || self.count == 0 {
             return None;
         }
-        let address = *addresses.get(scale((self.next >> 32) as u32, addresses.len()))?;
-        Some((address, self.port_at(scale(self.next as u32, self.count))))
+        let address = *addresses.get(scale((next >> 32) as u32, addresses.len()))?;
+        Some((address, self.port_at(scale(next as u32, self.count))))
     }
 
     /// Chooses a SNAT address among `addresses` (the egress link's, of the endpoint's

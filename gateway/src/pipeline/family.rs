@@ -50,6 +50,9 @@ pub(super) trait Family:
     /// and for this very key (of this family).
     fn hinted_hash(st: &mut WorkerState, key: &FlowKey<Self>) -> Option<u64>;
 
+    /// The flow key of `hint` when it is of this family.
+    fn hinted_key(hint: &Option<FlowHint>) -> Option<&FlowKey<Self>>;
+
     /// Rewrites the packet `ip` (network header to the end of the packet) whose transport
     /// header of `protocol` starts at `l4_offset`: addresses and ports to `rw`, TTL / Hop
     /// Limit decremented, checksums updated ([`nat`]).
@@ -102,6 +105,14 @@ impl Family for Ipv4Addr {
     fn hinted_hash(st: &mut WorkerState, key: &FlowKey<Self>) -> Option<u64> {
         match st.hints.current().flow.take() {
             Some(FlowHint::V4(hinted, hash)) if hinted == *key => Some(hash),
+            _ => None,
+        }
+    }
+
+    #[inline(always)]
+    fn hinted_key(hint: &Option<FlowHint>) -> Option<&FlowKey<Self>> {
+        match hint {
+            Some(FlowHint::V4(key, _)) => Some(key),
             _ => None,
         }
     }
@@ -170,6 +181,14 @@ impl Family for Ipv6Addr {
     fn hinted_hash(st: &mut WorkerState, key: &FlowKey<Self>) -> Option<u64> {
         match st.hints.current().flow.take() {
             Some(FlowHint::V6(hinted, hash)) if hinted == *key => Some(hash),
+            _ => None,
+        }
+    }
+
+    #[inline(always)]
+    fn hinted_key(hint: &Option<FlowHint>) -> Option<&FlowKey<Self>> {
+        match hint {
+            Some(FlowHint::V6(key, _)) => Some(key),
             _ => None,
         }
     }
