@@ -62,10 +62,6 @@ use crate::wire::EtherType;
 // `PREFETCH_WINDOW` lives in `hint`, with the ring of hint slots it sizes.
 const _: () = assert!(PREFETCH_WINDOW <= 32, "process_burst keeps a chunk's lean frames and new flows in 32-bit masks");
 
-/// The passes of [`process_burst`] that advance the prefetches of a chunk's new flows past
-/// stage 2: front-door record, service record, ring slot, endpoint record, next hop.
-const NEW_FLOW_VISITS: usize = 5;
-
 /// How far the prefetches of a frame have come by stage 2: what the next stage reads (it
 /// was prefetched by the previous one).
 #[derive(Clone, Copy, Debug)]
@@ -311,7 +307,7 @@ fn bits(mut mask: u32) -> impl Iterator<Item = usize> {
 }
 
 /// The visits of a chunk's new flows of family `A` (bit `j` of `mask`), one pass per
-/// dependent load ([`NEW_FLOW_VISITS`]), each pass reading what the previous one prefetched
+/// dependent load (five), each pass reading what the previous one prefetched
 /// and prefetching the next: the front-door record (at the position its index line names,
 /// which the next pass confirms without searching the line again), the service record, the
 /// Maglev ring slot, the chosen endpoint's record, and last the endpoint's route, next
@@ -356,7 +352,8 @@ fn visit_family<A: Family>(
     let mut rings = [None; PREFETCH_WINDOW];
     for j in bits(mask) {
         let key = A::hinted_key(&st.hints.frames[j].flow);
-        let found = table.service(services[j].0).zip(key).and_then(|(s, key)| Some((*s, s.slot(backend::ring_hash(&s, key))?)));
+        let found =
+            table.service_ring(services[j].0).zip(key).and_then(|(s, key)| Some((s, s.slot(backend::ring_hash(&s, key))?)));
         match found {
             Some((s, slot)) => {
                 s.prefetch_slot(slot);
