@@ -726,7 +726,10 @@ impl<B: AsRef<[u8]>> Table<B> {
     fn ring_of(&self, s: &Service, bo: usize, bn: usize, ro: usize, rn: usize, w: u8) -> ServiceRing<'_> {
         ServiceRing {
             backends: self.backends().get(bo..bo.saturating_add(bn)).unwrap_or(&[]),
-            ring: Ring::new(self.ring().get(ro..ro.saturating_add(rn.saturating_mul(usize::from(w)))).unwrap_or(&[]), w),
+            ring: Ring::new(
+                self.ring().get(ro..ro.saturating_add(rn.saturating_mul(usize::from(w)))).unwrap_or(&[]),
+                w,
+            ),
             affinity_timeout_s: s.affinity_timeout_s.get(),
         }
     }

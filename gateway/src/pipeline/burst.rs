@@ -352,8 +352,10 @@ fn visit_family<A: Family>(
     let mut rings = [None; PREFETCH_WINDOW];
     for j in bits(mask) {
         let key = A::hinted_key(&st.hints.frames[j].flow);
-        let found =
-            table.service_ring(services[j].0).zip(key).and_then(|(s, key)| Some((s, s.slot(backend::ring_hash(&s, key))?)));
+        let found = table
+            .service_ring(services[j].0)
+            .zip(key)
+            .and_then(|(s, key)| Some((s, s.slot(backend::ring_hash(&s, key))?)));
         match found {
             Some((s, slot)) => {
                 s.prefetch_slot(slot);
