@@ -52,6 +52,25 @@ pub(super) fn flow_key(
 /// of its transport header.
 const PLAIN_LEN: usize = 40;
 
+/// Length of an IPv4 header without options, bytes.
+const IP: u16 = Ipv4Packet::<&[u8]>::HEADER_LEN as u16;
+
+/// The IPv4 packet after the link-layer header of `frame` (to the frame's end), its first
+/// [`PLAIN_LEN`] bytes, its Total Length and the transport part's length (Total Length less
+/// the header), when the packet is plain as far as its IPv4 header goes: the
+/// [`PLAIN_LEN`] bytes in the frame, version 4, IHL 5, Total Length within the frame and
+/// at least the header (`Ipv4Packet::new_checked`), no MF flag, offset 0. `None` otherwise.
+#[inline(always)]
+fn plain_header<'f>(frame: &'f [u8], rx: &Rx) -> Option<(&'f [u8; PLAIN_LEN], &'f [u8], u16, u16)> {
+    let packet = frame.get(rx.l2_len..rx.len)?;
+    let h: &[u8; PLAIN_LEN] = packet.first_chunk()?;
+    let total = u16::from_be_bytes([h[2], h[3]]);
+    if h[0] != 0x45 || usize::from(total) > packet.len() || u16::from_be_bytes([h[6], h[7]]) & 0x3fff != 0 {
+        return None;
+    }
+    Some((h, packet, total, total.checked_sub(IP)?))
+}
+
 /// [`flow_key`] of a packet whose first [`PLAIN_LEN`] bytes are in the frame, with a
 /// 20-byte header (IHL 5), not a fragment, carrying TCP or UDP with a well-formed header:
 /// the same key, flag and [`LeanSegment`] as [`flow_key_checked`], whose checks it makes
@@ -66,18 +85,9 @@ pub(super) fn flow_key_plain(
     lean: &mut LeanSegment,
     l3_checked: &mut bool,
 ) -> Option<(FlowKey, bool)> {
-    let l3 = rx.l2_len;
-    let packet = frame.get(l3..rx.len)?;
-    let h: &[u8; PLAIN_LEN] = packet.first_chunk()?;
+    let (h, _, total, l4_len) = plain_header(frame, rx)?;
     let be16 = |at: usize| u16::from_be_bytes([h[at], h[at + 1]]);
     let be32 = |at: usize| u32::from_be_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
-    let total = be16(2);
-    // Version 4, IHL 5; Total Length within the frame; no MF flag, offset 0.
-    if h[0] != 0x45 || usize::from(total) > packet.len() || be16(6) & 0x3fff != 0 {
-        return None;
-    }
-    const IP: u16 = Ipv4Packet::<&[u8]>::HEADER_LEN as u16;
-    let l4_len = total.checked_sub(IP)?;
     let checked = rx.l3_csum_good || h.first_chunk().is_some_and(checksum::ipv4_header_ok);
     let plain = h[8] > 1 && !rx.l4_csum_partial && checked;
     let protocol = h[9];
@@ -214,19 +224,9 @@ pub(super) fn handle(now: u64, frame: &mut [u8], rx: &Rx, table: &Table, st: &mu
 /// compares the two). `None` for any other packet: [`segment`] decides those (and the drops).
 #[inline]
 pub(super) fn segment_plain(frame: &[u8], rx: &Rx, l3_checked: bool) -> Option<Segment<Ipv4Addr>> {
-    let l3 = rx.l2_len;
-    let packet = frame.get(l3..rx.len)?;
-    let h: &[u8; PLAIN_LEN] = packet.first_chunk()?;
+    let (h, packet, total, l4_len) = plain_header(frame, rx)?;
     let be16 = |at: usize| u16::from_be_bytes([h[at], h[at + 1]]);
     let be32 = |at: usize| u32::from_be_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
-    let total = be16(2);
-    // `Ipv4Packet::new_checked`: version 4, IHL 5, Total Length within the frame; not a
-    // fragment (no MF flag, offset 0).
-    if h[0] != 0x45 || usize::from(total) > packet.len() || be16(6) & 0x3fff != 0 {
-        return None;
-    }
-    const IP: u16 = Ipv4Packet::<&[u8]>::HEADER_LEN as u16;
-    let l4_len = total.checked_sub(IP)?;
     if !(rx.l3_csum_good || l3_checked || h.first_chunk().is_some_and(checksum::ipv4_header_ok)) {
         return None;
     }
