@@ -44,7 +44,7 @@ fn arb_frame() -> impl Strategy<Value = (Vec<u8>, usize, bool, bool, bool)> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(4096))]
+    #![proptest_config(ProptestConfig::with_cases(2048))]
 
     #[test]
     fn the_plain_parse_finds_the_checked_parses_segment((f, len, partial, good, untouched) in arb_frame()) {
