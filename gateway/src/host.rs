@@ -52,7 +52,7 @@ pub trait HostAddr: Copy + Ord + Sized + 'static {
     /// The prefix type of this family.
     type Cidr: Prefix<Self>;
     /// The address as an integer, host order (`u32`, `u128`): what [`Connected`] compares.
-    type Bits: Copy + Eq + BitAnd<Output = Self::Bits> + Into<u128> + std::fmt::Debug;
+    type Bits: Copy + Ord + BitAnd<Output = Self::Bits> + Into<u128> + std::fmt::Debug;
     /// `self` as [`HostAddr::Bits`].
     fn to_bits(self) -> Self::Bits;
     /// The network mask of `cidr` as [`HostAddr::Bits`]: `prefix_len` leading ones.
@@ -565,7 +565,9 @@ impl Host {
     /// SNAT address) of its family.
     #[inline]
     pub fn is_own<A: HostAddr>(&self, ip: A) -> bool {
-        A::own_sorted(self).binary_search(&ip).is_ok()
+        // By the addresses' bits (their order, compared as one integer, not byte by byte).
+        let bits = ip.to_bits();
+        A::own_sorted(self).binary_search_by(|a| a.to_bits().cmp(&bits)).is_ok()
     }
 
     /// Egress interface and next hop for `dst`: a connected subnet sends directly (the first

@@ -94,6 +94,14 @@ pub struct SnatPorts {
     steered: Option<Steered>,
 }
 
+/// The draws of the searches [`SnatPorts::alloc`] will make next, as
+/// [`SnatPorts::upcoming`] foretells them.
+#[derive(Clone, Debug)]
+pub struct Upcoming {
+    next: u64,
+    rng: fastrand::Rng,
+}
+
 /// `x` (a uniform 32-bit value) scaled to `0..n`, by multiplication (Lemire), without a division.
 #[inline]
 fn scale(x: u32, n: usize) -> usize {
@@ -160,11 +168,34 @@ impl SnatPorts {
     /// candidate depends on a hash of the tuple, and when there is no address or port.
     #[inline]
     pub fn peek<A: Copy>(&self, addresses: &[A]) -> Option<(A, u16)> {
+        self.peek_from(self.next, addresses)
+    }
+
+    /// The random draws of the searches to come, for [`peek_next`](Self::peek_next): a copy
+    /// of the generator, which the allocations leave untouched.
+    #[inline]
+    pub fn upcoming(&self) -> Upcoming {
+        Upcoming { next: self.next, rng: self.rng.clone() }
+    }
+
+    /// [`peek`](Self::peek) of the search after those `upcoming` has foretold already, each
+    /// of them taken to succeed (one draw per allocation): the first candidate of the
+    /// `k`-th new flow of a burst, not of the first, when `k` flows open before it.
+    #[inline]
+    pub fn peek_next<A: Copy>(&self, upcoming: &mut Upcoming, addresses: &[A]) -> Option<(A, u16)> {
+        let next = upcoming.next;
+        upcoming.next = upcoming.rng.u64(..);
+        self.peek_from(next, addresses)
+    }
+
+    /// [`peek`](Self::peek) with the search's draw `next`.
+    #[inline]
+    fn peek_from<A: Copy>(&self, next: u64, addresses: &[A]) -> Option<(A, u16)> {
         if self.steered.is_some() || self.count == 0 {
             return None;
         }
-        let address = *addresses.get(scale((self.next >> 32) as u32, addresses.len()))?;
-        Some((address, self.port_at(scale(self.next as u32, self.count))))
+        let address = *addresses.get(scale((next >> 32) as u32, addresses.len()))?;
+        Some((address, self.port_at(scale(next as u32, self.count))))
     }
 
     /// Chooses a SNAT address among `addresses` (the egress link's, of the endpoint's
@@ -180,13 +211,26 @@ impl SnatPorts {
         &mut self,
         endpoint: SocketAddr,
         addresses: &[A],
-        mut free: impl FnMut(A, u16) -> bool,
+        free: impl FnMut(A, u16) -> bool,
     ) -> Option<(A, u16)> {
+        self.alloc_indexed(endpoint, addresses, free).map(|(i, p)| (addresses[i], p))
+    }
+
+    /// [`alloc`](Self::alloc), returning the chosen address's position in `addresses`
+    /// instead of the address (the pipeline keeps data per position).
+    #[inline]
+    pub fn alloc_indexed<A: Copy + Into<IpAddr>>(
+        &mut self,
+        endpoint: SocketAddr,
+        addresses: &[A],
+        mut free: impl FnMut(A, u16) -> bool,
+    ) -> Option<(usize, u16)> {
         let n = addresses.len();
         let first = scale((self.next >> 32) as u32, n);
         let found = (0..n).find_map(|k| {
-            let address = addresses[(first + k) % n];
-            self.search(endpoint, address.into(), k as u64, |p| free(address, p)).map(|p| (address, p))
+            let i = (first + k) % n;
+            let address = addresses[i];
+            self.search(endpoint, address.into(), k as u64, |p| free(address, p)).map(|p| (i, p))
         });
         if found.is_some() {
             self.next = self.rng.u64(..);
@@ -207,11 +251,19 @@ impl SnatPorts {
             None if self.count <= MAX_ATTEMPTS => {
                 (0..self.count).map(|i| self.port_at((start + i) % self.count)).find(|&p| free(p))
             }
-            None => std::iter::once(start)
-                .chain(std::iter::repeat_with(|| later.usize(..self.count)))
-                .take(MAX_ATTEMPTS)
-                .map(|i| self.port_at(i))
-                .find(|&p| free(p)),
+            None => {
+                // `start`, then fresh draws: at most `MAX_ATTEMPTS` candidates (a loop, not
+                // an iterator chain: the first candidate is nearly always free).
+                let mut i = start;
+                for _ in 0..MAX_ATTEMPTS {
+                    let p = self.port_at(i);
+                    if free(p) {
+                        return Some(p);
+                    }
+                    i = later.usize(..self.count);
+                }
+                None
+            }
             Some(st) => {
                 let (SocketAddr::V4(endpoint), IpAddr::V4(snat_addr)) = (endpoint, address) else { return None };
                 let mut left = self.count.min(MAX_ATTEMPTS);

@@ -705,15 +705,33 @@ impl<B: AsRef<[u8]>> Table<B> {
         Some(ServiceRef {
             name: self.names().get(no..no.saturating_add(nl)).unwrap_or(&[]),
             draining: self.backends().get(do_..do_.saturating_add(dn)).unwrap_or(&[]),
-            choice: ServiceRing {
-                backends: self.backends().get(bo..bo.saturating_add(bn)).unwrap_or(&[]),
-                ring: Ring::new(
-                    self.ring().get(ro..ro.saturating_add(rn.saturating_mul(usize::from(w)))).unwrap_or(&[]),
-                    w,
-                ),
-                affinity_timeout_s: s.affinity_timeout_s.get(),
-            },
+            choice: self.ring_of(s, bo, bn, ro, rn, w),
         })
+    }
+
+    /// What choosing an endpoint reads of service `id` ([`Table::service`]'s
+    /// [`ServiceRing`]), without the name and draining endpoints: a new flow's look-ahead
+    /// (`pipeline::process_burst`). `None` when out of range. O(1).
+    #[inline(always)]
+    pub fn service_ring(&self, id: u32) -> Option<ServiceRing<'_>> {
+        let s = self.services().get(id as usize)?;
+        let (bo, bn) = (s.backends_offset.get() as usize, s.backends_count.get() as usize);
+        let (ro, rn, w) = (s.ring_offset.get() as usize, s.ring_len.get() as usize, s.ring_entry_len);
+        Some(self.ring_of(s, bo, bn, ro, rn, w))
+    }
+
+    /// The [`ServiceRing`] of service record `s`: `bn` backends from `bo`, `rn` ring entries
+    /// of `w` bytes from `ro`.
+    #[inline(always)]
+    fn ring_of(&self, s: &Service, bo: usize, bn: usize, ro: usize, rn: usize, w: u8) -> ServiceRing<'_> {
+        ServiceRing {
+            backends: self.backends().get(bo..bo.saturating_add(bn)).unwrap_or(&[]),
+            ring: Ring::new(
+                self.ring().get(ro..ro.saturating_add(rn.saturating_mul(usize::from(w)))).unwrap_or(&[]),
+                w,
+            ),
+            affinity_timeout_s: s.affinity_timeout_s.get(),
+        }
     }
 }
 

@@ -56,38 +56,24 @@ use crate::conntrack::{Candidate, Conntrack, Direction, FlowId, FlowKey, Vacancy
 use crate::host::Host;
 use crate::scheduler::Scheduler;
 use crate::table::layout;
-use crate::table::{FrontendHash, ServiceRing, Table};
+use crate::table::{FrontendHash, Table};
 use crate::wire::EtherType;
 
 // `PREFETCH_WINDOW` lives in `hint`, with the ring of hint slots it sizes.
 const _: () = assert!(PREFETCH_WINDOW <= 32, "process_burst keeps a chunk's lean frames and new flows in 32-bit masks");
 
-/// The passes of [`process_burst`] that advance the prefetches of a chunk's new flows past
-/// stage 2: front-door record, service record, ring slot, endpoint record, next hop.
-const NEW_FLOW_VISITS: usize = 5;
-
-/// How far the prefetches of a frame have come: what the next visit reads (it was prefetched
-/// by the previous one) and prefetches. A new flow's service is viewed once
-/// ([`Table::service`]) and carried through its later visits.
+/// How far the prefetches of a frame have come by stage 2: what the next stage reads (it
+/// was prefetched by the previous one).
 #[derive(Clone, Copy, Debug)]
-enum Ahead<'t> {
+enum Ahead {
     /// Nothing (more) to prefetch: not a flow frame, or done.
     Done,
     /// A flow the lookup will almost certainly find: its record is on its way.
     Flow(FlowId, Direction),
     /// No flow has the key (a new flow): its front door's index line is on its way (and
-    /// where the key's probe run ended, which the frame's hints hold too).
+    /// where the key's probe run ended, which the frame's hints hold too); the new flow's
+    /// visits ([`visit_new_flows`]) go on from there.
     Frontend(FrontendHash, Vacancy),
-    /// The front-door record is on its way: the key's hash and the record's position, if the
-    /// key's home bucket names one (a key that overflowed its bucket is searched for).
-    FrontendRecord(FrontendHash, Option<u32>),
-    /// The service record is on its way: service and front door (positions in the table).
-    Service(u32, u32),
-    /// The ring slot is on its way: the service's ring, the front door and the slot.
-    Slot(ServiceRing<'t>, u32, u32),
-    /// The chosen endpoint's record is on its way: the service's ring, the front door and
-    /// the endpoint's position among the service's backends.
-    Endpoint(ServiceRing<'t>, u32, u32),
 }
 
 /// Processes a burst: `verdicts[i]` becomes what `process(now, frames[i], metas[i], ..)`
@@ -112,7 +98,7 @@ pub fn process_burst<B: AsMut<[u8]>>(
     // The burst goes in chunks of `PREFETCH_WINDOW` frames, each through the stages pass
     // by pass: frame `j` of a chunk takes slot `j` from its stage 1 to its processing.
     let mut leans = [LeanFrame::EMPTY; PREFETCH_WINDOW];
-    let mut ahead: [Ahead<'_>; PREFETCH_WINDOW] = [Ahead::Done; PREFETCH_WINDOW];
+    let mut ahead = [Ahead::Done; PREFETCH_WINDOW];
     for ((frames, metas), verdicts) in
         frames.chunks_mut(PREFETCH_WINDOW).zip(metas.chunks(PREFETCH_WINDOW)).zip(verdicts.chunks_mut(PREFETCH_WINDOW))
     {
@@ -170,7 +156,7 @@ pub fn process_burst<B: AsMut<[u8]>>(
         }
         // A new flow's further stages, one pass per visit.
         if new_flows != 0 {
-            visit_new_flows(st, table, new_flows, &mut ahead);
+            visit_new_flows(st, table, new_flows, &ahead);
         }
         // Stage 3.
         for j in 0..m {
@@ -219,7 +205,7 @@ pub fn process_burst<B: AsMut<[u8]>>(
 /// (a new flow) has its front door's index line prefetched. Sets `ahead` in place (as
 /// [`visit`] does: a returned `Ahead` is copied whole, service view and all).
 #[inline]
-fn probe<'t, A: Family>(st: &WorkerState, table: &'t Table, key: &FlowKey<A>, hash: u64, ahead: &mut Ahead<'t>) {
+fn probe<A: Family>(st: &WorkerState, table: &Table, key: &FlowKey<A>, hash: u64, ahead: &mut Ahead) {
     match A::conntrack(st).prefetch_record(hash) {
         Candidate::Flow(id, direction) => *ahead = Ahead::Flow(id, direction),
         Candidate::Absent(vacancy) => {
@@ -264,108 +250,137 @@ fn prefetch_lean(st: &WorkerState, id: FlowId, direction: Direction) -> bool {
     true
 }
 
-/// The visits ([`visit_hinted`]) of a chunk's new flows (bit `j` of `new_flows`), one
-/// pass per visit ([`NEW_FLOW_VISITS`]). Not inlined: out of the burst loop, the loop's
-/// registers serve its other stages (an established packet −10 instructions).
+/// The visits of a chunk's new flows (bit `j` of `new_flows`, whose `ahead[j]` is
+/// [`Ahead::Frontend`]): each family's ([`visit_family`]). Not inlined: out of the burst
+/// loop, the loop's registers serve its other stages (an established packet −10
+/// instructions).
 #[inline(never)]
-fn visit_new_flows<'t>(
-    st: &mut WorkerState,
-    table: &'t Table,
-    new_flows: u32,
-    ahead: &mut [Ahead<'t>; PREFETCH_WINDOW],
-) {
-    for _ in 0..NEW_FLOW_VISITS {
-        let mut todo = new_flows;
-        while todo != 0 {
-            let j = todo.trailing_zeros() as usize;
-            todo &= todo - 1;
-            visit_hinted(st, table, j, &mut ahead[j]);
+fn visit_new_flows(st: &mut WorkerState, table: &Table, new_flows: u32, ahead: &[Ahead; PREFETCH_WINDOW]) {
+    let (mut v4, mut v6) = (0u32, 0u32);
+    let mut todo = new_flows;
+    while todo != 0 {
+        let j = todo.trailing_zeros() as usize;
+        todo &= todo - 1;
+        match st.hints.frames[j].flow {
+            Some(FlowHint::V4(..)) => v4 |= 1 << j,
+            Some(FlowHint::V6(..)) => v6 |= 1 << j,
+            None => {}
         }
+    }
+    // The SNAT searches of the chunk's new flows, in order (exact when the chunk opens
+    // flows of one family only).
+    let mut upcoming = st.snat.upcoming();
+    if v4 != 0 {
+        visit_family::<Ipv4Addr>(st, table, v4, ahead, &mut upcoming);
+    }
+    if v6 != 0 {
+        visit_family::<Ipv6Addr>(st, table, v6, ahead, &mut upcoming);
     }
 }
 
-/// [`visit`] for the family of the flow key in hint slot `j`, storing what the last visit
-/// found in that slot (here, not through a returned value: it is as large as the two
-/// hints). Not inlined: the pipeline loop stays small, and a call per stage costs less than
-/// its body copied into every stage of the loop.
+/// The bits of `mask`, lowest first.
+#[inline(always)]
+fn bits(mut mask: u32) -> impl Iterator<Item = usize> {
+    std::iter::from_fn(move || {
+        (mask != 0).then(|| {
+            let j = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            j
+        })
+    })
+}
+
+/// The visits of a chunk's new flows of family `A` (bit `j` of `mask`), one pass per
+/// dependent load (five), each pass reading what the previous one prefetched
+/// and prefetching the next: the front-door record (at the position its index line names,
+/// which the next pass confirms without searching the line again), the service record, the
+/// Maglev ring slot, the chosen endpoint's record, and last the endpoint's route, next
+/// hop's neighbour slot, the front door's counters and the conntrack index slot of the reply
+/// tuple (with the SNAT port the allocation will examine first: [`prefetch_reply_slot`]).
+/// What the last pass finds (front door, ring endpoint, route) is stored in the frame's
+/// hint slot, for [`super::flow`]. Reads only: everything found is a hint that [`process`]
+/// confirms or ignores. A frame whose front door or endpoint is not found drops out.
 #[inline(never)]
-fn visit_hinted<'t>(st: &mut WorkerState, table: &'t Table, j: usize, ahead: &mut Ahead<'t>) {
-    let found = match &st.hints.frames[j].flow {
-        Some(FlowHint::V4(key, _)) => visit(st, table, key, ahead),
-        Some(FlowHint::V6(key, _)) => visit(st, table, key, ahead),
-        None => None,
-    };
-    if let Some((new_flow, route)) = found {
+fn visit_family<A: Family>(
+    st: &mut WorkerState,
+    table: &Table,
+    mut mask: u32,
+    ahead: &[Ahead; PREFETCH_WINDOW],
+    upcoming: &mut crate::snat::Upcoming,
+) {
+    // Pass 1: the front-door record.
+    let mut frontends = [None; PREFETCH_WINDOW];
+    for j in bits(mask) {
+        if let Ahead::Frontend(h, _) = ahead[j] {
+            frontends[j] = Some((h, table.prefetch_frontend_record(h)));
+        } else {
+            mask &= !(1 << j);
+        }
+    }
+    // Pass 2: the service record.
+    let mut services = [(0u32, 0u32); PREFETCH_WINDOW];
+    for j in bits(mask) {
+        let (Some(key), Some((h, candidate))) = (A::hinted_key(&st.hints.frames[j].flow), frontends[j]) else {
+            mask &= !(1 << j);
+            continue;
+        };
+        match table.frontend_hashed(h, candidate, key.dst_addr.into(), key.protocol, key.dst_port) {
+            Some(fe) => {
+                table.prefetch_service(fe.service);
+                services[j] = (fe.service, fe.index);
+            }
+            None => mask &= !(1 << j),
+        }
+    }
+    // Pass 3: the ring slot.
+    let mut rings = [None; PREFETCH_WINDOW];
+    for j in bits(mask) {
+        let key = A::hinted_key(&st.hints.frames[j].flow);
+        let found = table
+            .service_ring(services[j].0)
+            .zip(key)
+            .and_then(|(s, key)| Some((s, s.slot(backend::ring_hash(&s, key))?)));
+        match found {
+            Some((s, slot)) => {
+                s.prefetch_slot(slot);
+                rings[j] = Some((s, slot as u32));
+            }
+            None => mask &= !(1 << j),
+        }
+    }
+    // Pass 4: the endpoint's record.
+    let mut positions = [0u32; PREFETCH_WINDOW];
+    for j in bits(mask) {
+        match rings[j].and_then(|(s, slot)| s.ring_backend(slot as usize)) {
+            Some(position) => {
+                rings[j].inspect(|(s, _)| s.prefetch_backend(position));
+                positions[j] = position;
+            }
+            None => mask &= !(1 << j),
+        }
+    }
+    // Pass 5: the endpoint's route and the reply tuple's index slot; the hints stored.
+    let maglev = st.host.scheduler == Scheduler::Maglev;
+    for j in bits(mask) {
+        let (Some((s, _)), position) = (rings[j], positions[j]) else { continue };
+        let Some(endpoint) = s.backends.get(position as usize) else { continue };
+        let Some(key) = A::hinted_key(&st.hints.frames[j].flow) else { continue };
+        let (addr, port) = (layout::addr_from16(endpoint.addr), endpoint.port.get());
+        let frontend = services[j].1;
+        let new_flow = NewFlowHint {
+            frontend,
+            ring_backend: position,
+            endpoint: (s.affinity_timeout_s == 0 && maglev).then_some((addr, port)),
+        };
+        let route = A::from_ip(addr).and_then(|to| {
+            let route = prefetch_route(st, to, frontend)?;
+            prefetch_reply_slot(st, key, to, port, route.out, upcoming);
+            Some(route)
+        });
         let h = &mut st.hints.frames[j];
         h.new_flow = Some(new_flow);
         h.route = route;
     }
-}
-
-/// Advances the prefetches of a new flow's frame whose flow key is `key` by one stage: reads
-/// what the previous stage prefetched, prefetches the next load, and updates `ahead` to how
-/// far it came (in place: an `Ahead` carries a service view, too large to copy in and out
-/// of every visit); the last stage returns what it found (front door, ring endpoint) and
-/// the route to the endpoint, for [`super::flow`]. Reads only: everything it finds is a hint
-/// that [`process`] confirms or ignores.
-#[inline]
-fn visit<'t, A: Family>(
-    st: &WorkerState,
-    table: &'t Table,
-    key: &FlowKey<A>,
-    ahead: &mut Ahead<'t>,
-) -> Option<(NewFlowHint, Option<RouteHint>)> {
-    // Each arm writes `*ahead` itself: a temporary assigned at the end would copy the whole
-    // (service-view sized) enum on every visit.
-    match *ahead {
-        Ahead::Done | Ahead::Flow(..) => *ahead = Ahead::Done,
-        Ahead::Frontend(h, _) => {
-            *ahead = Ahead::FrontendRecord(h, table.prefetch_frontend_record(h));
-        }
-        Ahead::FrontendRecord(h, candidate) => {
-            match table.frontend_hashed(h, candidate, key.dst_addr.into(), key.protocol, key.dst_port) {
-                Some(fe) => {
-                    table.prefetch_service(fe.service);
-                    *ahead = Ahead::Service(fe.service, fe.index);
-                }
-                None => *ahead = Ahead::Done,
-            }
-        }
-        Ahead::Service(service, frontend) => match table.service(service) {
-            Some(s) => match s.slot(backend::ring_hash(&s, key)) {
-                Some(slot) => {
-                    s.prefetch_slot(slot);
-                    *ahead = Ahead::Slot(*s, frontend, slot as u32);
-                }
-                None => *ahead = Ahead::Done,
-            },
-            None => *ahead = Ahead::Done,
-        },
-        Ahead::Slot(s, frontend, slot) => match s.ring_backend(slot as usize) {
-            Some(position) => {
-                s.prefetch_backend(position);
-                *ahead = Ahead::Endpoint(s, frontend, position);
-            }
-            None => *ahead = Ahead::Done,
-        },
-        Ahead::Endpoint(s, frontend, position) => {
-            *ahead = Ahead::Done;
-            let endpoint = s.backends.get(position as usize)?;
-            let (addr, port) = (layout::addr_from16(endpoint.addr), endpoint.port.get());
-            let new_flow = NewFlowHint {
-                frontend,
-                ring_backend: position,
-                endpoint: (s.affinity_timeout_s == 0 && st.host.scheduler == Scheduler::Maglev).then_some((addr, port)),
-            };
-            let route = A::from_ip(addr).and_then(|to| {
-                let route = prefetch_route(st, to, frontend)?;
-                prefetch_reply_slot(st, key, to, port, route.out);
-                Some(route)
-            });
-            return Some((new_flow, route));
-        }
-    }
-    None
 }
 
 /// The last stage of both paths: routes `to` (where the packet will be sent), prefetches the
@@ -380,15 +395,24 @@ fn prefetch_route<A: Family>(st: &WorkerState, to: A, frontend: u32) -> Option<R
 
 /// Prefetches the conntrack index slots of the reply tuple a new flow `key` to endpoint
 /// `to`:`port` leaving by interface `out` will be inserted with: the SNAT address and port
-/// are those [`crate::snat::SnatPorts::peek`] says the allocation examines first, which it
-/// takes unless that reply tuple is in use (and a frame processed in between may move the
-/// search on: then this load was for nothing). A tuple not yet tracked: its index line and
-/// the next are prefetched, as for a SYN.
+/// are those [`crate::snat::SnatPorts::peek_next`] says the allocation examines first
+/// (`upcoming`: after the allocations of the new flows before it in the chunk), which it
+/// takes unless that reply tuple is in use. A tuple not yet tracked: its index line and the
+/// next are prefetched, as for a SYN.
 #[inline]
-fn prefetch_reply_slot<A: Family>(st: &WorkerState, key: &FlowKey<A>, to: A, port: u16, out: u8) {
+fn prefetch_reply_slot<A: Family>(
+    st: &WorkerState,
+    key: &FlowKey<A>,
+    to: A,
+    port: u16,
+    out: u8,
+    upcoming: &mut crate::snat::Upcoming,
+) {
     // Under RSS steering the first candidate comes from hashing tuples (`rte_thash`): too
-    // dear to run twice per new flow for a prefetch; `peek` says `None`.
-    let Some((snat_addr, snat_port)) = st.snat.peek(st.host.snat_addresses_on::<A>(out)) else { return };
+    // dear to run twice per new flow for a prefetch; `peek_next` says `None`.
+    let Some((snat_addr, snat_port)) = st.snat.peek_next(upcoming, st.host.snat_addresses_on::<A>(out)) else {
+        return;
+    };
     let reply =
         FlowKey { protocol: key.protocol, src_addr: to, src_port: port, dst_addr: snat_addr, dst_port: snat_port };
     prefetch(A::conntrack(st), &reply, true);

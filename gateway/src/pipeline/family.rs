@@ -50,6 +50,9 @@ pub(super) trait Family:
     /// and for this very key (of this family).
     fn hinted_hash(st: &mut WorkerState, key: &FlowKey<Self>) -> Option<u64>;
 
+    /// The flow key of `hint` when it is of this family.
+    fn hinted_key(hint: &Option<FlowHint>) -> Option<&FlowKey<Self>>;
+
     /// Rewrites the packet `ip` (network header to the end of the packet) whose transport
     /// header of `protocol` starts at `l4_offset`: addresses and ports to `rw`, TTL / Hop
     /// Limit decremented, checksums updated ([`nat`]).
@@ -106,9 +109,27 @@ impl Family for Ipv4Addr {
         }
     }
 
+    #[inline(always)]
+    fn hinted_key(hint: &Option<FlowHint>) -> Option<&FlowKey<Self>> {
+        match hint {
+            Some(FlowHint::V4(key, _)) => Some(key),
+            _ => None,
+        }
+    }
+
+    /// A TCP or UDP packet without IPv4 options whose transport header is whole and whose
+    /// checksum is not partial (a new flow's SYN, a first fragment, any packet the lean path
+    /// turned down) takes the fixed-offset rewrite ([`nat::rewrite_ipv4_plain`], the same
+    /// bytes: a property test compares the two); anything else the general one.
     #[inline]
-    fn rewrite(ip: &mut [u8], _l4_offset: usize, _protocol: IpProtocol, rw: &Rewrite<Self>, l4_partial: bool) {
-        nat::rewrite_ipv4(ip, rw, l4_partial);
+    fn rewrite(ip: &mut [u8], l4_offset: usize, protocol: IpProtocol, rw: &Rewrite<Self>, l4_partial: bool) {
+        let tcp = protocol == IpProtocol::Tcp;
+        let whole = if tcp { 40 } else { 28 };
+        if l4_offset == 20 && !l4_partial && (tcp || protocol == IpProtocol::Udp) && ip.len() >= whole {
+            nat::rewrite_ipv4_plain(ip, tcp, rw);
+        } else {
+            nat::rewrite_ipv4(ip, rw, l4_partial);
+        }
     }
 
     #[inline]
@@ -160,6 +181,14 @@ impl Family for Ipv6Addr {
     fn hinted_hash(st: &mut WorkerState, key: &FlowKey<Self>) -> Option<u64> {
         match st.hints.current().flow.take() {
             Some(FlowHint::V6(hinted, hash)) if hinted == *key => Some(hash),
+            _ => None,
+        }
+    }
+
+    #[inline(always)]
+    fn hinted_key(hint: &Option<FlowHint>) -> Option<&FlowKey<Self>> {
+        match hint {
+            Some(FlowHint::V6(key, _)) => Some(key),
             _ => None,
         }
     }

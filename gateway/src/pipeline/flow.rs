@@ -683,14 +683,12 @@ fn snat_port<A: Family>(
     let (conntrack, snat, host) = A::conntrack_and_snat(st);
     let addresses = host.snat_addresses_on::<A>(out);
     let positions = host.snat_positions_on::<A>(out);
-    // The position of a chosen address among the link's, in the conntrack's list.
-    let position = |a: A| addresses.iter().position(|&b| b == a).and_then(|i| positions.get(i).copied());
     let endpoint = SocketAddr::new(endpoint_ip.into(), endpoint_port);
     // The candidate that gives way if none is free: (eviction order, flow).
     let mut victim: Option<((u8, u32), FlowId)> = None;
     // The last candidate found free: the one `alloc` returns.
     let mut vacancy = None;
-    let found = snat.alloc(endpoint, addresses, |snat_ip, snat_port| {
+    let found = snat.alloc_indexed(endpoint, addresses, |snat_ip, snat_port| {
         let reply = FlowKey {
             protocol,
             src_addr: endpoint_ip,
@@ -716,8 +714,9 @@ fn snat_port<A: Family>(
             Ok((_, Direction::Original)) => false,
         }
     });
-    if let Some(found) = found {
-        return Some((found, ReplyHint { slot: vacancy, snat: position(found.0) }));
+    if let Some((i, port)) = found {
+        // The chosen address's position in the conntrack's list, for the insert.
+        return Some(((addresses[i], port), ReplyHint { slot: vacancy, snat: positions.get(i).copied() }));
     }
     let (_, id) = victim?;
     let evicted = A::conntrack_mut(st).remove(id);

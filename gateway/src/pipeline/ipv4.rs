@@ -52,6 +52,25 @@ pub(super) fn flow_key(
 /// of its transport header.
 const PLAIN_LEN: usize = 40;
 
+/// Length of an IPv4 header without options, bytes.
+const IP: u16 = Ipv4Packet::<&[u8]>::HEADER_LEN as u16;
+
+/// The IPv4 packet after the link-layer header of `frame` (to the frame's end), its first
+/// [`PLAIN_LEN`] bytes, its Total Length and the transport part's length (Total Length less
+/// the header), when the packet is plain as far as its IPv4 header goes: the
+/// [`PLAIN_LEN`] bytes in the frame, version 4, IHL 5, Total Length within the frame and
+/// at least the header (`Ipv4Packet::new_checked`), no MF flag, offset 0. `None` otherwise.
+#[inline(always)]
+fn plain_header<'f>(frame: &'f [u8], rx: &Rx) -> Option<(&'f [u8; PLAIN_LEN], &'f [u8], u16, u16)> {
+    let packet = frame.get(rx.l2_len..rx.len)?;
+    let h: &[u8; PLAIN_LEN] = packet.first_chunk()?;
+    let total = u16::from_be_bytes([h[2], h[3]]);
+    if h[0] != 0x45 || usize::from(total) > packet.len() || u16::from_be_bytes([h[6], h[7]]) & 0x3fff != 0 {
+        return None;
+    }
+    Some((h, packet, total, total.checked_sub(IP)?))
+}
+
 /// [`flow_key`] of a packet whose first [`PLAIN_LEN`] bytes are in the frame, with a
 /// 20-byte header (IHL 5), not a fragment, carrying TCP or UDP with a well-formed header:
 /// the same key, flag and [`LeanSegment`] as [`flow_key_checked`], whose checks it makes
@@ -66,18 +85,9 @@ pub(super) fn flow_key_plain(
     lean: &mut LeanSegment,
     l3_checked: &mut bool,
 ) -> Option<(FlowKey, bool)> {
-    let l3 = rx.l2_len;
-    let packet = frame.get(l3..rx.len)?;
-    let h: &[u8; PLAIN_LEN] = packet.first_chunk()?;
+    let (h, _, total, l4_len) = plain_header(frame, rx)?;
     let be16 = |at: usize| u16::from_be_bytes([h[at], h[at + 1]]);
     let be32 = |at: usize| u32::from_be_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
-    let total = be16(2);
-    // Version 4, IHL 5; Total Length within the frame; no MF flag, offset 0.
-    if h[0] != 0x45 || usize::from(total) > packet.len() || be16(6) & 0x3fff != 0 {
-        return None;
-    }
-    const IP: u16 = Ipv4Packet::<&[u8]>::HEADER_LEN as u16;
-    let l4_len = total.checked_sub(IP)?;
     let checked = rx.l3_csum_good || h.first_chunk().is_some_and(checksum::ipv4_header_ok);
     let plain = h[8] > 1 && !rx.l4_csum_partial && checked;
     let protocol = h[9];
@@ -192,19 +202,102 @@ fn source_routed(options: &[u8]) -> bool {
     false
 }
 
-/// Handles the IPv4 packet after the link-layer header of `frame`.
+/// Handles the IPv4 packet after the link-layer header of `frame`: a plain TCP or UDP
+/// packet read at fixed offsets ([`segment_plain`]), anything else with checked views
+/// ([`segment`]), then its flow ([`flow::handle`]).
 pub(super) fn handle(now: u64, frame: &mut [u8], rx: &Rx, table: &Table, st: &mut WorkerState) -> Verdict {
+    let seg = match segment_plain(frame, rx, st.hints.current_ref().l3_checked) {
+        Some(seg) => seg,
+        None => match segment(now, frame, rx, table, st) {
+            Ok(seg) => seg,
+            Err(v) => return v,
+        },
+    };
+    flow::handle(now, frame, rx, table, st, &seg)
+}
+
+/// What [`segment`] finds for a packet whose first [`PLAIN_LEN`] bytes are in the frame,
+/// with a 20-byte header (IHL 5), not a fragment, carrying TCP or UDP with a well-formed
+/// header and a correct header checksum (or one the device vouched for, `rx.l3_csum_good`,
+/// or stage 1 of a burst found correct, `l3_checked`): the same [`Segment`], read at fixed
+/// offsets after one bounds check, as [`flow_key_plain`] reads the key (a property test
+/// compares the two). `None` for any other packet: [`segment`] decides those (and the drops).
+#[inline]
+pub(super) fn segment_plain(frame: &[u8], rx: &Rx, l3_checked: bool) -> Option<Segment<Ipv4Addr>> {
+    let (h, packet, total, l4_len) = plain_header(frame, rx)?;
+    let be16 = |at: usize| u16::from_be_bytes([h[at], h[at + 1]]);
+    let be32 = |at: usize| u32::from_be_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
+    if !(rx.l3_csum_good || l3_checked || h.first_chunk().is_some_and(checksum::ipv4_header_ok)) {
+        return None;
+    }
+    let (proto, tcp) = match IpProtocol::from(h[9]) {
+        IpProtocol::Tcp => {
+            // `TcpPacket::new_checked`: the 20-byte header whole, Data Offset 5 or more and
+            // within the segment; then `flow::tcp_seq`.
+            let doff = u16::from(h[32] >> 4) * 4;
+            if l4_len < 20 || doff < 20 || doff > l4_len {
+                return None;
+            }
+            let flags = TcpFlags(h[33]);
+            let wscale = if flags.contains(TcpFlags::SYN) {
+                let options = packet.get(40..usize::from(IP + doff))?;
+                crate::conntrack::window::window_scale_option(options)
+            } else {
+                None
+            };
+            let len = u32::from(l4_len - doff)
+                .wrapping_add(u32::from(flags.contains(TcpFlags::SYN)))
+                .wrapping_add(u32::from(flags.contains(TcpFlags::FIN)));
+            (IpProtocol::Tcp, TcpSeq { flags, seq: be32(24), ack: be32(28), window: be16(34), len, wscale })
+        }
+        IpProtocol::Udp => {
+            // `UdpPacket::new_checked`: the 8-byte header whole, Length 8 or more and within
+            // the datagram.
+            let length = be16(24);
+            if l4_len < 8 || length < 8 || length > l4_len {
+                return None;
+            }
+            (IpProtocol::Udp, TcpSeq::default())
+        }
+        _ => return None,
+    };
+    Some(Segment {
+        src: Ipv4Addr::from_bits(be32(12)),
+        dst: Ipv4Addr::from_bits(be32(16)),
+        proto,
+        ttl: h[8],
+        l4_offset: usize::from(IP),
+        total: usize::from(total),
+        sport: be16(20),
+        dport: be16(22),
+        tcp,
+        sctp: Chunks::default(),
+        first_fragment: None,
+    })
+}
+
+/// The [`Segment`] of the IPv4 packet after the link-layer header of `frame`, read with
+/// checked views, or what becomes of a packet that is not one: a drop (malformed, bad
+/// header checksum, source-routed, …), an ICMP packet handled ([`icmp::handle`]), a later
+/// fragment sent along its first ([`fragment::follow`]).
+pub(super) fn segment(
+    now: u64,
+    frame: &mut [u8],
+    rx: &Rx,
+    table: &Table,
+    st: &mut WorkerState,
+) -> Result<Segment<Ipv4Addr>, Verdict> {
     let l3 = rx.l2_len;
     let (src, dst, proto, ttl, ihl, total, frag) = {
         let Ok(ip) = Ipv4Packet::new_checked(&frame[l3..rx.len]) else {
-            return Verdict::Drop(DropReason::MalformedIpv4);
+            return Err(Verdict::Drop(DropReason::MalformedIpv4));
         };
         // Stage 1 of a burst may have summed the header already (`FrameHints::l3_checked`).
         if !rx.l3_csum_good && !st.hints.current_ref().l3_checked && !ip.verify_checksum() {
-            return Verdict::Drop(DropReason::BadIpv4Checksum);
+            return Err(Verdict::Drop(DropReason::BadIpv4Checksum));
         }
         if ip.header_len() > Ipv4Packet::<&[u8]>::HEADER_LEN && source_routed(ip.options()) {
-            return Verdict::Drop(DropReason::SourceRouted);
+            return Err(Verdict::Drop(DropReason::SourceRouted));
         }
         let frag = ip.is_fragment().then(|| (ip.ident(), ip.frag_offset(), ip.more_frags()));
         let (ihl, total) = (ip.header_len(), usize::from(ip.total_len()));
@@ -214,7 +307,7 @@ pub(super) fn handle(now: u64, frame: &mut [u8], rx: &Rx, table: &Table, st: &mu
     let mut first_fragment = None;
     if let Some((ident, offset, more)) = frag {
         if !matches!(proto, IpProtocol::Tcp | IpProtocol::Udp) {
-            return Verdict::Drop(DropReason::Fragment);
+            return Err(Verdict::Drop(DropReason::Fragment));
         }
         let fragment = Fragment {
             key: FragmentKey { src, dst, protocol: u8::from(proto), ident: u32::from(ident) },
@@ -223,31 +316,30 @@ pub(super) fn handle(now: u64, frame: &mut [u8], rx: &Rx, table: &Table, st: &mu
             more,
         };
         if offset != 0 {
-            return fragment::follow(now, frame, rx, table, st, &fragment, ttl, total);
+            return Err(fragment::follow(now, frame, rx, table, st, &fragment, ttl, total));
         }
         first_fragment = Some(fragment);
     }
     let (sport, dport, tcp, chunks) = match proto {
         IpProtocol::Tcp => match TcpPacket::new_checked(&frame[l4.clone()]) {
             Ok(t) => (t.src_port(), t.dst_port(), flow::tcp_seq(&t), Chunks::default()),
-            Err(_) => return Verdict::Drop(DropReason::MalformedL4),
+            Err(_) => return Err(Verdict::Drop(DropReason::MalformedL4)),
         },
         IpProtocol::Udp if first_fragment.is_some() => match fragment::first_udp_header(&frame[l4.clone()]) {
             Some((sport, dport, _)) => (sport, dport, TcpSeq::default(), Chunks::default()),
-            None => return Verdict::Drop(DropReason::MalformedL4),
+            None => return Err(Verdict::Drop(DropReason::MalformedL4)),
         },
         IpProtocol::Udp => match UdpPacket::new_checked(&frame[l4.clone()]) {
             Ok(u) => (u.src_port(), u.dst_port(), TcpSeq::default(), Chunks::default()),
-            Err(_) => return Verdict::Drop(DropReason::MalformedL4),
+            Err(_) => return Err(Verdict::Drop(DropReason::MalformedL4)),
         },
         IpProtocol::Sctp => match sctp::parse(&frame[l4.clone()], rx.l4_csum_partial || rx.l4_csum_good) {
             Ok((sport, dport, chunks)) => (sport, dport, TcpSeq::default(), chunks),
-            Err(sctp::Refused::Malformed) => return Verdict::Drop(DropReason::MalformedL4),
-            Err(sctp::Refused::Checksum) => return Verdict::Drop(DropReason::BadSctpChecksum),
+            Err(sctp::Refused::Malformed) => return Err(Verdict::Drop(DropReason::MalformedL4)),
+            Err(sctp::Refused::Checksum) => return Err(Verdict::Drop(DropReason::BadSctpChecksum)),
         },
-        IpProtocol::Icmp => return icmp::handle(now, frame, rx, table, st, src, dst, l4),
-        _ => return Verdict::Drop(DropReason::UnsupportedProtocol),
+        IpProtocol::Icmp => return Err(icmp::handle(now, frame, rx, table, st, src, dst, l4)),
+        _ => return Err(Verdict::Drop(DropReason::UnsupportedProtocol)),
     };
-    let seg = Segment { src, dst, proto, ttl, l4_offset: ihl, total, sport, dport, tcp, sctp: chunks, first_fragment };
-    flow::handle(now, frame, rx, table, st, &seg)
+    Ok(Segment { src, dst, proto, ttl, l4_offset: ihl, total, sport, dport, tcp, sctp: chunks, first_fragment })
 }

@@ -596,6 +596,8 @@ mod conntrack;
 mod burst;
 /// The lean established path against the general path.
 mod lean;
+/// The general path's plain IPv4 parse against its checked one.
+mod segment;
 
 /// Per-front-door counters.
 mod frontends;
