@@ -502,7 +502,7 @@ impl TryFrom<&core::Service> for Service {
             _ => ("spec.clusterIPs", Vec::new()),
         };
         let headless = cluster_strs.first().is_some_and(|s| *s == "None");
-        let mut cluster_ips = Vec::new();
+        let mut cluster_ips = Vec::with_capacity(cluster_strs.len());
         if !headless && type_ != ServiceType::ExternalName {
             for (i, s) in cluster_strs.iter().enumerate() {
                 let field = if cluster_field == "spec.clusterIP" {
@@ -524,7 +524,7 @@ impl TryFrom<&core::Service> for Service {
                 Some(why) => Err(cx.invalid(field, format!("{ip} {why}: it can never be a front door"))),
             }
         };
-        let mut external_ips = Vec::new();
+        let mut external_ips = Vec::with_capacity(spec.external_ips.as_ref().map_or(0, Vec::len));
         for (i, s) in spec.external_ips.iter().flatten().enumerate() {
             match front_door(format!("spec.externalIPs[{i}]"), s) {
                 Ok(ip) => external_ips.push(ip),
@@ -557,8 +557,8 @@ impl TryFrom<&core::Service> for Service {
             }
         }
 
-        let mut ports: Vec<ServicePort> = Vec::new();
         let raw_ports = spec.ports.as_deref().unwrap_or_default();
+        let mut ports: Vec<ServicePort> = Vec::with_capacity(raw_ports.len());
         for (i, p) in raw_ports.iter().enumerate() {
             let field = |f: &str| format!("spec.ports[{i}].{f}");
             let name = p.name.clone().unwrap_or_default();
@@ -750,13 +750,15 @@ pub struct EndpointHints {
     pub for_nodes: Vec<String>,
 }
 
-/// One `endpoints[]` entry of an EndpointSlice.
+/// One `endpoints[]` entry of an EndpointSlice. Kept small (88 bytes): the compiler holds
+/// one per endpoint of the cluster.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Endpoint {
-    /// Its index in the slice's `endpoints` (for messages: skipped ones leave gaps).
-    pub index: usize,
+    /// Its index in the slice's `endpoints` (for messages: skipped ones leave gaps; the API
+    /// allows at most 1 000).
+    pub index: u32,
     /// `addresses`, all of the slice's address family (fungible: any one reaches the endpoint).
-    pub addresses: Vec<IpAddr>,
+    pub addresses: Box<[IpAddr]>,
     /// `conditions.ready` (absent = true): ready for new traffic.
     pub ready: bool,
     /// `conditions.serving` (absent = true): passes readiness, terminating or not.
@@ -768,7 +770,7 @@ pub struct Endpoint {
     /// `zone`.
     pub zone: Option<String>,
     /// `hints`, when present.
-    pub hints: Option<EndpointHints>,
+    pub hints: Option<Box<EndpointHints>>,
 }
 
 /// A validated EndpointSlice.
@@ -825,7 +827,7 @@ impl TryFrom<&discovery::EndpointSlice> for EndpointSlice {
         // A port entry that cannot be served is left out (kube-proxy skips such a port and
         // keeps the others, `pkg/proxy/endpointslicecache.go`); the Service port of that
         // name then has no endpoints from this slice.
-        let mut ports = Vec::new();
+        let mut ports = Vec::with_capacity(slice.ports.as_ref().map_or(0, Vec::len));
         let mut skipped_ports = Vec::new();
         for (i, p) in slice.ports.iter().flatten().enumerate() {
             let protocol = cx.protocol(format!("ports[{i}].protocol"), p.protocol.as_deref());
@@ -876,13 +878,15 @@ impl TryFrom<&discovery::EndpointSlice> for EndpointSlice {
                     addresses.push(ip);
                 }
                 let c = ep.conditions.as_ref();
-                let hints = ep.hints.as_ref().map(|h| EndpointHints {
-                    for_zones: h.for_zones.iter().flatten().map(|z| z.name.clone()).collect(),
-                    for_nodes: h.for_nodes.iter().flatten().map(|n| n.name.clone()).collect(),
+                let hints = ep.hints.as_ref().map(|h| {
+                    Box::new(EndpointHints {
+                        for_zones: h.for_zones.iter().flatten().map(|z| z.name.clone()).collect(),
+                        for_nodes: h.for_nodes.iter().flatten().map(|n| n.name.clone()).collect(),
+                    })
                 });
                 endpoints.push(Endpoint {
-                    index: i,
-                    addresses,
+                    index: u32::try_from(i).unwrap_or(u32::MAX),
+                    addresses: addresses.into_boxed_slice(),
                     ready: c.and_then(|c| c.ready).unwrap_or(true),
                     serving: c.and_then(|c| c.serving).unwrap_or(true),
                     terminating: c.and_then(|c| c.terminating).unwrap_or(false),
