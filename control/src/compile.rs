@@ -237,11 +237,15 @@ pub struct Frontend {
     /// address family, on LoadBalancer front doors only. Empty: every client.
     #[serde(serialize_with = "ser_cidrs")]
     pub source_ranges: Vec<IpCidr>,
-    /// Backends, sorted; empty when the front door rejects.
-    pub backends: Vec<Backend>,
+    /// Backends, sorted; empty when the front door rejects. Shared by the front doors of
+    /// one Service port and traffic policy (a list is held once however many front doors
+    /// and copies of them there are).
+    #[serde(serialize_with = "ser_backends")]
+    pub backends: Arc<[Backend]>,
     /// Draining endpoints, sorted: serving endpoints that are not backends (see the module
     /// documentation). New flows never go to them; established flows keep them.
-    pub draining: Vec<Backend>,
+    #[serde(serialize_with = "ser_backends")]
+    pub draining: Arc<[Backend]>,
 }
 
 impl Frontend {
@@ -305,6 +309,10 @@ fn ser_policy<S: Serializer>(p: &TrafficPolicy, s: S) -> Result<S::Ok, S::Error>
     s.serialize_str(p.as_str())
 }
 
+fn ser_backends<S: Serializer>(backends: &Arc<[Backend]>, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(backends.iter())
+}
+
 fn ser_cidrs<S: Serializer>(cidrs: &[IpCidr], s: S) -> Result<S::Ok, S::Error> {
     s.collect_seq(cidrs.iter().map(ToString::to_string))
 }
@@ -337,7 +345,7 @@ impl Compiled {
 
     /// Number of distinct backends (address, port) over all front doors.
     pub fn backend_count(&self) -> usize {
-        self.frontends.iter().flat_map(|f| &f.backends).collect::<BTreeSet<_>>().len()
+        self.frontends.iter().flat_map(|f| f.backends.iter()).collect::<BTreeSet<_>>().len()
     }
 }
 
@@ -488,11 +496,11 @@ struct Candidate {
 /// A chosen backend set, and the serving endpoints left out of it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Selection {
-    backends: Vec<Backend>,
+    backends: Arc<[Backend]>,
     category: EndpointCategory,
     topology: Option<Topology>,
     /// Serving endpoints (any locality, topology or terminating state) not in `backends`.
-    draining: Vec<Backend>,
+    draining: Arc<[Backend]>,
 }
 
 /// kube-proxy's `topologyModeFromHints` (pkg/proxy/topology.go): node hints when every
@@ -538,7 +546,12 @@ fn choose(candidates: &[Candidate], policy: TrafficPolicy) -> Selection {
         Some(Topology::PreferSameNode) => c.node_hint == Hint::ForUs,
         Some(Topology::PreferSameZone) => c.zone_hint == Hint::ForUs,
     };
-    let selection = |backends, category, topology| Selection { backends, category, topology, draining: Vec::new() };
+    let selection = |backends: Vec<Backend>, category, topology| Selection {
+        backends: backends.into(),
+        category,
+        topology,
+        draining: Arc::default(),
+    };
     let ready = pick(&|c| c.ready && for_us(c));
     if !ready.is_empty() {
         return selection(ready, EndpointCategory::Ready, topology);
