@@ -582,7 +582,10 @@ fn candidates(
         for ep in &slice.endpoints {
             // kube-proxy uses only an endpoint's first address (the EndpointSlice API says
             // consumers must use the first; the others are reserved for future use).
-            let Some(&ip) = ep.addresses.first().filter(|ip| ip.is_ipv4() == ipv4) else { continue };
+            let ip = ep.address;
+            if ip.is_ipv4() != ipv4 {
+                continue;
+            }
             if options.snat_addresses.contains(&ip) {
                 continue; // reported by `Draft::new`
             }
@@ -760,7 +763,7 @@ impl Draft {
         let mut snat_doors = BTreeSet::new();
         for slice in slices {
             for ep in &slice.endpoints {
-                if let Some(ip) = ep.addresses.first().filter(|ip| options.snat_addresses.contains(ip)) {
+                if let Some(ip) = Some(ep.address).filter(|ip| options.snat_addresses.contains(ip)) {
                     draft.errors.push(format!(
                         "EndpointSlice {}/{}: endpoints[{}].addresses[0]: {ip} is a SNAT address of this gateway \
                          (snat.addresses): replies to it belong to translated flows; endpoint skipped",

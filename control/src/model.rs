@@ -750,15 +750,18 @@ pub struct EndpointHints {
     pub for_nodes: Vec<String>,
 }
 
-/// One `endpoints[]` entry of an EndpointSlice. Kept small (88 bytes): the compiler holds
-/// one per endpoint of the cluster.
+/// One `endpoints[]` entry of an EndpointSlice. Kept small (64 bytes, no allocation for
+/// the common endpoint): the compiler holds one per endpoint of the cluster.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Endpoint {
     /// Its index in the slice's `endpoints` (for messages: skipped ones leave gaps; the API
     /// allows at most 1 000).
     pub index: u32,
-    /// `addresses`, all of the slice's address family (fungible: any one reaches the endpoint).
-    pub addresses: Box<[IpAddr]>,
+    /// `addresses[0]`. Every entry of `addresses` is checked (an endpoint with one that is
+    /// not of the slice's address family, or not an address, is skipped), but only the
+    /// first is kept: the API calls them fungible, and kube-proxy uses the first
+    /// (`pkg/proxy/endpointslicecache.go`).
+    pub address: IpAddr,
     /// `conditions.ready` (absent = true): ready for new traffic.
     pub ready: bool,
     /// `conditions.serving` (absent = true): passes readiness, terminating or not.
@@ -766,9 +769,9 @@ pub struct Endpoint {
     /// `conditions.terminating` (absent = false).
     pub terminating: bool,
     /// `nodeName`: the Node hosting the endpoint.
-    pub node_name: Option<String>,
+    pub node_name: Option<Box<str>>,
     /// `zone`.
-    pub zone: Option<String>,
+    pub zone: Option<Box<str>>,
     /// `hints`, when present.
     pub hints: Option<Box<EndpointHints>>,
 }
@@ -850,7 +853,7 @@ impl TryFrom<&discovery::EndpointSlice> for EndpointSlice {
                     );
                     continue;
                 }
-                let mut addresses = Vec::with_capacity(ep.addresses.len());
+                let mut first = None;
                 for (j, a) in ep.addresses.iter().enumerate() {
                     let field = format!("endpoints[{i}].addresses[{j}]");
                     let ip = match cx.ip(&field, a) {
@@ -875,8 +878,9 @@ impl TryFrom<&discovery::EndpointSlice> for EndpointSlice {
                         skipped_endpoints.push(cx.invalid(field, format!("{ip} {why}")));
                         continue 'endpoints;
                     }
-                    addresses.push(ip);
+                    first.get_or_insert(ip);
                 }
+                let Some(address) = first else { continue };
                 let c = ep.conditions.as_ref();
                 let hints = ep.hints.as_ref().map(|h| {
                     Box::new(EndpointHints {
@@ -886,12 +890,12 @@ impl TryFrom<&discovery::EndpointSlice> for EndpointSlice {
                 });
                 endpoints.push(Endpoint {
                     index: u32::try_from(i).unwrap_or(u32::MAX),
-                    addresses: addresses.into_boxed_slice(),
+                    address,
                     ready: c.and_then(|c| c.ready).unwrap_or(true),
                     serving: c.and_then(|c| c.serving).unwrap_or(true),
                     terminating: c.and_then(|c| c.terminating).unwrap_or(false),
-                    node_name: ep.node_name.clone().filter(|s| !s.is_empty()),
-                    zone: ep.zone.clone().filter(|s| !s.is_empty()),
+                    node_name: ep.node_name.as_deref().filter(|s| !s.is_empty()).map(Box::from),
+                    zone: ep.zone.as_deref().filter(|s| !s.is_empty()).map(Box::from),
                     hints,
                 });
             }
