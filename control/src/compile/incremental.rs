@@ -101,7 +101,8 @@ pub struct Compiler {
     /// Boxed: a B-tree node is about half full after the initial list, and a
     /// `ServiceState` is several hundred bytes.
     services: BTreeMap<ServiceKey, Box<ServiceState>>,
-    slices: HashMap<SliceId, EndpointSlice>,
+    /// Boxed: the table has room for an eighth more entries than it holds.
+    slices: HashMap<SliceId, Box<EndpointSlice>>,
     /// The slices of each Service, sorted (almost always one: a vector, not a set).
     slices_of: HashMap<ServiceKey, Vec<SliceId>>,
     /// Every object present (valid or not).
@@ -340,8 +341,8 @@ impl Compiler {
     fn store_slice(&mut self, r: &ObjectRef, model: Option<EndpointSlice>) {
         let id = (r.namespace.clone().unwrap_or_default(), r.name.clone());
         let old = self.slices.remove(&id);
-        if old == model {
-            if let Some(m) = model {
+        if old.as_deref() == model.as_ref() {
+            if let Some(m) = old {
                 self.slices.insert(id, m);
             }
             return;
@@ -364,7 +365,7 @@ impl Compiler {
                 set.insert(i, id.clone());
             }
             self.dirty.insert(new.service.clone());
-            self.slices.insert(id, new);
+            self.slices.insert(id, Box::new(new));
         }
     }
 
@@ -377,7 +378,7 @@ impl Compiler {
 
     /// The slices of `key`, in identity order.
     fn slices_of(&self, key: &ServiceKey) -> Vec<&EndpointSlice> {
-        self.slices_of.get(key).into_iter().flatten().filter_map(|id| self.slices.get(id)).collect()
+        self.slices_of.get(key).into_iter().flatten().filter_map(|id| self.slices.get(id).map(|s| &**s)).collect()
     }
 
     /// Brings drafts, outputs, [`Compiled`] and the table spec up to date.
