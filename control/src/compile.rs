@@ -1101,7 +1101,12 @@ status: {addresses: [{type: InternalIP, address: 198.51.100.1}, {type: InternalI
             cand(2, false, false, true, false),
             cand(1, true, true, false, false),
         ];
-        let sel = |backends, category, draining| Selection { backends, category, topology: None, draining };
+        let sel = |backends: Vec<Backend>, category, draining: Vec<Backend>| Selection {
+            backends: backends.into(),
+            category,
+            topology: None,
+            draining: draining.into(),
+        };
         // Endpoint 3 is serving and terminating: it drains while 1 is ready; 2 is not serving.
         assert_eq!(categorize(&all, TrafficPolicy::Cluster), sel(vec![b(1)], EndpointCategory::Ready, vec![b(3)]));
         // Local: 1 is not on the gateway's node but still serving, so its flows drain.

@@ -1344,7 +1344,7 @@ endpoints:
         assert_eq!(errors[1], "EndpointSlice default/s: ports[2].port: 70000 is out of range 1..=65535");
         assert!(errors[2].starts_with("EndpointSlice default/s: ports[3].protocol: \"ICMP\""), "{errors:?}");
         assert_eq!(s.endpoints.len(), 1);
-        assert_eq!((s.endpoints[0].index, s.endpoints[0].addresses[0].to_string()), (1, "10.70.0.241".into()));
+        assert_eq!((s.endpoints[0].index, s.endpoints[0].address.to_string()), (1, "10.70.0.241".into()));
         let errors: Vec<String> = s.skipped_endpoints.iter().map(ToString::to_string).collect();
         assert_eq!(
             errors,

@@ -481,8 +481,7 @@ impl TableBuilder {
                         g
                     });
                 let found = near.or_else(|| {
-                    let sorted =
-                        *sorted.get_or_insert_with(|| built.windows(2).all(|w| w[0].name <= w[1].name));
+                    let sorted = *sorted.get_or_insert_with(|| built.windows(2).all(|w| w[0].name <= w[1].name));
                     let candidates: Vec<usize> = if sorted {
                         let first = built.partition_point(|b| b.name < s.name);
                         (first..old).take_while(|&j| built[j].name == s.name).collect()
@@ -1225,6 +1224,28 @@ mod tests {
         // A plain build forgets the version: the next promise is not taken.
         builder.build(&before, 3).unwrap();
         assert_eq!(builder.spec_version(), None);
+    }
+
+    #[test]
+    fn a_service_listed_in_another_order_is_the_same_service() {
+        let mut a = service("a:", 1..=4);
+        a.draining = vec![backend(9), backend(3), backend(8)];
+        let before = spec(vec![a.clone(), service("b:", 5..=6)]);
+        // Backends reversed and repeated, draining reordered and repeated, one of them a
+        // backend (ignored): the same sets, so the same snapshot and nothing rebuilt.
+        a.backends = vec![backend(4), backend(3), backend(2), backend(1), backend(2)];
+        a.draining = vec![backend(8), backend(9), backend(8)];
+        let after = spec(vec![a.clone(), service("b:", 5..=6)]);
+        let mut b = TableBuilder::new();
+        let first = b.build(&before, 1).unwrap().to_vec();
+        let second = b.build(&after, 2).unwrap().to_vec();
+        assert_eq!(content(&second), content(&first));
+        assert_eq!(content(&second), content(&build(&after, 2).unwrap()));
+        assert_eq!(b.stats(), BuildStats { builds: 2, rings_computed: 2, layouts: 1, placed: 2 });
+        // A different set is a change.
+        a.draining = vec![backend(8)];
+        let third = b.build(&spec(vec![a, service("b:", 5..=6)]), 3).unwrap().to_vec();
+        assert_ne!(content(&third), content(&second));
     }
 
     /// What `bytes` serve.
