@@ -99,6 +99,7 @@ use std::collections::{BTreeMap, BTreeSet};
 // aHash rather than SipHash: these maps are probed for every object of every compile.
 use ahash::AHashMap as HashMap;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 pub use crate::config::NodePortAddresses;
 use serde::{Serialize, Serializer};
@@ -236,11 +237,15 @@ pub struct Frontend {
     /// address family, on LoadBalancer front doors only. Empty: every client.
     #[serde(serialize_with = "ser_cidrs")]
     pub source_ranges: Vec<IpCidr>,
-    /// Backends, sorted; empty when the front door rejects.
-    pub backends: Vec<Backend>,
+    /// Backends, sorted; empty when the front door rejects. Shared by the front doors of
+    /// one Service port and traffic policy (a list is held once however many front doors
+    /// and copies of them there are).
+    #[serde(serialize_with = "ser_backends")]
+    pub backends: Arc<[Backend]>,
     /// Draining endpoints, sorted: serving endpoints that are not backends (see the module
     /// documentation). New flows never go to them; established flows keep them.
-    pub draining: Vec<Backend>,
+    #[serde(serialize_with = "ser_backends")]
+    pub draining: Arc<[Backend]>,
 }
 
 impl Frontend {
@@ -304,6 +309,10 @@ fn ser_policy<S: Serializer>(p: &TrafficPolicy, s: S) -> Result<S::Ok, S::Error>
     s.serialize_str(p.as_str())
 }
 
+fn ser_backends<S: Serializer>(backends: &Arc<[Backend]>, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(backends.iter())
+}
+
 fn ser_cidrs<S: Serializer>(cidrs: &[IpCidr], s: S) -> Result<S::Ok, S::Error> {
     s.collect_seq(cidrs.iter().map(ToString::to_string))
 }
@@ -321,7 +330,8 @@ impl Compiled {
         for (f, name) in self.frontends.iter().zip(&names) {
             keys.insert(ServiceSpecKey::of(f, name), 0);
         }
-        let mut spec = TableSpec { frontends: Vec::with_capacity(self.frontends.len()), services: Vec::new() };
+        let mut spec =
+            TableSpec { frontends: Vec::with_capacity(self.frontends.len()), services: Vec::with_capacity(keys.len()) };
         for (i, (k, index)) in keys.iter_mut().enumerate() {
             *index = i;
             spec.services.push(k.to_spec());
@@ -335,7 +345,7 @@ impl Compiled {
 
     /// Number of distinct backends (address, port) over all front doors.
     pub fn backend_count(&self) -> usize {
-        self.frontends.iter().flat_map(|f| &f.backends).collect::<BTreeSet<_>>().len()
+        self.frontends.iter().flat_map(|f| f.backends.iter()).collect::<BTreeSet<_>>().len()
     }
 }
 
@@ -486,11 +496,11 @@ struct Candidate {
 /// A chosen backend set, and the serving endpoints left out of it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Selection {
-    backends: Vec<Backend>,
+    backends: Arc<[Backend]>,
     category: EndpointCategory,
     topology: Option<Topology>,
     /// Serving endpoints (any locality, topology or terminating state) not in `backends`.
-    draining: Vec<Backend>,
+    draining: Arc<[Backend]>,
 }
 
 /// kube-proxy's `topologyModeFromHints` (pkg/proxy/topology.go): node hints when every
@@ -536,7 +546,12 @@ fn choose(candidates: &[Candidate], policy: TrafficPolicy) -> Selection {
         Some(Topology::PreferSameNode) => c.node_hint == Hint::ForUs,
         Some(Topology::PreferSameZone) => c.zone_hint == Hint::ForUs,
     };
-    let selection = |backends, category, topology| Selection { backends, category, topology, draining: Vec::new() };
+    let selection = |backends: Vec<Backend>, category, topology| Selection {
+        backends: backends.into(),
+        category,
+        topology,
+        draining: Arc::default(),
+    };
     let ready = pick(&|c| c.ready && for_us(c));
     if !ready.is_empty() {
         return selection(ready, EndpointCategory::Ready, topology);
@@ -567,7 +582,10 @@ fn candidates(
         for ep in &slice.endpoints {
             // kube-proxy uses only an endpoint's first address (the EndpointSlice API says
             // consumers must use the first; the others are reserved for future use).
-            let Some(&ip) = ep.addresses.first().filter(|ip| ip.is_ipv4() == ipv4) else { continue };
+            let ip = ep.address;
+            if ip.is_ipv4() != ipv4 {
+                continue;
+            }
             if options.snat_addresses.contains(&ip) {
                 continue; // reported by `Draft::new`
             }
@@ -698,8 +716,10 @@ struct Draft {
     /// source ranges, addresses equal to a SNAT address.
     errors: Vec<String>,
     /// Every front door in claim order (ports in order; per port ClusterIPs, externalIPs,
-    /// load-balancer IPs, NodePorts). A key may appear more than once.
-    doors: Vec<Frontend>,
+    /// load-balancer IPs, NodePorts). A key may appear more than once. Shared with the
+    /// [`Output`] (which owns most of them): a front door's backend list is held once
+    /// here, once in [`Compiled`] and once in the table spec.
+    doors: Vec<Arc<Frontend>>,
 }
 
 impl Draft {
@@ -743,7 +763,7 @@ impl Draft {
         let mut snat_doors = BTreeSet::new();
         for slice in slices {
             for ep in &slice.endpoints {
-                if let Some(ip) = ep.addresses.first().filter(|ip| options.snat_addresses.contains(ip)) {
+                if let Some(ip) = Some(ep.address).filter(|ip| options.snat_addresses.contains(ip)) {
                     draft.errors.push(format!(
                         "EndpointSlice {}/{}: endpoints[{}].addresses[0]: {ip} is a SNAT address of this gateway \
                          (snat.addresses): replies to it belong to translated flows; endpoint skipped",
@@ -796,7 +816,7 @@ impl Draft {
                     FrontendKind::LoadBalancer => source_ranges_for(ranges, door.ip),
                     _ => Vec::new(),
                 };
-                draft.doors.push(Frontend {
+                draft.doors.push(Arc::new(Frontend {
                     ip: door.ip,
                     protocol: port.protocol,
                     port: door.port,
@@ -811,9 +831,10 @@ impl Draft {
                     source_ranges,
                     backends: chosen.backends.clone(),
                     draining: chosen.draining.clone(),
-                });
+                }));
             }
         }
+        draft.doors.shrink_to_fit();
         Some(draft)
     }
 
@@ -826,13 +847,18 @@ impl Draft {
 
 /// Who claims each front door: for each key, every claimant with the port name and kind of
 /// its first claim. The owner is the claimant that sorts first.
-type Claims = HashMap<DoorKey, BTreeMap<ServiceKey, (String, FrontendKind)>>;
+type Claims = HashMap<DoorKey, Claimants>;
+
+/// The claimants of one front door, sorted by Service, each once: almost always one, so a
+/// vector (one small allocation) rather than a map (a node of eleven entries; at 10 000
+/// Services that was a tenth of the daemon's heap).
+type Claimants = Vec<(ServiceKey, (String, FrontendKind))>;
 
 /// What one Service contributes to [`Compiled`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct Output {
-    /// The front doors it owns, in draft order.
-    frontends: Vec<Frontend>,
+    /// The front doors it owns, in draft order (the draft's).
+    frontends: Vec<Arc<Frontend>>,
     /// Front doors it lost to a Service that sorts first.
     errors: Vec<String>,
     /// Its draft's warnings, then front doors it claims twice.
@@ -845,7 +871,7 @@ impl Output {
         let mut out = Self { warnings: draft.warnings.clone(), errors: draft.errors.clone(), ..Self::default() };
         let mut served = BTreeSet::new();
         for f in &draft.doors {
-            let owner = claims.get(&f.key()).and_then(|c| c.first_key_value());
+            let owner = claims.get(&f.key()).and_then(|c| c.first()).map(|(k, v)| (k, v));
             let Some((owner, (owner_port, owner_kind))) = owner else { continue };
             let what = format!("{} front door {}:{}/{}", f.kind.as_str(), fmt_ip(f.ip), f.port, f.protocol.as_str());
             if owner != key {
@@ -873,9 +899,18 @@ impl Output {
 fn update_claims(claims: &mut Claims, key: &ServiceKey, draft: &Draft, add: bool) {
     for (door, (port, kind)) in draft.claims() {
         if add {
-            claims.entry(door).or_default().insert(key.clone(), (port.to_owned(), kind));
+            let c = claims.entry(door).or_default();
+            match c.binary_search_by(|(k, _)| k.cmp(key)) {
+                Ok(i) => c[i].1 = (port.to_owned(), kind),
+                Err(i) => {
+                    c.reserve_exact(1);
+                    c.insert(i, (key.clone(), (port.to_owned(), kind)));
+                }
+            }
         } else if let Some(c) = claims.get_mut(&door) {
-            c.remove(key);
+            if let Ok(i) = c.binary_search_by(|(k, _)| k.cmp(key)) {
+                c.remove(i);
+            }
             if c.is_empty() {
                 claims.remove(&door);
             }
@@ -916,7 +951,7 @@ pub fn compile(objects: &Objects, options: &CompileOptions) -> Compiled {
     }
     for (key, draft) in &drafts {
         let mut out = Output::resolve(key, draft, &claims);
-        compiled.frontends.append(&mut out.frontends);
+        compiled.frontends.extend(out.frontends.iter().map(|f| Frontend::clone(f)));
         compiled.errors.append(&mut out.errors);
         compiled.warnings.append(&mut out.warnings);
     }
@@ -1066,7 +1101,12 @@ status: {addresses: [{type: InternalIP, address: 198.51.100.1}, {type: InternalI
             cand(2, false, false, true, false),
             cand(1, true, true, false, false),
         ];
-        let sel = |backends, category, draining| Selection { backends, category, topology: None, draining };
+        let sel = |backends: Vec<Backend>, category, draining: Vec<Backend>| Selection {
+            backends: backends.into(),
+            category,
+            topology: None,
+            draining: draining.into(),
+        };
         // Endpoint 3 is serving and terminating: it drains while 1 is ready; 2 is not serving.
         assert_eq!(categorize(&all, TrafficPolicy::Cluster), sel(vec![b(1)], EndpointCategory::Ready, vec![b(3)]));
         // Local: 1 is not on the gateway's node but still serving, so its flows drain.

@@ -502,7 +502,7 @@ impl TryFrom<&core::Service> for Service {
             _ => ("spec.clusterIPs", Vec::new()),
         };
         let headless = cluster_strs.first().is_some_and(|s| *s == "None");
-        let mut cluster_ips = Vec::new();
+        let mut cluster_ips = Vec::with_capacity(cluster_strs.len());
         if !headless && type_ != ServiceType::ExternalName {
             for (i, s) in cluster_strs.iter().enumerate() {
                 let field = if cluster_field == "spec.clusterIP" {
@@ -524,7 +524,7 @@ impl TryFrom<&core::Service> for Service {
                 Some(why) => Err(cx.invalid(field, format!("{ip} {why}: it can never be a front door"))),
             }
         };
-        let mut external_ips = Vec::new();
+        let mut external_ips = Vec::with_capacity(spec.external_ips.as_ref().map_or(0, Vec::len));
         for (i, s) in spec.external_ips.iter().flatten().enumerate() {
             match front_door(format!("spec.externalIPs[{i}]"), s) {
                 Ok(ip) => external_ips.push(ip),
@@ -557,8 +557,8 @@ impl TryFrom<&core::Service> for Service {
             }
         }
 
-        let mut ports: Vec<ServicePort> = Vec::new();
         let raw_ports = spec.ports.as_deref().unwrap_or_default();
+        let mut ports: Vec<ServicePort> = Vec::with_capacity(raw_ports.len());
         for (i, p) in raw_ports.iter().enumerate() {
             let field = |f: &str| format!("spec.ports[{i}].{f}");
             let name = p.name.clone().unwrap_or_default();
@@ -750,13 +750,18 @@ pub struct EndpointHints {
     pub for_nodes: Vec<String>,
 }
 
-/// One `endpoints[]` entry of an EndpointSlice.
+/// One `endpoints[]` entry of an EndpointSlice. Kept small (64 bytes, no allocation for
+/// the common endpoint): the compiler holds one per endpoint of the cluster.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Endpoint {
-    /// Its index in the slice's `endpoints` (for messages: skipped ones leave gaps).
-    pub index: usize,
-    /// `addresses`, all of the slice's address family (fungible: any one reaches the endpoint).
-    pub addresses: Vec<IpAddr>,
+    /// Its index in the slice's `endpoints` (for messages: skipped ones leave gaps; the API
+    /// allows at most 1 000).
+    pub index: u32,
+    /// `addresses[0]`. Every entry of `addresses` is checked (an endpoint with one that is
+    /// not of the slice's address family, or not an address, is skipped), but only the
+    /// first is kept: the API calls them fungible, and kube-proxy uses the first
+    /// (`pkg/proxy/endpointslicecache.go`).
+    pub address: IpAddr,
     /// `conditions.ready` (absent = true): ready for new traffic.
     pub ready: bool,
     /// `conditions.serving` (absent = true): passes readiness, terminating or not.
@@ -764,11 +769,11 @@ pub struct Endpoint {
     /// `conditions.terminating` (absent = false).
     pub terminating: bool,
     /// `nodeName`: the Node hosting the endpoint.
-    pub node_name: Option<String>,
+    pub node_name: Option<Box<str>>,
     /// `zone`.
-    pub zone: Option<String>,
+    pub zone: Option<Box<str>>,
     /// `hints`, when present.
-    pub hints: Option<EndpointHints>,
+    pub hints: Option<Box<EndpointHints>>,
 }
 
 /// A validated EndpointSlice.
@@ -825,7 +830,7 @@ impl TryFrom<&discovery::EndpointSlice> for EndpointSlice {
         // A port entry that cannot be served is left out (kube-proxy skips such a port and
         // keeps the others, `pkg/proxy/endpointslicecache.go`); the Service port of that
         // name then has no endpoints from this slice.
-        let mut ports = Vec::new();
+        let mut ports = Vec::with_capacity(slice.ports.as_ref().map_or(0, Vec::len));
         let mut skipped_ports = Vec::new();
         for (i, p) in slice.ports.iter().flatten().enumerate() {
             let protocol = cx.protocol(format!("ports[{i}].protocol"), p.protocol.as_deref());
@@ -848,7 +853,7 @@ impl TryFrom<&discovery::EndpointSlice> for EndpointSlice {
                     );
                     continue;
                 }
-                let mut addresses = Vec::with_capacity(ep.addresses.len());
+                let mut first = None;
                 for (j, a) in ep.addresses.iter().enumerate() {
                     let field = format!("endpoints[{i}].addresses[{j}]");
                     let ip = match cx.ip(&field, a) {
@@ -873,21 +878,24 @@ impl TryFrom<&discovery::EndpointSlice> for EndpointSlice {
                         skipped_endpoints.push(cx.invalid(field, format!("{ip} {why}")));
                         continue 'endpoints;
                     }
-                    addresses.push(ip);
+                    first.get_or_insert(ip);
                 }
+                let Some(address) = first else { continue };
                 let c = ep.conditions.as_ref();
-                let hints = ep.hints.as_ref().map(|h| EndpointHints {
-                    for_zones: h.for_zones.iter().flatten().map(|z| z.name.clone()).collect(),
-                    for_nodes: h.for_nodes.iter().flatten().map(|n| n.name.clone()).collect(),
+                let hints = ep.hints.as_ref().map(|h| {
+                    Box::new(EndpointHints {
+                        for_zones: h.for_zones.iter().flatten().map(|z| z.name.clone()).collect(),
+                        for_nodes: h.for_nodes.iter().flatten().map(|n| n.name.clone()).collect(),
+                    })
                 });
                 endpoints.push(Endpoint {
-                    index: i,
-                    addresses,
+                    index: u32::try_from(i).unwrap_or(u32::MAX),
+                    address,
                     ready: c.and_then(|c| c.ready).unwrap_or(true),
                     serving: c.and_then(|c| c.serving).unwrap_or(true),
                     terminating: c.and_then(|c| c.terminating).unwrap_or(false),
-                    node_name: ep.node_name.clone().filter(|s| !s.is_empty()),
-                    zone: ep.zone.clone().filter(|s| !s.is_empty()),
+                    node_name: ep.node_name.as_deref().filter(|s| !s.is_empty()).map(Box::from),
+                    zone: ep.zone.as_deref().filter(|s| !s.is_empty()).map(Box::from),
                     hints,
                 });
             }
@@ -1336,7 +1344,7 @@ endpoints:
         assert_eq!(errors[1], "EndpointSlice default/s: ports[2].port: 70000 is out of range 1..=65535");
         assert!(errors[2].starts_with("EndpointSlice default/s: ports[3].protocol: \"ICMP\""), "{errors:?}");
         assert_eq!(s.endpoints.len(), 1);
-        assert_eq!((s.endpoints[0].index, s.endpoints[0].addresses[0].to_string()), (1, "10.70.0.241".into()));
+        assert_eq!((s.endpoints[0].index, s.endpoints[0].address.to_string()), (1, "10.70.0.241".into()));
         let errors: Vec<String> = s.skipped_endpoints.iter().map(ToString::to_string).collect();
         assert_eq!(
             errors,

@@ -97,6 +97,15 @@ pub fn build(spec: &TableSpec, generation: u64) -> Result<Vec<u8>, BuildError> {
     Ok(std::mem::take(&mut builder.out))
 }
 
+/// `draining` sorted, deduplicated and without the endpoints of `backends` (sorted).
+fn normal_draining(draining: &[BackendSpec], backends: &[BackendSpec]) -> Vec<BackendSpec> {
+    let mut list = draining.to_vec();
+    list.sort_unstable();
+    list.dedup();
+    list.retain(|d| backends.binary_search(d).is_err());
+    list
+}
+
 /// One encoded Maglev ring: `len` entries of `entry_len` bytes.
 #[derive(Debug)]
 struct Ring {
@@ -105,18 +114,48 @@ struct Ring {
     bytes: Box<[u8]>,
 }
 
-/// A service of the previous build: the spec as given (to compare the next one with), its
-/// backends sorted and deduplicated, its ring, and its draining endpoints sorted,
-/// deduplicated and without its backends.
+/// A service of the previous build: its name and affinity, its backends sorted and
+/// deduplicated, its ring, and its draining endpoints sorted, deduplicated and without its
+/// backends (what the snapshot holds of it; the spec's own lists are not kept, to hold
+/// each list once).
 #[derive(Clone, Debug)]
 struct Built {
-    spec: ServiceSpec,
+    name: String,
+    affinity_timeout_s: Option<u32>,
     backends: Arc<[BackendSpec]>,
     ring: Arc<Ring>,
     draining: Vec<BackendSpec>,
 }
 
+/// Whether `list` is sorted without duplicates (as the compiler writes its lists).
+fn is_normal(list: &[BackendSpec]) -> bool {
+    list.windows(2).all(|w| w[0] < w[1])
+}
+
 impl Built {
+    /// Whether `s` builds to exactly this service: the same name and affinity, the same
+    /// set of backends and the same set of draining endpoints not among them (the order
+    /// and repeats of the spec's lists do not matter to the snapshot).
+    fn serves(&self, s: &ServiceSpec) -> bool {
+        if self.name != s.name || self.affinity_timeout_s != s.affinity_timeout_s {
+            return false;
+        }
+        let same_backends = if is_normal(&s.backends) {
+            *self.backends == *s.backends
+        } else {
+            let mut list = s.backends.clone();
+            list.sort_unstable();
+            list.dedup();
+            *self.backends == *list
+        };
+        same_backends
+            && if is_normal(&s.draining) && s.draining.iter().all(|d| self.backends.binary_search(d).is_err()) {
+                self.draining == s.draining
+            } else {
+                self.draining == normal_draining(&s.draining, &self.backends)
+            }
+    }
+
     /// The backend records of this service: ring backends, then draining endpoints.
     fn backend_records(&self) -> Vec<Backend> {
         self.backends.iter().chain(&self.draining).map(backend_record).collect()
@@ -434,24 +473,23 @@ impl TableBuilder {
                 let near = [guess, guess + 1, guess - 1]
                     .into_iter()
                     .filter_map(|g| usize::try_from(g).ok())
-                    .find(|&g| g < old && !taken[g] && built[g].spec.name == s.name)
+                    .find(|&g| g < old && !taken[g] && built[g].name == s.name)
                     .map(|mut g| {
-                        while unchanged && g > 0 && !taken[g - 1] && built[g - 1].spec.name == s.name {
+                        while unchanged && g > 0 && !taken[g - 1] && built[g - 1].name == s.name {
                             g -= 1;
                         }
                         g
                     });
                 let found = near.or_else(|| {
-                    let sorted =
-                        *sorted.get_or_insert_with(|| built.windows(2).all(|w| w[0].spec.name <= w[1].spec.name));
+                    let sorted = *sorted.get_or_insert_with(|| built.windows(2).all(|w| w[0].name <= w[1].name));
                     let candidates: Vec<usize> = if sorted {
-                        let first = built.partition_point(|b| b.spec.name < s.name);
-                        (first..old).take_while(|&j| built[j].spec.name == s.name).collect()
+                        let first = built.partition_point(|b| b.name < s.name);
+                        (first..old).take_while(|&j| built[j].name == s.name).collect()
                     } else {
                         let map = by_name.get_or_insert_with(|| {
                             let mut m: HashMap<&str, Vec<usize>> = HashMap::new();
                             for (j, b) in built.iter().enumerate() {
-                                m.entry(b.spec.name.as_str()).or_default().push(j);
+                                m.entry(b.name.as_str()).or_default().push(j);
                             }
                             m
                         });
@@ -461,14 +499,14 @@ impl TableBuilder {
                     if unchanged {
                         return free().next();
                     }
-                    free().find(|&j| built[j].spec == *s).or_else(|| free().next())
+                    free().find(|&j| built[j].serves(s)).or_else(|| free().next())
                 });
                 matches.push(match found {
                     Some(j) => {
                         taken[j] = true;
                         delta = j as isize - i as isize;
-                        debug_assert!(!unchanged || self.built[j].spec == *s, "a broken promise: {}", s.name);
-                        if unchanged || self.built[j].spec == *s {
+                        debug_assert!(!unchanged || self.built[j].serves(s), "a broken promise: {}", s.name);
+                        if unchanged || self.built[j].serves(s) {
                             Match::Same(j)
                         } else {
                             Match::Changed(j)
@@ -497,7 +535,7 @@ impl TableBuilder {
             .map(|(m, f)| match (m, f) {
                 (Match::Changed(j), Some(b)) => {
                     let o = &self.built[*j];
-                    (Arc::ptr_eq(&o.ring, &b.ring), o.spec.name == b.spec.name)
+                    (Arc::ptr_eq(&o.ring, &b.ring), o.name == b.name)
                 }
                 _ => (false, false),
             })
@@ -563,11 +601,8 @@ impl TableBuilder {
                 (backends, ring)
             }
         };
-        let mut draining = s.draining.clone();
-        draining.sort_unstable();
-        draining.dedup();
-        draining.retain(|d| backends.binary_search(d).is_err());
-        Built { spec: s.clone(), backends, ring, draining }
+        let draining = normal_draining(&s.draining, &backends);
+        Built { name: s.name.clone(), affinity_timeout_s: s.affinity_timeout_s, backends, ring, draining }
     }
 
     /// The places of the new spec's services in the previous snapshot's sections, with
@@ -607,7 +642,7 @@ impl TableBuilder {
                 if p.records() != b.backends.len() + b.draining.len() {
                     backends.free(p.backends_at, p.records());
                 }
-                if p.name_len != b.spec.name.len() {
+                if p.name_len != b.name.len() {
                     names.free(p.name_at, p.name_len);
                 }
             }
@@ -632,9 +667,9 @@ impl TableBuilder {
                 Some(p) => p.backends_at,
                 None => backends.alloc(records, 1)?,
             };
-            let name_at = match keep(old.is_some_and(|p| p.name_len == b.spec.name.len())) {
+            let name_at = match keep(old.is_some_and(|p| p.name_len == b.name.len())) {
                 Some(p) => p.name_at,
-                None => names.alloc(b.spec.name.len(), 1)?,
+                None => names.alloc(b.name.len(), 1)?,
             };
             places.push(Place {
                 backends_at,
@@ -644,7 +679,7 @@ impl TableBuilder {
                 ring_len: b.ring.len,
                 entry_len: b.ring.entry_len,
                 name_at,
-                name_len: b.spec.name.len(),
+                name_len: b.name.len(),
             });
         }
         self.rings_space = rings;
@@ -694,7 +729,7 @@ impl TableBuilder {
             }
             writes.push((bk + p.backends_at * size_of::<Backend>(), b.backend_records().as_bytes().to_vec()));
             if !(same_name && old.is_some_and(|q| q.name_at == p.name_at)) {
-                writes.push((names + p.name_at, b.spec.name.as_bytes().to_vec()));
+                writes.push((names + p.name_at, b.name.as_bytes().to_vec()));
             }
             if !reordered {
                 writes.push((svcs + i * size_of::<Service>(), service_record(b, p).as_bytes().to_vec()));
@@ -783,11 +818,11 @@ impl TableBuilder {
                 ring_len: b.ring.len,
                 entry_len: b.ring.entry_len,
                 name_at: names_n,
-                name_len: b.spec.name.len(),
+                name_len: b.name.len(),
             });
             ring_bytes = ring_at + b.ring.bytes.len();
             backends_n += b.backends.len() + b.draining.len();
-            names_n += b.spec.name.len();
+            names_n += b.name.len();
         }
         let slack = self.slack;
         let ring_cap = with_room(ring_bytes, 64 << 10, slack);
@@ -800,7 +835,7 @@ impl TableBuilder {
         for (b, p) in built.iter().zip(&places) {
             services.push(service_record(b, p));
             backends.extend(b.backend_records());
-            names.extend_from_slice(b.spec.name.as_bytes());
+            names.extend_from_slice(b.name.as_bytes());
         }
         backends.resize(backends_cap, Backend { addr: [0; 16], port: 0.into(), reserved: [0; 2] });
         names.resize(names_cap, 0);
@@ -1052,7 +1087,7 @@ fn service_record(b: &Built, p: &Place) -> Service {
         draining_count: (p.draining as u32).into(),
         ring_offset: (p.ring_at as u32).into(),
         ring_len: p.ring_len.into(),
-        affinity_timeout_s: b.spec.affinity_timeout_s.unwrap_or(0).into(),
+        affinity_timeout_s: b.affinity_timeout_s.unwrap_or(0).into(),
         ring_entry_len: p.entry_len,
         reserved: [0; 7],
         name_offset: (p.name_at as u32).into(),
@@ -1189,6 +1224,28 @@ mod tests {
         // A plain build forgets the version: the next promise is not taken.
         builder.build(&before, 3).unwrap();
         assert_eq!(builder.spec_version(), None);
+    }
+
+    #[test]
+    fn a_service_listed_in_another_order_is_the_same_service() {
+        let mut a = service("a:", 1..=4);
+        a.draining = vec![backend(9), backend(3), backend(8)];
+        let before = spec(vec![a.clone(), service("b:", 5..=6)]);
+        // Backends reversed and repeated, draining reordered and repeated, one of them a
+        // backend (ignored): the same sets, so the same snapshot and nothing rebuilt.
+        a.backends = vec![backend(4), backend(3), backend(2), backend(1), backend(2)];
+        a.draining = vec![backend(8), backend(9), backend(8)];
+        let after = spec(vec![a.clone(), service("b:", 5..=6)]);
+        let mut b = TableBuilder::new();
+        let first = b.build(&before, 1).unwrap().to_vec();
+        let second = b.build(&after, 2).unwrap().to_vec();
+        assert_eq!(content(&second), content(&first));
+        assert_eq!(content(&second), content(&build(&after, 2).unwrap()));
+        assert_eq!(b.stats(), BuildStats { builds: 2, rings_computed: 2, layouts: 1, placed: 2 });
+        // A different set is a change.
+        a.draining = vec![backend(8)];
+        let third = b.build(&spec(vec![a, service("b:", 5..=6)]), 3).unwrap().to_vec();
+        assert_ne!(content(&third), content(&second));
     }
 
     /// What `bytes` serve.

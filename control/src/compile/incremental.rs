@@ -20,6 +20,7 @@
 //! no source location; their model errors come after the located ones, sorted by object.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 // aHash rather than SipHash: these maps are probed for every object of every compile.
 use ahash::AHashMap as HashMap;
@@ -97,9 +98,13 @@ pub struct Compiler {
     options: CompileOptions,
     gateway: Gateway,
     node: Option<Node>,
-    services: BTreeMap<ServiceKey, ServiceState>,
-    slices: HashMap<SliceId, EndpointSlice>,
-    slices_of: HashMap<ServiceKey, BTreeSet<SliceId>>,
+    /// Boxed: a B-tree node is about half full after the initial list, and a
+    /// `ServiceState` is several hundred bytes.
+    services: BTreeMap<ServiceKey, Box<ServiceState>>,
+    /// Boxed: the table has room for an eighth more entries than it holds.
+    slices: HashMap<SliceId, Box<EndpointSlice>>,
+    /// The slices of each Service, sorted (almost always one: a vector, not a set).
+    slices_of: HashMap<ServiceKey, Vec<SliceId>>,
     /// Every object present (valid or not).
     known: HashMap<ObjectRef, Known>,
     /// Counts [`Compiler::update`]s, to tell the objects a snapshot had from the others.
@@ -327,7 +332,7 @@ impl Compiler {
             Some(state) => state.model = model,
             None if model.is_none() => return,
             None => {
-                self.services.insert(key.clone(), ServiceState { model, ..ServiceState::default() });
+                self.services.insert(key.clone(), Box::new(ServiceState { model, ..ServiceState::default() }));
             }
         }
         self.dirty.insert(key);
@@ -336,15 +341,17 @@ impl Compiler {
     fn store_slice(&mut self, r: &ObjectRef, model: Option<EndpointSlice>) {
         let id = (r.namespace.clone().unwrap_or_default(), r.name.clone());
         let old = self.slices.remove(&id);
-        if old == model {
-            if let Some(m) = model {
+        if old.as_deref() == model.as_ref() {
+            if let Some(m) = old {
                 self.slices.insert(id, m);
             }
             return;
         }
         if let Some(old) = old {
             if let Some(set) = self.slices_of.get_mut(&old.service) {
-                set.remove(&id);
+                if let Ok(i) = set.binary_search(&id) {
+                    set.remove(i);
+                }
                 if set.is_empty() {
                     self.slices_of.remove(&old.service);
                 }
@@ -352,9 +359,13 @@ impl Compiler {
             self.dirty.insert(old.service);
         }
         if let Some(new) = model {
-            self.slices_of.entry(new.service.clone()).or_default().insert(id.clone());
+            let set = self.slices_of.entry(new.service.clone()).or_default();
+            if let Err(i) = set.binary_search(&id) {
+                set.reserve_exact(1);
+                set.insert(i, id.clone());
+            }
             self.dirty.insert(new.service.clone());
-            self.slices.insert(id, new);
+            self.slices.insert(id, Box::new(new));
         }
     }
 
@@ -367,7 +378,7 @@ impl Compiler {
 
     /// The slices of `key`, in identity order.
     fn slices_of(&self, key: &ServiceKey) -> Vec<&EndpointSlice> {
-        self.slices_of.get(key).into_iter().flatten().filter_map(|id| self.slices.get(id)).collect()
+        self.slices_of.get(key).into_iter().flatten().filter_map(|id| self.slices.get(id).map(|s| &**s)).collect()
     }
 
     /// Brings drafts, outputs, [`Compiled`] and the table spec up to date.
@@ -417,12 +428,13 @@ impl Compiler {
                 Some(d) => Output::resolve(key, d, &self.claims),
                 None => Output::default(),
             };
-            frontends.extend(state.output.frontends.iter().cloned());
+            frontends.extend(state.output.frontends.iter().map(|f| Frontend::clone(f)));
             if !state.output.errors.is_empty() || !state.output.warnings.is_empty() {
                 self.with_messages.insert(key.clone());
             }
         }
         sort_frontends(&mut frontends);
+        frontends.shrink_to_fit();
         self.compiled.frontends = frontends;
         let spec = self.compiled.to_table_spec();
         if spec != self.spec {
@@ -476,7 +488,7 @@ impl Compiler {
             // lose it, or its messages may name this Service's port.
             for (door, ..) in old_claims.iter().chain(&new_claims) {
                 if let Some(c) = self.claims.get(door) {
-                    affected.extend(c.keys().cloned());
+                    affected.extend(c.iter().map(|(k, _)| k.clone()));
                 }
             }
         }
@@ -504,11 +516,11 @@ impl Compiler {
     /// Replaces one Service's front doors `old` by `new` in [`Compiled`] and the spec. A
     /// front door that moved to another Service may already be that Service's (it was
     /// patched first): it is only removed while it is still `old`'s.
-    fn replace_frontends(&mut self, old: &[Frontend], new: &[Frontend]) {
-        let new_keys: BTreeSet<_> = new.iter().map(Frontend::key).collect();
+    fn replace_frontends(&mut self, old: &[Arc<Frontend>], new: &[Arc<Frontend>]) {
+        let new_keys: BTreeSet<_> = new.iter().map(|f| f.key()).collect();
         for f in old.iter().filter(|f| !new_keys.contains(&f.key())) {
             let found = self.compiled.frontends.binary_search_by_key(&f.key(), Frontend::key);
-            if let Some(i) = found.ok().filter(|&i| self.compiled.frontends[i] == *f) {
+            if let Some(i) = found.ok().filter(|&i| self.compiled.frontends[i] == **f) {
                 self.compiled.frontends.remove(i);
                 self.spec_version += 1;
                 let s = self.spec.frontends.remove(i).service;
@@ -518,20 +530,20 @@ impl Compiler {
         for f in new {
             match self.compiled.frontends.binary_search_by_key(&f.key(), Frontend::key) {
                 Ok(i) => {
-                    if self.compiled.frontends[i] == *f {
+                    if self.compiled.frontends[i] == **f {
                         continue;
                     }
                     self.spec_version += 1;
                     let s = self.acquire(f);
                     let previous = self.spec.frontends[i].service;
-                    self.compiled.frontends[i] = f.clone();
+                    self.compiled.frontends[i] = Frontend::clone(f);
                     self.spec.frontends[i] = frontend_spec(f, s);
                     self.release(previous);
                 }
                 Err(i) => {
                     self.spec_version += 1;
                     let s = self.acquire(f);
-                    self.compiled.frontends.insert(i, f.clone());
+                    self.compiled.frontends.insert(i, Frontend::clone(f));
                     self.spec.frontends.insert(i, frontend_spec(f, s));
                 }
             }
