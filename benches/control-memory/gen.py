@@ -1,6 +1,7 @@
-# N ClusterIP Services with one externalIP each, one EndpointSlice of 10 ready endpoints each, and the Node "gw".
+# gen.py N [E]: N ClusterIP Services with one externalIP each, one EndpointSlice of E ready endpoints
+# each (default 10), and the Node "gw", as one YAML file of 2 N + 1 documents on stdout.
 import sys
-n = int(sys.argv[1]); out = []
+n = int(sys.argv[1]); e = int(sys.argv[2]) if len(sys.argv) > 2 else 10; out = []
 out.append("""apiVersion: v1
 kind: Node
 metadata: {name: gw, resourceVersion: "1"}
@@ -20,7 +21,7 @@ spec:
   ports: [{{name: http, port: 80, protocol: TCP, targetPort: 8080}}]
 """)
     b = 0x0a010000 + i * 10
-    eps = ", ".join(f"{{addresses: [10.{(x >> 16) & 255}.{(x >> 8) & 255}.{x & 255}], conditions: {{ready: true}}}}" for x in range(b, b + 10))
+    eps = ", ".join(f"{{addresses: [10.{(x >> 16) & 255}.{(x >> 8) & 255}.{x & 255}], conditions: {{ready: true}}}}" for x in range(b, b + e))
     out.append(f"""apiVersion: discovery.k8s.io/v1
 kind: EndpointSlice
 metadata:

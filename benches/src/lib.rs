@@ -66,7 +66,9 @@ fn meta(name: String, version: u64) -> ObjectMeta {
 
 /// Service `i`: ClusterIP `10.96.0.0 + i`, externalIP `198.18.0.0 + i` (the benchmarking
 /// range of RFC 2544), port `http` 80 → 8080, type NodePort (`30000 + i`) for the first
-/// [`NODE_PORT_SERVICES`].
+/// [`NODE_PORT_SERVICES`]; selector `app: svc-NNNNN`, as a Service whose EndpointSlices
+/// the EndpointSlice controller writes has (torii-control's API source holds such a new
+/// Service back for its first slice; the compiler does not read selectors).
 pub fn service(i: usize) -> KubeObject {
     let node_port = i < NODE_PORT_SERVICES;
     KubeObject::Service(Box::new(core::Service {
@@ -76,6 +78,7 @@ pub fn service(i: usize) -> KubeObject {
             cluster_ip: Some(ipv4(0x0a60_0000 + i as u32)),
             cluster_ips: Some(vec![ipv4(0x0a60_0000 + i as u32)]),
             external_ips: Some(vec![ipv4(0xc612_0000 + i as u32)]),
+            selector: Some([("app".to_owned(), format!("svc-{i:05}"))].into()),
             ports: Some(vec![core::ServicePort {
                 name: Some("http".into()),
                 port: 80,

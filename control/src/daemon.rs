@@ -171,6 +171,14 @@ impl Source {
         }
     }
 
+    /// The batch last handed over changed nothing to publish
+    /// ([`KubeWatch::unchanged`]: it does not count toward the API source's rate limit).
+    fn unchanged(&mut self) {
+        if let Self::Kube(w) = self {
+            w.unchanged();
+        }
+    }
+
     fn what(&self) -> &'static str {
         match self {
             Self::Files(_) => "manifests",
@@ -485,6 +493,9 @@ pub async fn serve(
                         source.what()
                     );
                     let version = compiler.table_version();
+                    if publishing.published == Some(version) {
+                        source.unchanged();
+                    }
                     publishing.offer(compiled, &compiler, version, compile, input.triggers());
                     // The batch's objects are freed first, so that their pages go too.
                     drop(input);

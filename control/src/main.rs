@@ -18,6 +18,7 @@
 //!
 //! Logs go to stderr, filtered by `RUST_LOG` (default `info`).
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -226,7 +227,17 @@ fn compile(args: CompileArgs) -> anyhow::Result<()> {
         }
         None => {
             let limits = args.source.limits();
-            torii_control::compile_dir_with(&manifests_dir(args.source.manifests, &config)?, &options, &limits)?
+            let dir = manifests_dir(args.source.manifests, &config)?;
+            let loaded = torii_control::source::files::load_dir_cached(
+                &dir,
+                &limits,
+                &mut torii_control::source::files::FileCache::one_shot(),
+            )?;
+            let compiled = torii_control::compile_loaded(&loaded, &options);
+            // The process exits next: freeing the objects one by one would cost ~6 % of
+            // the run at 100 000 documents (perf, BENCHMARKS.md "Manifests at scale").
+            std::mem::forget(loaded);
+            compiled
         }
     };
     for e in &compiled.errors {
@@ -235,8 +246,12 @@ fn compile(args: CompileArgs) -> anyhow::Result<()> {
     for w in &compiled.warnings {
         eprintln!("torii-control: warning: {w}");
     }
-    let json = serde_json::to_string_pretty(&compiled).context("serialising the table")?;
-    println!("{json}");
+    // Streamed: the JSON of 50 000 Services is tens of MB.
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    serde_json::to_writer_pretty(&mut out, &compiled).context("serialising the table")?;
+    writeln!(out).and_then(|()| out.flush()).context("writing the table to standard output")?;
+    // As above: the process exits next.
+    std::mem::forget(compiled);
     Ok(())
 }
 

@@ -690,7 +690,8 @@ fn run_logs_compile_publish_and_network_programming_latency() {
 /// A Service with a selector and its EndpointSlice, written 20 ms apart as the
 /// EndpointSlice controller writes them, are published once: one generation with the front
 /// door and its endpoints, never the front door without them first. A Service whose slice
-/// never comes is published after the wait (`new_service_wait`, 100 ms), rejecting.
+/// never comes is published after the wait (`new_service_wait`, 100 ms), rejecting. A
+/// slice that comes before its Service is published with it, once.
 #[test]
 fn run_publishes_a_new_service_and_its_slice_once() {
     let cluster = Cluster::start(&demo());
@@ -729,6 +730,17 @@ fn run_publishes_a_new_service_and_its_slice_once() {
     assert!(waited >= Duration::from_millis(100), "published after {waited:?}, before the wait ended");
     // The table is in shared memory before the daemon logs its publication: wait for the
     // line, then make sure no second publication follows.
+    d.wait_log(from, &["published table"]);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(published(from), 1, "{}", d.log());
+
+    // The slice first (the two watches are separate streams): it changes nothing to
+    // publish alone, the Service then goes at once, with its endpoints, once.
+    let from = d.line_count();
+    cluster.api.apply(slice("late-x7k2p", "late", &["10.70.0.41"], None)).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    cluster.api.apply(with_selector("late", "203.0.113.22")).unwrap();
+    d.wait_table("slice, then its Service", |t| t.expect("203.0.113.22", 80, &["10.70.0.41:8080"]));
     d.wait_log(from, &["published table"]);
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(published(from), 1, "{}", d.log());

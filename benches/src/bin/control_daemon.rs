@@ -25,6 +25,11 @@
 //!   endpoints; *Service removed*: those Services and slices deleted, to the table without
 //!   the front door.
 //!
+//! With `RUST_LOG` set (e.g. `RUST_LOG=torii_control=debug,control_daemon=debug`) it logs,
+//! timestamped to the microsecond on stderr, its writes and the daemon's events (watch
+//! events seen, Services held and released, batches handed over, compiles, publications):
+//! the trace of one change through the daemon.
+//!
 //! At the end it prints the process's resident memory (`VmRSS`, `VmHWM`: the daemon,
 //! the in-process double and the simulated gateway together).
 
@@ -83,6 +88,7 @@ fn simulated_gateway(dir: std::path::PathBuf, expected: Arc<Mutex<Vec<Expected>>
         let g = region.published_generation();
         if g != 0 && table.as_ref().is_none_or(|t| t.generation() != g) {
             let seen = Instant::now();
+            tracing::debug!(generation = g, "the simulated gateway sees a new generation");
             match mappings.load_table(&dir, g) {
                 Ok(t) => {
                     table = Some(t);
@@ -136,6 +142,9 @@ fn main() {
     let endpoints = arg(2, torii_benches::ENDPOINTS);
     let changes = arg(3, 201).max(1);
     let min_interval = Duration::from_millis(arg(4, kube_source::DEFAULT_MIN_INTERVAL.as_millis() as usize) as u64);
+    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_default_env() {
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    }
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!("load average at start: {}", load.split_whitespace().take(3).collect::<Vec<_>>().join(" "));
 
@@ -268,6 +277,7 @@ fn main() {
             .expect("an endpoint");
         let index = expect(external_ip, add.then_some(backend));
         let t = Instant::now();
+        tracing::debug!(i, add, "writing a Service and its slice");
         if add {
             for o in [service(i), KubeObject::EndpointSlice(Box::new(slice))] {
                 let mut v = json(&o);
@@ -280,6 +290,7 @@ fn main() {
             api.delete(Resource::EndpointSlices, torii_benches::NAMESPACE, &format!("{name}-x7k2p")).expect("delete");
         }
         expected.lock().expect("lock")[index].write = t.elapsed();
+        tracing::debug!(i, add, "written");
         index
     };
     for (label, add) in [("a Service and its slice added", true), ("a Service and its slice removed", false)] {

@@ -236,27 +236,47 @@ fn append_copy(out: &mut Loaded, file: &Loaded) {
     out.errors.extend(file.errors.iter().filter_map(SourceError::try_clone));
 }
 
+/// An object's identity (kind, namespace as written, name), borrowed: the same identity
+/// as [`KubeObject::object_ref`] (whose namespace is defaulted) once `namespace` is
+/// defaulted too, without allocating.
+fn identity(o: &KubeObject) -> (&'static str, &str, &str) {
+    let (kind, meta) = match o {
+        KubeObject::Service(s) => ("Service", &s.metadata),
+        KubeObject::EndpointSlice(s) => ("EndpointSlice", &s.metadata),
+        KubeObject::Node(n) => ("Node", &n.metadata),
+    };
+    let namespace = match (kind, meta.namespace.as_deref()) {
+        ("Node", _) => "",
+        (_, Some(ns)) if !ns.is_empty() => ns,
+        _ => crate::model::DEFAULT_NAMESPACE,
+    };
+    (kind, namespace, meta.name.as_deref().unwrap_or_default())
+}
+
 /// Removes every definition of an object after its first, with an error naming both.
 fn drop_duplicates(loaded: &mut Loaded) {
-    let mut first: std::collections::HashMap<crate::model::ObjectRef, usize> =
+    let mut first: std::collections::HashMap<(&str, &str, &str), usize> =
         std::collections::HashMap::with_capacity(loaded.objects.len());
     let mut keep = vec![true; loaded.objects.len()];
+    let mut errors = Vec::new();
     for (i, o) in loaded.objects.iter().enumerate() {
-        let r = o.object_ref();
-        if r.name.is_empty() {
+        let id = identity(o);
+        if id.2.is_empty() {
             continue; // unnamed: the model reports it
         }
-        if let Some(&j) = first.get(&r) {
+        if let Some(&j) = first.get(&id) {
             keep[i] = false;
-            loaded.errors.push(SourceError::Duplicate {
+            errors.push(SourceError::Duplicate {
                 location: Box::new(loaded.locations[i].clone()),
-                object: r.to_string(),
+                object: o.object_ref().to_string(),
                 first: Box::new(loaded.locations[j].clone()),
             });
         } else {
-            first.insert(r, i);
+            first.insert(id, i);
         }
     }
+    drop(first);
+    loaded.errors.append(&mut errors);
     if keep.iter().all(|&k| k) {
         return;
     }
@@ -628,13 +648,18 @@ impl<'de> serde::de::Visitor<'de> for UniqueKeysVisitor {
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let mut object = serde_json::Map::new();
         while let Some(key) = map.next_key::<String>()? {
-            if object.contains_key(&key) {
-                return Err(serde::de::Error::custom(format_args!(
-                    "duplicate key {key:?} in one mapping; remove one of them"
-                )));
+            match object.entry(key) {
+                serde_json::map::Entry::Occupied(o) => {
+                    return Err(serde::de::Error::custom(format_args!(
+                        "duplicate key {:?} in one mapping; remove one of them",
+                        o.key()
+                    )));
+                }
+                serde_json::map::Entry::Vacant(v) => {
+                    let UniqueKeys(value) = map.next_value()?;
+                    v.insert(value);
+                }
             }
-            let UniqueKeys(v) = map.next_value()?;
-            object.insert(key, v);
         }
         Ok(Value::Object(object))
     }

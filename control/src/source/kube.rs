@@ -30,7 +30,8 @@
 //! object the list no longer has. Bursts are coalesced as kube-proxy's
 //! `BoundedFrequencyRunner` does: a change is handed over at once when the previous
 //! batch is at least `min_interval` old ([`KubeSettings`], default
-//! [`DEFAULT_MIN_INTERVAL`]), else at that moment, together with everything else that
+//! [`DEFAULT_MIN_INTERVAL`]; a batch that changed nothing to publish does not count,
+//! [`KubeWatch::unchanged`]), else at that moment, together with everything else that
 //! arrived meanwhile; the watch tasks keep recording while the daemon compiles and
 //! publishes, so a slow publication also coalesces what arrives during it.
 //!
@@ -600,11 +601,14 @@ impl Shared {
                     let mut hold = false;
                     if let Some(service) = k.slice_of() {
                         // Its Service, if held, goes with it.
-                        b.held.remove(&service);
+                        if b.held.remove(&service).is_some() {
+                            tracing::debug!(?service, "its first EndpointSlice releases a held Service");
+                        }
                         b.sliced.insert(service, now);
                     } else if new && !wait.is_zero() && k.expects_slices() && b.synced.iter().all(|s| *s) {
                         let id = (r.namespace.clone().unwrap_or_default(), r.name.clone());
                         if !b.sliced.contains_key(&id) {
+                            tracing::debug!(service = ?id, "a new Service held for its first EndpointSlice");
                             b.held.insert(id, now + wait);
                             hold = true;
                         }
@@ -673,7 +677,11 @@ pub struct KubeWatch {
     shared: Arc<Shared>,
     tasks: Vec<JoinHandle<()>>,
     started: Instant,
+    /// When the last batch, and the one before it, were handed over (`min_interval`
+    /// counts from the last one, or from the one before when the last changed nothing:
+    /// [`KubeWatch::unchanged`]).
     last_handover: Option<Instant>,
+    previous_handover: Option<Instant>,
     warned_unsynced: bool,
 }
 
@@ -708,7 +716,15 @@ impl KubeWatch {
                 started,
             )),
         ];
-        Self { settings, shared, tasks, started: Instant::now(), last_handover: None, warned_unsynced: false }
+        Self {
+            settings,
+            shared,
+            tasks,
+            started: Instant::now(),
+            last_handover: None,
+            previous_handover: None,
+            warned_unsynced: false,
+        }
     }
 
     /// The next batch of changes: the first once every initial list is complete, then
@@ -732,6 +748,12 @@ impl KubeWatch {
                             if self.last_handover.is_some() && changes.objects.is_empty() && changes.errors.is_none() {
                                 continue;
                             }
+                            tracing::debug!(
+                                objects = changes.objects.len(),
+                                since_first_us = (now - first).as_micros(),
+                                "handing a batch over"
+                            );
+                            self.previous_handover = self.last_handover;
                             self.last_handover = Some(now);
                             return changes;
                         }
@@ -767,6 +789,17 @@ impl KubeWatch {
                 None => self.shared.notify.notified().await,
             }
         }
+    }
+}
+
+impl KubeWatch {
+    /// Says that the batch last handed over changed nothing to publish (e.g. a new
+    /// Service's first EndpointSlice that came, on its own watch, before the Service):
+    /// `min_interval` then counts from the batch before it, so that the change that
+    /// follows (the Service) is not held back for a publication that did not happen.
+    /// The rate limit is on publications, as kube-proxy's is on its rule syncs.
+    pub fn unchanged(&mut self) {
+        self.last_handover = self.previous_handover;
     }
 }
 
