@@ -235,19 +235,35 @@ fn prefetch_egress<A: Family>(st: &WorkerState, id: FlowId, direction: Direction
 }
 
 /// Stage 3 of a frame the lean path may take ([`super::lean`]): where the flow's egress
-/// is known, prefetches the front door's counters and returns true; false for a flow never
-/// routed. The next hop's neighbour slot is not prefetched, as [`prefetch_egress`] does: the
-/// lean path's next hops (endpoints on the link, the router) are few, and their slots,
-/// read by every packet, stay in the cache (the hop's address and hash cost ~10
-/// instructions per packet).
+/// is known, the prefetches of [`prefetch_egress`] (front door's counters, next hop's
+/// neighbour slot), without a route hint (the lean path does not read one), and true;
+/// false for a flow never routed.
 #[inline]
 fn prefetch_lean(st: &WorkerState, id: FlowId, direction: Direction) -> bool {
-    let (_, state) = st.conntrack.peek_destination(id, direction);
-    if state.egress(direction).is_none() {
-        return false;
+    // One copy per direction, as `lean::forward`.
+    match direction {
+        Direction::Original => prefetch_lean_in::<true>(st, id),
+        Direction::Reply => prefetch_lean_in::<false>(st, id),
     }
-    st.frontends.prefetch(state.frontend);
-    true
+}
+
+/// [`prefetch_lean`] of a frame of the original direction (`ORIGINAL`) or a reply.
+#[inline(always)]
+fn prefetch_lean_in<const ORIGINAL: bool>(st: &WorkerState, id: FlowId) -> bool {
+    let direction = if ORIGINAL { Direction::Original } else { Direction::Reply };
+    let (to, state) = st.conntrack.peek_destination(id, direction);
+    match state.egress(direction) {
+        Some((_, on_link)) => {
+            st.frontends.prefetch(state.frontend);
+            if on_link {
+                st.neighbours.prefetch(to);
+            } else if let Some((router, _)) = st.host.router {
+                st.neighbours.prefetch(router);
+            }
+            true
+        }
+        None => false,
+    }
 }
 
 /// The visits of a chunk's new flows (bit `j` of `new_flows`, whose `ahead[j]` is
