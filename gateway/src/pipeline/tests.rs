@@ -38,6 +38,19 @@ fn to_gw() -> L2 {
     L2 { src: CLIENT_MAC, dst: GW_FRONT_MAC }
 }
 
+/// `f` padded to 74 bytes with the bytes at the `changes`' offsets replaced and its length
+/// cut by `cut` (never into the Ethernet header): the frame, its length, and whether nothing
+/// was changed or cut. For the property tests that feed the early and plain parses any frame.
+fn mutated(mut f: Vec<u8>, changes: Vec<(usize, u8)>, cut: usize) -> (Vec<u8>, usize, bool) {
+    f.resize(f.len().max(74), 0);
+    let untouched = changes.is_empty() && cut == 0;
+    for (at, byte) in changes {
+        f[at] = byte;
+    }
+    let len = f.len() - cut.min(f.len() - 14);
+    (f, len, untouched)
+}
+
 fn table(web_backends: &[&str]) -> Table {
     table_with_affinity(web_backends, None)
 }

@@ -216,17 +216,12 @@ fn arb_early_frame() -> impl Strategy<Value = (Vec<u8>, usize, bool, bool, bool)
     )
         .prop_map(|(tcp, payload, changes, cut, partial, good)| {
             let payload = vec![7u8; payload];
-            let mut f = if tcp {
+            let f = if tcp {
                 frames::tcp(to_gw(), CLIENT, (VIP, 80), TcpFlags::ACK, 1000, 2000, &payload, 64)
             } else {
                 frames::udp(to_gw(), CLIENT, (VIP, 80), &payload, 64)
             };
-            f.resize(f.len().max(74), 0);
-            let untouched = changes.is_empty() && cut == 0;
-            for (at, byte) in changes {
-                f[at] = byte;
-            }
-            let len = f.len() - cut.min(f.len() - 14);
+            let (f, len, untouched) = mutated(f, changes, cut);
             (f, len, partial, good, untouched)
         })
 }

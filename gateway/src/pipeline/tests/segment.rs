@@ -24,7 +24,7 @@ fn arb_frame() -> impl Strategy<Value = (Vec<u8>, usize, bool, bool, bool)> {
             // NOP, Window Scale (kind 3, length 3), then zeros (End of Option List).
             let mut payload = vec![0u8; payload.max(4)];
             payload[..4].copy_from_slice(&[1, 3, 3, shift]);
-            let mut f = if tcp {
+            let f = if tcp {
                 let flags = if syn { TcpFlags::SYN } else { TcpFlags::ACK };
                 let mut f = frames::tcp(to_gw(), CLIENT, (VIP, 80), flags, 1000, 2000, &payload, 64);
                 // Data Offset: options out of the payload (or past the segment's end).
@@ -33,12 +33,7 @@ fn arb_frame() -> impl Strategy<Value = (Vec<u8>, usize, bool, bool, bool)> {
             } else {
                 frames::udp(to_gw(), CLIENT, (VIP, 80), &payload, 64)
             };
-            f.resize(f.len().max(74), 0);
-            let untouched = changes.is_empty() && cut == 0;
-            for (at, byte) in changes {
-                f[at] = byte;
-            }
-            let len = f.len() - cut.min(f.len() - 14);
+            let (f, len, untouched) = mutated(f, changes, cut);
             (f, len, partial, good, untouched && (!tcp || usize::from(doff) * 4 <= 20 + payload.len()))
         })
 }
