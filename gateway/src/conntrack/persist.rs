@@ -1,4 +1,4 @@
-//! Conntrack storage that outlives the process: the records, TCP windows and occupancy
+//! Conntrack storage that outlives the process: the records (with their TCP windows) and occupancy
 //! bitmap of a [`Conntrack`](super::Conntrack) on the heap or in a file mapping (a file in
 //! the gateway's `shm_dir`, tmpfs `/dev/shm` by default), so that a gateway restarted after
 //! a crash or for an upgrade adopts its predecessor's flows and keeps serving them.
@@ -8,7 +8,7 @@
 //! - `Slots<T>` (`crate::memory`'s `HugeSlice`) is a fixed-length array that dereferences
 //!   to `[T]`, on the heap (`crate::memory::filled`, in transparent huge pages) or in a
 //!   shared file mapping. The table code does not know which.
-//! - A region file is `[header: 4 KiB][records][windows][live bitmap]`, each array starting
+//! - A region file is `[header: 4 KiB][records][live bitmap]`, each array starting
 //!   on a 64-byte boundary. The header (`Header`, little-endian fields) holds a magic, the
 //!   layout fingerprint (`layout`: a version constant bumped by hand whenever the meaning of
 //!   a stored field changes, mixed with the sizes, alignments and field offsets of the stored
@@ -227,6 +227,7 @@ fn layout<A: Address>() -> u64 {
         offset_of!(Record<A>, protocol),
         offset_of!(Record<A>, snat),
         offset_of!(Record<A>, window_flags),
+        offset_of!(Record<A>, bounds),
         offset_of!(FlowState, deadline),
         offset_of!(FlowState, frontend),
         offset_of!(FlowState, table_epoch),
@@ -248,10 +249,9 @@ fn boot_id() -> u64 {
     std::fs::read("/proc/sys/kernel/random/boot_id").map_or(0, |b| fnv1a(FNV_OFFSET, &b))
 }
 
-/// A region's three arrays and the mapping's header, as [`open`] returns them.
+/// A region's two arrays and the mapping's header, as [`open`] returns them.
 pub(crate) struct Region<A: Address> {
     pub(super) records: Slots<Record<A>>,
-    pub(super) windows: Slots<WindowBounds>,
     pub(super) live: Slots<u64>,
     /// Where to say the region is consistent again.
     pub(super) mark: Mark,
@@ -287,12 +287,11 @@ fn set_state(header: *mut u8, state: u32) {
 #[allow(unsafe_code)]
 unsafe impl Send for Mark {}
 
-fn region_bytes<A: Address>(capacity: usize) -> (usize, usize, usize, usize) {
+fn region_bytes<A: Address>(capacity: usize) -> (usize, usize, usize) {
     let records = HEADER_BYTES;
-    let windows = (records + capacity * size_of::<Record<A>>()).next_multiple_of(64);
-    let live = (windows + capacity * size_of::<WindowBounds>()).next_multiple_of(64);
+    let live = (records + capacity * size_of::<Record<A>>()).next_multiple_of(64);
     let end = live + capacity.div_ceil(64) * 8;
-    (records, windows, live, end)
+    (records, live, end)
 }
 
 /// Opens (adopting) or creates the region file `path` for a table of `capacity` flows of
@@ -319,7 +318,7 @@ pub(crate) fn open<A: Address>(
         boot: boot_id(),
         origin_ns,
     };
-    let (_, _, _, bytes) = region_bytes::<A>(capacity);
+    let (_, _, bytes) = region_bytes::<A>(capacity);
     let reason = match OpenOptions::new().read(true).write(true).open(path) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => None,
         Err(e) => Some(format!("unreadable ({e}): starting empty")),
@@ -340,7 +339,6 @@ pub(crate) fn open<A: Address>(
     let mut region = split::<A>(map, capacity, 0);
     // Every page is written now (no first-touch faults on the packet path).
     region.records.fill(Record::VACANT);
-    region.windows.fill(WindowBounds::default());
     region.live.fill(0);
     region.mark.ready();
     Ok((region, Opened::Created(reason)))
@@ -366,7 +364,7 @@ fn try_adopt<A: Address>(file: &File, want: &Header, bytes: usize) -> Result<Reg
         return Err("left half-built or half-adopted by a previous start: starting empty".into());
     }
     let capacity = want.capacity as usize;
-    let (records_at, _, _, _) = region_bytes::<A>(capacity);
+    let (records_at, _, _) = region_bytes::<A>(capacity);
     let size = size_of::<Record<A>>();
     // The one field with invalid byte values: the TCP state, an enum (the flags are bit
     // sets, the window flags' every value is one).
@@ -386,11 +384,11 @@ fn try_adopt<A: Address>(file: &File, want: &Header, bytes: usize) -> Result<Reg
 
 /// Splits a mapping of `region_bytes::<A>(capacity)` bytes into its arrays.
 fn split<A: Address>(mut map: MmapMut, capacity: usize, deadline_shift_ms: u32) -> Region<A> {
-    let (records_at, windows_at, live_at, end) = region_bytes::<A>(capacity);
+    let (records_at, live_at, end) = region_bytes::<A>(capacity);
     assert!(map.len() >= end, "mapping shorter than its layout");
     let base = map.as_mut_ptr();
     let map = Arc::new(map);
-    // The three arrays lie at disjoint, suitably aligned offsets (64-byte
+    // The two arrays lie at disjoint, suitably aligned offsets (64-byte
     // multiples from a page-aligned base) inside the mapping, which `Arc` keeps alive as long
     // as any of them; their bytes are valid values of their types (zero-filled or written by
     // this layout, checked by `try_adopt`); the header page before them is reached only
@@ -407,13 +405,12 @@ fn split<A: Address>(mut map: MmapMut, capacity: usize, deadline_shift_ms: u32) 
     // SAFETY: as said above `at`: disjoint, aligned arrays inside the mapping, which each
     // keeps alive, holding valid values of their types.
     #[allow(unsafe_code)]
-    let (records, windows, live) = unsafe {
+    let (records, live) = unsafe {
         (
             Slots::mapped(at(records_at).cast::<Record<A>>(), capacity, Arc::clone(&map)),
-            Slots::mapped(at(windows_at).cast::<WindowBounds>(), capacity, Arc::clone(&map)),
             Slots::mapped(at(live_at).cast::<u64>(), capacity.div_ceil(64), Arc::clone(&map)),
         )
     };
     let header = at(0);
-    Region { records, windows, live, mark: Mark { header, _map: map }, deadline_shift_ms }
+    Region { records, live, mark: Mark { header, _map: map }, deadline_shift_ms }
 }

@@ -116,7 +116,7 @@ pub struct TcpWindows {
 /// Linux's `struct ip_ct_tcp_state` holds them: `end` (the highest SEG.SEQ + SEG.LEN
 /// sent), `maxend` (the highest SEG.ACK + SEG.WND the other end advertised), `maxwin` (the
 /// largest window this end advertised, scaled), `maxack` (the highest SEG.ACK this end
-/// sent). 32 bytes: two per cache line in the table's windows array.
+/// sent). 32 bytes, the last part of the flow's conntrack record.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 pub struct WindowBounds {
@@ -127,6 +127,11 @@ pub struct WindowBounds {
 }
 
 const _: () = assert!(std::mem::size_of::<WindowBounds>() == 32, "windows: 32 B per flow (conntrack Layout)");
+
+impl WindowBounds {
+    /// A new flow's: every bound 0 (nothing seen yet), as [`WindowBounds::default`].
+    pub const NONE: Self = WindowBounds { end: [0; 2], maxend: [0; 2], maxwin: [0; 2], maxack: [0; 2] };
+}
 
 /// Per direction (index 0: original, 1: reply), one byte: the Window Scale shift the
 /// direction announced in bits 0–3 (Linux `td_scale`, at most 14) and Linux's
