@@ -18,6 +18,7 @@
 //! front door per family, each with the endpoints of that family).
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use super::expire::{flow_ended, remove_flow};
 use super::family::Family;
@@ -27,7 +28,7 @@ use super::link::{self, Rx};
 use super::reject::reject;
 use super::resolve::neighbour;
 use super::sctp::{self, Chunks};
-use super::state::FragmentTarget;
+use super::state::{FragmentTarget, LastClient};
 use super::synproxy::{self, Before, Proxied};
 use super::{backend, Verdict, WorkerState};
 use crate::conntrack::tcp::{self, Segment as TcpSegment};
@@ -747,10 +748,18 @@ fn martian(ip: IpAddr) -> bool {
 /// VIP first (or sends a Neighbor Solicitation for it), which teaches the same mapping (RFC
 /// 826 "merge", RFC 4861 § 7.2.3); this covers clients that learned the gateway's MAC
 /// otherwise. A known mapping is never overwritten from IP traffic: only ARP and NDP change
-/// it.
+/// it. Whether the client is on-link is routed once per run of new flows from one client
+/// ([`super::state::LastClient`]: a burst of SYNs from one host routes it once).
 #[inline(always)]
 fn learn_on_link_client<A: Family>(now: u64, frame: &[u8], rx: &Rx, client: A, st: &mut WorkerState) {
-    let on_link = matches!(st.host.route(client), Some((_, hop)) if hop == client);
+    let key = Some((client.into(), Arc::as_ptr(&st.host) as usize));
+    let on_link = if st.last_client.key == key {
+        st.last_client.on_link
+    } else {
+        let on_link = matches!(st.host.route(client), Some((_, hop)) if hop == client);
+        st.last_client = LastClient { key, on_link };
+        on_link
+    };
     if on_link && st.neighbours.lookup(client).is_none() {
         let mac = EthernetFrame::new_unchecked(&frame[..rx.l2_len]).src_addr();
         if mac.is_unicast() {

@@ -155,6 +155,21 @@ pub struct WorkerState {
     /// Worker 0's progress through the announcements of VIPs it took over
     /// (see [`super::gratuitous`]).
     pub(super) gratuitous: Gratuitous,
+    /// The last new flow's client and whether it is on a connected subnet
+    /// ([`LastClient`]).
+    pub(super) last_client: LastClient,
+}
+
+/// Whether the client of the last new flow is on a connected subnet of the host it was
+/// routed with (`host`: the [`Host`]'s address; `None` before any), so that a run of new flows
+/// from one client routes it once (`super::flow`'s `learn_on_link_client`): the host's routes never change,
+/// and a new [`Host`] is another address.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct LastClient {
+    /// The client and the host it was routed with.
+    pub key: Option<(IpAddr, usize)>,
+    /// Whether the host routes it on-link (its next hop is itself).
+    pub on_link: bool,
 }
 
 /// Where worker 0 is in announcing the VIPs of [`Owners`]' set number `seq`: `round`
@@ -207,6 +222,7 @@ impl WorkerState {
             table_epoch: (u64::MAX, FlowState::NEVER_VALIDATED),
             l2: Arc::clone(&shared.l2),
             gratuitous: Gratuitous::default(),
+            last_client: LastClient::default(),
         }
     }
 
