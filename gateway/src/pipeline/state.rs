@@ -160,15 +160,19 @@ pub struct WorkerState {
     pub(super) last_client: LastClient,
 }
 
-/// Whether the client of the last new flow is on a connected subnet of the host it was
-/// routed with (`host`: the [`Host`]'s address; `None` before any), so that a run of new flows
-/// from one client routes it once (`super::flow`'s `learn_on_link_client`): the host's routes never change,
-/// and a new [`Host`] is another address.
-#[derive(Clone, Copy, Debug, Default)]
+/// What the host said of the client of the last new flow (`super::flow`'s
+/// `client_facts`), with the client and the [`Host`] that said it (`None` before any): a
+/// run of new flows from one client asks the host once. A [`Host`]'s addresses and routes
+/// never change; the one asked is held, so another is never taken for it.
+#[derive(Clone, Debug, Default)]
 pub(super) struct LastClient {
-    /// The client and the host it was routed with.
-    pub key: Option<(IpAddr, usize)>,
-    /// Whether the host routes it on-link (its next hop is itself).
+    /// The client.
+    pub client: Option<IpAddr>,
+    /// The host asked.
+    pub host: Option<Arc<Host>>,
+    /// Whether it is one of the gateway's own addresses ([`Host::is_own`]).
+    pub own: bool,
+    /// Whether the host routes it on-link (its next hop is itself: [`Host::route`]).
     pub on_link: bool,
 }
 
