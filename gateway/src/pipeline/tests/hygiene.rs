@@ -29,7 +29,12 @@ fn new_flows_from_martian_sources_are_dropped() {
 fn each_new_flows_client_is_judged_as_itself() {
     let (t, mut st) = (table(&["10.70.0.11"]), state(0, 1));
     let other_mac = MacAddr([0x02, 0, 0, 0, 0xc0, 0x02]);
-    let sources = [(CLIENT.0, CLIENT_MAC), (ip("198.51.100.1"), CLIENT_MAC), (CLIENT.0, CLIENT_MAC), (ip("198.51.100.11"), other_mac)];
+    let sources = [
+        (CLIENT.0, CLIENT_MAC),
+        (ip("198.51.100.1"), CLIENT_MAC),
+        (CLIENT.0, CLIENT_MAC),
+        (ip("198.51.100.11"), other_mac),
+    ];
     for (port, (src, mac)) in (40_000..).zip(sources.into_iter().chain(sources)) {
         let syn = frames::tcp(L2 { src: mac, dst: GW_FRONT_MAC }, (src, port), (VIP, 80), TcpFlags::SYN, 1, 0, &[], 64);
         let verdict = run(0, &syn, FRONT, &t, &mut st).0;
