@@ -273,10 +273,7 @@ fn prefetch_lean_in<const ORIGINAL: bool>(st: &WorkerState, id: FlowId) -> bool 
 #[inline(never)]
 fn visit_new_flows(st: &mut WorkerState, table: &Table, new_flows: u32, ahead: &[Ahead; PREFETCH_WINDOW]) {
     let (mut v4, mut v6) = (0u32, 0u32);
-    let mut todo = new_flows;
-    while todo != 0 {
-        let j = todo.trailing_zeros() as usize;
-        todo &= todo - 1;
+    for j in bits(new_flows) {
         match st.hints.frames[j].flow {
             Some(FlowHint::V4(..)) => v4 |= 1 << j,
             Some(FlowHint::V6(..)) => v6 |= 1 << j,

@@ -18,6 +18,7 @@
 //! front door per family, each with the endpoints of that family).
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use super::expire::{flow_ended, remove_flow};
 use super::family::Family;
@@ -27,7 +28,7 @@ use super::link::{self, Rx};
 use super::reject::reject;
 use super::resolve::neighbour;
 use super::sctp::{self, Chunks};
-use super::state::FragmentTarget;
+use super::state::{FragmentTarget, LastClient};
 use super::synproxy::{self, Before, Proxied};
 use super::{backend, Verdict, WorkerState};
 use crate::conntrack::tcp::{self, Segment as TcpSegment};
@@ -539,7 +540,7 @@ fn new_flow<A: Proxied>(
     let Some((fe, ring_backend)) = found.or_else(|| lookup().map(|f| (f, None))) else {
         return Err(Verdict::Drop(DropReason::NoFrontend));
     };
-    if martian(key.src_addr.into()) || st.host.is_own(key.src_addr) {
+    if martian(key.src_addr.into()) || client_facts(st, key.src_addr).own {
         return Err(Verdict::Drop(DropReason::MartianSource));
     }
     if !fe.source_ranges.admits(key.src_addr.into()) {
@@ -741,17 +742,42 @@ fn martian(ip: IpAddr) -> bool {
     }
 }
 
+/// What the host says of new flows' client `client` ([`LastClient`]): whether it is one of
+/// the gateway's own addresses ([`Host::is_own`]) and whether it is on a connected subnet
+/// (its route's next hop is itself), looked up once per run of new flows from one client.
+#[inline(always)]
+fn client_facts<A: Family>(st: &mut WorkerState, client: A) -> &LastClient {
+    let c = &st.last_client;
+    let known = c.client == Some(client.into()) && c.host.as_ref().is_some_and(|h| Arc::ptr_eq(h, &st.host));
+    if !known {
+        client_facts_anew(st, client);
+    }
+    &st.last_client
+}
+
+/// [`client_facts`] of a client other than the last one: the host asked.
+#[inline(never)]
+fn client_facts_anew<A: Family>(st: &mut WorkerState, client: A) {
+    let on_link = matches!(st.host.route(client), Some((_, hop)) if hop == client);
+    st.last_client = LastClient {
+        client: Some(client.into()),
+        host: Some(Arc::clone(&st.host)),
+        own: st.host.is_own(client),
+        on_link,
+    };
+}
+
 /// Learns the MAC address of a client on a connected subnet from the first frame of its
 /// flow when the neighbour table does not know it yet, so the replies (routed to the client,
 /// not sent back to a per-flow MAC) need not wait for ARP. A client normally ARPs for the
 /// VIP first (or sends a Neighbor Solicitation for it), which teaches the same mapping (RFC
 /// 826 "merge", RFC 4861 § 7.2.3); this covers clients that learned the gateway's MAC
 /// otherwise. A known mapping is never overwritten from IP traffic: only ARP and NDP change
-/// it.
+/// it. Whether the client is on-link is routed once per run of new flows from one client
+/// ([`client_facts`]).
 #[inline(always)]
 fn learn_on_link_client<A: Family>(now: u64, frame: &[u8], rx: &Rx, client: A, st: &mut WorkerState) {
-    let on_link = matches!(st.host.route(client), Some((_, hop)) if hop == client);
-    if on_link && st.neighbours.lookup(client).is_none() {
+    if client_facts(st, client).on_link && st.neighbours.lookup(client).is_none() {
         let mac = EthernetFrame::new_unchecked(&frame[..rx.l2_len]).src_addr();
         if mac.is_unicast() {
             st.neighbours.learn(client, mac, now);

@@ -155,6 +155,25 @@ pub struct WorkerState {
     /// Worker 0's progress through the announcements of VIPs it took over
     /// (see [`super::gratuitous`]).
     pub(super) gratuitous: Gratuitous,
+    /// The last new flow's client and whether it is on a connected subnet
+    /// ([`LastClient`]).
+    pub(super) last_client: LastClient,
+}
+
+/// What the host said of the client of the last new flow (`super::flow`'s
+/// `client_facts`), with the client and the [`Host`] that said it (`None` before any): a
+/// run of new flows from one client asks the host once. A [`Host`]'s addresses and routes
+/// never change; the one asked is held, so another is never taken for it.
+#[derive(Clone, Debug, Default)]
+pub(super) struct LastClient {
+    /// The client.
+    pub client: Option<IpAddr>,
+    /// The host asked.
+    pub host: Option<Arc<Host>>,
+    /// Whether it is one of the gateway's own addresses ([`Host::is_own`]).
+    pub own: bool,
+    /// Whether the host routes it on-link (its next hop is itself: [`Host::route`]).
+    pub on_link: bool,
 }
 
 /// Where worker 0 is in announcing the VIPs of [`Owners`]' set number `seq`: `round`
@@ -207,6 +226,7 @@ impl WorkerState {
             table_epoch: (u64::MAX, FlowState::NEVER_VALIDATED),
             l2: Arc::clone(&shared.l2),
             gratuitous: Gratuitous::default(),
+            last_client: LastClient::default(),
         }
     }
 

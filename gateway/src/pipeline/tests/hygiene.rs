@@ -22,6 +22,32 @@ fn new_flows_from_martian_sources_are_dropped() {
     assert!(matches!(run(0, &syn, FRONT, &t, &mut st).0, Verdict::Transmit { iface: BACK, .. }));
 }
 
+/// The host's word on a new flow's client is kept for the next new flow from the same
+/// client only (`flow::client_facts`): whatever comes before, the gateway's own address is
+/// refused and an on-link client is learned from its SYN.
+#[test]
+fn each_new_flows_client_is_judged_as_itself() {
+    let (t, mut st) = (table(&["10.70.0.11"]), state(0, 1));
+    let other_mac = MacAddr([0x02, 0, 0, 0, 0xc0, 0x02]);
+    let sources = [
+        (CLIENT.0, CLIENT_MAC),
+        (ip("198.51.100.1"), CLIENT_MAC),
+        (CLIENT.0, CLIENT_MAC),
+        (ip("198.51.100.11"), other_mac),
+    ];
+    for (port, (src, mac)) in (40_000..).zip(sources.into_iter().chain(sources)) {
+        let syn = frames::tcp(L2 { src: mac, dst: GW_FRONT_MAC }, (src, port), (VIP, 80), TcpFlags::SYN, 1, 0, &[], 64);
+        let verdict = run(0, &syn, FRONT, &t, &mut st).0;
+        if src == ip("198.51.100.1") {
+            assert_eq!(verdict, Verdict::Drop(DropReason::MartianSource), "{src}:{port}");
+        } else {
+            assert!(matches!(verdict, Verdict::Transmit { iface: BACK, .. }), "{src}:{port}: {verdict:?}");
+            assert_eq!(st.neighbours.lookup(src).map(|n| n.mac), Some(mac), "{src} learned");
+        }
+    }
+    assert_eq!(st.counters.drops_of(DropReason::MartianSource), 2);
+}
+
 #[test]
 fn source_routed_ipv4_is_dropped() {
     let (t, mut st) = (table(&["10.70.0.11"]), state(0, 1));
