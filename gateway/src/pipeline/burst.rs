@@ -22,15 +22,18 @@
 //! 4. the frame is processed by [`process`].
 //!
 //! The burst goes in chunks of [`PREFETCH_WINDOW`] frames, and each chunk through the
-//! stages pass by pass (stage 1 over its frames, then stage 2 over them, a new flow's
+//! stages pass by pass (stage 2 over its frames, the next chunk's stage 1, a new flow's
 //! further stages one pass per visit, stage 3, then the processing in order), so that every
 //! load has the work of the rest of the chunk (about `PREFETCH_WINDOW` frames' worth of one
 //! stage or the next) to arrive before the next stage reads it, and a stage costs a frame
 //! no range checks or slot arithmetic (a software pipeline over the whole burst, frame `i`'s
-//! stage `s` at step `i + s·d`, paid both on every step). Only the first frames of a chunk's
-//! first stage wait for nothing: a chunk of the same `PREFETCH_WINDOW` frames fills the
-//! distance a pipeline of that depth would.
-//!
+//! stage `s` at step `i + s·d`, paid both on every step). Two chunks are in flight: the
+//! next chunk's stage 1 sits between this chunk's stages 2 and 3, where the flow records
+//! that stage 2 asked for would otherwise be read at once (at 1 M flows an established
+//! packet waited for them: docs/optimisation-log.md, "Two chunks in flight"), and its own
+//! index lines have this chunk's processing to arrive. Only the burst's first chunk's
+//! stage 1 waits for nothing.
+
 //! IPv4 frames (TCP, UDP, SCTP) are hinted against the worker's IPv4 conntrack, IPv6 frames
 //! (TCP and UDP, after any extension headers) against its IPv6 one; fragments and everything
 //! else are processed without a hint.
@@ -49,7 +52,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use super::family::Family;
-use super::hint::{FlowHint, FrameHints, LeanFrame, NewFlowHint, RouteHint, PREFETCH_WINDOW};
+use super::hint::{FlowHint, FrameHints, HintRing, LeanFrame, NewFlowHint, RouteHint, PREFETCH_WINDOW};
 use super::link;
 use super::{backend, ipv4, ipv6, lean, process, Meta, Verdict, WorkerState};
 use crate::conntrack::{Candidate, Conntrack, Direction, FlowId, FlowKey, Vacancy};
@@ -96,48 +99,46 @@ pub fn process_burst<B: AsMut<[u8]>>(
     let (frames, metas, verdicts) = (&mut frames[..n], &metas[..n], &mut verdicts[..n]);
     let constants = lean::BurstConstants::new(now, table, st);
     // The burst goes in chunks of `PREFETCH_WINDOW` frames, each through the stages pass
-    // by pass: frame `j` of a chunk takes slot `j` from its stage 1 to its processing.
-    let mut leans = [LeanFrame::EMPTY; PREFETCH_WINDOW];
+    // by pass, two chunks in flight: a chunk's frame `j` takes slot `base + j` of
+    // `st.hints` and of `leans[half]` (`base` is 0 or `PREFETCH_WINDOW`, alternating) from
+    // its stage 1 to its processing, and the next chunk's stage 1 runs between this chunk's
+    // stages 2 and 3.
+    let mut leans = [[LeanFrame::EMPTY; PREFETCH_WINDOW]; 2];
     let mut ahead = [Ahead::Done; PREFETCH_WINDOW];
-    for ((frames, metas), verdicts) in
-        frames.chunks_mut(PREFETCH_WINDOW).zip(metas.chunks(PREFETCH_WINDOW)).zip(verdicts.chunks_mut(PREFETCH_WINDOW))
-    {
-        // Equal lengths (all cut to `n`): the chunks are too.
-        let m = frames.len();
-        let (metas, verdicts) = (&metas[..m], &mut verdicts[..m]);
-        // Bit `j`: the chunk's frame `j` has its hints in `leans`, not in `st.hints`.
-        let mut lean_frames: u32 = 0;
+    let first = n.min(PREFETCH_WINDOW);
+    // Bit `j`: the chunk's frame `j` has its hints in `leans`, not in `st.hints`.
+    let mut next_lean_frames = stage_1(&mut frames[..first], &metas[..first], st, &mut leans[0], 0);
+    let (mut start, mut half) = (0, 0);
+    while start < n {
+        let end = (start + PREFETCH_WINDOW).min(n);
+        let base = half * PREFETCH_WINDOW;
+        let (this_leans, next_leans) = {
+            let [first, second] = &mut leans;
+            if half == 0 {
+                (first, second)
+            } else {
+                (second, first)
+            }
+        };
+        let mut lean_frames = next_lean_frames;
         // Bit `j`: the chunk's frame `j` opens a new flow whose prefetches are under way.
         let mut new_flows: u32 = 0;
-        // Stage 1.
-        for (j, (frame, meta)) in frames.iter_mut().zip(metas).enumerate() {
-            let lean = hint(
-                frame.as_mut(),
-                meta,
-                &st.host,
-                &st.conntrack,
-                &st.conntrack6,
-                &mut st.hints.frames[j],
-                &mut leans[j],
-            );
-            lean_frames |= u32::from(lean) << j;
-        }
         // Stage 2.
-        for j in 0..m {
+        for j in 0..end - start {
             if lean_frames & (1 << j) != 0 {
-                let l = &mut leans[j];
+                let l = &mut this_leans[j];
                 match st.conntrack.prefetch_record(l.hash) {
                     Candidate::Flow(id, direction) => (l.id, l.direction) = (id, direction),
                     // No flow: a new one (an ACK or datagram of a flow not tracked) for the
                     // general stages.
                     Candidate::Absent(_) => {
                         lean_frames &= !(1 << j);
-                        st.hints.frames[j] = FrameHints::from_lean(l, None);
+                        st.hints.frames[base + j] = FrameHints::from_lean(l, None);
                     }
                 }
             }
             if lean_frames & (1 << j) == 0 {
-                match &st.hints.frames[j].flow {
+                match &st.hints.frames[base + j].flow {
                     Some(FlowHint::V4(key, hash)) => probe(st, table, key, *hash, &mut ahead[j]),
                     Some(FlowHint::V6(key, hash)) => probe(st, table, key, *hash, &mut ahead[j]),
                     None => ahead[j] = Ahead::Done,
@@ -145,33 +146,42 @@ pub fn process_burst<B: AsMut<[u8]>>(
                 match ahead[j] {
                     Ahead::Frontend(_, vacancy) => {
                         new_flows |= 1 << j;
-                        st.hints.frames[j].candidate = Some(Candidate::Absent(vacancy));
+                        st.hints.frames[base + j].candidate = Some(Candidate::Absent(vacancy));
                     }
                     Ahead::Flow(id, direction) => {
-                        st.hints.frames[j].candidate = Some(Candidate::Flow(id, direction));
+                        st.hints.frames[base + j].candidate = Some(Candidate::Flow(id, direction));
                     }
                     _ => {}
                 }
             }
         }
+        // The next chunk's stage 1, while the record lines stage 2 asked for arrive (read
+        // right after stage 2, they made an established packet at 1 M flows wait:
+        // docs/optimisation-log.md, "Two chunks in flight"); its own index lines have
+        // this chunk's processing to arrive.
+        if end < n {
+            let next = (end + PREFETCH_WINDOW).min(n);
+            next_lean_frames =
+                stage_1(&mut frames[end..next], &metas[end..next], st, next_leans, PREFETCH_WINDOW - base);
+        }
         // A new flow's further stages, one pass per visit.
         if new_flows != 0 {
-            visit_new_flows(st, table, new_flows, &ahead);
+            visit_new_flows(st, table, new_flows, &ahead, base);
         }
         // Stage 3.
-        for j in 0..m {
+        for j in 0..end - start {
             if lean_frames & (1 << j) != 0 {
-                let l = &leans[j];
+                let l = &this_leans[j];
                 if !prefetch_lean(st, l.id, l.direction) {
                     // Never routed: the general path routes it.
                     lean_frames &= !(1 << j);
-                    st.hints.frames[j] = FrameHints::from_lean(l, Some(Candidate::Flow(l.id, l.direction)));
+                    st.hints.frames[base + j] = FrameHints::from_lean(l, Some(Candidate::Flow(l.id, l.direction)));
                     ahead[j] = Ahead::Flow(l.id, l.direction);
                 }
             }
             if lean_frames & (1 << j) == 0 {
                 if let Ahead::Flow(id, direction) = ahead[j] {
-                    let route = match st.hints.frames[j].flow {
+                    let route = match st.hints.frames[base + j].flow {
                         Some(FlowHint::V4(..)) => prefetch_egress::<Ipv4Addr>(st, id, direction),
                         Some(FlowHint::V6(..)) => prefetch_egress::<Ipv6Addr>(st, id, direction),
                         None => None,
@@ -179,26 +189,50 @@ pub fn process_burst<B: AsMut<[u8]>>(
                     // Stage 1 left `None` there: a frame without a route costs no store of
                     // the whole hint.
                     if route.is_some() {
-                        st.hints.frames[j].route = route;
+                        st.hints.frames[base + j].route = route;
                     }
                 }
             }
         }
         // Stage 4: processing, in order.
-        for (j, ((frame, meta), verdict)) in frames.iter_mut().zip(metas).zip(verdicts.iter_mut()).enumerate() {
+        let chunk = frames[start..end].iter_mut().zip(&metas[start..end]).zip(verdicts[start..end].iter_mut());
+        for (j, ((frame, meta), verdict)) in chunk.enumerate() {
             if lean_frames & (1 << j) != 0 {
-                let l = &leans[j];
+                let l = &this_leans[j];
                 if let Some(v) = lean::forward(frame.as_mut(), l, &constants, st) {
                     *verdict = v;
                     continue;
                 }
-                st.hints.frames[j] = FrameHints::from_lean(l, Some(Candidate::Flow(l.id, l.direction)));
+                st.hints.frames[base + j] = FrameHints::from_lean(l, Some(Candidate::Flow(l.id, l.direction)));
             }
-            st.hints.current = j;
+            st.hints.current = base + j;
             *verdict = process(now, frame.as_mut(), meta, table, st);
-            st.hints.current = PREFETCH_WINDOW;
+            st.hints.current = HintRing::NONE;
         }
+        (start, half) = (end, half ^ 1);
     }
+}
+
+/// Stage 1 of a chunk (at most [`PREFETCH_WINDOW`] frames): each frame's early parse,
+/// flow key, hash and index prefetch ([`hint`]), its hints in `leans[j]` or slot `base +
+/// j` of `st.hints`. Returns the chunk's lean frames (bit `j`). Not inlined: called for
+/// the burst's first chunk and then for each next one, it would otherwise be two copies or
+/// (as the compiler chose) a call of [`hint`] per frame.
+#[inline(never)]
+fn stage_1<B: AsMut<[u8]>>(
+    frames: &mut [B],
+    metas: &[Meta],
+    st: &mut WorkerState,
+    leans: &mut [LeanFrame; PREFETCH_WINDOW],
+    base: usize,
+) -> u32 {
+    let mut lean_frames = 0;
+    for (j, ((frame, meta), lean)) in frames.iter_mut().zip(metas).zip(leans.iter_mut()).enumerate() {
+        let is_lean =
+            hint(frame.as_mut(), meta, &st.host, &st.conntrack, &st.conntrack6, &mut st.hints.frames[base + j], lean);
+        lean_frames |= u32::from(is_lean) << j;
+    }
+    lean_frames
 }
 
 /// Stage 2: reads the probe run of `hash`; a flow found has its record prefetched, none
@@ -271,10 +305,10 @@ fn prefetch_lean_in<const ORIGINAL: bool>(st: &WorkerState, id: FlowId) -> bool 
 /// loop, the loop's registers serve its other stages (an established packet −10
 /// instructions).
 #[inline(never)]
-fn visit_new_flows(st: &mut WorkerState, table: &Table, new_flows: u32, ahead: &[Ahead; PREFETCH_WINDOW]) {
+fn visit_new_flows(st: &mut WorkerState, table: &Table, new_flows: u32, ahead: &[Ahead; PREFETCH_WINDOW], base: usize) {
     let (mut v4, mut v6) = (0u32, 0u32);
     for j in bits(new_flows) {
-        match st.hints.frames[j].flow {
+        match st.hints.frames[base + j].flow {
             Some(FlowHint::V4(..)) => v4 |= 1 << j,
             Some(FlowHint::V6(..)) => v6 |= 1 << j,
             None => {}
@@ -284,10 +318,10 @@ fn visit_new_flows(st: &mut WorkerState, table: &Table, new_flows: u32, ahead: &
     // flows of one family only).
     let mut upcoming = st.snat.upcoming();
     if v4 != 0 {
-        visit_family::<Ipv4Addr>(st, table, v4, ahead, &mut upcoming);
+        visit_family::<Ipv4Addr>(st, table, v4, ahead, base, &mut upcoming);
     }
     if v6 != 0 {
-        visit_family::<Ipv6Addr>(st, table, v6, ahead, &mut upcoming);
+        visit_family::<Ipv6Addr>(st, table, v6, ahead, base, &mut upcoming);
     }
 }
 
@@ -319,6 +353,7 @@ fn visit_family<A: Family>(
     table: &Table,
     mut mask: u32,
     ahead: &[Ahead; PREFETCH_WINDOW],
+    base: usize,
     upcoming: &mut crate::snat::Upcoming,
 ) {
     // Pass 1: the front-door record.
@@ -333,7 +368,7 @@ fn visit_family<A: Family>(
     // Pass 2: the service record.
     let mut services = [(0u32, 0u32); PREFETCH_WINDOW];
     for j in bits(mask) {
-        let (Some(key), Some((h, candidate))) = (A::hinted_key(&st.hints.frames[j].flow), frontends[j]) else {
+        let (Some(key), Some((h, candidate))) = (A::hinted_key(&st.hints.frames[base + j].flow), frontends[j]) else {
             mask &= !(1 << j);
             continue;
         };
@@ -348,7 +383,7 @@ fn visit_family<A: Family>(
     // Pass 3: the ring slot.
     let mut rings = [None; PREFETCH_WINDOW];
     for j in bits(mask) {
-        let key = A::hinted_key(&st.hints.frames[j].flow);
+        let key = A::hinted_key(&st.hints.frames[base + j].flow);
         let found = table
             .service_ring(services[j].0)
             .zip(key)
@@ -377,7 +412,7 @@ fn visit_family<A: Family>(
     for j in bits(mask) {
         let (Some((s, _)), position) = (rings[j], positions[j]) else { continue };
         let Some(endpoint) = s.backends.get(position as usize) else { continue };
-        let Some(key) = A::hinted_key(&st.hints.frames[j].flow) else { continue };
+        let Some(key) = A::hinted_key(&st.hints.frames[base + j].flow) else { continue };
         let (addr, port) = (layout::addr_from16(endpoint.addr), endpoint.port.get());
         let frontend = services[j].1;
         let new_flow = NewFlowHint {
@@ -390,7 +425,7 @@ fn visit_family<A: Family>(
             prefetch_reply_slot(st, key, to, port, route.out, upcoming);
             Some(route)
         });
-        let h = &mut st.hints.frames[j];
+        let h = &mut st.hints.frames[base + j];
         h.new_flow = Some(new_flow);
         h.route = route;
     }

@@ -156,26 +156,29 @@ impl LeanSegment {
     }
 }
 
-/// The hints of the frames [`super::process_burst`] has in flight, a chunk's frame `j`'s in
-/// slot `j`, and which slot belongs to the frame [`super::process`] is processing:
-/// [`PREFETCH_WINDOW`], a slot that always holds no hints, outside a burst. Kept in
-/// [`super::WorkerState`] so that [`super::process`] reads its frame's hints where stage 1 wrote them,
-/// with no copy.
+/// The hints of the frames [`super::process_burst`] has in flight (two chunks: a chunk's
+/// frame `j`'s in slot `j` or `PREFETCH_WINDOW + j`, alternating), and which slot belongs
+/// to the frame [`super::process`] is processing: [`HintRing::NONE`], a slot that always
+/// holds no hints, outside a burst. Kept in [`super::WorkerState`] so that
+/// [`super::process`] reads its frame's hints where stage 1 wrote them, with no copy.
 #[derive(Clone, Debug)]
 pub(crate) struct HintRing {
     /// The slots; the last never holds hints (see [`HintRing::current`]).
-    pub frames: [FrameHints; PREFETCH_WINDOW + 1],
+    pub frames: [FrameHints; 2 * PREFETCH_WINDOW + 1],
     /// The slot of the frame being processed.
     pub current: usize,
 }
 
 impl Default for HintRing {
     fn default() -> Self {
-        Self { frames: [FrameHints::default(); PREFETCH_WINDOW + 1], current: PREFETCH_WINDOW }
+        Self { frames: [FrameHints::default(); 2 * PREFETCH_WINDOW + 1], current: Self::NONE }
     }
 }
 
 impl HintRing {
+    /// The slot that never holds hints: [`HintRing::current`] outside a burst.
+    pub const NONE: usize = 2 * PREFETCH_WINDOW;
+
     /// The hints of the frame being processed (none outside a burst), to take from.
     #[inline]
     pub fn current(&mut self) -> &mut FrameHints {
