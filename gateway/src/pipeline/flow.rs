@@ -219,6 +219,8 @@ pub(super) fn handle<A: Proxied>(
     // (`endpoint_syn_ack`: the flow's original tuple).
     let l4 = rx.l2_len + seg.l4_offset..rx.l2_len + seg.total;
     let (mut ack_delta, mut endpoint_syn_ack) = (None, None);
+    // A flow the SYN proxy opened never takes the lean path (`FlowState::refresh_lean`).
+    let mut proxied = opened_by_cookie;
     if !opened_by_cookie && seg.proto == IpProtocol::Tcp && synproxy::any::<A>(st) {
         fresh_syn = false;
         let original = if dir == Direction::Original { key } else { A::conntrack(st).get(id).original };
@@ -226,6 +228,7 @@ pub(super) fn handle<A: Proxied>(
         let before = synproxy::before_track(frame, rx, st, &original, &key, dir, &mut tcp, l4.clone());
         translated = Segment { tcp, ..*seg };
         seg = &translated;
+        proxied = before.is_some();
         match before {
             None => {}
             Some(Before::Track { ack_delta: d }) => ack_delta = d,
@@ -244,6 +247,7 @@ pub(super) fn handle<A: Proxied>(
             Err(v) => return v,
         };
         st.synproxy.forget(&key);
+        proxied = false;
         tracked = track(now, st, id, Direction::Original, seg);
     }
     match tracked {
@@ -268,8 +272,16 @@ pub(super) fn handle<A: Proxied>(
     let flow = A::conntrack(st).get(id);
     let frontend = frontend_index(table, st.table_epoch(table), &flow);
     let verdict = forward(now, frame, rx, st, id, &flow, dir, seg, frontend.map(|i| (i, table.generation() as u32)));
-    if let (Verdict::Transmit { .. }, Some(index)) = (verdict, frontend) {
-        st.frontends.packet(index, dir == Direction::Original, seg.total);
+    if let Verdict::Transmit { .. } = verdict {
+        if let Some(index) = frontend {
+            st.frontends.packet(index, dir == Direction::Original, seg.total);
+        }
+        // Which directions the lean path may take now (`super::lean`): set here, cleared by
+        // whatever changes the state. A SYN that just opened its flow left it in SYN_SENT,
+        // which takes none (and a new flow's bits are clear).
+        if !fresh_syn {
+            A::conntrack_mut(st).state_mut(id).refresh_lean(key.protocol, proxied);
+        }
     }
     if tracked == Tracked::ForwardThenRemove {
         remove_flow::<A>(st, id);
