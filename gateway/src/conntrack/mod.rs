@@ -503,8 +503,10 @@ impl FlowState {
     /// Whether packets of `direction` may take the lean established path
     /// (`pipeline::lean`): the flow is TCP, ESTABLISHED, its reply seen and assured, or UDP
     /// and assured; it is not one the SYN proxy opened; and the direction's egress is known
-    /// ([`FlowState::egress`]). The general path sets it ([`FlowState::refresh_lean`]) after
-    /// each packet it forwards; every setter that takes one of these away clears it
+    /// ([`FlowState::egress`]). Recomputed ([`FlowState::refresh_lean`]) whenever the
+    /// general path records an egress ([`FlowState::set_egress`]: every packet it forwards),
+    /// then cleared by the general path for a proxied flow; every setter that takes one of
+    /// these away clears it
     /// ([`FlowState::set_tcp_state`], [`FlowState::set_assured`],
     /// [`FlowState::set_seen_reply`]), so it implies them all: one bit test instead of
     /// seven fields. What changes without the flow (the table's generation, the neighbour,
@@ -515,17 +517,18 @@ impl FlowState {
         self.bits & (LEAN << direction as u8) != 0
     }
 
-    /// Recomputes both directions' [`FlowState::lean`] bits from the state, for a flow of
-    /// IP protocol `protocol` that the SYN proxy opened (`proxied`: its sequence numbers
-    /// are translated, which only the general path does) or not.
+    /// Recomputes both directions' [`FlowState::lean`] bits from the state (as
+    /// [`FlowState::set_egress`] does), for a flow the SYN proxy opened (`proxied`: its
+    /// sequence numbers are translated, which only the general path does) or not. Lean:
+    /// TCP ESTABLISHED with its reply seen and assured, or no TCP state and assured (UDP;
+    /// an SCTP association, whose packets stage 1 never hands the lean path), and the
+    /// direction's egress known.
     #[inline]
-    pub fn refresh_lean(&mut self, protocol: u8, proxied: bool) {
-        const TCP: u8 = 6;
-        const UDP: u8 = 17;
+    pub fn refresh_lean(&mut self, proxied: bool) {
         let ok = !proxied
-            && match protocol {
-                TCP => self.tcp_state == TcpState::Established && self.seen_reply_and_assured(),
-                UDP => self.assured(),
+            && match self.tcp_state {
+                TcpState::Established => self.seen_reply_and_assured(),
+                TcpState::None => self.assured(),
                 _ => false,
             };
         // EGRESS_KNOWN of the original direction (bit 2) and of the reply (bit 4) into the
@@ -568,7 +571,8 @@ impl FlowState {
     }
 
     /// Records direction `direction`'s egress ([`FlowState::egress`]): interface `out`,
-    /// next hop on-link or not.
+    /// next hop on-link or not; and recomputes the lean bits ([`FlowState::refresh_lean`] of
+    /// a flow not proxied: the caller clears them for one the SYN proxy opened).
     #[inline]
     pub fn set_egress(&mut self, direction: Direction, out: u8, on_link: bool) {
         let d = direction as usize;
@@ -576,6 +580,7 @@ impl FlowState {
         let mask = (EGRESS_KNOWN | EGRESS_ON_LINK) << (2 * d);
         let set = (EGRESS_KNOWN | if on_link { EGRESS_ON_LINK } else { 0 }) << (2 * d);
         self.bits = (self.bits & !mask) | set;
+        self.refresh_lean(false);
     }
 }
 

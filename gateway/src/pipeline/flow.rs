@@ -272,16 +272,13 @@ pub(super) fn handle<A: Proxied>(
     let flow = A::conntrack(st).get(id);
     let frontend = frontend_index(table, st.table_epoch(table), &flow);
     let verdict = forward(now, frame, rx, st, id, &flow, dir, seg, frontend.map(|i| (i, table.generation() as u32)));
-    if let Verdict::Transmit { .. } = verdict {
-        if let Some(index) = frontend {
-            st.frontends.packet(index, dir == Direction::Original, seg.total);
-        }
-        // Which directions the lean path may take now (`super::lean`): set here, cleared by
-        // whatever changes the state. A SYN that just opened its flow left it in SYN_SENT,
-        // which takes none (and a new flow's bits are clear).
-        if !fresh_syn {
-            A::conntrack_mut(st).state_mut(id).refresh_lean(key.protocol, proxied);
-        }
+    if let (Verdict::Transmit { .. }, Some(index)) = (verdict, frontend) {
+        st.frontends.packet(index, dir == Direction::Original, seg.total);
+    }
+    // `forward` set the lean bits (`FlowState::set_egress`); a flow the SYN proxy opened
+    // never takes the lean path.
+    if proxied {
+        A::conntrack_mut(st).state_mut(id).refresh_lean(true);
     }
     if tracked == Tracked::ForwardThenRemove {
         remove_flow::<A>(st, id);
