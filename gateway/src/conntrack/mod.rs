@@ -53,7 +53,8 @@
 //!                       table_epoch u16 (the worker's number for the
 //!                       table the flow was validated against), tcp_state
 //!                       u8, bits u8 (seen_reply, assured, and per
-//!                       direction egress known and next hop on-link),
+//!                       direction egress known, next hop on-link and
+//!                       the lean path's verdict),
 //!                       links (arrival interface of each direction),
 //!                       egress interface of each direction (the lean
 //!                       path's precomputed route)                     16 B
@@ -348,10 +349,13 @@ pub struct FlowState {
     /// flow was never checked (or was adopted from a predecessor, or the worker's epochs
     /// wrapped: [`Conntrack::forget_table_epochs`]). Opaque to conntrack.
     pub table_epoch: u16,
-    /// TCP connection state ([`track_tcp`]); [`TcpState::None`] for other protocols.
-    pub tcp_state: TcpState,
-    /// `SEEN_REPLY`, `ASSURED` and the egress bits of both directions (`EGRESS_KNOWN`,
-    /// `EGRESS_ON_LINK`, shifted by `2 · direction`): read through the accessors.
+    /// TCP connection state ([`track_tcp`]); [`TcpState::None`] for other protocols. Read
+    /// and written through [`FlowState::tcp_state`] and [`FlowState::set_tcp_state`], which
+    /// keeps the lean bits true.
+    tcp_state: TcpState,
+    /// `SEEN_REPLY`, `ASSURED`, the egress bits of both directions (`EGRESS_KNOWN`,
+    /// `EGRESS_ON_LINK`, shifted by `2 · direction`) and the lean bits (`LEAN`, shifted by
+    /// `direction`): read through the accessors.
     bits: u8,
     /// The interfaces (indices into the host's interfaces: a port and VLAN) on which each
     /// direction arrives; opaque to conntrack. The pipeline drops a packet of either tuple
@@ -372,6 +376,11 @@ const EGRESS_KNOWN: u8 = 1 << 2;
 /// [`FlowState`] bit, shifted by `2 · direction`: the direction's next hop is its
 /// destination (a connected subnet), else the family's router.
 const EGRESS_ON_LINK: u8 = 1 << 3;
+/// [`FlowState`] bit, shifted by `direction`: the direction may take the lean path
+/// ([`FlowState::lean`]).
+const LEAN: u8 = 1 << 6;
+/// Both directions' [`LEAN`] bits.
+const LEAN_BOTH: u8 = LEAN | LEAN << 1;
 
 impl fmt::Debug for FlowState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -424,6 +433,8 @@ impl FlowState {
     /// adopted from a predecessor's region ([`Conntrack::persistent`]).
     pub fn forget_process_state(&mut self) {
         self.table_epoch = Self::NEVER_VALIDATED;
+        // What the writer knew of its SYN proxy's flows is gone with it.
+        self.bits &= !LEAN_BOTH;
     }
 
     /// The state of a new flow: entered by front door `frontend` of the table of worker
@@ -456,10 +467,10 @@ impl FlowState {
         self.bits & SEEN_REPLY != 0
     }
 
-    /// Sets or clears [`FlowState::seen_reply`].
+    /// Sets or clears [`FlowState::seen_reply`] (clearing it clears the lean bits).
     #[inline]
     pub fn set_seen_reply(&mut self, seen: bool) {
-        self.bits = (self.bits & !SEEN_REPLY) | if seen { SEEN_REPLY } else { 0 };
+        self.bits = if seen { self.bits | SEEN_REPLY } else { self.bits & !(SEEN_REPLY | LEAN_BOTH) };
     }
 
     /// Whether the flow is worth keeping under pressure (Linux `IPS_ASSURED`: TCP
@@ -470,10 +481,74 @@ impl FlowState {
         self.bits & ASSURED != 0
     }
 
-    /// Sets or clears [`FlowState::assured`].
+    /// Sets or clears [`FlowState::assured`] (clearing it clears the lean bits).
     #[inline]
     pub fn set_assured(&mut self, assured: bool) {
-        self.bits = (self.bits & !ASSURED) | if assured { ASSURED } else { 0 };
+        self.bits = if assured { self.bits | ASSURED } else { self.bits & !(ASSURED | LEAN_BOTH) };
+    }
+
+    /// The TCP connection state ([`track_tcp`]); [`TcpState::None`] for other protocols
+    /// (SCTP keeps its closed state here: [`TcpState::Close`]).
+    #[inline]
+    #[must_use]
+    pub fn tcp_state(&self) -> TcpState {
+        self.tcp_state
+    }
+
+    /// Sets the TCP connection state; any state but ESTABLISHED clears the lean bits.
+    #[inline]
+    pub fn set_tcp_state(&mut self, state: TcpState) {
+        self.tcp_state = state;
+        if state != TcpState::Established {
+            self.bits &= !LEAN_BOTH;
+        }
+    }
+
+    /// Whether packets of `direction` may take the lean established path
+    /// (`pipeline::lean`): the flow is TCP, ESTABLISHED, its reply seen and assured, or UDP
+    /// and assured; it is not one the SYN proxy opened; and the direction's egress is known
+    /// ([`FlowState::egress`]). Recomputed ([`FlowState::refresh_lean`]) whenever the
+    /// general path records an egress ([`FlowState::set_egress`]: every packet it forwards),
+    /// then cleared by the general path for a proxied flow; every setter that takes one of
+    /// these away clears it
+    /// ([`FlowState::set_tcp_state`], [`FlowState::set_assured`],
+    /// [`FlowState::set_seen_reply`]), so it implies them all: one bit test instead of
+    /// seven fields. What changes without the flow (the table's generation, the neighbour,
+    /// the deadline, the arrival link) the lean path still checks itself.
+    #[inline]
+    #[must_use]
+    pub fn lean(&self, direction: Direction) -> bool {
+        self.bits & (LEAN << direction as u8) != 0
+    }
+
+    /// Recomputes both directions' [`FlowState::lean`] bits from the state (as
+    /// [`FlowState::set_egress`] does), for a flow the SYN proxy opened (`proxied`: its
+    /// sequence numbers are translated, which only the general path does) or not. Lean:
+    /// TCP ESTABLISHED with its reply seen and assured, or no TCP state and assured (UDP;
+    /// an SCTP association, whose packets stage 1 never hands the lean path), and the
+    /// direction's egress known.
+    #[inline]
+    pub fn refresh_lean(&mut self, proxied: bool) {
+        let ok = !proxied
+            && match self.tcp_state {
+                TcpState::Established => self.seen_reply_and_assured(),
+                TcpState::None => self.assured(),
+                _ => false,
+            };
+        // EGRESS_KNOWN of the original direction (bit 2) and of the reply (bit 4) into the
+        // LEAN bits (6 and 7).
+        let known = (self.bits >> 2) & 1 | (self.bits >> 3) & 2;
+        self.bits = (self.bits & !LEAN_BOTH) | if ok { known * LEAN } else { 0 };
+    }
+
+    /// [`FlowState::egress`] of a direction whose [`FlowState::lean`] bit is set (so its
+    /// egress is known): the egress interface and whether the next hop is on-link.
+    #[inline]
+    #[must_use]
+    pub fn lean_egress(&self, direction: Direction) -> (u8, bool) {
+        let d = direction as usize;
+        debug_assert!(self.lean(direction));
+        (self.egress_out[d], self.bits & (EGRESS_ON_LINK << (2 * d)) != 0)
     }
 
     /// Whether the reply direction has been seen and the flow is assured, in one test (the
@@ -500,7 +575,8 @@ impl FlowState {
     }
 
     /// Records direction `direction`'s egress ([`FlowState::egress`]): interface `out`,
-    /// next hop on-link or not.
+    /// next hop on-link or not; and recomputes the lean bits ([`FlowState::refresh_lean`] of
+    /// a flow not proxied: the caller clears them for one the SYN proxy opened).
     #[inline]
     pub fn set_egress(&mut self, direction: Direction, out: u8, on_link: bool) {
         let d = direction as usize;
@@ -508,6 +584,7 @@ impl FlowState {
         let mask = (EGRESS_KNOWN | EGRESS_ON_LINK) << (2 * d);
         let set = (EGRESS_KNOWN | if on_link { EGRESS_ON_LINK } else { 0 }) << (2 * d);
         self.bits = (self.bits & !mask) | set;
+        self.refresh_lean(false);
     }
 }
 

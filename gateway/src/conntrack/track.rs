@@ -146,7 +146,7 @@ pub fn track_tcp(
     now_ns: u64,
     timeouts: &Timeouts,
 ) -> Tracked {
-    let old = state.tcp_state;
+    let old = state.tcp_state();
     let segment = Segment::of(seg.flags);
     let new = match tcp::transition(old, direction, segment) {
         Transition::Invalid => return Tracked::Invalid,
@@ -189,7 +189,7 @@ fn advance(
         }
         Fit::OutOfWindow => return Tracked::OutOfWindow,
     }
-    state.tcp_state = new;
+    state.set_tcp_state(new);
     let mut timeout = if segment == Segment::Rst { timeouts.tcp_close_ns } else { timeouts.tcp(new) };
     if !state.seen_reply() {
         if segment == Segment::Rst {
@@ -227,8 +227,10 @@ pub fn open_tcp(
     now_ns: u64,
     timeouts: &Timeouts,
 ) -> Tracked {
-    debug_assert!(state.tcp_state == TcpState::None && Segment::of(seg.flags) == Segment::Syn);
+    debug_assert!(state.tcp_state() == TcpState::None && Segment::of(seg.flags) == Segment::Syn);
+    debug_assert!(!state.lean(Direction::Original) && !state.lean(Direction::Reply), "a new flow's lean bits");
     windows.open_original(seg);
+    // A new flow's lean bits are clear: the field itself, not `set_tcp_state`'s clearing.
     state.tcp_state = TcpState::SynSent;
     state.deadline = Deadline::after(now_ns, timeouts.tcp(TcpState::SynSent));
     Tracked::Forward

@@ -111,7 +111,7 @@ fn endpoint_of_flow<A: Address + Into<IpAddr>>(flow: &Flow<A>) -> Endpoint {
 #[inline]
 pub(super) fn is_active(protocol: u8, state: &FlowState) -> bool {
     match IpProtocol::from(protocol) {
-        IpProtocol::Tcp => state.tcp_state == TcpState::Established,
+        IpProtocol::Tcp => state.tcp_state() == TcpState::Established,
         IpProtocol::Sctp => state.assured(),
         _ => false,
     }

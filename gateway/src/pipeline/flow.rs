@@ -220,6 +220,8 @@ pub(super) fn handle<A: Proxied>(
     // (`endpoint_syn_ack`: the flow's original tuple).
     let l4 = rx.l2_len + seg.l4_offset..rx.l2_len + seg.total;
     let (mut ack_delta, mut endpoint_syn_ack) = (None, None);
+    // A flow the SYN proxy opened never takes the lean path (`FlowState::refresh_lean`).
+    let mut proxied = opened_by_cookie;
     if !opened_by_cookie && seg.proto == IpProtocol::Tcp && synproxy::any::<A>(st) {
         fresh_syn = false;
         let original = if dir == Direction::Original { key } else { A::conntrack(st).get(id).original };
@@ -227,6 +229,7 @@ pub(super) fn handle<A: Proxied>(
         let before = synproxy::before_track(frame, rx, st, &original, &key, dir, &mut tcp, l4.clone());
         translated = Segment { tcp, ..*seg };
         seg = &translated;
+        proxied = before.is_some();
         match before {
             None => {}
             Some(Before::Track { ack_delta: d }) => ack_delta = d,
@@ -245,6 +248,7 @@ pub(super) fn handle<A: Proxied>(
             Err(v) => return v,
         };
         st.synproxy.forget(&key);
+        proxied = false;
         tracked = track(now, st, id, Direction::Original, seg);
     }
     match tracked {
@@ -271,6 +275,11 @@ pub(super) fn handle<A: Proxied>(
     let verdict = forward(now, frame, rx, st, id, &flow, dir, seg, frontend.map(|i| (i, table.generation() as u32)));
     if let (Verdict::Transmit { .. }, Some(index)) = (verdict, frontend) {
         st.frontends.packet(index, dir == Direction::Original, seg.total);
+    }
+    // `forward` set the lean bits (`FlowState::set_egress`); a flow the SYN proxy opened
+    // never takes the lean path.
+    if proxied {
+        A::conntrack_mut(st).state_mut(id).refresh_lean(true);
     }
     if tracked == Tracked::ForwardThenRemove {
         remove_flow::<A>(st, id);

@@ -16,14 +16,17 @@
 //!   [`crate::conntrack::Conntrack::lookup_candidate`] confirms), its deadline has not
 //!   passed, and the frame arrived on the link of its direction (`wrong_link`);
 //! - the flow was validated against this very table generation (a newer table revalidates
-//!   the endpoint and the front door's counter index on the general path), and the
-//!   direction's egress has been routed before ([`crate::conntrack::FlowState::egress`]: interface
-//!   and whether the next hop is the destination or the router; routes never change);
-//! - TCP: the flow is not one the SYN proxy opened (its sequence numbers are translated:
-//!   `super::synproxy`), it is ESTABLISHED and assured, the segment's flags are ACK without SYN,
-//!   FIN or RST, and it fits the windows as [`window::check_ack`] decides (Linux's
-//!   `tcp_in_window` bounds and updates, the same as [`window::check`] for such a segment);
-//!   UDP: the flow is assured (a reply was seen and answered: the stream timeout);
+//!   the endpoint and the front door's counter index on the general path);
+//! - the direction's lean bit is set ([`crate::conntrack::FlowState::lean`], one bit kept
+//!   by the general path and the state's setters): the direction's egress has been routed
+//!   before ([`crate::conntrack::FlowState::egress`]: interface and whether the next hop is
+//!   the destination or the router; routes never change); TCP: the flow is not one the SYN
+//!   proxy opened (its sequence numbers are translated: `super::synproxy`) and is
+//!   ESTABLISHED and assured; UDP: the flow is assured (a reply was seen and answered: the
+//!   stream timeout);
+//! - TCP: the segment's flags are ACK without SYN, FIN or RST, and it fits the windows as
+//!   [`window::check_ack`] decides (Linux's `tcp_in_window` bounds and updates, the same as
+//!   [`window::check`] for such a segment);
 //! - the next hop's neighbour entry is resolved and recent (an old one is refreshed by the
 //!   general path, which queues the request), and the egress interface's link-layer
 //!   header has the received one's length (a VLAN tag added or removed moves the packet:
@@ -39,7 +42,7 @@ use super::hint::LeanFrame;
 use super::link;
 use super::resolve::NEIGHBOUR_REFRESH_NS;
 use super::{Verdict, WorkerState};
-use crate::conntrack::{window, Deadline, Direction, TcpState};
+use crate::conntrack::{window, Deadline, Direction};
 use crate::host::HostAddr;
 use crate::nat::{self, Rewrite};
 use crate::table::Table;
@@ -102,32 +105,24 @@ fn forward_in<const ORIGINAL: bool>(
     k: &BurstConstants,
     st: &mut WorkerState,
 ) -> Option<Verdict> {
-    let WorkerState { conntrack, host, neighbours, counters, frontends, synproxy, .. } = st;
+    let WorkerState { conntrack, host, neighbours, counters, frontends, .. } = st;
     let LeanFrame { key, id, seg, .. } = lean;
     debug_assert!(seg.is_lean(), "a lean frame's segment");
     debug_assert_eq!(lean.direction == Direction::Original, ORIGINAL);
     let direction = if ORIGINAL { Direction::Original } else { Direction::Reply };
     let id = *id;
     let (state, mut windows, out) = conntrack.lean(id, direction, key)?;
-    if state.deadline.is_due_ms(k.now_ms) || state.links.of(direction) != seg.iface || state.table_epoch != k.epoch {
+    // The flow's state, its SYN proxy status and the direction's egress in one bit
+    // (`FlowState::lean`); what changes without the flow, here.
+    if !state.lean(direction)
+        || state.deadline.is_due_ms(k.now_ms)
+        || state.links.of(direction) != seg.iface
+        || state.table_epoch != k.epoch
+    {
         return None;
     }
-    let (out_iface, on_link) = state.egress(direction)?;
+    let (out_iface, on_link) = state.lean_egress(direction);
     let tcp = key.protocol == u8::from(IpProtocol::Tcp);
-    if tcp {
-        if state.tcp_state != TcpState::Established || !state.seen_reply_and_assured() {
-            return None;
-        }
-        // A flow the SYN proxy opened has its sequence numbers translated: the general path.
-        if !synproxy.adjust.is_empty() {
-            let original = if direction == Direction::Original { *key } else { out.reversed() };
-            if synproxy.adjust.contains_key(&original) {
-                return None;
-            }
-        }
-    } else if !state.assured() {
-        return None;
-    }
     let hop = if on_link { out.dst_addr } else { <Ipv4Addr as HostAddr>::router(host)?.0 };
     let n = neighbours.lookup(hop)?;
     // `now − updated_ns > NEIGHBOUR_REFRESH_NS` (saturating; a static entry never), with

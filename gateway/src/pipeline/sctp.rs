@@ -76,9 +76,9 @@ pub(super) fn parse(l4: &[u8], csum_partial: bool) -> Result<(u16, u16, Chunks),
 /// Applies an SCTP packet travelling in direction `dir` with `chunks` to a tracked flow at
 /// `now`: closed state, idle deadline, `seen_reply`, `assured`.
 pub(super) fn track(state: &mut FlowState, dir: Direction, chunks: Chunks, now: u64) {
-    let was_closed = state.tcp_state == TcpState::Close;
+    let was_closed = state.tcp_state() == TcpState::Close;
     let (timeout, closed) = timeout_ns(was_closed, state.seen_reply(), chunks);
-    state.tcp_state = if closed { TcpState::Close } else { TcpState::None };
+    state.set_tcp_state(if closed { TcpState::Close } else { TcpState::None });
     state.deadline = Deadline::after(now, timeout);
     state.set_assured(state.seen_reply() && !closed);
     // Like Linux's IPS_SEEN_REPLY: set after the tracker ran, so the first answer still

@@ -115,7 +115,7 @@ fn a_flow_created_early_in_a_burst_is_found_later_in_it() {
     let verdicts = run_burst(0, &[(&syn, FRONT), (&syn_ack, BACK), (&ack, FRONT)], &t, &mut st);
     assert!(verdicts.iter().all(|v| matches!(v, Verdict::Transmit { .. })), "{verdicts:?}");
     let (id, flow) = st.conntrack.iter().next().unwrap();
-    assert_eq!(flow.state.tcp_state, crate::conntrack::TcpState::Established);
+    assert_eq!(flow.state.tcp_state(), crate::conntrack::TcpState::Established);
     assert_eq!(st.conntrack.len(), 1, "{id}");
 }
 

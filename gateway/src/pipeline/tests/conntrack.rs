@@ -88,7 +88,7 @@ impl Conn {
     /// Checks the flow's TCP state and that its deadline is `timeout_ns` after `now`.
     fn expect(&self, state: TcpState, now: u64, timeout_ns: u64) {
         let s = self.st.conntrack.state(self.flow_id());
-        assert_eq!(s.tcp_state, state);
+        assert_eq!(s.tcp_state(), state);
         assert_eq!(s.deadline, Deadline::after(now, timeout_ns), "{} deadline", state.name());
     }
 
@@ -262,7 +262,7 @@ fn a_client_syn_reopens_a_time_wait_flow_with_the_endpoint_chosen_anew() {
     assert_ne!(backend_of(&out), ip(BACKEND));
     assert_eq!(c.st.counters.new_flows, 2);
     let id = c.flow_id();
-    assert_eq!(c.st.conntrack.state(id).tcp_state, TcpState::SynSent);
+    assert_eq!(c.st.conntrack.state(id).tcp_state(), TcpState::SynSent);
     assert_eq!(c.st.conntrack.get(id).reply.src_addr, backend_of(&out));
 }
 
@@ -386,14 +386,14 @@ fn half_open_flows_give_way_per_endpoint_when_its_snat_ports_run_out() {
     // Endpoint 1's flows are all established now, endpoint 2's one closing and three half-open.
     for (_, _, id) in flows_to(&st, e1) {
         let s = st.conntrack.state_mut(id);
-        s.tcp_state = TcpState::Established;
+        s.set_tcp_state(TcpState::Established);
         s.set_seen_reply(true);
         s.set_assured(true);
     }
     let e2_flows = flows_to(&st, e2);
     let oldest_e2 = e2_flows.iter().min_by_key(|f| st.conntrack.state(f.2).deadline.remaining_ms(SEC)).unwrap().2;
     let s = st.conntrack.state_mut(oldest_e2);
-    s.tcp_state = TcpState::FinWait;
+    s.set_tcp_state(TcpState::FinWait);
     s.set_seen_reply(true);
     s.set_assured(true);
     // New SYNs: to endpoint 1 refused (nothing there may go), to endpoint 2 admitted in place

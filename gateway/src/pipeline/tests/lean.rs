@@ -1,15 +1,18 @@
 //! The lean established path (`super::lean`) against the general path: established TCP
-//! connections (real handshakes, sequence numbers that advance as the segments carry data)
-//! and assured UDP flows, then random traffic on them — in-window data both ways, segments
-//! outside the window or acknowledging unsent data, FIN, RST, SYN, TTL 1, a corrupted IPv4
-//! header, the wrong link, an expired neighbour — through [`process_burst`] (which takes
-//! the lean path where it may) on one worker and [`process`] frame by frame on another. The
-//! two must agree on every verdict, every output byte, the counters (per front door too),
-//! every flow and its TCP windows; and the lean path must have taken most frames.
+//! connections (real handshakes, sequence numbers that advance as the segments carry data),
+//! connections the SYN proxy opened (cookie handshakes, numbers translated) and assured UDP
+//! flows, then random traffic on them — in-window data both ways, segments outside the
+//! window or acknowledging unsent data, FIN, RST, SYN, TTL 1, a corrupted IPv4 header, the
+//! wrong link, an expired neighbour, a neighbour's new MAC, a new table (the same endpoints,
+//! or one fewer) — through [`process_burst`] (which takes the lean path where it may,
+//! as each flow's lean bits say: `FlowState::lean`) on one worker and [`process`] frame by
+//! frame on another. The two must agree on every verdict, every output byte, the counters
+//! (per front door too), every flow and its TCP windows.
 
 use proptest::prelude::*;
 
 use super::*;
+use crate::conntrack::synproxy::SynProxy;
 use crate::conntrack::Direction;
 use crate::pipeline::hint::LeanSegment;
 
@@ -24,6 +27,9 @@ struct Conn {
     backend: Ipv4Addr,
     snat_port: u16,
     next: [u32; 2],
+    /// The endpoint's ISN less the SYN proxy's cookie (0 unless the proxy opened it): the
+    /// client acknowledges the endpoint's numbers less this.
+    delta: u32,
 }
 
 /// Runs `frame` (arriving on `iface`) through `process` on both workers, checks they agree
@@ -67,10 +73,57 @@ fn open(t: &Table, a: &mut WorkerState, b: &mut WorkerState, n: u16) -> Vec<Conn
                 both(0, &frames::udp(back, from_backend, (SNAT, snat_port), b"r", 64), BACK, t, a, b);
                 both(0, &frames::udp(to_gw(), client, (VIP, 80), b"q", 64), FRONT, t, a, b);
             }
-            conns.push(Conn { tcp, client_port: client.1, backend, snat_port, next: [1001, 5001] });
+            conns.push(Conn { tcp, client_port: client.1, backend, snat_port, next: [1001, 5001], delta: 0 });
         }
     }
     conns
+}
+
+/// Turns on both workers' SYN proxy (every SYN answered with a cookie) and opens `n` TCP
+/// connections through it: SYN, cookie SYN-ACK, the client's ACK turned into the SYN to the
+/// endpoint, the endpoint's SYN-ACK answered by the gateway. Their numbers are translated
+/// from then on, which only the general path does.
+fn open_proxied(t: &Table, a: &mut WorkerState, b: &mut WorkerState, n: u16) -> Vec<Conn> {
+    for st in [&mut *a, &mut *b] {
+        st.synproxy = SynProxy::new(true, 0, 64, 11);
+    }
+    let mut conns = Vec::new();
+    for i in 0..n {
+        let client = (CLIENT.0, 43_000 + i);
+        let out = both(0, &frames::tcp(to_gw(), client, (VIP, 80), TcpFlags::SYN, 1000, 0, b"", 64), FRONT, t, a, b);
+        let cookie = u32::from_be_bytes([out[38], out[39], out[40], out[41]]);
+        let ack = frames::tcp(to_gw(), client, (VIP, 80), TcpFlags::ACK, 1001, cookie.wrapping_add(1), b"", 64);
+        let out = both(0, &ack, FRONT, t, a, b);
+        let backend = backend_of(&out);
+        let snat_port = u16::from_be_bytes([out[34], out[35]]);
+        let back = L2 { src: backend_mac(backend.octets()[3]), ..BACK_L2 };
+        let syn_ack = TcpFlags(TcpFlags::SYN.0 | TcpFlags::ACK.0);
+        both(0, &frames::tcp(back, (backend, 8080), (SNAT, snat_port), syn_ack, 5000, 1001, b"", 64), BACK, t, a, b);
+        let delta = 5000u32.wrapping_sub(cookie);
+        conns.push(Conn { tcp: true, client_port: client.1, backend, snat_port, next: [1001, 5001], delta });
+    }
+    conns
+}
+
+/// What changes between two bursts besides the traffic.
+#[derive(Clone, Copy, Debug)]
+enum Event {
+    Nothing,
+    /// A new table generation with the same endpoints (every flow revalidated).
+    SameTable,
+    /// A new table without endpoint 10.70.0.13 (its flows reset or steered anew).
+    EndpointGone,
+    /// Endpoint 10.70.0.11's neighbour entry learns a new MAC.
+    NewMac(u8),
+}
+
+fn arb_event() -> impl Strategy<Value = Event> {
+    prop_oneof![
+        6 => Just(Event::Nothing),
+        1 => Just(Event::SameTable),
+        1 => Just(Event::EndpointGone),
+        1 => any::<u8>().prop_map(Event::NewMac),
+    ]
 }
 
 /// What a random frame does to its connection.
@@ -118,6 +171,9 @@ fn frame(conn: &mut Conn, reply: bool, variant: Variant) -> (Vec<u8>, u8) {
         ((CLIENT.0, conn.client_port), (VIP, 80), to_gw(), FRONT)
     };
     let (mut seq, mut ack) = (conn.next[d], conn.next[1 - d]);
+    if !reply {
+        ack = ack.wrapping_sub(conn.delta);
+    }
     let mut flags = TcpFlags::ACK;
     let mut payload = Vec::new();
     let mut ttl = 64;
@@ -156,20 +212,34 @@ proptest! {
     #[test]
     fn the_lean_path_agrees_with_the_general_path(
         steps in prop::collection::vec(
-            prop::collection::vec((any::<prop::sample::Index>(), any::<bool>(), arb_variant()), 0..40),
+            (prop::collection::vec((any::<prop::sample::Index>(), any::<bool>(), arb_variant()), 0..40), arb_event()),
             1..8,
         ),
         pause_s in 0u64..40,
     ) {
-        let t = table(&["10.70.0.11", "10.70.0.12", "10.70.0.13"]);
+        let mut t = table(&["10.70.0.11", "10.70.0.12", "10.70.0.13"]);
         let (mut a, mut b) = (state(0, 1), state(0, 1));
         let mut conns = open(&t, &mut a, &mut b, 4);
-        for (n, burst) in steps.iter().enumerate() {
+        conns.extend(open_proxied(&t, &mut a, &mut b, 2));
+        for (n, (burst, event)) in steps.iter().enumerate() {
             // Bursts a few seconds apart; the neighbours were learned at 0 and go stale at 60 s.
             let now = (n as u64 * pause_s + 1) * SEC;
+            match *event {
+                Event::Nothing => {}
+                Event::SameTable => t = table(&["10.70.0.11", "10.70.0.12", "10.70.0.13"]),
+                Event::EndpointGone => t = table(&["10.70.0.11", "10.70.0.12"]),
+                Event::NewMac(m) => {
+                    for st in [&a, &b] {
+                        st.neighbours.learn(Ipv4Addr::new(10, 70, 0, 11), MacAddr([0x02, 0, 0, 0, 0x7e, m]), now);
+                    }
+                }
+            }
             let input: Vec<(Vec<u8>, u8)> = burst
                 .iter()
-                .map(|(i, reply, v)| frame(&mut conns[i.index(8)], *reply, *v))
+                .map(|(i, reply, v)| {
+                    let k = i.index(conns.len());
+                    frame(&mut conns[k], *reply, *v)
+                })
                 .collect();
             let mut bufs: Vec<[u8; 256]> = input
                 .iter()

@@ -132,7 +132,7 @@ fn a_cookie_handshake_opens_the_connection_and_translates_it_both_ways() {
         })
         .unwrap()
         .0;
-    assert_eq!(st.conntrack.state(id).tcp_state, TcpState::Established);
+    assert_eq!(st.conntrack.state(id).tcp_state(), TcpState::Established);
 
     // Client data: its ACK (of the cookie's numbering) into the endpoint's — in a burst,
     // where the lean path must leave a proxied flow to the general path.

@@ -74,5 +74,5 @@ fn an_ipv6_flow_created_early_in_a_burst_is_found_later_in_it() {
     assert!(verdicts.iter().all(|v| matches!(v, Verdict::Transmit { .. })), "{verdicts:?}");
     assert_eq!(st.conntrack6.len(), 1);
     let (_, flow) = st.conntrack6.iter().next().unwrap();
-    assert_eq!(flow.state.tcp_state, crate::conntrack::TcpState::Established);
+    assert_eq!(flow.state.tcp_state(), crate::conntrack::TcpState::Established);
 }
