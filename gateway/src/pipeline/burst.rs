@@ -82,8 +82,8 @@ enum Ahead {
 /// Processes a burst: `verdicts[i]` becomes what `process(now, frames[i], metas[i], ..)`
 /// returns, frame by frame in order, for the first `min(frames, metas, verdicts)` frames;
 /// the state ends as `process` would leave it. Pure in the same sense as [`process`]: no
-/// I/O, no clock, no allocation (the hints live in `st`: [`PREFETCH_WINDOW`] slots and an
-/// empty one).
+/// I/O, no clock, no allocation (the hints live in `st`: two chunks' [`PREFETCH_WINDOW`]
+/// slots and an empty one).
 /// See the module documentation for what it does before processing.
 pub fn process_burst<B: AsMut<[u8]>>(
     now: u64,

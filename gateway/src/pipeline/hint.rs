@@ -1,7 +1,7 @@
 //! What [`super::process_burst`] finds ahead of [`super::process`] for a frame, and where
 //! it keeps it: the hints ([`FrameHints`]: flow key and hash, the flow or vacancy found
 //! ahead, route, a new flow's front door and endpoint), which the flow path confirms or
-//! ignores; the ring of [`PREFETCH_WINDOW`] slots in `WorkerState::hints` that holds them;
+//! ignores; the slots in `WorkerState::hints` that hold them (two chunks' worth);
 //! and [`ports`], the transport header read both families' early flow-key parse
 //! (`ipv4::flow_key`, `ipv6::flow_key`) shares. A leaf of the pipeline: the state, the
 //! per-family parsers and the flow path use it without using [`super::burst`].
