@@ -20,6 +20,13 @@ use crate::wire::vlan::VID_MAX;
 use torii_table::config::{invalid, Common};
 pub use torii_table::config::{ConfigError, EMBEDDED_DEFAULT};
 pub use torii_table::shm::MAX_WORKERS;
+
+/// `neighbour_capacity` when absent: a flat pod network puts each pod on the gateway's links
+/// behind one entry, so well above Linux's default `gc_thresh3` (1 024), which large
+/// Kubernetes clusters raise; 1 MiB of table.
+pub const DEFAULT_NEIGHBOUR_CAPACITY: usize = 16_384;
+/// The largest `neighbour_capacity` (256 MiB of table).
+pub const MAX_NEIGHBOUR_CAPACITY: usize = 1 << 22;
 pub use torii_table::IpCidr;
 
 /// An IPv4 address with its prefix length, as written `198.51.100.1/24`.
@@ -488,6 +495,10 @@ pub struct Config {
     pub router6: Option<Router6>,
     /// Static neighbours.
     pub neighbours: Vec<StaticNeighbour>,
+    /// Neighbours (next hops, on-link endpoints and clients) the shared neighbour table
+    /// holds ([`crate::neighbour::Neighbours::new`]; default [`DEFAULT_NEIGHBOUR_CAPACITY`],
+    /// 1..=[`MAX_NEIGHBOUR_CAPACITY`], at least the static neighbours).
+    pub neighbour_capacity: usize,
     /// Source NAT.
     pub snat: Snat,
     /// Connection tracking.
@@ -534,6 +545,8 @@ struct RawConfig {
     router6: Option<RawRouter>,
     #[serde(default)]
     neighbours: Vec<RawNeighbour>,
+    #[serde(default = "default_neighbour_capacity")]
+    neighbour_capacity: usize,
     snat: RawSnat,
     #[serde(default)]
     conntrack: RawConntrack,
@@ -556,6 +569,9 @@ struct RawMetrics {
 
 fn default_driver() -> Driver {
     Driver::AfPacket
+}
+fn default_neighbour_capacity() -> usize {
+    DEFAULT_NEIGHBOUR_CAPACITY
 }
 fn default_workers() -> usize {
     1
@@ -908,6 +924,18 @@ impl Config {
                 })?,
             });
         }
+        if raw.neighbour_capacity == 0 || raw.neighbour_capacity > MAX_NEIGHBOUR_CAPACITY {
+            return Err(invalid(
+                "neighbour_capacity",
+                format!("{} is out of range 1..={MAX_NEIGHBOUR_CAPACITY}", raw.neighbour_capacity),
+            ));
+        }
+        if neighbours.len() > raw.neighbour_capacity {
+            return Err(invalid(
+                "neighbour_capacity",
+                format!("{} cannot hold the {} static neighbours", raw.neighbour_capacity, neighbours.len()),
+            ));
+        }
         check_address_collisions(&raw)?;
         if raw.snat.addresses.is_empty() {
             return Err(invalid("snat.addresses", "at least one SNAT address is required"));
@@ -1021,6 +1049,7 @@ impl Config {
             router,
             router6,
             neighbours,
+            neighbour_capacity: raw.neighbour_capacity,
             snat: Snat {
                 addresses: snat_addrs,
                 addresses6: snat_addrs6,
@@ -1086,6 +1115,25 @@ mod tests {
         let bad = EMBEDDED_DEFAULT.replacen("[snat]\n", "[snat]\nbogus_key = 1\n", 1);
         let e = Config::from_toml(&bad).unwrap_err().to_string();
         assert!(e.contains("bogus_key"), "{e}");
+    }
+
+    #[test]
+    fn neighbour_capacity_is_checked() {
+        assert_eq!(Config::embedded_default().neighbour_capacity, DEFAULT_NEIGHBOUR_CAPACITY);
+        let without = EMBEDDED_DEFAULT.replacen("neighbour_capacity = 16384\n", "", 1);
+        assert_eq!(Config::from_toml(&without).unwrap().neighbour_capacity, DEFAULT_NEIGHBOUR_CAPACITY);
+        let with =
+            |n: &str| EMBEDDED_DEFAULT.replacen("neighbour_capacity = 16384", &format!("neighbour_capacity = {n}"), 1);
+        assert_eq!(Config::from_toml(&with("100000")).unwrap().neighbour_capacity, 100_000);
+        for bad in ["0", "4194305"] {
+            let e = Config::from_toml(&with(bad)).unwrap_err().to_string();
+            assert!(e.contains("neighbour_capacity") && e.contains("out of range"), "{e}");
+        }
+        let two = "[[neighbours]]\naddress = \"10.70.0.11\"\nmac = \"02:00:00:00:00:11\"\n\
+                   [[neighbours]]\naddress = \"10.70.0.12\"\nmac = \"02:00:00:00:00:12\"\n";
+        let e = Config::from_toml(&format!("{}\n{two}", with("1"))).unwrap_err().to_string();
+        assert!(e.contains("neighbour_capacity: 1 cannot hold the 2 static neighbours"), "{e}");
+        assert_eq!(Config::from_toml(&format!("{}\n{two}", with("2"))).unwrap().neighbours.len(), 2);
     }
 
     #[test]

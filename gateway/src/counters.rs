@@ -298,6 +298,9 @@ pub struct Counters {
     /// Ignored SYNs overwritten in the full side table before they aged out
     /// (`conntrack::resync`; copied from the conntrack tables when the worker reports).
     pub tcp_ignored_syns_overwritten: u64,
+    /// Neighbours (ARP, Neighbor Discovery, on-link clients) not learned because the
+    /// neighbour table was full (`neighbour_capacity`): their frames wait on resolution.
+    pub neighbours_not_learned: u64,
     /// Drops, indexed by `DropReason as usize`.
     pub drops: [u64; DropReason::ALL.len()],
 }
@@ -333,6 +336,7 @@ impl Default for Counters {
             bad_l4_checksums_passed: 0,
             tcp_resyncs: 0,
             tcp_ignored_syns_overwritten: 0,
+            neighbours_not_learned: 0,
             drops: [0; DropReason::ALL.len()],
         }
     }
@@ -410,6 +414,11 @@ impl Counters {
             "Ignored SYNs overwritten in the full side table before they aged out.",
             self.tcp_ignored_syns_overwritten,
         );
+        f(
+            "neighbours_not_learned",
+            "Neighbours not learned because the neighbour table was full (raise neighbour_capacity).",
+            self.neighbours_not_learned,
+        );
     }
 
     /// Adds `other` into `self` (totals over workers).
@@ -441,6 +450,7 @@ impl Counters {
         self.bad_l4_checksums_passed += other.bad_l4_checksums_passed;
         self.tcp_resyncs += other.tcp_resyncs;
         self.tcp_ignored_syns_overwritten += other.tcp_ignored_syns_overwritten;
+        self.neighbours_not_learned += other.neighbours_not_learned;
         for (a, b) in self.drops.iter_mut().zip(other.drops) {
             *a += b;
         }
@@ -622,6 +632,7 @@ mod tests {
             l2_announcements: 25,
             tcp_resyncs: 26,
             tcp_ignored_syns_overwritten: 27,
+            neighbours_not_learned: 28,
             drops: [0; DropReason::ALL.len()],
         };
         let mut seen = Vec::new();
@@ -630,12 +641,12 @@ mod tests {
             assert!(!help.is_empty() && names.insert(name), "{name}");
             seen.push(v);
         });
-        assert_eq!(seen, (1..=27).collect::<Vec<u64>>());
+        assert_eq!(seen, (1..=28).collect::<Vec<u64>>());
         let mut total = Counters::default();
         total.add(&c);
         total.add(&c);
         let mut doubled = Vec::new();
         total.for_each(|_, _, v| doubled.push(v));
-        assert_eq!(doubled, (1..=27).map(|v| 2 * v).collect::<Vec<u64>>(), "add sums every counter");
+        assert_eq!(doubled, (1..=28).map(|v| 2 * v).collect::<Vec<u64>>(), "add sums every counter");
     }
 }

@@ -202,7 +202,7 @@ where
         tracing::info!(interface = %iface.label(), %mac, vlan = ?iface.vlan, addresses = ?addrs, "interface");
     }
     let host = Arc::new(Host::new(config, &macs));
-    let mut shared = Shared::new(4096, config.conntrack.capacity * workers);
+    let mut shared = Shared::new(config.neighbour_capacity, config.conntrack.capacity * workers);
     if config.l2.is_some() {
         // L2 mode: answer ARP/NDP for no VIP until torii-control says which are ours.
         shared.l2 = Arc::new(torii_gateway::l2::Owners::l2());

@@ -31,8 +31,11 @@ pub(super) fn handle(now: u64, frame: &mut [u8], rx: &Rx, table: &Table, st: &mu
     // Learn the sender when it sits on this link (RFC 826 "merge" step), never from
     // broadcast or zero addresses.
     if sha.is_unicast() && !spa.is_unspecified() && iface.addresses.iter().any(|c| c.contains(spa)) {
-        st.neighbours.learn(spa, sha, now);
-        st.counters.arp_learned += 1;
+        if st.neighbours.learn(spa, sha, now) {
+            st.counters.arp_learned += 1;
+        } else {
+            st.counters.neighbours_not_learned += 1;
+        }
     }
     match op {
         ArpOperation::Request if host.is_own(tpa) || answers(table, st, IpAddr::V4(tpa)) => {

@@ -788,8 +788,8 @@ fn client_facts_anew<A: Family>(st: &mut WorkerState, client: A) {
 fn learn_on_link_client<A: Family>(now: u64, frame: &[u8], rx: &Rx, client: A, st: &mut WorkerState) {
     if client_facts(st, client).on_link && st.neighbours.lookup(client).is_none() {
         let mac = EthernetFrame::new_unchecked(&frame[..rx.l2_len]).src_addr();
-        if mac.is_unicast() {
-            st.neighbours.learn(client, mac, now);
+        if mac.is_unicast() && !st.neighbours.learn(client, mac, now) {
+            st.counters.neighbours_not_learned += 1;
         }
     }
 }

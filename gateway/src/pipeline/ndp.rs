@@ -85,8 +85,11 @@ pub(super) fn handle(
     let learn = if msg.kind == Icmpv6Type::NeighborSolicit { ours.then_some(src) } else { Some(msg.target) };
     if let (Some(mac), Some(addr)) = (msg.ll_addr, learn) {
         if mac.is_unicast() && !addr.is_unspecified() && !addr.is_multicast() && on_link(addr) {
-            st.neighbours.learn(addr, mac, now);
-            st.counters.nd_learned += 1;
+            if st.neighbours.learn(addr, mac, now) {
+                st.counters.nd_learned += 1;
+            } else {
+                st.counters.neighbours_not_learned += 1;
+            }
         }
     }
     if msg.kind == Icmpv6Type::NeighborAdvert {

@@ -89,6 +89,34 @@ fn arp_with_an_unknown_opcode_is_counted_and_teaches_nothing() {
 }
 
 #[test]
+fn a_full_neighbour_table_counts_who_it_did_not_learn() {
+    let config = Config::embedded_default();
+    let host = Arc::new(Host::new(&config, &[GW_FRONT_MAC, GW_BACK_MAC]));
+    // The smallest table: 16 slots, filled with neighbours elsewhere.
+    let shared = Shared::new(1, 1024);
+    let mut filled = 0;
+    while shared.neighbours.learn(Ipv4Addr::new(10, 70, 1, filled), backend_mac(filled), 0) {
+        filled += 1;
+    }
+    assert_eq!(filled, 16);
+    let mut st = WorkerState::new(0, 1, host, &shared, 1024, 7);
+    let t = table(&["10.70.0.11"]);
+    let sender = ip("198.51.100.77");
+    let request = frames::arp(
+        L2 { src: CLIENT_MAC, dst: MacAddr::BROADCAST },
+        ArpOperation::Request,
+        CLIENT_MAC,
+        sender,
+        MacAddr([0; 6]),
+        ip("198.51.100.1"),
+    );
+    // The gateway's own address is still answered; the sender is counted, not learned.
+    assert!(matches!(run(0, &request, FRONT, &t, &mut st).0, Verdict::Transmit { .. }));
+    assert_eq!(st.neighbours.lookup(sender), None);
+    assert_eq!((st.counters.arp_learned, st.counters.neighbours_not_learned), (0, 1));
+}
+
+#[test]
 fn a_source_over_its_new_flow_rate_is_dropped_and_others_are_not() {
     let t = table(&["10.70.0.11"]);
     let mut st = state(0, 1);
