@@ -12,7 +12,8 @@
 //!    prefetched; none proves the packet opens a new flow, whose front door's index line is
 //!    prefetched ([`Table::prefetch_frontend`]);
 //! 3. an established flow's record is read to find where the packet will go: the next
-//!    hop's neighbour slot and the front door's counters are prefetched, and the route is
+//!    hop's neighbour slot (a lean frame's only when the hop is on-link: the router's entry
+//!    is read once a burst) and the front door's counters are prefetched, and the route is
 //!    handed to [`super::flow::egress`]. A new flow goes on down the table, one dependent
 //!    load per stage: the front-door record (at the position its index line names, which
 //!    the next stage confirms without searching the line again), the service record, the
@@ -97,7 +98,7 @@ pub fn process_burst<B: AsMut<[u8]>>(
     // Cut to `n`: every index below is checked against `n`, so the slices' own bounds
     // checks fold into those.
     let (frames, metas, verdicts) = (&mut frames[..n], &metas[..n], &mut verdicts[..n]);
-    let constants = lean::BurstConstants::new(now, table, st);
+    let mut constants = lean::BurstConstants::new(now, table, st);
     // The burst goes in chunks of `PREFETCH_WINDOW` frames, each through the stages pass
     // by pass, two chunks in flight: a chunk's frame `j` takes slot `base + j` of
     // `st.hints` and of `leans[half]` (`base` is 0 or `PREFETCH_WINDOW`, alternating) from
@@ -206,8 +207,10 @@ pub fn process_burst<B: AsMut<[u8]>>(
                 st.hints.frames[base + j] = FrameHints::from_lean(l, Some(Candidate::Flow(l.id, l.direction)));
             }
             st.hints.current = base + j;
+            let learned = lean::BurstConstants::learned(st);
             *verdict = process(now, frame.as_mut(), meta, table, st);
             st.hints.current = HintRing::NONE;
+            constants.after_general(learned, st);
         }
         (start, half) = (end, half ^ 1);
     }
@@ -289,10 +292,9 @@ fn prefetch_lean_in<const ORIGINAL: bool>(st: &WorkerState, id: FlowId) -> bool 
     match state.egress(direction) {
         Some((_, on_link)) => {
             st.frontends.prefetch(state.frontend);
+            // A frame to the router reads its entry from the burst's constants.
             if on_link {
                 st.neighbours.prefetch(to);
-            } else if let Some((router, _)) = st.host.router {
-                st.neighbours.prefetch(router);
             }
             true
         }

@@ -45,6 +45,7 @@ use super::{Verdict, WorkerState};
 use crate::conntrack::{window, Deadline, Direction};
 use crate::host::HostAddr;
 use crate::nat::{self, Rewrite};
+use crate::neighbour::Neighbour;
 use crate::table::Table;
 use crate::wire::{EtherType, IpProtocol, TcpFlags};
 
@@ -64,6 +65,12 @@ pub(super) struct BurstConstants {
     stale_before: u64,
     /// TCP windows checked liberally (`tcp_be_liberal`).
     liberal: bool,
+    /// The IPv4 default router's neighbour entry (`None`: no router, or not resolved), as
+    /// the table holds it: read at the burst's start and again after every frame that
+    /// taught this worker a mapping ([`BurstConstants::after_general`]), so a frame
+    /// routed to it reads what [`super::process`] would read at that point of the burst.
+    /// Other workers' learning races with either path alike.
+    router: Option<Neighbour>,
 }
 
 impl BurstConstants {
@@ -81,8 +88,32 @@ impl BurstConstants {
             now_ms: Deadline::clock_ms(now),
             stale_before: now.saturating_sub(NEIGHBOUR_REFRESH_NS),
             liberal: st.host.tcp_be_liberal,
+            router: router_neighbour(st),
         }
     }
+
+    /// The worker's count of neighbour mappings learned (ARP and NDP), taken before the
+    /// general path processes a frame and handed to [`BurstConstants::after_general`].
+    #[inline]
+    pub fn learned(st: &WorkerState) -> u64 {
+        st.counters.arp_learned + st.counters.nd_learned
+    }
+
+    /// To be called after the general path processed a frame, with [`Self::learned`] from
+    /// before it: when the frame taught a mapping (the router's, perhaps: an IPv4-mapped
+    /// IPv6 address is the same key), the router's entry is read again. O(1).
+    #[inline]
+    pub fn after_general(&mut self, learned_before: u64, st: &WorkerState) {
+        if Self::learned(st) != learned_before {
+            self.router = router_neighbour(st);
+        }
+    }
+}
+
+/// The IPv4 default router's neighbour entry, if it has a router and the entry is resolved.
+#[inline]
+fn router_neighbour(st: &WorkerState) -> Option<Neighbour> {
+    st.neighbours.lookup(<Ipv4Addr as HostAddr>::router(&st.host)?.0)
 }
 
 /// Forwards `frame`, whose hints are `lean` (its flow key, the flow found ahead and stage
@@ -123,8 +154,8 @@ fn forward_in<const ORIGINAL: bool>(
     }
     let (out_iface, on_link) = state.lean_egress(direction);
     let tcp = key.protocol == u8::from(IpProtocol::Tcp);
-    let hop = if on_link { out.dst_addr } else { <Ipv4Addr as HostAddr>::router(host)?.0 };
-    let n = neighbours.lookup(hop)?;
+    // The router's entry was read for the whole burst (`BurstConstants::router`).
+    let n = if on_link { neighbours.lookup(out.dst_addr)? } else { k.router? };
     // `now − updated_ns > NEIGHBOUR_REFRESH_NS` (saturating; a static entry never), with
     // the subtraction made once per burst.
     if n.updated_ns < k.stale_before {

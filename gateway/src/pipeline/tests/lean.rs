@@ -361,3 +361,74 @@ fn established_frames_take_the_lean_path() {
     }
     assert_eq!(Direction::Original as u8, 0);
 }
+
+/// Replies routed to the router, with an ARP reply from the router between them that moves
+/// it to a new MAC: the lean path reads the router's entry once a burst and again after a
+/// frame that taught a mapping, so the burst's output is the general path's, frame by frame.
+#[test]
+fn the_routers_new_mac_mid_burst_is_followed() {
+    const ROUTER: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 254);
+    const ROUTER_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 0xfe, 1]);
+    const NEW_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 0xfe, 2]);
+    let client = (Ipv4Addr::new(192, 0, 2, 7), 41_000);
+    let mut config = Config::embedded_default();
+    config.router = Some(crate::config::Router { address: ROUTER, interface: usize::from(FRONT) });
+    let host = Arc::new(Host::new(&config, &[GW_FRONT_MAC, GW_BACK_MAC]));
+    // Each worker its own neighbour table: the burst's ARP reply must not teach the other.
+    let worker = || {
+        let shared = Shared::new(64, 1024);
+        for last in [11u8, 12, 13] {
+            shared.neighbours.learn(Ipv4Addr::new(10, 70, 0, last), backend_mac(last), 0);
+        }
+        shared.neighbours.learn(ROUTER, ROUTER_MAC, 0);
+        WorkerState::new(0, 1, Arc::clone(&host), &shared, 1024, 7)
+    };
+    let (mut a, mut b) = (worker(), worker());
+    let t = table(&["10.70.0.11", "10.70.0.12", "10.70.0.13"]);
+    let from_router = L2 { src: ROUTER_MAC, dst: GW_FRONT_MAC };
+    let query = frames::udp(from_router, client, (VIP, 80), b"q", 64);
+    let out = both(SEC, &query, FRONT, &t, &mut a, &mut b);
+    let (backend, snat_port) = (backend_of(&out), u16::from_be_bytes([out[34], out[35]]));
+    let reply = frames::udp(
+        L2 { src: backend_mac(backend.octets()[3]), ..BACK_L2 },
+        (backend, 8080),
+        (SNAT, snat_port),
+        b"r",
+        64,
+    );
+    let routed = both(SEC, &reply, BACK, &t, &mut a, &mut b);
+    assert_eq!(&routed[..6], &ROUTER_MAC.0, "the reply goes to the router");
+    both(SEC, &query, FRONT, &t, &mut a, &mut b);
+    let arp = frames::arp(
+        L2 { src: NEW_MAC, dst: GW_FRONT_MAC },
+        ArpOperation::Reply,
+        NEW_MAC,
+        ROUTER,
+        GW_FRONT_MAC,
+        Ipv4Addr::new(198, 51, 100, 1),
+    );
+    let input = [(&reply, BACK), (&arp, FRONT), (&reply, BACK)];
+    let mut bufs: Vec<[u8; 256]> = input
+        .iter()
+        .map(|(f, _)| {
+            let mut buf = [0u8; 256];
+            buf[..f.len()].copy_from_slice(f);
+            buf
+        })
+        .collect();
+    let metas: Vec<Meta> =
+        input.iter().map(|(f, iface)| Meta { iface: *iface, len: f.len(), ..Meta::default() }).collect();
+    let mut verdicts = vec![Verdict::Consumed; input.len()];
+    process_burst(2 * SEC, &mut bufs, &metas, &t, &mut a, &mut verdicts);
+    let forwarded = a.counters.forwarded_reply;
+    for (k, (f, iface)) in input.iter().enumerate() {
+        let (v, out) = run(2 * SEC, f, *iface, &t, &mut b);
+        assert_eq!(verdicts[k], v, "frame {k}");
+        if let Verdict::Transmit { len, .. } = v {
+            assert_eq!(&bufs[k][..len], &out[..], "frame {k}");
+        }
+    }
+    assert_eq!(a.counters, b.counters);
+    assert_eq!(forwarded, 3, "both replies of the burst were forwarded");
+    assert_eq!((&bufs[0][..6], &bufs[2][..6]), (&ROUTER_MAC.0[..], &NEW_MAC.0[..]));
+}
