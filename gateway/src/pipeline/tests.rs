@@ -122,6 +122,22 @@ fn run(now: u64, input: &[u8], iface: u8, t: &Table, st: &mut WorkerState) -> (V
     (v, out)
 }
 
+/// The buffers (each frame at the start of 256 bytes) and metadata of a burst of
+/// `(frame, arrival interface)`, for [`process_burst`].
+fn burst_of<F: AsRef<[u8]>>(input: &[(F, u8)]) -> (Vec<[u8; 256]>, Vec<Meta>) {
+    let bufs = input
+        .iter()
+        .map(|(f, _)| {
+            let mut buf = [0u8; 256];
+            buf[..f.as_ref().len()].copy_from_slice(f.as_ref());
+            buf
+        })
+        .collect();
+    let metas =
+        input.iter().map(|(f, iface)| Meta { iface: *iface, len: f.as_ref().len(), ..Meta::default() }).collect();
+    (bufs, metas)
+}
+
 /// A RST as the gateway sends it: window 0.
 fn rst(src: (Ipv4Addr, u16), dst: (Ipv4Addr, u16), flags: TcpFlags, seq: u32, ack: u32) -> Vec<u8> {
     let mut f = frames::tcp(L2 { src: GW_FRONT_MAC, dst: CLIENT_MAC }, src, dst, flags, seq, ack, &[], 64);

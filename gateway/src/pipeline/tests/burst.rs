@@ -54,18 +54,7 @@ pub(super) fn agree_on(
     let (mut a, mut b) = (new_state(), new_state());
     for (n, burst) in bursts.iter().enumerate() {
         let now = n as u64 * 7 * SEC;
-        let mut bufs: Vec<[u8; 256]> = burst
-            .iter()
-            .map(|(f, _)| {
-                let mut buf = [0u8; 256];
-                buf[..f.len()].copy_from_slice(f);
-                buf
-            })
-            .collect();
-        let metas: Vec<Meta> = burst
-            .iter()
-            .map(|(f, iface)| Meta { iface: *iface, len: f.len(), l4_csum_partial: false, ..Meta::default() })
-            .collect();
+        let (mut bufs, metas) = burst_of(burst);
         let mut verdicts = vec![Verdict::Consumed; burst.len()];
         process_burst(now, &mut bufs, &metas, t, &mut a, &mut verdicts);
         for (k, (f, iface)) in burst.iter().enumerate() {

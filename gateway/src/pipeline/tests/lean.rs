@@ -241,16 +241,7 @@ proptest! {
                     frame(&mut conns[k], *reply, *v)
                 })
                 .collect();
-            let mut bufs: Vec<[u8; 256]> = input
-                .iter()
-                .map(|(f, _)| {
-                    let mut buf = [0u8; 256];
-                    buf[..f.len()].copy_from_slice(f);
-                    buf
-                })
-                .collect();
-            let metas: Vec<Meta> =
-                input.iter().map(|(f, iface)| Meta { iface: *iface, len: f.len(), ..Meta::default() }).collect();
+            let (mut bufs, metas) = burst_of(&input);
             let mut verdicts = vec![Verdict::Consumed; input.len()];
             let rx_before = a.counters.rx_frames;
             process_burst(now, &mut bufs, &metas, &t, &mut a, &mut verdicts);
@@ -408,16 +399,7 @@ fn the_routers_new_mac_mid_burst_is_followed() {
         Ipv4Addr::new(198, 51, 100, 1),
     );
     let input = [(&reply, BACK), (&arp, FRONT), (&reply, BACK)];
-    let mut bufs: Vec<[u8; 256]> = input
-        .iter()
-        .map(|(f, _)| {
-            let mut buf = [0u8; 256];
-            buf[..f.len()].copy_from_slice(f);
-            buf
-        })
-        .collect();
-    let metas: Vec<Meta> =
-        input.iter().map(|(f, iface)| Meta { iface: *iface, len: f.len(), ..Meta::default() }).collect();
+    let (mut bufs, metas) = burst_of(&input);
     let mut verdicts = vec![Verdict::Consumed; input.len()];
     process_burst(2 * SEC, &mut bufs, &metas, &t, &mut a, &mut verdicts);
     let forwarded = a.counters.forwarded_reply;
