@@ -196,9 +196,8 @@ pub fn process_burst<B: AsMut<[u8]>>(
         }
         // Stage 4: processing, in order.
         let chunk = frames[start..end].iter_mut().zip(&metas[start..end]).zip(verdicts[start..end].iter_mut());
-        for (j, ((frame, meta), verdict)) in chunk.enumerate() {
+        for (j, (((frame, meta), verdict), l)) in chunk.zip(this_leans.iter()).enumerate() {
             if lean_frames & (1 << j) != 0 {
-                let l = &this_leans[j];
                 if let Some(v) = lean::forward(frame.as_mut(), l, &constants, st) {
                     *verdict = v;
                     continue;
