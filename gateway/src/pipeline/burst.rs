@@ -133,7 +133,7 @@ pub fn process_burst<B: AsMut<[u8]>>(
                     // general stages.
                     Candidate::Absent(_) => {
                         lean_frames &= !(1 << j);
-                        st.hints.frames[base + j] = FrameHints::from_lean(l, None);
+                        demote(&mut st.hints.frames[base + j], l, None);
                     }
                 }
             }
@@ -175,7 +175,7 @@ pub fn process_burst<B: AsMut<[u8]>>(
                 if !prefetch_lean(st, l.id, l.direction) {
                     // Never routed: the general path routes it.
                     lean_frames &= !(1 << j);
-                    st.hints.frames[base + j] = FrameHints::from_lean(l, Some(Candidate::Flow(l.id, l.direction)));
+                    demote(&mut st.hints.frames[base + j], l, Some(Candidate::Flow(l.id, l.direction)));
                     ahead[j] = Ahead::Flow(l.id, l.direction);
                 }
             }
@@ -202,7 +202,7 @@ pub fn process_burst<B: AsMut<[u8]>>(
                     *verdict = v;
                     continue;
                 }
-                st.hints.frames[base + j] = FrameHints::from_lean(l, Some(Candidate::Flow(l.id, l.direction)));
+                demote(&mut st.hints.frames[base + j], l, Some(Candidate::Flow(l.id, l.direction)));
             }
             st.hints.current = base + j;
             *verdict = process(now, frame.as_mut(), meta, table, st);
@@ -210,6 +210,16 @@ pub fn process_burst<B: AsMut<[u8]>>(
         }
         (start, half) = (end, half ^ 1);
     }
+}
+
+/// A lean frame turned down (no flow, never routed, refused by [`lean::forward`]): its
+/// general hints `slot` written from its compact ones ([`FrameHints::from_lean`]). Cold and
+/// out of line: rare, and the slot's 128 bytes of stores inlined in the stage loops took
+/// registers from their common path.
+#[cold]
+#[inline(never)]
+fn demote(slot: &mut FrameHints, lean: &LeanFrame, candidate: Option<Candidate>) {
+    *slot = FrameHints::from_lean(lean, candidate);
 }
 
 /// Stage 1 of a chunk (at most [`PREFETCH_WINDOW`] frames): each frame's early parse,
