@@ -134,7 +134,7 @@ pub fn process_burst<B: AsMut<[u8]>>(
                     // general stages.
                     Candidate::Absent(_) => {
                         lean_frames &= !(1 << j);
-                        st.hints.frames[base + j] = FrameHints::from_lean(l, None);
+                        demote(&mut st.hints.frames[base + j], l, None);
                     }
                 }
             }
@@ -176,7 +176,7 @@ pub fn process_burst<B: AsMut<[u8]>>(
                 if !prefetch_lean(st, l.id, l.direction) {
                     // Never routed: the general path routes it.
                     lean_frames &= !(1 << j);
-                    st.hints.frames[base + j] = FrameHints::from_lean(l, Some(Candidate::Flow(l.id, l.direction)));
+                    demote(&mut st.hints.frames[base + j], l, Some(Candidate::Flow(l.id, l.direction)));
                     ahead[j] = Ahead::Flow(l.id, l.direction);
                 }
             }
@@ -197,14 +197,13 @@ pub fn process_burst<B: AsMut<[u8]>>(
         }
         // Stage 4: processing, in order.
         let chunk = frames[start..end].iter_mut().zip(&metas[start..end]).zip(verdicts[start..end].iter_mut());
-        for (j, ((frame, meta), verdict)) in chunk.enumerate() {
+        for (j, (((frame, meta), verdict), l)) in chunk.zip(this_leans.iter()).enumerate() {
             if lean_frames & (1 << j) != 0 {
-                let l = &this_leans[j];
                 if let Some(v) = lean::forward(frame.as_mut(), l, &constants, st) {
                     *verdict = v;
                     continue;
                 }
-                st.hints.frames[base + j] = FrameHints::from_lean(l, Some(Candidate::Flow(l.id, l.direction)));
+                demote(&mut st.hints.frames[base + j], l, Some(Candidate::Flow(l.id, l.direction)));
             }
             st.hints.current = base + j;
             let learned = lean::BurstConstants::learned(st);
@@ -214,6 +213,16 @@ pub fn process_burst<B: AsMut<[u8]>>(
         }
         (start, half) = (end, half ^ 1);
     }
+}
+
+/// A lean frame turned down (no flow, never routed, refused by [`lean::forward`]): its
+/// general hints `slot` written from its compact ones ([`FrameHints::from_lean`]). Cold and
+/// out of line: rare, and the slot's 128 bytes of stores inlined in the stage loops took
+/// registers from their common path.
+#[cold]
+#[inline(never)]
+fn demote(slot: &mut FrameHints, lean: &LeanFrame, candidate: Option<Candidate>) {
+    *slot = FrameHints::from_lean(lean, candidate);
 }
 
 /// Stage 1 of a chunk (at most [`PREFETCH_WINDOW`] frames): each frame's early parse,
@@ -517,8 +526,17 @@ fn hint(
         }
         _ => {}
     }
-    *out = FrameHints::NONE;
+    no_hints(out);
     false
+}
+
+/// [`hint`] of a frame without a flow key (not IP, not TCP, UDP or SCTP, a fragment, or
+/// malformed): `out` cleared. Cold and out of line: the slot's 128 bytes of stores inlined
+/// took registers from stage 1's common path.
+#[cold]
+#[inline(never)]
+fn no_hints(out: &mut FrameHints) {
+    *out = FrameHints::NONE;
 }
 
 /// Hashes `key` for `conntrack` and prefetches the index slots the hash selects: for a key

@@ -142,6 +142,9 @@ pub(super) fn flow_key_plain(
 }
 
 /// [`flow_key`] read with checked views: every packet [`flow_key_plain`] does not take.
+/// Cold: the uncommon headers' path, so that the compiler keeps stage 1's registers for
+/// the plain one.
+#[cold]
 #[inline(never)]
 pub(super) fn flow_key_checked(frame: &[u8], rx: &Rx, lean: &mut LeanSegment) -> Option<(FlowKey, bool)> {
     let l3 = rx.l2_len;

@@ -246,6 +246,12 @@ proptest! {
             let rx_before = a.counters.rx_frames;
             process_burst(now, &mut bufs, &metas, &t, &mut a, &mut verdicts);
             prop_assert_eq!(a.counters.rx_frames - rx_before, input.len() as u64);
+            // A burst numbers its table at its start (`lean::BurstConstants::new`), `process`
+            // when a frame first reads it: a burst of none, or of frames dropped before
+            // (a bad checksum), numbers a table the frame-by-frame side never does. The
+            // numbers are the worker's own (a flow's `table_epoch` says only "validated
+            // against this table"), so the frame-by-frame side numbers it here too.
+            b.table_epoch(&t);
             for (k, (f, iface)) in input.iter().enumerate() {
                 let (v, out) = run(now, f, *iface, &t, &mut b);
                 prop_assert_eq!(verdicts[k], v, "burst {} frame {}", n, k);
