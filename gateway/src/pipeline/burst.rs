@@ -82,9 +82,14 @@ enum Ahead {
 
 /// Processes a burst: `verdicts[i]` becomes what `process(now, frames[i], metas[i], ..)`
 /// returns, frame by frame in order, for the first `min(frames, metas, verdicts)` frames;
-/// the state ends as `process` would leave it. Pure in the same sense as [`process`]: no
-/// I/O, no clock, no allocation (the hints live in `st`: two chunks' [`PREFETCH_WINDOW`]
-/// slots and an empty one).
+/// the state ends as `process` would leave it, but for one internal number: the burst
+/// gives `table` the worker's epoch number at its start ([`WorkerState::table_epoch`], for
+/// the lean path's check), where `process` gives it when a frame first reads the table, so
+/// a burst of no frames, or of frames dropped before reading it, numbers a table that
+/// frame-by-frame processing would not have (a flow's `table_epoch` only says "validated
+/// against this table"; the numbers mean nothing outside the worker). Pure in the same
+/// sense as [`process`]: no I/O, no clock, no allocation (the hints live in `st`: two
+/// chunks' [`PREFETCH_WINDOW`] slots and an empty one).
 /// See the module documentation for what it does before processing.
 pub fn process_burst<B: AsMut<[u8]>>(
     now: u64,
