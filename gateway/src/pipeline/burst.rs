@@ -367,6 +367,8 @@ fn visit_family<A: Family>(
     }
     // Pass 2: the service record.
     let mut services = [(0u32, 0u32); PREFETCH_WINDOW];
+    // Bit `j`: the front door admits every source (no source ranges).
+    let mut all_sources = 0u32;
     for j in bits(mask) {
         let (Some(key), Some((h, candidate))) = (A::hinted_key(&st.hints.frames[base + j].flow), frontends[j]) else {
             mask &= !(1 << j);
@@ -376,6 +378,7 @@ fn visit_family<A: Family>(
             Some(fe) => {
                 table.prefetch_service(fe.service);
                 services[j] = (fe.service, fe.index);
+                all_sources |= u32::from(fe.source_ranges.is_empty()) << j;
             }
             None => mask &= !(1 << j),
         }
@@ -419,6 +422,7 @@ fn visit_family<A: Family>(
             frontend,
             ring_backend: position,
             endpoint: (s.affinity_timeout_s == 0 && maglev).then_some((addr, port)),
+            all_sources: all_sources & (1 << j) != 0,
         };
         let route = A::from_ip(addr).and_then(|to| {
             let route = prefetch_route(st, to, frontend)?;

@@ -541,18 +541,30 @@ fn new_flow<A: Proxied>(
     ahead: Option<NewFlowHint>,
 ) -> Result<FlowId, Verdict> {
     let lookup = || table.frontend(key.dst_addr.into(), key.protocol, key.dst_port);
-    let found = ahead.and_then(|h| Some((table.frontend_at(h.frontend as usize)?, Some(h.ring_backend))));
+    // A hint that names the endpoint of a front door admitting every source (the burst's
+    // visits found both for this key in this table): the front door is not viewed again.
+    let known = ahead.filter(|h| h.all_sources).and_then(|h| Some((h.frontend, h.endpoint?)));
     debug_assert!(
-        found.as_ref().is_none_or(|(f, _)| lookup().map(|g| g.index) == Some(f.index)),
+        ahead.is_none_or(|h| lookup()
+            .filter(|g| g.source_ranges.is_empty() || !h.all_sources)
+            .map(|g| g.index)
+            == Some(h.frontend)),
         "a new-flow hint for another key"
     );
-    let Some((fe, ring_backend)) = found.or_else(|| lookup().map(|f| (f, None))) else {
-        return Err(Verdict::Drop(DropReason::NoFrontend));
+    let fe = match known {
+        Some(_) => None,
+        None => {
+            let found = ahead.and_then(|h| Some((table.frontend_at(h.frontend as usize)?, Some(h.ring_backend))));
+            let Some(fe) = found.or_else(|| lookup().map(|f| (f, None))) else {
+                return Err(Verdict::Drop(DropReason::NoFrontend));
+            };
+            Some(fe)
+        }
     };
     if martian(key.src_addr.into()) || client_facts(st, key.src_addr).own {
         return Err(Verdict::Drop(DropReason::MartianSource));
     }
-    if !fe.source_ranges.admits(key.src_addr.into()) {
+    if fe.as_ref().is_some_and(|(f, _)| !f.source_ranges.admits(key.src_addr.into())) {
         return Err(Verdict::Drop(DropReason::SourceRangeDenied));
     }
     if !st.sources.admit(key.src_addr.into(), now) {
@@ -578,19 +590,23 @@ fn new_flow<A: Proxied>(
     // A burst that found the endpoint ahead (a service without affinity: the ring's choice)
     // spares viewing the service again.
     let hinted = ahead.and_then(|h| h.endpoint);
-    let (backend_addr, backend_port) = match hinted {
-        Some(endpoint) => endpoint,
-        None => {
+    // `fe` is `None` only when `known` is set.
+    let (frontend, (backend_addr, backend_port)) = match (known, fe, hinted) {
+        (Some(k), _, _) => k,
+        (None, Some((fe, _)), Some(endpoint)) => (fe.index, endpoint),
+        (None, Some((fe, ring_backend)), None) => {
             let service = table.service(fe.service).ok_or(Verdict::Drop(DropReason::NoFrontend))?;
             let Some(backend) = backend::choose(now, &service, fe.service, &key, ring_backend, st) else {
                 return Err(reject(frame, rx, st));
             };
-            (layout::addr_from16(backend.addr), backend.port.get())
+            (fe.index, (layout::addr_from16(backend.addr), backend.port.get()))
         }
+        (None, None, _) => return Err(Verdict::Drop(DropReason::NoFrontend)),
     };
     debug_assert!(
         hinted.is_none_or(|h| table
-            .service(fe.service)
+            .frontend_at(frontend as usize)
+            .and_then(|fe| table.service(fe.service))
             .filter(|s| s.affinity_timeout_s == 0)
             .and_then(|s| s.pick(backend::ring_hash(&s, &key)).map(|b| (layout::addr_from16(b.addr), b.port.get())))
             == Some(h)),
@@ -626,7 +642,7 @@ fn new_flow<A: Proxied>(
             dst_addr: snat_ip,
             dst_port: snat_port,
         },
-        state: FlowState::new(fe.index, epoch, Deadline::at(now)).with_links(Links { original: rx.iface, reply: out }),
+        state: FlowState::new(frontend, epoch, Deadline::at(now)).with_links(Links { original: rx.iface, reply: out }),
     };
     let mut inserted = A::conntrack_mut(st).insert_hashed(flow, hash, vacancy, reply_hint);
     if inserted == Err(InsertError::Full) {
@@ -641,7 +657,7 @@ fn new_flow<A: Proxied>(
         Ok(id) => {
             backend::count_opened(st, &flow);
             st.counters.new_flows += 1;
-            st.frontends.new_flow(fe.index);
+            st.frontends.new_flow(frontend);
             Ok(id)
         }
         Err(e) => Err(Verdict::Drop(match e {
