@@ -176,6 +176,8 @@ pub(super) fn handle<A: Proxied>(
     // A client's SYN that opened its flow here, tracked by `open_tcp` instead of the general
     // state machine (unless the SYN proxy or a connection-counting scheduler is involved).
     let mut fresh_syn = false;
+    // Where a flow opened here goes and its front door, as `new_flow` found them.
+    let mut opened_egress = None;
     let (mut id, dir) = match hit {
         Some(h) => h,
         // Where stage 2 found the key's probe run to end goes to the insert (which checks it).
@@ -188,7 +190,8 @@ pub(super) fn handle<A: Proxied>(
             let cookie =
                 if seg.proto == IpProtocol::Tcp { synproxy::cookie_ack(now, st, &key, &seg.tcp) } else { None };
             match new_flow(now, frame, rx, table, st, key, (hash, candidate.and_then(Candidate::vacancy)), seg, ahead) {
-                Ok(id) => {
+                Ok((id, egress)) => {
+                    opened_egress = Some(egress);
                     match cookie {
                         Some(c) => match synproxy::open(frame, rx, st, key, seg.ttl, c) {
                             Ok(syn) => {
@@ -244,7 +247,7 @@ pub(super) fn handle<A: Proxied>(
         // endpoint anew.
         remove_flow::<A>(st, id);
         id = match new_flow(now, frame, rx, table, st, key, (hash, None), seg, ahead) {
-            Ok(id) => id,
+            Ok((id, _)) => id,
             Err(v) => return v,
         };
         st.synproxy.forget(&key);
@@ -270,9 +273,17 @@ pub(super) fn handle<A: Proxied>(
     if let Some(delta) = ack_delta {
         synproxy::translate_ack(frame, rx, &seg.tcp, delta, l4);
     }
-    let flow = A::conntrack(st).get(id);
-    let frontend = frontend_index(table, st.table_epoch(table), &flow);
-    let verdict = forward(now, frame, rx, st, id, &flow, dir, seg, frontend.map(|i| (i, table.generation() as u32)));
+    // A client's SYN that has just opened its flow goes where `new_flow` routed it (the flow
+    // as inserted: its state does not change where it goes); any other packet along the
+    // flow's record.
+    let (out, frontend) = match opened_egress.filter(|_| fresh_syn) {
+        Some((rw, iface, hop, frontend)) => (egress_via(now, st, rw, iface, hop), Some(frontend)),
+        None => {
+            let flow = A::conntrack(st).get(id);
+            (egress(now, st, &flow, dir), frontend_index(table, st.table_epoch(table), &flow))
+        }
+    };
+    let verdict = forward(now, frame, rx, st, id, out, dir, seg, frontend.map(|i| (i, table.generation() as u32)));
     if let (Verdict::Transmit { .. }, Some(index)) = (verdict, frontend) {
         st.frontends.packet(index, dir == Direction::Original, seg.total);
     }
@@ -422,8 +433,8 @@ fn track_state<A: Family>(now: u64, st: &mut WorkerState, id: FlowId, dir: Direc
     }
 }
 
-/// Rewrites the packet `seg` along `flow` (id `id`) in direction `dir` and addresses the
-/// frame to its next hop ([`egress`]), recording the direction's egress in the flow's state
+/// Rewrites the packet `seg` of flow `id` in direction `dir` and addresses the
+/// frame to its next hop (`egress`: [`egress`] of the flow), recording the direction's egress in the flow's state
 /// for the lean path ([`crate::conntrack::FlowState::egress`]). A first fragment's translation is recorded for the later
 /// fragments of its datagram; its transport checksum is always updated incrementally (a
 /// fragment never carries a partial checksum, and a full one would need the whole datagram),
@@ -436,12 +447,12 @@ fn forward<A: Family>(
     rx: &Rx,
     st: &mut WorkerState,
     id: FlowId,
-    flow: &Flow<A>,
+    egress: Result<Egress<A>, DropReason>,
     dir: Direction,
     seg: &Segment<A>,
     frontend: Option<(u32, u32)>,
 ) -> Verdict {
-    let (rw, out_iface, dst_mac, on_link) = match egress(now, st, flow, dir) {
+    let (rw, out_iface, dst_mac, on_link) = match egress {
         Ok(e) => e,
         Err(reason) => return Verdict::Drop(reason),
     };
@@ -479,7 +490,7 @@ pub(super) fn egress<A: Family>(
     st: &mut WorkerState,
     flow: &Flow<A>,
     dir: Direction,
-) -> Result<(Rewrite<A>, u8, MacAddr, bool), DropReason> {
+) -> Result<Egress<A>, DropReason> {
     // Either direction leaves as the other direction's tuple reversed: the original towards
     // the endpoint from the SNAT address and port, the reply back to the client from the
     // front door.
@@ -491,6 +502,17 @@ pub(super) fn egress<A: Family>(
     let Some((out, hop)) = route(st, rw.dst_addr) else {
         return Err(DropReason::NoRoute);
     };
+    egress_via(now, st, rw, out, hop)
+}
+
+/// Where a packet leaves ([`egress`]): its new addresses and ports, the egress interface, the
+/// next hop's MAC and whether that next hop is the destination itself.
+pub(super) type Egress<A> = (Rewrite<A>, u8, MacAddr, bool);
+
+/// [`egress`] of a packet rewritten as `rw` whose route is known: interface `out`, next hop
+/// `hop`; the next hop's MAC looked up (a resolution queued when unknown).
+#[inline(always)]
+fn egress_via<A: Family>(now: u64, st: &mut WorkerState, rw: Rewrite<A>, out: u8, hop: A) -> Result<Egress<A>, DropReason> {
     let Some(mac) = neighbour(st, hop, out, now) else {
         return Err(DropReason::NeighbourUnresolved);
     };
@@ -528,6 +550,10 @@ fn route_unhinted<A: Family>(st: &WorkerState, to: A) -> Option<(u8, A)> {
 /// where stage 2 of `process_burst` found its probe run to end, if it did (the insert checks
 /// that it still holds); `ahead` is what `process_burst` found ahead for this key in this
 /// table (front door and the ring's endpoint), used instead of looking them up again.
+///
+/// Returns the flow's id and where its first packet goes, as [`egress`] of the flow as
+/// inserted would find it before the neighbour lookup: the original direction's rewrite,
+/// egress interface and next hop, and the flow's front-door index.
 #[allow(clippy::too_many_arguments)]
 fn new_flow<A: Proxied>(
     now: u64,
@@ -539,7 +565,7 @@ fn new_flow<A: Proxied>(
     (hash, vacancy): (u64, Option<Vacancy>),
     seg: &Segment<A>,
     ahead: Option<NewFlowHint>,
-) -> Result<FlowId, Verdict> {
+) -> Result<(FlowId, (Rewrite<A>, u8, A, u32)), Verdict> {
     let lookup = || table.frontend(key.dst_addr.into(), key.protocol, key.dst_port);
     // A hint that names the endpoint of a front door admitting every source (the burst's
     // visits found both for this key in this table): the front door is not viewed again.
@@ -615,7 +641,7 @@ fn new_flow<A: Proxied>(
     let Some(backend_ip) = A::from_ip(backend_addr) else {
         return Err(Verdict::Drop(DropReason::UnsupportedFamily));
     };
-    let Some((out, _)) = route(st, backend_ip) else {
+    let Some((out, hop)) = route(st, backend_ip) else {
         return Err(Verdict::Drop(DropReason::NoRoute));
     };
     if st.host.snat_addresses_on::<A>(out).is_empty() {
@@ -658,7 +684,9 @@ fn new_flow<A: Proxied>(
             backend::count_opened(st, &flow);
             st.counters.new_flows += 1;
             st.frontends.new_flow(frontend);
-            Ok(id)
+            // `egress` of the original direction: from the SNAT address and port to the endpoint.
+            let rw = Rewrite { src_addr: snat_ip, src_port: snat_port, dst_addr: backend_ip, dst_port: backend_port };
+            Ok((id, (rw, out, hop, frontend)))
         }
         Err(e) => Err(Verdict::Drop(match e {
             InsertError::Full => DropReason::ConntrackFull,
