@@ -512,7 +512,13 @@ pub(super) type Egress<A> = (Rewrite<A>, u8, MacAddr, bool);
 /// [`egress`] of a packet rewritten as `rw` whose route is known: interface `out`, next hop
 /// `hop`; the next hop's MAC looked up (a resolution queued when unknown).
 #[inline(always)]
-fn egress_via<A: Family>(now: u64, st: &mut WorkerState, rw: Rewrite<A>, out: u8, hop: A) -> Result<Egress<A>, DropReason> {
+fn egress_via<A: Family>(
+    now: u64,
+    st: &mut WorkerState,
+    rw: Rewrite<A>,
+    out: u8,
+    hop: A,
+) -> Result<Egress<A>, DropReason> {
     let Some(mac) = neighbour(st, hop, out, now) else {
         return Err(DropReason::NeighbourUnresolved);
     };
@@ -571,10 +577,9 @@ fn new_flow<A: Proxied>(
     // visits found both for this key in this table): the front door is not viewed again.
     let known = ahead.filter(|h| h.all_sources).and_then(|h| Some((h.frontend, h.endpoint?)));
     debug_assert!(
-        ahead.is_none_or(|h| lookup()
-            .filter(|g| g.source_ranges.is_empty() || !h.all_sources)
-            .map(|g| g.index)
-            == Some(h.frontend)),
+        ahead
+            .is_none_or(|h| lookup().filter(|g| g.source_ranges.is_empty() || !h.all_sources).map(|g| g.index)
+                == Some(h.frontend)),
         "a new-flow hint for another key"
     );
     let fe = match known {
