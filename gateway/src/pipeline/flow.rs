@@ -543,6 +543,10 @@ fn route_unhinted<A: Family>(st: &WorkerState, to: A) -> Option<(u8, A)> {
     st.host.route(to)
 }
 
+/// Where a flow [`new_flow`] opened sends its first packet: the original direction's
+/// rewrite, egress interface and next hop, and the flow's front-door index.
+type OpenedEgress<A> = (Rewrite<A>, u8, A, u32);
+
 /// Creates the flow for `key` (a conntrack miss): front door, source-range check, endpoint,
 /// SNAT port.
 ///
@@ -571,7 +575,7 @@ fn new_flow<A: Proxied>(
     (hash, vacancy): (u64, Option<Vacancy>),
     seg: &Segment<A>,
     ahead: Option<NewFlowHint>,
-) -> Result<(FlowId, (Rewrite<A>, u8, A, u32)), Verdict> {
+) -> Result<(FlowId, OpenedEgress<A>), Verdict> {
     let lookup = || table.frontend(key.dst_addr.into(), key.protocol, key.dst_port);
     // A hint that names the endpoint of a front door admitting every source (the burst's
     // visits found both for this key in this table): the front door is not viewed again.
