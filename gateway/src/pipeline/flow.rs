@@ -564,7 +564,11 @@ type OpenedEgress<A> = (Rewrite<A>, u8, A, u32);
 /// Returns the flow's id and where its first packet goes, as [`egress`] of the flow as
 /// inserted would find it before the neighbour lookup: the original direction's rewrite,
 /// egress interface and next hop, and the flow's front-door index.
+///
+/// Always inlined (into `handle`, its caller): its nine arguments and the returned flow
+/// cost a call more than the copy of its body for the reopen of a closed flow's tuple.
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 fn new_flow<A: Proxied>(
     now: u64,
     frame: &mut [u8],
