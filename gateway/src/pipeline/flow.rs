@@ -683,13 +683,13 @@ fn new_flow<A: Proxied>(
         },
         state: FlowState::new(frontend, epoch, Deadline::at(now)).with_links(Links { original: rx.iface, reply: out }),
     };
-    let mut inserted = A::conntrack_mut(st).insert_hashed(flow, hash, vacancy, reply_hint);
+    let mut inserted = A::conntrack_mut(st).insert_hashed(&flow, hash, vacancy, reply_hint);
     if inserted == Err(InsertError::Full) {
         // Linux's early drop: evict a flow near this one that is worth less, then retry.
         if let Some(evicted) = A::conntrack_mut(st).early_drop(&key, now) {
             flow_ended(st, &evicted);
             st.counters.conntrack_evicted += 1;
-            inserted = A::conntrack_mut(st).insert_hashed(flow, hash, None, ReplyHint::default());
+            inserted = A::conntrack_mut(st).insert_hashed(&flow, hash, None, ReplyHint::default());
         }
     }
     match inserted {
