@@ -580,13 +580,13 @@ fn new_flow<A: Proxied>(
     seg: &Segment<A>,
     ahead: Option<NewFlowHint>,
 ) -> Result<(FlowId, OpenedEgress<A>), Verdict> {
-    let lookup = || table.frontend(key.dst_addr.into(), key.protocol, key.dst_port);
+    let lookup = |key: &FlowKey<A>| table.frontend(key.dst_addr.into(), key.protocol, key.dst_port);
     // A hint that names the endpoint of a front door admitting every source (the burst's
     // visits found both for this key in this table): the front door is not viewed again.
     let known = ahead.filter(|h| h.all_sources).and_then(|h| Some((h.frontend, h.endpoint?)));
     debug_assert!(
         ahead
-            .is_none_or(|h| lookup().filter(|g| g.source_ranges.is_empty() || !h.all_sources).map(|g| g.index)
+            .is_none_or(|h| lookup(&key).filter(|g| g.source_ranges.is_empty() || !h.all_sources).map(|g| g.index)
                 == Some(h.frontend)),
         "a new-flow hint for another key"
     );
@@ -594,7 +594,7 @@ fn new_flow<A: Proxied>(
         Some(_) => None,
         None => {
             let found = ahead.and_then(|h| Some((table.frontend_at(h.frontend as usize)?, Some(h.ring_backend))));
-            let Some(fe) = found.or_else(|| lookup().map(|f| (f, None))) else {
+            let Some(fe) = found.or_else(|| lookup(&key).map(|f| (f, None))) else {
                 return Err(Verdict::Drop(DropReason::NoFrontend));
             };
             Some(fe)
