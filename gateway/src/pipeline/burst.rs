@@ -377,11 +377,14 @@ fn visit_family<A: Family>(
             mask &= !(1 << j);
             continue;
         };
-        match table.frontend_hashed(h, candidate, key.dst_addr.into(), key.protocol, key.dst_port) {
-            Some(fe) => {
-                table.prefetch_service(fe.service);
-                services[j] = (fe.service, fe.index);
-                all_sources |= u32::from(fe.source_ranges.is_empty()) << j;
+        // The record alone, not the front door's view (its source ranges sliced).
+        match table.frontend_record_hashed(h, candidate, key.dst_addr.into(), key.protocol, key.dst_port) {
+            Some((i, fe)) => {
+                let service = fe.service_position();
+                table.prefetch_service(service);
+                // The section header counts front doors in 32 bits (`FrontendRef::index`).
+                services[j] = (service, i as u32);
+                all_sources |= u32::from(fe.source_ranges_count.get() == 0) << j;
             }
             None => mask &= !(1 << j),
         }
