@@ -585,9 +585,8 @@ fn new_flow<A: Proxied>(
     // visits found both for this key in this table): the front door is not viewed again.
     let known = ahead.filter(|h| h.all_sources).and_then(|h| Some((h.frontend, h.endpoint?)));
     debug_assert!(
-        ahead
-            .is_none_or(|h| lookup(&key).filter(|g| g.source_ranges.is_empty() || !h.all_sources).map(|g| g.index)
-                == Some(h.frontend)),
+        ahead.is_none_or(|h| lookup(&key).filter(|g| g.source_ranges.is_empty() || !h.all_sources).map(|g| g.index)
+            == Some(h.frontend)),
         "a new-flow hint for another key"
     );
     let fe = match known {
