@@ -372,11 +372,14 @@ fn visit_family<A: Family>(
     let mut services = [(0u32, 0u32); PREFETCH_WINDOW];
     // Bit `j`: the front door admits every source (no source ranges).
     let mut all_sources = 0u32;
+    // The keys' protocols, for the last pass.
+    let mut protocols = [0u8; PREFETCH_WINDOW];
     for j in bits(mask) {
         let (Some(key), Some((h, candidate))) = (A::hinted_key(&st.hints.frames[base + j].flow), frontends[j]) else {
             mask &= !(1 << j);
             continue;
         };
+        protocols[j] = key.protocol;
         // The record alone, not the front door's view (its source ranges sliced).
         match table.frontend_record_hashed(h, candidate, key.dst_addr.into(), key.protocol, key.dst_port) {
             Some((i, fe)) => {
@@ -421,7 +424,6 @@ fn visit_family<A: Family>(
     for j in bits(mask) {
         let (Some((s, _)), position) = (rings[j], positions[j]) else { continue };
         let Some(endpoint) = s.backends.get(position as usize) else { continue };
-        let Some(key) = A::hinted_key(&st.hints.frames[base + j].flow) else { continue };
         let (addr, port) = (layout::addr_from16(endpoint.addr), endpoint.port.get());
         let frontend = services[j].1;
         let new_flow = NewFlowHint {
@@ -432,7 +434,7 @@ fn visit_family<A: Family>(
         };
         let route = A::from_ip(addr).and_then(|to| {
             let route = prefetch_route(st, to, frontend)?;
-            prefetch_reply_slot(st, key, to, port, route.out, upcoming);
+            prefetch_reply_slot(st, protocols[j], to, port, route.out, upcoming);
             Some(route)
         });
         let h = &mut st.hints.frames[base + j];
@@ -451,7 +453,7 @@ fn prefetch_route<A: Family>(st: &WorkerState, to: A, frontend: u32) -> Option<R
     Some(RouteHint { to: to.into(), out, hop: hop.into() })
 }
 
-/// Prefetches the conntrack index slots of the reply tuple a new flow `key` to endpoint
+/// Prefetches the conntrack index slots of the reply tuple a new flow of `protocol` to endpoint
 /// `to`:`port` leaving by interface `out` will be inserted with: the SNAT address and port
 /// are those [`crate::snat::SnatPorts::peek_next`] says the allocation examines first
 /// (`upcoming`: after the allocations of the new flows before it in the chunk), which it
@@ -460,7 +462,7 @@ fn prefetch_route<A: Family>(st: &WorkerState, to: A, frontend: u32) -> Option<R
 #[inline]
 fn prefetch_reply_slot<A: Family>(
     st: &WorkerState,
-    key: &FlowKey<A>,
+    protocol: u8,
     to: A,
     port: u16,
     out: u8,
@@ -471,8 +473,7 @@ fn prefetch_reply_slot<A: Family>(
     let Some((snat_addr, snat_port)) = st.snat.peek_next(upcoming, st.host.snat_addresses_on::<A>(out)) else {
         return;
     };
-    let reply =
-        FlowKey { protocol: key.protocol, src_addr: to, src_port: port, dst_addr: snat_addr, dst_port: snat_port };
+    let reply = FlowKey { protocol, src_addr: to, src_port: port, dst_addr: snat_addr, dst_port: snat_port };
     prefetch(A::conntrack(st), &reply, true);
 }
 
