@@ -599,9 +599,15 @@ fn new_flow<A: Proxied>(
             Some(fe)
         }
     };
-    if martian(key.src_addr.into()) || client_facts(st, key.src_addr).own {
+    if martian(key.src_addr.into()) {
         return Err(Verdict::Drop(DropReason::MartianSource));
     }
+    // What the host says of the client, asked once for the flow.
+    let client = client_facts(st, key.src_addr);
+    if client.own {
+        return Err(Verdict::Drop(DropReason::MartianSource));
+    }
+    let client_on_link = client.on_link;
     if fe.as_ref().is_some_and(|(f, _)| !f.source_ranges.admits(key.src_addr.into())) {
         return Err(Verdict::Drop(DropReason::SourceRangeDenied));
     }
@@ -669,7 +675,7 @@ fn new_flow<A: Proxied>(
             DropReason::SnatExhausted
         }));
     };
-    learn_on_link_client(now, frame, rx, key.src_addr, st);
+    learn_on_link_client(now, frame, rx, key.src_addr, client_on_link, st);
     let epoch = st.table_epoch(table);
     let flow = Flow {
         original: key,
@@ -838,11 +844,11 @@ fn client_facts_anew<A: Family>(st: &mut WorkerState, client: A) {
 /// VIP first (or sends a Neighbor Solicitation for it), which teaches the same mapping (RFC
 /// 826 "merge", RFC 4861 § 7.2.3); this covers clients that learned the gateway's MAC
 /// otherwise. A known mapping is never overwritten from IP traffic: only ARP and NDP change
-/// it. Whether the client is on-link is routed once per run of new flows from one client
-/// ([`client_facts`]).
+/// it. Whether the client is on-link (`on_link`) is routed once per run of new flows from
+/// one client ([`client_facts`]).
 #[inline(always)]
-fn learn_on_link_client<A: Family>(now: u64, frame: &[u8], rx: &Rx, client: A, st: &mut WorkerState) {
-    if client_facts(st, client).on_link && st.neighbours.lookup(client).is_none() {
+fn learn_on_link_client<A: Family>(now: u64, frame: &[u8], rx: &Rx, client: A, on_link: bool, st: &mut WorkerState) {
+    if on_link && st.neighbours.lookup(client).is_none() {
         let mac = EthernetFrame::new_unchecked(&frame[..rx.l2_len]).src_addr();
         if mac.is_unicast() {
             st.neighbours.learn(client, mac, now);
