@@ -225,17 +225,20 @@ impl SnatPorts {
         addresses: &[A],
         mut free: impl FnMut(A, u16) -> bool,
     ) -> Option<(usize, u16)> {
+        // The addresses from `first` on, wrapping around: the `k`-th tried is
+        // `(first + k) % n` (`first < n`), counted without a division (a loop, not an
+        // iterator chain: the first address nearly always has a free port).
         let n = addresses.len();
-        let first = scale((self.next >> 32) as u32, n);
-        let found = (0..n).find_map(|k| {
-            let i = (first + k) % n;
+        let mut i = scale((self.next >> 32) as u32, n);
+        for k in 0..n {
             let address = addresses[i];
-            self.search(endpoint, address.into(), k as u64, |p| free(address, p)).map(|p| (i, p))
-        });
-        if found.is_some() {
-            self.next = self.rng.u64(..);
+            if let Some(p) = self.search(endpoint, address.into(), k as u64, |p| free(address, p)) {
+                self.next = self.rng.u64(..);
+                return Some((i, p));
+            }
+            i = if i + 1 == n { 0 } else { i + 1 };
         }
-        found
+        None
     }
 
     /// The port search of [`alloc`](Self::alloc) for one SNAT address, the `k`-th tried.

@@ -127,6 +127,15 @@ pub struct Frontend {
     pub service: U32,
 }
 
+impl Frontend {
+    /// The position of its [`Service`] in the services section (`service` is 1-based).
+    #[inline]
+    #[must_use]
+    pub fn service_position(&self) -> u32 {
+        self.service.get() - 1
+    }
+}
+
 /// One backend set (a Service port with its chosen endpoints) and its Maglev ring.
 ///
 /// Its backend records are `backends_count` ring backends followed by `draining_count`

@@ -625,17 +625,34 @@ impl<B: AsRef<[u8]>> Table<B> {
         protocol: u8,
         port: u16,
     ) -> Option<FrontendRef<'_>> {
+        let (i, _) = self.frontend_record_hashed(h, candidate, addr, protocol, port)?;
+        self.frontend_at(i)
+    }
+
+    /// [`Table::frontend_hashed`] as the front door's position in [`Table::frontends`] and
+    /// its record, without the view (no source-range slice, no kind decoded): for a caller
+    /// that needs its service ([`Frontend::service_position`]) and whether it has source
+    /// ranges, as a new flow's visits ahead of the pipeline do.
+    #[inline(always)]
+    pub fn frontend_record_hashed(
+        &self,
+        h: FrontendHash,
+        candidate: Option<u32>,
+        addr: IpAddr,
+        protocol: u8,
+        port: u16,
+    ) -> Option<(usize, &Frontend)> {
         let addr = layout::addr16(addr);
         let fronts = self.frontends();
         let holds =
             |i: usize| fronts.get(i).is_some_and(|f| f.addr == addr && f.protocol == protocol && f.port.get() == port);
         if let Some(i) = candidate.map(|c| c as usize).filter(|&i| holds(i)) {
-            return self.frontend_at(i);
+            return Some((i, &fronts[i]));
         }
         let h = if self.frontend_index.owns(h) { h } else { self.frontend_index.hash(addr, protocol, port) };
         debug_assert_eq!(h, self.frontend_index.hash(addr, protocol, port), "a hash of another key");
         let i = self.frontend_index.find(h, holds)?;
-        self.frontend_at(i)
+        Some((i, fronts.get(i)?))
     }
 
     /// The front door at position `i` of [`Table::frontends`] (its [`FrontendRef::index`]);
@@ -647,7 +664,7 @@ impl<B: AsRef<[u8]>> Table<B> {
         Some(FrontendRef {
             // The section header counts front doors in 32 bits (`layout::Section::count`).
             index: i as u32,
-            service: f.service.get() - 1,
+            service: f.service_position(),
             kind: FrontendKind::from_number(f.kind).unwrap_or(FrontendKind::ExternalIp),
             source_ranges: SourceRanges { ranges: self.source_ranges().get(ro..ro.saturating_add(rn)).unwrap_or(&[]) },
         })

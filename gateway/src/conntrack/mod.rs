@@ -1449,7 +1449,7 @@ impl<A: Address> Conntrack<A> {
     ///
     /// On error the table is unchanged.
     pub fn insert(&mut self, flow: Flow<A>) -> Result<FlowId, InsertError> {
-        self.insert_hashed(flow, self.hash(&flow.original), None, ReplyHint::default())
+        self.insert_hashed(&flow, self.hash(&flow.original), None, ReplyHint::default())
     }
 
     /// [`Conntrack::insert`] with the original tuple's [`Conntrack::hash_key`] already
@@ -1466,7 +1466,7 @@ impl<A: Address> Conntrack<A> {
     #[inline]
     pub fn insert_hashed(
         &mut self,
-        flow: Flow<A>,
+        flow: &Flow<A>,
         original_hash: u64,
         vacancy: Option<Vacancy>,
         reply: ReplyHint,
@@ -1514,7 +1514,7 @@ impl<A: Address> Conntrack<A> {
         );
         let id = self.allocate().ok_or(InsertError::Full)?;
         // `snat < MAX_SNAT_ADDRESSES`, checked in `new`.
-        self.records[id as usize] = Record::pack(&flow, snat as u8);
+        self.records[id as usize] = Record::pack(flow, snat as u8);
         self.live[id as usize / 64] |= 1 << (id % 64);
         self.len += 1;
         self.index.place(original_pos, original_hash, tag(id, Direction::Original));

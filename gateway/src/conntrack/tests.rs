@@ -587,14 +587,14 @@ fn reply_vacancies_index_as_the_plain_insert() {
             let _ = (hinted.remove(gone), plain.remove(gone));
         }
         let hash = hinted.hash_key(&flow.original);
-        let id = hinted.insert_hashed(flow, hash, None, ReplyHint { slot: Some(reply), snat }).unwrap();
+        let id = hinted.insert_hashed(&flow, hash, None, ReplyHint { slot: Some(reply), snat }).unwrap();
         assert_eq!(plain.insert(flow).unwrap(), id, "{i}");
         assert_eq!(hinted.lookup(&flow.reply), Some((id, Direction::Reply)));
         // Stale by the insertion that filled its slot: the tuple is found, not placed twice.
         let again = Flow { original: similar_flow(i + 100_000, 1).original, ..flow };
         let hash = hinted.hash_key(&again.original);
         assert_eq!(
-            hinted.insert_hashed(again, hash, None, ReplyHint { slot: Some(reply), snat }),
+            hinted.insert_hashed(&again, hash, None, ReplyHint { slot: Some(reply), snat }),
             Err(InsertError::Exists)
         );
         assert_eq!(plain.insert(again), Err(InsertError::Exists));
@@ -622,20 +622,20 @@ fn vacancies_hold_until_the_run_changes() {
     let hash = ct.hash_key(&new.original);
     let v = vacancy_of(&ct, &new.original);
     assert_eq!(ct.lookup_candidate(&new.original, hash, Some(Candidate::Absent(v))), None);
-    let id = ct.insert_hashed(new, hash, Some(v), ReplyHint::default()).unwrap();
+    let id = ct.insert_hashed(&new, hash, Some(v), ReplyHint::default()).unwrap();
     assert_eq!(ct.lookup(&new.original), Some((id, Direction::Original)));
     assert_eq!(ct.lookup(&new.reply), Some((id, Direction::Reply)));
     // Stale after an insertion filled its slot: the same flow inserted again is found, not
     // placed twice.
     assert_eq!(ct.lookup_candidate(&new.original, hash, Some(Candidate::Absent(v))), Some((id, Direction::Original)));
-    assert_eq!(ct.insert_hashed(new, hash, Some(v), ReplyHint::default()), Err(InsertError::Exists));
+    assert_eq!(ct.insert_hashed(&new, hash, Some(v), ReplyHint::default()), Err(InsertError::Exists));
     // Stale after a removal: a vacancy taken before it is not trusted.
     let next = similar_flow(201, 1);
     let hash = ct.hash_key(&next.original);
     let v = vacancy_of(&ct, &next.original);
     let _ = ct.remove(ct.lookup(&similar_flow(7, 1).original).unwrap().0);
     assert_eq!(ct.lookup_candidate(&next.original, hash, Some(Candidate::Absent(v))), None);
-    let id = ct.insert_hashed(next, hash, Some(v), ReplyHint::default()).unwrap();
+    let id = ct.insert_hashed(&next, hash, Some(v), ReplyHint::default()).unwrap();
     assert_eq!(ct.lookup(&next.original), Some((id, Direction::Original)));
     check_invariants(&ct, index::DISP_CAP);
 }

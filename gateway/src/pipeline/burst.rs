@@ -341,12 +341,15 @@ fn visit_new_flows(st: &mut WorkerState, table: &Table, new_flows: u32, ahead: &
     }
 }
 
-/// The bits of `mask`, lowest first.
+/// The bits of `mask`, a chunk's frames (none at or above [`PREFETCH_WINDOW`]), lowest
+/// first: indices the compiler knows to be below `PREFETCH_WINDOW`, so that indexing a
+/// chunk's arrays with them costs no bounds check.
 #[inline(always)]
 fn bits(mut mask: u32) -> impl Iterator<Item = usize> {
+    debug_assert!(mask >> PREFETCH_WINDOW == 0, "bits beyond a chunk");
     std::iter::from_fn(move || {
         (mask != 0).then(|| {
-            let j = mask.trailing_zeros() as usize;
+            let j = mask.trailing_zeros() as usize % PREFETCH_WINDOW;
             mask &= mask - 1;
             j
         })
@@ -383,15 +386,24 @@ fn visit_family<A: Family>(
     }
     // Pass 2: the service record.
     let mut services = [(0u32, 0u32); PREFETCH_WINDOW];
+    // Bit `j`: the front door admits every source (no source ranges).
+    let mut all_sources = 0u32;
+    // The keys' protocols, for the last pass.
+    let mut protocols = [0u8; PREFETCH_WINDOW];
     for j in bits(mask) {
         let (Some(key), Some((h, candidate))) = (A::hinted_key(&st.hints.frames[base + j].flow), frontends[j]) else {
             mask &= !(1 << j);
             continue;
         };
-        match table.frontend_hashed(h, candidate, key.dst_addr.into(), key.protocol, key.dst_port) {
-            Some(fe) => {
-                table.prefetch_service(fe.service);
-                services[j] = (fe.service, fe.index);
+        protocols[j] = key.protocol;
+        // The record alone, not the front door's view (its source ranges sliced).
+        match table.frontend_record_hashed(h, candidate, key.dst_addr.into(), key.protocol, key.dst_port) {
+            Some((i, fe)) => {
+                let service = fe.service_position();
+                table.prefetch_service(service);
+                // The section header counts front doors in 32 bits (`FrontendRef::index`).
+                services[j] = (service, i as u32);
+                all_sources |= u32::from(fe.source_ranges_count.get() == 0) << j;
             }
             None => mask &= !(1 << j),
         }
@@ -428,17 +440,17 @@ fn visit_family<A: Family>(
     for j in bits(mask) {
         let (Some((s, _)), position) = (rings[j], positions[j]) else { continue };
         let Some(endpoint) = s.backends.get(position as usize) else { continue };
-        let Some(key) = A::hinted_key(&st.hints.frames[base + j].flow) else { continue };
         let (addr, port) = (layout::addr_from16(endpoint.addr), endpoint.port.get());
         let frontend = services[j].1;
         let new_flow = NewFlowHint {
             frontend,
             ring_backend: position,
             endpoint: (s.affinity_timeout_s == 0 && maglev).then_some((addr, port)),
+            all_sources: all_sources & (1 << j) != 0,
         };
         let route = A::from_ip(addr).and_then(|to| {
             let route = prefetch_route(st, to, frontend)?;
-            prefetch_reply_slot(st, key, to, port, route.out, upcoming);
+            prefetch_reply_slot(st, protocols[j], to, port, route.out, upcoming);
             Some(route)
         });
         let h = &mut st.hints.frames[base + j];
@@ -457,7 +469,7 @@ fn prefetch_route<A: Family>(st: &WorkerState, to: A, frontend: u32) -> Option<R
     Some(RouteHint { to: to.into(), out, hop: hop.into() })
 }
 
-/// Prefetches the conntrack index slots of the reply tuple a new flow `key` to endpoint
+/// Prefetches the conntrack index slots of the reply tuple a new flow of `protocol` to endpoint
 /// `to`:`port` leaving by interface `out` will be inserted with: the SNAT address and port
 /// are those [`crate::snat::SnatPorts::peek_next`] says the allocation examines first
 /// (`upcoming`: after the allocations of the new flows before it in the chunk), which it
@@ -466,7 +478,7 @@ fn prefetch_route<A: Family>(st: &WorkerState, to: A, frontend: u32) -> Option<R
 #[inline]
 fn prefetch_reply_slot<A: Family>(
     st: &WorkerState,
-    key: &FlowKey<A>,
+    protocol: u8,
     to: A,
     port: u16,
     out: u8,
@@ -477,8 +489,7 @@ fn prefetch_reply_slot<A: Family>(
     let Some((snat_addr, snat_port)) = st.snat.peek_next(upcoming, st.host.snat_addresses_on::<A>(out)) else {
         return;
     };
-    let reply =
-        FlowKey { protocol: key.protocol, src_addr: to, src_port: port, dst_addr: snat_addr, dst_port: snat_port };
+    let reply = FlowKey { protocol, src_addr: to, src_port: port, dst_addr: snat_addr, dst_port: snat_port };
     prefetch(A::conntrack(st), &reply, true);
 }
 

@@ -176,6 +176,8 @@ pub(super) fn handle<A: Proxied>(
     // A client's SYN that opened its flow here, tracked by `open_tcp` instead of the general
     // state machine (unless the SYN proxy or a connection-counting scheduler is involved).
     let mut fresh_syn = false;
+    // Where a flow opened here goes and its front door, as `new_flow` found them.
+    let mut opened_egress = None;
     let (mut id, dir) = match hit {
         Some(h) => h,
         // Where stage 2 found the key's probe run to end goes to the insert (which checks it).
@@ -188,7 +190,8 @@ pub(super) fn handle<A: Proxied>(
             let cookie =
                 if seg.proto == IpProtocol::Tcp { synproxy::cookie_ack(now, st, &key, &seg.tcp) } else { None };
             match new_flow(now, frame, rx, table, st, key, (hash, candidate.and_then(Candidate::vacancy)), seg, ahead) {
-                Ok(id) => {
+                Ok((id, egress)) => {
+                    opened_egress = Some(egress);
                     match cookie {
                         Some(c) => match synproxy::open(frame, rx, st, key, seg.ttl, c) {
                             Ok(syn) => {
@@ -244,7 +247,7 @@ pub(super) fn handle<A: Proxied>(
         // endpoint anew.
         remove_flow::<A>(st, id);
         id = match new_flow(now, frame, rx, table, st, key, (hash, None), seg, ahead) {
-            Ok(id) => id,
+            Ok((id, _)) => id,
             Err(v) => return v,
         };
         st.synproxy.forget(&key);
@@ -270,9 +273,17 @@ pub(super) fn handle<A: Proxied>(
     if let Some(delta) = ack_delta {
         synproxy::translate_ack(frame, rx, &seg.tcp, delta, l4);
     }
-    let flow = A::conntrack(st).get(id);
-    let frontend = frontend_index(table, st.table_epoch(table), &flow);
-    let verdict = forward(now, frame, rx, st, id, &flow, dir, seg, frontend.map(|i| (i, table.generation() as u32)));
+    // A client's SYN that has just opened its flow goes where `new_flow` routed it (the flow
+    // as inserted: its state does not change where it goes); any other packet along the
+    // flow's record.
+    let (out, frontend) = match opened_egress.filter(|_| fresh_syn) {
+        Some((rw, iface, hop, frontend)) => (egress_via(now, st, rw, iface, hop), Some(frontend)),
+        None => {
+            let flow = A::conntrack(st).get(id);
+            (egress(now, st, &flow, dir), frontend_index(table, st.table_epoch(table), &flow))
+        }
+    };
+    let verdict = forward(now, frame, rx, st, id, out, dir, seg, frontend.map(|i| (i, table.generation() as u32)));
     if let (Verdict::Transmit { .. }, Some(index)) = (verdict, frontend) {
         st.frontends.packet(index, dir == Direction::Original, seg.total);
     }
@@ -422,8 +433,8 @@ fn track_state<A: Family>(now: u64, st: &mut WorkerState, id: FlowId, dir: Direc
     }
 }
 
-/// Rewrites the packet `seg` along `flow` (id `id`) in direction `dir` and addresses the
-/// frame to its next hop ([`egress`]), recording the direction's egress in the flow's state
+/// Rewrites the packet `seg` of flow `id` in direction `dir` and addresses the
+/// frame to its next hop (`egress`: [`egress`] of the flow), recording the direction's egress in the flow's state
 /// for the lean path ([`crate::conntrack::FlowState::egress`]). A first fragment's translation is recorded for the later
 /// fragments of its datagram; its transport checksum is always updated incrementally (a
 /// fragment never carries a partial checksum, and a full one would need the whole datagram),
@@ -436,12 +447,12 @@ fn forward<A: Family>(
     rx: &Rx,
     st: &mut WorkerState,
     id: FlowId,
-    flow: &Flow<A>,
+    egress: Result<Egress<A>, DropReason>,
     dir: Direction,
     seg: &Segment<A>,
     frontend: Option<(u32, u32)>,
 ) -> Verdict {
-    let (rw, out_iface, dst_mac, on_link) = match egress(now, st, flow, dir) {
+    let (rw, out_iface, dst_mac, on_link) = match egress {
         Ok(e) => e,
         Err(reason) => return Verdict::Drop(reason),
     };
@@ -479,7 +490,7 @@ pub(super) fn egress<A: Family>(
     st: &mut WorkerState,
     flow: &Flow<A>,
     dir: Direction,
-) -> Result<(Rewrite<A>, u8, MacAddr, bool), DropReason> {
+) -> Result<Egress<A>, DropReason> {
     // Either direction leaves as the other direction's tuple reversed: the original towards
     // the endpoint from the SNAT address and port, the reply back to the client from the
     // front door.
@@ -491,6 +502,23 @@ pub(super) fn egress<A: Family>(
     let Some((out, hop)) = route(st, rw.dst_addr) else {
         return Err(DropReason::NoRoute);
     };
+    egress_via(now, st, rw, out, hop)
+}
+
+/// Where a packet leaves ([`egress`]): its new addresses and ports, the egress interface, the
+/// next hop's MAC and whether that next hop is the destination itself.
+pub(super) type Egress<A> = (Rewrite<A>, u8, MacAddr, bool);
+
+/// [`egress`] of a packet rewritten as `rw` whose route is known: interface `out`, next hop
+/// `hop`; the next hop's MAC looked up (a resolution queued when unknown).
+#[inline(always)]
+fn egress_via<A: Family>(
+    now: u64,
+    st: &mut WorkerState,
+    rw: Rewrite<A>,
+    out: u8,
+    hop: A,
+) -> Result<Egress<A>, DropReason> {
     let Some(mac) = neighbour(st, hop, out, now) else {
         return Err(DropReason::NeighbourUnresolved);
     };
@@ -515,6 +543,10 @@ fn route_unhinted<A: Family>(st: &WorkerState, to: A) -> Option<(u8, A)> {
     st.host.route(to)
 }
 
+/// Where a flow [`new_flow`] opened sends its first packet: the original direction's
+/// rewrite, egress interface and next hop, and the flow's front-door index.
+type OpenedEgress<A> = (Rewrite<A>, u8, A, u32);
+
 /// Creates the flow for `key` (a conntrack miss): front door, source-range check, endpoint,
 /// SNAT port.
 ///
@@ -528,7 +560,15 @@ fn route_unhinted<A: Family>(st: &WorkerState, to: A) -> Option<(u8, A)> {
 /// where stage 2 of `process_burst` found its probe run to end, if it did (the insert checks
 /// that it still holds); `ahead` is what `process_burst` found ahead for this key in this
 /// table (front door and the ring's endpoint), used instead of looking them up again.
+///
+/// Returns the flow's id and where its first packet goes, as [`egress`] of the flow as
+/// inserted would find it before the neighbour lookup: the original direction's rewrite,
+/// egress interface and next hop, and the flow's front-door index.
+///
+/// Always inlined (into `handle`, its caller): its nine arguments and the returned flow
+/// cost a call more than the copy of its body for the reopen of a closed flow's tuple.
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 fn new_flow<A: Proxied>(
     now: u64,
     frame: &mut [u8],
@@ -539,20 +579,36 @@ fn new_flow<A: Proxied>(
     (hash, vacancy): (u64, Option<Vacancy>),
     seg: &Segment<A>,
     ahead: Option<NewFlowHint>,
-) -> Result<FlowId, Verdict> {
-    let lookup = || table.frontend(key.dst_addr.into(), key.protocol, key.dst_port);
-    let found = ahead.and_then(|h| Some((table.frontend_at(h.frontend as usize)?, Some(h.ring_backend))));
+) -> Result<(FlowId, OpenedEgress<A>), Verdict> {
+    let lookup = |key: &FlowKey<A>| table.frontend(key.dst_addr.into(), key.protocol, key.dst_port);
+    // A hint that names the endpoint of a front door admitting every source (the burst's
+    // visits found both for this key in this table): the front door is not viewed again.
+    let known = ahead.filter(|h| h.all_sources).and_then(|h| Some((h.frontend, h.endpoint?)));
     debug_assert!(
-        found.as_ref().is_none_or(|(f, _)| lookup().map(|g| g.index) == Some(f.index)),
+        ahead.is_none_or(|h| lookup(&key).filter(|g| g.source_ranges.is_empty() || !h.all_sources).map(|g| g.index)
+            == Some(h.frontend)),
         "a new-flow hint for another key"
     );
-    let Some((fe, ring_backend)) = found.or_else(|| lookup().map(|f| (f, None))) else {
-        return Err(Verdict::Drop(DropReason::NoFrontend));
+    let fe = match known {
+        Some(_) => None,
+        None => {
+            let found = ahead.and_then(|h| Some((table.frontend_at(h.frontend as usize)?, Some(h.ring_backend))));
+            let Some(fe) = found.or_else(|| lookup(&key).map(|f| (f, None))) else {
+                return Err(Verdict::Drop(DropReason::NoFrontend));
+            };
+            Some(fe)
+        }
     };
-    if martian(key.src_addr.into()) || client_facts(st, key.src_addr).own {
+    if martian(key.src_addr.into()) {
         return Err(Verdict::Drop(DropReason::MartianSource));
     }
-    if !fe.source_ranges.admits(key.src_addr.into()) {
+    // What the host says of the client, asked once for the flow.
+    let client = client_facts(st, key.src_addr);
+    if client.own {
+        return Err(Verdict::Drop(DropReason::MartianSource));
+    }
+    let client_on_link = client.on_link;
+    if fe.as_ref().is_some_and(|(f, _)| !f.source_ranges.admits(key.src_addr.into())) {
         return Err(Verdict::Drop(DropReason::SourceRangeDenied));
     }
     if !st.sources.admit(key.src_addr.into(), now) {
@@ -578,19 +634,23 @@ fn new_flow<A: Proxied>(
     // A burst that found the endpoint ahead (a service without affinity: the ring's choice)
     // spares viewing the service again.
     let hinted = ahead.and_then(|h| h.endpoint);
-    let (backend_addr, backend_port) = match hinted {
-        Some(endpoint) => endpoint,
-        None => {
+    // `fe` is `None` only when `known` is set.
+    let (frontend, (backend_addr, backend_port)) = match (known, fe, hinted) {
+        (Some(k), _, _) => k,
+        (None, Some((fe, _)), Some(endpoint)) => (fe.index, endpoint),
+        (None, Some((fe, ring_backend)), None) => {
             let service = table.service(fe.service).ok_or(Verdict::Drop(DropReason::NoFrontend))?;
             let Some(backend) = backend::choose(now, &service, fe.service, &key, ring_backend, st) else {
                 return Err(reject(frame, rx, st));
             };
-            (layout::addr_from16(backend.addr), backend.port.get())
+            (fe.index, (layout::addr_from16(backend.addr), backend.port.get()))
         }
+        (None, None, _) => return Err(Verdict::Drop(DropReason::NoFrontend)),
     };
     debug_assert!(
         hinted.is_none_or(|h| table
-            .service(fe.service)
+            .frontend_at(frontend as usize)
+            .and_then(|fe| table.service(fe.service))
             .filter(|s| s.affinity_timeout_s == 0)
             .and_then(|s| s.pick(backend::ring_hash(&s, &key)).map(|b| (layout::addr_from16(b.addr), b.port.get())))
             == Some(h)),
@@ -599,7 +659,7 @@ fn new_flow<A: Proxied>(
     let Some(backend_ip) = A::from_ip(backend_addr) else {
         return Err(Verdict::Drop(DropReason::UnsupportedFamily));
     };
-    let Some((out, _)) = route(st, backend_ip) else {
+    let Some((out, hop)) = route(st, backend_ip) else {
         return Err(Verdict::Drop(DropReason::NoRoute));
     };
     if st.host.snat_addresses_on::<A>(out).is_empty() {
@@ -615,7 +675,7 @@ fn new_flow<A: Proxied>(
             DropReason::SnatExhausted
         }));
     };
-    learn_on_link_client(now, frame, rx, key.src_addr, st);
+    learn_on_link_client(now, frame, rx, key.src_addr, client_on_link, st);
     let epoch = st.table_epoch(table);
     let flow = Flow {
         original: key,
@@ -626,23 +686,25 @@ fn new_flow<A: Proxied>(
             dst_addr: snat_ip,
             dst_port: snat_port,
         },
-        state: FlowState::new(fe.index, epoch, Deadline::at(now)).with_links(Links { original: rx.iface, reply: out }),
+        state: FlowState::new(frontend, epoch, Deadline::at(now)).with_links(Links { original: rx.iface, reply: out }),
     };
-    let mut inserted = A::conntrack_mut(st).insert_hashed(flow, hash, vacancy, reply_hint);
+    let mut inserted = A::conntrack_mut(st).insert_hashed(&flow, hash, vacancy, reply_hint);
     if inserted == Err(InsertError::Full) {
         // Linux's early drop: evict a flow near this one that is worth less, then retry.
         if let Some(evicted) = A::conntrack_mut(st).early_drop(&key, now) {
             flow_ended(st, &evicted);
             st.counters.conntrack_evicted += 1;
-            inserted = A::conntrack_mut(st).insert_hashed(flow, hash, None, ReplyHint::default());
+            inserted = A::conntrack_mut(st).insert_hashed(&flow, hash, None, ReplyHint::default());
         }
     }
     match inserted {
         Ok(id) => {
             backend::count_opened(st, &flow);
             st.counters.new_flows += 1;
-            st.frontends.new_flow(fe.index);
-            Ok(id)
+            st.frontends.new_flow(frontend);
+            // `egress` of the original direction: from the SNAT address and port to the endpoint.
+            let rw = Rewrite { src_addr: snat_ip, src_port: snat_port, dst_addr: backend_ip, dst_port: backend_port };
+            Ok((id, (rw, out, hop, frontend)))
         }
         Err(e) => Err(Verdict::Drop(match e {
             InsertError::Full => DropReason::ConntrackFull,
@@ -782,11 +844,11 @@ fn client_facts_anew<A: Family>(st: &mut WorkerState, client: A) {
 /// VIP first (or sends a Neighbor Solicitation for it), which teaches the same mapping (RFC
 /// 826 "merge", RFC 4861 § 7.2.3); this covers clients that learned the gateway's MAC
 /// otherwise. A known mapping is never overwritten from IP traffic: only ARP and NDP change
-/// it. Whether the client is on-link is routed once per run of new flows from one client
-/// ([`client_facts`]).
+/// it. Whether the client is on-link (`on_link`) is routed once per run of new flows from
+/// one client ([`client_facts`]).
 #[inline(always)]
-fn learn_on_link_client<A: Family>(now: u64, frame: &[u8], rx: &Rx, client: A, st: &mut WorkerState) {
-    if client_facts(st, client).on_link && st.neighbours.lookup(client).is_none() {
+fn learn_on_link_client<A: Family>(now: u64, frame: &[u8], rx: &Rx, client: A, on_link: bool, st: &mut WorkerState) {
+    if on_link && st.neighbours.lookup(client).is_none() {
         let mac = EthernetFrame::new_unchecked(&frame[..rx.l2_len]).src_addr();
         if mac.is_unicast() && !st.neighbours.learn(client, mac, now) {
             st.counters.neighbours_not_learned += 1;

@@ -44,6 +44,9 @@ pub(super) struct NewFlowHint {
     /// endpoint ([`super::backend::choose`]) and `new_flow` need not view the service again; `None`
     /// with affinity, where a remembered endpoint may win.
     pub endpoint: Option<(IpAddr, u16)>,
+    /// The front door has no source ranges (`loadBalancerSourceRanges`): it admits every
+    /// client, so that with `endpoint` `new_flow` need not view the front door again.
+    pub all_sources: bool,
 }
 
 /// What the stages found ahead for one frame, handed to [`super::process`] with it (in its slot of

@@ -239,3 +239,19 @@ fn client_ip_affinity_does_not_send_new_flows_to_a_draining_endpoint() {
     assert_ne!(next, sticky);
     assert_eq!(backend_of(&run(SEC, &syn(20002), FRONT, &t2, &mut st).1), next);
 }
+
+#[test]
+fn a_burst_of_syns_to_front_doors_with_and_without_source_ranges_agrees_with_process() {
+    // The burst's visits hand `new_flow` the front door and endpoint; only a front door
+    // without ranges is spared its view (`NewFlowHint::all_sources`): admitted and denied
+    // clients, both kinds of front door, one burst, against `process` frame by frame.
+    let t = policy_table(&["10.70.0.11", "10.70.0.12"], &[], &RANGES);
+    let syn = |client: (Ipv4Addr, u16), vip| frames::tcp(to_gw(), client, (vip, 80), TcpFlags::SYN, 1000, 0, &[], 64);
+    let burst: Vec<(Vec<u8>, u8)> = (0..20u16)
+        .map(|i| {
+            let client = if i % 2 == 0 { (CLIENT.0, 42_000 + i) } else { (OUTSIDER.0, 42_000 + i) };
+            (syn(client, [LB_VIP, LB_OPEN_VIP, VIP, LB_EMPTY_VIP][usize::from(i % 4)]), FRONT)
+        })
+        .collect();
+    super::burst::agree_on(&t, || state(0, 1), &[burst.clone(), burst]).unwrap();
+}
