@@ -148,8 +148,8 @@ impl Neighbours {
     /// (`tests::address_plans_spread`).
     #[inline]
     fn home(&self, key: u128) -> usize {
-        let p = u128::from((key >> 64) as u64 ^ 0xa076_1d64_78bd_642f) * u128::from(key as u64 ^ 0xe703_7ed1_a0b4_28db);
-        ((p >> 64) as u64 ^ p as u64) as usize & self.mask
+        crate::conntrack::mum((key >> 64) as u64 ^ 0xa076_1d64_78bd_642f, key as u64 ^ 0xe703_7ed1_a0b4_28db) as usize
+            & self.mask
     }
 
     /// Starts loading the slot where a lookup of `ip` begins (the slot holding it, unless

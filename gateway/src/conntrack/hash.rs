@@ -37,9 +37,10 @@ fn splitmix64(state: &mut u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// The 128-bit product of `x` and `y`, folded to 64 bits.
+/// The 128-bit product of `x` and `y`, folded to 64 bits (also the neighbour table's home
+/// slot: `crate::neighbour`).
 #[inline(always)]
-fn mum(x: u64, y: u64) -> u64 {
+pub(crate) fn mum(x: u64, y: u64) -> u64 {
     let p = u128::from(x) * u128::from(y);
     (p as u64) ^ ((p >> 64) as u64)
 }

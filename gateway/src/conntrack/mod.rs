@@ -135,6 +135,7 @@
 //! ```
 
 mod hash;
+pub(crate) use hash::mum;
 mod index;
 pub mod persist;
 pub mod resync;

@@ -34,7 +34,7 @@
 //! packet waited for them: docs/optimisation-log.md, "Two chunks in flight"), and its own
 //! index lines have this chunk's processing to arrive. Only the burst's first chunk's
 //! stage 1 waits for nothing.
-
+//!
 //! IPv4 frames (TCP, UDP, SCTP) are hinted against the worker's IPv4 conntrack, IPv6 frames
 //! (TCP and UDP, after any extension headers) against its IPv6 one; fragments and everything
 //! else are processed without a hint.
