@@ -45,7 +45,7 @@ pub(super) fn flow_key(
     if let Some(found) = flow_key_plain(frame, rx, lean, l3_checked) {
         return Some(found);
     }
-    flow_key_checked(frame, rx, lean)
+    flow_key_checked(frame, *rx, lean)
 }
 
 /// Bytes of an IPv4 packet [`flow_key_plain`] reads: a 20-byte header and the first 20 bytes
@@ -146,7 +146,7 @@ pub(super) fn flow_key_plain(
 /// the plain one.
 #[cold]
 #[inline(never)]
-pub(super) fn flow_key_checked(frame: &[u8], rx: &Rx, lean: &mut LeanSegment) -> Option<(FlowKey, bool)> {
+pub(super) fn flow_key_checked(frame: &[u8], rx: Rx, lean: &mut LeanSegment) -> Option<(FlowKey, bool)> {
     let l3 = rx.l2_len;
     let ip = Ipv4Packet::new_checked(&frame[l3..rx.len]).ok()?;
     if ip.is_fragment() {

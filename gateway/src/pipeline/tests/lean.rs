@@ -307,7 +307,7 @@ proptest! {
         let (mut plain_seg, mut checked_seg) = (LeanSegment::NONE, LeanSegment::NONE);
         let mut header_ok = false;
         let plain = crate::pipeline::ipv4::flow_key_plain(&f, &rx, &mut plain_seg, &mut header_ok);
-        let checked = crate::pipeline::ipv4::flow_key_checked(&f, &rx, &mut checked_seg);
+        let checked = crate::pipeline::ipv4::flow_key_checked(&f, rx, &mut checked_seg);
         prop_assert!(plain.is_some() || !untouched, "a plain segment left to the checked parse");
         if plain.is_some() {
             prop_assert_eq!(plain, checked);
