@@ -319,7 +319,7 @@ const STATE_FLAGS: u8 = TcpFlags::SYN.0 | TcpFlags::FIN.0 | TcpFlags::RST.0;
 /// [RFC 768]: https://www.rfc-editor.org/rfc/rfc768
 /// [RFC 8200 § 8.1]: https://www.rfc-editor.org/rfc/rfc8200#section-8.1
 /// [RFC 1624]: https://www.rfc-editor.org/rfc/rfc1624
-#[inline]
+#[inline(always)]
 fn l4_checksum<A: Family>(frame: &[u8], rx: &Rx, st: &mut WorkerState, seg: &Segment<A>) -> Result<(), Verdict> {
     if rx.l4_csum_good || rx.l4_csum_partial || seg.first_fragment.is_some() {
         return Ok(());
