@@ -70,7 +70,7 @@ impl WorkerState {
 }
 
 /// The resolved MAC of `hop`, queueing a (re)resolution when missing or old.
-#[inline]
+#[inline(always)]
 pub(super) fn neighbour<H: NeighbourAddr + Into<IpAddr>>(
     st: &mut WorkerState,
     hop: H,
