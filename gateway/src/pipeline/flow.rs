@@ -755,20 +755,30 @@ fn snat_port<A: Family>(
     let (conntrack, snat, host) = A::conntrack_and_snat(st);
     let addresses = host.snat_addresses_on::<A>(out);
     let positions = host.snat_positions_on::<A>(out);
+    let reply = |(snat_ip, snat_port): (A, u16)| FlowKey {
+        protocol,
+        src_addr: endpoint_ip,
+        src_port: endpoint_port,
+        dst_addr: snat_ip,
+        dst_port: snat_port,
+    };
+    // The search's first candidate, nearly always free, tried without the search
+    // (`SnatPorts::first_candidate`): the same choice; anything else searches from it.
+    if let Some((i, port)) = snat.first_candidate(addresses.len()) {
+        if let Some(&address) = addresses.get(i) {
+            if let Err(v) = conntrack.lookup_or_vacancy(&reply((address, port))) {
+                snat.take_first();
+                return Some(((address, port), ReplyHint { slot: Some(v), snat: positions.get(i).copied() }));
+            }
+        }
+    }
     let endpoint = SocketAddr::new(endpoint_ip.into(), endpoint_port);
     // The candidate that gives way if none is free: (eviction order, flow).
     let mut victim: Option<((u8, u32), FlowId)> = None;
     // The last candidate found free: the one `alloc` returns.
     let mut vacancy = None;
     let found = snat.alloc_indexed(endpoint, addresses, |snat_ip, snat_port| {
-        let reply = FlowKey {
-            protocol,
-            src_addr: endpoint_ip,
-            src_port: endpoint_port,
-            dst_addr: snat_ip,
-            dst_port: snat_port,
-        };
-        match conntrack.lookup_or_vacancy(&reply) {
+        match conntrack.lookup_or_vacancy(&reply((snat_ip, snat_port))) {
             Err(v) => {
                 vacancy = Some(v);
                 true
