@@ -315,6 +315,9 @@ const STATE_FLAGS: u8 = TcpFlags::SYN.0 | TcpFlags::FIN.0 | TcpFlags::RST.0;
 /// the lean path ([`super::lean`]) must not do, and such a packet's checksum is updated
 /// incrementally ([RFC 1624]), which keeps it wrong, so its receiver still discards it.
 ///
+/// Always inlined into [`handle`] (its two call sites, one per kind of segment checked): a
+/// SYN paid 50 instructions of call, spills and restores around the sum.
+///
 /// [RFC 9293 § 3.1]: https://www.rfc-editor.org/rfc/rfc9293#section-3.1
 /// [RFC 768]: https://www.rfc-editor.org/rfc/rfc768
 /// [RFC 8200 § 8.1]: https://www.rfc-editor.org/rfc/rfc8200#section-8.1

@@ -69,7 +69,10 @@ impl WorkerState {
     }
 }
 
-/// The resolved MAC of `hop`, queueing a (re)resolution when missing or old.
+/// The resolved MAC of `hop`, queueing a (re)resolution when missing or old. Always
+/// inlined into its one caller (`flow::egress_via`, every packet the general path
+/// forwards): the call cost a new flow's SYN 23 instructions (docs/optimisation-log.md,
+/// "New flow, fifth round").
 #[inline(always)]
 pub(super) fn neighbour<H: NeighbourAddr + Into<IpAddr>>(
     st: &mut WorkerState,
