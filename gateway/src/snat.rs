@@ -191,11 +191,38 @@ impl SnatPorts {
     /// [`peek`](Self::peek) with the search's draw `next`.
     #[inline]
     fn peek_from<A: Copy>(&self, next: u64, addresses: &[A]) -> Option<(A, u16)> {
-        if self.steered.is_some() || self.count == 0 {
+        let (i, port) = self.first_from(next, addresses.len())?;
+        Some((*addresses.get(i)?, port))
+    }
+
+    /// The first candidate of a search with draw `next` among `n` addresses under the modulo
+    /// rule: the address's position (below `n`) and the port; `None` under the steered rule,
+    /// with no address or no port.
+    #[inline(always)]
+    fn first_from(&self, next: u64, n: usize) -> Option<(usize, u16)> {
+        if self.steered.is_some() || self.count == 0 || n == 0 {
             return None;
         }
-        let address = *addresses.get(scale((next >> 32) as u32, addresses.len()))?;
-        Some((address, self.port_at(scale(next as u32, self.count))))
+        Some((scale((next >> 32) as u32, n), self.port_at(scale(next as u32, self.count))))
+    }
+
+    /// The first candidate [`alloc_indexed`](Self::alloc_indexed) examines among `n`
+    /// addresses: the address's position (below `n`) and the port, as
+    /// [`peek`](Self::peek) names them. A caller that finds it free takes it with
+    /// [`take_first`](Self::take_first) instead of calling `alloc_indexed` — the same
+    /// choice, without the search's closure; one that does not calls `alloc_indexed`,
+    /// which examines it again. `None` under the steered rule and when there is no address
+    /// or port.
+    #[inline(always)]
+    pub fn first_candidate(&self, n: usize) -> Option<(usize, u16)> {
+        self.first_from(self.next, n)
+    }
+
+    /// Takes the candidate [`first_candidate`](Self::first_candidate) named, found free:
+    /// the next search starts from a new random position, as after any allocation.
+    #[inline(always)]
+    pub fn take_first(&mut self) {
+        self.next = self.rng.u64(..);
     }
 
     /// Chooses a SNAT address among `addresses` (the egress link's, of the endpoint's
@@ -483,6 +510,58 @@ mod tests {
     }
 
     proptest! {
+        /// The pipeline's shortcut (`pipeline::flow::snat_port`): the first candidate
+        /// ([`SnatPorts::first_candidate`]) taken when free ([`SnatPorts::take_first`]),
+        /// else [`SnatPorts::alloc_indexed`], chooses what `alloc_indexed` alone chooses,
+        /// search after search (the next draws included), under either rule, with ports
+        /// taken and freed so that first candidates are often in use.
+        #[test]
+        fn the_first_candidate_taken_when_free_is_alloc_indexeds_choice(
+            workers in 1usize..4,
+            worker_pick in 0usize..4,
+            steered in any::<bool>(),
+            addresses in 0usize..3,
+            seed in any::<u64>(),
+            ops in proptest::collection::vec((0u8..4, any::<bool>(), any::<u16>()), 1..300),
+        ) {
+            let worker = worker_pick % workers;
+            let (min, max) = (3000u16, 3000 + 40);
+            let steering = Arc::new(XorSteering { workers, range: (min, max) });
+            let make = || if steered {
+                SnatPorts::steered(worker, min, max, steering.clone())
+            } else {
+                SnatPorts::new(worker, workers, min, max)
+            };
+            let (mut shortcut, mut plain) = (make(), make());
+            shortcut.reseed(seed);
+            plain.reseed(seed);
+            let endpoints = [v4(11, 80), v4(12, 80), v4(11, 81), v4(13, 443)];
+            let snat = &SNAT[..addresses];
+            let mut live: Vec<(SocketAddr, IpAddr, u16)> = Vec::new();
+            for (e, end_one, pick) in ops {
+                let e = endpoints[usize::from(e)];
+                if end_one && !live.is_empty() {
+                    live.swap_remove(usize::from(pick) % live.len());
+                    continue;
+                }
+                let used: Replies = live.iter().copied().collect();
+                let free = |a: Ipv4Addr, p: u16| !used.contains(&(e, a.into(), p));
+                let first = shortcut.first_candidate(snat.len()).filter(|&(i, p)| free(snat[i], p));
+                let got = match first {
+                    Some(found) => {
+                        shortcut.take_first();
+                        Some(found)
+                    }
+                    None => shortcut.alloc_indexed(e, snat, free),
+                };
+                let want = plain.alloc_indexed(e, snat, free);
+                prop_assert_eq!(got, want);
+                if let Some((i, p)) = want {
+                    live.push((e, snat[i].into(), p));
+                }
+            }
+        }
+
         /// Whatever the sequence of new flows and of flows ending: no two live flows share
         /// a reply tuple, every port obeys its worker's rule (modulo or steered), and with
         /// a range small enough to be searched whole an

@@ -29,7 +29,7 @@
 //! is, IPv4 as an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`, RFC 4291 § 2.5.5.2).
 //! Ids stored in records are 1-based: 0 means "none".
 
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use zerocopy::byteorder::little_endian::{U32, U64};
 use zerocopy::byteorder::network_endian::U16 as Be16;
@@ -236,10 +236,19 @@ pub fn addr16(ip: IpAddr) -> [u8; 16] {
     }
 }
 
-/// The address stored in 16-byte form (IPv4-mapped addresses become IPv4).
+/// The address stored in 16-byte form (IPv4-mapped addresses, `::ffff:a.b.c.d` of
+/// [RFC 4291 § 2.5.5.2], become IPv4): [`Ipv6Addr::to_canonical`]'s answer, read as one
+/// 128-bit number instead of byte by byte (a new flow's visit reads its endpoint this way).
+///
+/// [RFC 4291 § 2.5.5.2]: https://www.rfc-editor.org/rfc/rfc4291#section-2.5.5.2
 #[inline]
 pub fn addr_from16(b: [u8; 16]) -> IpAddr {
-    Ipv6Addr::from(b).to_canonical()
+    let bits = u128::from_be_bytes(b);
+    if bits >> 32 == 0xffff {
+        IpAddr::V4(Ipv4Addr::from_bits(bits as u32))
+    } else {
+        IpAddr::V6(Ipv6Addr::from_bits(bits))
+    }
 }
 
 /// Lookup key of a front door: sorts as (address, protocol, port), the order of the
@@ -257,4 +266,29 @@ pub fn checksum(bytes: &[u8]) -> u32 {
     h.update(&[0; 4]);
     h.update(&bytes[at + 4..]);
     h.finalize()
+}
+
+#[cfg(test)]
+mod addr_tests {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+    use proptest::prelude::*;
+
+    use super::{addr16, addr_from16};
+
+    proptest! {
+        /// `addr_from16` is `Ipv6Addr::to_canonical` of the 16 bytes (any bytes, and
+        /// IPv4-mapped ones and their near misses), and undoes `addr16` of either family.
+        #[test]
+        fn addr_from16_is_to_canonical(bits in any::<u128>(), v4 in any::<u32>(), flip in 0u32..128) {
+            let near = (0xffffu128 << 32 | u128::from(v4)) ^ (1u128 << flip);
+            for b in [bits, 0xffffu128 << 32 | u128::from(v4), near, u128::from(v4)] {
+                prop_assert_eq!(addr_from16(b.to_be_bytes()), Ipv6Addr::from_bits(b).to_canonical());
+            }
+            let a = IpAddr::V4(Ipv4Addr::from_bits(v4));
+            prop_assert_eq!(addr_from16(addr16(a)), a);
+            let a6 = IpAddr::V6(Ipv6Addr::from_bits(bits));
+            prop_assert_eq!(addr_from16(addr16(a6)), a6.to_canonical());
+        }
+    }
 }

@@ -69,8 +69,11 @@ impl WorkerState {
     }
 }
 
-/// The resolved MAC of `hop`, queueing a (re)resolution when missing or old.
-#[inline]
+/// The resolved MAC of `hop`, queueing a (re)resolution when missing or old. Always
+/// inlined into its one caller (`flow::egress_via`, every packet the general path
+/// forwards): the call cost a new flow's SYN 23 instructions (docs/optimisation-log.md,
+/// "New flow, fifth round").
+#[inline(always)]
 pub(super) fn neighbour<H: NeighbourAddr + Into<IpAddr>>(
     st: &mut WorkerState,
     hop: H,

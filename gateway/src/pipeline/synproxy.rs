@@ -88,7 +88,10 @@ impl Proxied for Ipv6Addr {
 
 /// For a SYN of `key` whose TCP header is `frame[l4]` that would create a flow: `None`
 /// when it may (under the rate), else the cookie SYN-ACK answering it, built in place and
-/// sent back to the client.
+/// sent back to the client ([`answer_syn`]). The rate check is inlined into the caller,
+/// the answer is not: with the proxy off (`syn_cookies = false`) a SYN pays one test, not a
+/// call with seven arguments.
+#[inline(always)]
 pub(super) fn syn<A: Proxied>(
     now: u64,
     frame: &mut [u8],
@@ -101,6 +104,21 @@ pub(super) fn syn<A: Proxied>(
     if !st.synproxy.over_rate(now) {
         return None;
     }
+    answer_syn(now, frame, rx, st, key, tcp, l4)
+}
+
+/// [`syn`] of a SYN over the rate: the cookie SYN-ACK built in place (`None` when the
+/// frame has no room for it).
+#[inline(never)]
+fn answer_syn<A: Proxied>(
+    now: u64,
+    frame: &mut [u8],
+    rx: &Rx,
+    st: &mut WorkerState,
+    key: &FlowKey<A>,
+    tcp: &TcpSeq,
+    l4: Range<usize>,
+) -> Option<Verdict> {
     let client_mss = TcpPacket::new_checked(&frame[l4]).ok().and_then(|t| {
         crate::wire::tcp::option(t.options(), 2).and_then(|v| Some(u16::from_be_bytes(v.try_into().ok()?)))
     });
