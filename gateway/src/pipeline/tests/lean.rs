@@ -606,7 +606,10 @@ fn the_ipv6_routers_new_mac_mid_burst_is_followed() {
     const ROUTER_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 0xfe, 1]);
     const NEW_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 0xfe, 2]);
     let client = (Ipv6Addr::new(0x2001, 0xdb8, 0x300, 0, 0, 0, 0, 7), 41_000);
+    // An IPv4 router too, at another MAC: IPv6 replies must not go there.
+    const ROUTER4: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 254);
     let mut config = Config::embedded_default();
+    config.router = Some(crate::config::Router { address: ROUTER4, interface: usize::from(FRONT) });
     config.router6 = Some(crate::config::Router6 { address: ROUTER, interface: usize::from(FRONT) });
     let host = Arc::new(Host::new(&config, &[GW_FRONT_MAC, GW_BACK_MAC]));
     // Each worker its own neighbour table: the burst's advertisement must not teach the other.
@@ -616,6 +619,7 @@ fn the_ipv6_routers_new_mac_mid_burst_is_followed() {
             shared.neighbours.learn(backend6(u16::from(last)), backend_mac(last), 0);
         }
         shared.neighbours.learn(ROUTER, ROUTER_MAC, 0);
+        shared.neighbours.learn(ROUTER4, MacAddr([0x02, 0, 0, 0, 0xfe, 4]), 0);
         WorkerState::new(0, 1, Arc::clone(&host), &shared, 1024, 7)
     };
     let (mut a, mut b) = (worker(), worker());
@@ -636,10 +640,13 @@ fn the_ipv6_routers_new_mac_mid_burst_is_followed() {
         ROUTER,
         Some(NEW_MAC),
     );
-    let input = [(reply.clone(), BACK), (advert, FRONT), (reply, BACK)];
+    let input = [(reply.clone(), BACK), (advert, FRONT), (reply.clone(), BACK)];
     let bufs = agree::<Ipv6Addr>(2 * SEC, &input, &t, &mut a, &mut b).unwrap();
     assert_eq!(a.counters.forwarded_reply, 3, "both replies of the burst were forwarded");
     assert_eq!((&bufs[0][..6], &bufs[2][..6]), (&ROUTER_MAC.0[..], &NEW_MAC.0[..]));
+    // And the lean path itself forwards such a reply (to the router's new MAC).
+    let k = lean::BurstConstants::new(2 * SEC, &t, &mut a);
+    assert!(taken::<Ipv6Addr>(&reply, BACK, &k, &mut a), "a reply routed to the router takes the lean path");
 }
 
 /// `frame` without its 802.1Q tag, if it has one.
