@@ -37,7 +37,9 @@
 //!
 //! IPv4 frames (TCP, UDP, SCTP) are hinted against the worker's IPv4 conntrack, IPv6 frames
 //! (TCP and UDP, after any extension headers) against its IPv6 one; fragments and everything
-//! else are processed without a hint.
+//! else are processed without a hint. Frames the lean path ([`lean`]) may take go through
+//! the same stages on compact hints ([`LeanFrame`]), one mask of them per family: an IPv4
+//! one's on the stack, an IPv6 one's (larger) in `st.hints.lean6`.
 //!
 //! The results are exactly those of calling [`process`] on each frame in order: the early
 //! stages change nothing but the cache (prefetches are hints, and what stage 3 reads may be
@@ -541,11 +543,11 @@ fn prefetch_reply_slot<A: Family>(
 /// certainly absent, the next index line too: [`prefetch`]); no flow key for anything else;
 /// whether the IPv4 header's checksum was found correct on the way. An IPv4 frame the lean path may take (stage 1's parse found its [`super::hint::LeanSegment`])
 /// has its hints written into `lean`: returns true (`out`'s flow key is then stale); an
-/// IPv6 one into `lean6` (the first of `out6`), with bit `j` set in the second (its mask),
-/// returning false; any
+/// IPv6 one into `lean6` (the frame's slot of `st.hints.lean6`), with bit `j` set in
+/// `lean6_frames`, and returns false; any
 /// other frame into `out` (in place: built elsewhere and copied, the key's narrow fields reach
 /// the slot through wide loads that cannot forward from them, a store-forwarding stall
-/// per frame), returns false.
+/// per frame), returns false. The IPv4 lean frame's path pays nothing for IPv6's.
 #[allow(clippy::too_many_arguments)]
 #[inline]
 fn hint(
