@@ -133,20 +133,20 @@ pub fn process_burst<B: AsMut<[u8]>>(
         let (mut lean_frames, mut lean6_frames) = (next_lean_frames, next_lean6_frames);
         // Bit `j`: the chunk's frame `j` opens a new flow whose prefetches are under way.
         let mut new_flows: u32 = 0;
-        // Stage 2.
-        for j in 0..end - start {
-            if lean_frames & (1 << j) != 0 {
-                if probe_lean(&st.conntrack, &mut this_leans[j], &mut st.hints.frames[base + j]) {
-                    continue;
-                }
+        // The chunk's frames (bit `j`).
+        let chunk = u32::MAX >> (32 - (end - start));
+        // Stage 2, by kind of frame (the order among frames does not matter before stage
+        // 4): the IPv4 lean frames, the IPv6 ones (out of line: an IPv4 burst pays one test
+        // per chunk for them), then every other (the lean ones turned down among them).
+        for j in bits(lean_frames) {
+            if !probe_lean(&st.conntrack, &mut this_leans[j], &mut st.hints.frames[base + j]) {
                 lean_frames &= !(1 << j);
-            } else if lean6_frames & (1 << j) != 0 {
-                let hints = &mut st.hints;
-                if probe_lean(&st.conntrack6, &mut hints.lean6[base + j], &mut hints.frames[base + j]) {
-                    continue;
-                }
-                lean6_frames &= !(1 << j);
             }
+        }
+        if lean6_frames != 0 {
+            lean6_frames = stage_2_lean6(st, lean6_frames, base);
+        }
+        for j in bits(chunk & !(lean_frames | lean6_frames)) {
             {
                 match &st.hints.frames[base + j].flow {
                     Some(FlowHint::V4(key, hash)) => probe(st, table, key, *hash, &mut ahead[j]),
@@ -178,27 +178,20 @@ pub fn process_burst<B: AsMut<[u8]>>(
         if new_flows != 0 {
             visit_new_flows(st, table, new_flows, &ahead, base);
         }
-        // Stage 3.
-        for j in 0..end - start {
-            // A flow never routed: the general path routes it.
-            if lean_frames & (1 << j) != 0 {
-                let l = &this_leans[j];
-                if prefetch_lean::<Ipv4Addr>(st, l.id, l.direction) {
-                    continue;
-                }
+        // Stage 3, by kind of frame as stage 2.
+        for j in bits(lean_frames) {
+            let l = &this_leans[j];
+            if !prefetch_lean::<Ipv4Addr>(st, l.id, l.direction) {
+                // Never routed: the general path routes it.
                 lean_frames &= !(1 << j);
                 demote(&mut st.hints.frames[base + j], l, Some(Candidate::Flow(l.id, l.direction)));
                 ahead[j] = Ahead::Flow(l.id, l.direction);
-            } else if lean6_frames & (1 << j) != 0 {
-                let l = &st.hints.lean6[base + j];
-                if prefetch_lean::<Ipv6Addr>(st, l.id, l.direction) {
-                    continue;
-                }
-                lean6_frames &= !(1 << j);
-                let (l, hints) = (*l, &mut st.hints);
-                demote(&mut hints.frames[base + j], &l, Some(Candidate::Flow(l.id, l.direction)));
-                ahead[j] = Ahead::Flow(l.id, l.direction);
             }
+        }
+        if lean6_frames != 0 {
+            lean6_frames = stage_3_lean6(st, lean6_frames, base, &mut ahead);
+        }
+        for j in bits(chunk & !(lean_frames | lean6_frames)) {
             {
                 if let Ahead::Flow(id, direction) = ahead[j] {
                     let route = match st.hints.frames[base + j].flow {
@@ -250,6 +243,40 @@ pub fn process_burst<B: AsMut<[u8]>>(
 #[inline(never)]
 fn demote<A: Family>(slot: &mut FrameHints, lean: &LeanFrame<A>, candidate: Option<Candidate>) {
     *slot = FrameHints::from_lean(A::flow_hint(lean.key, lean.hash), candidate);
+}
+
+/// Stage 2 of a chunk's IPv6 frames the lean path may take (bit `j` of `mask`: their
+/// compact hints in slot `base + j` of `st.hints.lean6`): [`probe_lean`] of each. Returns
+/// the mask of those still lean (a frame whose flow is not found has its general hints
+/// written, for the general stages).
+#[inline(never)]
+fn stage_2_lean6(st: &mut WorkerState, mut mask: u32, base: usize) -> u32 {
+    let hints = &mut st.hints;
+    for j in bits(mask) {
+        if !probe_lean(&st.conntrack6, &mut hints.lean6[base + j], &mut hints.frames[base + j]) {
+            mask &= !(1 << j);
+        }
+    }
+    mask
+}
+
+/// Stage 3 of a chunk's IPv6 frames the lean path may take (bit `j` of `mask`, as
+/// [`stage_2_lean6`]): [`prefetch_lean`] of each. Returns the mask of those still lean; a
+/// flow never routed has the frame's general hints written and `ahead[j]` set, for the
+/// general stage 3 (which routes it).
+#[inline(never)]
+fn stage_3_lean6(st: &mut WorkerState, mut mask: u32, base: usize, ahead: &mut [Ahead; PREFETCH_WINDOW]) -> u32 {
+    for j in bits(mask) {
+        let l = &st.hints.lean6[base + j];
+        if !prefetch_lean::<Ipv6Addr>(st, l.id, l.direction) {
+            mask &= !(1 << j);
+            let hints = &mut st.hints;
+            let l = &hints.lean6[base + j];
+            demote(&mut hints.frames[base + j], l, Some(Candidate::Flow(l.id, l.direction)));
+            ahead[j] = Ahead::Flow(l.id, l.direction);
+        }
+    }
+    mask
 }
 
 /// Stage 2 of a frame the lean path may take (its compact hints `lean`): reads the probe
