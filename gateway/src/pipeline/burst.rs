@@ -314,8 +314,7 @@ fn stage_1<B: AsMut<[u8]>>(
 ) -> (u32, u32) {
     let (mut lean_frames, mut lean6_frames) = (0, 0);
     for (j, ((frame, meta), lean)) in frames.iter_mut().zip(metas).zip(leans.iter_mut()).enumerate() {
-        let hints = &mut st.hints;
-        let slot = (&mut hints.frames[base + j], &mut hints.lean6[base + j]);
+        let slot = (&mut st.hints, base + j);
         let is_lean = hint(frame.as_mut(), meta, &st.host, &st.conntrack, &st.conntrack6, slot, lean, (&mut lean6_frames, j));
         lean_frames |= u32::from(is_lean) << j;
     }
@@ -569,10 +568,10 @@ fn prefetch_reply_slot<A: Family>(
 /// (`v4` or `v6`), whose index slots for it are prefetched (for a SYN, a key almost
 /// certainly absent, the next index line too: [`prefetch`]); no flow key for anything else;
 /// whether the IPv4 header's checksum was found correct on the way. An IPv4 frame the lean path may take (stage 1's parse found its [`super::hint::LeanSegment`])
-/// has its hints written into `lean`: returns true (`out`'s flow key is then stale); an
-/// IPv6 one into `lean6` (the frame's slot of `st.hints.lean6`), with bit `j` set in
+/// has its hints written into `lean`: returns true (its slot of `hints.frames` is then
+/// stale); an IPv6 one into its slot of `hints.lean6`, with bit `j` set in
 /// `lean6_frames`, and returns false; any
-/// other frame into `out` (in place: built elsewhere and copied, the key's narrow fields reach
+/// other frame into its slot `slot` of `hints.frames` (in place: built elsewhere and copied, the key's narrow fields reach
 /// the slot through wide loads that cannot forward from them, a store-forwarding stall
 /// per frame), returns false. The IPv4 lean frame's path pays nothing for IPv6's.
 #[allow(clippy::too_many_arguments)]
@@ -583,7 +582,7 @@ fn hint(
     host: &Host,
     v4: &Conntrack<Ipv4Addr>,
     v6: &Conntrack<Ipv6Addr>,
-    (out, lean6): (&mut FrameHints, &mut LeanFrame<Ipv6Addr>),
+    (hints, slot): (&mut HintRing, usize),
     lean: &mut LeanFrame,
     (lean6_frames, j): (&mut u32, usize),
 ) -> bool {
@@ -600,6 +599,7 @@ fn hint(
                     return true;
                 }
                 // Field by field: cheaper here than the whole slot.
+                let out = &mut hints.frames[slot];
                 out.candidate = None;
                 out.route = None;
                 out.new_flow = None;
@@ -609,6 +609,7 @@ fn hint(
             }
         }
         Ok((rx, EtherType::Ipv6)) => {
+            let lean6 = &mut hints.lean6[slot];
             lean6.seg.total = 0;
             if let Some((key, opens)) = ipv6::flow_key(frame, &rx, &mut lean6.seg) {
                 let hash = prefetch(v6, &key, opens);
@@ -617,13 +618,13 @@ fn hint(
                     *lean6_frames |= 1 << j;
                     return false;
                 }
-                *out = FrameHints { flow: Some(FlowHint::V6(key, hash)), ..FrameHints::NONE };
+                hints.frames[slot] = FrameHints { flow: Some(FlowHint::V6(key, hash)), ..FrameHints::NONE };
                 return false;
             }
         }
         _ => {}
     }
-    no_hints(out);
+    no_hints(&mut hints.frames[slot]);
     false
 }
 
