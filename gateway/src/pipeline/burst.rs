@@ -315,7 +315,8 @@ fn stage_1<B: AsMut<[u8]>>(
     let (mut lean_frames, mut lean6_frames) = (0, 0);
     for (j, ((frame, meta), lean)) in frames.iter_mut().zip(metas).zip(leans.iter_mut()).enumerate() {
         let slot = (&mut st.hints, base + j);
-        let is_lean = hint(frame.as_mut(), meta, &st.host, &st.conntrack, &st.conntrack6, slot, lean, (&mut lean6_frames, j));
+        let is_lean =
+            hint(frame.as_mut(), meta, &st.host, &st.conntrack, &st.conntrack6, slot, lean, (&mut lean6_frames, j));
         lean_frames |= u32::from(is_lean) << j;
     }
     (lean_frames, lean6_frames)

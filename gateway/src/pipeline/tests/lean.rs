@@ -47,8 +47,16 @@ trait Fam: LeanFamily + std::fmt::Debug {
     fn table(lasts: &[u8]) -> Table;
     /// `frames::tcp` / `frames::tcp6`, TTL / Hop Limit `ttl`.
     #[allow(clippy::too_many_arguments)]
-    fn tcp(l2: L2, src: (Self, u16), dst: (Self, u16), flags: TcpFlags, seq: u32, ack: u32, data: &[u8], ttl: u8)
-        -> Vec<u8>;
+    fn tcp(
+        l2: L2,
+        src: (Self, u16),
+        dst: (Self, u16),
+        flags: TcpFlags,
+        seq: u32,
+        ack: u32,
+        data: &[u8],
+        ttl: u8,
+    ) -> Vec<u8>;
     /// `frames::udp` / `frames::udp6`, TTL / Hop Limit `ttl`.
     fn udp(l2: L2, src: (Self, u16), dst: (Self, u16), data: &[u8], ttl: u8) -> Vec<u8>;
     /// The destination address of an untagged frame's packet.
@@ -66,15 +74,23 @@ impl Fam for Ipv4Addr {
     const SNAT: Self = SNAT;
     const ENDPOINTS: [u8; 3] = [11, 12, 13];
     const L4: usize = 34;
-        fn endpoint(last: u8) -> Self {
+    fn endpoint(last: u8) -> Self {
         Ipv4Addr::new(10, 70, 0, last)
     }
     fn table(lasts: &[u8]) -> Table {
         let names: Vec<String> = lasts.iter().map(|&l| Self::endpoint(l).to_string()).collect();
         table(&names.iter().map(String::as_str).collect::<Vec<_>>())
     }
-    fn tcp(l2: L2, src: (Self, u16), dst: (Self, u16), flags: TcpFlags, seq: u32, ack: u32, data: &[u8], ttl: u8)
-        -> Vec<u8> {
+    fn tcp(
+        l2: L2,
+        src: (Self, u16),
+        dst: (Self, u16),
+        flags: TcpFlags,
+        seq: u32,
+        ack: u32,
+        data: &[u8],
+        ttl: u8,
+    ) -> Vec<u8> {
         frames::tcp(l2, src, dst, flags, seq, ack, data, ttl)
     }
     fn udp(l2: L2, src: (Self, u16), dst: (Self, u16), data: &[u8], ttl: u8) -> Vec<u8> {
@@ -97,14 +113,22 @@ impl Fam for Ipv6Addr {
     const SNAT: Self = SNAT6;
     const ENDPOINTS: [u8; 3] = [0x11, 0x12, 0x13];
     const L4: usize = 54;
-        fn endpoint(last: u8) -> Self {
+    fn endpoint(last: u8) -> Self {
         backend6(u16::from(last))
     }
     fn table(lasts: &[u8]) -> Table {
         table6(&lasts.iter().map(|&l| u16::from(l)).collect::<Vec<_>>(), None)
     }
-    fn tcp(l2: L2, src: (Self, u16), dst: (Self, u16), flags: TcpFlags, seq: u32, ack: u32, data: &[u8], ttl: u8)
-        -> Vec<u8> {
+    fn tcp(
+        l2: L2,
+        src: (Self, u16),
+        dst: (Self, u16),
+        flags: TcpFlags,
+        seq: u32,
+        ack: u32,
+        data: &[u8],
+        ttl: u8,
+    ) -> Vec<u8> {
         frames::tcp6(l2, src, dst, flags, seq, ack, data, ttl)
     }
     fn udp(l2: L2, src: (Self, u16), dst: (Self, u16), data: &[u8], ttl: u8) -> Vec<u8> {
@@ -365,8 +389,12 @@ fn agree<A: Fam>(
     Ok(bufs)
 }
 
+/// Bursts of frames (a connection's index, whether a reply, what the frame does), each
+/// after an event.
+type Steps = Vec<(Vec<(prop::sample::Index, bool, Variant)>, Event)>;
+
 /// The property of both families: see the module documentation.
-fn lean_agrees<A: Fam>(steps: &[(Vec<(prop::sample::Index, bool, Variant)>, Event)], pause_s: u64) -> Result<(), TestCaseError> {
+fn lean_agrees<A: Fam>(steps: &Steps, pause_s: u64) -> Result<(), TestCaseError> {
     let mut t = A::table(&A::ENDPOINTS);
     let (mut a, mut b) = (lean_state(), lean_state());
     let mut conns = open::<A>(&t, &mut a, &mut b, 4);
@@ -396,7 +424,7 @@ fn lean_agrees<A: Fam>(steps: &[(Vec<(prop::sample::Index, bool, Variant)>, Even
     Ok(())
 }
 
-fn arb_steps() -> impl Strategy<Value = Vec<(Vec<(prop::sample::Index, bool, Variant)>, Event)>> {
+fn arb_steps() -> impl Strategy<Value = Steps> {
     prop::collection::vec(
         (prop::collection::vec((any::<prop::sample::Index>(), any::<bool>(), arb_variant()), 0..40), arb_event()),
         1..8,
@@ -665,10 +693,9 @@ fn untagged(frame: &[u8]) -> Vec<u8> {
 /// general path's. The burst agrees with the general path frame by frame.
 #[test]
 fn ipv6_over_vlan_interfaces_agrees_with_the_general_path() {
-    let text = crate::config::EMBEDDED_DEFAULT.replace(
-        "addresses = [\"10.70.0.1/24\", \"fd00:70::1/64\"]",
-        "addresses = [\"10.70.0.1/24\"]",
-    ) + "
+    let text = crate::config::EMBEDDED_DEFAULT
+        .replace("addresses = [\"10.70.0.1/24\", \"fd00:70::1/64\"]", "addresses = [\"10.70.0.1/24\"]")
+        + "
 [[interfaces]]
 name = \"tg-front\"
 vlan = 100
@@ -701,15 +728,32 @@ device = \"net_af_packet1,iface=tg-back\"
         let syn_ack = TcpFlags(TcpFlags::SYN.0 | TcpFlags::ACK.0);
         let from_endpoint = (endpoint, 8080);
         let to_snat = (SNAT6, snat_port);
-        both(0, &back(frames::tcp6(BACK_L2, from_endpoint, to_snat, syn_ack, 5000, 1001, b"", 64)), BACK, &t, &mut a, &mut b);
-        both(0, &front(frames::tcp6(to_gw(), client, (VIP6, 80), TcpFlags::ACK, 1001, 5001, b"", 64)), FRONT, &t, &mut a, &mut b);
+        both(
+            0,
+            &back(frames::tcp6(BACK_L2, from_endpoint, to_snat, syn_ack, 5000, 1001, b"", 64)),
+            BACK,
+            &t,
+            &mut a,
+            &mut b,
+        );
+        both(
+            0,
+            &front(frames::tcp6(to_gw(), client, (VIP6, 80), TcpFlags::ACK, 1001, 5001, b"", 64)),
+            FRONT,
+            &t,
+            &mut a,
+            &mut b,
+        );
         // Data both ways: (frame, arrival port) at the numbers `n` of each side.
         let data = move |n: u32, len: u32| {
             let ack = TcpFlags::ACK;
             let payload = vec![7u8; len as usize];
             [
                 (front(frames::tcp6(to_gw(), client, (VIP6, 80), ack, 1001 + n, 5001 + n, &payload, 64)), FRONT),
-                (back(frames::tcp6(BACK_L2, from_endpoint, to_snat, ack, 5001 + n, 1001 + n + len, &payload, 64)), BACK),
+                (
+                    back(frames::tcp6(BACK_L2, from_endpoint, to_snat, ack, 5001 + n, 1001 + n + len, &payload, 64)),
+                    BACK,
+                ),
             ]
         };
         flows.push((tagged, data));
