@@ -9,17 +9,18 @@
 //! ```
 //!
 //! Arguments: the stream (`est`: client → VIP segments of established flows, `reply`:
-//! endpoint → SNAT address segments, `syn`: SYNs opening new flows), the active flows
+//! endpoint → SNAT address segments, `syn`: SYNs opening new flows; `est6`, `reply6`,
+//! `syn6`: the same over IPv6), the active flows
 //! (default 1000) and the gateway's endpoint scheduler (default `maglev`; `rr`, `lc`, …:
-//! [`torii_gateway::scheduler::Scheduler`]). It builds the IPv4 benchmark gateway and fixture of `torii_benches`
+//! [`torii_gateway::scheduler::Scheduler`]). It builds the benchmark gateway and fixture of `torii_benches` of the stream's family
 //! (10 000 front doors), then runs bursts of [`VECTOR`] frames through `timed`, the only
 //! function callgrind counts with the command above: divide the "I refs" it prints by the
 //! packets this prints. SYN runs stop before the conntrack would fill (no early drop).
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
-use torii_benches::dataplane::{Burst, Fixture, Gateway, Kind, Stream, Transport, VECTOR};
+use torii_benches::dataplane::{Burst, Family, Fixture, Gateway, Kind, Stream, Transport, VECTOR};
 use torii_gateway::counters::DropReason;
 use torii_gateway::scheduler::Scheduler;
 
@@ -34,13 +35,22 @@ fn main() {
             .find(|s| s.name() == name.as_str())
             .unwrap_or_else(|| panic!("unknown scheduler {name:?}")),
     };
-    let mut gateway = Gateway::<Ipv4Addr>::new();
+    match kind.strip_suffix('6') {
+        Some(v6) => run::<Ipv6Addr>(v6, kind, flows, scheduler),
+        None => run::<Ipv4Addr>(kind, kind, flows, scheduler),
+    }
+}
+
+/// Runs stream `stream` (`est`, `reply` or `syn`; named `kind` in the output) of family `A`
+/// over `flows` active flows under `scheduler`.
+fn run<A: Family>(stream: &str, kind: &str, flows: usize, scheduler: Scheduler) {
+    let mut gateway = Gateway::<A>::new();
     let mut host = (*gateway.host).clone();
     host.scheduler = scheduler;
     gateway.host = Arc::new(host);
     let gateway = Arc::new(gateway);
     let mut fx = Fixture::new(Arc::clone(&gateway), Transport::Tcp, flows);
-    let (mut stream, bursts) = match kind {
+    let (mut stream, bursts) = match stream {
         // The fixture's conntrack has room for a quarter more flows and 4096; one fresh
         // tuple per packet (a shorter stream would wrap and send SYNs of flows it opened).
         "syn" => {
@@ -49,7 +59,7 @@ fn main() {
         }
         "reply" => (fx.stream(Kind::Reply, 1 << 16, 2), 40),
         "est" => (fx.stream(Kind::Original, 1 << 16, 1), 40),
-        other => panic!("unknown stream {other:?}: est, reply or syn"),
+        other => panic!("unknown stream {other:?}: est, reply or syn (IPv6: est6, reply6, syn6)"),
     };
     let mut burst = Burst::new(VECTOR);
     for _ in 0..bursts {
@@ -63,6 +73,6 @@ fn main() {
 
 /// One burst: what callgrind counts.
 #[inline(never)]
-fn timed(fx: &mut Fixture<Ipv4Addr>, stream: &mut Stream<Ipv4Addr>, burst: &mut Burst) {
+fn timed<A: Family>(fx: &mut Fixture<A>, stream: &mut Stream<A>, burst: &mut Burst) {
     fx.process_burst(stream, burst);
 }

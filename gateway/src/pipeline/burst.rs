@@ -37,7 +37,9 @@
 //!
 //! IPv4 frames (TCP, UDP, SCTP) are hinted against the worker's IPv4 conntrack, IPv6 frames
 //! (TCP and UDP, after any extension headers) against its IPv6 one; fragments and everything
-//! else are processed without a hint.
+//! else are processed without a hint. Frames the lean path ([`lean`]) may take go through
+//! the same stages on compact hints ([`LeanFrame`]), one mask of them per family: an IPv4
+//! one's on the stack, an IPv6 one's (larger) in `st.hints.lean6`.
 //!
 //! The results are exactly those of calling [`process`] on each frame in order: the early
 //! stages change nothing but the cache (prefetches are hints, and what stage 3 reads may be
@@ -112,8 +114,10 @@ pub fn process_burst<B: AsMut<[u8]>>(
     let mut leans = [[LeanFrame::EMPTY; PREFETCH_WINDOW]; 2];
     let mut ahead = [Ahead::Done; PREFETCH_WINDOW];
     let first = n.min(PREFETCH_WINDOW);
-    // Bit `j`: the chunk's frame `j` has its hints in `leans`, not in `st.hints`.
-    let mut next_lean_frames = stage_1(&mut frames[..first], &metas[..first], st, &mut leans[0], 0);
+    // Bit `j`: the chunk's frame `j` has its hints in `leans` (IPv4) or in
+    // `st.hints.lean6` (IPv6: the second mask), not in `st.hints.frames`.
+    let (mut next_lean_frames, mut next_lean6_frames) =
+        stage_1(&mut frames[..first], &metas[..first], st, &mut leans[0], 0);
     let (mut start, mut half) = (0, 0);
     while start < n {
         let end = (start + PREFETCH_WINDOW).min(n);
@@ -126,24 +130,24 @@ pub fn process_burst<B: AsMut<[u8]>>(
                 (second, first)
             }
         };
-        let mut lean_frames = next_lean_frames;
+        let (mut lean_frames, mut lean6_frames) = (next_lean_frames, next_lean6_frames);
         // Bit `j`: the chunk's frame `j` opens a new flow whose prefetches are under way.
         let mut new_flows: u32 = 0;
-        // Stage 2.
-        for j in 0..end - start {
-            if lean_frames & (1 << j) != 0 {
-                let l = &mut this_leans[j];
-                match st.conntrack.prefetch_record(l.hash) {
-                    Candidate::Flow(id, direction) => (l.id, l.direction) = (id, direction),
-                    // No flow: a new one (an ACK or datagram of a flow not tracked) for the
-                    // general stages.
-                    Candidate::Absent(_) => {
-                        lean_frames &= !(1 << j);
-                        demote(&mut st.hints.frames[base + j], l, None);
-                    }
-                }
+        // The chunk's frames (bit `j`).
+        let chunk = u32::MAX >> (32 - (end - start));
+        // Stage 2, by kind of frame (the order among frames does not matter before stage
+        // 4): the IPv4 lean frames, the IPv6 ones (out of line: an IPv4 burst pays one test
+        // per chunk for them), then every other (the lean ones turned down among them).
+        for j in bits(lean_frames) {
+            if !probe_lean(&st.conntrack, &mut this_leans[j], &mut st.hints.frames[base + j]) {
+                lean_frames &= !(1 << j);
             }
-            if lean_frames & (1 << j) == 0 {
+        }
+        if lean6_frames != 0 {
+            lean6_frames = stage_2_lean6(st, lean6_frames, base);
+        }
+        for j in bits(chunk & !(lean_frames | lean6_frames)) {
+            {
                 match &st.hints.frames[base + j].flow {
                     Some(FlowHint::V4(key, hash)) => probe(st, table, key, *hash, &mut ahead[j]),
                     Some(FlowHint::V6(key, hash)) => probe(st, table, key, *hash, &mut ahead[j]),
@@ -167,25 +171,28 @@ pub fn process_burst<B: AsMut<[u8]>>(
         // this chunk's processing to arrive.
         if end < n {
             let next = (end + PREFETCH_WINDOW).min(n);
-            next_lean_frames =
+            (next_lean_frames, next_lean6_frames) =
                 stage_1(&mut frames[end..next], &metas[end..next], st, next_leans, PREFETCH_WINDOW - base);
         }
         // A new flow's further stages, one pass per visit.
         if new_flows != 0 {
             visit_new_flows(st, table, new_flows, &ahead, base);
         }
-        // Stage 3.
-        for j in 0..end - start {
-            if lean_frames & (1 << j) != 0 {
-                let l = &this_leans[j];
-                if !prefetch_lean(st, l.id, l.direction) {
-                    // Never routed: the general path routes it.
-                    lean_frames &= !(1 << j);
-                    demote(&mut st.hints.frames[base + j], l, Some(Candidate::Flow(l.id, l.direction)));
-                    ahead[j] = Ahead::Flow(l.id, l.direction);
-                }
+        // Stage 3, by kind of frame as stage 2.
+        for j in bits(lean_frames) {
+            let l = &this_leans[j];
+            if !prefetch_lean::<Ipv4Addr>(st, l.id, l.direction) {
+                // Never routed: the general path routes it.
+                lean_frames &= !(1 << j);
+                demote(&mut st.hints.frames[base + j], l, Some(Candidate::Flow(l.id, l.direction)));
+                ahead[j] = Ahead::Flow(l.id, l.direction);
             }
-            if lean_frames & (1 << j) == 0 {
+        }
+        if lean6_frames != 0 {
+            lean6_frames = stage_3_lean6(st, lean6_frames, base, &mut ahead);
+        }
+        for j in bits(chunk & !(lean_frames | lean6_frames)) {
+            {
                 if let Ahead::Flow(id, direction) = ahead[j] {
                     let route = match st.hints.frames[base + j].flow {
                         Some(FlowHint::V4(..)) => prefetch_egress::<Ipv4Addr>(st, id, direction),
@@ -209,6 +216,14 @@ pub fn process_burst<B: AsMut<[u8]>>(
                     continue;
                 }
                 demote(&mut st.hints.frames[base + j], l, Some(Candidate::Flow(l.id, l.direction)));
+            } else if lean6_frames & (1 << j) != 0 {
+                // A copy (80 bytes): `forward` borrows the worker's state whole.
+                let l = st.hints.lean6[base + j];
+                if let Some(v) = lean::forward(frame.as_mut(), &l, &constants, st) {
+                    *verdict = v;
+                    continue;
+                }
+                demote(&mut st.hints.frames[base + j], &l, Some(Candidate::Flow(l.id, l.direction)));
             }
             st.hints.current = base + j;
             let learned = lean::BurstConstants::learned(st);
@@ -226,13 +241,67 @@ pub fn process_burst<B: AsMut<[u8]>>(
 /// registers from their common path.
 #[cold]
 #[inline(never)]
-fn demote(slot: &mut FrameHints, lean: &LeanFrame, candidate: Option<Candidate>) {
-    *slot = FrameHints::from_lean(lean, candidate);
+fn demote<A: Family>(slot: &mut FrameHints, lean: &LeanFrame<A>, candidate: Option<Candidate>) {
+    *slot = FrameHints::from_lean(A::flow_hint(lean.key, lean.hash), candidate);
+}
+
+/// Stage 2 of a chunk's IPv6 frames the lean path may take (bit `j` of `mask`: their
+/// compact hints in slot `base + j` of `st.hints.lean6`): [`probe_lean`] of each. Returns
+/// the mask of those still lean (a frame whose flow is not found has its general hints
+/// written, for the general stages).
+#[inline(never)]
+fn stage_2_lean6(st: &mut WorkerState, mut mask: u32, base: usize) -> u32 {
+    let hints = &mut st.hints;
+    for j in bits(mask) {
+        if !probe_lean(&st.conntrack6, &mut hints.lean6[base + j], &mut hints.frames[base + j]) {
+            mask &= !(1 << j);
+        }
+    }
+    mask
+}
+
+/// Stage 3 of a chunk's IPv6 frames the lean path may take (bit `j` of `mask`, as
+/// [`stage_2_lean6`]): [`prefetch_lean`] of each. Returns the mask of those still lean; a
+/// flow never routed has the frame's general hints written and `ahead[j]` set, for the
+/// general stage 3 (which routes it).
+#[inline(never)]
+fn stage_3_lean6(st: &mut WorkerState, mut mask: u32, base: usize, ahead: &mut [Ahead; PREFETCH_WINDOW]) -> u32 {
+    for j in bits(mask) {
+        let l = &st.hints.lean6[base + j];
+        if !prefetch_lean::<Ipv6Addr>(st, l.id, l.direction) {
+            mask &= !(1 << j);
+            let hints = &mut st.hints;
+            let l = &hints.lean6[base + j];
+            demote(&mut hints.frames[base + j], l, Some(Candidate::Flow(l.id, l.direction)));
+            ahead[j] = Ahead::Flow(l.id, l.direction);
+        }
+    }
+    mask
+}
+
+/// Stage 2 of a frame the lean path may take (its compact hints `lean`): reads the probe
+/// run of its hash in `conntrack` (its family's); a flow found is noted in `lean` (its
+/// record prefetched) and true returned. None (a new flow: an ACK or datagram of a flow not
+/// tracked) has the frame's general hints `slot` written ([`demote`]) for the general
+/// stages: false.
+#[inline(always)]
+fn probe_lean<A: Family>(conntrack: &Conntrack<A>, lean: &mut LeanFrame<A>, slot: &mut FrameHints) -> bool {
+    match conntrack.prefetch_record(lean.hash) {
+        Candidate::Flow(id, direction) => {
+            (lean.id, lean.direction) = (id, direction);
+            true
+        }
+        Candidate::Absent(_) => {
+            demote(slot, lean, None);
+            false
+        }
+    }
 }
 
 /// Stage 1 of a chunk (at most [`PREFETCH_WINDOW`] frames): each frame's early parse,
-/// flow key, hash and index prefetch ([`hint`]), its hints in `leans[j]` or slot `base +
-/// j` of `st.hints`. Returns the chunk's lean frames (bit `j`). Not inlined: called for
+/// flow key, hash and index prefetch ([`hint`]), its hints in `leans[j]` (IPv4 lean),
+/// slot `base + j` of `st.hints.lean6` (IPv6 lean) or of `st.hints.frames`. Returns the
+/// chunk's IPv4 and IPv6 lean frames (bit `j`). Not inlined: called for
 /// the burst's first chunk and then for each next one, it would otherwise be two copies or
 /// (as the compiler chose) a call of [`hint`] per frame.
 #[inline(never)]
@@ -242,14 +311,15 @@ fn stage_1<B: AsMut<[u8]>>(
     st: &mut WorkerState,
     leans: &mut [LeanFrame; PREFETCH_WINDOW],
     base: usize,
-) -> u32 {
-    let mut lean_frames = 0;
+) -> (u32, u32) {
+    let (mut lean_frames, mut lean6_frames) = (0, 0);
     for (j, ((frame, meta), lean)) in frames.iter_mut().zip(metas).zip(leans.iter_mut()).enumerate() {
+        let slot = (&mut st.hints, base + j);
         let is_lean =
-            hint(frame.as_mut(), meta, &st.host, &st.conntrack, &st.conntrack6, &mut st.hints.frames[base + j], lean);
+            hint(frame.as_mut(), meta, &st.host, &st.conntrack, &st.conntrack6, slot, lean, (&mut lean6_frames, j));
         lean_frames |= u32::from(is_lean) << j;
     }
-    lean_frames
+    (lean_frames, lean6_frames)
 }
 
 /// Stage 2: reads the probe run of `hash`; a flow found has its record prefetched, none
@@ -285,24 +355,24 @@ fn prefetch_egress<A: Family>(st: &WorkerState, id: FlowId, direction: Direction
     }
 }
 
-/// Stage 3 of a frame the lean path may take ([`super::lean`]): where the flow's egress
-/// is known, the prefetches of [`prefetch_egress`] (front door's counters, next hop's
-/// neighbour slot), without a route hint (the lean path does not read one), and true;
-/// false for a flow never routed.
+/// Stage 3 of a frame of family `A` the lean path may take ([`super::lean`]): where the
+/// flow's egress is known, the prefetches of [`prefetch_egress`] (front door's counters,
+/// next hop's neighbour slot), without a route hint (the lean path does not read one), and
+/// true; false for a flow never routed.
 #[inline]
-fn prefetch_lean(st: &WorkerState, id: FlowId, direction: Direction) -> bool {
+fn prefetch_lean<A: Family>(st: &WorkerState, id: FlowId, direction: Direction) -> bool {
     // One copy per direction, as `lean::forward`.
     match direction {
-        Direction::Original => prefetch_lean_in::<true>(st, id),
-        Direction::Reply => prefetch_lean_in::<false>(st, id),
+        Direction::Original => prefetch_lean_in::<A, true>(st, id),
+        Direction::Reply => prefetch_lean_in::<A, false>(st, id),
     }
 }
 
 /// [`prefetch_lean`] of a frame of the original direction (`ORIGINAL`) or a reply.
 #[inline(always)]
-fn prefetch_lean_in<const ORIGINAL: bool>(st: &WorkerState, id: FlowId) -> bool {
+fn prefetch_lean_in<A: Family, const ORIGINAL: bool>(st: &WorkerState, id: FlowId) -> bool {
     let direction = if ORIGINAL { Direction::Original } else { Direction::Reply };
-    let (to, state) = st.conntrack.peek_destination(id, direction);
+    let (to, state) = A::conntrack(st).peek_destination(id, direction);
     match state.egress(direction) {
         Some((_, on_link)) => {
             st.frontends.prefetch(state.frontend);
@@ -498,11 +568,14 @@ fn prefetch_reply_slot<A: Family>(
 /// [`process`] makes beyond what a safe parse needs), hashed for its family's conntrack
 /// (`v4` or `v6`), whose index slots for it are prefetched (for a SYN, a key almost
 /// certainly absent, the next index line too: [`prefetch`]); no flow key for anything else;
-/// whether the IPv4 header's checksum was found correct on the way. A frame the lean path may take (stage 1's parse found its [`super::hint::LeanSegment`])
-/// has its hints written into `lean`: returns true (`out`'s flow key is then stale); any
-/// other frame into `out` (in place: built elsewhere and copied, the key's narrow fields reach
+/// whether the IPv4 header's checksum was found correct on the way. An IPv4 frame the lean path may take (stage 1's parse found its [`super::hint::LeanSegment`])
+/// has its hints written into `lean`: returns true (its slot of `hints.frames` is then
+/// stale); an IPv6 one into its slot of `hints.lean6`, with bit `j` set in
+/// `lean6_frames`, and returns false; any
+/// other frame into its slot `slot` of `hints.frames` (in place: built elsewhere and copied, the key's narrow fields reach
 /// the slot through wide loads that cannot forward from them, a store-forwarding stall
-/// per frame), returns false.
+/// per frame), returns false. The IPv4 lean frame's path pays nothing for IPv6's.
+#[allow(clippy::too_many_arguments)]
 #[inline]
 fn hint(
     frame: &[u8],
@@ -510,8 +583,9 @@ fn hint(
     host: &Host,
     v4: &Conntrack<Ipv4Addr>,
     v6: &Conntrack<Ipv6Addr>,
-    out: &mut FrameHints,
+    (hints, slot): (&mut HintRing, usize),
     lean: &mut LeanFrame,
+    (lean6_frames, j): (&mut u32, usize),
 ) -> bool {
     match link::receive(frame, meta, host) {
         Ok((rx, EtherType::Ipv4)) => {
@@ -526,6 +600,7 @@ fn hint(
                     return true;
                 }
                 // Field by field: cheaper here than the whole slot.
+                let out = &mut hints.frames[slot];
                 out.candidate = None;
                 out.route = None;
                 out.new_flow = None;
@@ -535,14 +610,33 @@ fn hint(
             }
         }
         Ok((rx, EtherType::Ipv6)) => {
-            if let Some((key, opens)) = ipv6::flow_key(frame, &rx) {
-                *out = FrameHints { flow: Some(FlowHint::V6(key, prefetch(v6, &key, opens))), ..FrameHints::NONE };
-                return false;
-            }
+            *lean6_frames |= u32::from(hint_ipv6(frame, &rx, v6, hints, slot)) << j;
+            return false;
         }
         _ => {}
     }
-    no_hints(out);
+    no_hints(&mut hints.frames[slot]);
+    false
+}
+
+/// [`hint`] of an IPv6 frame (`rx`: its link layer) into its slot `slot` of `hints`: of
+/// `hints.lean6` for one the lean path may take (returns true), else of `hints.frames`.
+/// Out of line: inlined, its 40-byte key's stores took registers from the IPv4 frames'
+/// path through stage 1 (6 instructions per IPv4 packet).
+#[inline(never)]
+fn hint_ipv6(frame: &[u8], rx: &link::Rx, v6: &Conntrack<Ipv6Addr>, hints: &mut HintRing, slot: usize) -> bool {
+    let lean6 = &mut hints.lean6[slot];
+    lean6.seg.total = 0;
+    if let Some((key, opens)) = ipv6::flow_key(frame, rx, &mut lean6.seg) {
+        let hash = prefetch(v6, &key, opens);
+        if lean6.seg.is_lean() {
+            (lean6.key, lean6.hash) = (key, hash);
+            return true;
+        }
+        hints.frames[slot] = FrameHints { flow: Some(FlowHint::V6(key, hash)), ..FrameHints::NONE };
+    } else {
+        no_hints(&mut hints.frames[slot]);
+    }
     false
 }
 

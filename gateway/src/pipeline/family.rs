@@ -53,6 +53,10 @@ pub(super) trait Family:
     /// The flow key of `hint` when it is of this family.
     fn hinted_key(hint: &Option<FlowHint>) -> Option<&FlowKey<Self>>;
 
+    /// The hint of flow key `key` of this family and its conntrack hash `hash` (the inverse
+    /// of [`Family::hinted_key`]).
+    fn flow_hint(key: FlowKey<Self>, hash: u64) -> FlowHint;
+
     /// Rewrites the packet `ip` (network header to the end of the packet) whose transport
     /// header of `protocol` starts at `l4_offset`: addresses and ports to `rw`, TTL / Hop
     /// Limit decremented, checksums updated ([`nat`]).
@@ -115,6 +119,11 @@ impl Family for Ipv4Addr {
             Some(FlowHint::V4(key, _)) => Some(key),
             _ => None,
         }
+    }
+
+    #[inline(always)]
+    fn flow_hint(key: FlowKey<Self>, hash: u64) -> FlowHint {
+        FlowHint::V4(key, hash)
     }
 
     /// A TCP or UDP packet without IPv4 options whose transport header is whole and whose
@@ -191,6 +200,11 @@ impl Family for Ipv6Addr {
             Some(FlowHint::V6(key, _)) => Some(key),
             _ => None,
         }
+    }
+
+    #[inline(always)]
+    fn flow_hint(key: FlowKey<Self>, hash: u64) -> FlowHint {
+        FlowHint::V6(key, hash)
     }
 
     #[inline]

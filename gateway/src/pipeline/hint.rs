@@ -9,7 +9,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::conntrack::tcp::Segment as TcpSegment;
-use crate::conntrack::{Candidate, Direction, FlowId, FlowKey, TcpSeq};
+use crate::conntrack::{Address, Candidate, Direction, FlowId, FlowKey, TcpSeq};
 use crate::wire::{IpProtocol, SctpPacket, TcpPacket, UdpPacket};
 
 /// Frames [`super::process_burst`] has in flight at once (a chunk of its burst): from a
@@ -74,27 +74,29 @@ impl FrameHints {
     /// No hints at all (a frame without a flow key, and the fields a stage 1 leaves empty).
     pub const NONE: Self = Self { flow: None, candidate: None, route: None, new_flow: None, l3_checked: false };
 
-    /// The hints of a frame [`LeanFrame`] held until the lean path turned it down: its flow
-    /// key and hash, and `candidate` (the flow found ahead, or where the key's probe run
-    /// ended); no route or new-flow hint.
+    /// The hints of a frame a [`LeanFrame`] held until the lean path turned it down: `flow`,
+    /// its flow key and hash (the [`LeanFrame`]'s, of its family), and `candidate` (the flow
+    /// found ahead, or where the key's probe run ended); no route or new-flow hint.
     #[inline]
-    pub fn from_lean(lean: &LeanFrame, candidate: Option<Candidate>) -> Self {
-        // A lean frame's header checksum was verified: part of `LeanSegment`'s contract.
-        Self { flow: Some(FlowHint::V4(lean.key, lean.hash)), candidate, route: None, new_flow: None, l3_checked: true }
+    pub fn from_lean(flow: FlowHint, candidate: Option<Candidate>) -> Self {
+        // A lean IPv4 frame's header checksum was verified: part of `LeanSegment`'s contract
+        // (IPv6 has none, and its path does not read this).
+        Self { flow: Some(flow), candidate, route: None, new_flow: None, l3_checked: true }
     }
 }
 
 /// The compact hints of a frame on the lean established path's stages of
 /// [`super::process_burst`] (`super::lean`), kept instead of [`FrameHints`] while the frame
-/// may take that path: the flow key and its hash (stage 1), the flow found ahead (stage
-/// 2), and the [`LeanSegment`] stage 1 parsed. A frame the lean path turns down at any stage
-/// has its [`FrameHints`] written from these ([`FrameHints::from_lean`]) and goes on as
-/// any other.
+/// may take that path: the flow key of family `A` ([`Ipv4Addr`] or [`Ipv6Addr`]) and its
+/// hash (stage 1), the flow found ahead (stage 2), and the [`LeanSegment`] stage 1 parsed.
+/// A frame the lean path turns down at any stage has its [`FrameHints`] written from these
+/// ([`FrameHints::from_lean`]) and goes on as any other. An IPv6 one is the larger (its
+/// key alone is 40 bytes): its slots live in [`HintRing::lean6`].
 #[derive(Clone, Copy, Debug)]
-pub(super) struct LeanFrame {
-    /// The frame's flow key (an IPv4 TCP or UDP one).
-    pub key: FlowKey<Ipv4Addr>,
-    /// Its hash in the worker's IPv4 conntrack.
+pub(super) struct LeanFrame<A: Address = Ipv4Addr> {
+    /// The frame's flow key (a TCP or UDP one).
+    pub key: FlowKey<A>,
+    /// Its hash in the worker's conntrack of family `A`.
     pub hash: u64,
     /// The flow found ahead (stage 2): its id ...
     pub id: FlowId,
@@ -104,29 +106,32 @@ pub(super) struct LeanFrame {
     pub seg: LeanSegment,
 }
 
+impl<A: Address> LeanFrame<A> {
+    /// A slot before any frame, its addresses `unspecified` (the family's `::`, `0.0.0.0`).
+    pub const fn empty(unspecified: A) -> Self {
+        Self {
+            key: FlowKey { protocol: 0, src_addr: unspecified, src_port: 0, dst_addr: unspecified, dst_port: 0 },
+            hash: 0,
+            id: 0,
+            direction: Direction::Original,
+            seg: LeanSegment::NONE,
+        }
+    }
+}
+
 impl LeanFrame {
-    /// A slot before any frame.
-    pub const EMPTY: Self = Self {
-        key: FlowKey {
-            protocol: 0,
-            src_addr: Ipv4Addr::UNSPECIFIED,
-            src_port: 0,
-            dst_addr: Ipv4Addr::UNSPECIFIED,
-            dst_port: 0,
-        },
-        hash: 0,
-        id: 0,
-        direction: Direction::Original,
-        seg: LeanSegment::NONE,
-    };
+    /// A slot of IPv4 before any frame.
+    pub const EMPTY: Self = Self::empty(Ipv4Addr::UNSPECIFIED);
 }
 
 /// A frame stage 1 of [`super::process_burst`] parsed in full for the lean established path
-/// (`super::lean`): an IPv4 TCP segment whose control flags are ACK without SYN, FIN or RST,
+/// (`super::lean`): a TCP segment whose control flags are ACK without SYN, FIN or RST,
 /// or a UDP datagram, that passes every check the general path makes of the headers —
-/// link layer ([`super::link::receive`]), IPv4 header without options, checksum verified
-/// (or vouched for by the device: `Meta::l3_csum_good`), not a fragment, TTL above 1,
-/// transport header whole, no partial L4 checksum. The flow key is the frame's
+/// link layer ([`super::link::receive`]); IPv4: header without options, checksum verified
+/// (or vouched for by the device: `Meta::l3_csum_good`), not a fragment, TTL above 1;
+/// IPv6 (`super::ipv6::flow_key`): no extension header, Hop Limit above 1, a source that
+/// is not multicast, a UDP checksum other than 0; both: transport header whole, no partial
+/// L4 checksum. The flow key is the frame's
 /// [`FlowHint`]. Anything else is parsed again by the general path: its segment is
 /// [`LeanSegment::NONE`] (a Total Length of 0, which no parsed packet has), so that a parse
 /// writes the fields alone, with no `Option` around them.
@@ -136,7 +141,8 @@ pub(super) struct LeanSegment {
     pub iface: u8,
     /// Length of its link-layer header, bytes (14 or 18).
     pub l2_len: u8,
-    /// Length of the IPv4 packet (Total Length), bytes; 0: not a lean frame.
+    /// Length of the IP packet (IPv4 Total Length; IPv6 40 + Payload Length), bytes; 0: not
+    /// a lean frame.
     pub total: u16,
     /// The TCP segment's window-tracking fields ([`super::flow::tcp_seq`]); zero for UDP.
     pub tcp: TcpSeq,
@@ -168,13 +174,22 @@ impl LeanSegment {
 pub(crate) struct HintRing {
     /// The slots; the last never holds hints (see [`HintRing::current`]).
     pub frames: [FrameHints; 2 * PREFETCH_WINDOW + 1],
+    /// The compact hints of the IPv6 frames the lean path may take, in the frame's slot
+    /// (as [`HintRing::frames`]; valid only while the burst's mask of IPv6 lean frames says
+    /// so). Kept here rather than on [`super::process_burst`]'s stack, where its
+    /// 2.5 KiB would be cleared every burst, IPv6 or not.
+    pub lean6: [LeanFrame<Ipv6Addr>; 2 * PREFETCH_WINDOW],
     /// The slot of the frame being processed.
     pub current: usize,
 }
 
 impl Default for HintRing {
     fn default() -> Self {
-        Self { frames: [FrameHints::default(); 2 * PREFETCH_WINDOW + 1], current: Self::NONE }
+        Self {
+            frames: [FrameHints::default(); 2 * PREFETCH_WINDOW + 1],
+            lean6: [LeanFrame::empty(Ipv6Addr::UNSPECIFIED); 2 * PREFETCH_WINDOW],
+            current: Self::NONE,
+        }
     }
 }
 

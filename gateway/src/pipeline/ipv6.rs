@@ -14,40 +14,69 @@ use std::net::Ipv6Addr;
 
 use super::flow::{self, Segment};
 use super::fragment::{self, Fragment};
-use super::hint;
+use super::hint::LeanSegment;
 use super::link::Rx;
 use super::sctp::Chunks;
 use super::{icmp, icmp_error, ndp, Verdict, WorkerState};
+use crate::conntrack::tcp::Segment as TcpSegment;
 use crate::conntrack::{FlowKey, TcpSeq};
 use crate::counters::DropReason;
 use crate::fragments::FragmentKey;
 use crate::table::Table;
 use crate::wire::ipv6::Ipv6Fragment;
-use crate::wire::{Icmpv6Packet, Icmpv6Type, IpProtocol, Ipv6Packet, TcpPacket, UdpPacket};
+use crate::wire::{Icmpv6Packet, Icmpv6Type, IpProtocol, Ipv6Packet, TcpFlags, TcpPacket, UdpPacket};
 
 /// The flow key of the IPv6 TCP or UDP packet after the link-layer header of `frame` (after
 /// any extension headers), read with checked views but without [`handle`]'s checks: a hint
 /// for [`super::process_burst`], which `handle` confirms; with it, whether the packet is a
-/// TCP SYN without ACK (a connection opening). `None` for anything else, fragments included.
+/// TCP SYN without ACK (a connection opening). `None` for anything else, fragments included
+/// (`lean` then unchanged).
+///
+/// Into `lean` (in place, as `super::ipv4::flow_key`; the caller sets
+/// [`LeanSegment::NONE`] first) the [`LeanSegment`] of a packet the lean established path
+/// may take: one that passes every check [`handle`] and [`flow::handle`] make of a packet
+/// of a tracked flow — no extension header (the transport header right after the fixed
+/// one: no fragment, no Hop-by-Hop Jumbo Payload), a source that is not multicast
+/// (RFC 4291 § 2.7), Hop Limit above 1, no partial transport checksum, the transport header
+/// whole (TCP: control flags ACK without SYN, FIN or RST; UDP: a checksum other than 0,
+/// RFC 8200 § 8.1) — and whose length fits a [`LeanSegment::total`].
 #[inline]
-pub(super) fn flow_key(frame: &[u8], rx: &Rx) -> Option<(FlowKey<Ipv6Addr>, bool)> {
+pub(super) fn flow_key(frame: &[u8], rx: &Rx, lean: &mut LeanSegment) -> Option<(FlowKey<Ipv6Addr>, bool)> {
     let l3 = rx.l2_len;
     let ip = Ipv6Packet::new_checked(&frame[l3..rx.len]).ok()?;
     let upper = ip.upper_layer().ok()?;
     if upper.fragment.is_some() || !matches!(upper.protocol, IpProtocol::Tcp | IpProtocol::Udp) {
         return None;
     }
-    let (src_port, dst_port, opens) = hint::ports(upper.protocol, &frame[l3 + upper.offset..l3 + ip.total_len()])?;
-    Some((
-        FlowKey {
-            protocol: u8::from(upper.protocol),
-            src_addr: ip.src_addr(),
-            src_port,
-            dst_addr: ip.dst_addr(),
-            dst_port,
-        },
-        opens,
-    ))
+    let total = ip.total_len();
+    let l4 = &frame[l3 + upper.offset..l3 + total];
+    let (src_addr, dst_addr) = (ip.src_addr(), ip.dst_addr());
+    let lean_total = u16::try_from(total)
+        .ok()
+        .filter(|_| {
+            upper.offset == Ipv6Packet::<&[u8]>::HEADER_LEN
+                && ip.hop_limit() > 1
+                && !rx.l4_csum_partial
+                && !src_addr.is_multicast()
+        })
+        .unwrap_or(0);
+    let segment = |tcp| LeanSegment { iface: rx.iface, l2_len: rx.l2_len as u8, total: lean_total, tcp };
+    let (src_port, dst_port, opens) = if upper.protocol == IpProtocol::Tcp {
+        let t = TcpPacket::new_checked(l4).ok()?;
+        let tcp = flow::tcp_seq(&t);
+        let control = TcpFlags::SYN.0 | TcpFlags::FIN.0 | TcpFlags::RST.0 | TcpFlags::ACK.0;
+        if lean_total != 0 && tcp.flags.0 & control == TcpFlags::ACK.0 {
+            *lean = segment(tcp);
+        }
+        (t.src_port(), t.dst_port(), TcpSegment::of(tcp.flags) == TcpSegment::Syn)
+    } else {
+        let u = UdpPacket::new_checked(l4).ok()?;
+        if lean_total != 0 && u.checksum() != 0 {
+            *lean = segment(TcpSeq::default());
+        }
+        (u.src_port(), u.dst_port(), false)
+    };
+    Some((FlowKey { protocol: u8::from(upper.protocol), src_addr, src_port, dst_addr, dst_port }, opens))
 }
 
 /// Handles the IPv6 packet after the link-layer header of `frame`.

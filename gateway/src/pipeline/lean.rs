@@ -1,4 +1,4 @@
-//! The lean established path: a packet of an established IPv4 TCP or UDP flow, which
+//! The lean established path: a packet of an established TCP or UDP flow, IPv4 or IPv6, which
 //! [`super::process_burst`] parsed once in its stage 1 ([`super::hint::LeanSegment`]) and whose flow it
 //! found ahead (its compact hints: [`LeanFrame`]), is forwarded here without the general path's second parse, lookups and
 //! state machine — as VPP's nat44-ed forwards a packet of an existing session: confirm the
@@ -35,19 +35,89 @@
 //! The deadline it sets is the one [`crate::conntrack::track_tcp`] / `track_udp` would set
 //! for such a packet (ESTABLISHED's or UDP stream's timeout from `now`), computed once per
 //! burst ([`BurstConstants`]).
+//!
+//! One path for both families ([`LeanFamily`]): each has its own conntrack, default router
+//! and EtherType; the rewrite is IPv4's at fixed offsets ([`nat::rewrite_ipv4_plain`]: header
+//! checksum, TTL, transport checksum) or IPv6's ([`nat::rewrite_ipv6`] after the 40-byte
+//! header, the general path's own: Hop Limit, and a transport checksum whose pseudo-header
+//! covers the 16-byte addresses; no header checksum). Stage 1 hands this path IPv6 packets
+//! without extension headers only (`super::ipv6::flow_key`).
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
+use super::family::Family;
 use super::hint::LeanFrame;
 use super::link;
 use super::resolve::NEIGHBOUR_REFRESH_NS;
 use super::{Verdict, WorkerState};
-use crate::conntrack::{window, Deadline, Direction};
-use crate::host::HostAddr;
+use crate::conntrack::{window, Conntrack, Deadline, Direction};
 use crate::nat::{self, Rewrite};
 use crate::neighbour::Neighbour;
 use crate::table::Table;
-use crate::wire::{EtherType, IpProtocol, TcpFlags};
+use crate::wire::{EtherType, IpProtocol, Ipv6Packet, TcpFlags};
+
+/// What the lean path does differently for an address family (the rest is [`Family`]'s).
+pub(super) trait LeanFamily: Family {
+    /// The EtherType of the family's packets, written into the forwarded frame's header.
+    const ETHER_TYPE: EtherType;
+
+    /// The family's conntrack of the worker's two (`v4`, `v6`): a borrow of that field alone,
+    /// so that the rest of the worker's state stays at hand.
+    fn pick<'c>(v4: &'c mut Conntrack<Ipv4Addr>, v6: &'c mut Conntrack<Ipv6Addr>) -> &'c mut Conntrack<Self>;
+
+    /// The family's default router's neighbour entry as the burst reads it
+    /// ([`BurstConstants::router`], [`BurstConstants::router6`]).
+    fn burst_router(k: &BurstConstants) -> Option<Neighbour>;
+
+    /// Rewrites the lean TCP (`tcp`) or UDP packet `ip` (network header to the packet's
+    /// end) to `rw` as the general path does ([`Family::rewrite`] of such a packet: the same
+    /// bytes), TTL / Hop Limit decremented. The caller checked TTL / Hop Limit > 1.
+    fn rewrite_lean(ip: &mut [u8], tcp: bool, rw: &Rewrite<Self>);
+}
+
+impl LeanFamily for Ipv4Addr {
+    const ETHER_TYPE: EtherType = EtherType::Ipv4;
+
+    #[inline(always)]
+    fn pick<'c>(v4: &'c mut Conntrack<Ipv4Addr>, _: &'c mut Conntrack<Ipv6Addr>) -> &'c mut Conntrack<Self> {
+        v4
+    }
+
+    #[inline(always)]
+    fn burst_router(k: &BurstConstants) -> Option<Neighbour> {
+        k.router
+    }
+
+    /// [`nat::rewrite_ipv4_plain`]: a lean IPv4 packet has no options, its transport header
+    /// whole and its checksum not partial (what [`Family::rewrite`] checks before taking it).
+    #[inline(always)]
+    fn rewrite_lean(ip: &mut [u8], tcp: bool, rw: &Rewrite<Self>) {
+        nat::rewrite_ipv4_plain(ip, tcp, rw);
+    }
+}
+
+impl LeanFamily for Ipv6Addr {
+    const ETHER_TYPE: EtherType = EtherType::Ipv6;
+
+    #[inline(always)]
+    fn pick<'c>(_: &'c mut Conntrack<Ipv4Addr>, v6: &'c mut Conntrack<Ipv6Addr>) -> &'c mut Conntrack<Self> {
+        v6
+    }
+
+    #[inline(always)]
+    fn burst_router(k: &BurstConstants) -> Option<Neighbour> {
+        k.router6
+    }
+
+    /// [`Family::rewrite`] (that is [`nat::rewrite_ipv6`]) with the transport header right
+    /// after the fixed header (a lean IPv6 packet has no extension header) and a full
+    /// checksum.
+    #[inline(always)]
+    fn rewrite_lean(ip: &mut [u8], tcp: bool, rw: &Rewrite<Self>) {
+        let protocol = if tcp { IpProtocol::Tcp } else { IpProtocol::Udp };
+        <Self as Family>::rewrite(ip, Ipv6Packet::<&[u8]>::HEADER_LEN, protocol, rw, false);
+    }
+}
 
 /// What every lean packet of one burst shares, computed once by [`BurstConstants::new`].
 #[derive(Clone, Copy, Debug)]
@@ -71,6 +141,8 @@ pub(super) struct BurstConstants {
     /// routed to it reads what [`super::process`] would read at that point of the burst.
     /// Other workers' learning races with either path alike.
     router: Option<Neighbour>,
+    /// The IPv6 default router's neighbour entry, read as [`BurstConstants::router`] is.
+    router6: Option<Neighbour>,
 }
 
 impl BurstConstants {
@@ -88,7 +160,8 @@ impl BurstConstants {
             now_ms: Deadline::clock_ms(now),
             stale_before: now.saturating_sub(NEIGHBOUR_REFRESH_NS),
             liberal: st.host.tcp_be_liberal,
-            router: router_neighbour(st),
+            router: router_neighbour::<Ipv4Addr>(st),
+            router6: router_neighbour::<Ipv6Addr>(st),
         }
     }
 
@@ -100,43 +173,51 @@ impl BurstConstants {
     }
 
     /// To be called after the general path processed a frame, with [`Self::learned`] from
-    /// before it: when the frame taught a mapping (the router's, perhaps: an IPv4-mapped
-    /// IPv6 address is the same key), the router's entry is read again. O(1).
+    /// before it: when the frame taught a mapping (a router's, perhaps: an IPv4-mapped
+    /// IPv6 address is the same key), both routers' entries are read again. O(1).
     #[inline]
     pub fn after_general(&mut self, learned_before: u64, st: &WorkerState) {
         if Self::learned(st) != learned_before {
-            self.router = router_neighbour(st);
+            self.router = router_neighbour::<Ipv4Addr>(st);
+            self.router6 = router_neighbour::<Ipv6Addr>(st);
         }
     }
 }
 
-/// The IPv4 default router's neighbour entry, if it has a router and the entry is resolved.
+/// The default router of family `A`'s neighbour entry, if the host has one and the entry is
+/// resolved.
 #[inline]
-fn router_neighbour(st: &WorkerState) -> Option<Neighbour> {
-    st.neighbours.lookup(<Ipv4Addr as HostAddr>::router(&st.host)?.0)
+fn router_neighbour<A: Family>(st: &WorkerState) -> Option<Neighbour> {
+    st.neighbours.lookup(A::router(&st.host)?.0)
 }
 
 /// Forwards `frame`, whose hints are `lean` (its flow key, the flow found ahead and stage
 /// 1's [`super::hint::LeanSegment`]), along its flow, or returns `None` having changed
 /// nothing. See the module documentation.
 #[inline]
-pub(super) fn forward(frame: &mut [u8], lean: &LeanFrame, k: &BurstConstants, st: &mut WorkerState) -> Option<Verdict> {
+pub(super) fn forward<A: LeanFamily>(
+    frame: &mut [u8],
+    lean: &LeanFrame<A>,
+    k: &BurstConstants,
+    st: &mut WorkerState,
+) -> Option<Verdict> {
     // One copy per direction: every choice by direction below made at compile time.
     match lean.direction {
-        Direction::Original => forward_in::<true>(frame, lean, k, st),
-        Direction::Reply => forward_in::<false>(frame, lean, k, st),
+        Direction::Original => forward_in::<A, true>(frame, lean, k, st),
+        Direction::Reply => forward_in::<A, false>(frame, lean, k, st),
     }
 }
 
 /// [`forward`] of a frame of the original direction (`ORIGINAL`) or a reply.
 #[inline(always)]
-fn forward_in<const ORIGINAL: bool>(
+fn forward_in<A: LeanFamily, const ORIGINAL: bool>(
     frame: &mut [u8],
-    lean: &LeanFrame,
+    lean: &LeanFrame<A>,
     k: &BurstConstants,
     st: &mut WorkerState,
 ) -> Option<Verdict> {
-    let WorkerState { conntrack, host, neighbours, counters, frontends, .. } = st;
+    let WorkerState { conntrack, conntrack6, host, neighbours, counters, frontends, .. } = st;
+    let conntrack = A::pick(conntrack, conntrack6);
     let LeanFrame { key, id, seg, .. } = lean;
     debug_assert!(seg.is_lean(), "a lean frame's segment");
     debug_assert_eq!(lean.direction == Direction::Original, ORIGINAL);
@@ -155,7 +236,7 @@ fn forward_in<const ORIGINAL: bool>(
     let (out_iface, on_link) = state.lean_egress(direction);
     let tcp = key.protocol == u8::from(IpProtocol::Tcp);
     // The router's entry was read for the whole burst (`BurstConstants::router`).
-    let n = if on_link { neighbours.lookup(out.dst_addr)? } else { k.router? };
+    let n = if on_link { neighbours.lookup(out.dst_addr)? } else { A::burst_router(k)? };
     // `now − updated_ns > NEIGHBOUR_REFRESH_NS` (saturating; a static entry never), with
     // the subtraction made once per burst.
     if n.updated_ns < k.stale_before {
@@ -190,7 +271,7 @@ fn forward_in<const ORIGINAL: bool>(
     let total = usize::from(seg.total);
     frontends.packet(state.frontend, original, total);
     let rw = Rewrite { src_addr: out.src_addr, src_port: out.src_port, dst_addr: out.dst_addr, dst_port: out.dst_port };
-    nat::rewrite_ipv4_plain(&mut frame[l2_len..l2_len + total], tcp, &rw);
-    link::write_header(frame, n.mac, o.mac, o.vlan, EtherType::Ipv4);
+    A::rewrite_lean(&mut frame[l2_len..l2_len + total], tcp, &rw);
+    link::write_header(frame, n.mac, o.mac, o.vlan, A::ETHER_TYPE);
     Some(Verdict::Transmit { iface: o.port, len: l2_len + total })
 }

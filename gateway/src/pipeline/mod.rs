@@ -72,9 +72,9 @@
 //!   `expire`, `fragment`;
 //! - `flow`, then `icmp_error`, then `icmp`, then the per-family parsers `ipv4`, `ipv6`;
 //! - this module, which holds only [`process`] and its dispatch by EtherType;
-//! - `lean`, the lean established path: a frame of an established IPv4 TCP or UDP flow
-//!   that `burst` parsed once and found the flow of is forwarded there, with exactly the
-//!   result [`process`] would give it, or handed to [`process`] unchanged;
+//! - `lean`, the lean established path: a frame of an established TCP or UDP flow (IPv4
+//!   or IPv6) that `burst` parsed once and found the flow of is forwarded there, with
+//!   exactly the result [`process`] would give it, or handed to [`process`] unchanged;
 //! - `burst`, which runs [`process`] over a burst with its lookups' memory latency
 //!   overlapped, using the per-family parsers for its early parse, and `lean` for the
 //!   frames it may take.

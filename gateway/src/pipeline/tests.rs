@@ -88,10 +88,14 @@ fn table_with_affinity(web_backends: &[&str], affinity_timeout_s: Option<u32>) -
         ],
         services: vec![web, echo, empty],
     };
-    // Every table a new generation, as the control plane publishes them.
+    Table::new(crate::table::Storage::Owned(build(&spec, next_generation()).unwrap())).unwrap()
+}
+
+/// A table generation never given before: every table a new one, as the control plane
+/// publishes them.
+fn next_generation() -> u64 {
     static GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-    let generation = GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    Table::new(crate::table::Storage::Owned(build(&spec, generation).unwrap())).unwrap()
+    GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 fn state(worker: usize, workers: usize) -> WorkerState {

@@ -293,8 +293,16 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     ///   chain longer than [`MAX_EXTENSION_HEADERS`].
     ///
     /// [RFC 8200]: https://www.rfc-editor.org/rfc/rfc8200#section-4.3
+    #[inline]
     pub fn upper_layer(&self) -> Result<UpperLayer, ParseError> {
-        walk_extension_headers(self.buffer.as_ref(), self.next_header(), self.total_len())
+        let next = self.next_header();
+        // TCP or UDP right after the fixed header (no extension header, the common case):
+        // the walk's first step, which reads nothing more, without the call.
+        let protocol = IpProtocol::from(next);
+        if matches!(protocol, IpProtocol::Tcp | IpProtocol::Udp) {
+            return Ok(UpperLayer { protocol, offset: Self::HEADER_LEN, fragment: None });
+        }
+        walk_extension_headers(self.buffer.as_ref(), next, self.total_len())
     }
 }
 

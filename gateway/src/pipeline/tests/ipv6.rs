@@ -18,12 +18,12 @@ fn ip6(s: &str) -> Ipv6Addr {
 }
 
 const CLIENT6: (Ipv6Addr, u16) = (Ipv6Addr::new(0x2001, 0xdb8, 0x100, 0, 0, 0, 0, 0x10), 40000);
-const VIP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x203, 0, 0, 0, 0, 0x10);
+pub(super) const VIP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x203, 0, 0, 0, 0, 0x10);
 const EMPTY_VIP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x203, 0, 0, 0, 0, 0x11);
-const GW_FRONT6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x100, 0, 0, 0, 0, 1);
-const SNAT6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x70, 0, 0, 0, 0, 0, 1);
+pub(super) const GW_FRONT6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x100, 0, 0, 0, 0, 1);
+pub(super) const SNAT6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x70, 0, 0, 0, 0, 0, 1);
 
-fn backend6(last: u16) -> Ipv6Addr {
+pub(super) fn backend6(last: u16) -> Ipv6Addr {
     Ipv6Addr::new(0xfd00, 0x70, 0, 0, 0, 0, 0, last)
 }
 
@@ -33,7 +33,7 @@ fn from_gw() -> L2 {
 
 /// A dual-stack table: `demo/web` on VIP (IPv4) and VIP6 with IPv6 endpoints behind VIP6,
 /// `demo/empty` on EMPTY_VIP6 without endpoints.
-fn table6(backends: &[u16], affinity_timeout_s: Option<u32>) -> Table {
+pub(super) fn table6(backends: &[u16], affinity_timeout_s: Option<u32>) -> Table {
     let web6 = ServiceSpec {
         name: "demo/web6:http".into(),
         backends: backends.iter().map(|&b| BackendSpec { addr: IpAddr::V6(backend6(b)), port: 8080 }).collect(),
@@ -67,11 +67,11 @@ fn table6(backends: &[u16], affinity_timeout_s: Option<u32>) -> Table {
         ],
         services: vec![web6, web4, empty],
     };
-    Table::new(crate::table::Storage::Owned(build(&spec, 1).unwrap())).unwrap()
+    Table::new(crate::table::Storage::Owned(build(&spec, next_generation()).unwrap())).unwrap()
 }
 
 /// Worker state with the IPv6 endpoints fd00:70::11..13 resolved.
-fn state6() -> WorkerState {
+pub(super) fn state6() -> WorkerState {
     let st = state(0, 1);
     for last in [0x11u16, 0x12, 0x13] {
         st.neighbours.learn(backend6(last), backend_mac(last as u8), 0);

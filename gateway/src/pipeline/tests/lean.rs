@@ -1,30 +1,168 @@
-//! The lean established path (`super::lean`) against the general path: established TCP
+//! The lean established path (`super::lean`) against the general path, for both address
+//! families: established TCP
 //! connections (real handshakes, sequence numbers that advance as the segments carry data),
 //! connections the SYN proxy opened (cookie handshakes, numbers translated) and assured UDP
 //! flows, then random traffic on them — in-window data both ways, segments outside the
-//! window or acknowledging unsent data, FIN, RST, SYN, TTL 1, a corrupted IPv4 header, the
-//! wrong link, an expired neighbour, a neighbour's new MAC, a new table (the same endpoints,
+//! window or acknowledging unsent data, FIN, RST, SYN, TTL / Hop Limit 1, a corrupted IPv4
+//! header or an IPv6 extension header, a zero transport checksum, the wrong link, an expired
+//! neighbour, a neighbour's new MAC, a new table (the same endpoints,
 //! or one fewer) — through [`process_burst`] (which takes the lean path where it may,
 //! as each flow's lean bits say: `FlowState::lean`) on one worker and [`process`] frame by
 //! frame on another. The two must agree on every verdict, every output byte, the counters
-//! (per front door too), every flow and its TCP windows.
+//! (per front door too), every flow and its TCP windows. Golden tests add VLAN interfaces
+//! and a default router whose MAC changes mid-burst.
+
+use std::net::Ipv6Addr;
 
 use proptest::prelude::*;
 
+use super::ipv6::{backend6, state6, table6, GW_FRONT6, SNAT6, VIP6};
 use super::*;
 use crate::conntrack::synproxy::SynProxy;
-use crate::conntrack::Direction;
-use crate::pipeline::hint::LeanSegment;
+use crate::conntrack::{Direction, FlowKey};
+use crate::pipeline::hint::{LeanFrame, LeanSegment};
+use crate::pipeline::lean::{self, LeanFamily};
+use crate::pipeline::link::Rx;
+use crate::wire::ipv6::NEXT_HEADER_DST_OPTIONS;
+use crate::wire::Icmpv6Type;
 
 const BACK_L2: L2 = L2 { src: MacAddr([0x02, 0, 0, 0, 0xb0, 0]), dst: GW_BACK_MAC };
+
+/// What the tests need of an address family: its addresses, frames and offsets.
+trait Fam: LeanFamily + std::fmt::Debug {
+    /// The client (on the front link), the front door's VIP (TCP and UDP port 80), the
+    /// SNAT address (on the back link).
+    const CLIENT: Self;
+    const VIP: Self;
+    const SNAT: Self;
+    /// The last byte of the front door's three endpoints' addresses (on the back link).
+    const ENDPOINTS: [u8; 3];
+    /// Offset of the transport header in an untagged frame of a packet without options or
+    /// extension headers.
+    const L4: usize;
+    /// The endpoint whose address ends in `last`.
+    fn endpoint(last: u8) -> Self;
+    /// A table whose front door (`VIP`, TCP and UDP port 80) has the endpoints ending in
+    /// `lasts`, a new generation.
+    fn table(lasts: &[u8]) -> Table;
+    /// `frames::tcp` / `frames::tcp6`, TTL / Hop Limit `ttl`.
+    #[allow(clippy::too_many_arguments)]
+    fn tcp(
+        l2: L2,
+        src: (Self, u16),
+        dst: (Self, u16),
+        flags: TcpFlags,
+        seq: u32,
+        ack: u32,
+        data: &[u8],
+        ttl: u8,
+    ) -> Vec<u8>;
+    /// `frames::udp` / `frames::udp6`, TTL / Hop Limit `ttl`.
+    fn udp(l2: L2, src: (Self, u16), dst: (Self, u16), data: &[u8], ttl: u8) -> Vec<u8>;
+    /// The destination address of an untagged frame's packet.
+    fn dst_of(frame: &[u8]) -> Self;
+    /// `f` changed as the lean path must leave to the general one, which decides (IPv4: a
+    /// wrong header checksum, a drop; IPv6: a Destination Options header, forwarded).
+    fn quirk(f: &mut Vec<u8>);
+    /// Stage 1's parse of `frame` (`ipv4::flow_key`, `ipv6::flow_key`).
+    fn early(frame: &[u8], rx: &Rx, seg: &mut LeanSegment) -> Option<FlowKey<Self>>;
+}
+
+impl Fam for Ipv4Addr {
+    const CLIENT: Self = CLIENT.0;
+    const VIP: Self = VIP;
+    const SNAT: Self = SNAT;
+    const ENDPOINTS: [u8; 3] = [11, 12, 13];
+    const L4: usize = 34;
+    fn endpoint(last: u8) -> Self {
+        Ipv4Addr::new(10, 70, 0, last)
+    }
+    fn table(lasts: &[u8]) -> Table {
+        let names: Vec<String> = lasts.iter().map(|&l| Self::endpoint(l).to_string()).collect();
+        table(&names.iter().map(String::as_str).collect::<Vec<_>>())
+    }
+    fn tcp(
+        l2: L2,
+        src: (Self, u16),
+        dst: (Self, u16),
+        flags: TcpFlags,
+        seq: u32,
+        ack: u32,
+        data: &[u8],
+        ttl: u8,
+    ) -> Vec<u8> {
+        frames::tcp(l2, src, dst, flags, seq, ack, data, ttl)
+    }
+    fn udp(l2: L2, src: (Self, u16), dst: (Self, u16), data: &[u8], ttl: u8) -> Vec<u8> {
+        frames::udp(l2, src, dst, data, ttl)
+    }
+    fn dst_of(frame: &[u8]) -> Self {
+        backend_of(frame)
+    }
+    fn quirk(f: &mut Vec<u8>) {
+        f[24] ^= 0x11;
+    }
+    fn early(frame: &[u8], rx: &Rx, seg: &mut LeanSegment) -> Option<FlowKey<Self>> {
+        crate::pipeline::ipv4::flow_key(frame, rx, seg, &mut false).map(|(key, _)| key)
+    }
+}
+
+impl Fam for Ipv6Addr {
+    const CLIENT: Self = Ipv6Addr::new(0x2001, 0xdb8, 0x100, 0, 0, 0, 0, 0x10);
+    const VIP: Self = VIP6;
+    const SNAT: Self = SNAT6;
+    const ENDPOINTS: [u8; 3] = [0x11, 0x12, 0x13];
+    const L4: usize = 54;
+    fn endpoint(last: u8) -> Self {
+        backend6(u16::from(last))
+    }
+    fn table(lasts: &[u8]) -> Table {
+        table6(&lasts.iter().map(|&l| u16::from(l)).collect::<Vec<_>>(), None)
+    }
+    fn tcp(
+        l2: L2,
+        src: (Self, u16),
+        dst: (Self, u16),
+        flags: TcpFlags,
+        seq: u32,
+        ack: u32,
+        data: &[u8],
+        ttl: u8,
+    ) -> Vec<u8> {
+        frames::tcp6(l2, src, dst, flags, seq, ack, data, ttl)
+    }
+    fn udp(l2: L2, src: (Self, u16), dst: (Self, u16), data: &[u8], ttl: u8) -> Vec<u8> {
+        frames::udp6(l2, src, dst, data, ttl)
+    }
+    fn dst_of(frame: &[u8]) -> Self {
+        crate::wire::Ipv6Packet::new_checked(&frame[14..]).unwrap().dst_addr()
+    }
+    fn quirk(f: &mut Vec<u8>) {
+        // An empty Destination Options header (a PadN option) before the transport header:
+        // Next Header moves into it, Payload Length grows by its 8 bytes.
+        let upper = f[20];
+        f.splice(54..54, [upper, 0, 1, 4, 0, 0, 0, 0]);
+        f[20] = NEXT_HEADER_DST_OPTIONS;
+        let len = u16::from_be_bytes([f[18], f[19]]) + 8;
+        f[18..20].copy_from_slice(&len.to_be_bytes());
+    }
+    fn early(frame: &[u8], rx: &Rx, seg: &mut LeanSegment) -> Option<FlowKey<Self>> {
+        crate::pipeline::ipv6::flow_key(frame, rx, seg).map(|(key, _)| key)
+    }
+}
+
+/// Worker state with both families' endpoints resolved (at 0).
+fn lean_state() -> WorkerState {
+    state6()
+}
 
 /// One connection (or UDP flow) as both ends see it: the endpoint and SNAT port the
 /// gateway chose, and each end's next sequence number.
 #[derive(Clone, Copy, Debug)]
-struct Conn {
+struct Conn<A> {
     tcp: bool,
     client_port: u16,
-    backend: Ipv4Addr,
+    backend: A,
     snat_port: u16,
     next: [u32; 2],
     /// The endpoint's ISN less the SYN proxy's cookie (0 unless the proxy opened it): the
@@ -42,36 +180,34 @@ fn both(now: u64, frame: &[u8], iface: u8, t: &Table, a: &mut WorkerState, b: &m
     oa
 }
 
+/// The source port of the transport header of an untagged frame of family `A`.
+fn src_port<A: Fam>(frame: &[u8]) -> u16 {
+    u16::from_be_bytes([frame[A::L4], frame[A::L4 + 1]])
+}
+
 /// Opens `n` TCP connections and `n` UDP flows on both workers through the general path
 /// and brings them to ESTABLISHED and assured (UDP: a datagram each way and one more).
-fn open(t: &Table, a: &mut WorkerState, b: &mut WorkerState, n: u16) -> Vec<Conn> {
+fn open<A: Fam>(t: &Table, a: &mut WorkerState, b: &mut WorkerState, n: u16) -> Vec<Conn<A>> {
     let mut conns = Vec::new();
     for i in 0..n {
         for tcp in [true, false] {
-            let client = (CLIENT.0, 41_000 + i);
+            let client = (A::CLIENT, 41_000 + i);
             let out = if tcp {
-                both(0, &frames::tcp(to_gw(), client, (VIP, 80), TcpFlags::SYN, 1000, 0, b"", 64), FRONT, t, a, b)
+                both(0, &A::tcp(to_gw(), client, (A::VIP, 80), TcpFlags::SYN, 1000, 0, b"", 64), FRONT, t, a, b)
             } else {
-                both(0, &frames::udp(to_gw(), client, (VIP, 80), b"q", 64), FRONT, t, a, b)
+                both(0, &A::udp(to_gw(), client, (A::VIP, 80), b"q", 64), FRONT, t, a, b)
             };
-            let backend = backend_of(&out);
-            let snat_port = u16::from_be_bytes([out[34], out[35]]);
-            let back = L2 { src: backend_mac(backend.octets()[3]), ..BACK_L2 };
+            let backend = A::dst_of(&out);
+            let snat_port = src_port::<A>(&out);
             let from_backend = (backend, 8080);
             if tcp {
                 let syn_ack = TcpFlags(TcpFlags::SYN.0 | TcpFlags::ACK.0);
-                both(
-                    0,
-                    &frames::tcp(back, from_backend, (SNAT, snat_port), syn_ack, 5000, 1001, b"", 64),
-                    BACK,
-                    t,
-                    a,
-                    b,
-                );
-                both(0, &frames::tcp(to_gw(), client, (VIP, 80), TcpFlags::ACK, 1001, 5001, b"", 64), FRONT, t, a, b);
+                let f = A::tcp(BACK_L2, from_backend, (A::SNAT, snat_port), syn_ack, 5000, 1001, b"", 64);
+                both(0, &f, BACK, t, a, b);
+                both(0, &A::tcp(to_gw(), client, (A::VIP, 80), TcpFlags::ACK, 1001, 5001, b"", 64), FRONT, t, a, b);
             } else {
-                both(0, &frames::udp(back, from_backend, (SNAT, snat_port), b"r", 64), BACK, t, a, b);
-                both(0, &frames::udp(to_gw(), client, (VIP, 80), b"q", 64), FRONT, t, a, b);
+                both(0, &A::udp(BACK_L2, from_backend, (A::SNAT, snat_port), b"r", 64), BACK, t, a, b);
+                both(0, &A::udp(to_gw(), client, (A::VIP, 80), b"q", 64), FRONT, t, a, b);
             }
             conns.push(Conn { tcp, client_port: client.1, backend, snat_port, next: [1001, 5001], delta: 0 });
         }
@@ -83,22 +219,22 @@ fn open(t: &Table, a: &mut WorkerState, b: &mut WorkerState, n: u16) -> Vec<Conn
 /// connections through it: SYN, cookie SYN-ACK, the client's ACK turned into the SYN to the
 /// endpoint, the endpoint's SYN-ACK answered by the gateway. Their numbers are translated
 /// from then on, which only the general path does.
-fn open_proxied(t: &Table, a: &mut WorkerState, b: &mut WorkerState, n: u16) -> Vec<Conn> {
+fn open_proxied<A: Fam>(t: &Table, a: &mut WorkerState, b: &mut WorkerState, n: u16) -> Vec<Conn<A>> {
     for st in [&mut *a, &mut *b] {
         st.synproxy = SynProxy::new(true, 0, 64, 11);
     }
     let mut conns = Vec::new();
     for i in 0..n {
-        let client = (CLIENT.0, 43_000 + i);
-        let out = both(0, &frames::tcp(to_gw(), client, (VIP, 80), TcpFlags::SYN, 1000, 0, b"", 64), FRONT, t, a, b);
-        let cookie = u32::from_be_bytes([out[38], out[39], out[40], out[41]]);
-        let ack = frames::tcp(to_gw(), client, (VIP, 80), TcpFlags::ACK, 1001, cookie.wrapping_add(1), b"", 64);
+        let client = (A::CLIENT, 43_000 + i);
+        let out = both(0, &A::tcp(to_gw(), client, (A::VIP, 80), TcpFlags::SYN, 1000, 0, b"", 64), FRONT, t, a, b);
+        let seq = A::L4 + 4;
+        let cookie = u32::from_be_bytes([out[seq], out[seq + 1], out[seq + 2], out[seq + 3]]);
+        let ack = A::tcp(to_gw(), client, (A::VIP, 80), TcpFlags::ACK, 1001, cookie.wrapping_add(1), b"", 64);
         let out = both(0, &ack, FRONT, t, a, b);
-        let backend = backend_of(&out);
-        let snat_port = u16::from_be_bytes([out[34], out[35]]);
-        let back = L2 { src: backend_mac(backend.octets()[3]), ..BACK_L2 };
+        let backend = A::dst_of(&out);
+        let snat_port = src_port::<A>(&out);
         let syn_ack = TcpFlags(TcpFlags::SYN.0 | TcpFlags::ACK.0);
-        both(0, &frames::tcp(back, (backend, 8080), (SNAT, snat_port), syn_ack, 5000, 1001, b"", 64), BACK, t, a, b);
+        both(0, &A::tcp(BACK_L2, (backend, 8080), (A::SNAT, snat_port), syn_ack, 5000, 1001, b"", 64), BACK, t, a, b);
         let delta = 5000u32.wrapping_sub(cookie);
         conns.push(Conn { tcp: true, client_port: client.1, backend, snat_port, next: [1001, 5001], delta });
     }
@@ -139,10 +275,14 @@ enum Variant {
     AckAhead,
     /// FIN|ACK, RST, SYN at the current numbers.
     Flags(u8),
-    /// TTL 1.
+    /// TTL / Hop Limit 1.
     Ttl1,
-    /// A corrupted IPv4 header checksum.
-    BadChecksum,
+    /// The family's quirk ([`Fam::quirk`]: a corrupted IPv4 header checksum, an IPv6
+    /// extension header).
+    Quirk,
+    /// A transport checksum of 0 (UDP over IPv4: none; over IPv6, a drop; TCP: a wrong one,
+    /// not checked on an established flow).
+    ZeroChecksum,
     /// Arrives on the other direction's link.
     WrongLink,
 }
@@ -155,20 +295,20 @@ fn arb_variant() -> impl Strategy<Value = Variant> {
         1 => Just(Variant::AckAhead),
         1 => (0u8..3).prop_map(Variant::Flags),
         1 => Just(Variant::Ttl1),
-        1 => Just(Variant::BadChecksum),
+        1 => Just(Variant::Quirk),
+        1 => Just(Variant::ZeroChecksum),
         1 => Just(Variant::WrongLink),
     ]
 }
 
 /// The frame of `variant` on `conn` in `direction` (and its arrival port), advancing the
 /// sender's sequence number for data.
-fn frame(conn: &mut Conn, reply: bool, variant: Variant) -> (Vec<u8>, u8) {
+fn frame<A: Fam>(conn: &mut Conn<A>, reply: bool, variant: Variant) -> (Vec<u8>, u8) {
     let d = usize::from(reply);
     let (src, dst, l2, mut iface) = if reply {
-        let back = L2 { src: backend_mac(conn.backend.octets()[3]), ..BACK_L2 };
-        ((conn.backend, 8080), (SNAT, conn.snat_port), back, BACK)
+        ((conn.backend, 8080), (A::SNAT, conn.snat_port), BACK_L2, BACK)
     } else {
-        ((CLIENT.0, conn.client_port), (VIP, 80), to_gw(), FRONT)
+        ((A::CLIENT, conn.client_port), (A::VIP, 80), to_gw(), FRONT)
     };
     let (mut seq, mut ack) = (conn.next[d], conn.next[1 - d]);
     if !reply {
@@ -190,15 +330,19 @@ fn frame(conn: &mut Conn, reply: bool, variant: Variant) -> (Vec<u8>, u8) {
             flags = TcpFlags([TcpFlags::FIN.0 | TcpFlags::ACK.0, TcpFlags::RST.0, TcpFlags::SYN.0][usize::from(f)]);
         }
         Variant::Ttl1 => ttl = 1,
-        Variant::BadChecksum | Variant::WrongLink => {}
+        Variant::Quirk | Variant::ZeroChecksum | Variant::WrongLink => {}
     }
     let mut f = if conn.tcp {
-        frames::tcp(l2, src, dst, flags, seq, ack, &payload, ttl)
+        A::tcp(l2, src, dst, flags, seq, ack, &payload, ttl)
     } else {
-        frames::udp(l2, src, dst, &payload, ttl)
+        A::udp(l2, src, dst, &payload, ttl)
     };
     match variant {
-        Variant::BadChecksum => f[24] ^= 0x11,
+        Variant::Quirk => A::quirk(&mut f),
+        Variant::ZeroChecksum => {
+            let at = A::L4 + if conn.tcp { 16 } else { 6 };
+            f[at..at + 2].fill(0);
+        }
         Variant::WrongLink => iface = if reply { FRONT } else { BACK },
         Variant::Data(_) | Variant::Push(_) => conn.next[d] = seq.wrapping_add(payload.len() as u32),
         _ => {}
@@ -206,66 +350,98 @@ fn frame(conn: &mut Conn, reply: bool, variant: Variant) -> (Vec<u8>, u8) {
     (f, iface)
 }
 
+/// Runs `input` through [`process_burst`] on `a` and [`process`] frame by frame on `b` at
+/// `now`, and checks that the two agree on every verdict and output, the counters, the
+/// front doors' counts, and family `A`'s flows and TCP windows. Returns the burst's output
+/// buffers.
+fn agree<A: Fam>(
+    now: u64,
+    input: &[(Vec<u8>, u8)],
+    t: &Table,
+    a: &mut WorkerState,
+    b: &mut WorkerState,
+) -> Result<Vec<[u8; 256]>, TestCaseError> {
+    let (mut bufs, metas) = burst_of(input);
+    let mut verdicts = vec![Verdict::Consumed; input.len()];
+    let rx_before = a.counters.rx_frames;
+    process_burst(now, &mut bufs, &metas, t, a, &mut verdicts);
+    prop_assert_eq!(a.counters.rx_frames - rx_before, input.len() as u64);
+    // A burst numbers its table at its start (`lean::BurstConstants::new`), `process`
+    // when a frame first reads it: a burst of none, or of frames dropped before
+    // (a bad checksum), numbers a table the frame-by-frame side never does. The
+    // numbers are the worker's own (a flow's `table_epoch` says only "validated
+    // against this table"), so the frame-by-frame side numbers it here too.
+    b.table_epoch(t);
+    for (k, (f, iface)) in input.iter().enumerate() {
+        let (v, out) = run(now, f, *iface, t, b);
+        prop_assert_eq!(verdicts[k], v, "frame {}", k);
+        if let Verdict::Transmit { len, .. } = v {
+            prop_assert_eq!(&bufs[k][..len], &out[..], "frame {}", k);
+        }
+    }
+    prop_assert_eq!(&a.counters, &b.counters);
+    prop_assert_eq!(a.frontends.as_slice(), b.frontends.as_slice());
+    let (ca, cb) = (A::conntrack(a), A::conntrack(b));
+    prop_assert_eq!(ca.iter().collect::<Vec<_>>(), cb.iter().collect::<Vec<_>>());
+    for (id, _) in ca.iter() {
+        prop_assert_eq!(ca.tcp_windows(id), cb.tcp_windows(id));
+    }
+    Ok(bufs)
+}
+
+/// Bursts of frames (a connection's index, whether a reply, what the frame does), each
+/// after an event.
+type Steps = Vec<(Vec<(prop::sample::Index, bool, Variant)>, Event)>;
+
+/// The property of both families: see the module documentation.
+fn lean_agrees<A: Fam>(steps: &Steps, pause_s: u64) -> Result<(), TestCaseError> {
+    let mut t = A::table(&A::ENDPOINTS);
+    let (mut a, mut b) = (lean_state(), lean_state());
+    let mut conns = open::<A>(&t, &mut a, &mut b, 4);
+    conns.extend(open_proxied::<A>(&t, &mut a, &mut b, 2));
+    for (n, (burst, event)) in steps.iter().enumerate() {
+        // Bursts a few seconds apart; the neighbours were learned at 0 and go stale at 60 s.
+        let now = (n as u64 * pause_s + 1) * SEC;
+        match *event {
+            Event::Nothing => {}
+            Event::SameTable => t = A::table(&A::ENDPOINTS),
+            Event::EndpointGone => t = A::table(&A::ENDPOINTS[..2]),
+            Event::NewMac(m) => {
+                for st in [&a, &b] {
+                    st.neighbours.learn(A::endpoint(A::ENDPOINTS[0]), MacAddr([0x02, 0, 0, 0, 0x7e, m]), now);
+                }
+            }
+        }
+        let input: Vec<(Vec<u8>, u8)> = burst
+            .iter()
+            .map(|(i, reply, v)| {
+                let k = i.index(conns.len());
+                frame(&mut conns[k], *reply, *v)
+            })
+            .collect();
+        agree::<A>(now, &input, &t, &mut a, &mut b).map_err(|e| TestCaseError::fail(format!("burst {n}: {e}")))?;
+    }
+    Ok(())
+}
+
+fn arb_steps() -> impl Strategy<Value = Steps> {
+    prop::collection::vec(
+        (prop::collection::vec((any::<prop::sample::Index>(), any::<bool>(), arb_variant()), 0..40), arb_event()),
+        1..8,
+    )
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
     #[test]
-    fn the_lean_path_agrees_with_the_general_path(
-        steps in prop::collection::vec(
-            (prop::collection::vec((any::<prop::sample::Index>(), any::<bool>(), arb_variant()), 0..40), arb_event()),
-            1..8,
-        ),
-        pause_s in 0u64..40,
-    ) {
-        let mut t = table(&["10.70.0.11", "10.70.0.12", "10.70.0.13"]);
-        let (mut a, mut b) = (state(0, 1), state(0, 1));
-        let mut conns = open(&t, &mut a, &mut b, 4);
-        conns.extend(open_proxied(&t, &mut a, &mut b, 2));
-        for (n, (burst, event)) in steps.iter().enumerate() {
-            // Bursts a few seconds apart; the neighbours were learned at 0 and go stale at 60 s.
-            let now = (n as u64 * pause_s + 1) * SEC;
-            match *event {
-                Event::Nothing => {}
-                Event::SameTable => t = table(&["10.70.0.11", "10.70.0.12", "10.70.0.13"]),
-                Event::EndpointGone => t = table(&["10.70.0.11", "10.70.0.12"]),
-                Event::NewMac(m) => {
-                    for st in [&a, &b] {
-                        st.neighbours.learn(Ipv4Addr::new(10, 70, 0, 11), MacAddr([0x02, 0, 0, 0, 0x7e, m]), now);
-                    }
-                }
-            }
-            let input: Vec<(Vec<u8>, u8)> = burst
-                .iter()
-                .map(|(i, reply, v)| {
-                    let k = i.index(conns.len());
-                    frame(&mut conns[k], *reply, *v)
-                })
-                .collect();
-            let (mut bufs, metas) = burst_of(&input);
-            let mut verdicts = vec![Verdict::Consumed; input.len()];
-            let rx_before = a.counters.rx_frames;
-            process_burst(now, &mut bufs, &metas, &t, &mut a, &mut verdicts);
-            prop_assert_eq!(a.counters.rx_frames - rx_before, input.len() as u64);
-            // A burst numbers its table at its start (`lean::BurstConstants::new`), `process`
-            // when a frame first reads it: a burst of none, or of frames dropped before
-            // (a bad checksum), numbers a table the frame-by-frame side never does. The
-            // numbers are the worker's own (a flow's `table_epoch` says only "validated
-            // against this table"), so the frame-by-frame side numbers it here too.
-            b.table_epoch(&t);
-            for (k, (f, iface)) in input.iter().enumerate() {
-                let (v, out) = run(now, f, *iface, &t, &mut b);
-                prop_assert_eq!(verdicts[k], v, "burst {} frame {}", n, k);
-                if let Verdict::Transmit { len, .. } = v {
-                    prop_assert_eq!(&bufs[k][..len], &out[..], "burst {} frame {}", n, k);
-                }
-            }
-            prop_assert_eq!(&a.counters, &b.counters);
-            prop_assert_eq!(a.frontends.as_slice(), b.frontends.as_slice());
-            prop_assert_eq!(a.conntrack.iter().collect::<Vec<_>>(), b.conntrack.iter().collect::<Vec<_>>());
-            for (id, _) in a.conntrack.iter() {
-                prop_assert_eq!(a.conntrack.tcp_windows(id), b.conntrack.tcp_windows(id));
-            }
-        }
+    fn the_lean_path_agrees_with_the_general_path(steps in arb_steps(), pause_s in 0u64..40) {
+        lean_agrees::<Ipv4Addr>(&steps, pause_s)?;
+    }
+
+    #[test]
+    fn the_ipv6_lean_path_agrees_with_the_general_path(steps in arb_steps(), pause_s in 0u64..40) {
+        lean_agrees::<Ipv6Addr>(&steps, pause_s)?;
     }
 }
 
@@ -320,43 +496,71 @@ proptest! {
     }
 }
 
-/// Established TCP and assured UDP frames are forwarded by the lean path itself (not handed
-/// to the general path), and the ones it must not take are not.
-#[test]
-fn established_frames_take_the_lean_path() {
-    let t = table(&["10.70.0.11", "10.70.0.12", "10.70.0.13"]);
-    let (mut a, mut b) = (state(0, 1), state(0, 1));
-    let mut conns = open(&t, &mut a, &mut b, 2);
-    let constants = crate::pipeline::lean::BurstConstants::new(SEC, &t, &mut a);
-    let mut taken = |conn: &mut Conn, reply: bool, variant: Variant| {
-        let (f, iface) = frame(conn, reply, variant);
-        let mut buf = [0u8; 256];
-        buf[..f.len()].copy_from_slice(&f);
-        let meta = Meta { iface, len: f.len(), ..Meta::default() };
-        // Stage 1 and 2 of a burst for this one frame.
-        // A frame for another port's MAC (the wrong link) fails here: no lean path either.
-        let Ok((rx, _)) = crate::pipeline::link::receive(&buf, &meta, &a.host) else { return false };
-        let mut seg = LeanSegment::NONE;
-        let Some((key, _)) = crate::pipeline::ipv4::flow_key(&buf, &rx, &mut seg, &mut false) else { return false };
-        if !seg.is_lean() {
-            return false;
-        }
-        let Some((id, direction)) = a.conntrack.lookup(&key) else { return false };
-        let lean = crate::pipeline::hint::LeanFrame { key, hash: 0, id, direction, seg };
-        crate::pipeline::lean::forward(&mut buf, &lean, &constants, &mut a).is_some()
-    };
+/// Whether the lean path itself forwards `f` arriving on `iface` (not handing it to the
+/// general path): stages 1 and 2 of a burst for this one frame, then [`lean::forward`]
+/// with the burst's constants `k`.
+fn taken<A: Fam>(f: &[u8], iface: u8, k: &lean::BurstConstants, st: &mut WorkerState) -> bool {
+    let mut buf = [0u8; 256];
+    buf[..f.len()].copy_from_slice(f);
+    let meta = Meta { iface, len: f.len(), ..Meta::default() };
+    // A frame for another port's MAC (the wrong link) fails here: no lean path either.
+    let Ok((rx, _)) = crate::pipeline::link::receive(&buf, &meta, &st.host) else { return false };
+    let mut seg = LeanSegment::NONE;
+    let Some(key) = A::early(&buf, &rx, &mut seg) else { return false };
+    if !seg.is_lean() {
+        return false;
+    }
+    let Some((id, direction)) = A::conntrack(st).lookup(&key) else { return false };
+    let lean = LeanFrame { key, hash: 0, id, direction, seg };
+    lean::forward(&mut buf, &lean, k, st).is_some()
+}
+
+/// Established TCP and assured UDP frames of family `A` are forwarded by the lean path
+/// itself, and the ones it must not take are not.
+fn established_frames_take_the_lean_path_of<A: Fam>() {
+    let t = A::table(&A::ENDPOINTS);
+    let (mut a, mut b) = (lean_state(), lean_state());
+    let mut conns = open::<A>(&t, &mut a, &mut b, 2);
+    let k = lean::BurstConstants::new(SEC, &t, &mut a);
+    let ipv6 = A::ETHER_TYPE == EtherType::Ipv6;
     for conn in &mut conns {
-        assert!(taken(conn, false, Variant::Data(10)), "{conn:?}");
-        assert!(taken(conn, true, Variant::Push(40)), "{conn:?}");
-        assert!(!taken(conn, true, Variant::WrongLink), "{conn:?}");
-        assert!(!taken(conn, false, Variant::Ttl1), "{conn:?}");
-        assert!(!taken(conn, false, Variant::BadChecksum), "{conn:?}");
-        if conn.tcp {
-            assert!(!taken(conn, false, Variant::FarSeq), "{conn:?}");
-            assert!(!taken(conn, false, Variant::Flags(0)), "{conn:?}");
+        let tcp = conn.tcp;
+        let mut taken = |reply: bool, variant: Variant| {
+            let (f, iface) = frame(conn, reply, variant);
+            taken::<A>(&f, iface, &k, &mut a)
+        };
+        assert!(taken(false, Variant::Data(10)), "tcp {tcp}");
+        assert!(taken(true, Variant::Push(40)), "tcp {tcp}");
+        assert!(!taken(true, Variant::WrongLink), "tcp {tcp}");
+        assert!(!taken(false, Variant::Ttl1), "tcp {tcp}");
+        assert!(!taken(false, Variant::Quirk), "tcp {tcp}");
+        // UDP without a checksum: IPv4's lean path forwards it, IPv6's general path drops
+        // it; a TCP segment's checksum is not checked on an established flow.
+        assert_eq!(taken(true, Variant::ZeroChecksum), tcp || !ipv6, "tcp {tcp}");
+        if tcp {
+            assert!(!taken(false, Variant::FarSeq));
+            assert!(!taken(false, Variant::Flags(0)));
+        }
+    }
+    // Every neighbour was learned at 0: at 61 s each is due for the general path's refresh.
+    let stale = lean::BurstConstants::new(61 * SEC, &t, &mut a);
+    for conn in &mut conns {
+        for reply in [false, true] {
+            let (f, iface) = frame(conn, reply, Variant::Data(1));
+            assert!(!taken::<A>(&f, iface, &stale, &mut a), "{conn:?}");
         }
     }
     assert_eq!(Direction::Original as u8, 0);
+}
+
+#[test]
+fn established_frames_take_the_lean_path() {
+    established_frames_take_the_lean_path_of::<Ipv4Addr>();
+}
+
+#[test]
+fn established_ipv6_frames_take_the_lean_path() {
+    established_frames_take_the_lean_path_of::<Ipv6Addr>();
 }
 
 /// Replies routed to the router, with an ARP reply from the router between them that moves
@@ -419,4 +623,147 @@ fn the_routers_new_mac_mid_burst_is_followed() {
     assert_eq!(a.counters, b.counters);
     assert_eq!(forwarded, 3, "both replies of the burst were forwarded");
     assert_eq!((&bufs[0][..6], &bufs[2][..6]), (&ROUTER_MAC.0[..], &NEW_MAC.0[..]));
+}
+
+/// The IPv6 version of [`the_routers_new_mac_mid_burst_is_followed`]: replies routed to the
+/// IPv6 default router, with a Neighbor Advertisement (Override) from the router between
+/// them that moves it to a new MAC.
+#[test]
+fn the_ipv6_routers_new_mac_mid_burst_is_followed() {
+    const ROUTER: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x100, 0, 0, 0, 0, 0xfe);
+    const ROUTER_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 0xfe, 1]);
+    const NEW_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 0xfe, 2]);
+    let client = (Ipv6Addr::new(0x2001, 0xdb8, 0x300, 0, 0, 0, 0, 7), 41_000);
+    // An IPv4 router too, at another MAC: IPv6 replies must not go there.
+    const ROUTER4: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 254);
+    let mut config = Config::embedded_default();
+    config.router = Some(crate::config::Router { address: ROUTER4, interface: usize::from(FRONT) });
+    config.router6 = Some(crate::config::Router6 { address: ROUTER, interface: usize::from(FRONT) });
+    let host = Arc::new(Host::new(&config, &[GW_FRONT_MAC, GW_BACK_MAC]));
+    // Each worker its own neighbour table: the burst's advertisement must not teach the other.
+    let worker = || {
+        let shared = Shared::new(64, 1024);
+        for last in <Ipv6Addr as Fam>::ENDPOINTS {
+            shared.neighbours.learn(backend6(u16::from(last)), backend_mac(last), 0);
+        }
+        shared.neighbours.learn(ROUTER, ROUTER_MAC, 0);
+        shared.neighbours.learn(ROUTER4, MacAddr([0x02, 0, 0, 0, 0xfe, 4]), 0);
+        WorkerState::new(0, 1, Arc::clone(&host), &shared, 1024, 7)
+    };
+    let (mut a, mut b) = (worker(), worker());
+    let t = <Ipv6Addr as Fam>::table(&<Ipv6Addr as Fam>::ENDPOINTS);
+    let query = frames::udp6(L2 { src: ROUTER_MAC, dst: GW_FRONT_MAC }, client, (VIP6, 80), b"q", 64);
+    let out = both(SEC, &query, FRONT, &t, &mut a, &mut b);
+    let (backend, snat_port) = (<Ipv6Addr as Fam>::dst_of(&out), src_port::<Ipv6Addr>(&out));
+    let reply = frames::udp6(BACK_L2, (backend, 8080), (SNAT6, snat_port), b"r", 64);
+    let routed = both(SEC, &reply, BACK, &t, &mut a, &mut b);
+    assert_eq!(&routed[..6], &ROUTER_MAC.0, "the reply goes to the router");
+    both(SEC, &query, FRONT, &t, &mut a, &mut b);
+    let advert = frames::ndp(
+        L2 { src: NEW_MAC, dst: GW_FRONT_MAC },
+        ROUTER,
+        GW_FRONT6,
+        Icmpv6Type::NeighborAdvert,
+        crate::wire::ndp::FLAG_OVERRIDE,
+        ROUTER,
+        Some(NEW_MAC),
+    );
+    let input = [(reply.clone(), BACK), (advert, FRONT), (reply.clone(), BACK)];
+    let bufs = agree::<Ipv6Addr>(2 * SEC, &input, &t, &mut a, &mut b).unwrap();
+    assert_eq!(a.counters.forwarded_reply, 3, "both replies of the burst were forwarded");
+    assert_eq!((&bufs[0][..6], &bufs[2][..6]), (&ROUTER_MAC.0[..], &NEW_MAC.0[..]));
+    // And the lean path itself forwards such a reply (to the router's new MAC).
+    let k = lean::BurstConstants::new(2 * SEC, &t, &mut a);
+    assert!(taken::<Ipv6Addr>(&reply, BACK, &k, &mut a), "a reply routed to the router takes the lean path");
+}
+
+/// `frame` without its 802.1Q tag, if it has one.
+fn untagged(frame: &[u8]) -> Vec<u8> {
+    let mut f = frame.to_vec();
+    if f[12..14] == [0x81, 0x00] {
+        f.drain(12..16);
+    }
+    f
+}
+
+/// IPv6 flows over VLAN interfaces: the endpoints' subnet on the back port's VLAN 200,
+/// one client on the front port's VLAN 100 and one untagged. The tagged client's frames
+/// keep their header's length both ways and take the lean path (its header written with
+/// the egress tag); the untagged client's gain or lose a tag, which moves the packet: the
+/// general path's. The burst agrees with the general path frame by frame.
+#[test]
+fn ipv6_over_vlan_interfaces_agrees_with_the_general_path() {
+    let text = crate::config::EMBEDDED_DEFAULT
+        .replace("addresses = [\"10.70.0.1/24\", \"fd00:70::1/64\"]", "addresses = [\"10.70.0.1/24\"]")
+        + "
+[[interfaces]]
+name = \"tg-front\"
+vlan = 100
+addresses = [\"2001:db8:200::1/64\"]
+
+[[interfaces]]
+name = \"tg-back\"
+vlan = 200
+addresses = [\"fd00:70::1/64\"]
+device = \"net_af_packet1,iface=tg-back\"
+";
+    let config = Config::from_toml(&text).expect("VLAN configuration");
+    let host = Arc::new(Host::new(&config, &[GW_FRONT_MAC, GW_BACK_MAC]));
+    let worker = || {
+        let shared = Shared::new(64, 1024);
+        shared.neighbours.learn(backend6(0x11), backend_mac(0x11), 0);
+        WorkerState::new(0, 1, Arc::clone(&host), &shared, 1024, 7)
+    };
+    let (mut a, mut b) = (worker(), worker());
+    let t = <Ipv6Addr as Fam>::table(&[0x11]);
+    let tagged_client = (Ipv6Addr::new(0x2001, 0xdb8, 0x200, 0, 0, 0, 0, 0x10), 41_000);
+    let plain_client = (<Ipv6Addr as Fam>::CLIENT, 41_001);
+    let back = |f: Vec<u8>| frames::tagged(&f, 0x8100, 200);
+    let mut flows = Vec::new();
+    for (client, tagged) in [(tagged_client, true), (plain_client, false)] {
+        let front = move |f: Vec<u8>| if tagged { frames::tagged(&f, 0x8100, 100) } else { f };
+        let syn = front(frames::tcp6(to_gw(), client, (VIP6, 80), TcpFlags::SYN, 1000, 0, b"", 64));
+        let out = untagged(&both(0, &syn, FRONT, &t, &mut a, &mut b));
+        let (endpoint, snat_port) = (<Ipv6Addr as Fam>::dst_of(&out), src_port::<Ipv6Addr>(&out));
+        let syn_ack = TcpFlags(TcpFlags::SYN.0 | TcpFlags::ACK.0);
+        let from_endpoint = (endpoint, 8080);
+        let to_snat = (SNAT6, snat_port);
+        both(
+            0,
+            &back(frames::tcp6(BACK_L2, from_endpoint, to_snat, syn_ack, 5000, 1001, b"", 64)),
+            BACK,
+            &t,
+            &mut a,
+            &mut b,
+        );
+        both(
+            0,
+            &front(frames::tcp6(to_gw(), client, (VIP6, 80), TcpFlags::ACK, 1001, 5001, b"", 64)),
+            FRONT,
+            &t,
+            &mut a,
+            &mut b,
+        );
+        // Data both ways: (frame, arrival port) at the numbers `n` of each side.
+        let data = move |n: u32, len: u32| {
+            let ack = TcpFlags::ACK;
+            let payload = vec![7u8; len as usize];
+            [
+                (front(frames::tcp6(to_gw(), client, (VIP6, 80), ack, 1001 + n, 5001 + n, &payload, 64)), FRONT),
+                (
+                    back(frames::tcp6(BACK_L2, from_endpoint, to_snat, ack, 5001 + n, 1001 + n + len, &payload, 64)),
+                    BACK,
+                ),
+            ]
+        };
+        flows.push((tagged, data));
+    }
+    let input: Vec<(Vec<u8>, u8)> = flows.iter().flat_map(|(_, data)| data(0, 10)).collect();
+    agree::<Ipv6Addr>(SEC, &input, &t, &mut a, &mut b).unwrap();
+    let k = lean::BurstConstants::new(SEC, &t, &mut a);
+    for (tagged, data) in &flows {
+        for (f, iface) in data(10, 5) {
+            assert_eq!(taken::<Ipv6Addr>(&f, iface, &k, &mut a), *tagged, "tagged: {tagged}");
+        }
+    }
 }
