@@ -509,6 +509,19 @@ mod tests {
         assert!(take(&mut s, &mut used, v4(12, 8080), &SNAT[..1]).is_some());
     }
 
+    /// The ports of `worker` of `workers` over `3000..=3000 + span`, under the modulo rule
+    /// or steered ([`XorSteering`]), reseeded with `seed`: the property tests' allocator.
+    fn ports_of(worker: usize, workers: usize, steered: bool, span: u16, seed: u64) -> SnatPorts {
+        let (min, max) = (3000u16, 3000 + span);
+        let mut s = if steered {
+            SnatPorts::steered(worker, min, max, Arc::new(XorSteering { workers, range: (min, max) }))
+        } else {
+            SnatPorts::new(worker, workers, min, max)
+        };
+        s.reseed(seed);
+        s
+    }
+
     proptest! {
         /// The pipeline's shortcut (`pipeline::flow::snat_port`): the first candidate
         /// ([`SnatPorts::first_candidate`]) taken when free ([`SnatPorts::take_first`]),
@@ -525,16 +538,8 @@ mod tests {
             ops in proptest::collection::vec((0u8..4, any::<bool>(), any::<u16>()), 1..300),
         ) {
             let worker = worker_pick % workers;
-            let (min, max) = (3000u16, 3000 + 40);
-            let steering = Arc::new(XorSteering { workers, range: (min, max) });
-            let make = || if steered {
-                SnatPorts::steered(worker, min, max, steering.clone())
-            } else {
-                SnatPorts::new(worker, workers, min, max)
-            };
-            let (mut shortcut, mut plain) = (make(), make());
-            shortcut.reseed(seed);
-            plain.reseed(seed);
+            let (mut shortcut, mut plain) =
+                (ports_of(worker, workers, steered, 40, seed), ports_of(worker, workers, steered, 40, seed));
             let endpoints = [v4(11, 80), v4(12, 80), v4(11, 81), v4(13, 443)];
             let snat = &SNAT[..addresses];
             let mut live: Vec<(SocketAddr, IpAddr, u16)> = Vec::new();
@@ -578,13 +583,7 @@ mod tests {
         ) {
             let worker = worker_pick % workers;
             let (min, max) = (3000u16, 3000 + 60);
-            let steering = Arc::new(XorSteering { workers, range: (min, max) });
-            let mut s = if steered {
-                SnatPorts::steered(worker, min, max, steering)
-            } else {
-                SnatPorts::new(worker, workers, min, max)
-            };
-            s.reseed(seed);
+            let mut s = ports_of(worker, workers, steered, 60, seed);
             let endpoints = [v4(11, 80), v4(12, 80), v4(11, 81), v4(13, 443)];
             let mut live: Vec<(SocketAddr, IpAddr, u16)> = Vec::new();
             for (e, end_one, pick) in ops {
