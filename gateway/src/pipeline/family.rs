@@ -207,9 +207,18 @@ impl Family for Ipv6Addr {
         FlowHint::V6(key, hash)
     }
 
+    /// A TCP or UDP packet without extension headers whose transport header is whole and
+    /// whose checksum is not partial takes the fixed-offset rewrite
+    /// ([`nat::rewrite_ipv6_plain`], the same bytes); any other [`nat::rewrite_ipv6`].
     #[inline]
     fn rewrite(ip: &mut [u8], l4_offset: usize, protocol: IpProtocol, rw: &Rewrite<Self>, l4_partial: bool) {
-        nat::rewrite_ipv6(ip, l4_offset, protocol, rw, l4_partial);
+        let tcp = protocol == IpProtocol::Tcp;
+        let whole = if tcp { 60 } else { 48 };
+        if l4_offset == 40 && !l4_partial && (tcp || protocol == IpProtocol::Udp) && ip.len() >= whole {
+            nat::rewrite_ipv6_plain(ip, tcp, rw);
+        } else {
+            nat::rewrite_ipv6(ip, l4_offset, protocol, rw, l4_partial);
+        }
     }
 
     #[inline]

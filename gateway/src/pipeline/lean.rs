@@ -38,9 +38,9 @@
 //!
 //! One path for both families ([`LeanFamily`]): each has its own conntrack, default router
 //! and EtherType; the rewrite is IPv4's at fixed offsets ([`nat::rewrite_ipv4_plain`]: header
-//! checksum, TTL, transport checksum) or IPv6's ([`nat::rewrite_ipv6`] after the 40-byte
-//! header, the general path's own: Hop Limit, and a transport checksum whose pseudo-header
-//! covers the 16-byte addresses; no header checksum). Stage 1 hands this path IPv6 packets
+//! checksum, TTL, transport checksum) or IPv6's, at fixed offsets too
+//! ([`nat::rewrite_ipv6_plain`] after the 40-byte header: Hop Limit, and a transport
+//! checksum whose pseudo-header covers the 16-byte addresses; no header checksum). Stage 1 hands this path IPv6 packets
 //! without extension headers only (`super::ipv6::flow_key`).
 
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -54,7 +54,7 @@ use crate::conntrack::{window, Conntrack, Deadline, Direction};
 use crate::nat::{self, Rewrite};
 use crate::neighbour::Neighbour;
 use crate::table::Table;
-use crate::wire::{EtherType, IpProtocol, Ipv6Packet, TcpFlags};
+use crate::wire::{EtherType, IpProtocol, TcpFlags};
 
 /// What the lean path does differently for an address family (the rest is [`Family`]'s).
 pub(super) trait LeanFamily: Family {
@@ -109,13 +109,12 @@ impl LeanFamily for Ipv6Addr {
         k.router6
     }
 
-    /// [`Family::rewrite`] (that is [`nat::rewrite_ipv6`]) with the transport header right
-    /// after the fixed header (a lean IPv6 packet has no extension header) and a full
-    /// checksum.
+    /// [`nat::rewrite_ipv6_plain`]: a lean IPv6 packet has no extension header, its
+    /// transport header whole and its checksum not partial (what [`Family::rewrite`] checks
+    /// before taking it).
     #[inline(always)]
     fn rewrite_lean(ip: &mut [u8], tcp: bool, rw: &Rewrite<Self>) {
-        let protocol = if tcp { IpProtocol::Tcp } else { IpProtocol::Udp };
-        <Self as Family>::rewrite(ip, Ipv6Packet::<&[u8]>::HEADER_LEN, protocol, rw, false);
+        nat::rewrite_ipv6_plain(ip, tcp, rw);
     }
 }
 

@@ -290,7 +290,15 @@ impl Delta {
     #[inline]
     #[must_use]
     pub const fn addr_v6(self, old: Ipv6Addr, new: Ipv6Addr) -> Self {
-        let (o, n) = (old.to_bits(), new.to_bits());
+        self.words128(old.to_bits(), new.to_bits())
+    }
+
+    /// Adds a 128-bit field that changed from `old` to `new`, taken as four 32-bit words
+    /// (in whatever byte order the caller took both and the checksum field in, as
+    /// [`Delta::words32`]); one fold.
+    #[inline]
+    #[must_use]
+    pub const fn words128(self, o: u128, n: u128) -> Self {
         self.words32([
             ((o >> 96) as u32, (n >> 96) as u32),
             ((o >> 64) as u32, (n >> 64) as u32),
