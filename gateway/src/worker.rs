@@ -41,8 +41,6 @@ pub const BURST: usize = 32;
 /// lightly loaded one is processed as soon as a receive call comes back short, so nothing
 /// waits for a vector to fill.
 pub const VECTOR: usize = 256;
-/// Conntrack records examined for expiry per loop iteration.
-const EXPIRE_BUDGET: usize = 64;
 /// Empty polls before a worker sleeps in [`PacketIo::wait`].
 const IDLE_SPINS: u32 = 2000;
 
@@ -321,6 +319,7 @@ impl Worker {
         self.adopt(&mut table, None, now);
         let mut idle = 0u32;
         let mut last_export = now;
+        let mut expiry = pipeline::ExpiryPace::new(now);
         let ifaces = io.interfaces();
         while !self.stop.load(Ordering::Relaxed) {
             now = self.now();
@@ -361,7 +360,11 @@ impl Worker {
             }
             let refused = io.flush();
             self.state.counters.drop_n(DropReason::TxRingFull, refused);
-            pipeline::poll_expire(now, EXPIRE_BUDGET, &mut self.state);
+            let records = self.state.conntrack.capacity().max(self.state.conntrack6.capacity());
+            let budget = expiry.budget(now, records);
+            if budget > 0 {
+                pipeline::poll_expire(now, budget, &mut self.state);
+            }
             if now - last_export > 1_000_000_000 {
                 last_export = now;
                 if let Ok(mut r) = self.export.try_lock() {

@@ -1,8 +1,14 @@
-//! The end of flows: idle expiry in bounded steps ([`poll_expire`]) and what a flow that left
-//! the conntrack gives back ([`flow_ended`]) — its count to its endpoint's connections and
-//! its SYN-proxy translation — shared by expiry and by the removals and evictions on the
-//! packet path. A removed flow's SNAT port needs no freeing: it is free for the same
-//! endpoint as soon as its reply tuple leaves the conntrack ([`crate::snat`]).
+//! The end of flows: idle expiry in bounded steps ([`poll_expire`]), paced by the clock
+//! ([`ExpiryPace`]), and what a flow that left the conntrack gives back ([`flow_ended`]) —
+//! its count to its endpoint's connections and its SYN-proxy translation — shared by expiry
+//! and by the removals and evictions on the packet path. A removed flow's SNAT port needs no
+//! freeing: it is free for the same endpoint as soon as its reply tuple leaves the
+//! conntrack ([`crate::snat`]).
+//!
+//! Expiry only reclaims: a flow past its deadline is gone for every packet whether or not it
+//! was reaped yet (the flow path and the lean path check the deadline, and the SNAT search
+//! and a full table's early drop take expired flows first), so how soon it is reaped moves
+//! memory and counts, never a verdict.
 
 use std::net::IpAddr;
 
@@ -23,6 +29,51 @@ pub fn poll_expire(now: u64, budget: usize, st: &mut WorkerState) -> usize {
         + conntrack6.expire(now, budget, |flow| ended(schedulers, synproxy, host, flow));
     counters.expired_flows += n as u64;
     n
+}
+
+/// How many conntrack records a worker's loop pass examines for expiry ([`poll_expire`]'s
+/// budget), paced by the clock rather than by the loop: the whole table once per
+/// [`ExpiryPace::SWEEP_NS`] whatever the loop's rate, so a flow is reaped within about a
+/// second of its deadline. A fixed budget per pass (64 records, before) swept a busy worker's
+/// table many times a second — at a million live flows, 4.6 KB of records read per pass,
+/// whose cost per frame grew as the vectors shrank below full load — and an idle worker's
+/// (a pass per 5 ms wait) once in 80 s. Linux's conntrack garbage collector also works in
+/// bounded, time-paced chunks (`gc_worker`, `GC_SCAN_MAX_DURATION`), lazier still.
+#[derive(Clone, Copy, Debug)]
+pub struct ExpiryPace {
+    /// The time up to which the sweep has been paid for, monotonic ns: never more than
+    /// [`ExpiryPace::SWEEP_NS`] behind the clock.
+    paid_ns: u64,
+}
+
+impl ExpiryPace {
+    /// Time to sweep the whole table once, ns.
+    pub const SWEEP_NS: u64 = 1_000_000_000;
+    /// The largest budget one pass gets (a worker back from a stall pays its debt in passes
+    /// of this many records, tens of microseconds each at most).
+    pub const MAX_BUDGET: usize = 4096;
+
+    /// A pace whose sweep starts at `now` (monotonic ns).
+    pub fn new(now: u64) -> Self {
+        Self { paid_ns: now }
+    }
+
+    /// The records to examine at `now` (monotonic ns, not before the last call's) in a table
+    /// of `capacity` records: `capacity` per [`ExpiryPace::SWEEP_NS`] since the time paid up
+    /// to, at most [`ExpiryPace::MAX_BUDGET`] (the rest carried to later passes, but never
+    /// more than one sweep's worth). 0 when less than one record is owed, or `capacity` is
+    /// 0. O(1).
+    pub fn budget(&mut self, now: u64, capacity: usize) -> usize {
+        self.paid_ns = self.paid_ns.max(now.saturating_sub(Self::SWEEP_NS));
+        // At most 10^9 ns × 2^32 records: no overflow in u128, and the capacity of a
+        // conntrack fits its 30-bit flow ids anyway.
+        let owed = u128::from(now.saturating_sub(self.paid_ns)) * capacity as u128 / u128::from(Self::SWEEP_NS);
+        let budget = owed.min(Self::MAX_BUDGET as u128) as usize;
+        if budget > 0 {
+            self.paid_ns += (budget as u128 * u128::from(Self::SWEEP_NS) / capacity as u128) as u64;
+        }
+        budget
+    }
 }
 
 /// Removes flow `id` from the worker's conntrack and releases it ([`flow_ended`]).
@@ -47,4 +98,68 @@ fn ended<A: Address + HostAddr + Keyed + Into<IpAddr>>(
 ) {
     backend::count_closed(host, schedulers, flow);
     synproxy.forget(&flow.original);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ExpiryPace;
+
+    const SEC: u64 = ExpiryPace::SWEEP_NS;
+
+    /// Passes at any rate examine the table once per sweep period: a busy loop (a pass
+    /// every 10 µs), a slow one (a pass per 5 ms wait) and irregular steps all pay
+    /// `capacity` records a second, give or take one pass's rounding.
+    #[test]
+    fn any_pass_rate_sweeps_the_table_once_a_second() {
+        for capacity in [1usize, 1000, 65_536, 1 << 20, 1 << 22] {
+            for step in [1_000u64, 10_000, 5_000_000, 333_333_333] {
+                let mut pace = ExpiryPace::new(7);
+                let (mut now, mut examined) = (7u64, 0usize);
+                while now < 7 + 10 * SEC {
+                    now += step;
+                    examined += pace.budget(now, capacity);
+                }
+                let per_second = examined as f64 / ((now - 7) as f64 / SEC as f64);
+                let capped = (ExpiryPace::MAX_BUDGET as f64) * (SEC as f64 / step as f64);
+                let expected = (capacity as f64).min(capped);
+                assert!(
+                    (per_second - expected).abs() <= expected * 0.01 + 1.0,
+                    "capacity {capacity}, a pass every {step} ns: {per_second} records/s, not {expected}"
+                );
+            }
+        }
+    }
+
+    /// One pass never exceeds the cap; a worker back from a long stall owes one sweep, not
+    /// the whole stall's, and pays it in capped passes.
+    #[test]
+    fn a_stall_owes_one_sweep_paid_in_capped_passes() {
+        let capacity = 1 << 20;
+        let mut pace = ExpiryPace::new(0);
+        let now = 60 * SEC;
+        let mut paid = 0;
+        let mut passes = 0;
+        loop {
+            let b = pace.budget(now, capacity);
+            assert!(b <= ExpiryPace::MAX_BUDGET);
+            if b == 0 {
+                break;
+            }
+            paid += b;
+            passes += 1;
+        }
+        assert!(paid <= capacity && paid + 1 >= capacity, "paid {paid} for a stall of a minute");
+        assert_eq!(passes, capacity.div_ceil(ExpiryPace::MAX_BUDGET));
+    }
+
+    /// Nothing owed: no time passed, a table of no records, or less than one record's time.
+    #[test]
+    fn nothing_is_owed_without_time_or_records() {
+        let mut pace = ExpiryPace::new(5 * SEC);
+        assert_eq!(pace.budget(5 * SEC, 1 << 20), 0);
+        assert_eq!(pace.budget(6 * SEC, 0), 0);
+        let mut pace = ExpiryPace::new(0);
+        assert_eq!(pace.budget(SEC / 1000 - 1, 1000), 0);
+        assert_eq!(pace.budget(SEC / 1000, 1000), 1);
+    }
 }

@@ -53,7 +53,8 @@
 //!   unsolicited Neighbor Advertisements for VIPs this gateway took over (`gratuitous`);
 //!   in L2 mode ARP and NDP answer only for the VIPs this gateway owns.
 //! - Flows time out after idle periods following Linux conntrack's defaults; expiry runs
-//!   in bounded steps through [`poll_expire`] (`expire`).
+//!   in bounded steps through [`poll_expire`], the whole table once a second
+//!   ([`ExpiryPace`]) (`expire`).
 //!
 //! # Modules
 //!
@@ -79,7 +80,8 @@
 //!   overlapped, using the per-family parsers for its early parse, and `lean` for the
 //!   frames it may take.
 //!
-//! Only [`process`], [`process_burst`], [`poll_transmit`], [`poll_expire`], the state types and
+//! Only [`process`], [`process_burst`], [`poll_transmit`], [`poll_expire`] and its
+//! [`ExpiryPace`], the state types and
 //! the driver-facing [`Meta`] / [`Verdict`] are public.
 
 mod arp;
@@ -106,7 +108,7 @@ mod state;
 mod synproxy;
 
 pub use burst::process_burst;
-pub use expire::poll_expire;
+pub use expire::{poll_expire, ExpiryPace};
 pub use frame::{Meta, Verdict, MIN_BUFFER};
 pub use hint::PREFETCH_WINDOW;
 pub use resolve::{poll_transmit, POLL_TRANSMIT_LEN};
