@@ -301,7 +301,7 @@ fn probe_lean<A: Family>(conntrack: &Conntrack<A>, lean: &mut LeanFrame<A>, slot
 /// the burst's first chunk and then for each next one, it would otherwise be two copies or
 /// (as the compiler chose) a call of [`hint`] per frame.
 #[inline(never)]
-fn stage_1<B: AsMut<[u8]>>(
+pub(super) fn stage_1<B: AsMut<[u8]>>(
     frames: &mut [B],
     metas: &[Meta],
     st: &mut WorkerState,
@@ -585,26 +585,51 @@ fn hint(
     lean: &mut LeanFrame,
     (lean6_frames, j): (&mut u32, usize),
 ) -> bool {
-    match link::receive(frame, meta, host) {
-        Ok((rx, EtherType::Ipv4)) => {
+    // The common frame (untagged, to the port's own MAC) with its link layer's length a
+    // constant for the parse, and a plain IPv4 packet at fixed offsets; anything else
+    // through the full parse, out of line, from the start (so that the common path keeps
+    // nothing for it).
+    match link::receive_untagged(frame, meta, host) {
+        Some((rx, EtherType::Ipv4)) => {
             // `LeanSegment::NONE` as far as `is_lean` reads: one store, not the whole segment.
             lean.seg.total = 0;
             let mut checked = false;
+            if let Some((key, opens)) = ipv4::flow_key_plain(frame, &rx, &mut lean.seg, &mut checked) {
+                return hint_ipv4(key, opens, checked, v4, (hints, slot), lean);
+            }
+        }
+        Some((rx, _)) => {
+            *lean6_frames |= u32::from(hint_ipv6(frame, &rx, v6, hints, slot)) << j;
+            return false;
+        }
+        None => {}
+    }
+    hint_parsed(frame, meta, host, v4, v6, (hints, slot), lean, (lean6_frames, j))
+}
+
+/// [`hint`] of a frame other than the common one (tagged, broadcast, not IP, an IPv4
+/// packet with options, a fragment, neither TCP nor UDP, malformed, …): its link layer
+/// parsed in full ([`link::receive_parsed`]), then its network layer ([`ipv4::flow_key`],
+/// [`hint_ipv6`]). Out of line: inlined, its values took registers from the common frame's
+/// path.
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+fn hint_parsed(
+    frame: &[u8],
+    meta: &Meta,
+    host: &Host,
+    v4: &Conntrack<Ipv4Addr>,
+    v6: &Conntrack<Ipv6Addr>,
+    (hints, slot): (&mut HintRing, usize),
+    lean: &mut LeanFrame,
+    (lean6_frames, j): (&mut u32, usize),
+) -> bool {
+    match link::receive_parsed(frame, meta, host) {
+        Ok((rx, EtherType::Ipv4)) => {
+            lean.seg.total = 0;
+            let mut checked = false;
             if let Some((key, opens)) = ipv4::flow_key(frame, &rx, &mut lean.seg, &mut checked) {
-                let hash = prefetch(v4, &key, opens);
-                if lean.seg.is_lean() {
-                    lean.key = key;
-                    lean.hash = hash;
-                    return true;
-                }
-                // Field by field: cheaper here than the whole slot.
-                let out = &mut hints.frames[slot];
-                out.candidate = None;
-                out.route = None;
-                out.new_flow = None;
-                out.flow = Some(FlowHint::V4(key, hash));
-                out.l3_checked = checked;
-                return false;
+                return hint_ipv4(key, opens, checked, v4, (hints, slot), lean);
             }
         }
         Ok((rx, EtherType::Ipv6)) => {
@@ -614,6 +639,35 @@ fn hint(
         _ => {}
     }
     no_hints(&mut hints.frames[slot]);
+    false
+}
+
+/// [`hint`] of an IPv4 frame whose flow key `key` the early parse found (`opens`: a SYN;
+/// `checked`: its header checksum found correct; `lean.seg` the [`super::hint::LeanSegment`]
+/// it wrote, if any): hashed and prefetched, into `lean` for one the lean path may take
+/// (returns true), else into its slot `slot` of `hints.frames` (returns false).
+#[inline(always)]
+fn hint_ipv4(
+    key: FlowKey,
+    opens: bool,
+    checked: bool,
+    v4: &Conntrack<Ipv4Addr>,
+    (hints, slot): (&mut HintRing, usize),
+    lean: &mut LeanFrame,
+) -> bool {
+    let hash = prefetch(v4, &key, opens);
+    if lean.seg.is_lean() {
+        lean.key = key;
+        lean.hash = hash;
+        return true;
+    }
+    // Field by field: cheaper here than the whole slot.
+    let out = &mut hints.frames[slot];
+    out.candidate = None;
+    out.route = None;
+    out.new_flow = None;
+    out.flow = Some(FlowHint::V4(key, hash));
+    out.l3_checked = checked;
     false
 }
 

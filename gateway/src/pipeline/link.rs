@@ -33,7 +33,7 @@ use crate::wire::{EtherType, EthernetFrame, MacAddr, VlanTag};
 const ETH_LEN: usize = EthernetFrame::<&[u8]>::HEADER_LEN;
 
 /// What the link-layer parse learned about a received frame; handed to every later step.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Rx {
     /// The interface the frame belongs to: an index into [`Host::interfaces`], checked.
     pub iface: u8,
@@ -62,6 +62,43 @@ pub(super) struct Rx {
 /// [`DropReason::NotOurMac`], [`DropReason::VlanStacked`], [`DropReason::UnknownVlan`].
 #[inline]
 pub(super) fn receive(frame: &[u8], meta: &Meta, host: &Host) -> Result<(Rx, EtherType), DropReason> {
+    match receive_untagged(frame, meta, host) {
+        Some(found) => Ok(found),
+        None => receive_parsed(frame, meta, host),
+    }
+}
+
+/// [`receive`] of the common frame, in three compares: untagged IPv4 or IPv6 to the port's
+/// own MAC, on a port with an untagged interface — `Some` of what the parse concludes for
+/// it (the interface, `l2_len` 14, the EtherType), without the parse; `None` for any other
+/// frame, which [`receive_parsed`] decides. Always inlined, so that a caller's later
+/// offsets see the constant `l2_len`.
+#[inline(always)]
+pub(super) fn receive_untagged(frame: &[u8], meta: &Meta, host: &Host) -> Option<(Rx, EtherType)> {
+    let len = meta.len.min(frame.len());
+    // `EthernetFrame::new_checked(&frame[..len])`: the header within the frame's length.
+    let h: &[u8; ETH_LEN] = frame[..len].first_chunk()?;
+    let port = host.ports.get(usize::from(meta.iface))?;
+    let iface = port.untagged?;
+    if h[..6] != port.mac.0 {
+        return None;
+    }
+    let ethertype = match h[12..] {
+        [0x08, 0x00] => EtherType::Ipv4,
+        [0x86, 0xdd] => EtherType::Ipv6,
+        _ => return None,
+    };
+    let (l4_csum_partial, l3_csum_good, l4_csum_good) = (meta.l4_csum_partial, meta.l3_csum_good, meta.l4_csum_good);
+    Some((Rx { iface, len, l2_len: ETH_LEN, l4_csum_partial, l3_csum_good, l4_csum_good }, ethertype))
+}
+
+/// [`receive`] by the full parse: any frame (the common one included, with the same
+/// result as [`receive_untagged`]).
+///
+/// # Errors
+/// As [`receive`].
+#[inline]
+pub(super) fn receive_parsed(frame: &[u8], meta: &Meta, host: &Host) -> Result<(Rx, EtherType), DropReason> {
     let len = meta.len.min(frame.len());
     let Ok(eth) = EthernetFrame::new_checked(&frame[..len]) else {
         return Err(DropReason::Truncated);
@@ -70,14 +107,6 @@ pub(super) fn receive(frame: &[u8], meta: &Meta, host: &Host) -> Result<(Rx, Eth
         return Err(DropReason::UnknownInterface);
     };
     let (l4_csum_partial, l3_csum_good, l4_csum_good) = (meta.l4_csum_partial, meta.l3_csum_good, meta.l4_csum_good);
-    // The common frame first: untagged IPv4 to the port's own MAC, on a port with an
-    // untagged interface — what the parse below concludes for it, from three compares.
-    if let (Some(h), Some(iface)) = (frame.first_chunk::<ETH_LEN>(), port.untagged) {
-        if h[..6] == port.mac.0 && h[12..] == [0x08, 0x00] {
-            let rx = Rx { iface, len, l2_len: ETH_LEN, l4_csum_partial, l3_csum_good, l4_csum_good };
-            return Ok((rx, EtherType::Ipv4));
-        }
-    }
     let dst_mac = eth.dst_addr();
     if dst_mac != port.mac && !dst_mac.is_broadcast() && !is_ipv6_multicast(dst_mac) {
         return Err(DropReason::NotOurMac);
