@@ -80,12 +80,17 @@ pub(super) fn receive_untagged(frame: &[u8], meta: &Meta, host: &Host) -> Option
     let h: &[u8; ETH_LEN] = frame[..len].first_chunk()?;
     let port = host.ports.get(usize::from(meta.iface))?;
     let iface = port.untagged?;
-    if h[..6] != port.mac.0 {
+    // The destination MAC as a 32-bit and a 16-bit word against the port's (compared as
+    // six bytes, the compiler built two 48-bit integers first), the EtherType as one word.
+    let m = &port.mac.0;
+    let differ = (u32::from_ne_bytes([h[0], h[1], h[2], h[3]]) ^ u32::from_ne_bytes([m[0], m[1], m[2], m[3]]))
+        | u32::from(u16::from_ne_bytes([h[4], h[5]]) ^ u16::from_ne_bytes([m[4], m[5]]));
+    if differ != 0 {
         return None;
     }
-    let ethertype = match h[12..] {
-        [0x08, 0x00] => EtherType::Ipv4,
-        [0x86, 0xdd] => EtherType::Ipv6,
+    let ethertype = match u16::from_be_bytes([h[12], h[13]]) {
+        0x0800 => EtherType::Ipv4,
+        0x86dd => EtherType::Ipv6,
         _ => return None,
     };
     let (l4_csum_partial, l3_csum_good, l4_csum_good) = (meta.l4_csum_partial, meta.l3_csum_good, meta.l4_csum_good);
