@@ -32,6 +32,10 @@ use crate::wire::{EtherType, EthernetFrame, MacAddr, VlanTag};
 /// Length of an untagged Ethernet header.
 const ETH_LEN: usize = EthernetFrame::<&[u8]>::HEADER_LEN;
 
+/// The EtherTypes of IPv4 and IPv6 as their two bytes read in native order.
+const IPV4_NE: u16 = u16::from_ne_bytes(0x0800u16.to_be_bytes());
+const IPV6_NE: u16 = u16::from_ne_bytes(0x86ddu16.to_be_bytes());
+
 /// What the link-layer parse learned about a received frame; handed to every later step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Rx {
@@ -88,9 +92,10 @@ pub(super) fn receive_untagged(frame: &[u8], meta: &Meta, host: &Host) -> Option
     if differ != 0 {
         return None;
     }
-    let ethertype = match u16::from_be_bytes([h[12], h[13]]) {
-        0x0800 => EtherType::Ipv4,
-        0x86dd => EtherType::Ipv6,
+    // In native order: no byte swap before the compare.
+    let ethertype = match u16::from_ne_bytes([h[12], h[13]]) {
+        IPV4_NE => EtherType::Ipv4,
+        IPV6_NE => EtherType::Ipv6,
         _ => return None,
     };
     let (l4_csum_partial, l3_csum_good, l4_csum_good) = (meta.l4_csum_partial, meta.l3_csum_good, meta.l4_csum_good);
