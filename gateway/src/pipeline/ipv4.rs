@@ -116,7 +116,8 @@ pub(super) fn flow_key_plain(
                 };
                 *lean = LeanSegment { iface: rx.iface, l2_len: rx.l2_len as u8, total, tcp };
             }
-            TcpSegment::of(flags) == TcpSegment::Syn
+            // `TcpSegment::of(flags) == TcpSegment::Syn` in one compare: SYN without ACK or RST.
+            flags.0 & (TcpFlags::SYN.0 | TcpFlags::ACK.0 | TcpFlags::RST.0) == TcpFlags::SYN.0
         }
         IpProtocol::Udp => {
             // `UdpPacket::new_checked`: the 8-byte header whole, Length 8 or more and within
