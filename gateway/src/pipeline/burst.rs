@@ -4,9 +4,10 @@
 //! one after another (VPP's dual/quad loop and
 //! `vlib_prefetch_buffer_header`, DPDK's `rte_prefetch0` ahead of `rte_hash_lookup_bulk`):
 //!
-//! 1. the frame is parsed far enough to know its flow key; the key is hashed and its
-//!    conntrack index slot prefetched (with the next index line for a TCP SYN, whose probe
-//!    run goes on to an empty slot);
+//! 1. the frame is parsed far enough to know its flow key (the common frame, untagged
+//!    to the port's own MAC, at fixed offsets: [`link::receive_untagged`]); the key is
+//!    hashed and its conntrack index slot prefetched (with the next index line for a TCP
+//!    SYN, whose probe run goes on to an empty slot);
 //! 2. its probe run is read by fingerprint alone
 //!    ([`crate::conntrack::Conntrack::prefetch_record`]): a flow record it names is
 //!    prefetched; none proves the packet opens a new flow, whose front door's index line is
@@ -299,7 +300,8 @@ fn probe_lean<A: Family>(conntrack: &Conntrack<A>, lean: &mut LeanFrame<A>, slot
 /// slot `base + j` of `st.hints.lean6` (IPv6 lean) or of `st.hints.frames`. Returns the
 /// chunk's IPv4 and IPv6 lean frames (bit `j`). Not inlined: called for
 /// the burst's first chunk and then for each next one, it would otherwise be two copies or
-/// (as the compiler chose) a call of [`hint`] per frame.
+/// (as the compiler chose) a call of [`hint`] per frame. Changes nothing in `st` but the
+/// hint slots (the property tests of `pipeline/tests/stage1.rs` call it on one frame).
 #[inline(never)]
 pub(super) fn stage_1<B: AsMut<[u8]>>(
     frames: &mut [B],
@@ -573,6 +575,13 @@ fn prefetch_reply_slot<A: Family>(
 /// per frame), returns false. The IPv4 lean frame's path pays nothing for IPv6's (a
 /// returned three-way kind instead of the IPv6 mask's bit cost an IPv4 packet 6–8
 /// instructions: callgrind, 2026-11-27).
+///
+/// The common frame — untagged, to the port's own MAC ([`link::receive_untagged`]) — is
+/// parsed with the link layer's length a constant, an IPv4 one at fixed offsets
+/// ([`ipv4::flow_key_plain`]); any other frame, or one that parse does not take, starts
+/// again from the beginning out of line ([`hint_parsed`]: the full link-layer parse, then
+/// the checked views), with the same results (docs/optimisation-log.md, "Stage 1, one
+/// compare"; the property tests in `pipeline/tests/stage1.rs`).
 #[allow(clippy::too_many_arguments)]
 #[inline]
 fn hint(

@@ -75,8 +75,9 @@ pub(super) fn receive(frame: &[u8], meta: &Meta, host: &Host) -> Result<(Rx, Eth
 /// [`receive`] of the common frame, in three compares: untagged IPv4 or IPv6 to the port's
 /// own MAC, on a port with an untagged interface — `Some` of what the parse concludes for
 /// it (the interface, `l2_len` 14, the EtherType), without the parse; `None` for any other
-/// frame, which [`receive_parsed`] decides. Always inlined, so that a caller's later
-/// offsets see the constant `l2_len`.
+/// frame, which [`receive_parsed`] decides (a property test compares the two:
+/// `pipeline/tests/stage1.rs`). Always inlined, so that a caller's later offsets see the
+/// constant `l2_len`.
 #[inline(always)]
 pub(super) fn receive_untagged(frame: &[u8], meta: &Meta, host: &Host) -> Option<(Rx, EtherType)> {
     let len = meta.len.min(frame.len());
