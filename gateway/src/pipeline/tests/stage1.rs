@@ -4,10 +4,10 @@
 //! then the checked views (`ipv4::flow_key_checked`, `ipv6::flow_key`). On any frame — TCP
 //! with any flags, UDP, SCTP, ICMP, IPv6, IPv4 options, fragments, TTLs, 802.1Q and 802.1ad
 //! tags, foreign, broadcast and multicast MACs, with any of the bytes stage 1 tests changed,
-//! with the header checksum set right afterwards or not, cut short, on any port, with any of
-//! the driver's flags — stage 1 must hand on the very flow key, lean segment and hash the
-//! full parse gives (or none), and claim a correct header checksum only for a header that
-//! has one.
+//! with the header checksum set right afterwards or not, cut short, on any port (of a host
+//! with VLAN interfaces or without), with any of the driver's flags — stage 1 must hand on
+//! the very flow key, lean segment and hash the full parse gives (or none), and claim a
+//! correct header checksum only for a header that has one.
 
 use std::net::Ipv6Addr;
 
@@ -83,7 +83,11 @@ fn fix_checksum(f: &mut [u8]) {
 fn arb_frame() -> impl Strategy<Value = (Vec<u8>, Meta)> {
     (
         (arb_base(), 0usize..48, 0usize..3, prop::sample::select(vec![0u16, 0x4000, 0x2000, 0x0001, 0x8000, 0x6000])),
-        (prop::sample::select(vec![64u8, 2, 1, 0]), 0u8..8, prop::sample::select(vec![0u16, 0, 0, 0, 100, 0x1000])),
+        (
+            prop::sample::select(vec![64u8, 2, 1, 0]),
+            0u8..8,
+            prop::sample::select(vec![0u16, 0, 0, 0, 100, 200, 0x1000]),
+        ),
         (
             prop::collection::vec((0usize..80, any::<u8>()), 0..3),
             prop::collection::vec((prop::sample::select(READ.to_vec()), 1u8..=255), 0..3),
@@ -216,16 +220,18 @@ fn stage_1_agrees(st: &mut WorkerState, f: &[u8], meta: Meta) -> Result<(), Test
 }
 
 thread_local! {
-    /// One worker for every case: stage 1 changes nothing in it but hint slots.
-    static STATE: std::cell::RefCell<WorkerState> = std::cell::RefCell::new(state(0, 1));
+    /// One worker for every case, and one whose ports carry a VLAN interface each as well
+    /// (`vlan::vlan_state`): stage 1 changes nothing in them but hint slots.
+    static STATES: std::cell::RefCell<[WorkerState; 2]> =
+        std::cell::RefCell::new([state(0, 1), super::vlan::vlan_state()]);
 }
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(4096))]
 
     #[test]
-    fn stage_1_agrees_with_the_full_parse((f, meta) in arb_frame()) {
-        STATE.with_borrow_mut(|st| stage_1_agrees(st, &f, meta))?;
+    fn stage_1_agrees_with_the_full_parse((f, meta) in arb_frame(), vlans in any::<bool>()) {
+        STATES.with_borrow_mut(|st| stage_1_agrees(&mut st[usize::from(vlans)], &f, meta))?;
     }
 }
 
