@@ -4,9 +4,10 @@
 //! one after another (VPP's dual/quad loop and
 //! `vlib_prefetch_buffer_header`, DPDK's `rte_prefetch0` ahead of `rte_hash_lookup_bulk`):
 //!
-//! 1. the frame is parsed far enough to know its flow key; the key is hashed and its
-//!    conntrack index slot prefetched (with the next index line for a TCP SYN, whose probe
-//!    run goes on to an empty slot);
+//! 1. the frame is parsed far enough to know its flow key (the common frame, untagged
+//!    to the port's own MAC, at fixed offsets: [`link::receive_untagged`]); the key is
+//!    hashed and its conntrack index slot prefetched (with the next index line for a TCP
+//!    SYN, whose probe run goes on to an empty slot);
 //! 2. its probe run is read by fingerprint alone
 //!    ([`crate::conntrack::Conntrack::prefetch_record`]): a flow record it names is
 //!    prefetched; none proves the packet opens a new flow, whose front door's index line is
@@ -299,9 +300,10 @@ fn probe_lean<A: Family>(conntrack: &Conntrack<A>, lean: &mut LeanFrame<A>, slot
 /// slot `base + j` of `st.hints.lean6` (IPv6 lean) or of `st.hints.frames`. Returns the
 /// chunk's IPv4 and IPv6 lean frames (bit `j`). Not inlined: called for
 /// the burst's first chunk and then for each next one, it would otherwise be two copies or
-/// (as the compiler chose) a call of [`hint`] per frame.
+/// (as the compiler chose) a call of [`hint`] per frame. Changes nothing in `st` but the
+/// hint slots (the property tests of `pipeline/tests/stage1.rs` call it on one frame).
 #[inline(never)]
-fn stage_1<B: AsMut<[u8]>>(
+pub(super) fn stage_1<B: AsMut<[u8]>>(
     frames: &mut [B],
     metas: &[Meta],
     st: &mut WorkerState,
@@ -573,6 +575,13 @@ fn prefetch_reply_slot<A: Family>(
 /// per frame), returns false. The IPv4 lean frame's path pays nothing for IPv6's (a
 /// returned three-way kind instead of the IPv6 mask's bit cost an IPv4 packet 6–8
 /// instructions: callgrind, 2026-11-27).
+///
+/// The common frame — untagged, to the port's own MAC ([`link::receive_untagged`]) — is
+/// parsed with the link layer's length a constant, an IPv4 one at fixed offsets
+/// ([`ipv4::flow_key_plain`]); any other frame, or one that parse does not take, starts
+/// again from the beginning out of line ([`hint_parsed`]: the full link-layer parse, then
+/// the checked views), with the same results (docs/optimisation-log.md, "Stage 1, one
+/// compare"; the property tests in `pipeline/tests/stage1.rs`).
 #[allow(clippy::too_many_arguments)]
 #[inline]
 fn hint(
@@ -585,26 +594,51 @@ fn hint(
     lean: &mut LeanFrame,
     (lean6_frames, j): (&mut u32, usize),
 ) -> bool {
-    match link::receive(frame, meta, host) {
-        Ok((rx, EtherType::Ipv4)) => {
+    // The common frame (untagged, to the port's own MAC) with its link layer's length a
+    // constant for the parse, and a plain IPv4 packet at fixed offsets; anything else
+    // through the full parse, out of line, from the start (so that the common path keeps
+    // nothing for it).
+    match link::receive_untagged(frame, meta, host) {
+        Some((rx, EtherType::Ipv4)) => {
             // `LeanSegment::NONE` as far as `is_lean` reads: one store, not the whole segment.
             lean.seg.total = 0;
             let mut checked = false;
+            if let Some((key, opens)) = ipv4::flow_key_plain(frame, &rx, &mut lean.seg, &mut checked) {
+                return hint_ipv4(key, opens, checked, v4, (hints, slot), lean);
+            }
+        }
+        Some((rx, _)) => {
+            *lean6_frames |= u32::from(hint_ipv6(frame, &rx, v6, hints, slot)) << j;
+            return false;
+        }
+        None => {}
+    }
+    hint_parsed(frame, meta, host, v4, v6, (hints, slot), lean, (lean6_frames, j))
+}
+
+/// [`hint`] of a frame other than the common one (tagged, broadcast, not IP, an IPv4
+/// packet with options, a fragment, neither TCP nor UDP, malformed, …): its link layer
+/// parsed in full ([`link::receive_parsed`]), then its network layer ([`ipv4::flow_key`],
+/// [`hint_ipv6`]). Out of line: inlined, its values took registers from the common frame's
+/// path.
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+fn hint_parsed(
+    frame: &[u8],
+    meta: &Meta,
+    host: &Host,
+    v4: &Conntrack<Ipv4Addr>,
+    v6: &Conntrack<Ipv6Addr>,
+    (hints, slot): (&mut HintRing, usize),
+    lean: &mut LeanFrame,
+    (lean6_frames, j): (&mut u32, usize),
+) -> bool {
+    match link::receive_parsed(frame, meta, host) {
+        Ok((rx, EtherType::Ipv4)) => {
+            lean.seg.total = 0;
+            let mut checked = false;
             if let Some((key, opens)) = ipv4::flow_key(frame, &rx, &mut lean.seg, &mut checked) {
-                let hash = prefetch(v4, &key, opens);
-                if lean.seg.is_lean() {
-                    lean.key = key;
-                    lean.hash = hash;
-                    return true;
-                }
-                // Field by field: cheaper here than the whole slot.
-                let out = &mut hints.frames[slot];
-                out.candidate = None;
-                out.route = None;
-                out.new_flow = None;
-                out.flow = Some(FlowHint::V4(key, hash));
-                out.l3_checked = checked;
-                return false;
+                return hint_ipv4(key, opens, checked, v4, (hints, slot), lean);
             }
         }
         Ok((rx, EtherType::Ipv6)) => {
@@ -614,6 +648,35 @@ fn hint(
         _ => {}
     }
     no_hints(&mut hints.frames[slot]);
+    false
+}
+
+/// [`hint`] of an IPv4 frame whose flow key `key` the early parse found (`opens`: a SYN;
+/// `checked`: its header checksum found correct; `lean.seg` the [`super::hint::LeanSegment`]
+/// it wrote, if any): hashed and prefetched, into `lean` for one the lean path may take
+/// (returns true), else into its slot `slot` of `hints.frames` (returns false).
+#[inline(always)]
+fn hint_ipv4(
+    key: FlowKey,
+    opens: bool,
+    checked: bool,
+    v4: &Conntrack<Ipv4Addr>,
+    (hints, slot): (&mut HintRing, usize),
+    lean: &mut LeanFrame,
+) -> bool {
+    let hash = prefetch(v4, &key, opens);
+    if lean.seg.is_lean() {
+        lean.key = key;
+        lean.hash = hash;
+        return true;
+    }
+    // Field by field: cheaper here than the whole slot.
+    let out = &mut hints.frames[slot];
+    out.candidate = None;
+    out.route = None;
+    out.new_flow = None;
+    out.flow = Some(FlowHint::V4(key, hash));
+    out.l3_checked = checked;
     false
 }
 

@@ -91,7 +91,9 @@ pub(super) fn flow_key_plain(
     let checked = rx.l3_csum_good || h.first_chunk().is_some_and(checksum::ipv4_header_ok);
     let plain = h[8] > 1 && !rx.l4_csum_partial && checked;
     let protocol = h[9];
-    let (src_port, dst_port) = (be16(20), be16(22));
+    // Both ports as one word: the key's hash takes them as one.
+    let ports = be32(20);
+    let (src_port, dst_port) = ((ports >> 16) as u16, ports as u16);
     let opens = match IpProtocol::from(protocol) {
         IpProtocol::Tcp => {
             // `TcpPacket::new_checked`: the 20-byte header whole, Data Offset 5 or more and
@@ -114,7 +116,8 @@ pub(super) fn flow_key_plain(
                 };
                 *lean = LeanSegment { iface: rx.iface, l2_len: rx.l2_len as u8, total, tcp };
             }
-            TcpSegment::of(flags) == TcpSegment::Syn
+            // `TcpSegment::of(flags) == TcpSegment::Syn` in one compare: SYN without ACK or RST.
+            flags.0 & (TcpFlags::SYN.0 | TcpFlags::ACK.0 | TcpFlags::RST.0) == TcpFlags::SYN.0
         }
         IpProtocol::Udp => {
             // `UdpPacket::new_checked`: the 8-byte header whole, Length 8 or more and within

@@ -32,8 +32,12 @@ use crate::wire::{EtherType, EthernetFrame, MacAddr, VlanTag};
 /// Length of an untagged Ethernet header.
 const ETH_LEN: usize = EthernetFrame::<&[u8]>::HEADER_LEN;
 
+/// The EtherTypes of IPv4 and IPv6 as their two bytes read in native order.
+const IPV4_NE: u16 = u16::from_ne_bytes(0x0800u16.to_be_bytes());
+const IPV6_NE: u16 = u16::from_ne_bytes(0x86ddu16.to_be_bytes());
+
 /// What the link-layer parse learned about a received frame; handed to every later step.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Rx {
     /// The interface the frame belongs to: an index into [`Host::interfaces`], checked.
     pub iface: u8,
@@ -62,6 +66,50 @@ pub(super) struct Rx {
 /// [`DropReason::NotOurMac`], [`DropReason::VlanStacked`], [`DropReason::UnknownVlan`].
 #[inline]
 pub(super) fn receive(frame: &[u8], meta: &Meta, host: &Host) -> Result<(Rx, EtherType), DropReason> {
+    match receive_untagged(frame, meta, host) {
+        Some(found) => Ok(found),
+        None => receive_parsed(frame, meta, host),
+    }
+}
+
+/// [`receive`] of the common frame, in three compares: untagged IPv4 or IPv6 to the port's
+/// own MAC, on a port with an untagged interface — `Some` of what the parse concludes for
+/// it (the interface, `l2_len` 14, the EtherType), without the parse; `None` for any other
+/// frame, which [`receive_parsed`] decides (a property test compares the two:
+/// `pipeline/tests/stage1.rs`). Always inlined, so that a caller's later offsets see the
+/// constant `l2_len`.
+#[inline(always)]
+pub(super) fn receive_untagged(frame: &[u8], meta: &Meta, host: &Host) -> Option<(Rx, EtherType)> {
+    let len = meta.len.min(frame.len());
+    // `EthernetFrame::new_checked(&frame[..len])`: the header within the frame's length.
+    let h: &[u8; ETH_LEN] = frame[..len].first_chunk()?;
+    let port = host.ports.get(usize::from(meta.iface))?;
+    let iface = port.untagged?;
+    // The destination MAC as a 32-bit and a 16-bit word against the port's (compared as
+    // six bytes, the compiler built two 48-bit integers first), the EtherType as one word.
+    let m = &port.mac.0;
+    let differ = (u32::from_ne_bytes([h[0], h[1], h[2], h[3]]) ^ u32::from_ne_bytes([m[0], m[1], m[2], m[3]]))
+        | u32::from(u16::from_ne_bytes([h[4], h[5]]) ^ u16::from_ne_bytes([m[4], m[5]]));
+    if differ != 0 {
+        return None;
+    }
+    // In native order: no byte swap before the compare.
+    let ethertype = match u16::from_ne_bytes([h[12], h[13]]) {
+        IPV4_NE => EtherType::Ipv4,
+        IPV6_NE => EtherType::Ipv6,
+        _ => return None,
+    };
+    let (l4_csum_partial, l3_csum_good, l4_csum_good) = (meta.l4_csum_partial, meta.l3_csum_good, meta.l4_csum_good);
+    Some((Rx { iface, len, l2_len: ETH_LEN, l4_csum_partial, l3_csum_good, l4_csum_good }, ethertype))
+}
+
+/// [`receive`] by the full parse: any frame (the common one included, with the same
+/// result as [`receive_untagged`]).
+///
+/// # Errors
+/// As [`receive`].
+#[inline]
+pub(super) fn receive_parsed(frame: &[u8], meta: &Meta, host: &Host) -> Result<(Rx, EtherType), DropReason> {
     let len = meta.len.min(frame.len());
     let Ok(eth) = EthernetFrame::new_checked(&frame[..len]) else {
         return Err(DropReason::Truncated);
@@ -70,14 +118,6 @@ pub(super) fn receive(frame: &[u8], meta: &Meta, host: &Host) -> Result<(Rx, Eth
         return Err(DropReason::UnknownInterface);
     };
     let (l4_csum_partial, l3_csum_good, l4_csum_good) = (meta.l4_csum_partial, meta.l3_csum_good, meta.l4_csum_good);
-    // The common frame first: untagged IPv4 to the port's own MAC, on a port with an
-    // untagged interface — what the parse below concludes for it, from three compares.
-    if let (Some(h), Some(iface)) = (frame.first_chunk::<ETH_LEN>(), port.untagged) {
-        if h[..6] == port.mac.0 && h[12..] == [0x08, 0x00] {
-            let rx = Rx { iface, len, l2_len: ETH_LEN, l4_csum_partial, l3_csum_good, l4_csum_good };
-            return Ok((rx, EtherType::Ipv4));
-        }
-    }
     let dst_mac = eth.dst_addr();
     if dst_mac != port.mac && !dst_mac.is_broadcast() && !is_ipv6_multicast(dst_mac) {
         return Err(DropReason::NotOurMac);

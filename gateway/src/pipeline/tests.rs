@@ -631,6 +631,8 @@ mod burst;
 mod lean;
 /// The general path's plain IPv4 parse against its checked one.
 mod segment;
+/// Stage 1 of a burst (the early parse) against the full parse.
+mod stage1;
 
 /// Per-front-door counters.
 mod frontends;

@@ -83,16 +83,32 @@ pub fn partial(data: &[u8], initial: u32) -> u32 {
 }
 
 /// Whether the checksum of the 20-byte IPv4 header `header` (no options) is correct: its one's
-/// complement sum is `0xffff` ([RFC 1071] § 2; the same answer as `fold(partial(header, 0))
-/// == 0xffff`, summed in native order, where `0xffff` reads the same both ways). Always
-/// inlined: the early parse makes this one check per frame.
+/// complement sum is `0xffff` ([RFC 1071] § 2): the same answer as `fold(partial(header, 0))
+/// == 0xffff` (a property test compares the two). Always inlined: the early parse makes this
+/// one check per frame.
+///
+/// Summed as two 64-bit words and a 32-bit one with end-around carry (§ 2 (C), (D); native
+/// order, § 2 (B)), and not folded: `2^64 − 1` is a multiple of `0xffff`, so the 64-bit sum
+/// is congruent to the 16-bit one modulo `0xffff`, and a sum folds to `0xffff` exactly when
+/// it is a non-zero multiple of `0xffff` (the 64-bit sum is zero only for an all-zero
+/// header, which folds to 0). The compiler tests divisibility by a constant with one
+/// multiplication and one compare.
 ///
 /// [RFC 1071]: https://www.rfc-editor.org/rfc/rfc1071
 #[inline(always)]
 #[must_use]
 pub fn ipv4_header_ok(header: &[u8; 20]) -> bool {
-    let word = |i: usize| u64::from(u32::from_ne_bytes([header[i], header[i + 1], header[i + 2], header[i + 3]]));
-    fold(fold64(word(0) + word(4) + word(8) + word(12) + word(16))) == 0xffff
+    let h = |i: usize| header[i];
+    let word64 =
+        |i: usize| u64::from_ne_bytes([h(i), h(i + 1), h(i + 2), h(i + 3), h(i + 4), h(i + 5), h(i + 6), h(i + 7)]);
+    let (a, b, c) = (word64(0), word64(8), u64::from(u32::from_ne_bytes([h(16), h(17), h(18), h(19)])));
+    let (sum, carry) = a.overflowing_add(b);
+    // `c + carry` < 2^33; a carry out of the second addition leaves `sum` ≤ 2^64 − 2.
+    let (sum, carry) = sum.overflowing_add(c + u64::from(carry));
+    let sum = sum + u64::from(carry);
+    // `sum` a non-zero multiple of 0xffff: `sum − 1` is −1 modulo 0xffff (0 wraps to
+    // 2^64 − 1, itself a multiple).
+    sum.wrapping_sub(1) % 0xffff == 0xfffe
 }
 
 /// The longest slice [`sum_native`] takes: each 8-byte step adds less than 2^33, so 2^30 steps
@@ -474,6 +490,32 @@ mod tests {
         old
     }
 
+    /// [`ipv4_header_ok`] at the edges of its sum: all zero (folds to 0: not correct), all
+    /// ones, sums that are multiples of `0xffff` with and without carries out of 64 bits.
+    #[test]
+    fn ipv4_header_ok_edges() {
+        let general = |h: &[u8; 20]| fold(partial(h, 0)) == 0xffff;
+        let mut cases = vec![[0u8; 20], [0xff; 20]];
+        for fill in [0x01, 0x80, 0xfe] {
+            let mut h = [fill; 20];
+            h[10..12].fill(0);
+            let check = checksum(&h);
+            h[10..12].copy_from_slice(&check.to_be_bytes());
+            cases.push(h);
+        }
+        let mut one = [0u8; 20];
+        one[19] = 1;
+        cases.push(one);
+        let mut ffff = [0u8; 20];
+        ffff[0..2].fill(0xff);
+        cases.push(ffff);
+        for h in &cases {
+            assert_eq!(ipv4_header_ok(h), general(h), "{h:02x?}");
+        }
+        assert!(!ipv4_header_ok(&[0; 20]));
+        assert!(ipv4_header_ok(&[0xff; 20]));
+    }
+
     #[test]
     fn rfc1071_example() {
         // RFC 1071 § 3: the sum of 0001 f203 f4f5 f6f7 is ddf2 (after the carries); checksum 220d.
@@ -646,6 +688,42 @@ mod tests {
             prop_assert_eq!(checksum(&data), reference(&data));
             let pieces = combine(partial(&data[..18], 0), partial(&data[18..], initial));
             prop_assert_eq!(fold(partial(&data, initial)), fold(pieces));
+        }
+
+        /// The early parse's header check ([`ipv4_header_ok`]: 64-bit words, a divisibility
+        /// test) answers as the general sum does, on headers whose checksum field is set
+        /// right, then perhaps broken (a byte changed, a word's bytes swapped, the sum's
+        /// negative zero `0x0000` ↔ `0xffff` exchanged), and on arbitrary bytes.
+        #[test]
+        fn ipv4_header_ok_matches_the_general_sum(
+            mut header in proptest::array::uniform20(any::<u8>()),
+            set in any::<bool>(),
+            change in proptest::option::of((0usize..20, any::<u8>())),
+            swap in proptest::option::of(0usize..10),
+            flip_zero in any::<bool>(),
+        ) {
+            if set {
+                header[10..12].fill(0);
+                let check = checksum(&header);
+                header[10..12].copy_from_slice(&check.to_be_bytes());
+            }
+            if flip_zero {
+                // A field of 0x0000 or 0xffff (the two zeros of one's complement) exchanged.
+                let at = 10;
+                match u16::from_be_bytes([header[at], header[at + 1]]) {
+                    0 => header[at..at + 2].fill(0xff),
+                    0xffff => header[at..at + 2].fill(0),
+                    _ => {}
+                }
+            }
+            if let Some((at, byte)) = change {
+                header[at] = byte;
+            }
+            if let Some(w) = swap {
+                header.swap(2 * w, 2 * w + 1);
+            }
+            prop_assert_eq!(ipv4_header_ok(&header), fold(partial(&header, 0)) == 0xffff);
+            prop_assert_eq!(ipv4_header_ok(&header), reference(&header) == 0 && header != [0; 20]);
         }
 
         #[test]

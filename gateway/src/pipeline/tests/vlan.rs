@@ -11,7 +11,7 @@ const TAGGED_SNAT: Ipv4Addr = Ipv4Addr::new(10, 80, 0, 1);
 const TAGGED_BACKEND: &str = "10.80.0.11";
 
 /// The embedded default plus a VLAN interface on each port.
-fn vlan_state() -> WorkerState {
+pub(super) fn vlan_state() -> WorkerState {
     let text = crate::config::EMBEDDED_DEFAULT
         .replace("addresses = [\"10.70.0.1\",", "addresses = [\"10.70.0.1\", \"10.80.0.1\",")
         + "
