@@ -235,7 +235,7 @@ fn forward_in<A: LeanFamily, const ORIGINAL: bool>(
     let (out_iface, on_link) = state.lean_egress(direction);
     let tcp = key.protocol == u8::from(IpProtocol::Tcp);
     // The router's entry was read for the whole burst (`BurstConstants::router`).
-    let n = if on_link { neighbours.lookup(out.dst_addr)? } else { A::burst_router(k)? };
+    let n = if on_link { neighbours.lookup_first(out.dst_addr)? } else { A::burst_router(k)? };
     // `now − updated_ns > NEIGHBOUR_REFRESH_NS` (saturating; a static entry never), with
     // the subtraction made once per burst.
     if n.updated_ns < k.stale_before {
