@@ -1009,3 +1009,26 @@ fn forgetting_table_epochs_resets_them_and_nothing_else() {
         assert_eq!(Flow { state: FlowState { table_epoch: FlowState::NEVER_VALIDATED, ..b.state }, ..b }, a);
     }
 }
+
+/// `lean` confirms a candidate exactly as `lookup` finds the key (the right flow and
+/// direction, not another flow's, not the other direction, not a removed flow) and gives the
+/// tuple the packet leaves as: the other tuple, reversed.
+#[test]
+fn lean_confirms_as_lookup() {
+    let mut ct = table(256, 17);
+    let flows: Vec<_> = (0..100).map(|i| similar_flow(i * 2_003, 1)).collect();
+    let ids: Vec<_> = flows.iter().map(|f| ct.insert(*f).unwrap()).collect();
+    let _ = ct.remove(ids[7]);
+    for (i, f) in flows.iter().enumerate() {
+        for (key, leaves) in [(f.original, f.reply.reversed()), (f.reply, f.original.reversed())] {
+            let found = ct.lookup(&key);
+            for id in [ids[i], ids[(i + 1) % ids.len()]] {
+                for direction in [Direction::Original, Direction::Reply] {
+                    let got = ct.lean(id, direction, &key).map(|(_, _, out)| out);
+                    let want = (found == Some((id, direction))).then_some(leaves);
+                    assert_eq!(got, want, "flow {i} {key:?} as {id} {direction:?}");
+                }
+            }
+        }
+    }
+}
