@@ -260,7 +260,6 @@ fn forward_in<A: LeanFamily, const ORIGINAL: bool>(
         state.deadline = k.udp_stream;
     }
     counters.rx_frames += 1;
-    counters.tx_frames += 1;
     let original = ORIGINAL;
     if original {
         counters.forwarded_original += 1;
@@ -269,6 +268,9 @@ fn forward_in<A: LeanFamily, const ORIGINAL: bool>(
     }
     let total = usize::from(seg.total);
     frontends.packet(state.frontend, original, total);
+    // Apart from `rx_frames` (after the front door's count, a branch): together the two
+    // were one vector add of four instructions, where each is one.
+    counters.tx_frames += 1;
     let rw = Rewrite { src_addr: out.src_addr, src_port: out.src_port, dst_addr: out.dst_addr, dst_port: out.dst_port };
     A::rewrite_lean(&mut frame[l2_len..l2_len + total], tcp, &rw);
     link::write_header(frame, n.mac, o.mac, o.vlan, A::ETHER_TYPE);
