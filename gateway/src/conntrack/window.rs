@@ -465,9 +465,14 @@ fn advance(w: &mut TcpWindowsMut<'_>, s_r: (usize, usize), end: u32, ack: u32, w
 /// carries one (`has_ack`), and the receiver's window and right edge.
 #[inline(always)]
 fn advance_inlined(w: &mut TcpWindowsMut<'_>, (s, r): (usize, usize), end: u32, ack: u32, win: u32, has_ack: bool) {
-    let set_maxack = !w.has(s, MAXACK_SET);
-    if has_ack && set_maxack {
-        w.flags.0[s] |= MAXACK_SET;
+    // The first acknowledgement sets `maxack` and its flag; a later one moves it forward.
+    if has_ack {
+        if !w.has(s, MAXACK_SET) {
+            w.flags.0[s] |= MAXACK_SET;
+            w.bounds.maxack[s] = ack;
+        } else if after(ack, w.bounds.maxack[s]) {
+            w.bounds.maxack[s] = ack;
+        }
     }
     let w = &mut *w.bounds;
     if w.maxwin[s] < win {
@@ -475,9 +480,6 @@ fn advance_inlined(w: &mut TcpWindowsMut<'_>, (s, r): (usize, usize), end: u32, 
     }
     if after(end, w.end[s]) {
         w.end[s] = end;
-    }
-    if has_ack && (set_maxack || after(ack, w.maxack[s])) {
-        w.maxack[s] = ack;
     }
     if w.maxwin[r] != 0 && after(end, w.maxend[s]) {
         w.maxwin[r] = w.maxwin[r].wrapping_add(end.wrapping_sub(w.maxend[s]));
