@@ -645,6 +645,58 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// `advance` moves the windows as Linux's `tcp_in_window` writes its update (one
+        /// test of `IP_CT_TCP_FLAG_MAXACK_SET` before the updates, `td_maxack` set when
+        /// the segment carries an ACK and the flag was clear or the ACK is after it).
+        #[test]
+        fn advance_is_linux_update(
+            bounds in proptest::array::uniform8(proptest::prelude::any::<u32>()),
+            near in proptest::array::uniform8(-70_000i64..70_000),
+            flags in (proptest::prelude::any::<u8>(), proptest::prelude::any::<u8>()),
+            reply in proptest::prelude::any::<bool>(),
+            end in -70_000i64..70_000, ack in -70_000i64..70_000,
+            win in proptest::prelude::any::<u32>(), zero_win in proptest::prelude::any::<bool>(),
+            has_ack in proptest::prelude::any::<bool>(),
+        ) {
+            let base = bounds[0];
+            let v = |i: usize| if near[i] % 3 == 0 { bounds[i] } else { base.wrapping_add(near[i] as u32) };
+            let mut w = TcpWindows {
+                bounds: WindowBounds { end: [v(0), v(1)], maxend: [v(2), v(3)], maxwin: [v(4), v(5)], maxack: [v(6), v(7)] },
+                flags: WindowFlags([flags.0, flags.1]),
+            };
+            let (s, r) = if reply { (1, 0) } else { (0, 1) };
+            let (end, ack) = (base.wrapping_add(end as u32), base.wrapping_add(ack as u32));
+            let win = if zero_win { 0 } else { win };
+            let mut want = w;
+            {
+                let set_maxack = want.flags.0[s] & MAXACK_SET == 0;
+                if has_ack && set_maxack {
+                    want.flags.0[s] |= MAXACK_SET;
+                }
+                let b = &mut want.bounds;
+                if b.maxwin[s] < win {
+                    b.maxwin[s] = win;
+                }
+                if after(end, b.end[s]) {
+                    b.end[s] = end;
+                }
+                if has_ack && (set_maxack || after(ack, b.maxack[s])) {
+                    b.maxack[s] = ack;
+                }
+                if b.maxwin[r] != 0 && after(end, b.maxend[s]) {
+                    b.maxwin[r] = b.maxwin[r].wrapping_add(end.wrapping_sub(b.maxend[s]));
+                }
+                let right_edge = ack.wrapping_add(win);
+                if after(right_edge, b.maxend[r].wrapping_sub(1)) {
+                    b.maxend[r] = if win == 0 { right_edge.wrapping_add(1) } else { right_edge };
+                }
+            }
+            advance(&mut w.as_mut(), (s, r), end, ack, win, has_ack);
+            proptest::prop_assert_eq!(w, want);
+        }
+    }
+
     #[test]
     fn the_window_scale_option_is_found_among_others() {
         // MSS, NOP, WS 7, NOP, NOP, SACK permitted, EOL.
