@@ -215,7 +215,9 @@ impl Address for Ipv4Addr {
     #[inline(always)]
     fn pair_eq(a: Self, b: Self, c: Self, d: Self) -> bool {
         // Each address in the order its octets lie in memory: equal words, equal octets.
-        let pair = |x: Self, y: Self| u64::from(u32::from_ne_bytes(x.octets())) | u64::from(u32::from_ne_bytes(y.octets())) << 32;
+        let pair = |x: Self, y: Self| {
+            u64::from(u32::from_ne_bytes(x.octets())) | u64::from(u32::from_ne_bytes(y.octets())) << 32
+        };
         pair(a, b) == pair(c, d)
     }
 }
