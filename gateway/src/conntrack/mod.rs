@@ -737,11 +737,34 @@ impl<A: Address> Record<A> {
         Flow { original: self.original(), reply: self.reply(snat), state: self.state }
     }
 
-    /// Whether tuple `direction` of this record is `key`, without building the tuple. The
-    /// two ports compared as one 32-bit word and the original tuple's addresses as one pair
-    /// ([`Address::pair_eq`]): each side's fields lie side by side in the record and the key.
+    /// Whether tuple `direction` of this record is `key`, without building the tuple.
     #[inline]
     fn matches(&self, direction: Direction, key: &FlowKey<A>, snat: &[A]) -> bool {
+        self.protocol == key.protocol
+            && match direction {
+                Direction::Original => {
+                    self.original_src_port == key.src_port
+                        && self.original_dst_port == key.dst_port
+                        && self.original_src == key.src_addr
+                        && self.original_dst == key.dst_addr
+                }
+                Direction::Reply => {
+                    self.reply_dst_port == key.dst_port
+                        && self.reply_src_port == key.src_port
+                        && self.reply_src == key.src_addr
+                        && snat[usize::from(self.snat)] == key.dst_addr
+                }
+            }
+    }
+
+    /// [`Record::matches`] for a key in memory (the lean path's, in its compact hints): the
+    /// two ports compared as one 32-bit word and the original tuple's addresses as one pair
+    /// ([`Address::pair_eq`]), each side's fields lying side by side in the record and the
+    /// key, so that each is one load. The same answer (`tests::lean_confirms_as_lookup`,
+    /// `tests::wide_matches_are_matches`); the general path keeps the field-by-field form,
+    /// whose keys are often in registers (the wide one there cost an IPv6 SYN 20).
+    #[inline(always)]
+    fn matches_wide(&self, direction: Direction, key: &FlowKey<A>, snat: &[A]) -> bool {
         let ports = |src: u16, dst: u16| u32::from(src) | u32::from(dst) << 16;
         self.protocol == key.protocol
             && match direction {
@@ -1423,7 +1446,7 @@ impl<A: Address> Conntrack<A> {
         // A key's protocol is never a free record's (`Record::FREE`, which no transport
         // protocol is): a record that matches the key is live.
         debug_assert_ne!(key.protocol, Record::<A>::FREE);
-        if !record.matches(direction, key, &self.snat) {
+        if !record.matches_wide(direction, key, &self.snat) {
             return None;
         }
         let out = match direction {
