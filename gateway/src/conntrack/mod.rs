@@ -762,7 +762,7 @@ impl<A: Address> Record<A> {
     /// ([`Address::pair_eq`]), each side's fields lying side by side in the record and the
     /// key, so that each is one load. The same answer (`tests::lean_confirms_as_lookup`,
     /// `tests::wide_matches_are_matches`); the general path keeps the field-by-field form,
-    /// whose keys are often in registers (the wide one there cost an IPv6 SYN 20).
+    /// whose keys are often in registers (the wide one there cost an IPv6 SYN 21).
     #[inline(always)]
     fn matches_wide(&self, direction: Direction, key: &FlowKey<A>, snat: &[A]) -> bool {
         let ports = |src: u16, dst: u16| u32::from(src) | u32::from(dst) << 16;
