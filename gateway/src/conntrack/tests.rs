@@ -1009,3 +1009,75 @@ fn forgetting_table_epochs_resets_them_and_nothing_else() {
         assert_eq!(Flow { state: FlowState { table_epoch: FlowState::NEVER_VALIDATED, ..b.state }, ..b }, a);
     }
 }
+
+/// `lean` confirms a candidate exactly as `lookup` finds the key (the right flow and
+/// direction, not another flow's, not the other direction, not a removed flow) and gives the
+/// tuple the packet leaves as: the other tuple, reversed.
+#[test]
+fn lean_confirms_as_lookup() {
+    let mut ct = table(256, 17);
+    let flows: Vec<_> = (0..100).map(|i| similar_flow(i * 2_003, 1)).collect();
+    let ids: Vec<_> = flows.iter().map(|f| ct.insert(*f).unwrap()).collect();
+    let _ = ct.remove(ids[7]);
+    for (i, f) in flows.iter().enumerate() {
+        for (key, leaves) in [(f.original, f.reply.reversed()), (f.reply, f.original.reversed())] {
+            let found = ct.lookup(&key);
+            for id in [ids[i], ids[(i + 1) % ids.len()]] {
+                for direction in [Direction::Original, Direction::Reply] {
+                    let got = ct.lean(id, direction, &key).map(|(_, _, out)| out);
+                    let want = (found == Some((id, direction))).then_some(leaves);
+                    assert_eq!(got, want, "flow {i} {key:?} as {id} {direction:?}");
+                }
+            }
+        }
+    }
+}
+
+/// `Record::matches_wide` (the lean path's confirm) answers as `Record::matches` for both
+/// families: each tuple of a flow in either direction, and the tuple with one field changed
+/// (each field, each address's first and last octet).
+#[test]
+fn wide_matches_are_matches() {
+    fn check<A: Address>(flow: Flow<A>, snat: &[A], bump: impl Fn(A, usize) -> A) {
+        let index = snat.iter().position(|a| *a == flow.reply.dst_addr).unwrap();
+        let record = Record::pack(&flow, index as u8);
+        for tuple in [flow.original, flow.reply] {
+            let mut keys = vec![tuple, FlowKey { protocol: tuple.protocol ^ 1, ..tuple }];
+            keys.push(FlowKey { src_port: tuple.src_port ^ 1, ..tuple });
+            keys.push(FlowKey { dst_port: tuple.dst_port ^ 0x100, ..tuple });
+            for octet in [0, A::LEN - 1] {
+                keys.push(FlowKey { src_addr: bump(tuple.src_addr, octet), ..tuple });
+                keys.push(FlowKey { dst_addr: bump(tuple.dst_addr, octet), ..tuple });
+            }
+            for key in keys {
+                for direction in [Direction::Original, Direction::Reply] {
+                    let want = record.matches(direction, &key, snat);
+                    assert_eq!(record.matches_wide(direction, &key, snat), want, "{key:?} {direction:?}");
+                }
+            }
+        }
+    }
+    let snat = similar_snat();
+    for i in [0, 1, 60_001, 180_000] {
+        check(similar_flow(i, 1), &snat, |a: Ipv4Addr, k| {
+            let mut o = a.octets();
+            o[k] ^= 0x10;
+            Ipv4Addr::from(o)
+        });
+    }
+    let snat6: Vec<Ipv6Addr> = vec!["fd00::1".parse().unwrap(), "fd00::2".parse().unwrap()];
+    let key6 = |protocol, src: &str, src_port, dst: &str, dst_port| FlowKey {
+        protocol,
+        src_addr: src.parse::<Ipv6Addr>().unwrap(),
+        src_port,
+        dst_addr: dst.parse::<Ipv6Addr>().unwrap(),
+        dst_port,
+    };
+    let f6 =
+        flow(key6(TCP, "2001:db8::7", 40_000, "2001:db8:1::10", 443), key6(TCP, "fd10::3", 8443, "fd00::2", 61_000), 1);
+    check(f6, &snat6, |a: Ipv6Addr, k| {
+        let mut o = a.octets();
+        o[k] ^= 0x10;
+        Ipv6Addr::from(o)
+    });
+}

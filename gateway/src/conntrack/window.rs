@@ -411,8 +411,9 @@ pub fn check(mut w: TcpWindowsMut<'_>, direction: Direction, state: TcpState, as
 /// ESTABLISHED, assured flow whose flags are ACK without SYN, FIN or RST (PSH, URG, ECE, CWR
 /// as they come). Returns `true` when [`check`] would return [`Fit::Accept`], having moved
 /// the windows exactly as it would; `false`, with nothing changed, for everything else —
-/// a direction not initialised yet, a segment outside the window or an overly delayed
-/// acknowledgement — which the caller hands to the general path, where [`check`] decides.
+/// a direction (either) without a window yet, a segment outside the window or an overly
+/// delayed acknowledgement — which the caller hands to the general path, where [`check`]
+/// decides.
 /// The same four bounds and updates as [`check`], without its SYN, RST and first-segment
 /// branches, which such a segment never takes (the property test `check_ack_is_check`
 /// compares the two). Always inlined: the lean path's only call, where a call's register
@@ -435,12 +436,15 @@ pub fn check_ack(w: TcpWindowsMut<'_>, direction: Direction, seg: &TcpSeq) -> bo
 fn check_ack_of<const S: usize, const R: usize>(mut w: TcpWindowsMut<'_>, seg: &TcpSeq) -> bool {
     let (s, r) = (S, R);
     let b = &*w.bounds;
-    if b.maxwin[s] == 0 {
+    // A direction without a window yet (not initialised, or the receiver's reset while a
+    // SYN was ignored): the general path. Then II below is a plain bound, and `advance`
+    // knows the receiver's window nonzero.
+    if b.maxwin[s] == 0 || b.maxwin[r] == 0 {
         return false;
     }
     let (seq, ack, end) = (seg.seq, seg.ack, seg.end());
     let max_ack_window = b.maxwin[s];
-    let in_recv_win = b.maxwin[r] == 0 || after(end, b.end[s].wrapping_sub(b.maxwin[r]).wrapping_sub(1));
+    let in_recv_win = after(end, b.end[s].wrapping_sub(b.maxwin[r]).wrapping_sub(1));
     let seq_ok = before(seq, b.maxend[s].wrapping_add(1)) && in_recv_win; // I, II
     let ack_not_ahead = before(ack, b.end[r].wrapping_add(1)); // III
     let ack_not_stale = after(ack, b.end[r].wrapping_sub(max_ack_window).wrapping_sub(1)); // IV
@@ -465,9 +469,14 @@ fn advance(w: &mut TcpWindowsMut<'_>, s_r: (usize, usize), end: u32, ack: u32, w
 /// carries one (`has_ack`), and the receiver's window and right edge.
 #[inline(always)]
 fn advance_inlined(w: &mut TcpWindowsMut<'_>, (s, r): (usize, usize), end: u32, ack: u32, win: u32, has_ack: bool) {
-    let set_maxack = !w.has(s, MAXACK_SET);
-    if has_ack && set_maxack {
-        w.flags.0[s] |= MAXACK_SET;
+    // The first acknowledgement sets `maxack` and its flag; a later one moves it forward.
+    if has_ack {
+        if !w.has(s, MAXACK_SET) {
+            w.flags.0[s] |= MAXACK_SET;
+            w.bounds.maxack[s] = ack;
+        } else if after(ack, w.bounds.maxack[s]) {
+            w.bounds.maxack[s] = ack;
+        }
     }
     let w = &mut *w.bounds;
     if w.maxwin[s] < win {
@@ -475,9 +484,6 @@ fn advance_inlined(w: &mut TcpWindowsMut<'_>, (s, r): (usize, usize), end: u32, 
     }
     if after(end, w.end[s]) {
         w.end[s] = end;
-    }
-    if has_ack && (set_maxack || after(ack, w.maxack[s])) {
-        w.maxack[s] = ack;
     }
     if w.maxwin[r] != 0 && after(end, w.maxend[s]) {
         w.maxwin[r] = w.maxwin[r].wrapping_add(end.wrapping_sub(w.maxend[s]));
@@ -638,8 +644,62 @@ mod tests {
                 proptest::prop_assert_eq!(w, general);
             } else {
                 proptest::prop_assert_eq!(w, before, "a segment left to the general path changes nothing");
-                proptest::prop_assert!(fit != Fit::Accept || before.bounds.maxwin[direction as usize] == 0);
+                // Refused only what `check` refuses, or a direction without a window yet.
+                let maxwin = before.bounds.maxwin;
+                proptest::prop_assert!(fit != Fit::Accept || maxwin[0] == 0 || maxwin[1] == 0);
             }
+        }
+    }
+
+    proptest::proptest! {
+        /// `advance` moves the windows as Linux's `tcp_in_window` writes its update (one
+        /// test of `IP_CT_TCP_FLAG_MAXACK_SET` before the updates, `td_maxack` set when
+        /// the segment carries an ACK and the flag was clear or the ACK is after it).
+        #[test]
+        fn advance_is_linux_update(
+            bounds in proptest::array::uniform8(proptest::prelude::any::<u32>()),
+            near in proptest::array::uniform8(-70_000i64..70_000),
+            flags in (proptest::prelude::any::<u8>(), proptest::prelude::any::<u8>()),
+            reply in proptest::prelude::any::<bool>(),
+            end in -70_000i64..70_000, ack in -70_000i64..70_000,
+            win in proptest::prelude::any::<u32>(), zero_win in proptest::prelude::any::<bool>(),
+            has_ack in proptest::prelude::any::<bool>(),
+        ) {
+            let base = bounds[0];
+            let v = |i: usize| if near[i] % 3 == 0 { bounds[i] } else { base.wrapping_add(near[i] as u32) };
+            let mut w = TcpWindows {
+                bounds: WindowBounds { end: [v(0), v(1)], maxend: [v(2), v(3)], maxwin: [v(4), v(5)], maxack: [v(6), v(7)] },
+                flags: WindowFlags([flags.0, flags.1]),
+            };
+            let (s, r) = if reply { (1, 0) } else { (0, 1) };
+            let (end, ack) = (base.wrapping_add(end as u32), base.wrapping_add(ack as u32));
+            let win = if zero_win { 0 } else { win };
+            let mut want = w;
+            {
+                let set_maxack = want.flags.0[s] & MAXACK_SET == 0;
+                if has_ack && set_maxack {
+                    want.flags.0[s] |= MAXACK_SET;
+                }
+                let b = &mut want.bounds;
+                if b.maxwin[s] < win {
+                    b.maxwin[s] = win;
+                }
+                if after(end, b.end[s]) {
+                    b.end[s] = end;
+                }
+                if has_ack && (set_maxack || after(ack, b.maxack[s])) {
+                    b.maxack[s] = ack;
+                }
+                if b.maxwin[r] != 0 && after(end, b.maxend[s]) {
+                    b.maxwin[r] = b.maxwin[r].wrapping_add(end.wrapping_sub(b.maxend[s]));
+                }
+                let right_edge = ack.wrapping_add(win);
+                if after(right_edge, b.maxend[r].wrapping_sub(1)) {
+                    b.maxend[r] = if win == 0 { right_edge.wrapping_add(1) } else { right_edge };
+                }
+            }
+            advance(&mut w.as_mut(), (s, r), end, ack, win, has_ack);
+            proptest::prop_assert_eq!(w, want);
         }
     }
 

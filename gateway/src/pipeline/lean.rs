@@ -235,7 +235,7 @@ fn forward_in<A: LeanFamily, const ORIGINAL: bool>(
     let (out_iface, on_link) = state.lean_egress(direction);
     let tcp = key.protocol == u8::from(IpProtocol::Tcp);
     // The router's entry was read for the whole burst (`BurstConstants::router`).
-    let n = if on_link { neighbours.lookup(out.dst_addr)? } else { A::burst_router(k)? };
+    let n = if on_link { neighbours.lookup_first(out.dst_addr)? } else { A::burst_router(k)? };
     // `now − updated_ns > NEIGHBOUR_REFRESH_NS` (saturating; a static entry never), with
     // the subtraction made once per burst.
     if n.updated_ns < k.stale_before {
@@ -260,7 +260,6 @@ fn forward_in<A: LeanFamily, const ORIGINAL: bool>(
         state.deadline = k.udp_stream;
     }
     counters.rx_frames += 1;
-    counters.tx_frames += 1;
     let original = ORIGINAL;
     if original {
         counters.forwarded_original += 1;
@@ -269,6 +268,9 @@ fn forward_in<A: LeanFamily, const ORIGINAL: bool>(
     }
     let total = usize::from(seg.total);
     frontends.packet(state.frontend, original, total);
+    // Apart from `rx_frames` (after the front door's count, a branch): together the two
+    // were one vector add of four instructions, where each is one.
+    counters.tx_frames += 1;
     let rw = Rewrite { src_addr: out.src_addr, src_port: out.src_port, dst_addr: out.dst_addr, dst_port: out.dst_port };
     A::rewrite_lean(&mut frame[l2_len..l2_len + total], tcp, &rw);
     link::write_header(frame, n.mac, o.mac, o.vlan, A::ETHER_TYPE);

@@ -250,8 +250,11 @@ pub const fn udp_update_addr_v6(check: u16, old: Ipv6Addr, new: Ipv6Addr) -> u16
 /// the address changes once and applies them to both the IPv4 header checksum and the
 /// transport checksum, one fold each, where updating field by field folds once per field.
 ///
-/// Holds a plain `u32` sum: each word adds at most `0x1fffe`, so tens of thousands of words
-/// fit (a rewrite changes at most 18: two IPv6 addresses, two ports). The single-field
+/// Holds a plain `u64` sum, folded once, where it is applied ([`Delta::apply`]: the
+/// checksum's own word added, [`fold64`], [`fold`]): each 16-bit word adds at most
+/// `0x1fffe` and each 32-bit one less than 2^33, so millions of words fit (a rewrite changes
+/// at most 18: two IPv6 addresses, two ports), and a sum shared by two checksums (the IPv4
+/// header's and the transport's) is folded once per checksum, never in between. The single-field
 /// updates below ([`update16`], [`update32`], [`update_addr_v6`] and their UDP forms) are a
 /// `Delta` of one field. The arithmetic does not depend on byte order ([RFC 1071] § 2(B)):
 /// words and a checksum read as they lie in the packet (`from_ne_bytes`) give the field's new
@@ -260,7 +263,7 @@ pub const fn udp_update_addr_v6(check: u16, old: Ipv6Addr, new: Ipv6Addr) -> u16
 /// [RFC 1071]: https://www.rfc-editor.org/rfc/rfc1071
 /// [RFC 1624]: https://www.rfc-editor.org/rfc/rfc1624#section-3
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Delta(u32);
+pub struct Delta(u64);
 
 impl Delta {
     /// No change.
@@ -270,7 +273,7 @@ impl Delta {
     #[inline]
     #[must_use]
     pub const fn word(self, old: u16, new: u16) -> Self {
-        Self(self.0 + !old as u32 + new as u32)
+        Self(self.0 + !old as u64 + new as u64)
     }
 
     /// Adds a 32-bit field (two adjacent words, e.g. an IPv4 address) that changed from `old`
@@ -278,31 +281,29 @@ impl Delta {
     #[inline]
     #[must_use]
     pub const fn word32(self, old: u32, new: u32) -> Self {
-        Self(self.0 + (!(old >> 16) & 0xffff) + (!old & 0xffff) + (new >> 16) + (new & 0xffff))
+        self.words32([(old, new)])
     }
 
     /// Adds 32-bit fields (each two adjacent words: an IPv4 address, two adjacent ports) that
-    /// changed from `old` to `new`, summed as 32-bit words and folded once ([RFC 1071] § 2(B):
-    /// the sum may be taken over wider words and folded). The same [`Delta::apply`] results
-    /// as [`Delta::word32`] per field, in a third of its arithmetic.
+    /// changed from `old` to `new`, summed as 32-bit words ([RFC 1071] § 2(B): the sum may be
+    /// taken over wider words and folded at the end; 2^16 ≡ 1 modulo `0xffff`). The same
+    /// [`Delta::apply`] results as the fields' 16-bit words one by one ([`Delta::word`]).
     ///
     /// [RFC 1071]: https://www.rfc-editor.org/rfc/rfc1071
     #[inline]
     #[must_use]
     pub const fn words32<const N: usize>(self, changes: [(u32, u32); N]) -> Self {
-        let mut acc = self.0 as u64;
+        let mut acc = self.0;
         let mut i = 0;
         while i < N {
             acc += !changes[i].0 as u64 + changes[i].1 as u64;
             i += 1;
         }
-        // At most 17 bits, as a `word` sum stays, so that `apply` cannot overflow.
-        let sum = fold64(acc);
-        Self((sum & 0xffff) + (sum >> 16))
+        Self(acc)
     }
 
     /// Adds an IPv6 address (eight words) that changed from `old` to `new`: its four 32-bit
-    /// fields summed at once, one fold ([`Delta::words32`]).
+    /// fields summed at once ([`Delta::words32`]).
     #[inline]
     #[must_use]
     pub const fn addr_v6(self, old: Ipv6Addr, new: Ipv6Addr) -> Self {
@@ -311,7 +312,7 @@ impl Delta {
 
     /// Adds a 128-bit field that changed from `old` to `new`, taken as four 32-bit words
     /// (in whatever byte order the caller took both and the checksum field in, as
-    /// [`Delta::words32`]); one fold.
+    /// [`Delta::words32`]).
     #[inline]
     #[must_use]
     pub const fn words128(self, o: u128, n: u128) -> Self {
@@ -328,7 +329,9 @@ impl Delta {
     #[inline]
     #[must_use]
     pub const fn apply(self, check: u16) -> u16 {
-        finish(!check as u32 + self.0)
+        // Zero only when every term is (`fold64` and `fold` keep a nonzero sum nonzero):
+        // as the sum folded step by step.
+        finish(fold64(!check as u64 + self.0))
     }
 
     /// [`Delta::apply`] for a UDP checksum field: zero ("none", IPv4 only) stays zero, a zero
