@@ -251,7 +251,7 @@ pub const fn udp_update_addr_v6(check: u16, old: Ipv6Addr, new: Ipv6Addr) -> u16
 /// transport checksum, one fold each, where updating field by field folds once per field.
 ///
 /// Holds a plain `u64` sum, folded once, where it is applied ([`Delta::apply`]: the
-/// checksum's own word added, [`fold64`], [`fold`]): each 16-bit word adds at most
+/// checksum's own word added, `fold64`, [`fold`]): each 16-bit word adds at most
 /// `0x1fffe` and each 32-bit one less than 2^33, so millions of words fit (a rewrite changes
 /// at most 18: two IPv6 addresses, two ports), and a sum shared by two checksums (the IPv4
 /// header's and the transport's) is folded once per checksum, never in between. The single-field
