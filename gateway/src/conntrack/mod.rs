@@ -199,8 +199,8 @@ pub trait Address: sealed::Sealed + Copy + Eq + Hash + fmt::Debug + Send + Sync 
     fn to_u128(self) -> u128;
 
     /// Whether the pair of addresses `(a, b)` is `(c, d)`. IPv4: one compare of each pair
-    /// as a 64-bit word (the two addresses side by side, as a record and a key hold them,
-    /// so that each pair is one load).
+    /// as a 64-bit word (one load where the two addresses lie side by side, as the record's
+    /// `#[repr(C)]` fields do; a key's layout is the compiler's, which may take two).
     fn pair_eq(a: Self, b: Self, c: Self, d: Self) -> bool;
 }
 
@@ -759,8 +759,8 @@ impl<A: Address> Record<A> {
 
     /// [`Record::matches`] for a key in memory (the lean path's, in its compact hints): the
     /// two ports compared as one 32-bit word and the original tuple's addresses as one pair
-    /// ([`Address::pair_eq`]), each side's fields lying side by side in the record and the
-    /// key, so that each is one load. The same answer (`tests::lean_confirms_as_lookup`,
+    /// ([`Address::pair_eq`]): the record's fields lie side by side (`#[repr(C)]`), so
+    /// each of its sides is one load (a key's layout is the compiler's). The same answer (`tests::lean_confirms_as_lookup`,
     /// `tests::wide_matches_are_matches`); the general path keeps the field-by-field form,
     /// whose keys are often in registers (the wide one there cost an IPv6 SYN 21).
     #[inline(always)]

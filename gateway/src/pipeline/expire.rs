@@ -6,9 +6,12 @@
 //! conntrack ([`crate::snat`]).
 //!
 //! Expiry only reclaims: a flow past its deadline is gone for every packet whether or not it
-//! was reaped yet (the flow path and the lean path check the deadline, and the SNAT search
-//! and a full table's early drop take expired flows first), so how soon it is reaped moves
-//! memory and counts, never a verdict.
+//! was reaped yet (the flow path, the lean path and ICMP errors check the deadline, and the
+//! SNAT search and a full table's early drop take expired flows first), so how soon it is
+//! reaped moves memory and counts, never a verdict on the flow's own packets. One count
+//! does steer other flows: the connection-counting schedulers (`lc`, `wlc`) count a flow
+//! until it is reaped ([`backend::count_closed`]), so an expired, unreaped flow still
+//! weighs on its endpoint for new flows, for up to a sweep.
 
 use std::net::IpAddr;
 
@@ -20,7 +23,8 @@ use crate::conntrack::{Address, Flow, FlowId};
 use crate::host::{Host, HostAddr};
 use crate::scheduler::Schedulers;
 
-/// Expires idle flows, examining at most `budget` conntrack records, and releases them
+/// Expires idle flows, examining at most `budget` records of each of the worker's two
+/// conntracks (IPv4 and IPv6; [`ExpiryPace`] paces the larger's), and releases them
 /// (their SYN-proxy translations and the schedulers' connection counts). Returns the number
 /// of flows removed.
 pub fn poll_expire(now: u64, budget: usize, st: &mut WorkerState) -> usize {
@@ -33,8 +37,10 @@ pub fn poll_expire(now: u64, budget: usize, st: &mut WorkerState) -> usize {
 
 /// How many conntrack records a worker's loop pass examines for expiry ([`poll_expire`]'s
 /// budget), paced by the clock rather than by the loop: the whole table once per
-/// [`ExpiryPace::SWEEP_NS`] whatever the loop's rate, so a flow is reaped within about a
-/// second of its deadline. A fixed budget per pass (64 records, before) swept a busy worker's
+/// [`ExpiryPace::SWEEP_NS`], so a flow is reaped within about a second of its deadline, as
+/// long as the passes may examine that many ([`ExpiryPace::MAX_BUDGET`] a pass: an idle
+/// worker, a pass per 5 ms wait, examines up to ~819 k records a second, so a larger table
+/// takes proportionally longer). A fixed budget per pass (64 records, before) swept a busy worker's
 /// table many times a second — at a million live flows, 4.6 KB of records read per pass,
 /// whose cost per frame grew as the vectors shrank below full load — and an idle worker's
 /// (a pass per 5 ms wait) once in 80 s. Linux's conntrack garbage collector also works in
@@ -65,8 +71,10 @@ impl ExpiryPace {
     /// 0. O(1).
     pub fn budget(&mut self, now: u64, capacity: usize) -> usize {
         self.paid_ns = self.paid_ns.max(now.saturating_sub(Self::SWEEP_NS));
-        // At most 10^9 ns × 2^32 records: no overflow in u128, and the capacity of a
-        // conntrack fits its 30-bit flow ids anyway.
+        // At most 10^9 ns × 2^26 records (the configuration's largest capacity): no
+        // overflow, and one record's share of a sweep (`SWEEP_NS / capacity`, at least
+        // 14 ns) never rounds to 0, so `paid_ns` moves with every record paid (rounded
+        // down: a sweep takes at most a pass's nanosecond less than `SWEEP_NS`).
         let owed = u128::from(now.saturating_sub(self.paid_ns)) * capacity as u128 / u128::from(Self::SWEEP_NS);
         let budget = owed.min(Self::MAX_BUDGET as u128) as usize;
         if budget > 0 {
