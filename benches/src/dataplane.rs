@@ -524,8 +524,28 @@ impl<A: Family> Fixture<A> {
     /// If the pipeline does not forward a setup packet (a bug, or too many flows for the
     /// SNAT ports of [`BACK_LINKS`] links).
     pub fn new(gateway: Arc<Gateway<A>>, transport: Transport, flows: usize) -> Self {
+        Self::new_in(gateway, transport, flows, None)
+    }
+
+    /// As [`Fixture::new`], with the conntrack tables in region files of `dir` (as the
+    /// gateway's `shm_dir`: `WorkerState::persistent`, files `conntrack-w0-v4` and `-v6`,
+    /// replaced if present) when given, on the heap otherwise.
+    ///
+    /// # Panics
+    /// As [`Fixture::new`], and when the files cannot be created.
+    pub fn new_in(gateway: Arc<Gateway<A>>, transport: Transport, flows: usize, dir: Option<&std::path::Path>) -> Self {
         let capacity = flows + flows / 4 + 4096;
-        let state = WorkerState::new(0, 1, Arc::clone(&gateway.host), &gateway.shared, capacity, 0x5eed);
+        let state = match dir {
+            None => WorkerState::new(0, 1, Arc::clone(&gateway.host), &gateway.shared, capacity, 0x5eed),
+            Some(dir) => {
+                for family in ["v4", "v6"] {
+                    let _ = std::fs::remove_file(dir.join(format!("conntrack-w0-{family}")));
+                }
+                WorkerState::persistent(0, 1, Arc::clone(&gateway.host), &gateway.shared, capacity, 0x5eed, dir, 0)
+                    .unwrap_or_else(|e| panic!("conntrack regions in {}: {e}", dir.display()))
+                    .0
+            }
+        };
         let mut fx =
             Self { gateway, state, transport, active: Vec::with_capacity(flows), buf: vec![0; BUFFER_LEN].into() };
         for i in 0..flows as u64 {
@@ -675,9 +695,24 @@ impl<A: Family> Fixture<A> {
     /// receive burst; the verdicts are left in `burst`.
     #[inline]
     pub fn process_burst(&mut self, stream: &mut Stream<A>, burst: &mut Burst) {
+        Self::load_burst(stream, burst);
+        self.process_loaded(burst);
+    }
+
+    /// Copies the next [`Burst::len`] frames of `stream` into `burst`'s buffers with their
+    /// metadata, as a device's DMA and its driver would leave them: the first half of
+    /// [`process_burst`](Self::process_burst).
+    #[inline]
+    pub fn load_burst(stream: &mut Stream<A>, burst: &mut Burst) {
         for (buf, meta) in burst.bufs.iter_mut().zip(burst.metas.iter_mut()) {
             *meta = stream.load(buf).0;
         }
+    }
+
+    /// Processes the frames [`load_burst`](Self::load_burst) left in `burst` with
+    /// `pipeline::process_burst`; the verdicts are left in `burst`.
+    #[inline]
+    pub fn process_loaded(&mut self, burst: &mut Burst) {
         pipeline::process_burst(
             NOW_NS,
             &mut burst.bufs,
