@@ -83,15 +83,24 @@ fn demo_scenario(test: &str, driver: &str, prefix: &str) -> Result<()> {
     let bins = Binaries::locate()?;
 
     let mut h = Harness::new(prefix)?;
+    if driver == "dpdk" {
+        // The DPDK run keeps its flow records in huge pages (conntrack.region_dir), as a
+        // gateway tuned for a million flows does; step 7b adopts them from there.
+        match torii_integration::hugetlbfs_dir(prefix) {
+            Ok(dir) => h.region_dir = Some(dir),
+            Err(reason) => print_skipped(&format!("{test}, conntrack regions in huge pages"), &reason),
+        }
+    }
     h.write_config_for(driver)?;
     h.topology_up()?;
     h.start(&bins)?;
     progress(
         "start",
         format!(
-            "driver {driver}; topology {prefix} up; torii-control pid {:?}, torii-gateway pid {:?}; work dir {}",
+            "driver {driver}; topology {prefix} up; torii-control pid {:?}, torii-gateway pid {:?}; conntrack regions in {}; work dir {}",
             h.control.as_ref().and_then(|d| d.pid()),
             h.gateway.as_ref().and_then(|d| d.pid()),
+            h.region_dir.as_ref().unwrap_or(&h.shm_dir).display(),
             h.workdir.display()
         ),
     );
@@ -1198,6 +1207,15 @@ fn step_kill_9_keeps_connections(h: &mut Harness, bins: &Binaries, pinned: &mut 
     let log = std::fs::read_to_string(h.workdir.join("gateway.log")).unwrap_or_default();
     if !torii_integration::strip_ansi(&log).contains("conntrack: adopted flows") {
         return Err(h.fail(STEP, "the restarted gateway logged no adoption"));
+    }
+    if let Some(dir) = &h.region_dir {
+        // Adopted from huge pages: the region is there, a whole number of 2 MiB pages
+        // long, and not in shm_dir.
+        let region = dir.join("conntrack-w0-v4");
+        let len = std::fs::metadata(&region).map(|m| m.len()).unwrap_or(0);
+        if len == 0 || len % (2 << 20) != 0 || h.shm_dir.join("conntrack-w0-v4").exists() {
+            return Err(h.fail(STEP, format!("{} is {len} bytes long, or shm_dir has a region too", region.display())));
+        }
     }
     pinned.set_read_timeout(Duration::from_secs(3)).map_err(|e| h.fail(STEP, e))?;
     progress(

@@ -14,7 +14,9 @@
 //! after 50 untimed batches; as the `tcp_syn_new_flow` benchmark does, the flows a SYN batch
 //! opened are removed again, untimed, after it. Prints the minimum, 10th, 25th percentile and
 //! median ns per packet. The SYN stream's length (receive slots, default 65 536, as the
-//! benchmark's) can be set with the environment variable `SYNLEN`.
+//! benchmark's) can be set with the environment variable `SYNLEN`; with `CONNTRACK_DIR` set,
+//! the conntrack tables are region files in that directory, as a gateway's in its `shm_dir`
+//! (tmpfs `/dev/shm`, or hugetlbfs), instead of on the heap.
 
 use std::net::Ipv4Addr;
 use std::sync::Arc;
@@ -34,7 +36,8 @@ fn main() {
     let batches: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(3000).max(1);
     let syn_len = std::env::var("SYNLEN").ok().and_then(|s| s.parse().ok()).unwrap_or(1 << 16);
     let gateway = Arc::new(Gateway::<Ipv4Addr>::new());
-    let mut fx = Fixture::new(Arc::clone(&gateway), Transport::Tcp, flows);
+    let dir = std::env::var_os("CONNTRACK_DIR").map(std::path::PathBuf::from);
+    let mut fx = Fixture::new_in(Arc::clone(&gateway), Transport::Tcp, flows, dir.as_deref());
     let mut stream = match kind.as_str() {
         "syn" => fx.stream(Kind::Syn, syn_len, 0),
         "est" => fx.stream(Kind::Original, 1 << 20, 1),

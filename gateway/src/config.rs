@@ -445,6 +445,14 @@ pub struct ConntrackConfig {
     /// `nf_conntrack_checksum=1`); false counts them (`bad_l4_checksums_passed`) and
     /// forwards them, for links that deliver checksums left partial without saying so.
     pub drop_bad_l4_checksums: bool,
+    /// Directory of the conntrack region files (`conntrack-w<worker>-v4`, `-v6`: the flow
+    /// records a restarted gateway adopts; [`crate::conntrack::persist`]); `None` (the
+    /// default) puts them in `shm_dir`. On a hugetlbfs mount the records sit in huge
+    /// pages, as DPDK keeps its memory: a packet at a million flows misses the TLB less
+    /// (BENCHMARKS.md, "The conntrack in huge pages"). The gateway takes the directory's
+    /// lock and does not start when the regions cannot be created there (not enough free
+    /// huge pages: about `capacity` × 180 bytes per worker, rounded up to pages).
+    pub region_dir: Option<PathBuf>,
 }
 
 /// Longest conntrack timeout, seconds (about 23.8 days): flow deadlines are 32-bit
@@ -718,6 +726,7 @@ struct RawConntrack {
     drop_bad_l4_checksums: bool,
     /// Replaced by the per-state TCP timeouts; accepted only to say so.
     tcp_transitory_timeout_s: Option<u32>,
+    region_dir: Option<PathBuf>,
 }
 
 impl Default for RawConntrack {
@@ -744,6 +753,7 @@ impl Default for RawConntrack {
             syn_cookies_above_per_s: 50_000,
             drop_bad_l4_checksums: true,
             tcp_transitory_timeout_s: None,
+            region_dir: None,
         }
     }
 }
@@ -1033,6 +1043,9 @@ impl Config {
         if bgp.is_some() && l2.is_some() {
             return Err(invalid("l2", "[l2] and [bgp] exclude each other: a VIP is either routed or on the segment"));
         }
+        if ct.region_dir.as_ref().is_some_and(|d| !d.is_absolute()) {
+            return Err(invalid("conntrack.region_dir", "must be an absolute path (a directory, e.g. on hugetlbfs)"));
+        }
         let new_flows_per_source_burst = match ct.new_flows_per_source_burst {
             Some(0) => return Err(invalid("conntrack.new_flows_per_source_burst", "must be at least 1")),
             Some(b) => b,
@@ -1075,6 +1088,7 @@ impl Config {
                 syn_cookies: ct.syn_cookies,
                 syn_cookies_above_per_s: ct.syn_cookies_above_per_s,
                 drop_bad_l4_checksums: ct.drop_bad_l4_checksums,
+                region_dir: ct.region_dir.clone(),
             },
             scheduler: raw.scheduler,
             metrics: MetricsConfig {

@@ -73,6 +73,14 @@ fn main() -> Result<()> {
     }
     // One gateway per shared-memory directory, checked before anything is written there.
     let _lock = torii_gateway::table::shm::lock_dir(&config.shm_dir, torii_gateway::table::shm::Role::Gateway)?;
+    // And per directory of conntrack regions, when they have their own (hugetlbfs).
+    let _region_lock = match &config.conntrack.region_dir {
+        Some(dir) => Some(
+            torii_gateway::conntrack::persist::lock_region_dir(dir)
+                .with_context(|| format!("conntrack.region_dir {}", dir.display()))?,
+        ),
+        None => None,
+    };
     match config.driver {
         Driver::AfPacket => run_af_packet(&config, "driver=af_packet".into()),
         Driver::Dpdk => run_dpdk(&config),
@@ -292,6 +300,7 @@ where
         }
     };
     let mut threads = Vec::new();
+    let region_dir = config.conntrack.region_dir.as_deref().unwrap_or(&config.shm_dir);
     for (w, io_seed) in seeds.into_iter().enumerate() {
         let (mut state, opened) = WorkerState::persistent(
             w,
@@ -300,10 +309,10 @@ where
             &shared,
             config.conntrack.capacity,
             seed(w),
-            &config.shm_dir,
+            region_dir,
             origin_ns,
         )
-        .with_context(|| format!("worker {w}: conntrack region in {}", config.shm_dir.display()))?;
+        .with_context(|| format!("worker {w}: conntrack region in {}", region_dir.display()))?;
         for (family, opened) in ["IPv4", "IPv6"].iter().zip(opened) {
             let flows = if *family == "IPv4" { state.conntrack.len() } else { state.conntrack6.len() };
             match opened {

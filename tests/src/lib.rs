@@ -144,6 +144,26 @@ pub fn free_hugepage_bytes() -> u64 {
     field("HugePages_Free").unwrap_or(0u64) * field("Hugepagesize").unwrap_or(0u64) * 1024
 }
 
+/// A directory for a test's conntrack regions in huge pages, `/dev/hugepages/torii-<prefix>`
+/// (not created), when `/dev/hugepages` is a hugetlbfs mount (its block size is a huge
+/// page: 2 MiB or more) with at least 64 MiB of huge pages free; why not otherwise.
+///
+/// # Errors
+/// The reason there is none (scripts/setup mounts and reserves them, as root).
+pub fn hugetlbfs_dir(prefix: &str) -> std::result::Result<PathBuf, String> {
+    use std::os::unix::fs::MetadataExt;
+    let mount = Path::new("/dev/hugepages");
+    match fs::metadata(mount) {
+        Ok(m) if m.blksize() >= 2 << 20 => {}
+        _ => return Err("/dev/hugepages is not a hugetlbfs mount: run scripts/setup as root".into()),
+    }
+    let free = free_hugepage_bytes();
+    if free < 64 << 20 {
+        return Err(format!("only {} MiB of huge pages free, 64 needed: run scripts/setup as root", free >> 20));
+    }
+    Ok(mount.join(format!("torii-{prefix}")))
+}
+
 /// Prints a loud skip banner on stderr (the test then returns successfully). It is
 /// written to the process's stderr directly, past libtest's output capture, so that
 /// `cargo test` shows it; nextest shows it with `--success-output immediate`.
@@ -712,6 +732,9 @@ pub struct Harness {
     pub workdir: PathBuf,
     /// The gateway's and control's shm_dir.
     pub shm_dir: PathBuf,
+    /// The gateway's `conntrack.region_dir`, when set before
+    /// [`write_config_for`](Self::write_config_for) (e.g. [`hugetlbfs_dir`]); removed on drop.
+    pub region_dir: Option<PathBuf>,
     /// The test's copy of configs/demo, served by torii-control.
     pub manifests: Option<Manifests>,
     /// The configuration both processes read.
@@ -739,6 +762,7 @@ impl Harness {
             config: workdir.join("gateway.toml"),
             workdir,
             shm_dir: PathBuf::from(format!("/dev/shm/torii-{prefix}")),
+            region_dir: None,
             manifests: None,
             gateway: None,
             control: None,
@@ -778,10 +802,14 @@ impl Harness {
         let quoted = |p: &Path| serde_json::to_string(&p.display().to_string()).expect("string");
         let mut shm_lines = 0;
         let mut driver_lines = 0;
+        let mut region_lines = 0;
         let mut out = String::new();
         for line in text.lines() {
             let key = line.split('=').next().unwrap_or_default().trim();
-            if key == "shm_dir" {
+            if let (Some(dir), "# region_dir") = (&self.region_dir, key) {
+                region_lines += 1;
+                writeln!(out, "region_dir = {}", quoted(dir))?;
+            } else if key == "shm_dir" {
                 shm_lines += 1;
                 writeln!(out, "shm_dir = {}", quoted(&self.shm_dir))?;
             } else if key == "driver" {
@@ -809,6 +837,9 @@ impl Harness {
         }
         if driver_lines != 1 {
             bail!("{} has {driver_lines} `driver = …` lines, expected 1", source.display());
+        }
+        if self.region_dir.is_some() && region_lines != 1 {
+            bail!("{} has {region_lines} `# region_dir = …` lines, expected 1", source.display());
         }
         fs::write(&self.config, out).with_context(|| format!("write {}", self.config.display()))?;
         self.manifests = Some(manifests);
@@ -912,6 +943,9 @@ impl Drop for Harness {
             }
         }
         let _ = fs::remove_dir_all(&self.shm_dir);
+        if let Some(dir) = &self.region_dir {
+            let _ = fs::remove_dir_all(dir);
+        }
         if self.passed && !std::thread::panicking() {
             let _ = fs::remove_dir_all(&self.workdir);
         } else {

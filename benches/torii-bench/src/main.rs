@@ -10,7 +10,7 @@
 //! torii-bench --families ipv4,ipv6 --topology two-armed              # IPv6; front and back links
 //! ```
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -83,6 +83,39 @@ enum MemoryArg {
     Hugepages,
     /// --no-huge for every DPDK process.
     NoHuge,
+}
+
+/// Where the gateway under test keeps its conntrack regions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ConntrackMemory {
+    /// Huge pages when free beside the DPDK processes' 600 MiB, else tmpfs.
+    Auto,
+    /// Huge pages (a hugetlbfs directory under /dev/hugepages); the run fails without them.
+    Hugepages,
+    /// tmpfs, in the gateway's shm_dir (small pages).
+    Shm,
+}
+
+/// A directory removed (with its contents) when dropped.
+struct RemoveDir(PathBuf);
+
+impl Drop for RemoveDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Removes `/dev/hugepages/torii-bench-<pid>` directories of processes that are gone: the
+/// gateway regions of runs that were killed, whose huge pages stay taken until removed.
+fn remove_stale_regions() {
+    let Ok(dir) = std::fs::read_dir("/dev/hugepages") else { return };
+    for entry in dir.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("torii-bench-")) else { continue };
+        if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 /// Line-rate benchmark of torii-gateway: NDR/PDR search of requests and connections, latency,
@@ -179,6 +212,11 @@ struct Args {
     /// Memory of the DPDK processes.
     #[arg(long, value_enum, default_value_t = MemoryArg::Auto)]
     memory: MemoryArg,
+    /// Where the gateway keeps its flow records (`conntrack.region_dir`): `auto` is huge
+    /// pages when the DPDK processes have them and enough more are free for the regions
+    /// (at 1 M flows ~760 MiB: scripts/setup reserves 2 GiB), else tmpfs (`shm`).
+    #[arg(long, value_enum, default_value_t = ConntrackMemory::Auto)]
+    conntrack_memory: ConntrackMemory,
     /// An extra EAL `--log-level` for every DPDK process (torii-bench's on stderr, the
     /// devices' in their logs in the work directory), e.g. `lib.vhost.config:info`: the
     /// virtio features each vhost-user link negotiated.
@@ -330,6 +368,25 @@ fn run(args: &Args) -> Result<bool> {
         args.snat_per_endpoint,
     )?
     .with_two_armed(two_armed);
+    let hugetlbfs = std::fs::metadata("/dev/hugepages").is_ok_and(|m| {
+        use std::os::unix::fs::MetadataExt;
+        m.blksize() >= 2 << 20
+    });
+    let region_bytes = biggest.conntrack_region_bytes();
+    let region_dir = match args.conntrack_memory {
+        ConntrackMemory::Shm => None,
+        ConntrackMemory::Hugepages => Some(format!("/dev/hugepages/torii-bench-{pid}")),
+        ConntrackMemory::Auto => {
+            (memory == Memory::Hugepages && hugetlbfs && dut::free_hugepage_bytes() >= (600 << 20) + region_bytes)
+                .then(|| format!("/dev/hugepages/torii-bench-{pid}"))
+        }
+    };
+    let conntrack_memory = if region_dir.is_some() { "hugepages" } else { "shm" };
+    // Huge pages held by files outlive the process: remove a run's regions however it
+    // ends, and those of runs that were killed.
+    remove_stale_regions();
+    let _regions = region_dir.as_ref().map(|d| RemoveDir(PathBuf::from(d)));
+    eprintln!("torii-bench: the gateway's conntrack regions ({} MiB) in {conntrack_memory}", region_bytes >> 20);
     let kernel = if nftables {
         let k = KernelPath::setup(pid, &biggest, args.dut_cpu, &workdir).context("the nftables baseline")?;
         eprintln!(
@@ -408,6 +465,7 @@ fn run(args: &Args) -> Result<bool> {
         &config,
         biggest.gateway_config(
             &shm_dir,
+            region_dir.as_deref(),
             &manifests.display().to_string(),
             &GatewayDriver::Dpdk {
                 sockets: torii_socks.iter().map(|s| s.display().to_string()).collect(),
@@ -455,7 +513,7 @@ fn run(args: &Args) -> Result<bool> {
             let driver = GatewayDriver::AfPacket { iface: pipe.dut_if.clone() };
             std::fs::write(
                 &config,
-                biggest.gateway_config(&afp_shm_dir, &manifests.display().to_string(), &driver, false),
+                biggest.gateway_config(&afp_shm_dir, None, &manifests.display().to_string(), &driver, false),
             )?;
             let mut control_cmd = Command::new(&control_bin);
             control_cmd.args(["run", "--config"]).arg(&config).arg("--manifests").arg(&manifests).env("NO_COLOR", "1");
@@ -570,7 +628,7 @@ fn run(args: &Args) -> Result<bool> {
             "protocols": args.protocols.iter().map(|p| p.name()).collect::<Vec<_>>(),
             "ip": args.families.iter().map(|f| f.name()).collect::<Vec<_>>(),
             "services": args.services, "endpoints": args.endpoints, "frame_size": args.frame_size.0.map_or("imix".to_string(), |s| s.to_string()),
-            "memory": memory, "bench_cpu": args.bench_cpu, "dut_cpu": args.dut_cpu,
+            "memory": memory, "conntrack_memory": conntrack_memory, "bench_cpu": args.bench_cpu, "dut_cpu": args.dut_cpu,
             "trial_s": args.trial_s, "repeats": args.repeats, "precision": args.precision,
             "pdr_loss": args.pdr_loss, "max_pps": args.max_pps, "fixed_rate": args.fixed_rate,
             "latency_fraction": args.latency_fraction, "baselines": args.baseline.iter().filter(|&&b| b != Baseline::None).map(|b| format!("{b:?}")).collect::<Vec<_>>(),

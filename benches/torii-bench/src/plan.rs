@@ -644,20 +644,37 @@ impl Plan {
     /// subnets and a back one the endpoints' (DPDK: one `net_virtio_user` device on each of
     /// two sockets), conntrack sized for the flows of both protocols; with `dual_stack`,
     /// the IPv6 subnets and SNAT address too.
+    /// The gateway's `conntrack.capacity` for this plan: flows of both protocols may be
+    /// tracked at once (runs share the gateway), with room; above 1 M flows only twice the
+    /// flows (memory).
+    pub fn conntrack_capacity(&self) -> u64 {
+        let per_flow = if self.flows > 1 << 20 { 2 } else { 4 };
+        (u64::from(self.flows) * per_flow).next_power_of_two().max(65_536)
+    }
+
+    /// Bytes of the gateway's conntrack regions (one worker, IPv4 and IPv6, rounded up to
+    /// 2 MiB pages): what `conntrack.region_dir` on hugetlbfs takes of the huge pages.
+    pub fn conntrack_region_bytes(&self) -> u64 {
+        let page = 2u64 << 20;
+        [72u64, 108].iter().map(|record| (4096 + self.conntrack_capacity() * (record + 1)).next_multiple_of(page)).sum()
+    }
+
+    /// As its arguments say, with the conntrack regions in `region_dir` when given
+    /// (hugetlbfs), else in `shm_dir`.
     pub fn gateway_config(
         &self,
         shm_dir: &str,
+        region_dir: Option<&str>,
         manifests_dir: &str,
         driver: &GatewayDriver,
         dual_stack: bool,
     ) -> String {
-        // Flows of both protocols may be tracked at once (runs share the gateway), with
-        // room; above 1 M flows only twice the flows (memory). No SYN proxy: above
-        // `syn_cookies_above_per_s` (50 000 by default) the gateway would answer SYNs with
-        // cookies itself, which the connection test's clients do not complete; it measures
-        // connection tracking, as the kernel baseline (kube-proxy has no SYNPROXY rule) does.
-        let per_flow = if self.flows > 1 << 20 { 2 } else { 4 };
-        let capacity = (u64::from(self.flows) * per_flow).next_power_of_two().max(65_536);
+        // No SYN proxy: above `syn_cookies_above_per_s` (50 000 by default) the gateway
+        // would answer SYNs with cookies itself, which the connection test's clients do not
+        // complete; it measures connection tracking, as the kernel baseline (kube-proxy has
+        // no SYNPROXY rule) does.
+        let capacity = self.conntrack_capacity();
+        let region_dir = region_dir.map_or(String::new(), |d| format!("region_dir = {d:?}\n"));
         let quote = |v: &[&str]| v.iter().map(|a| format!("{a:?}")).collect::<Vec<_>>().join(", ");
         let mut front = vec![GATEWAY_CLIENT_PREFIX];
         let mut back = vec!["10.70.0.1/16"];
@@ -703,7 +720,7 @@ impl Plan {
         format!(
             "# Written by torii-bench.\nnode_name = \"gateway-1\"\nshm_dir = {shm_dir:?}\n{head}\n\
              [snat]\naddresses = [{}]\nport_min = {SNAT_PORT_MIN}\nport_max = 65535\n\n\
-             [conntrack]\ncapacity = {capacity}\ntcp_be_liberal = true\nsyn_cookies = false\n\n\
+             [conntrack]\ncapacity = {capacity}\ntcp_be_liberal = true\nsyn_cookies = false\n{region_dir}\n\
              [control]\nmanifests = {manifests_dir:?}\n",
             quote(&snat),
         )
@@ -1279,12 +1296,17 @@ mod tests {
             eal: vec!["--no-huge".into()],
             queue_size: 1024,
         };
-        let c = p.gateway_config("/dev/shm/x", "/tmp/m", &dpdk, false);
-        assert!(c.contains("capacity = 262144\ntcp_be_liberal = true\nsyn_cookies = false\n"), "{c}");
+        let c = p.gateway_config("/dev/shm/x", None, "/tmp/m", &dpdk, false);
+        assert!(c.contains("capacity = 262144\ntcp_be_liberal = true\nsyn_cookies = false\n\n"), "{c}");
+        let huge = p.gateway_config("/dev/shm/x", Some("/dev/hugepages/x"), "/tmp/m", &dpdk, false);
+        assert!(huge.contains("syn_cookies = false\nregion_dir = \"/dev/hugepages/x\"\n\n[control]"), "{huge}");
+        // 262 144 flows: 18 MiB of IPv4 records and 27 MiB of IPv6 ones, whole pages.
+        assert_eq!(p.conntrack_region_bytes(), (20 + 28) << 20);
         assert!(c.contains("queue_size=1024,mac=02:00:00:00:00:01"), "{c}");
         assert!(c.contains("idle_sleep_us = 0\nrx_descriptors = 1024\ntx_descriptors = 1024\n"), "{c}");
         assert!(c.contains("eal_args = [\"--no-huge\"]"), "{c}");
-        let afp = p.gateway_config("/dev/shm/x", "/tmp/m", &GatewayDriver::AfPacket { iface: "tba1d".into() }, false);
+        let afp =
+            p.gateway_config("/dev/shm/x", None, "/tmp/m", &GatewayDriver::AfPacket { iface: "tba1d".into() }, false);
         assert!(
             afp.contains("driver = \"af_packet\"\nworkers = 1\n\n[[interfaces]]\nname = \"tba1d\"\naddresses"),
             "{afp}"
@@ -1361,7 +1383,7 @@ mod tests {
             eal: vec![],
             queue_size: 4096,
         };
-        let c = p.gateway_config("/dev/shm/x", "/tmp/m", &dpdk, true);
+        let c = p.gateway_config("/dev/shm/x", None, "/tmp/m", &dpdk, true);
         assert!(
             c.contains(
                 "name = \"virtio0\"\ndevice = \"net_virtio_user0,path=/tmp/f.sock,queues=1,queue_size=4096,mac=02:00:00:00:00:01\"\n\

@@ -294,6 +294,49 @@ fn region_bytes<A: Address>(capacity: usize) -> (usize, usize, usize) {
     (records, live, end)
 }
 
+/// A held lock on a directory of region files other than `shm_dir` ([`lock_region_dir`]):
+/// released when dropped or when the process exits.
+#[derive(Debug)]
+pub struct RegionDirLock {
+    _dir: File,
+}
+
+/// Creates `dir` (mode 0700) if missing and takes an exclusive `flock(2)` on the directory
+/// itself, without waiting: the lock file `shm_dir` has cannot be written on hugetlbfs,
+/// which has no `write(2)`. Two gateways never share region files.
+///
+/// # Errors
+/// When `dir` cannot be created or opened, or another process holds the lock
+/// ([`io::ErrorKind::WouldBlock`]).
+pub fn lock_region_dir(dir: &Path) -> io::Result<RegionDirLock> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    let file = File::open(dir)?;
+    match file.try_lock() {
+        Ok(()) => Ok(RegionDirLock { _dir: file }),
+        Err(std::fs::TryLockError::WouldBlock) => Err(io::Error::new(
+            io::ErrorKind::WouldBlock,
+            format!("{} is locked by another process (another gateway's conntrack regions)", dir.display()),
+        )),
+        Err(std::fs::TryLockError::Error(e)) => Err(e),
+    }
+}
+
+/// The length of a region file of `end` bytes of layout in `path`'s directory: `end`, or on
+/// a file system of huge pages (hugetlbfs, whose block is the page: 2 MiB or 1 GiB) `end`
+/// rounded up to whole pages, the only lengths such a file can be given (`ftruncate`
+/// refuses others, Linux `Documentation/admin-guide/mm/hugetlbpage.rst`). A directory that
+/// cannot be read is taken as one of small pages: creating the file there fails anyway.
+fn file_bytes(path: &Path, end: usize) -> usize {
+    use std::os::unix::fs::MetadataExt;
+    let block = path.parent().and_then(|dir| std::fs::metadata(dir).ok()).map_or(0, |m| m.blksize() as usize);
+    if block > 4096 && block.is_power_of_two() {
+        end.next_multiple_of(block)
+    } else {
+        end
+    }
+}
+
 /// Opens (adopting) or creates the region file `path` for a table of `capacity` flows of
 /// family `A` with SNAT addresses `snat`, owned by `owner`, whose caller's clock started at
 /// `origin_ns` (`CLOCK_MONOTONIC`). See the module documentation for when a file is adopted.
@@ -318,7 +361,8 @@ pub(crate) fn open<A: Address>(
         boot: boot_id(),
         origin_ns,
     };
-    let (_, _, bytes) = region_bytes::<A>(capacity);
+    let (_, _, end) = region_bytes::<A>(capacity);
+    let bytes = file_bytes(path, end);
     let reason = match OpenOptions::new().read(true).write(true).open(path) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => None,
         Err(e) => Some(format!("unreadable ({e}): starting empty")),

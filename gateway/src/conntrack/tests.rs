@@ -919,8 +919,39 @@ mod persistent {
     /// records are reused, and the adopted flows are marked for revalidation.
     #[test]
     fn an_adopted_table_finds_every_flow_by_both_tuples() {
-        let path = scratch("adopt");
-        let (mut ct, opened) = open(&path, owner(), 1_000 * NS_PER_MS);
+        adopts_every_flow(&scratch("adopt"));
+    }
+
+    /// The same in a region on hugetlbfs (`conntrack.region_dir`): the file is a whole
+    /// number of huge pages long (hugetlbfs sizes files in pages only) and is adopted as
+    /// on tmpfs. Needs `/dev/hugepages` mounted with pages free (root: scripts/setup).
+    #[test]
+    fn a_region_on_hugetlbfs_is_whole_pages_and_adopted() {
+        use std::os::unix::fs::MetadataExt;
+        let mount = std::path::Path::new("/dev/hugepages");
+        let page = std::fs::metadata(mount).map_or(0, |m| m.blksize());
+        if page < 2 << 20 {
+            crate::io::af_packet::test_net::skip("/dev/hugepages is not a hugetlbfs mount (run scripts/setup as root)");
+            return;
+        }
+        let dir = mount.join(format!("torii-conntrack-test-{}", std::process::id()));
+        let _lock = crate::conntrack::persist::lock_region_dir(&dir).unwrap();
+        let err = crate::conntrack::persist::lock_region_dir(&dir).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::WouldBlock, "a second lock on the directory is refused: {err}");
+        let path = dir.join("conntrack-w1-v4");
+        let (ct, _) = open(&path, owner(), 0);
+        drop(ct);
+        let len = std::fs::metadata(&path).unwrap().len();
+        assert!(len > 0 && len % page == 0, "{len} bytes: whole pages of {page}");
+        std::fs::remove_file(&path).unwrap();
+        adopts_every_flow(&path);
+        std::fs::remove_dir(&dir).unwrap();
+    }
+
+    /// Fills a table in region file `path`, removes some flows, drops it, adopts it, checks
+    /// every flow; removes the file.
+    fn adopts_every_flow(path: &std::path::Path) {
+        let (mut ct, opened) = open(path, owner(), 1_000 * NS_PER_MS);
         assert_eq!(opened, Opened::Created(None));
         let flows: Vec<Flow> = (0..3000).map(|i| similar_flow(i, 60_000)).collect();
         let ids: Vec<FlowId> = flows.iter().map(|f| ct.insert(*f).unwrap()).collect();
@@ -929,7 +960,7 @@ mod persistent {
         }
         drop(ct);
         // The next process's clock started 10 s later on CLOCK_MONOTONIC.
-        let (mut ct, opened) = open(&path, owner(), 11_000 * NS_PER_MS);
+        let (mut ct, opened) = open(path, owner(), 11_000 * NS_PER_MS);
         assert_eq!(opened, Opened::Adopted);
         assert_eq!(ct.len(), 2000);
         for (i, f) in flows.iter().enumerate() {
@@ -952,7 +983,7 @@ mod persistent {
         }
         assert_eq!(ct.len(), 4096);
         drop(ct);
-        std::fs::remove_file(&path).unwrap();
+        std::fs::remove_file(path).unwrap();
     }
 
     /// Another owner, another capacity or a damaged header: the table starts empty and says
