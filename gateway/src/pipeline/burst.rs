@@ -204,27 +204,30 @@ pub fn process_burst<B: AsMut<[u8]>>(
                 }
             }
         }
-        // Stage 4: processing, in order.
-        let chunk = frames[start..end].iter_mut().zip(&metas[start..end]).zip(verdicts[start..end].iter_mut());
-        for (j, (((frame, meta), verdict), l)) in chunk.zip(this_leans.iter()).enumerate() {
+        // Stage 4: processing, in order. By index (frame `start + j`), not by zipped
+        // iterators: their four cursors, kept across `forward`, were spilled and reloaded
+        // every frame.
+        for j in 0..end - start {
+            let i = start + j;
             if lean_frames & (1 << j) != 0 {
-                if let Some(v) = lean::forward(frame.as_mut(), l, &constants, st) {
-                    *verdict = v;
+                let l = &this_leans[j % PREFETCH_WINDOW];
+                if let Some(v) = lean::forward(frames[i].as_mut(), l, &constants, st) {
+                    verdicts[i] = v;
                     continue;
                 }
                 demote(&mut st.hints.frames[base + j], l, Some(Candidate::Flow(l.id, l.direction)));
             } else if lean6_frames & (1 << j) != 0 {
                 // A copy (80 bytes): `forward` borrows the worker's state whole.
                 let l = st.hints.lean6[base + j];
-                if let Some(v) = lean::forward(frame.as_mut(), &l, &constants, st) {
-                    *verdict = v;
+                if let Some(v) = lean::forward(frames[i].as_mut(), &l, &constants, st) {
+                    verdicts[i] = v;
                     continue;
                 }
                 demote(&mut st.hints.frames[base + j], &l, Some(Candidate::Flow(l.id, l.direction)));
             }
             st.hints.current = base + j;
             let learned = lean::BurstConstants::learned(st);
-            *verdict = process(now, frame.as_mut(), meta, table, st);
+            verdicts[i] = process(now, frames[i].as_mut(), &metas[i], table, st);
             st.hints.current = HintRing::NONE;
             constants.after_general(learned, st);
         }
