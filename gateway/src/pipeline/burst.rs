@@ -140,8 +140,9 @@ pub fn process_burst<B: AsMut<[u8]>>(
         // 4): the IPv4 lean frames, the IPv6 ones (out of line: an IPv4 burst pays one test
         // per chunk for them), then every other (the lean ones turned down among them).
         for j in bits(lean_frames) {
-            if !probe_lean(&st.conntrack, &mut this_leans[j], &mut st.hints.frames[base + j]) {
+            if !probe_lean(&st.conntrack, &mut this_leans[j]) {
                 lean_frames &= !(1 << j);
+                demote(&mut st.hints.frames[base + j], &this_leans[j], None);
             }
         }
         if lean6_frames != 0 {
@@ -253,8 +254,9 @@ fn demote<A: Family>(slot: &mut FrameHints, lean: &LeanFrame<A>, candidate: Opti
 fn stage_2_lean6(st: &mut WorkerState, mut mask: u32, base: usize) -> u32 {
     let hints = &mut st.hints;
     for j in bits(mask) {
-        if !probe_lean(&st.conntrack6, &mut hints.lean6[base + j], &mut hints.frames[base + j]) {
+        if !probe_lean(&st.conntrack6, &mut hints.lean6[base + j]) {
             mask &= !(1 << j);
+            demote(&mut hints.frames[base + j], &hints.lean6[base + j], None);
         }
     }
     mask
@@ -282,19 +284,16 @@ fn stage_3_lean6(st: &mut WorkerState, mut mask: u32, base: usize, ahead: &mut [
 /// Stage 2 of a frame the lean path may take (its compact hints `lean`): reads the probe
 /// run of its hash in `conntrack` (its family's); a flow found is noted in `lean` (its
 /// record prefetched) and true returned. None (a new flow: an ACK or datagram of a flow not
-/// tracked) has the frame's general hints `slot` written ([`demote`]) for the general
-/// stages: false.
+/// tracked): false, and the caller writes the frame's general hints ([`demote`]) for the
+/// general stages (the slot's address computed on that path only).
 #[inline(always)]
-fn probe_lean<A: Family>(conntrack: &Conntrack<A>, lean: &mut LeanFrame<A>, slot: &mut FrameHints) -> bool {
+fn probe_lean<A: Family>(conntrack: &Conntrack<A>, lean: &mut LeanFrame<A>) -> bool {
     match conntrack.prefetch_record(lean.hash) {
         Candidate::Flow(id, direction) => {
             (lean.id, lean.direction) = (id, direction);
             true
         }
-        Candidate::Absent(_) => {
-            demote(slot, lean, None);
-            false
-        }
+        Candidate::Absent(_) => false,
     }
 }
 
