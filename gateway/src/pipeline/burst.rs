@@ -205,30 +205,30 @@ pub fn process_burst<B: AsMut<[u8]>>(
                 }
             }
         }
-        // Stage 4: processing, in order. By index (frame `start + j`), not by zipped
-        // iterators: their four cursors, kept across `forward`, were spilled and reloaded
-        // every frame.
-        for j in 0..end - start {
-            let i = start + j;
+        // Stage 4: processing, in order. By index into the chunk's slices (so that `j`
+        // below their common length needs no bounds check), not by zipped iterators: their
+        // four cursors, kept across `forward`, were spilled and reloaded every frame.
+        let (chunk, chunk_metas, chunk_verdicts) = (&mut frames[start..end], &metas[start..end], &mut verdicts[start..end]);
+        for j in 0..chunk.len() {
             if lean_frames & (1 << j) != 0 {
                 let l = &this_leans[j % PREFETCH_WINDOW];
-                if let Some(v) = lean::forward(frames[i].as_mut(), l, &constants, st) {
-                    verdicts[i] = v;
+                if let Some(v) = lean::forward(chunk[j].as_mut(), l, &constants, st) {
+                    chunk_verdicts[j] = v;
                     continue;
                 }
                 demote(&mut st.hints.frames[base + j], l, Some(Candidate::Flow(l.id, l.direction)));
             } else if lean6_frames & (1 << j) != 0 {
                 // A copy (80 bytes): `forward` borrows the worker's state whole.
                 let l = st.hints.lean6[base + j];
-                if let Some(v) = lean::forward(frames[i].as_mut(), &l, &constants, st) {
-                    verdicts[i] = v;
+                if let Some(v) = lean::forward(chunk[j].as_mut(), &l, &constants, st) {
+                    chunk_verdicts[j] = v;
                     continue;
                 }
                 demote(&mut st.hints.frames[base + j], &l, Some(Candidate::Flow(l.id, l.direction)));
             }
             st.hints.current = base + j;
             let learned = lean::BurstConstants::learned(st);
-            verdicts[i] = process(now, frames[i].as_mut(), &metas[i], table, st);
+            chunk_verdicts[j] = process(now, chunk[j].as_mut(), &chunk_metas[j], table, st);
             st.hints.current = HintRing::NONE;
             constants.after_general(learned, st);
         }
