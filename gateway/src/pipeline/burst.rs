@@ -208,7 +208,8 @@ pub fn process_burst<B: AsMut<[u8]>>(
         // Stage 4: processing, in order. By index into the chunk's slices (so that `j`
         // below their common length needs no bounds check), not by zipped iterators: their
         // four cursors, kept across `forward`, were spilled and reloaded every frame.
-        let (chunk, chunk_metas, chunk_verdicts) = (&mut frames[start..end], &metas[start..end], &mut verdicts[start..end]);
+        let (chunk, chunk_metas, chunk_verdicts) =
+            (&mut frames[start..end], &metas[start..end], &mut verdicts[start..end]);
         for j in 0..chunk.len() {
             if lean_frames & (1 << j) != 0 {
                 let l = &this_leans[j % PREFETCH_WINDOW];
