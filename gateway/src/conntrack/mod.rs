@@ -1200,10 +1200,12 @@ impl<A: Address> Conntrack<A> {
     }
 
     /// [`Conntrack::lookup_hashed`], using what [`Conntrack::prefetch_record`] said for this
-    /// hash: a candidate flow that is live and whose tuple in that direction is `key` is the
-    /// answer (a tuple belongs to one live flow at most), and a [`Vacancy`] that still holds
-    /// proves the key absent; in either case the index is not probed. Same result as
-    /// [`Conntrack::lookup_hashed`].
+    /// hash: a candidate flow whose tuple in that direction is `key` is the answer (a tuple
+    /// belongs to one live flow at most), and a [`Vacancy`] that still holds proves the key
+    /// absent; in either case the index is not probed. Same result as
+    /// [`Conntrack::lookup_hashed`] for a key of a transport protocol (`key.protocol` never a
+    /// free record's 0, which [`Conntrack::insert`] refuses): a record that holds such
+    /// a key is live, so no separate liveness test (as [`Conntrack::lean`]).
     #[inline]
     #[must_use]
     pub fn lookup_candidate(
@@ -1212,9 +1214,10 @@ impl<A: Address> Conntrack<A> {
         hash: u64,
         candidate: Option<Candidate>,
     ) -> Option<(FlowId, Direction)> {
+        debug_assert_ne!(key.protocol, Record::<A>::FREE, "a key of no transport protocol");
         match candidate {
             Some(Candidate::Flow(id, direction))
-                if self.records.get(id as usize).is_some_and(|r| r.live() && r.matches(direction, key, &self.snat)) =>
+                if self.records.get(id as usize).is_some_and(|r| r.matches(direction, key, &self.snat)) =>
             {
                 debug_assert!(self.is_live(id));
                 Some((id, direction))

@@ -140,8 +140,9 @@ pub fn process_burst<B: AsMut<[u8]>>(
         // 4): the IPv4 lean frames, the IPv6 ones (out of line: an IPv4 burst pays one test
         // per chunk for them), then every other (the lean ones turned down among them).
         for j in bits(lean_frames) {
-            if !probe_lean(&st.conntrack, &mut this_leans[j], &mut st.hints.frames[base + j]) {
+            if !probe_lean(&st.conntrack, &mut this_leans[j]) {
                 lean_frames &= !(1 << j);
+                demote(&mut st.hints.frames[base + j], &this_leans[j], None);
             }
         }
         if lean6_frames != 0 {
@@ -204,27 +205,31 @@ pub fn process_burst<B: AsMut<[u8]>>(
                 }
             }
         }
-        // Stage 4: processing, in order.
-        let chunk = frames[start..end].iter_mut().zip(&metas[start..end]).zip(verdicts[start..end].iter_mut());
-        for (j, (((frame, meta), verdict), l)) in chunk.zip(this_leans.iter()).enumerate() {
+        // Stage 4: processing, in order. By index into the chunk's slices (so that `j`
+        // below their common length needs no bounds check), not by zipped iterators: their
+        // four cursors, kept across `forward`, were spilled and reloaded every frame.
+        let (chunk, chunk_metas, chunk_verdicts) =
+            (&mut frames[start..end], &metas[start..end], &mut verdicts[start..end]);
+        for j in 0..chunk.len() {
             if lean_frames & (1 << j) != 0 {
-                if let Some(v) = lean::forward(frame.as_mut(), l, &constants, st) {
-                    *verdict = v;
+                let l = &this_leans[j % PREFETCH_WINDOW];
+                if let Some(v) = lean::forward(chunk[j].as_mut(), l, &constants, st) {
+                    chunk_verdicts[j] = v;
                     continue;
                 }
                 demote(&mut st.hints.frames[base + j], l, Some(Candidate::Flow(l.id, l.direction)));
             } else if lean6_frames & (1 << j) != 0 {
                 // A copy (80 bytes): `forward` borrows the worker's state whole.
                 let l = st.hints.lean6[base + j];
-                if let Some(v) = lean::forward(frame.as_mut(), &l, &constants, st) {
-                    *verdict = v;
+                if let Some(v) = lean::forward(chunk[j].as_mut(), &l, &constants, st) {
+                    chunk_verdicts[j] = v;
                     continue;
                 }
                 demote(&mut st.hints.frames[base + j], &l, Some(Candidate::Flow(l.id, l.direction)));
             }
             st.hints.current = base + j;
             let learned = lean::BurstConstants::learned(st);
-            *verdict = process(now, frame.as_mut(), meta, table, st);
+            chunk_verdicts[j] = process(now, chunk[j].as_mut(), &chunk_metas[j], table, st);
             st.hints.current = HintRing::NONE;
             constants.after_general(learned, st);
         }
@@ -250,8 +255,9 @@ fn demote<A: Family>(slot: &mut FrameHints, lean: &LeanFrame<A>, candidate: Opti
 fn stage_2_lean6(st: &mut WorkerState, mut mask: u32, base: usize) -> u32 {
     let hints = &mut st.hints;
     for j in bits(mask) {
-        if !probe_lean(&st.conntrack6, &mut hints.lean6[base + j], &mut hints.frames[base + j]) {
+        if !probe_lean(&st.conntrack6, &mut hints.lean6[base + j]) {
             mask &= !(1 << j);
+            demote(&mut hints.frames[base + j], &hints.lean6[base + j], None);
         }
     }
     mask
@@ -279,19 +285,16 @@ fn stage_3_lean6(st: &mut WorkerState, mut mask: u32, base: usize, ahead: &mut [
 /// Stage 2 of a frame the lean path may take (its compact hints `lean`): reads the probe
 /// run of its hash in `conntrack` (its family's); a flow found is noted in `lean` (its
 /// record prefetched) and true returned. None (a new flow: an ACK or datagram of a flow not
-/// tracked) has the frame's general hints `slot` written ([`demote`]) for the general
-/// stages: false.
+/// tracked): false, and the caller writes the frame's general hints ([`demote`]) for the
+/// general stages (the slot's address computed on that path only).
 #[inline(always)]
-fn probe_lean<A: Family>(conntrack: &Conntrack<A>, lean: &mut LeanFrame<A>, slot: &mut FrameHints) -> bool {
+fn probe_lean<A: Family>(conntrack: &Conntrack<A>, lean: &mut LeanFrame<A>) -> bool {
     match conntrack.prefetch_record(lean.hash) {
         Candidate::Flow(id, direction) => {
             (lean.id, lean.direction) = (id, direction);
             true
         }
-        Candidate::Absent(_) => {
-            demote(slot, lean, None);
-            false
-        }
+        Candidate::Absent(_) => false,
     }
 }
 
@@ -616,11 +619,16 @@ fn hint(
     hint_parsed(frame, meta, host, v4, v6, (hints, slot), lean, (lean6_frames, j))
 }
 
-/// [`hint`] of a frame other than the common one (tagged, broadcast, not IP, an IPv4
-/// packet with options, a fragment, neither TCP nor UDP, malformed, …): its link layer
-/// parsed in full ([`link::receive_parsed`]), then its network layer ([`ipv4::flow_key`],
-/// [`hint_ipv6`]). Out of line: inlined, its values took registers from the common frame's
-/// path.
+/// [`hint`] of a frame other than the common one (tagged, broadcast, not IP, …): its link
+/// layer parsed in full ([`link::receive_parsed`]), then its network layer
+/// ([`ipv4::flow_key`], [`hint_ipv6`]); and of a common frame ([`link::receive_untagged`])
+/// whose IPv4 packet [`ipv4::flow_key_plain`] did not take (options, a fragment, neither
+/// TCP nor UDP, malformed, …): the checked parse ([`ipv4::flow_key_checked`]) at once, not
+/// the full link parse and the plain parse again (the same result: the two link parses
+/// agree on such a frame). The shortcut is taken again here rather than its `Rx` kept
+/// across the plain parse, and [`hint`] has one call for both: a second call site there
+/// cost an established packet 9 instructions. Out of line: inlined, its values took
+/// registers from the common frame's path.
 #[allow(clippy::too_many_arguments)]
 #[inline(never)]
 fn hint_parsed(
@@ -633,6 +641,16 @@ fn hint_parsed(
     lean: &mut LeanFrame,
     (lean6_frames, j): (&mut u32, usize),
 ) -> bool {
+    if let Some((rx, EtherType::Ipv4)) = link::receive_untagged(frame, meta, host) {
+        // `lean.seg.total` is 0: `hint` cleared it before the plain parse, which refused.
+        if let Some((key, opens)) = ipv4::flow_key_checked(frame, rx, &mut lean.seg) {
+            // Not said checked: the general path verifies the header checksum, as after
+            // `ipv4::flow_key`'s checked branch.
+            return hint_ipv4(key, opens, false, v4, (hints, slot), lean);
+        }
+        no_hints(&mut hints.frames[slot]);
+        return false;
+    }
     match link::receive_parsed(frame, meta, host) {
         Ok((rx, EtherType::Ipv4)) => {
             lean.seg.total = 0;

@@ -20,7 +20,7 @@ use super::ipv6::{backend6, state6, table6, GW_FRONT6, SNAT6, VIP6};
 use super::*;
 use crate::conntrack::synproxy::SynProxy;
 use crate::conntrack::{Direction, FlowKey};
-use crate::pipeline::hint::{LeanFrame, LeanSegment};
+use crate::pipeline::hint::{LeanFrame, LeanSegment, PREFETCH_WINDOW};
 use crate::pipeline::lean::{self, LeanFamily};
 use crate::pipeline::link::Rx;
 use crate::wire::ipv6::NEXT_HEADER_DST_OPTIONS;
@@ -561,6 +561,46 @@ fn established_frames_take_the_lean_path() {
 #[test]
 fn established_ipv6_frames_take_the_lean_path() {
     established_frames_take_the_lean_path_of::<Ipv6Addr>();
+}
+
+/// Bursts of two chunks and three frames whose frames the lean path takes, but one at
+/// position `p`, for every `p`: a frame of a flow not tracked (turned down at stage 2), a
+/// general frame (TTL / Hop Limit 1), or a lean frame `lean::forward` turns down at stage 4
+/// (beyond the window, acknowledging unsent data, on the wrong link) — in a chunk
+/// otherwise all lean and in one with a general frame beside it. Each burst against
+/// [`process`] frame by frame ([`agree`]).
+fn one_other_frame_at_every_position_of<A: Fam>() {
+    let t = A::table(&A::ENDPOINTS);
+    let (mut a, mut b) = (lean_state(), lean_state());
+    let mut conns = open::<A>(&t, &mut a, &mut b, 3);
+    // A connection neither worker tracks: its ACKs are lean to stage 1, new at stage 2.
+    let mut untracked = Conn { client_port: 9, ..conns[0] };
+    let (n, m) = (2 * PREFETCH_WINDOW + 3, conns.len());
+    let odd = [Variant::Ttl1, Variant::FarSeq, Variant::AckAhead, Variant::WrongLink, Variant::Data(0)];
+    for (round, variant) in odd.into_iter().enumerate() {
+        for p in 0..n {
+            let input: Vec<(Vec<u8>, u8)> = (0..n)
+                .map(|k| match k {
+                    _ if k == p && round == odd.len() - 1 => frame(&mut untracked, false, variant),
+                    _ if k == p => frame(&mut conns[k % m], k % 3 == 0, variant),
+                    // A second general frame, in the last chunk only.
+                    _ if k == n - 1 && p < n - 1 => frame(&mut conns[k % m], false, Variant::Ttl1),
+                    _ => frame(&mut conns[k % m], k % 3 == 0, Variant::Data(k as u8)),
+                })
+                .collect();
+            agree::<A>(SEC, &input, &t, &mut a, &mut b).unwrap_or_else(|e| panic!("{variant:?} at {p}: {e}"));
+        }
+    }
+}
+
+#[test]
+fn one_other_frame_at_every_position() {
+    one_other_frame_at_every_position_of::<Ipv4Addr>();
+}
+
+#[test]
+fn one_other_ipv6_frame_at_every_position() {
+    one_other_frame_at_every_position_of::<Ipv6Addr>();
 }
 
 /// Replies routed to the router, with an ARP reply from the router between them that moves
