@@ -1213,7 +1213,7 @@ fn step_kill_9_keeps_connections(h: &mut Harness, bins: &Binaries, pinned: &mut 
         // long, and not in shm_dir.
         let region = dir.join("conntrack-w0-v4");
         let len = std::fs::metadata(&region).map(|m| m.len()).unwrap_or(0);
-        if len == 0 || len % (2 << 20) != 0 || h.shm_dir.join("conntrack-w0-v4").exists() {
+        if len == 0 || !len.is_multiple_of(2 << 20) || h.shm_dir.join("conntrack-w0-v4").exists() {
             return Err(h.fail(STEP, format!("{} is {len} bytes long, or shm_dir has a region too", region.display())));
         }
     }

@@ -942,7 +942,7 @@ mod persistent {
         let (ct, _) = open(&path, owner(), 0);
         drop(ct);
         let len = std::fs::metadata(&path).unwrap().len();
-        assert!(len > 0 && len % page == 0, "{len} bytes: whole pages of {page}");
+        assert!(len > 0 && len.is_multiple_of(page), "{len} bytes: whole pages of {page}");
         std::fs::remove_file(&path).unwrap();
         adopts_every_flow(&path);
         std::fs::remove_dir(&dir).unwrap();
