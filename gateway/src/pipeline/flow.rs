@@ -757,6 +757,38 @@ fn snat_port<A: Family>(
 ) -> Option<((A, u16), ReplyHint)> {
     let (conntrack, snat, host) = A::conntrack_and_snat(st);
     let addresses = host.snat_addresses_on::<A>(out);
+    // The search's first candidate, nearly always free, tried without the search
+    // (`SnatPorts::first_candidate`): the same choice; anything else searches from it
+    // (`snat_search`, out of line: this function stays small enough for the candidate's
+    // lookup to be inlined, without the search's closure and captures).
+    if let Some((i, port)) = snat.first_candidate(addresses.len()) {
+        if let Some(&address) = addresses.get(i) {
+            let reply =
+                FlowKey { protocol, src_addr: endpoint_ip, src_port: endpoint_port, dst_addr: address, dst_port: port };
+            if let Err(v) = conntrack.lookup_or_vacancy(&reply) {
+                snat.take_first();
+                let positions = host.snat_positions_on::<A>(out);
+                return Some(((address, port), ReplyHint { slot: Some(v), snat: positions.get(i).copied() }));
+            }
+        }
+    }
+    snat_search(now, st, protocol, (endpoint_ip, endpoint_port), out)
+}
+
+/// [`snat_port`] when its first candidate is not free (or there is none: the steered rule):
+/// the search ([`crate::snat::SnatPorts::alloc_indexed`], which examines that candidate
+/// again), then the eviction of the candidate worth least. Same results and hints as
+/// [`snat_port`] describes.
+#[inline(never)]
+fn snat_search<A: Family>(
+    now: u64,
+    st: &mut WorkerState,
+    protocol: u8,
+    (endpoint_ip, endpoint_port): (A, u16),
+    out: u8,
+) -> Option<((A, u16), ReplyHint)> {
+    let (conntrack, snat, host) = A::conntrack_and_snat(st);
+    let addresses = host.snat_addresses_on::<A>(out);
     let positions = host.snat_positions_on::<A>(out);
     let reply = |(snat_ip, snat_port): (A, u16)| FlowKey {
         protocol,
@@ -765,16 +797,6 @@ fn snat_port<A: Family>(
         dst_addr: snat_ip,
         dst_port: snat_port,
     };
-    // The search's first candidate, nearly always free, tried without the search
-    // (`SnatPorts::first_candidate`): the same choice; anything else searches from it.
-    if let Some((i, port)) = snat.first_candidate(addresses.len()) {
-        if let Some(&address) = addresses.get(i) {
-            if let Err(v) = conntrack.lookup_or_vacancy(&reply((address, port))) {
-                snat.take_first();
-                return Some(((address, port), ReplyHint { slot: Some(v), snat: positions.get(i).copied() }));
-            }
-        }
-    }
     let endpoint = SocketAddr::new(endpoint_ip.into(), endpoint_port);
     // The candidate that gives way if none is free: (eviction order, flow).
     let mut victim: Option<((u8, u32), FlowId)> = None;
