@@ -665,18 +665,14 @@ fn new_flow<A: Proxied>(
     let Some((out, hop)) = route(st, backend_ip) else {
         return Err(Verdict::Drop(DropReason::NoRoute));
     };
-    if st.host.snat_addresses_on::<A>(out).is_empty() {
-        return Err(Verdict::Drop(DropReason::UnsupportedFamily));
-    }
     let endpoint = SocketAddr::new(backend_ip.into(), backend_port);
+    // A link without SNAT addresses of the family finds no port and changes nothing
+    // (`snat_port`): asked here, after the search, not before it on every new flow.
     let Some(((snat_ip, snat_port), reply_hint)) =
         snat_port::<A>(now, st, key.protocol, (backend_ip, backend_port), out)
     else {
-        return Err(Verdict::Drop(if st.snat.is_steered() && endpoint.is_ipv6() {
-            DropReason::UnsupportedFamily
-        } else {
-            DropReason::SnatExhausted
-        }));
+        let unsupported = st.host.snat_addresses_on::<A>(out).is_empty() || st.snat.is_steered() && endpoint.is_ipv6();
+        return Err(Verdict::Drop(if unsupported { DropReason::UnsupportedFamily } else { DropReason::SnatExhausted }));
     };
     learn_on_link_client(now, frame, rx, key.src_addr, client_on_link, st);
     let epoch = st.table_epoch(table);
@@ -731,7 +727,8 @@ fn new_flow<A: Proxied>(
 /// ([`crate::conntrack::Conntrack::eviction_order`]); counted `conntrack_evicted`. A flood
 /// of unanswered flows therefore cannot hold an endpoint's ports while a legitimate client
 /// waits; answered (assured) flows are never evicted, and flows to other endpoints are not
-/// touched. `None` when nothing may be evicted: the flow is refused (`snat_exhausted`).
+/// touched. `None` when nothing may be evicted: the flow is refused (`snat_exhausted`); `None`,
+/// with nothing examined or changed, when `out` has no SNAT address of the family.
 ///
 /// The evicted flow's port is reused at once, for the same endpoint. If that endpoint still
 /// holds the evicted flow's half-open connection (a request socket, not a SYN cookie), a
