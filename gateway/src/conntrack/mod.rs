@@ -1192,6 +1192,19 @@ impl<A: Address> Conntrack<A> {
     #[inline]
     pub fn lookup_or_vacancy(&self, key: &FlowKey<A>) -> Result<(FlowId, Direction), (u64, Vacancy)> {
         let hash = self.hash(key);
+        // The run by fingerprint alone first: no slot of it matching proves the key absent,
+        // and the run ends where the full walk would end (the common case of a free SNAT
+        // candidate, without the records' confirmation set up).
+        match self.index.candidate(hash) {
+            Probe::Vacant(slot) => Err((hash, Vacancy { slot: slot as u32, removals: self.removals })),
+            Probe::Found(_) => self.lookup_or_vacancy_confirmed(key, hash),
+        }
+    }
+
+    /// [`Conntrack::lookup_or_vacancy`] of a key whose probe run holds a fingerprint match:
+    /// the run walked again with each match confirmed against its record. Out of line.
+    #[inline(never)]
+    fn lookup_or_vacancy_confirmed(&self, key: &FlowKey<A>, hash: u64) -> Result<(FlowId, Direction), (u64, Vacancy)> {
         let (records, snat) = (&*self.records, &*self.snat);
         match self.index.find(hash, |tag| tag_matches(records, snat, tag, key)) {
             Probe::Found(tag) => Ok(untag(tag)),
