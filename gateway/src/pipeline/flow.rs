@@ -151,21 +151,10 @@ pub(super) fn handle<A: Proxied>(
     if let Some((id, Direction::Original)) = hit {
         let epoch = st.table_epoch(table);
         if A::conntrack(st).state(id).table_epoch != epoch {
-            if let Some(frontend) = backend::still_serves(table, &A::conntrack(st).get(id)) {
-                let state = A::conntrack_mut(st).state_mut(id);
-                state.table_epoch = epoch;
-                state.frontend = frontend;
-            } else {
-                // The endpoint left its Service (DESIGN.md "Failure semantics"): a TCP
-                // client gets a RST so it fails fast instead of hanging; anything else — a
-                // UDP packet, or a SYN opening a new connection on the old tuple — is
-                // steered anew by this very packet.
-                remove_flow::<A>(st, id);
-                st.counters.endpoint_gone += 1;
-                if seg.proto == IpProtocol::Tcp && TcpSegment::of(seg.tcp.flags) != TcpSegment::Syn {
-                    return reject(frame, rx, st);
-                }
-                hit = None;
+            match revalidate(frame, rx, table, st, id, epoch, seg) {
+                Ok(true) => {}
+                Ok(false) => hit = None,
+                Err(v) => return v,
             }
         }
     }
@@ -296,6 +285,39 @@ pub(super) fn handle<A: Proxied>(
         remove_flow::<A>(st, id);
     }
     verdict
+}
+
+/// Flow `id` (whose original tuple `seg`'s packet is), validated against an older table
+/// than `table` (the worker's epoch `epoch`): `Ok(true)` when its endpoint still serves its
+/// front door (the flow now validated against `table`, [`backend::still_serves`]); else the
+/// flow is removed (DESIGN.md "Failure semantics") and a TCP segment other than a SYN
+/// is answered with a RST (`Err`, the verdict: the client fails fast instead of hanging),
+/// anything else — a UDP packet, or a SYN opening a new connection on the old tuple — is
+/// steered anew by this very packet (`Ok(false)`). Cold and out of line: once per flow and
+/// table change, kept out of `handle`'s registers.
+#[cold]
+#[inline(never)]
+fn revalidate<A: Family>(
+    frame: &mut [u8],
+    rx: &Rx,
+    table: &Table,
+    st: &mut WorkerState,
+    id: FlowId,
+    epoch: u16,
+    seg: &Segment<A>,
+) -> Result<bool, Verdict> {
+    if let Some(frontend) = backend::still_serves(table, &A::conntrack(st).get(id)) {
+        let state = A::conntrack_mut(st).state_mut(id);
+        state.table_epoch = epoch;
+        state.frontend = frontend;
+        return Ok(true);
+    }
+    remove_flow::<A>(st, id);
+    st.counters.endpoint_gone += 1;
+    if seg.proto == IpProtocol::Tcp && TcpSegment::of(seg.tcp.flags) != TcpSegment::Syn {
+        return Err(reject(frame, rx, st));
+    }
+    Ok(false)
 }
 
 /// SYN, FIN and RST: the TCP flags whose segments open, close or reopen a flow.
