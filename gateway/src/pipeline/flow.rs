@@ -234,14 +234,11 @@ pub(super) fn handle<A: Proxied>(
     if tracked == Tracked::Reopen {
         // A new connection on the tuple of a closed one: forget the old flow, choose the
         // endpoint anew.
-        remove_flow::<A>(st, id);
-        id = match new_flow(now, frame, rx, table, st, key, (hash, None), seg, ahead) {
-            Ok((id, _)) => id,
+        (id, tracked) = match reopen(now, frame, rx, table, st, (id, key, hash), seg, ahead) {
+            Ok(reopened) => reopened,
             Err(v) => return v,
         };
-        st.synproxy.forget(&key);
         proxied = false;
-        tracked = track(now, st, id, Direction::Original, seg);
     }
     match tracked {
         Tracked::Invalid => return Verdict::Drop(DropReason::TcpInvalid),
@@ -318,6 +315,30 @@ fn revalidate<A: Family>(
         return Err(reject(frame, rx, st));
     }
     Ok(false)
+}
+
+/// A new connection on the tuple of closed flow `id` (original tuple `key`, of conntrack
+/// hash `hash`): the old flow forgotten, the new one created as on a miss ([`new_flow`],
+/// the endpoint chosen anew) and tracked from `seg`. Returns the new flow and how `seg`
+/// tracked, or the verdict of a refused flow. Cold and out of line: its copy of `new_flow`
+/// is kept out of `handle`'s registers.
+#[allow(clippy::too_many_arguments)]
+#[cold]
+#[inline(never)]
+fn reopen<A: Proxied>(
+    now: u64,
+    frame: &mut [u8],
+    rx: &Rx,
+    table: &Table,
+    st: &mut WorkerState,
+    (id, key, hash): (FlowId, FlowKey<A>, u64),
+    seg: &Segment<A>,
+    ahead: Option<NewFlowHint>,
+) -> Result<(FlowId, Tracked), Verdict> {
+    remove_flow::<A>(st, id);
+    let (id, _) = new_flow(now, frame, rx, table, st, key, (hash, None), seg, ahead)?;
+    st.synproxy.forget(&key);
+    Ok((id, track(now, st, id, Direction::Original, seg)))
 }
 
 /// SYN, FIN and RST: the TCP flags whose segments open, close or reopen a flow.
