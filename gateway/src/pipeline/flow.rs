@@ -732,12 +732,7 @@ fn new_flow<A: Proxied>(
     };
     let mut inserted = A::conntrack_mut(st).insert_hashed(&flow, hash, vacancy, reply_hint);
     if inserted == Err(InsertError::Full) {
-        // Linux's early drop: evict a flow near this one that is worth less, then retry.
-        if let Some(evicted) = A::conntrack_mut(st).early_drop(&key, now) {
-            flow_ended(st, &evicted);
-            st.counters.conntrack_evicted += 1;
-            inserted = A::conntrack_mut(st).insert_hashed(&flow, hash, None, ReplyHint::default());
-        }
+        inserted = insert_after_early_drop(now, st, &flow, hash);
     }
     match inserted {
         Ok(id) => {
@@ -757,6 +752,27 @@ fn new_flow<A: Proxied>(
             InsertError::Exists | InsertError::NotFullNat => DropReason::SnatExhausted,
         })),
     }
+}
+
+/// The insert of `flow` (original tuple's conntrack hash `hash`) into a full table, after
+/// Linux's early drop: a flow near this one that is worth less evicted
+/// ([`crate::conntrack::Conntrack::early_drop`], counted `conntrack_evicted`), then the
+/// insert retried; [`InsertError::Full`] when nothing may be evicted. Cold and out of line:
+/// kept out of the new flow's registers.
+#[cold]
+#[inline(never)]
+fn insert_after_early_drop<A: Family>(
+    now: u64,
+    st: &mut WorkerState,
+    flow: &Flow<A>,
+    hash: u64,
+) -> Result<FlowId, InsertError> {
+    let Some(evicted) = A::conntrack_mut(st).early_drop(&flow.original, now) else {
+        return Err(InsertError::Full);
+    };
+    flow_ended(st, &evicted);
+    st.counters.conntrack_evicted += 1;
+    A::conntrack_mut(st).insert_hashed(flow, hash, None, ReplyHint::default())
 }
 
 /// The SNAT address and port of a new flow of `protocol` to `endpoint` leaving by interface
