@@ -1192,6 +1192,19 @@ impl<A: Address> Conntrack<A> {
     #[inline]
     pub fn lookup_or_vacancy(&self, key: &FlowKey<A>) -> Result<(FlowId, Direction), (u64, Vacancy)> {
         let hash = self.hash(key);
+        // The run by fingerprint alone first: no slot of it matching proves the key absent,
+        // and the run ends where the full walk would end (the common case of a free SNAT
+        // candidate, without the records' confirmation set up).
+        match self.index.candidate(hash) {
+            Probe::Vacant(slot) => Err((hash, Vacancy { slot: slot as u32, removals: self.removals })),
+            Probe::Found(_) => self.lookup_or_vacancy_confirmed(key, hash),
+        }
+    }
+
+    /// [`Conntrack::lookup_or_vacancy`] of a key whose probe run holds a fingerprint match:
+    /// the run walked again with each match confirmed against its record. Out of line.
+    #[inline(never)]
+    fn lookup_or_vacancy_confirmed(&self, key: &FlowKey<A>, hash: u64) -> Result<(FlowId, Direction), (u64, Vacancy)> {
         let (records, snat) = (&*self.records, &*self.snat);
         match self.index.find(hash, |tag| tag_matches(records, snat, tag, key)) {
             Probe::Found(tag) => Ok(untag(tag)),
@@ -1523,7 +1536,7 @@ impl<A: Address> Conntrack<A> {
         debug_assert_eq!(original_hash, self.hash(&flow.original), "a hash of another tuple");
         let snat = match reply.snat.map(usize::from).filter(|&i| self.snat.get(i) == Some(&flow.reply.dst_addr)) {
             Some(i) => i,
-            None => self.snat.iter().position(|a| *a == flow.reply.dst_addr).ok_or(InsertError::NotFullNat)?,
+            None => self.snat_position(flow.reply.dst_addr).ok_or(InsertError::NotFullNat)?,
         };
         if flow.reply.protocol != flow.original.protocol || flow.original.protocol == Record::<A>::FREE {
             return Err(InsertError::NotFullNat);
@@ -1536,31 +1549,16 @@ impl<A: Address> Conntrack<A> {
             None => (self.hash(&flow.reply), None),
         };
         debug_assert_eq!(reply_hash, self.hash(&flow.reply), "a hash of another tuple");
-        let (records, snat_addrs) = (&*self.records, &*self.snat);
         let original_pos = match vacancy.filter(|&v| self.holds(v)) {
             Some(v) => v.slot as usize,
-            None => match self.index.find(original_hash, |t| tag_matches(records, snat_addrs, t, &flow.original)) {
-                Probe::Vacant(pos) => pos,
-                Probe::Found(_) => return Err(InsertError::Exists),
-            },
+            None => self.vacant(original_hash, &flow.original).ok_or(InsertError::Exists)?,
         };
-        debug_assert_eq!(
-            self.index.find(original_hash, |t| tag_matches(records, snat_addrs, t, &flow.original)),
-            Probe::Vacant(original_pos),
-            "a vacancy of another tuple"
-        );
+        debug_assert_eq!(self.vacant(original_hash, &flow.original), Some(original_pos), "a vacancy of another tuple");
         let reply_pos = match reply_vacancy.filter(|&v| self.holds(v)) {
             Some(v) => v.slot as usize,
-            None => match self.index.find(reply_hash, |t| tag_matches(records, snat_addrs, t, &flow.reply)) {
-                Probe::Vacant(pos) => pos,
-                Probe::Found(_) => return Err(InsertError::Exists),
-            },
+            None => self.vacant(reply_hash, &flow.reply).ok_or(InsertError::Exists)?,
         };
-        debug_assert_eq!(
-            self.index.find(reply_hash, |t| tag_matches(records, snat_addrs, t, &flow.reply)),
-            Probe::Vacant(reply_pos),
-            "a vacancy of another tuple"
-        );
+        debug_assert_eq!(self.vacant(reply_hash, &flow.reply), Some(reply_pos), "a vacancy of another tuple");
         let id = self.allocate().ok_or(InsertError::Full)?;
         // `snat < MAX_SNAT_ADDRESSES`, checked in `new`.
         self.records[id as usize] = Record::pack(flow, snat as u8);
@@ -1571,6 +1569,26 @@ impl<A: Address> Conntrack<A> {
         // which is still in the reply tuple's probe run.
         self.index.place(reply_pos, reply_hash, tag(id, Direction::Reply));
         Ok(id)
+    }
+
+    /// Where `key` (of hash `hash`) would be indexed, the empty slot that ends its probe run;
+    /// `None` when it is indexed already. For [`Conntrack::insert_hashed`] without a
+    /// [`Vacancy`] that holds: out of line, so that the insert with one keeps no registers
+    /// for the walk. Expected O(1).
+    #[inline(never)]
+    fn vacant(&self, hash: u64, key: &FlowKey<A>) -> Option<usize> {
+        let (records, snat) = (&*self.records, &*self.snat);
+        match self.index.find(hash, |t| tag_matches(records, snat, t, key)) {
+            Probe::Vacant(pos) => Some(pos),
+            Probe::Found(_) => None,
+        }
+    }
+
+    /// The position of SNAT address `address` in this table's list, searched for (the
+    /// insert without a position hint that holds). Out of line, as [`Conntrack::vacant`].
+    #[inline(never)]
+    fn snat_position(&self, address: A) -> Option<usize> {
+        self.snat.iter().position(|a| *a == address)
     }
 
     /// Takes a free record: the most recently freed one (warm in cache), else one never used.

@@ -604,6 +604,104 @@ fn reply_vacancies_index_as_the_plain_insert() {
     check_invariants(&hinted, index::DISP_CAP);
 }
 
+/// Both tuples' vacancies and the SNAT address's position handed to
+/// [`Conntrack::insert_hashed`] (a new flow's common case, placed without a search) index
+/// the flow as [`Conntrack::insert`] would, and so does every hint gone stale or wrong,
+/// which sends the insert to its searches: a vacancy stale by a removal, or by the insertion
+/// that filled it (the original's, then the reply's), a wrong SNAT position, a flow whose
+/// tuples are equal, a full table. Two tables, one fed the hints and one none, hold the
+/// same flows at the same ids with the same index.
+#[test]
+fn hinted_inserts_with_both_vacancies_index_as_the_plain_insert() {
+    let (mut hinted, mut plain) = (table(512, 16), table(512, 16));
+    let absent = |ct: &Conntrack, key: &FlowKey| match ct.lookup_or_vacancy(key) {
+        Err(found) => found,
+        Ok(found) => panic!("{key:?} is tracked: {found:?}"),
+    };
+    let position = |a: Ipv4Addr| similar_snat().iter().position(|b| *b == a).map(|i| i as u8);
+    for i in 0..300u32 {
+        let flow = similar_flow(i, 1);
+        let (hash, original) = absent(&hinted, &flow.original);
+        let reply = absent(&hinted, &flow.reply);
+        let right = position(flow.reply.dst_addr).unwrap();
+        let snat = Some(if i % 5 == 4 { right.wrapping_add(1) } else { right });
+        if i % 7 == 3 {
+            // Stale by a removal between the lookups and the insert.
+            let gone = hinted.lookup(&similar_flow(i - 2, 1).original).unwrap().0;
+            let _ = (hinted.remove(gone), plain.remove(gone));
+        }
+        let expected = plain.insert(flow);
+        let id = hinted.insert_hashed(&flow, hash, Some(original), ReplyHint { slot: Some(reply), snat });
+        assert_eq!(id, expected, "{i}");
+        assert_eq!(hinted.lookup(&flow.reply), Some((id.unwrap(), Direction::Reply)));
+        // Stale by the insertion that filled their slots: the tuple is found, not placed
+        // twice (the same original with another reply, then another original with the same
+        // reply).
+        let same_original = Flow { reply: similar_flow(i + 100_000, 1).reply, ..flow };
+        let fresh = absent(&hinted, &same_original.reply);
+        let hint = ReplyHint { slot: Some(fresh), snat: position(same_original.reply.dst_addr) };
+        assert_eq!(hinted.insert_hashed(&same_original, hash, Some(original), hint), Err(InsertError::Exists));
+        assert_eq!(plain.insert(same_original), Err(InsertError::Exists));
+        let same_reply = Flow { original: similar_flow(i + 100_000, 1).original, ..flow };
+        let (other, vacancy) = absent(&hinted, &same_reply.original);
+        let hint = ReplyHint { slot: Some(reply), snat };
+        assert_eq!(hinted.insert_hashed(&same_reply, other, Some(vacancy), hint), Err(InsertError::Exists));
+        assert_eq!(plain.insert(same_reply), Err(InsertError::Exists));
+    }
+    // A flow whose two tuples are equal, every hint holding: refused as by the plain insert.
+    let mut same = similar_flow(500, 1);
+    same.original.dst_addr = similar_snat()[0];
+    same.reply = same.original;
+    let (hash, original) = absent(&hinted, &same.original);
+    let hint = ReplyHint { slot: Some((hash, original)), snat: Some(0) };
+    assert_eq!(hinted.insert_hashed(&same, hash, Some(original), hint), Err(InsertError::Exists));
+    assert_eq!(plain.insert(same), Err(InsertError::Exists));
+    // Up to a full table, then refused with every hint holding.
+    for i in 1000.. {
+        let flow = similar_flow(i, 1);
+        let (hash, original) = absent(&hinted, &flow.original);
+        let hint = ReplyHint { slot: Some(absent(&hinted, &flow.reply)), snat: position(flow.reply.dst_addr) };
+        let expected = plain.insert(flow);
+        assert_eq!(hinted.insert_hashed(&flow, hash, Some(original), hint), expected, "{i}");
+        if expected.is_err() {
+            assert_eq!(expected, Err(InsertError::Full));
+            break;
+        }
+    }
+    assert_eq!(hinted.index.raw(), plain.index.raw());
+    assert_eq!(hinted.iter().collect::<Vec<_>>(), plain.iter().collect::<Vec<_>>());
+    check_invariants(&hinted, index::DISP_CAP);
+}
+
+/// [`Conntrack::lookup_or_vacancy`] (the run read by fingerprint first, the records read
+/// only on a match) answers as the lookup and the prefetch's vacancy do: a tracked tuple's
+/// flow and direction, an absent one's hash and the vacancy where its run ends, in a table
+/// whose runs changed by insertions and removals.
+#[test]
+fn lookup_or_vacancy_is_the_lookup_and_the_run_end() {
+    let mut ct = table(512, 16);
+    for i in 0..400u32 {
+        let _ = ct.insert(similar_flow(i, 1)).unwrap();
+        if i % 3 == 0 {
+            let _ = ct.remove(ct.lookup(&similar_flow(i / 2, 1).original).unwrap().0);
+        }
+    }
+    for i in 0..800u32 {
+        let flow = similar_flow(i, 1);
+        for key in [flow.original, flow.reply] {
+            let hash = ct.hash_key(&key);
+            match (ct.lookup_or_vacancy(&key), ct.lookup(&key)) {
+                (Ok(found), Some(expected)) => assert_eq!(found, expected, "{i}"),
+                (Err((h, v)), None) => {
+                    assert_eq!(h, hash, "{i}");
+                    assert_eq!(ct.prefetch_record(hash), Candidate::Absent(v), "{i}");
+                }
+                (found, expected) => panic!("{i}: {found:?}, the lookup says {expected:?}"),
+            }
+        }
+    }
+}
+
 /// A vacancy found ahead is used only while it still holds: after an insertion into its
 /// run or any removal, the lookup and the insert walk the run again, with the same results
 /// as without it.

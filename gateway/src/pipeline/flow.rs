@@ -151,21 +151,10 @@ pub(super) fn handle<A: Proxied>(
     if let Some((id, Direction::Original)) = hit {
         let epoch = st.table_epoch(table);
         if A::conntrack(st).state(id).table_epoch != epoch {
-            if let Some(frontend) = backend::still_serves(table, &A::conntrack(st).get(id)) {
-                let state = A::conntrack_mut(st).state_mut(id);
-                state.table_epoch = epoch;
-                state.frontend = frontend;
-            } else {
-                // The endpoint left its Service (DESIGN.md "Failure semantics"): a TCP
-                // client gets a RST so it fails fast instead of hanging; anything else — a
-                // UDP packet, or a SYN opening a new connection on the old tuple — is
-                // steered anew by this very packet.
-                remove_flow::<A>(st, id);
-                st.counters.endpoint_gone += 1;
-                if seg.proto == IpProtocol::Tcp && TcpSegment::of(seg.tcp.flags) != TcpSegment::Syn {
-                    return reject(frame, rx, st);
-                }
-                hit = None;
+            match revalidate(frame, rx, table, st, id, epoch, seg) {
+                Ok(true) => {}
+                Ok(false) => hit = None,
+                Err(v) => return v,
             }
         }
     }
@@ -245,14 +234,11 @@ pub(super) fn handle<A: Proxied>(
     if tracked == Tracked::Reopen {
         // A new connection on the tuple of a closed one: forget the old flow, choose the
         // endpoint anew.
-        remove_flow::<A>(st, id);
-        id = match new_flow(now, frame, rx, table, st, key, (hash, None), seg, ahead) {
-            Ok((id, _)) => id,
+        (id, tracked) = match reopen(now, frame, rx, table, st, (id, key, hash), seg, ahead) {
+            Ok(reopened) => reopened,
             Err(v) => return v,
         };
-        st.synproxy.forget(&key);
         proxied = false;
-        tracked = track(now, st, id, Direction::Original, seg);
     }
     match tracked {
         Tracked::Invalid => return Verdict::Drop(DropReason::TcpInvalid),
@@ -296,6 +282,63 @@ pub(super) fn handle<A: Proxied>(
         remove_flow::<A>(st, id);
     }
     verdict
+}
+
+/// Flow `id` (whose original tuple `seg`'s packet is), validated against an older table
+/// than `table` (the worker's epoch `epoch`): `Ok(true)` when its endpoint still serves its
+/// front door (the flow now validated against `table`, [`backend::still_serves`]); else the
+/// flow is removed (DESIGN.md "Failure semantics") and a TCP segment other than a SYN
+/// is answered with a RST (`Err`, the verdict: the client fails fast instead of hanging),
+/// anything else — a UDP packet, or a SYN opening a new connection on the old tuple — is
+/// steered anew by this very packet (`Ok(false)`). Cold and out of line: once per flow and
+/// table change, kept out of `handle`'s registers.
+#[cold]
+#[inline(never)]
+fn revalidate<A: Family>(
+    frame: &mut [u8],
+    rx: &Rx,
+    table: &Table,
+    st: &mut WorkerState,
+    id: FlowId,
+    epoch: u16,
+    seg: &Segment<A>,
+) -> Result<bool, Verdict> {
+    if let Some(frontend) = backend::still_serves(table, &A::conntrack(st).get(id)) {
+        let state = A::conntrack_mut(st).state_mut(id);
+        state.table_epoch = epoch;
+        state.frontend = frontend;
+        return Ok(true);
+    }
+    remove_flow::<A>(st, id);
+    st.counters.endpoint_gone += 1;
+    if seg.proto == IpProtocol::Tcp && TcpSegment::of(seg.tcp.flags) != TcpSegment::Syn {
+        return Err(reject(frame, rx, st));
+    }
+    Ok(false)
+}
+
+/// A new connection on the tuple of closed flow `id` (original tuple `key`, of conntrack
+/// hash `hash`): the old flow forgotten, the new one created as on a miss ([`new_flow`],
+/// the endpoint chosen anew) and tracked from `seg`. Returns the new flow and how `seg`
+/// tracked, or the verdict of a refused flow. Cold and out of line: its copy of `new_flow`
+/// is kept out of `handle`'s registers.
+#[allow(clippy::too_many_arguments)]
+#[cold]
+#[inline(never)]
+fn reopen<A: Proxied>(
+    now: u64,
+    frame: &mut [u8],
+    rx: &Rx,
+    table: &Table,
+    st: &mut WorkerState,
+    (id, key, hash): (FlowId, FlowKey<A>, u64),
+    seg: &Segment<A>,
+    ahead: Option<NewFlowHint>,
+) -> Result<(FlowId, Tracked), Verdict> {
+    remove_flow::<A>(st, id);
+    let (id, _) = new_flow(now, frame, rx, table, st, key, (hash, None), seg, ahead)?;
+    st.synproxy.forget(&key);
+    Ok((id, track(now, st, id, Direction::Original, seg)))
 }
 
 /// SYN, FIN and RST: the TCP flags whose segments open, close or reopen a flow.
@@ -665,18 +708,14 @@ fn new_flow<A: Proxied>(
     let Some((out, hop)) = route(st, backend_ip) else {
         return Err(Verdict::Drop(DropReason::NoRoute));
     };
-    if st.host.snat_addresses_on::<A>(out).is_empty() {
-        return Err(Verdict::Drop(DropReason::UnsupportedFamily));
-    }
     let endpoint = SocketAddr::new(backend_ip.into(), backend_port);
+    // A link without SNAT addresses of the family finds no port and changes nothing
+    // (`snat_port`): asked here, after the search, not before it on every new flow.
     let Some(((snat_ip, snat_port), reply_hint)) =
         snat_port::<A>(now, st, key.protocol, (backend_ip, backend_port), out)
     else {
-        return Err(Verdict::Drop(if st.snat.is_steered() && endpoint.is_ipv6() {
-            DropReason::UnsupportedFamily
-        } else {
-            DropReason::SnatExhausted
-        }));
+        let unsupported = st.host.snat_addresses_on::<A>(out).is_empty() || st.snat.is_steered() && endpoint.is_ipv6();
+        return Err(Verdict::Drop(if unsupported { DropReason::UnsupportedFamily } else { DropReason::SnatExhausted }));
     };
     learn_on_link_client(now, frame, rx, key.src_addr, client_on_link, st);
     let epoch = st.table_epoch(table);
@@ -693,12 +732,7 @@ fn new_flow<A: Proxied>(
     };
     let mut inserted = A::conntrack_mut(st).insert_hashed(&flow, hash, vacancy, reply_hint);
     if inserted == Err(InsertError::Full) {
-        // Linux's early drop: evict a flow near this one that is worth less, then retry.
-        if let Some(evicted) = A::conntrack_mut(st).early_drop(&key, now) {
-            flow_ended(st, &evicted);
-            st.counters.conntrack_evicted += 1;
-            inserted = A::conntrack_mut(st).insert_hashed(&flow, hash, None, ReplyHint::default());
-        }
+        inserted = insert_after_early_drop(now, st, &flow, hash);
     }
     match inserted {
         Ok(id) => {
@@ -720,6 +754,27 @@ fn new_flow<A: Proxied>(
     }
 }
 
+/// The insert of `flow` (original tuple's conntrack hash `hash`) into a full table, after
+/// Linux's early drop: a flow near this one that is worth less evicted
+/// ([`crate::conntrack::Conntrack::early_drop`], counted `conntrack_evicted`), then the
+/// insert retried; [`InsertError::Full`] when nothing may be evicted. Cold and out of line:
+/// kept out of the new flow's registers.
+#[cold]
+#[inline(never)]
+fn insert_after_early_drop<A: Family>(
+    now: u64,
+    st: &mut WorkerState,
+    flow: &Flow<A>,
+    hash: u64,
+) -> Result<FlowId, InsertError> {
+    let Some(evicted) = A::conntrack_mut(st).early_drop(&flow.original, now) else {
+        return Err(InsertError::Full);
+    };
+    flow_ended(st, &evicted);
+    st.counters.conntrack_evicted += 1;
+    A::conntrack_mut(st).insert_hashed(flow, hash, None, ReplyHint::default())
+}
+
 /// The SNAT address and port of a new flow of `protocol` to `endpoint` leaving by interface
 /// `out`: one of the link's SNAT addresses and a port this worker owns such that the reply
 /// tuple `endpoint → address:port` is not in the worker's conntrack, as Linux's
@@ -731,7 +786,8 @@ fn new_flow<A: Proxied>(
 /// ([`crate::conntrack::Conntrack::eviction_order`]); counted `conntrack_evicted`. A flood
 /// of unanswered flows therefore cannot hold an endpoint's ports while a legitimate client
 /// waits; answered (assured) flows are never evicted, and flows to other endpoints are not
-/// touched. `None` when nothing may be evicted: the flow is refused (`snat_exhausted`).
+/// touched. `None` when nothing may be evicted: the flow is refused (`snat_exhausted`); `None`,
+/// with nothing examined or changed, when `out` has no SNAT address of the family.
 ///
 /// The evicted flow's port is reused at once, for the same endpoint. If that endpoint still
 /// holds the evicted flow's half-open connection (a request socket, not a SYN cookie), a
@@ -757,6 +813,38 @@ fn snat_port<A: Family>(
 ) -> Option<((A, u16), ReplyHint)> {
     let (conntrack, snat, host) = A::conntrack_and_snat(st);
     let addresses = host.snat_addresses_on::<A>(out);
+    // The search's first candidate, nearly always free, tried without the search
+    // (`SnatPorts::first_candidate`): the same choice; anything else searches from it
+    // (`snat_search`, out of line: this function stays small enough for the candidate's
+    // lookup to be inlined, without the search's closure and captures).
+    if let Some((i, port)) = snat.first_candidate(addresses.len()) {
+        if let Some(&address) = addresses.get(i) {
+            let reply =
+                FlowKey { protocol, src_addr: endpoint_ip, src_port: endpoint_port, dst_addr: address, dst_port: port };
+            if let Err(v) = conntrack.lookup_or_vacancy(&reply) {
+                snat.take_first();
+                let positions = host.snat_positions_on::<A>(out);
+                return Some(((address, port), ReplyHint { slot: Some(v), snat: positions.get(i).copied() }));
+            }
+        }
+    }
+    snat_search(now, st, protocol, (endpoint_ip, endpoint_port), out)
+}
+
+/// [`snat_port`] when its first candidate is not free (or there is none: the steered rule):
+/// the search ([`crate::snat::SnatPorts::alloc_indexed`], which examines that candidate
+/// again), then the eviction of the candidate worth least. Same results and hints as
+/// [`snat_port`] describes.
+#[inline(never)]
+fn snat_search<A: Family>(
+    now: u64,
+    st: &mut WorkerState,
+    protocol: u8,
+    (endpoint_ip, endpoint_port): (A, u16),
+    out: u8,
+) -> Option<((A, u16), ReplyHint)> {
+    let (conntrack, snat, host) = A::conntrack_and_snat(st);
+    let addresses = host.snat_addresses_on::<A>(out);
     let positions = host.snat_positions_on::<A>(out);
     let reply = |(snat_ip, snat_port): (A, u16)| FlowKey {
         protocol,
@@ -765,16 +853,6 @@ fn snat_port<A: Family>(
         dst_addr: snat_ip,
         dst_port: snat_port,
     };
-    // The search's first candidate, nearly always free, tried without the search
-    // (`SnatPorts::first_candidate`): the same choice; anything else searches from it.
-    if let Some((i, port)) = snat.first_candidate(addresses.len()) {
-        if let Some(&address) = addresses.get(i) {
-            if let Err(v) = conntrack.lookup_or_vacancy(&reply((address, port))) {
-                snat.take_first();
-                return Some(((address, port), ReplyHint { slot: Some(v), snat: positions.get(i).copied() }));
-            }
-        }
-    }
     let endpoint = SocketAddr::new(endpoint_ip.into(), endpoint_port);
     // The candidate that gives way if none is free: (eviction order, flow).
     let mut victim: Option<((u8, u32), FlowId)> = None;

@@ -285,7 +285,10 @@ pub(super) fn segment_plain(frame: &[u8], rx: &Rx, l3_checked: bool) -> Option<S
 /// The [`Segment`] of the IPv4 packet after the link-layer header of `frame`, read with
 /// checked views, or what becomes of a packet that is not one: a drop (malformed, bad
 /// header checksum, source-routed, …), an ICMP packet handled ([`icmp::handle`]), a later
-/// fragment sent along its first ([`fragment::follow`]).
+/// fragment sent along its first ([`fragment::follow`]). Cold and out of line: what
+/// [`segment_plain`] does not take, kept out of [`handle`]'s registers.
+#[cold]
+#[inline(never)]
 pub(super) fn segment(
     now: u64,
     frame: &mut [u8],

@@ -151,7 +151,10 @@ pub(super) fn handle(now: u64, frame: &mut [u8], rx: &Rx, table: &Table, st: &mu
 }
 
 /// ICMPv6 to the gateway: Neighbor Discovery, echo requests, and errors about flows
-/// ([`super::icmp_error`]); anything else is a counted drop.
+/// ([`super::icmp_error`]); anything else is a counted drop. Cold and out of line: kept
+/// out of [`handle`]'s registers, which the TCP and UDP path needs.
+#[cold]
+#[inline(never)]
 fn handle_icmpv6(
     now: u64,
     frame: &mut [u8],
