@@ -36,7 +36,13 @@ pub struct Rewrite<A = Ipv4Addr> {
 /// the whole SCTP packet (never a first fragment). The caller checked TTL > 1.
 ///
 /// [RFC 9260]: https://www.rfc-editor.org/rfc/rfc9260#section-6.8
-#[inline]
+///
+/// Cold and out of line: the pipeline rewrites a plain TCP or UDP packet with
+/// [`rewrite_ipv4_plain`] and calls this for the rest (options, a partial checksum, SCTP, a
+/// first fragment's short header); inlined, it cost a new flow's SYN 10 instructions of
+/// registers and layout, out of line but not cold 4.
+#[cold]
+#[inline(never)]
 pub fn rewrite_ipv4(ip_buf: &mut [u8], rw: &Rewrite, l4_partial: bool) {
     let (proto, addrs) = rewrite_ipv4_addrs(ip_buf, rw.src_addr, rw.dst_addr);
     let mut ip = Ipv4Packet::new_unchecked(&mut *ip_buf);
@@ -144,7 +150,11 @@ pub fn rewrite_ipv6_header(ip_buf: &mut [u8], src: Ipv6Addr, dst: Ipv6Addr) {
 /// [`rewrite_ipv4`]. The caller checked Hop Limit > 1.
 ///
 /// [RFC 8200]: https://www.rfc-editor.org/rfc/rfc8200#section-3
-#[inline]
+///
+/// Cold and out of line, as [`rewrite_ipv4`]: the pipeline's plain TCP or UDP packet takes
+/// [`rewrite_ipv6_plain`].
+#[cold]
+#[inline(never)]
 pub fn rewrite_ipv6(
     ip_buf: &mut [u8],
     l4_offset: usize,

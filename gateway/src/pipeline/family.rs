@@ -137,7 +137,7 @@ impl Family for Ipv4Addr {
         if l4_offset == 20 && !l4_partial && (tcp || protocol == IpProtocol::Udp) && ip.len() >= whole {
             nat::rewrite_ipv4_plain(ip, tcp, rw);
         } else {
-            rewrite_ipv4_general(ip, rw, l4_partial);
+            nat::rewrite_ipv4(ip, rw, l4_partial);
         }
     }
 
@@ -150,24 +150,6 @@ impl Family for Ipv4Addr {
     fn rewrite_header(ip: &mut [u8], src: Self, dst: Self) {
         nat::rewrite_ipv4_header(ip, src, dst);
     }
-}
-
-/// [`nat::rewrite_ipv4`], out of line and cold: the rewrite of anything but a plain TCP or
-/// UDP packet (options, a partial checksum, SCTP, a first fragment's short header), kept
-/// out of its caller's registers and layout (inlined, it cost a new flow's SYN 10
-/// instructions; out of line but not cold, 4).
-#[cold]
-#[inline(never)]
-fn rewrite_ipv4_general(ip: &mut [u8], rw: &Rewrite<Ipv4Addr>, l4_partial: bool) {
-    nat::rewrite_ipv4(ip, rw, l4_partial);
-}
-
-/// [`nat::rewrite_ipv6`], out of line and cold, as [`rewrite_ipv4_general`]: the rewrite of
-/// anything but a plain TCP or UDP packet (extension headers, a partial checksum, SCTP).
-#[cold]
-#[inline(never)]
-fn rewrite_ipv6_general(ip: &mut [u8], l4_offset: usize, protocol: IpProtocol, rw: &Rewrite<Ipv6Addr>, partial: bool) {
-    nat::rewrite_ipv6(ip, l4_offset, protocol, rw, partial);
 }
 
 impl Family for Ipv6Addr {
@@ -235,7 +217,7 @@ impl Family for Ipv6Addr {
         if l4_offset == 40 && !l4_partial && (tcp || protocol == IpProtocol::Udp) && ip.len() >= whole {
             nat::rewrite_ipv6_plain(ip, tcp, rw);
         } else {
-            rewrite_ipv6_general(ip, l4_offset, protocol, rw, l4_partial);
+            nat::rewrite_ipv6(ip, l4_offset, protocol, rw, l4_partial);
         }
     }
 
