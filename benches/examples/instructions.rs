@@ -11,9 +11,12 @@
 //! Arguments: the stream (`est`: client → VIP segments of established flows, `reply`:
 //! endpoint → SNAT address segments, `syn`: SYNs opening new flows; `est6`, `reply6`,
 //! `syn6`: the same over IPv6), the active flows
-//! (default 1000) and the gateway's endpoint scheduler (default `maglev`; `rr`, `lc`, …:
-//! [`torii_gateway::scheduler::Scheduler`]). It builds the benchmark gateway and fixture of `torii_benches` of the stream's family
-//! (10 000 front doors), then runs bursts of [`VECTOR`] frames through `timed`, the only
+//! (default 1000), the gateway's endpoint scheduler (default `maglev`; `rr`, `lc`, …:
+//! [`torii_gateway::scheduler::Scheduler`]) and the frames per burst (default [`VECTOR`], 256;
+//! a loaded worker's vectors are full, one below its capacity takes a few frames a poll,
+//! so a small burst shows the per-call cost a full one spreads). It builds the benchmark
+//! gateway and fixture of `torii_benches` of the stream's family
+//! (10 000 front doors), then runs its bursts through `timed`, the only
 //! function callgrind counts with the command above: divide the "I refs" it prints by the
 //! packets this prints. SYN runs stop before the conntrack would fill (no early drop).
 //! Copying each burst's frames into its buffers (`load`, the device's DMA in a real
@@ -31,22 +34,23 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let kind = args.get(1).map_or("est", String::as_str);
     let flows: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1000);
-    let scheduler = match args.get(3) {
-        None => Scheduler::Maglev,
-        Some(name) => *Scheduler::ALL
-            .iter()
-            .find(|s| s.name() == name.as_str())
-            .unwrap_or_else(|| panic!("unknown scheduler {name:?}")),
+    let scheduler = match args.get(3).map(String::as_str) {
+        None | Some("-") => Scheduler::Maglev,
+        Some(name) => {
+            *Scheduler::ALL.iter().find(|s| s.name() == name).unwrap_or_else(|| panic!("unknown scheduler {name:?}"))
+        }
     };
+    let burst: usize =
+        args.get(4).and_then(|s| s.parse().ok()).filter(|&b| (1..=VECTOR).contains(&b)).unwrap_or(VECTOR);
     match kind.strip_suffix('6') {
-        Some(v6) => run::<Ipv6Addr>(v6, kind, flows, scheduler),
-        None => run::<Ipv4Addr>(kind, kind, flows, scheduler),
+        Some(v6) => run::<Ipv6Addr>(v6, kind, flows, scheduler, burst),
+        None => run::<Ipv4Addr>(kind, kind, flows, scheduler, burst),
     }
 }
 
 /// Runs stream `stream` (`est`, `reply` or `syn`; named `kind` in the output) of family `A`
-/// over `flows` active flows under `scheduler`.
-fn run<A: Family>(stream: &str, kind: &str, flows: usize, scheduler: Scheduler) {
+/// over `flows` active flows under `scheduler`, in bursts of `size` frames.
+fn run<A: Family>(stream: &str, kind: &str, flows: usize, scheduler: Scheduler, size: usize) {
     let mut gateway = Gateway::<A>::new();
     let mut host = (*gateway.host).clone();
     host.scheduler = scheduler;
@@ -57,14 +61,14 @@ fn run<A: Family>(stream: &str, kind: &str, flows: usize, scheduler: Scheduler) 
         // The fixture's conntrack has room for a quarter more flows and 4096; one fresh
         // tuple per packet (a shorter stream would wrap and send SYNs of flows it opened).
         "syn" => {
-            let bursts = (flows / 4 + 4096) / VECTOR;
-            (fx.stream(Kind::Syn, bursts * VECTOR, 0), bursts)
+            let bursts = (flows / 4 + 4096) / size;
+            (fx.stream(Kind::Syn, bursts * size, 0), bursts)
         }
-        "reply" => (fx.stream(Kind::Reply, 1 << 16, 2), 40),
-        "est" => (fx.stream(Kind::Original, 1 << 16, 1), 40),
+        "reply" => (fx.stream(Kind::Reply, 1 << 16, 2), 40 * VECTOR / size),
+        "est" => (fx.stream(Kind::Original, 1 << 16, 1), 40 * VECTOR / size),
         other => panic!("unknown stream {other:?}: est, reply or syn (IPv6: est6, reply6, syn6)"),
     };
-    let mut burst = Burst::new(VECTOR);
+    let mut burst = Burst::new(size);
     for _ in 0..bursts {
         load(&mut stream, &mut burst);
         timed(&mut fx, &mut burst);
@@ -72,7 +76,7 @@ fn run<A: Family>(stream: &str, kind: &str, flows: usize, scheduler: Scheduler) 
     for r in DropReason::ALL {
         assert_eq!(fx.state.counters.drops_of(r), 0, "dropped as {}", r.name());
     }
-    println!("{kind} ({scheduler}): {} packets in {bursts} bursts of {VECTOR}", bursts * VECTOR);
+    println!("{kind} ({scheduler}): {} packets in {bursts} bursts of {size}", bursts * size);
 }
 
 /// The next burst's frames copied into `burst`, as the device and its driver leave them:

@@ -1,14 +1,21 @@
 //! The NDR/PDR search, as pure bookkeeping: which offered rate to try next, given the
 //! trials so far. RFC 2544 § 26.1 defines throughput as the highest rate at which no
 //! frame is lost; FD.io CSIT calls it NDR and adds PDR, the highest rate at which at most
-//! a small fraction (0.5 %) is lost. One search finds both at once:
+//! a small fraction (0.5 %) is lost. One search finds both at once, PDR first (the figure
+//! a noisy host can reproduce; NDR takes the trials left):
 //!
 //! - the first trial offers the maximum rate: if nothing is lost there, the maximum (what
 //!   the generator managed to offer) is the answer for both;
 //! - otherwise the next trial offers the rate the device *carried* in the lowest failing
-//!   trial (CSIT's first guess: a device forwards about what it can), then each trial
-//!   halves the interval between the highest passing and the lowest failing rate, for NDR
-//!   first, then PDR;
+//!   trial (CSIT's first guess: a device forwards about what it can);
+//! - while a criterion has failed at every rate tried, each trial steps down from its
+//!   lowest failing rate by a relative width that starts at `precision` and doubles with
+//!   every failure (at most half the rate): the external search of CSIT's MLRsearch
+//!   (draft-ietf-bmwg-mlrsearch). A device that loses a little more than allowed just
+//!   below its capacity is then found just below it, where halving the whole interval
+//!   from zero would report half its capacity after one unlucky trial;
+//! - once a rate has passed, each trial halves the interval between the highest passing
+//!   and the lowest failing rate;
 //! - a search ends when both intervals are narrower than `precision` × their upper bound,
 //!   or after `max_trials`.
 //!
@@ -107,7 +114,7 @@ impl Search {
         if self.points.len() >= self.config.max_trials {
             return None;
         }
-        for allowed in [0.0, self.config.pdr_loss] {
+        for allowed in [self.config.pdr_loss, 0.0] {
             let b = self.bounds(allowed);
             let Some(upper) = b.upper_pps else { continue };
             if upper - b.lower_pps <= self.config.precision * upper {
@@ -116,16 +123,24 @@ impl Search {
             if upper <= self.config.min_pps {
                 continue; // nothing passes even at the lowest rate worth trying
             }
-            // First guess after the maximum: what the device carried in the lowest failing trial.
-            let guess = self
-                .points
-                .iter()
-                .filter(|p| p.offered_pps == upper)
-                .map(|p| p.forwarded_pps * (1.0 - allowed) * 0.99)
-                .next()
-                .filter(|&g| b.lower_pps == 0.0 && g > b.lower_pps && g < upper && self.points.len() == 1);
-            let rate = guess.unwrap_or((b.lower_pps + upper) / 2.0).max(self.config.min_pps);
-            return Some(rate);
+            let rate = if b.lower_pps > 0.0 {
+                (b.lower_pps + upper) / 2.0
+            } else if self.points.len() == 1 {
+                // First guess after the maximum: what the device carried there.
+                let carried = self.points[0].forwarded_pps * (1.0 - allowed) * 0.99;
+                if carried > 0.0 && carried < upper {
+                    carried
+                } else {
+                    upper / 2.0
+                }
+            } else {
+                // Nothing has passed yet: step down from the lowest failure, wider after
+                // each one (the first trial, at the maximum, not counted).
+                let failures = self.points[1..].iter().filter(|p| p.loss_ratio > allowed).count().max(1);
+                let width = (self.config.precision * f64::from(1u32 << (failures - 1).min(16))).min(0.5);
+                upper * (1.0 - width)
+            };
+            return Some(rate.max(self.config.min_pps));
         }
         None
     }
@@ -173,7 +188,56 @@ mod tests {
         assert!(ndr.lower_pps <= 3e6 && ndr.lower_pps >= 3e6 * 0.97, "{ndr:?}");
         assert!(pdr.lower_pps >= ndr.lower_pps && pdr.lower_pps <= 3e6 / 0.995, "{pdr:?}");
         assert!(s.points().len() < 15, "{} trials", s.points().len());
-        assert_eq!(s.points()[1].offered_pps, 3e6 * 0.99, "second trial at the received rate");
+        assert_eq!(s.points()[1].offered_pps, 3e6 * 0.995 * 0.99, "second trial at the received rate");
+    }
+
+    /// Loss rises from none at 90 % of `capacity` to 2 % at it (a device that falls
+    /// behind now and then near its limit), everything above `capacity` lost.
+    fn knee(rate: f64, capacity: f64) -> Point {
+        let received = rate.min(capacity) * (1.0 - 0.02 * ((rate.min(capacity) / capacity - 0.9) / 0.1).max(0.0));
+        Point { offered_pps: rate, received_pps: received, forwarded_pps: received, loss_ratio: 1.0 - received / rate }
+    }
+
+    #[test]
+    fn a_soft_knee_is_found_below_capacity_not_at_half_of_it() {
+        // PDR (0.5 % loss) is at 92.5 % of capacity; four trials, 5 % precision.
+        let mut c = config();
+        (c.max_trials, c.precision) = (4, 0.05);
+        let mut s = Search::new(c);
+        while let Some(rate) = s.next_rate() {
+            s.record(knee(rate, 3e6));
+        }
+        let rates: Vec<f64> = s.points().iter().map(|p| p.offered_pps).collect();
+        assert_eq!(rates.len(), 4);
+        assert!(rates[2] < rates[1] && rates[2] > rates[1] * 0.9, "one step of 5 % below the guess: {rates:?}");
+        let pdr = s.pdr().lower_pps;
+        assert!(pdr > 3e6 * 0.85 && pdr <= 3e6 * 0.925, "{pdr} ({rates:?})");
+    }
+
+    #[test]
+    fn steps_double_until_a_rate_passes() {
+        // Loses 1 % at every rate above 1 M/s: 10 M, the guess, then 5, 10, 20, 40 % below.
+        let mut s = Search::new(config());
+        let mut rates = Vec::new();
+        while let Some(rate) = s.next_rate() {
+            rates.push(rate);
+            let loss = if rate > 1e6 { 0.01 } else { 0.0 };
+            let received = rate.min(8e6) * (1.0 - loss);
+            s.record(Point {
+                offered_pps: rate,
+                received_pps: received,
+                forwarded_pps: received,
+                loss_ratio: 1.0 - received / rate,
+            });
+        }
+        let guess = 8e6 * 0.99 * 0.995 * 0.99; // carried at the maximum: 8 M less 1 %
+        for (i, width) in [0.02, 0.04, 0.08, 0.16].into_iter().enumerate() {
+            let expected = rates[i + 1] * (1.0 - width);
+            assert!((rates[i + 2] - expected).abs() < 1.0, "trial {}: {rates:?}", i + 2);
+        }
+        assert_eq!(rates[1], guess);
+        let pdr = s.pdr();
+        assert!(pdr.lower_pps <= 1e6 && pdr.lower_pps >= 0.98 * pdr.upper_pps.unwrap(), "{pdr:?} {rates:?}");
     }
 
     #[test]
