@@ -39,6 +39,7 @@ pub mod metrics;
 pub mod nat;
 pub mod neighbour;
 pub mod pipeline;
+pub mod poll_times;
 pub mod scheduler;
 pub mod snat;
 pub mod wire;

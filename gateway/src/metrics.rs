@@ -13,7 +13,10 @@
 //!
 //! - per worker (`worker="0"`): every [`Counters`](crate::counters::Counters) field as `<name>_total`, drops as
 //!   `drops_total{reason}` for every [`DropReason`] (zeros included), `flows` (gauge:
-//!   tracked flows), `worker_table_generation` (gauge: the table the worker uses);
+//!   tracked flows), `worker_table_generation` (gauge: the table the worker uses),
+//!   `worker_poll_seconds` (histogram: how long its poll passes that carried frames took,
+//!   buckets 1 µs × 4^k to 16.4 ms, [`crate::poll_times`]; `_sum` is its busy time, so
+//!   its rate is the fraction of the worker's CPU that went to frames);
 //! - per front door, summed over workers and labelled `service` (`namespace/name:port`),
 //!   `vip`, `protocol` (`TCP`/`UDP`/`SCTP`) and `port`: `frontend_packets_total` and
 //!   `frontend_bytes_total` (IPv4 bytes) with `direction` (`original`: client → endpoint,
@@ -54,6 +57,7 @@ use http_body_util::Full;
 use hyper::{Method, Request, Response, StatusCode};
 
 use crate::counters::{DropReason, FrontendCount};
+use crate::poll_times::BUCKETS_NS;
 use crate::table::{layout, Protocol, Table};
 use crate::worker::{ReportSlot, TableWatcher, WorkerReport};
 
@@ -203,6 +207,7 @@ pub fn render(s: &Snapshot) -> String {
         let g = r.table.as_ref().map_or(0, |t| t.generation());
         let _ = writeln!(out, "torii_gateway_worker_table_generation{{worker=\"{w}\"}} {g}");
     }
+    render_poll_times(&mut out, &s.workers);
     family(&mut out, "table_generation", "gauge", "Generation of the table the gateway holds.");
     let _ = writeln!(out, "torii_gateway_table_generation {}", s.table.generation());
     family(&mut out, "tables_rejected_total", "counter", "Published tables rejected as invalid.");
@@ -233,6 +238,24 @@ pub fn render(s: &Snapshot) -> String {
         let _ = writeln!(out, "torii_gateway_frontend_new_flows_total{{{labels}}} {}", c.new_flows);
     }
     out
+}
+
+/// The workers' poll-pass histograms ([`crate::poll_times`]), in seconds.
+fn render_poll_times(out: &mut String, workers: &[WorkerReport]) {
+    let name = "torii_gateway_worker_poll_seconds";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Duration of the worker's poll passes that carried frames (receive, process, transmit, housekeeping).\n# TYPE {name} histogram"
+    );
+    for (w, r) in workers.iter().enumerate() {
+        let t = &r.poll_times;
+        for le in BUCKETS_NS {
+            let _ = writeln!(out, "{name}_bucket{{worker=\"{w}\",le=\"{}\"}} {}", le as f64 / 1e9, t.at_most(le));
+        }
+        let _ = writeln!(out, "{name}_bucket{{worker=\"{w}\",le=\"+Inf\"}} {}", t.passes());
+        let _ = writeln!(out, "{name}_sum{{worker=\"{w}\"}} {}", t.busy_ns() as f64 / 1e9);
+        let _ = writeln!(out, "{name}_count{{worker=\"{w}\"}} {}", t.passes());
+    }
 }
 
 /// A per-port counter family: name, help, and how to read it.
@@ -494,6 +517,7 @@ mod tests {
 
     use super::*;
     use crate::counters::{Counters, FrontendCounters};
+    use crate::poll_times::PollTimes;
     use crate::table::shm::{Mappings, StateRegion};
     use crate::table::{build, BackendSpec, FrontendKind, FrontendSpec, ServiceSpec, Storage, TableSpec};
     use crate::worker::TableHandle;
@@ -553,7 +577,12 @@ mod tests {
             if w == 1 {
                 frontends.packet(1, true, 100);
             }
-            WorkerReport { counters, frontends, table: Some(Arc::clone(&t)), flows: 3, at_ns: 1_000 }
+            // Worker 0: passes of 0.5 µs, 3 µs and 2 ms.
+            let mut poll_times = PollTimes::new();
+            if w == 0 {
+                [500, 3_000, 2_000_000].into_iter().for_each(|ns| poll_times.record(ns));
+            }
+            WorkerReport { counters, frontends, table: Some(Arc::clone(&t)), flows: 3, poll_times, at_ns: 1_000 }
         };
         Snapshot {
             workers: vec![report(0), report(1)],
@@ -613,13 +642,27 @@ mod tests {
             format!("torii_gateway_port_rx_errors_total{{{port}}} 1"),
             format!("torii_gateway_port_tx_errors_total{{{port}}} 2"),
             format!("torii_gateway_port_queue_drops_total{{{port},queue=\"1\"}} 5"),
+            "# TYPE torii_gateway_worker_poll_seconds histogram".into(),
+            "torii_gateway_worker_poll_seconds_bucket{worker=\"0\",le=\"0.000001\"} 1".into(),
+            "torii_gateway_worker_poll_seconds_bucket{worker=\"0\",le=\"0.000004\"} 2".into(),
+            "torii_gateway_worker_poll_seconds_bucket{worker=\"0\",le=\"0.001024\"} 2".into(),
+            "torii_gateway_worker_poll_seconds_bucket{worker=\"0\",le=\"0.004096\"} 3".into(),
+            "torii_gateway_worker_poll_seconds_bucket{worker=\"0\",le=\"+Inf\"} 3".into(),
+            "torii_gateway_worker_poll_seconds_sum{worker=\"0\"} 0.0020035".into(),
+            "torii_gateway_worker_poll_seconds_count{worker=\"0\"} 3".into(),
+            "torii_gateway_worker_poll_seconds_count{worker=\"1\"} 0".into(),
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
         }
-        // Every sample line is `name{labels} value` or `name value`, every family declared once.
+        // Every sample line is `name{labels} value` or `name value` (an integer but for a
+        // histogram's sum of seconds), every family declared once.
         for l in text.lines().filter(|l| !l.starts_with('#')) {
-            let (_, value) = l.rsplit_once(' ').unwrap();
-            value.parse::<u64>().unwrap_or_else(|_| panic!("bad sample {l:?}"));
+            let (name, value) = l.rsplit_once(' ').unwrap();
+            if name.starts_with("torii_gateway_worker_poll_seconds_sum") {
+                value.parse::<f64>().unwrap_or_else(|_| panic!("bad sample {l:?}"));
+            } else {
+                value.parse::<u64>().unwrap_or_else(|_| panic!("bad sample {l:?}"));
+            }
         }
         let types = text.lines().filter(|l| l.starts_with("# TYPE")).count();
         let families: std::collections::BTreeSet<&str> =

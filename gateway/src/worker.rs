@@ -3,6 +3,7 @@
 //! come back full), run it through [`pipeline::process_burst`] (every frame's
 //! [`pipeline::process`], with the memory loads of many frames overlapped) and transmit
 //! it; then do bounded housekeeping (ARP requests, conntrack expiry, counter export).
+//! Every pass that carried frames is timed ([`crate::poll_times`]).
 //!
 //! The frames stay in the driver's buffers throughout (zero copy, DESIGN.md): the worker
 //! processes the vector in place ([`PacketIo::vector`]) and hands it back with its verdicts
@@ -29,6 +30,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::counters::{Counters, DropReason, FrontendCounters};
 use crate::pipeline::{self, Meta, Verdict, WorkerState};
+use crate::poll_times::PollTimes;
 use crate::table::shm::{Mappings, StateRegion};
 use crate::table::Table;
 
@@ -126,6 +128,8 @@ pub struct WorkerReport {
     pub table: Option<Arc<Table>>,
     /// Flows in its conntrack.
     pub flows: u64,
+    /// How long its poll passes that carried frames took.
+    pub poll_times: PollTimes,
     /// When it reported: ns since the gateway's clock origin.
     pub at_ns: u64,
 }
@@ -316,17 +320,24 @@ impl Worker {
         let mut scratch = [0u8; pipeline::POLL_TRANSMIT_LEN];
         let mut table = self.tables.load();
         let mut now = self.now();
-        self.adopt(&mut table, None, now);
+        let mut times = PollTimes::new();
+        self.adopt(&mut table, None, now, &times);
         let mut idle = 0u32;
         let mut last_export = now;
         let mut expiry = pipeline::ExpiryPace::new(now);
         let ifaces = io.interfaces();
+        // The last pass's start and whether it carried frames (`crate::poll_times`).
+        let (mut pass_start, mut busy) = (now, false);
         while !self.stop.load(Ordering::Relaxed) {
             now = self.now();
+            if busy {
+                times.record(now - pass_start);
+            }
+            pass_start = now;
             // Between vectors: the quiescent point where a new table may be adopted.
             if self.tables.generation() != table.generation() {
                 let new = self.tables.load();
-                self.adopt(&mut table, Some(new), now);
+                self.adopt(&mut table, Some(new), now, &times);
             }
             let mut received = 0;
             for iface in 0..ifaces {
@@ -368,9 +379,10 @@ impl Worker {
             if now - last_export > 1_000_000_000 {
                 last_export = now;
                 if let Ok(mut r) = self.export.try_lock() {
-                    self.report(&mut r, &table, now);
+                    self.report(&mut r, &table, now, &times);
                 }
             }
+            busy = received > 0;
             if received == 0 {
                 idle += 1;
                 if idle > IDLE_SPINS {
@@ -381,8 +393,19 @@ impl Worker {
             }
         }
         if let Ok(mut r) = self.export.lock() {
-            self.report(&mut r, &table, now);
+            self.report(&mut r, &table, now, &times);
         }
+        let us = |ns: u64| ns as f64 / 1e3;
+        tracing::info!(
+            worker = self.state.worker,
+            passes = times.passes(),
+            busy_s = times.busy_ns() as f64 / 1e9,
+            p50_us = us(times.quantile(0.5)),
+            p99_us = us(times.quantile(0.99)),
+            p99_9_us = us(times.quantile(0.999)),
+            max_us = us(times.max()),
+            "poll passes that carried frames"
+        );
         let mut counters = self.state.counters.clone();
         self.count_resyncs(&mut counters);
         counters
@@ -402,7 +425,7 @@ impl Worker {
 
     /// Copies the worker's counters into its report slot (no allocation once the slot's
     /// vectors have grown to the table's size).
-    fn report(&self, r: &mut WorkerReport, table: &Arc<Table>, now: u64) {
+    fn report(&self, r: &mut WorkerReport, table: &Arc<Table>, now: u64, times: &PollTimes) {
         r.counters.clone_from(&self.state.counters);
         self.count_resyncs(&mut r.counters);
         r.frontends.clone_from(&self.state.frontends);
@@ -410,13 +433,14 @@ impl Worker {
             r.table = Some(Arc::clone(table));
         }
         r.flows = self.state.conntrack.len() as u64;
+        r.poll_times.copy_from(times);
         r.at_ns = now;
     }
 
     /// Switches from `table` to `new` (`None`: the first table, already in `table`), then
     /// acknowledges: the old table is dropped and the report slot (which held it) refreshed
     /// first, so the acknowledgement is not held back by this worker (module docs).
-    fn adopt(&mut self, table: &mut Arc<Table>, new: Option<Arc<Table>>, now: u64) {
+    fn adopt(&mut self, table: &mut Arc<Table>, new: Option<Arc<Table>>, now: u64, times: &PollTimes) {
         match new {
             Some(new) => {
                 self.state.adopt_table(table, &new, now);
@@ -426,7 +450,7 @@ impl Worker {
         }
         // Blocking: the metrics thread holds the slot only to copy it.
         if let Ok(mut r) = self.export.lock() {
-            self.report(&mut r, table, now);
+            self.report(&mut r, table, now, times);
         }
         self.mappings.adopted(self.state.worker, table.generation());
         tracing::debug!(worker = self.state.worker, generation = table.generation(), "worker adopted table");
