@@ -5,8 +5,8 @@
 //! io forwarding on the same kind of pipe (the do-nothing ceiling, which is also the
 //! generator's own ceiling), the Linux kernel with kube-proxy's nftables rules and
 //! torii's own AF_PACKET driver, each on a veth pair. It finds NDR and PDR of requests
-//! (RFC 2544 § 26.1, FD.io CSIT) and of new TCP connections (RFC 8219 § 7) by a binary
-//! search, measures latency at a fraction of NDR with an HDR histogram (RFC 2544 § 26.2),
+//! (RFC 2544 § 26.1, FD.io CSIT) and of new TCP connections (RFC 8219 § 7) by a search
+//! ([`search`]), measures latency at a fraction of NDR with an HDR histogram (RFC 2544 § 26.2),
 //! checks what comes back, and writes the results as JSON, a table and SVG plots.
 //! docs/benchmarking.md describes the method.
 //!

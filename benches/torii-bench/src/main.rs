@@ -169,7 +169,8 @@ struct Args {
     /// Searches per device and flow count (alternating trial by trial); medians reported.
     #[arg(long, default_value_t = 1)]
     repeats: usize,
-    /// Relative width at which a search stops.
+    /// Relative width at which a search stops, and its first step down from a failure
+    /// while nothing has passed (doubled at each further failure).
     #[arg(long, default_value_t = 0.02)]
     precision: f64,
     /// Loss ratio PDR allows.

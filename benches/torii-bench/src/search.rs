@@ -29,7 +29,8 @@ pub struct SearchConfig {
     pub max_pps: f64,
     /// The lowest rate worth trying, frames/s; below it the search stops.
     pub min_pps: f64,
-    /// Relative width of the final intervals (0.02: 2 %).
+    /// Relative width of the final intervals (0.02: 2 %), and of the first step down from
+    /// a failure while nothing has passed.
     pub precision: f64,
     /// Loss ratio PDR allows (0.005: 0.5 %).
     pub pdr_loss: f64,
