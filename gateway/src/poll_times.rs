@@ -12,9 +12,11 @@
 //! DPDK's lcore busy-cycle telemetry answer the same question.
 //!
 //! Recorded in an HDR histogram (`hdrhistogram`, 2 significant digits, 1 ns to 60 s; a
-//! longer pass, such as one spanning a SIGSTOP, counts as 60 s), which the worker copies
-//! into its report about once a second; the metrics endpoint renders it as the Prometheus
-//! histogram `torii_gateway_worker_poll_seconds` with the buckets [`BUCKETS_NS`].
+//! longer pass counts as 60 s). A pass during which the process was stopped (SIGSTOP,
+//! as torii-bench freezes the device it is not measuring) counts the stopped time. The
+//! worker copies the histogram into its report about once a second; the metrics endpoint
+//! renders it as the Prometheus histogram `torii_gateway_worker_poll_seconds` with the
+//! buckets [`BUCKETS_NS`].
 
 use hdrhistogram::Histogram;
 
