@@ -163,12 +163,14 @@ struct DoorKey {
     port: u16,
 }
 
+/// Declares the metric family `torii_gateway_{name}` of type `kind` in `out`.
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP torii_gateway_{name} {help}\n# TYPE torii_gateway_{name} {kind}");
+}
+
 /// Renders `s` in the Prometheus text exposition format (version 0.0.4).
 pub fn render(s: &Snapshot) -> String {
     let mut out = String::with_capacity(4096);
-    let family = |out: &mut String, name: &str, kind: &str, help: &str| {
-        let _ = writeln!(out, "# HELP torii_gateway_{name} {help}\n# TYPE torii_gateway_{name} {kind}");
-    };
     // Per worker: every counter, one family each.
     let rows: Vec<Vec<(&str, &str, u64)>> = s
         .workers
@@ -242,11 +244,13 @@ pub fn render(s: &Snapshot) -> String {
 
 /// The workers' poll-pass histograms ([`crate::poll_times`]), in seconds.
 fn render_poll_times(out: &mut String, workers: &[WorkerReport]) {
-    let name = "torii_gateway_worker_poll_seconds";
-    let _ = writeln!(
+    family(
         out,
-        "# HELP {name} Duration of the worker's poll passes that carried frames (receive, process, transmit, housekeeping).\n# TYPE {name} histogram"
+        "worker_poll_seconds",
+        "histogram",
+        "Duration of the worker's poll passes that carried frames (receive, process, transmit, housekeeping).",
     );
+    let name = "torii_gateway_worker_poll_seconds";
     for (w, r) in workers.iter().enumerate() {
         let t = &r.poll_times;
         for le in BUCKETS_NS {
@@ -266,9 +270,6 @@ fn render_ports(out: &mut String, ports: &[PortReport]) {
     if ports.is_empty() {
         return;
     }
-    let family = |out: &mut String, name: &str, kind: &str, help: &str| {
-        let _ = writeln!(out, "# HELP torii_gateway_{name} {help}\n# TYPE torii_gateway_{name} {kind}");
-    };
     let labels = |p: &PortReport| format!("port=\"{}\",device=\"{}\"", escape(&p.name), escape(&p.device));
     family(out, "port_link_up", "gauge", "Whether the port's link is up (1) or down (0); absent when unknown.");
     for p in ports {

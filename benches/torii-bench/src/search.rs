@@ -138,7 +138,7 @@ impl Search {
                 // Nothing has passed yet: step down from the lowest failure, wider after
                 // each one (the first trial, at the maximum, not counted).
                 let failures = self.points[1..].iter().filter(|p| p.loss_ratio > allowed).count().max(1);
-                let width = (self.config.precision * f64::from(1u32 << (failures - 1).min(16))).min(0.5);
+                let width = (self.config.precision * 2f64.powi(failures as i32 - 1)).min(0.5);
                 upper * (1.0 - width)
             };
             return Some(rate.max(self.config.min_pps));
