@@ -71,16 +71,22 @@ impl ExpiryPace {
     /// 0. O(1).
     pub fn budget(&mut self, now: u64, capacity: usize) -> usize {
         self.paid_ns = self.paid_ns.max(now.saturating_sub(Self::SWEEP_NS));
-        // At most 10^9 ns × 2^26 records (the configuration's largest capacity): no
-        // overflow, and one record's share of a sweep (`SWEEP_NS / capacity`, at least
-        // 14 ns) never rounds to 0, so `paid_ns` moves with every record paid (rounded
-        // down: a sweep takes at most a pass's nanosecond less than `SWEEP_NS`).
-        let owed = u128::from(now.saturating_sub(self.paid_ns)) * capacity as u128 / u128::from(Self::SWEEP_NS);
-        let budget = owed.min(Self::MAX_BUDGET as u128) as usize;
-        if budget > 0 {
-            self.paid_ns += (budget as u128 * u128::from(Self::SWEEP_NS) / capacity as u128) as u64;
+        // At most 10^9 ns × 2^30 records (`conntrack::MAX_CAPACITY`) < 2^60: no overflow
+        // in 64 bits (u128 arithmetic here was a library division on every poll pass). One
+        // record's share of a sweep (`SWEEP_NS / capacity`, at least 14 ns at the
+        // configuration's largest capacity, 2^26) never rounds to 0, so `paid_ns` moves
+        // with every record paid (rounded down: a sweep takes at most a pass's nanosecond
+        // less than `SWEEP_NS`).
+        let capacity = capacity as u64;
+        if capacity == 0 {
+            return 0;
         }
-        budget
+        let owed = now.saturating_sub(self.paid_ns) * capacity / Self::SWEEP_NS;
+        let budget = owed.min(Self::MAX_BUDGET as u64);
+        if budget > 0 {
+            self.paid_ns += budget * Self::SWEEP_NS / capacity;
+        }
+        budget as usize
     }
 }
 

@@ -8,7 +8,7 @@
 
 use std::net::{IpAddr, Ipv6Addr};
 
-use super::state::{Pending, PENDING_SLOTS};
+use super::state::Pending;
 use super::{link, WorkerState};
 use crate::host::HostInterface;
 use crate::neighbour::NeighbourAddr;
@@ -31,22 +31,16 @@ impl WorkerState {
     /// (deduplicated; a full queue drops the request, a later packet queues it again).
     pub fn request_resolution(&mut self, ip: impl Into<IpAddr>, iface: u8, now: u64) {
         let ip = ip.into();
-        let mut free = None;
-        for (i, p) in self.pending.iter_mut().enumerate() {
-            match p.ip {
-                Some(x) if x == ip => {
-                    if p.tries >= ARP_TRIES && now >= p.next_ns {
-                        p.tries = 0;
-                    }
-                    return;
+        for i in self.pending.occupied() {
+            let p = self.pending.slot(i);
+            if p.ip == ip {
+                if p.tries >= ARP_TRIES && now >= p.next_ns {
+                    p.tries = 0;
                 }
-                None if free.is_none() => free = Some(i),
-                _ => {}
+                return;
             }
         }
-        if let Some(i) = free {
-            self.pending[i] = Pending { ip: Some(ip), iface, next_ns: now, tries: 0 };
-        }
+        self.pending.insert(Pending { ip, iface, next_ns: now, tries: 0 });
     }
 
     /// Queues resolution of the next hop of every endpoint in `table` not yet resolved.
@@ -109,18 +103,19 @@ pub fn poll_transmit(now: u64, buf: &mut [u8], st: &mut WorkerState) -> Option<(
     if let Some(announcement) = super::gratuitous::poll(now, buf, st) {
         return Some(announcement);
     }
-    for i in 0..PENDING_SLOTS {
-        let p = st.pending[i];
-        let Some(ip) = p.ip else { continue };
+    let pending = &mut st.pending;
+    for i in pending.occupied() {
+        let p = *pending.slot(i);
+        let ip = p.ip;
         if let Some(n) = st.neighbours.lookup(ip) {
             if now.saturating_sub(n.updated_ns) <= NEIGHBOUR_REFRESH_NS || n.updated_ns == u64::MAX {
-                st.pending[i] = Pending::default();
+                pending.remove(i);
                 continue;
             }
         }
         if p.tries >= ARP_TRIES {
             if now >= p.next_ns + 10 * ARP_RETRY_NS {
-                st.pending[i] = Pending::default();
+                pending.remove(i);
             }
             continue;
         }
@@ -128,7 +123,7 @@ pub fn poll_transmit(now: u64, buf: &mut [u8], st: &mut WorkerState) -> Option<(
             continue;
         }
         let Some(iface) = st.host.interfaces.get(usize::from(p.iface)) else {
-            st.pending[i] = Pending::default();
+            pending.remove(i);
             continue;
         };
         let len = match ip {
@@ -140,15 +135,16 @@ pub fn poll_transmit(now: u64, buf: &mut [u8], st: &mut WorkerState) -> Option<(
             }
         };
         let Some(len) = len else {
-            st.pending[i] = Pending::default();
+            pending.remove(i);
             continue;
         };
         match ip {
             IpAddr::V4(_) => st.counters.arp_requests += 1,
             IpAddr::V6(_) => st.counters.nd_solicitations += 1,
         }
-        st.pending[i].tries += 1;
-        st.pending[i].next_ns = now + ARP_RETRY_NS;
+        let slot = pending.slot(i);
+        slot.tries += 1;
+        slot.next_ns = now + ARP_RETRY_NS;
         return Some((iface.port, len));
     }
     None
