@@ -19,9 +19,16 @@ use memmap2::MmapMut;
 /// Transparent huge page size on x86-64 and most arm64 kernels.
 const HUGE_PAGE: usize = 2 << 20;
 
+/// The smallest array put in huge pages: one of 512 KiB to 2 MiB takes one whole huge page
+/// (and up to 2 MiB of small pages beside it, the allocation's padding), as a larger one
+/// takes whole huge pages. A gateway's conntrack index at the default capacity (65 536
+/// flows: 1.4 MB) was in small pages, and its prefetch in stage 1 was the burst's costliest
+/// instruction end to end (docs/optimisation-log.md, "Per poll pass").
+const HUGE_FROM: usize = HUGE_PAGE / 4;
+
 /// A fixed-length array of the packet path: on the heap, its elements starting on a
 /// huge-page boundary (or less than one element after it, for element sizes that do not
-/// divide 2 MiB) when it is at least a huge page long, inside an allocation advised for
+/// divide 2 MiB) when it is at least [`HUGE_FROM`] long, inside an allocation advised for
 /// transparent huge pages ([`filled`], [`filled_with`]: every element lies in a huge page
 /// where the kernel gives them; a plain boxed slice starts wherever the allocator put it,
 /// and its first and last partial huge pages, up to 4 MiB of a neighbour table, stay in
@@ -98,14 +105,21 @@ pub(crate) fn filled<T: Copy>(len: usize, value: T) -> HugeSlice<T> {
 }
 
 /// As [`filled`], each element made by `make` (for elements that are not `Copy`, such as
-/// atomics). Arrays of at least a huge page get up to a huge page of extra elements (made
-/// by `make` too, never used) so that the used part can start on a huge-page boundary.
+/// atomics). Arrays of at least [`HUGE_FROM`] get extra elements (made by `make` too, never
+/// used) so that the used part can start on a huge-page boundary: a huge page's worth, and
+/// for an array shorter than a huge page enough that the whole huge page it starts lies
+/// inside the allocation.
 ///
 /// # Panics
 /// If the allocation fails (as `vec!` does).
 pub(crate) fn filled_with<T>(len: usize, make: impl FnMut() -> T) -> HugeSlice<T> {
     let size = std::mem::size_of::<T>().max(1);
-    let pad = if len * size >= HUGE_PAGE { HUGE_PAGE.div_ceil(size) } else { 0 };
+    let bytes = len * size;
+    let pad = match bytes {
+        _ if bytes >= HUGE_PAGE => HUGE_PAGE.div_ceil(size),
+        _ if bytes >= HUGE_FROM => (2 * HUGE_PAGE).div_ceil(size) - len,
+        _ => 0,
+    };
     let mut v: Vec<T> = Vec::with_capacity(len + pad);
     let base = v.as_mut_ptr() as usize;
     advise_huge_pages(base as *mut u8, (len + pad) * size);
@@ -143,11 +157,11 @@ mod tests {
 
     #[test]
     fn filled_slices_hold_the_value_at_every_size() {
-        for len in [0, 1, 7, 4096, (HUGE_PAGE / 8) * 3 + 5] {
+        for len in [0, 1, 7, 4096, HUGE_FROM / 8 - 1, HUGE_FROM / 8, HUGE_PAGE / 8 - 1, (HUGE_PAGE / 8) * 3 + 5] {
             let s = filled(len, 0xa5a5_u64);
             assert_eq!(s.len(), len);
             assert!(s.iter().all(|&x| x == 0xa5a5));
-            if len * 8 >= HUGE_PAGE {
+            if len * 8 >= HUGE_FROM {
                 assert_eq!(s.as_ptr() as usize % HUGE_PAGE, 0, "a large array starts on a huge page");
             }
         }
