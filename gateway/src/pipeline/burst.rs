@@ -92,7 +92,8 @@ enum Ahead {
 /// frame-by-frame processing would not have (a flow's `table_epoch` only says "validated
 /// against this table"; the numbers mean nothing outside the worker). Pure in the same
 /// sense as [`process`]: no I/O, no clock, no allocation (the hints live in `st`: two
-/// chunks' [`PREFETCH_WINDOW`] slots and an empty one).
+/// chunks' [`PREFETCH_WINDOW`] slots and an empty one; the IPv4 lean hints' box is
+/// allocated again only after a burst that panicked, which took it).
 /// See the module documentation for what it does before processing.
 pub fn process_burst<B: AsMut<[u8]>>(
     now: u64,
@@ -111,8 +112,8 @@ pub fn process_burst<B: AsMut<[u8]>>(
     // by pass, two chunks in flight: a chunk's frame `j` takes slot `base + j` of
     // `st.hints` and of `leans[half]` (`base` is 0 or `PREFETCH_WINDOW`, alternating) from
     // its stage 1 to its processing, and the next chunk's stage 1 runs between this chunk's
-    // stages 2 and 3.
-    let mut leans = [[LeanFrame::EMPTY; PREFETCH_WINDOW]; 2];
+    // stages 2 and 3. Taken from `st` for the burst (`HintRing::lean4`) and put back.
+    let mut leans = st.hints.lean4.take().unwrap_or_else(HintRing::lean4);
     let mut ahead = [Ahead::Done; PREFETCH_WINDOW];
     let first = n.min(PREFETCH_WINDOW);
     // Bit `j`: the chunk's frame `j` has its hints in `leans` (IPv4) or in
@@ -124,7 +125,7 @@ pub fn process_burst<B: AsMut<[u8]>>(
         let end = (start + PREFETCH_WINDOW).min(n);
         let base = half * PREFETCH_WINDOW;
         let (this_leans, next_leans) = {
-            let [first, second] = &mut leans;
+            let [first, second] = &mut *leans;
             if half == 0 {
                 (first, second)
             } else {
@@ -235,6 +236,7 @@ pub fn process_burst<B: AsMut<[u8]>>(
         }
         (start, half) = (end, half ^ 1);
     }
+    st.hints.lean4 = Some(leans);
 }
 
 /// A lean frame turned down (no flow, never routed, refused by [`lean::forward`]): its
