@@ -214,16 +214,14 @@ pub fn process_burst<B: AsMut<[u8]>>(
         for j in 0..chunk.len() {
             if lean_frames & (1 << j) != 0 {
                 let l = &this_leans[j % PREFETCH_WINDOW];
-                if let Some(v) = lean::forward(chunk[j].as_mut(), l, &constants, st) {
-                    chunk_verdicts[j] = v;
+                if lean::forward(chunk[j].as_mut(), l, &constants, st, &mut chunk_verdicts[j]) {
                     continue;
                 }
                 demote(&mut st.hints.frames[base + j], l, Some(Candidate::Flow(l.id, l.direction)));
             } else if lean6_frames & (1 << j) != 0 {
                 // A copy (80 bytes): `forward` borrows the worker's state whole.
                 let l = st.hints.lean6[base + j];
-                if let Some(v) = lean::forward(chunk[j].as_mut(), &l, &constants, st) {
-                    chunk_verdicts[j] = v;
+                if lean::forward(chunk[j].as_mut(), &l, &constants, st, &mut chunk_verdicts[j]) {
                     continue;
                 }
                 demote(&mut st.hints.frames[base + j], &l, Some(Candidate::Flow(l.id, l.direction)));
