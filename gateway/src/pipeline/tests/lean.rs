@@ -512,7 +512,7 @@ fn taken<A: Fam>(f: &[u8], iface: u8, k: &lean::BurstConstants, st: &mut WorkerS
     }
     let Some((id, direction)) = A::conntrack(st).lookup(&key) else { return false };
     let lean = LeanFrame { key, hash: 0, id, direction, seg };
-    lean::forward(&mut buf, &lean, k, st).is_some()
+    lean::forward(&mut buf, &lean, k, st, &mut Verdict::Consumed)
 }
 
 /// Established TCP and assured UDP frames of family `A` are forwarded by the lean path
