@@ -23,10 +23,10 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 use torii_integration::{
-    curl_get, curl_get_timeout, netns_unavailable, output_with_timeout, print_skipped, repo_root, require_tools,
-    tcp_connect_timed, udp_connected, Binaries, Daemon, Harness, HttpConn, ECHO_BACKEND, METRICS_LISTEN, NODE_IP,
-    NODE_PORT, REJECT_VIP, REJECT_VIP6, STICKY_VIP, STICKY_VIP6, SYN_COOKIES_ABOVE_PER_S, WEB_BACKENDS, WEB_VIP,
-    WEB_VIP6,
+    curl_get, curl_get_timeout, in_netns, netns_unavailable, output_with_timeout, print_skipped, repo_root,
+    require_tools, tcp_connect_timed, udp_connected, Binaries, Daemon, Harness, HttpConn, ECHO_BACKEND, METRICS_LISTEN,
+    NODE_IP, NODE_PORT, REJECT_VIP, REJECT_VIP6, STICKY_VIP, STICKY_VIP6, SYN_COOKIES_ABOVE_PER_S, WEB_BACKENDS,
+    WEB_VIP, WEB_VIP6,
 };
 
 /// How long the gateway may take, after start, to serve its first request.
@@ -776,7 +776,10 @@ fn counter_per_worker(h: &Harness, name: &str) -> Result<Vec<u64>> {
 /// through the software redirect, which must have moved frames), and the workers create
 /// exactly one conntrack flow per flow between them — a frame of a flow reaching a worker
 /// other than its owner would create a second flow there (original direction) or find
-/// none (reply: the round trip fails).
+/// none (reply: the round trip fails). Each flow's socket is bound to its own port below
+/// the ephemeral range (20000 + k): with port 0, the kernel could give a socket the port of
+/// one closed just before, whose flow the gateway still tracks, and that flow was then
+/// found, not created (a CI run counted 38 of 40).
 fn step_every_worker_busy_each_flow_on_one(h: &mut Harness, driver: &str) -> Result<()> {
     const STEP: &str = "3a every worker busy, each flow on one worker";
     const FLOWS: usize = 40;
@@ -786,8 +789,14 @@ fn step_every_worker_busy_each_flow_on_one(h: &mut Harness, driver: &str) -> Res
     let peer = SocketAddr::new(WEB_VIP.into(), 7);
     let mut buf = [0u8; 2048];
     for k in 0..FLOWS {
-        let socket = udp_connected(&h.ns("client"), peer, Duration::from_millis(500))
-            .map_err(|e| h.fail(STEP, format!("UDP socket in the client namespace: {e}")))?;
+        let local = SocketAddr::from(([0, 0, 0, 0], 20000 + k as u16));
+        let socket = in_netns(&h.ns("client"), || {
+            let s = std::net::UdpSocket::bind(local)?;
+            s.connect(peer)?;
+            s.set_read_timeout(Some(Duration::from_millis(500)))?;
+            Ok(s)
+        })
+        .map_err(|e| h.fail(STEP, format!("UDP socket {local} in the client namespace: {e}")))?;
         for i in 0..3 {
             let payload = format!("torii-it flow {k} round {i}");
             let expected = format!("{}:{payload}", ECHO_BACKEND.0);
