@@ -115,10 +115,12 @@ pub(crate) fn filled<T: Copy>(len: usize, value: T) -> HugeSlice<T> {
 pub(crate) fn filled_with<T>(len: usize, make: impl FnMut() -> T) -> HugeSlice<T> {
     let size = std::mem::size_of::<T>().max(1);
     let bytes = len * size;
-    let pad = match bytes {
-        _ if bytes >= HUGE_PAGE => HUGE_PAGE.div_ceil(size),
-        _ if bytes >= HUGE_FROM => (2 * HUGE_PAGE).div_ceil(size) - len,
-        _ => 0,
+    let pad = if bytes >= HUGE_PAGE {
+        HUGE_PAGE.div_ceil(size)
+    } else if bytes >= HUGE_FROM {
+        (2 * HUGE_PAGE).div_ceil(size) - len
+    } else {
+        0
     };
     let mut v: Vec<T> = Vec::with_capacity(len + pad);
     let base = v.as_mut_ptr() as usize;

@@ -416,15 +416,9 @@ fn visit_new_flows(st: &mut WorkerState, table: &Table, new_flows: u32, ahead: &
 /// first: indices the compiler knows to be below `PREFETCH_WINDOW`, so that indexing a
 /// chunk's arrays with them costs no bounds check.
 #[inline(always)]
-fn bits(mut mask: u32) -> impl Iterator<Item = usize> {
+fn bits(mask: u32) -> impl Iterator<Item = usize> {
     debug_assert!(mask >> PREFETCH_WINDOW == 0, "bits beyond a chunk");
-    std::iter::from_fn(move || {
-        (mask != 0).then(|| {
-            let j = mask.trailing_zeros() as usize % PREFETCH_WINDOW;
-            mask &= mask - 1;
-            j
-        })
-    })
+    super::ones(u64::from(mask)).map(|j| j % PREFETCH_WINDOW)
 }
 
 /// The visits of a chunk's new flows of family `A` (bit `j` of `mask`), one pass per

@@ -101,14 +101,7 @@ impl Default for PendingQueue {
 impl PendingQueue {
     /// The occupied slots' indices, lowest first, as they were at the call.
     pub fn occupied(&self) -> impl Iterator<Item = usize> {
-        let mut mask = self.used;
-        std::iter::from_fn(move || {
-            (mask != 0).then(|| {
-                let i = mask.trailing_zeros() as usize;
-                mask &= mask - 1;
-                i
-            })
-        })
+        super::ones(self.used)
     }
 
     /// Slot `i` (occupied or not; `i < PENDING_SLOTS`).
