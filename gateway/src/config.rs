@@ -288,6 +288,12 @@ pub struct DpdkConfig {
     /// Off by default: the pipeline already keeps checksums right with incremental updates
     /// (RFC 1624), which is cheaper than preparing offload requests per frame.
     pub tx_checksum_offload: bool,
+    /// Ask ports for receive checksum offload (the device's checksum-good flags then spare
+    /// the pipeline verifying what the device verified). On by default. Off lets DPDK's
+    /// virtio driver use its vectorised receive path, which it takes only without receive
+    /// offloads (and without mergeable buffers and in-order rings: the `net_virtio_user`
+    /// device arguments `mrg_rxbuf=0,in_order=0,vectorized=1`; docs/drivers.md).
+    pub rx_checksum_offload: bool,
     /// How long an idle worker sleeps between polls once it has seen no frame for a
     /// while, microseconds (0: poll without sleeping, a full core per worker).
     pub idle_sleep_us: u32,
@@ -302,6 +308,7 @@ impl Default for DpdkConfig {
             tx_descriptors: 1024,
             fallback_to_af_packet: false,
             tx_checksum_offload: false,
+            rx_checksum_offload: true,
             idle_sleep_us: 200,
         }
     }
@@ -609,6 +616,8 @@ struct RawDpdk {
     fallback_to_af_packet: bool,
     #[serde(default)]
     tx_checksum_offload: bool,
+    #[serde(default = "default_true")]
+    rx_checksum_offload: bool,
     #[serde(default = "default_idle_sleep_us")]
     idle_sleep_us: u32,
 }
@@ -623,6 +632,7 @@ impl Default for RawDpdk {
             tx_descriptors: d.tx_descriptors,
             fallback_to_af_packet: d.fallback_to_af_packet,
             tx_checksum_offload: d.tx_checksum_offload,
+            rx_checksum_offload: d.rx_checksum_offload,
             idle_sleep_us: d.idle_sleep_us,
         }
     }
@@ -630,6 +640,9 @@ impl Default for RawDpdk {
 
 fn default_descriptors() -> u16 {
     1024
+}
+fn default_true() -> bool {
+    true
 }
 fn default_idle_sleep_us() -> u32 {
     200
@@ -668,6 +681,7 @@ impl RawDpdk {
             tx_descriptors: self.tx_descriptors,
             fallback_to_af_packet: self.fallback_to_af_packet,
             tx_checksum_offload: self.tx_checksum_offload,
+            rx_checksum_offload: self.rx_checksum_offload,
             idle_sleep_us: self.idle_sleep_us,
         })
     }
@@ -1286,6 +1300,9 @@ mod tests {
         assert_eq!(c.dpdk.tx_descriptors, 1024);
         assert_eq!(c.dpdk.idle_sleep_us, 0);
         assert!(!c.dpdk.fallback_to_af_packet, "fallback is opt-in");
+        assert!(c.dpdk.rx_checksum_offload && !c.dpdk.tx_checksum_offload, "receive offload opt-out, transmit opt-in");
+        let c = Config::from_toml(&with_driver("dpdk", "rx_checksum_offload = false")).unwrap();
+        assert!(!c.dpdk.rx_checksum_offload);
         let dev = c.interfaces[0].device.as_ref().expect("the embedded default names devices");
         assert_eq!(dev.port_name(), "net_af_packet0");
         assert_eq!(dev.eal_args()[0], "--vdev");

@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use rustix::process::{kill_process, set_parent_process_death_signal, Pid, Signal};
 
+use crate::plan::VirtioRx;
+
 /// Which memory the DPDK processes use: all of them the same, or vhost-user cannot map
 /// the other side's memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -188,11 +190,13 @@ pub fn gateway_pool_mbufs(ports: u32, queue_size: u16) -> u32 {
 ///   stdin), as torii-gateway's one lcore; EAL's control threads go to the other CPUs for
 ///   both;
 /// - `queue_size` descriptors in the virtio rings and the port's queues;
-/// - UDP and TCP RX checksum offload on (`--rx-offloads=0xc`), what torii-gateway gets
-///   when it asks for checksum offloads (`net_virtio_user` offers no IPv4 one): both
-///   `net_virtio_user` devices then negotiate the same virtio features
-///   (`VIRTIO_NET_F_GUEST_CSUM` besides mergeable RX buffers, in-order, indirect
-///   descriptors, version 1; `--dpdk-log-level lib.vhost.config:info` prints them);
+/// - receive as torii-gateway does (`virtio_rx`): with [`VirtioRx::Offload`], UDP and TCP RX
+///   checksum offload on (`--rx-offloads=0xc`), what torii-gateway gets when it asks for
+///   checksum offloads (`net_virtio_user` offers no IPv4 one): both `net_virtio_user`
+///   devices then negotiate the same virtio features (`VIRTIO_NET_F_GUEST_CSUM` besides
+///   mergeable RX buffers, in-order, indirect descriptors, version 1;
+///   `--dpdk-log-level lib.vhost.config:info` prints them); with
+///   [`VirtioRx::Vectorized`], no receive offload and the same device arguments as torii's;
 /// - a pool of `mbufs` mbufs with torii-gateway's cache of 256 (0: testpmd's default
 ///   pool, (2048 + 2 × 250 + 2048 + 512) × RTE_MAX_ETHPORTS = 163 456 mbufs, 370 MiB in
 ///   Debian's build, against torii's 16 383 and 42 MiB for one port of 4096 descriptors:
@@ -204,6 +208,7 @@ pub fn testpmd_command(
     sockets: &[PathBuf],
     dut_cpu: usize,
     queue_size: u16,
+    virtio_rx: VirtioRx,
     mbufs: u32,
     memory: Memory,
 ) -> Command {
@@ -213,10 +218,15 @@ pub fn testpmd_command(
         .args(memory.eal_args())
         .args(["--no-pci", "--no-telemetry", "--log-level=*:notice"]);
     for (k, socket) in sockets.iter().enumerate() {
-        cmd.arg("--vdev").arg(format!("net_virtio_user{k},path={},queues=1,queue_size={queue_size}", socket.display()));
+        cmd.arg("--vdev").arg(format!(
+            "net_virtio_user{k},path={},queues=1,queue_size={queue_size}{}",
+            socket.display(),
+            virtio_rx.devargs()
+        ));
     }
     let topology = if sockets.len() == 2 { "--port-topology=paired" } else { "--port-topology=loop" };
-    cmd.args(["--", "--forward-mode=io", topology, "--nb-cores=1", "--rx-offloads=0xc"])
+    let rx_offloads = if virtio_rx.checksum_offload() { "--rx-offloads=0xc" } else { "--rx-offloads=0" };
+    cmd.args(["--", "--forward-mode=io", topology, "--nb-cores=1", rx_offloads])
         .args([format!("--rxd={queue_size}"), format!("--txd={queue_size}")])
         .args(["--burst=32", "--auto-start"]);
     if mbufs > 0 {
@@ -244,12 +254,18 @@ mod tests {
         let socks = [PathBuf::from("/w/f.sock"), PathBuf::from("/w/b.sock")];
         let args =
             |cmd: Command| cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>().join(" ");
-        let two = args(testpmd_command(Path::new("testpmd"), &socks, 1, 4096, 32_767, Memory::Hugepages));
+        let two =
+            args(testpmd_command(Path::new("testpmd"), &socks, 1, 4096, VirtioRx::Offload, 32_767, Memory::Hugepages));
         assert!(two.starts_with("--lcores=0@1,1@1 --main-lcore=0 "), "{two}");
         assert!(two.contains("--vdev net_virtio_user0,path=/w/f.sock,queues=1,queue_size=4096 --vdev net_virtio_user1,path=/w/b.sock"), "{two}");
         assert!(two.contains("-- --forward-mode=io --port-topology=paired --nb-cores=1 --rx-offloads=0xc --rxd=4096 --txd=4096 --burst=32"), "{two}");
         assert!(two.ends_with("--total-num-mbufs=32767 --mbcache=256"), "{two}");
-        let one = args(testpmd_command(Path::new("testpmd"), &socks[..1], 1, 1024, 0, Memory::NoHuge));
+        let one =
+            args(testpmd_command(Path::new("testpmd"), &socks[..1], 1, 1024, VirtioRx::Vectorized, 0, Memory::NoHuge));
         assert!(one.contains("--port-topology=loop") && !one.contains("mbufs"), "{one}");
+        assert!(
+            one.contains("queue_size=1024,mrg_rxbuf=0,in_order=0,vectorized=1 ") && one.contains(" --rx-offloads=0 "),
+            "{one}"
+        );
     }
 }

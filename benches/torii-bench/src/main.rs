@@ -205,6 +205,12 @@ struct Args {
     /// not polling.
     #[arg(long, default_value_t = torii_bench::plan::VIRTIO_QUEUE_SIZE)]
     queue_size: u16,
+    /// How torii's and testpmd's `net_virtio_user` devices receive (the same for both):
+    /// `offload` asks for receive checksum offload (with DPDK's default mergeable buffers
+    /// and in-order rings); `vectorized` asks for none of the three and takes DPDK's
+    /// vectorised receive path.
+    #[arg(long, value_enum, default_value_t = torii_bench::plan::VirtioRx::Offload)]
+    virtio_rx: torii_bench::plan::VirtioRx,
     /// Mbufs in testpmd's pool (`--total-num-mbufs`); default: as many as torii-gateway's
     /// pool for the same rings (16 383 for one port of 4096 descriptors); 0: testpmd's own
     /// default (163 456 mbufs, 370 MiB), which holds io-fwd below torii (docs/benchmarking.md).
@@ -473,6 +479,7 @@ fn run(args: &Args) -> Result<bool> {
                 cpu: args.dut_cpu,
                 eal: gw_eal,
                 queue_size: args.queue_size,
+                virtio_rx: args.virtio_rx,
             },
             dual_stack,
         ),
@@ -493,8 +500,15 @@ fn run(args: &Args) -> Result<bool> {
     let gateway = Proc::spawn("torii-gateway", gateway_cmd, &workdir.join("gateway.log"))?;
     let testpmd = if baseline {
         let mbufs = args.io_fwd_mbufs.unwrap_or_else(|| dut::gateway_pool_mbufs(arms as u32, args.queue_size));
-        let mut cmd =
-            dut::testpmd_command(&args.testpmd_bin, &iofwd_socks, args.dut_cpu, args.queue_size, mbufs, memory);
+        let mut cmd = dut::testpmd_command(
+            &args.testpmd_bin,
+            &iofwd_socks,
+            args.dut_cpu,
+            args.queue_size,
+            args.virtio_rx,
+            mbufs,
+            memory,
+        );
         if let Some(l) = &log_level {
             let mut argv: Vec<String> = cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
             before_log_levels(&mut argv, l);

@@ -128,6 +128,35 @@ pub const FLOWS_PER_SNAT_ADDRESS: u32 = 64_000;
 /// 22.11's `net_virtio_user` and `net_vhost` take it, and on a loaded 2-core machine it cut
 /// the loss of both devices at a fixed low rate compared with 1024 — docs/benchmarking.md).
 pub const VIRTIO_QUEUE_SIZE: u16 = 4096;
+/// How the devices under test (torii's and testpmd's `net_virtio_user`) receive from their
+/// virtio rings: the same for both, so that io-fwd stays torii's ceiling (`--virtio-rx`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
+pub enum VirtioRx {
+    /// Receive checksum offload asked for (`VIRTIO_NET_F_GUEST_CSUM` negotiated), with
+    /// mergeable buffers and in-order rings (DPDK 22.11's defaults): the in-order receive
+    /// path.
+    Offload,
+    /// No receive offload, no mergeable buffers, no in-order rings and `vectorized=1`:
+    /// DPDK's vectorised (SSE) split-ring receive path, which the three others rule out.
+    Vectorized,
+}
+
+impl VirtioRx {
+    /// What to append to a `net_virtio_user` device's arguments.
+    pub fn devargs(self) -> &'static str {
+        match self {
+            VirtioRx::Offload => "",
+            VirtioRx::Vectorized => ",mrg_rxbuf=0,in_order=0,vectorized=1",
+        }
+    }
+
+    /// Whether the device asks for receive checksum offload (torii-gateway's
+    /// `dpdk.rx_checksum_offload`; testpmd's `--rx-offloads`, UDP and TCP: `0xc`).
+    pub fn checksum_offload(self) -> bool {
+        self == VirtioRx::Offload
+    }
+}
+
 /// Most Services (VIPs 203.0.113.10–.249).
 pub const MAX_SERVICES: u32 = 240;
 
@@ -686,7 +715,7 @@ impl Plan {
         }
         let links: Vec<Vec<&str>> = if self.two_armed { vec![front, back] } else { vec![[front, back].concat()] };
         let mut head = match driver {
-            GatewayDriver::Dpdk { cpu, eal, queue_size, .. } => {
+            GatewayDriver::Dpdk { cpu, eal, queue_size, virtio_rx, .. } => {
                 let eal: Vec<String> = eal.iter().map(|a| format!("{a:?}")).collect();
                 // The worker busy-polls, as testpmd's forwarding lcore does: with a sleep
                 // after its idle polls, a worker that found nothing while the generator was
@@ -694,21 +723,24 @@ impl Plan {
                 format!(
                     "driver = \"dpdk\"\nworkers = 1\n\n[dpdk]\neal_args = [{eal}]\ncpus = [{cpu}]\n\
                      fallback_to_af_packet = false\nidle_sleep_us = 0\n\
-                     rx_descriptors = {queue_size}\ntx_descriptors = {queue_size}\n",
+                     rx_descriptors = {queue_size}\ntx_descriptors = {queue_size}\n\
+                     rx_checksum_offload = {rx_csum}\n",
                     eal = eal.join(", "),
+                    rx_csum = virtio_rx.checksum_offload(),
                 )
             }
             GatewayDriver::AfPacket { .. } => "driver = \"af_packet\"\nworkers = 1\n".to_string(),
         };
         for (k, addresses) in links.iter().enumerate() {
             match driver {
-                GatewayDriver::Dpdk { sockets, queue_size, .. } => {
+                GatewayDriver::Dpdk { sockets, queue_size, virtio_rx, .. } => {
                     let (name, mac) = if k == 0 { ("virtio0", GATEWAY_MAC) } else { ("virtio1", GATEWAY_BACK_MAC) };
                     let socket = sockets.get(k).map_or("", String::as_str);
                     let _ = write!(
                         head,
                         "\n[[interfaces]]\nname = \"{name}\"\n\
-                         device = \"net_virtio_user{k},path={socket},queues=1,queue_size={queue_size},mac={mac}\"\n",
+                         device = \"net_virtio_user{k},path={socket},queues=1,queue_size={queue_size},mac={mac}{}\"\n",
+                        virtio_rx.devargs(),
                     );
                 }
                 GatewayDriver::AfPacket { iface } => {
@@ -741,6 +773,8 @@ pub enum GatewayDriver {
         eal: Vec<String>,
         /// Descriptors of the virtio rings and of the port's receive and transmit queues.
         queue_size: u16,
+        /// How the device receives from its rings.
+        virtio_rx: VirtioRx,
     },
     /// torii's own AF_PACKET driver on the kernel interface `iface` (a veth).
     AfPacket {
@@ -1295,6 +1329,7 @@ mod tests {
             cpu: 1,
             eal: vec!["--no-huge".into()],
             queue_size: 1024,
+            virtio_rx: VirtioRx::Offload,
         };
         let c = p.gateway_config("/dev/shm/x", None, "/tmp/m", &dpdk, false);
         assert!(c.contains("capacity = 262144\ntcp_be_liberal = true\nsyn_cookies = false\n\n"), "{c}");
@@ -1382,22 +1417,26 @@ mod tests {
             cpu: 1,
             eal: vec![],
             queue_size: 4096,
+            virtio_rx: VirtioRx::Vectorized,
         };
         let c = p.gateway_config("/dev/shm/x", None, "/tmp/m", &dpdk, true);
         assert!(
             c.contains(
-                "name = \"virtio0\"\ndevice = \"net_virtio_user0,path=/tmp/f.sock,queues=1,queue_size=4096,mac=02:00:00:00:00:01\"\n\
+                "name = \"virtio0\"\ndevice = \"net_virtio_user0,path=/tmp/f.sock,queues=1,queue_size=4096,mac=02:00:00:00:00:01,\
+                 mrg_rxbuf=0,in_order=0,vectorized=1\"\n\
                  addresses = [\"198.18.0.1/15\", \"2001:2::1/48\"]\n"
             ),
             "{c}"
         );
         assert!(
             c.contains(
-                "name = \"virtio1\"\ndevice = \"net_virtio_user1,path=/tmp/b.sock,queues=1,queue_size=4096,mac=02:00:00:00:00:02\"\n\
+                "name = \"virtio1\"\ndevice = \"net_virtio_user1,path=/tmp/b.sock,queues=1,queue_size=4096,mac=02:00:00:00:00:02,\
+                 mrg_rxbuf=0,in_order=0,vectorized=1\"\n\
                  addresses = [\"10.70.0.1/16\", \"fd00:70::1/64\"]\n"
             ),
             "{c}"
         );
         assert!(c.contains("[snat]\naddresses = [\"10.70.0.1\", \"fd00:70::1\"]\n"), "{c}");
+        assert!(c.contains("rx_checksum_offload = false\n"), "{c}");
     }
 }

@@ -426,7 +426,7 @@ impl DpdkDriver {
             let conf = PortConfig {
                 // Under the redirect, RSS (where the port has it) only spreads the load.
                 rss_hf: if rss || rxq > 1 { RSS_HF } else { RssHf::empty() },
-                rx_offloads: RxOffloads::CHECKSUM,
+                rx_offloads: if config.dpdk.rx_checksum_offload { RxOffloads::CHECKSUM } else { RxOffloads::empty() },
                 tx_offloads: wanted_tx,
                 ..PortConfig::default()
             };
