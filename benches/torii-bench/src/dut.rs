@@ -216,6 +216,7 @@ pub fn testpmd_command(
     cmd.args([format!("--lcores=0@{dut_cpu},1@{dut_cpu}"), "--main-lcore=0".into()])
         .args(["--file-prefix", &format!("torii-bench-testpmd-{}", std::process::id())])
         .args(memory.eal_args())
+        .args(virtio_rx.eal_args())
         .args(["--no-pci", "--no-telemetry", "--log-level=*:notice"]);
     for (k, socket) in sockets.iter().enumerate() {
         cmd.arg("--vdev").arg(format!(

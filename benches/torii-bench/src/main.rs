@@ -208,7 +208,7 @@ struct Args {
     /// How torii's and testpmd's `net_virtio_user` devices receive (the same for both):
     /// `offload` asks for receive checksum offload (with DPDK's default mergeable buffers
     /// and in-order rings); `vectorized` asks for none of the three and takes DPDK's
-    /// vectorised receive path.
+    /// vectorised split-ring receive path; `packed`: packed rings on DPDK's AVX-512 paths.
     #[arg(long, value_enum, default_value_t = torii_bench::plan::VirtioRx::Offload)]
     virtio_rx: torii_bench::plan::VirtioRx,
     /// Mbufs in testpmd's pool (`--total-num-mbufs`); default: as many as torii-gateway's
@@ -463,6 +463,7 @@ fn run(args: &Args) -> Result<bool> {
         plans.iter().max_by_key(|p| p.flows).map(|p| p.manifests(dual_stack)).unwrap_or_default(),
     )?;
     let mut gw_eal = if memory == Memory::NoHuge { memory.eal_args() } else { Vec::new() };
+    gw_eal.extend(args.virtio_rx.eal_args().iter().map(|a| a.to_string()));
     if let Some(l) = &log_level {
         // Given a --log-level, torii adds none of its own: the extra one, then torii's.
         gw_eal.extend([l.clone(), "--log-level=*:notice".to_string()]);
