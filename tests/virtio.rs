@@ -20,10 +20,9 @@
 //! redirected frames.
 //!
 //! It runs on DPDK's default virtio paths (split rings, in order, mergeable buffers, receive
-//! checksum offload) and again on each of its vectorised ones ([`Paths`]), which
-//! torii-bench measured faster (BENCHMARKS.md, "The vectorised virtio paths"): the split
-//! ring's SSE receive path (`dpdk.rx_checksum_offload = false`, the new knob) and the
-//! packed ring's AVX-512 paths; DPDK's log, at debug level for the virtio driver, must name
+//! checksum offload) and again on each of its vectorised ones ([`Paths`]; BENCHMARKS.md,
+//! "DPDK's vectorised virtio paths", measures them): the split ring's SSE receive path
+//! (`dpdk.rx_checksum_offload = false`) and the packed ring's AVX-512 paths; DPDK's log, at debug level for the virtio driver, must name
 //! the path taken (the packed one where the CPU has AVX-512F).
 //!
 //! The two DPDK processes get different CPUs (peer on 0, the gateway's workers on 1), their

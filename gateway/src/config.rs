@@ -290,9 +290,10 @@ pub struct DpdkConfig {
     pub tx_checksum_offload: bool,
     /// Ask ports for receive checksum offload (the device's checksum-good flags then spare
     /// the pipeline verifying what the device verified). On by default. Off lets DPDK's
-    /// virtio driver use its vectorised receive path, which it takes only without receive
-    /// offloads (and without mergeable buffers and in-order rings: the `net_virtio_user`
-    /// device arguments `mrg_rxbuf=0,in_order=0,vectorized=1`; docs/drivers.md).
+    /// virtio driver use its vectorised split-ring receive path, which it takes only without
+    /// receive offloads (and without mergeable buffers and in-order rings: the
+    /// `net_virtio_user` device arguments `mrg_rxbuf=0,in_order=0,vectorized=1`); its
+    /// packed-ring vectorised paths keep the offload (docs/drivers.md).
     pub rx_checksum_offload: bool,
     /// How long an idle worker sleeps between polls once it has seen no frame for a
     /// while, microseconds (0: poll without sleeping, a full core per worker).

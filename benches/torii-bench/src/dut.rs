@@ -196,7 +196,9 @@ pub fn gateway_pool_mbufs(ports: u32, queue_size: u16) -> u32 {
 ///   devices then negotiate the same virtio features (`VIRTIO_NET_F_GUEST_CSUM` besides
 ///   mergeable RX buffers, in-order, indirect descriptors, version 1;
 ///   `--dpdk-log-level lib.vhost.config:info` prints them); with
-///   [`VirtioRx::Vectorized`], no receive offload and the same device arguments as torii's;
+///   [`VirtioRx::Vectorized`], no receive offload (`--rx-offloads=0`); with
+///   [`VirtioRx::Packed`], `0xc` again and `--force-max-simd-bitwidth=512`; in every mode
+///   the device arguments torii's device gets ([`VirtioRx::devargs`]);
 /// - a pool of `mbufs` mbufs with torii-gateway's cache of 256 (0: testpmd's default
 ///   pool, (2048 + 2 × 250 + 2048 + 512) × RTE_MAX_ETHPORTS = 163 456 mbufs, 370 MiB in
 ///   Debian's build, against torii's 16 383 and 42 MiB for one port of 4096 descriptors:

@@ -655,6 +655,7 @@ fn run(args: &Args) -> Result<bool> {
             "pdr_loss": args.pdr_loss, "max_pps": args.max_pps, "fixed_rate": args.fixed_rate,
             "latency_fraction": args.latency_fraction, "baselines": args.baseline.iter().filter(|&&b| b != Baseline::None).map(|b| format!("{b:?}")).collect::<Vec<_>>(),
             "checksum_every": args.checksum_every, "check_every": args.check_every,
+            "virtio_rx": args.virtio_rx, "queue_size": args.queue_size,
             "churn": { "mode": format!("{:?}", args.churn), "writes": churn_writes, "table_publications": publications },
         }),
         runs,

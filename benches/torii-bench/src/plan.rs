@@ -128,8 +128,10 @@ pub const FLOWS_PER_SNAT_ADDRESS: u32 = 64_000;
 /// 22.11's `net_virtio_user` and `net_vhost` take it, and on a loaded 2-core machine it cut
 /// the loss of both devices at a fixed low rate compared with 1024 — docs/benchmarking.md).
 pub const VIRTIO_QUEUE_SIZE: u16 = 4096;
-/// How the devices under test (torii's and testpmd's `net_virtio_user`) receive from their
-/// virtio rings: the same for both, so that io-fwd stays torii's ceiling (`--virtio-rx`).
+/// Which of DPDK's virtio paths the devices under test (torii's and testpmd's
+/// `net_virtio_user`) take — named for the receive side, which decides it, though the
+/// packed rings change the transmit path too: the same for both devices, so that io-fwd
+/// stays torii's ceiling (`--virtio-rx`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
 pub enum VirtioRx {
     /// Receive checksum offload asked for (`VIRTIO_NET_F_GUEST_CSUM` negotiated), with

@@ -417,7 +417,7 @@ impl DpdkDriver {
         let mut tx_csum = Vec::with_capacity(ports.len());
         for (i, port) in ports.iter_mut().enumerate() {
             let ctx = format!("ports[{i}] ({}, pmd {})", port.name(), port.info().driver_name);
-            let packed_vec = packed_vectorised(config.ports[i].device.as_ref());
+            let packed_vec = packed_vectorised(&port.info().driver_name, config.ports[i].device.as_ref());
             if config.dpdk.tx_checksum_offload && packed_vec {
                 tracing::info!(
                     "{ctx}: TX checksum offload left off: DPDK's packed-ring vectorised transmit path \
@@ -455,7 +455,7 @@ impl DpdkDriver {
             }
             port.start().map_err(dpdk(format!("{ctx}: starting")))?;
             let csum = TxCsum::from_offloads(applied.tx_offloads);
-            if config.dpdk.tx_checksum_offload && !csum.any() {
+            if config.dpdk.tx_checksum_offload && !packed_vec && !csum.any() {
                 tracing::info!("{ctx}: no TX checksum offload offered; checksums stay in software");
             }
             tx_csum.push(csum);
@@ -1057,20 +1057,30 @@ fn request_tx_checksums(m: &mut Mbuf, csum: TxCsum) {
     }
 }
 
-/// Whether DPDK's virtio driver puts `device` on its packed-ring vectorised paths (a
-/// `net_virtio_user` device with `packed_vq=1` and `vectorized=1`; on a CPU without
-/// AVX-512F it falls back to the scalar ones). DPDK 22.11's vectorised transmit path there
-/// hands the peer frames whose offloaded checksums were never completed (`tests/virtio.rs`
-/// found every one bad; the packed scalar path completes them), so TX checksum offload is
-/// not asked for on such a device: a frame with a wrong checksum would be a silent loss.
-fn packed_vectorised(device: Option<&DpdkDevice>) -> bool {
-    match device {
-        Some(DpdkDevice::Vdev { name, args }) if name.starts_with("net_virtio_user") => {
-            let has = |arg: &str| args.split(',').any(|a| a == arg);
-            has("packed_vq=1") && has("vectorized=1")
-        }
-        _ => false,
-    }
+/// Whether DPDK's virtio driver may put `device`, a port of driver `driver` (its ethdev
+/// driver name), on its packed-ring vectorised paths: a `net_virtio_user` device whose
+/// arguments set `packed_vq` and `vectorized` to non-zero integers (as the driver reads
+/// them: `strtoull` with base 0); on a CPU without AVX-512F it falls back to the scalar
+/// ones. DPDK 22.11's vectorised transmit path there hands the peer frames whose offloaded
+/// checksums were never completed (`tests/virtio.rs` found every one bad; the packed
+/// scalar path completes them), so TX checksum offload is not asked for on such a device:
+/// a frame with a wrong checksum would be a silent loss.
+fn packed_vectorised(driver: &str, device: Option<&DpdkDevice>) -> bool {
+    let Some(DpdkDevice::Vdev { args, .. }) = device else { return false };
+    let set = |key: &str| {
+        args.split(',').filter_map(|a| a.strip_prefix(key)?.strip_prefix('=')).any(|v| {
+            let v = v.trim();
+            let n = if let Some(hex) = v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
+                u64::from_str_radix(hex, 16)
+            } else if v.len() > 1 && v.starts_with('0') {
+                u64::from_str_radix(&v[1..], 8)
+            } else {
+                v.parse()
+            };
+            n.is_ok_and(|n| n != 0)
+        })
+    };
+    driver == "net_virtio_user" && set("packed_vq") && set("vectorized")
 }
 
 #[cfg(test)]
@@ -1086,19 +1096,28 @@ mod tests {
     #[test]
     fn packed_vectorised_devices_are_named_by_their_arguments() {
         let dev = |s: &str| DpdkDevice::parse(s).expect("a device");
-        let yes = dev("net_virtio_user0,path=/s,queues=1,packed_vq=1,in_order=1,mrg_rxbuf=0,vectorized=1");
-        assert!(packed_vectorised(Some(&yes)));
+        let virtio = "net_virtio_user";
+        for yes in [
+            "net_virtio_user0,path=/s,queues=1,packed_vq=1,in_order=1,mrg_rxbuf=0,vectorized=1",
+            "virtio_user0,path=/s,vectorized=01,packed_vq=0x1",
+            "net_virtio_user1,packed_vq=2,vectorized=1",
+        ] {
+            assert!(packed_vectorised(virtio, Some(&dev(yes))), "{yes}");
+        }
         for no in [
             "net_virtio_user0,path=/s,packed_vq=1",
             "net_virtio_user0,path=/s,vectorized=1",
             "net_virtio_user0,path=/s,packed_vq=1,vectorized=0",
+            "net_virtio_user0,path=/s,packed_vq=0x0,vectorized=1",
             "net_virtio_user0,path=/s,mrg_rxbuf=0,in_order=0,vectorized=1",
-            "net_af_packet0,iface=x,packed_vq=1,vectorized=1",
+            "net_virtio_user0,path=/s,xpacked_vq=1,vectorized=1",
             "0000:01:00.0",
         ] {
-            assert!(!packed_vectorised(Some(&dev(no))), "{no}");
+            assert!(!packed_vectorised(virtio, Some(&dev(no))), "{no}");
         }
-        assert!(!packed_vectorised(None));
+        let af = dev("net_af_packet0,iface=x,packed_vq=1,vectorized=1");
+        assert!(!packed_vectorised("net_af_packet", Some(&af)));
+        assert!(!packed_vectorised(virtio, None));
     }
 
     #[test]
