@@ -418,7 +418,7 @@ fn visit_new_flows(st: &mut WorkerState, table: &Table, new_flows: u32, ahead: &
 #[inline(always)]
 fn bits(mask: u32) -> impl Iterator<Item = usize> {
     debug_assert!(mask >> PREFETCH_WINDOW == 0, "bits beyond a chunk");
-    super::ones(u64::from(mask)).map(|j| j % PREFETCH_WINDOW)
+    super::bits::ones(u64::from(mask)).map(|j| j % PREFETCH_WINDOW)
 }
 
 /// The visits of a chunk's new flows of family `A` (bit `j` of `mask`), one pass per

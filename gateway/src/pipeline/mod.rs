@@ -86,6 +86,7 @@
 
 mod arp;
 mod backend;
+mod bits;
 mod burst;
 mod expire;
 mod family;
@@ -129,19 +130,6 @@ pub fn process(now: u64, frame: &mut [u8], meta: &Meta, table: &Table, state: &m
         Verdict::Consumed => {}
     }
     verdict
-}
-
-/// The indices of the set bits of `mask`, lowest first: a queue's occupied slots
-/// ([`state::PendingQueue`]), a chunk's frames of one kind ([`burst`]). O(1) a bit.
-#[inline(always)]
-fn ones(mut mask: u64) -> impl Iterator<Item = usize> {
-    std::iter::from_fn(move || {
-        (mask != 0).then(|| {
-            let i = mask.trailing_zeros() as usize;
-            mask &= mask - 1;
-            i
-        })
-    })
 }
 
 fn handle_frame(now: u64, frame: &mut [u8], meta: &Meta, table: &Table, st: &mut WorkerState) -> Verdict {

@@ -101,7 +101,7 @@ impl Default for PendingQueue {
 impl PendingQueue {
     /// The occupied slots' indices, lowest first, as they were at the call.
     pub fn occupied(&self) -> impl Iterator<Item = usize> {
-        super::ones(self.used)
+        super::bits::ones(self.used)
     }
 
     /// Slot `i` (occupied or not; `i < PENDING_SLOTS`).
