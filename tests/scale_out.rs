@@ -642,10 +642,12 @@ impl Drop for Load {
 /// reuse its port at once; a gateway that still holds the broken connection's ESTABLISHED
 /// conntrack entry (the gateway it was moved away from, or one that came back adopting its
 /// flows) lets the new SYN and SYN/ACK pass as ignored segments on the old translation
-/// (`conntrack/tcp.rs`: ESTABLISHED + SYN → ignore) and then checks the new connection
-/// against the old one's windows. Linux's conntrack takes a SYN/ACK answering such a SYN as
-/// a new connection (`nf_conntrack_proto_tcp.c`, the ignored-SYN case); torii does not yet.
-/// A conntrack matter, not a routing one: this test keeps it out of its counts.
+/// (`conntrack/tcp.rs`: ESTABLISHED + SYN → ignore). Like Linux's conntrack
+/// (`nf_conntrack_proto_tcp.c`, the ignored-SYN case), torii takes a SYN/ACK that answers
+/// exactly such a SYN as the new connection (`conntrack::resync`, which says where it
+/// differs from Linux); otherwise the new connection is checked against the old windows. A
+/// conntrack matter, not a routing one (the conntrack tests cover it): this test keeps it
+/// out of its counts.
 fn fresh_ports(s: &ScaleOut, phase: u16) -> Result<()> {
     let low = 10_000 + 10_000 * u32::from(phase);
     in_ns(&s.ns("client"), &["sysctl", "-qw", &format!("net.ipv4.ip_local_port_range={low} {}", low + 9_999)])?;
