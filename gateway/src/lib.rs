@@ -30,6 +30,7 @@ pub mod conntrack;
 pub mod counters;
 pub mod fragments;
 pub mod frames;
+pub mod fuzz;
 pub mod host;
 pub mod io;
 pub mod l2;
