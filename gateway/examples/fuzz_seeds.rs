@@ -1,12 +1,15 @@
 //! Writes the seed corpora of the fuzz targets in `gateway/fuzz/`: valid frames of every
-//! kind the pipeline handles (as `pipeline_process` records) and a valid table snapshot.
+//! kind the pipeline handles (as `pipeline_process` records), flows long enough for the
+//! lean established path (`lean-*`: answered with the endpoint and SNAT port the demo
+//! gateway chose, [`torii_gateway::fuzz::with_demo_worker`]) and a valid table snapshot.
 //!
 //! `cargo run -p torii-gateway --example fuzz_seeds` (from the repository root).
 
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 
 use torii_gateway::frames::{self, L2};
+use torii_gateway::pipeline::{self, Meta, Verdict};
 use torii_gateway::table::{build, BackendSpec, FrontendKind, FrontendSpec, IpCidr, Protocol, ServiceSpec, TableSpec};
 use torii_gateway::wire::{ArpOperation, Icmpv4Type, Icmpv6Type, MacAddr, TcpFlags};
 
@@ -211,6 +214,8 @@ fn main() -> std::io::Result<()> {
             .concat(),
         ),
     ];
+    let mut seeds = seeds;
+    seeds.extend(lean_seeds(to_gw, from_web, client_mac));
     let dir = root.join("pipeline_process");
     std::fs::create_dir_all(&dir)?;
     for (name, bytes) in seeds {
@@ -270,4 +275,127 @@ fn main() -> std::io::Result<()> {
     }
     println!("seeds written under {}", root.display());
     Ok(())
+}
+
+/// Exchanges of the lean established path's length per transport and family, on the demo
+/// gateway's own choices: the client's address learned first (an ARP request or a
+/// Neighbor Solicitation, so that replies reach it), the flow opened (TCP: the three-way
+/// handshake; UDP: a datagram, the endpoint's answer and the client's next, which makes
+/// it assured), then [`EXCHANGES`] segments or datagrams each way, alternating: those
+/// after the first chunk of a burst take the lean path in `process_burst`.
+fn lean_seeds(to_gw: L2, from_web: L2, client_mac: MacAddr) -> Vec<(&'static str, Vec<u8>)> {
+    let client4 = Ipv4Addr::new(198, 51, 100, 10);
+    let client6: Ipv6Addr = "2001:db8:100::10".parse().expect("an IPv6 address");
+    let vip4 = Ipv4Addr::new(203, 0, 113, 10);
+    let vip6: Ipv6Addr = "2001:db8:203::10".parse().expect("an IPv6 address");
+    let arp = frames::arp(
+        L2 { src: client_mac, dst: MacAddr::BROADCAST },
+        ArpOperation::Request,
+        client_mac,
+        client4,
+        MacAddr::UNSPECIFIED,
+        vip4,
+    );
+    let ns = frames::ndp(
+        L2 { src: client_mac, dst: MacAddr([0x33, 0x33, 0xff, 0, 0, 0x10]) },
+        client6,
+        "ff02::1:ff00:10".parse().expect("an IPv6 address"),
+        Icmpv6Type::NeighborSolicit,
+        0,
+        vip6,
+        Some(client_mac),
+    );
+    let tcp = |src: (IpAddr, u16), dst: (IpAddr, u16), l2: L2, flags: TcpFlags, seq: u32, ack: u32, data: &[u8]| match (
+        src.0, dst.0,
+    ) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => frames::tcp(l2, (s, src.1), (d, dst.1), flags, seq, ack, data, 64),
+        (IpAddr::V6(s), IpAddr::V6(d)) => frames::tcp6(l2, (s, src.1), (d, dst.1), flags, seq, ack, data, 64),
+        _ => unreachable!("one family"),
+    };
+    let udp = |src: (IpAddr, u16), dst: (IpAddr, u16), l2: L2, data: &[u8]| match (src.0, dst.0) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => frames::udp(l2, (s, src.1), (d, dst.1), data, 64),
+        (IpAddr::V6(s), IpAddr::V6(d)) => frames::udp6(l2, (s, src.1), (d, dst.1), data, 64),
+        _ => unreachable!("one family"),
+    };
+    let mut seeds = Vec::new();
+    for (name, learn, client, vip, port) in [
+        ("lean-tcp", &arp, IpAddr::V4(client4), IpAddr::V4(vip4), 80),
+        ("lean-tcp6", &ns, IpAddr::V6(client6), IpAddr::V6(vip6), 80),
+        ("lean-udp", &arp, IpAddr::V4(client4), IpAddr::V4(vip4), 7),
+        ("lean-udp6", &ns, IpAddr::V6(client6), IpAddr::V6(vip6), 7),
+    ] {
+        let is_tcp = port == 80;
+        // The first client port whose flow goes to an endpoint whose neighbour is resolved.
+        let found = (40000..41000).find_map(|sport| {
+            let open = if is_tcp {
+                tcp((client, sport), (vip, port), to_gw, TcpFlags::SYN, 1, 0, &[])
+            } else {
+                udp((client, sport), (vip, port), to_gw, b"q")
+            };
+            let (endpoint, snat) = forwarded(learn, &open)?;
+            Some((sport, open, endpoint, snat))
+        });
+        let Some((sport, open, endpoint, snat)) = found else {
+            panic!("{name}: the demo gateway forwards none of the first 1 000 client ports")
+        };
+        let c = (client, sport);
+        let mut frames = vec![record(0, learn), record(0, &open)];
+        if is_tcp {
+            frames.push(record(1, &tcp(endpoint, snat, from_web, TcpFlags::SYN | TcpFlags::ACK, 9, 2, &[])));
+            frames.push(record(0, &tcp(c, (vip, port), to_gw, TcpFlags::ACK, 2, 10, &[])));
+            for i in 0..EXCHANGES {
+                // One byte each way per exchange.
+                let (cs, es) = (2 + i, 10 + i);
+                frames.push(record(0, &tcp(c, (vip, port), to_gw, TcpFlags::ACK, cs, es, b"c")));
+                frames.push(record(1, &tcp(endpoint, snat, from_web, TcpFlags::ACK, es, cs + 1, b"e")));
+            }
+        } else {
+            frames.push(record(1, &udp(endpoint, snat, from_web, b"a")));
+            for _ in 0..EXCHANGES {
+                frames.push(record(0, &udp(c, (vip, port), to_gw, b"c")));
+                frames.push(record(1, &udp(endpoint, snat, from_web, b"e")));
+            }
+        }
+        seeds.push((name, frames.concat()));
+    }
+    seeds
+}
+
+/// Client-and-endpoint exchanges in each of [`lean_seeds`]' flows: 2 × 20 frames after the
+/// opening ones, so that the second chunk of 16 and the third take the lean path.
+const EXCHANGES: u32 = 20;
+
+/// Processes `learn` and then the client's `open` on a fresh demo worker: the endpoint and
+/// the SNAT address and port of the flow when the gateway forwarded it (the frame it sent:
+/// untagged IPv4 or IPv6 with the ports after a fixed header), else `None` (its endpoint's
+/// neighbour unresolved, for one).
+fn forwarded(learn: &[u8], open: &[u8]) -> Option<((IpAddr, u16), (IpAddr, u16))> {
+    torii_gateway::fuzz::with_demo_worker(|table, st| {
+        let mut buf = vec![0u8; 2048];
+        let mut verdict = Verdict::Consumed;
+        for frame in [learn, open] {
+            buf[..frame.len()].copy_from_slice(frame);
+            let meta =
+                Meta { iface: 0, len: frame.len(), l4_csum_partial: false, l3_csum_good: false, l4_csum_good: false };
+            verdict = pipeline::process(0, &mut buf, &meta, table, st);
+        }
+        let Verdict::Transmit { iface: 1, len } = verdict else { return None };
+        let f = &buf[..len];
+        let port = |at: usize| u16::from_be_bytes([f[at], f[at + 1]]);
+        match u16::from_be_bytes([f[12], f[13]]) {
+            0x0800 => {
+                let addr = |at: usize| IpAddr::V4(Ipv4Addr::new(f[at], f[at + 1], f[at + 2], f[at + 3]));
+                Some(((addr(30), port(36)), (addr(26), port(34))))
+            }
+            0x86dd => {
+                let addr = |at: usize| {
+                    let mut octets = [0u8; 16];
+                    octets.copy_from_slice(&f[at..at + 16]);
+                    IpAddr::V6(Ipv6Addr::from(octets))
+                };
+                Some(((addr(38), port(56)), (addr(22), port(54))))
+            }
+            _ => None,
+        }
+    })
 }

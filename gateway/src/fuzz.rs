@@ -27,7 +27,9 @@ use crate::wire::MacAddr;
 /// prefetch stages read every frame ahead, so they see every malformed input too).
 ///
 /// Input: repeated `[port: u8][len_hi: u8][len_lo: u8][frame: len bytes]` records (the last
-/// record takes what is left; [`split_frames`] says what the port byte's top bits set),
+/// record takes what is left, the length clamped to 1514; the port byte's low five bits
+/// modulo 3 are the port, bit 7 sets `Meta::l4_csum_partial`, bit 6 `l3_csum_good` and bit
+/// 5 `l4_csum_good`: what a device vouched for is trusted, as the drivers do),
 /// processed in order by one worker, so flows created by one frame meet replies, ICMP and
 /// corruptions in later ones. The clock advances a second per frame, exercising expiry.
 /// The demo gateway has a VLAN interface on each port (VLAN 100 on the front, 200 on the
@@ -39,15 +41,6 @@ use crate::wire::MacAddr;
 ///
 /// When `process_burst` and `process` disagree, or a verdict transmits past the buffer.
 pub fn pipeline_process(data: &[u8]) {
-    thread_local! {
-        static FIXTURE: (Table, Arc<Host>) = {
-            let macs = [MacAddr([2, 0, 0, 0, 0xf0, 1]), MacAddr([2, 0, 0, 0, 0xf0, 2])];
-            let vlans = "\n[[interfaces]]\nname = \"tg-front\"\nvlan = 100\naddresses = [\"192.0.2.1/24\"]\n\
-                         [[interfaces]]\nname = \"tg-back\"\nvlan = 200\naddresses = [\"10.80.0.1/24\"]\n";
-            let config = Config::from_toml(&format!("{}{vlans}", crate::config::EMBEDDED_DEFAULT)).unwrap();
-            (table(), Arc::new(Host::new(&config, &macs)))
-        };
-    }
     FIXTURE.with(|(table, host)| {
         let frames = split_frames(data);
         // Sequentially, the clock advancing a second per frame, with ARP and expiry between.
@@ -99,11 +92,7 @@ pub fn pipeline_process(data: &[u8]) {
     });
 }
 
-/// The frames of a [`pipeline_process`] input: `[port, length high, length low, bytes…]` repeated (length
-/// clamped to what is left and to 1514), each with its driver metadata: the port byte's
-/// low five bits modulo 3 are the port, bit 7 says `l4_csum_partial`, bit 6
-/// `l3_csum_good` and bit 5 `l4_csum_good` (what a device vouched for is trusted, as the
-/// drivers do).
+/// The frames of a [`pipeline_process`] input, each with its driver metadata.
 fn split_frames(data: &[u8]) -> Vec<(Meta, Vec<u8>)> {
     let mut frames = Vec::new();
     let mut rest = data;
@@ -122,6 +111,25 @@ fn split_frames(data: &[u8]) -> Vec<(Meta, Vec<u8>)> {
         frames.push((meta, frame.to_vec()));
     }
     frames
+}
+
+thread_local! {
+    /// The demo gateway of [`pipeline_process`]: its table and host.
+    static FIXTURE: (Table, Arc<Host>) = {
+        let macs = [MacAddr([2, 0, 0, 0, 0xf0, 1]), MacAddr([2, 0, 0, 0, 0xf0, 2])];
+        let vlans = "\n[[interfaces]]\nname = \"tg-front\"\nvlan = 100\naddresses = [\"192.0.2.1/24\"]\n\
+                     [[interfaces]]\nname = \"tg-back\"\nvlan = 200\naddresses = [\"10.80.0.1/24\"]\n";
+        let config = Config::from_toml(&format!("{}{vlans}", crate::config::EMBEDDED_DEFAULT)).unwrap();
+        (table(), Arc::new(Host::new(&config, &macs)))
+    };
+}
+
+/// Runs `f` on the demo gateway of [`pipeline_process`]: its table and a worker as each of
+/// the target's passes starts (its endpoints' neighbours resolved). For seed generators
+/// (`examples/fuzz_seeds.rs`) whose inputs must follow the gateway's own choices (the
+/// endpoint, the SNAT port) to reach a path, such as the lean established one.
+pub fn with_demo_worker<R>(f: impl FnOnce(&Table, &mut WorkerState) -> R) -> R {
+    FIXTURE.with(|(table, host)| f(table, &mut worker(host, table)))
 }
 
 /// A worker of the fixture with its own shared state (neighbours pre-resolved), so two
