@@ -23,8 +23,9 @@ use crate::wire::MacAddr;
 /// Fuzzes `pipeline::process` with sequences of frames on a demo gateway: no input may
 /// panic, and every transmitted frame must lie within the buffer. The same frames then go
 /// once more through `process` one at a time and through `pipeline::process_burst` on a
-/// second, identical worker: the verdicts and the rewritten bytes must agree (the burst's
-/// prefetch stages read every frame ahead, so they see every malformed input too).
+/// second, identical worker: the verdicts, the rewritten bytes, the counters, the front
+/// doors' counts, the flows and their TCP windows must agree (the burst's prefetch stages
+/// read every frame ahead, so they see every malformed input too).
 ///
 /// Input: repeated `[port: u8][len_hi: u8][len_lo: u8][frame: len bytes]` records (the last
 /// record takes what is left, the length clamped to 1514; the port byte's low five bits
@@ -39,7 +40,8 @@ use crate::wire::MacAddr;
 ///
 /// # Panics
 ///
-/// When `process_burst` and `process` disagree, or a verdict transmits past the buffer.
+/// When `process_burst` and `process` disagree on any of those, or a verdict transmits
+/// past the buffer.
 pub fn pipeline_process(data: &[u8]) {
     FIXTURE.with(|(table, host)| {
         let frames = split_frames(data);
@@ -61,6 +63,10 @@ pub fn pipeline_process(data: &[u8]) {
         // Differentially: `process_burst` must give every frame exactly what `process` gives
         // it one at a time (verdicts and bytes), whatever its prefetch stages read ahead.
         let (mut one, mut burst) = (worker(host, table), worker(host, table));
+        // A burst numbers its table at its start, `process` when a frame first reads it
+        // (`pipeline::process_burst`): the frame-by-frame side numbers it first too, so
+        // that the flows' `table_epoch` agree.
+        one.table_epoch(table);
         let mut singles: Vec<Vec<u8>> = Vec::new();
         let mut expected = Vec::new();
         for (meta, frame) in &frames {
@@ -88,7 +94,16 @@ pub fn pipeline_process(data: &[u8]) {
                 assert_eq!(&b[..len], &s[..len], "frame {i} rewritten differently in a burst");
             }
         }
-        assert_eq!(one.counters.rx_frames, burst.counters.rx_frames);
+        assert_eq!(one.counters, burst.counters, "the counters");
+        assert_eq!(one.frontends.as_slice(), burst.frontends.as_slice(), "the front doors' counts");
+        assert!(one.conntrack.iter().eq(burst.conntrack.iter()), "the IPv4 flows");
+        assert!(one.conntrack6.iter().eq(burst.conntrack6.iter()), "the IPv6 flows");
+        for (id, _) in one.conntrack.iter() {
+            assert_eq!(one.conntrack.tcp_windows(id), burst.conntrack.tcp_windows(id), "flow {id}'s windows");
+        }
+        for (id, _) in one.conntrack6.iter() {
+            assert_eq!(one.conntrack6.tcp_windows(id), burst.conntrack6.tcp_windows(id), "flow {id}'s windows");
+        }
     });
 }
 
