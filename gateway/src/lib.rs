@@ -22,6 +22,8 @@
 //! - [`l2`]: L2 mode, one gateway per VIP answering ARP/NDP, announced on takeover.
 //! - [`prefetch`]: the cache prefetch hint of the burst path (`torii_table::prefetch`, which
 //!   the table's lookups issue too).
+//! - [`fuzz`]: the fuzz targets' bodies (`gateway/fuzz/`), which the tests also replay
+//!   over the committed corpora.
 
 pub mod affinity;
 pub mod announce;
