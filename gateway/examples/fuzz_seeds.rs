@@ -214,11 +214,12 @@ fn main() -> std::io::Result<()> {
             .concat(),
         ),
     ];
-    let mut seeds = seeds;
-    seeds.extend(lean_seeds(to_gw, from_web, client_mac));
     let dir = root.join("pipeline_process");
     std::fs::create_dir_all(&dir)?;
     for (name, bytes) in seeds {
+        std::fs::write(dir.join(name), bytes)?;
+    }
+    for (name, bytes) in lean_seeds(to_gw, from_web, client_mac) {
         std::fs::write(dir.join(name), bytes)?;
     }
 
@@ -281,9 +282,11 @@ fn main() -> std::io::Result<()> {
 /// gateway's own choices: the client's address learned first (an ARP request or a
 /// Neighbor Solicitation, so that replies reach it), the flow opened (TCP: the three-way
 /// handshake; UDP: a datagram, the endpoint's answer and the client's next, which makes
-/// it assured), then [`EXCHANGES`] segments or datagrams each way, alternating: those
-/// after the first chunk of a burst take the lean path in `process_burst`.
-fn lean_seeds(to_gw: L2, from_web: L2, client_mac: MacAddr) -> Vec<(&'static str, Vec<u8>)> {
+/// it assured), then [`EXCHANGES`] segments or datagrams each way, alternating. Each is
+/// written twice, shaped ([`shaped`]) to be replayed in bursts of 40 frames at one time
+/// (`lean-tcp`, …: the frames after a burst's first chunk of 16 take the lean path) and in
+/// bursts of 16 a second apart (`lean-tcp-bursts`, …: those after the first burst).
+fn lean_seeds(to_gw: L2, from_web: L2, client_mac: MacAddr) -> Vec<(String, Vec<u8>)> {
     let client4 = Ipv4Addr::new(198, 51, 100, 10);
     let client6: Ipv6Addr = "2001:db8:100::10".parse().expect("an IPv6 address");
     let vip4 = Ipv4Addr::new(203, 0, 113, 10);
@@ -356,9 +359,28 @@ fn lean_seeds(to_gw: L2, from_web: L2, client_mac: MacAddr) -> Vec<(&'static str
                 frames.push(record(1, &udp(endpoint, snat, from_web, b"e")));
             }
         }
-        seeds.push((name, frames.concat()));
+        let seed = frames.concat();
+        // Replayed in bursts of 40 frames at one time, and of 16 frames a second apart
+        // (flows opened in one burst go lean in the next).
+        seeds.push((name.to_owned(), shaped(&seed, 40, 0)));
+        seeds.push((format!("{name}-bursts"), shaped(&seed, 16, 1)));
     }
     seeds
+}
+
+/// `seed` lengthened to the shortest length at which `pipeline_process` replays it in
+/// bursts of `size` frames `step` (an index: 0 s, 1 s, 30 s, 300 s) apart: the length
+/// modulo 40 is `size − 1` and its quotient by 40 is `step` modulo 4. The padding is empty
+/// records (a zero-length frame, dropped as malformed) and up to two bytes too short to
+/// be a record, which are ignored.
+fn shaped(seed: &[u8], size: usize, step: usize) -> Vec<u8> {
+    let fits = |len: usize| len % 40 == size - 1 && len / 40 % 4 == step;
+    let len = (seed.len()..).find(|&l| fits(l)).expect("a length within 160 bytes");
+    let pad = len - seed.len();
+    let mut out = seed.to_vec();
+    out.extend(std::iter::repeat_n([0u8, 0, 0], pad / 3).flatten());
+    out.extend(std::iter::repeat_n(0u8, pad % 3));
+    out
 }
 
 /// Client-and-endpoint exchanges in each of [`lean_seeds`]' flows: 2 × 20 frames after the

@@ -22,10 +22,11 @@ use crate::wire::MacAddr;
 
 /// Fuzzes `pipeline::process` with sequences of frames on a demo gateway: no input may
 /// panic, and every transmitted frame must lie within the buffer. The same frames then go
-/// once more through `process` one at a time and through `pipeline::process_burst` on a
-/// second, identical worker: the verdicts, the rewritten bytes, the counters, the front
-/// doors' counts, the flows and their TCP windows must agree (the burst's prefetch stages
-/// read every frame ahead, so they see every malformed input too).
+/// once more through `process` one at a time and through `pipeline::process_burst` (in
+/// bursts whose size, 1 to 40 frames, and spacing in time, 0 to 300 s, the input's length
+/// chooses) on a second, identical worker: the verdicts, the rewritten bytes, the
+/// counters, the front doors' counts, the flows and their TCP windows must agree (the
+/// burst's prefetch stages read every frame ahead, so they see every malformed input too).
 ///
 /// Input: repeated `[port: u8][len_hi: u8][len_lo: u8][frame: len bytes]` records (the last
 /// record takes what is left, the length clamped to 1514; the port byte's low five bits
@@ -61,37 +62,43 @@ pub fn pipeline_process(data: &[u8]) {
             now += 1_000_000_000;
         }
         // Differentially: `process_burst` must give every frame exactly what `process` gives
-        // it one at a time (verdicts and bytes), whatever its prefetch stages read ahead.
+        // it one at a time (verdicts and bytes), whatever its prefetch stages read ahead, in
+        // bursts of `size` frames `step` apart (both chosen by the input's length, so that
+        // flows opened in one burst take the lean path in the next, and some become due).
+        let (size, step) = (1 + data.len() % 40, [0, 1, 30, 300][data.len() / 40 % 4] * 1_000_000_000u64);
         let (mut one, mut burst) = (worker(host, table), worker(host, table));
         // A burst numbers its table at its start, `process` when a frame first reads it
         // (`pipeline::process_burst`): the frame-by-frame side numbers it first too, so
         // that the flows' `table_epoch` agree.
         one.table_epoch(table);
-        let mut singles: Vec<Vec<u8>> = Vec::new();
-        let mut expected = Vec::new();
-        for (meta, frame) in &frames {
-            let mut b = vec![0u8; 2048];
-            b[..frame.len()].copy_from_slice(frame);
-            let cap = meta.len.max(MIN_BUFFER);
-            expected.push(pipeline::process(0, &mut b[..cap], meta, table, &mut one));
-            singles.push(b);
-        }
-        let metas: Vec<Meta> = frames.iter().map(|(m, _)| *m).collect();
-        let mut bufs: Vec<Vec<u8>> = frames
-            .iter()
-            .map(|(m, f)| {
+        for (k, chunk) in frames.chunks(size).enumerate() {
+            let now = k as u64 * step;
+            let mut singles: Vec<Vec<u8>> = Vec::new();
+            let mut expected = Vec::new();
+            for (meta, frame) in chunk {
                 let mut b = vec![0u8; 2048];
-                b[..f.len()].copy_from_slice(f);
-                b.truncate(m.len.max(MIN_BUFFER));
-                b
-            })
-            .collect();
-        let mut verdicts = vec![Verdict::Consumed; frames.len()];
-        pipeline::process_burst(0, &mut bufs, &metas, table, &mut burst, &mut verdicts);
-        assert_eq!(verdicts, expected, "process_burst and process disagree");
-        for (i, (b, s)) in bufs.iter().zip(&singles).enumerate() {
-            if let Verdict::Transmit { len, .. } = verdicts[i] {
-                assert_eq!(&b[..len], &s[..len], "frame {i} rewritten differently in a burst");
+                b[..frame.len()].copy_from_slice(frame);
+                let cap = meta.len.max(MIN_BUFFER);
+                expected.push(pipeline::process(now, &mut b[..cap], meta, table, &mut one));
+                singles.push(b);
+            }
+            let metas: Vec<Meta> = chunk.iter().map(|(m, _)| *m).collect();
+            let mut bufs: Vec<Vec<u8>> = chunk
+                .iter()
+                .map(|(m, f)| {
+                    let mut b = vec![0u8; 2048];
+                    b[..f.len()].copy_from_slice(f);
+                    b.truncate(m.len.max(MIN_BUFFER));
+                    b
+                })
+                .collect();
+            let mut verdicts = vec![Verdict::Consumed; chunk.len()];
+            pipeline::process_burst(now, &mut bufs, &metas, table, &mut burst, &mut verdicts);
+            assert_eq!(verdicts, expected, "burst {k}: process_burst and process disagree");
+            for (i, (b, s)) in bufs.iter().zip(&singles).enumerate() {
+                if let Verdict::Transmit { len, .. } = verdicts[i] {
+                    assert_eq!(&b[..len], &s[..len], "burst {k}: frame {i} rewritten differently in a burst");
+                }
             }
         }
         assert_eq!(one.counters, burst.counters, "the counters");
