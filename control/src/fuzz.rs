@@ -1,6 +1,6 @@
 //! The body of the control plane's fuzz target (`control/fuzz/`, cargo-fuzz, nightly),
-//! here so that the workspace's tests replay its committed corpus on stable
-//! (`tests/fuzz_corpora.rs`) and the target cannot fall behind the crate.
+//! here so that the workspace's `tests/fuzz_corpora.rs` replays its committed corpus on
+//! stable and the target cannot fall behind the crate.
 //!
 //! # Contract
 //!

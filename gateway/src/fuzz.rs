@@ -1,7 +1,7 @@
 //! The bodies of the fuzz targets in `gateway/fuzz/` (cargo-fuzz, nightly), here so that
-//! the workspace's tests replay every committed corpus input through them on stable
-//! (`tests/fuzz_corpora.rs`) and a change to the pipeline or the table cannot leave the
-//! targets behind: each target is one call of a function below.
+//! the workspace's `tests/fuzz_corpora.rs` replays every committed corpus input through
+//! them on stable and a change to the pipeline or the table cannot leave the targets
+//! behind: each target is one call of a function below.
 //!
 //! # Contract
 //!
