@@ -75,6 +75,15 @@ impl KubeObject {
         }
     }
 
+    /// The object's metadata, to change (the manifests source versions objects by content).
+    pub fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        match self {
+            Self::Service(s) => &mut s.metadata,
+            Self::EndpointSlice(s) => &mut s.metadata,
+            Self::Node(n) => &mut n.metadata,
+        }
+    }
+
     /// The object's identity for messages, e.g. `Service demo/web` or `Node gateway-1`.
     pub fn object_ref(&self) -> ObjectRef {
         match self {

@@ -26,6 +26,12 @@
 //! name, in one file or two) is served from its first definition in file-name and then
 //! document order; each later one is skipped with an error naming both places.
 //!
+//! An object's `metadata.resourceVersion` is not taken from its file: a file is edited by
+//! hand without it changing (an export of `kubectl get -o yaml` keeps the one it was
+//! exported with), and the compiler skips an object whose version it already holds. Each
+//! object is versioned by a digest of its document's content instead, so an unchanged
+//! object is still not validated again on a reload.
+//!
 //! [`DirWatch`] watches the directory with inotify (through `notify`), waits for a quiet
 //! period after a burst of changes, then reloads the directory — parsing again only the
 //! files whose size, times or inode changed ([`FileCache`]) — and hands the new
@@ -808,6 +814,21 @@ fn handle_items(mut list: Value, location: &DocumentLocation, fill: Option<(&str
     }
 }
 
+/// The version a manifest's object is given in place of its `metadata.resourceVersion`: a
+/// digest of the document's content (`content-` and 32 hex digits), so that an object whose
+/// text did not change keeps its version (the compiler does not validate it again) and one
+/// edited in place gets a new one, whatever `resourceVersion` the file says (an export of
+/// `kubectl get -o yaml` keeps the one it was exported with through every hand edit, and
+/// the compiler skips an object whose version it already holds).
+fn content_version(value: &Value) -> String {
+    // The document as JSON text (serde_json's maps are ordered, so equal content is equal
+    // text), hashed under two fixed keys: 128 bits, stable for the process's lifetime.
+    let text = value.to_string();
+    let hash =
+        |seed: u64| ahash::RandomState::with_seeds(seed, !seed, seed.rotate_left(17), 0x0074_6f72_6969).hash_one(&text);
+    format!("content-{:016x}{:016x}", hash(0x9e37_79b9_7f4a_7c15), hash(0xc2b2_ae3d_27d4_eb4f))
+}
+
 fn push_typed<T: serde::de::DeserializeOwned>(
     value: Value,
     location: &DocumentLocation,
@@ -815,9 +836,12 @@ fn push_typed<T: serde::de::DeserializeOwned>(
     out: &mut Loaded,
     wrap: impl FnOnce(T) -> KubeObject,
 ) {
+    let version = content_version(&value);
     match serde_path_to_error::deserialize::<_, T>(value) {
         Ok(o) => {
-            out.objects.push(wrap(o));
+            let mut object = wrap(o);
+            object.metadata_mut().resource_version = Some(version);
+            out.objects.push(object);
             out.locations.push(location.clone());
         }
         Err(e) => {
@@ -1122,6 +1146,30 @@ metadata: {name: versionless}
             "{}",
             e[4]
         );
+    }
+
+    /// A manifest edited in place keeps whatever `resourceVersion` it was exported with
+    /// (`kubectl get -o yaml`); the incremental compiler skips an object whose version it
+    /// already holds, so the files source versions each object by its content instead.
+    #[test]
+    fn an_edit_that_keeps_the_resource_version_is_seen() {
+        use crate::compile::{CompileOptions, Compiler};
+        let text = |port: u16| {
+            format!(
+                "apiVersion: v1\nkind: Service\nmetadata: {{name: web, namespace: demo, resourceVersion: \"7\"}}\n\
+                 spec: {{externalIPs: [198.51.100.32], ports: [{{port: {port}}}]}}\n"
+            )
+        };
+        let options = CompileOptions { node_name: "gw".into(), ..Default::default() };
+        let mut compiler = Compiler::new(options.clone());
+        let ports = |c: &crate::compile::Compiled| c.frontends.iter().map(|f| f.port).collect::<Vec<_>>();
+        let (before, after) = (parse("svc.yaml", &text(80)), parse("svc.yaml", &text(81)));
+        assert_eq!(ports(compiler.update(&before)), [80]);
+        assert_eq!(ports(compiler.update(&after)), [81], "the edit is served");
+        assert_eq!(compiler.compiled(), &crate::compile_loaded(&after, &options));
+        let version = |l: &Loaded| l.objects[0].metadata().resource_version.clone();
+        assert_eq!(version(&before), version(&parse("other.yaml", &text(80))), "the same content, the same version");
+        assert_ne!(version(&before), version(&after));
     }
 
     #[test]
