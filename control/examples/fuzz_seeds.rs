@@ -1,9 +1,10 @@
 //! Writes the seed corpus of the control plane's fuzz target (`control/fuzz/`,
 //! [`torii_control::fuzz::compile_manifests`]) from the compile fixtures
 //! (`tests/fixtures/compile/*/`): each fixture's manifests as one snapshot (YAML documents
-//! joined by `---`, or its JSON lists concatenated), under each Node name the fixtures use,
-//! and each fixture followed by the next (two snapshots, so that the incremental compiler
-//! sees one change into the other).
+//! joined by `---`, or its JSON lists concatenated) under each of the four Node names the
+//! target chooses from, ClusterIPs served under every other one; and each fixture followed
+//! by the next of the same format (two snapshots, so that the incremental compiler sees one
+//! change into the other), with the SNAT address 10.70.0.1 set.
 //!
 //! `cargo run -p torii-control --example fuzz_seeds` (from the repository root).
 

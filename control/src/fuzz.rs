@@ -21,18 +21,20 @@ use crate::source::Loaded;
 ///
 /// - parsing, validating and compiling never panic, whatever the text (a bad object, field
 ///   or document is skipped and reported: `crate::source::files`, `crate::model`);
-/// - the table spec of every compile builds, and the gateway's validator accepts the
-///   table (`torii_table::Table::new`): a snapshot the apiserver could hold never makes
-///   the control plane publish a table the gateway refuses;
+/// - the table spec of every compile builds (`torii_table::build`, from scratch: the
+///   daemon's builder that patches the previous table is tested against it elsewhere,
+///   `crate::publish`), and the gateway's validator accepts the table
+///   (`torii_table::Table::new`);
 /// - the incremental compiler fed the snapshots one after another ([`Compiler::update`])
 ///   ends each one with exactly the pure path's result for it ([`crate::compile_loaded`])
-///   and its table spec, as its contract says.
+///   and its table spec, as its contract says (the manifests source versions each object
+///   by its content, so an edited object is never taken for one already held).
 ///
 /// Input: `[options: u8][text]`. The text (UTF-8, invalid sequences replaced) is cut at
 /// each NUL into up to four snapshots, applied in order; each is one manifests file, JSON
 /// when bit 6 of `options` is set, else YAML (documents separated by `---`). The other bits
 /// choose the compile options: bit 0 `cluster_ips`, bits 1–2 the gateway's Node name
-/// (`gw-1`, `gateway-1`, `gw`, `node-a`: the names the test fixtures' Nodes carry), bit 3
+/// (`gw-1`, `gw`, `other`, `node-2`: names the compile fixtures' Nodes carry), bit 3
 /// the SNAT address 10.70.0.1, bit 4 `proxy_name = "torii"`, bit 5
 /// `load_balancer_class = "torii"`.
 ///
@@ -45,7 +47,7 @@ use crate::source::Loaded;
 pub fn compile_manifests(data: &[u8]) -> usize {
     let Some((&bits, text)) = data.split_first() else { return 0 };
     let options = CompileOptions {
-        node_name: ["gw-1", "gateway-1", "gw", "node-a"][usize::from(bits >> 1 & 3)].into(),
+        node_name: ["gw-1", "gw", "other", "node-2"][usize::from(bits >> 1 & 3)].into(),
         cluster_ips: bits & 1 != 0,
         proxy_name: (bits & 0x10 != 0).then(|| "torii".into()),
         load_balancer_class: (bits & 0x20 != 0).then(|| "torii".into()),

@@ -3,7 +3,8 @@
 //! lean established path (`lean-*`: answered with the endpoint and SNAT port the demo
 //! gateway chose, [`torii_gateway::fuzz::with_demo_worker`]) and a valid table snapshot.
 //!
-//! `cargo run -p torii-gateway --example fuzz_seeds` (from the repository root).
+//! `cargo run -p torii-gateway --no-default-features --example fuzz_seeds` (from the
+//! repository root; without the default `dpdk` feature it builds without DPDK installed).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::Path;
@@ -376,10 +377,8 @@ fn lean_seeds(to_gw: L2, from_web: L2, client_mac: MacAddr) -> Vec<(String, Vec<
 fn shaped(seed: &[u8], size: usize, step: usize) -> Vec<u8> {
     let fits = |len: usize| len % 40 == size - 1 && len / 40 % 4 == step;
     let len = (seed.len()..).find(|&l| fits(l)).expect("a length within 160 bytes");
-    let pad = len - seed.len();
     let mut out = seed.to_vec();
-    out.extend(std::iter::repeat_n([0u8, 0, 0], pad / 3).flatten());
-    out.extend(std::iter::repeat_n(0u8, pad % 3));
+    out.resize(len, 0);
     out
 }
 

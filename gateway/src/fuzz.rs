@@ -147,7 +147,8 @@ thread_local! {
 }
 
 /// Runs `f` on the demo gateway of [`pipeline_process`]: its table and a worker as each of
-/// the target's passes starts (its endpoints' neighbours resolved). For seed generators
+/// the target's passes starts (the neighbours of 10.70.0.11, 10.70.0.21, fd00:70::11 and
+/// fd00:70::21 resolved). For seed generators
 /// (`examples/fuzz_seeds.rs`) whose inputs must follow the gateway's own choices (the
 /// endpoint, the SNAT port) to reach a path, such as the lean established one.
 pub fn with_demo_worker<R>(f: impl FnOnce(&Table, &mut WorkerState) -> R) -> R {
@@ -245,8 +246,9 @@ fn table() -> Table {
 ///
 /// # Panics
 ///
-/// When an accepted table does not find a front door it lists, or does not say that an
-/// endpoint it lists serves.
+/// When an accepted table does not find a front door it lists or that front door's service,
+/// does not say that an endpoint it lists serves, or does not say that a front door's
+/// address is a VIP.
 pub fn table_validate(data: &[u8]) {
     let Some((&mode, bytes)) = data.split_first() else { return };
     let mut bytes = bytes.to_vec();
