@@ -6,7 +6,7 @@
 //! by the next of the same format (two snapshots, so that the incremental compiler sees one
 //! change into the other), with the SNAT address 10.70.0.1 set.
 //!
-//! `cargo run -p torii-control --example fuzz_seeds` (from the repository root).
+//! `cargo run -p torii-control --features fuzz --example fuzz_seeds` (from the repository root).
 
 use std::path::Path;
 

@@ -20,7 +20,7 @@
 //! - [`daemon`]: `torii-control run`'s loop: snapshots in, tables published, the
 //!   gateway's acknowledgements and the network-programming latency measured.
 //! - [`l2`]: L2 mode's owner election, one Kubernetes Lease per VIP held for the gateway.
-//! - [`fuzz`]: the body of the fuzz target (`control/fuzz/`): manifests in, the pure and the
+//! - `fuzz` (with the `fuzz` feature only): the body of the fuzz target (`control/fuzz/`): manifests in, the pure and the
 //!   incremental compile compared, the table checked by the gateway's validator.
 //!
 //! Failure semantics (DESIGN.md): bad input never stops the others from being served, and
@@ -29,6 +29,7 @@
 pub mod compile;
 pub mod config;
 pub mod daemon;
+#[cfg(feature = "fuzz")]
 pub mod fuzz;
 pub mod l2;
 pub mod model;

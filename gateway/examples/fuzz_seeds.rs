@@ -3,8 +3,9 @@
 //! lean established path (`lean-*`: answered with the endpoint and SNAT port the demo
 //! gateway chose, [`torii_gateway::fuzz::with_demo_worker`]) and a valid table snapshot.
 //!
-//! `cargo run -p torii-gateway --no-default-features --example fuzz_seeds` (from the
-//! repository root; without the default `dpdk` feature it builds without DPDK installed).
+//! `cargo run -p torii-gateway --no-default-features --features fuzz --example fuzz_seeds`
+//! (from the repository root; without the default `dpdk` feature it builds without DPDK
+//! installed).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::Path;

@@ -22,8 +22,8 @@
 //! - [`l2`]: L2 mode, one gateway per VIP answering ARP/NDP, announced on takeover.
 //! - [`prefetch`]: the cache prefetch hint of the burst path (`torii_table::prefetch`, which
 //!   the table's lookups issue too).
-//! - [`fuzz`]: the fuzz targets' bodies (`gateway/fuzz/`), which the tests also replay
-//!   over the committed corpora.
+//! - `fuzz` (with the `fuzz` feature only): the fuzz targets' bodies (`gateway/fuzz/`),
+//!   which the tests also replay over the committed corpora.
 
 pub mod affinity;
 pub mod announce;
@@ -32,6 +32,7 @@ pub mod conntrack;
 pub mod counters;
 pub mod fragments;
 pub mod frames;
+#[cfg(feature = "fuzz")]
 pub mod fuzz;
 pub mod host;
 pub mod io;
