@@ -20,7 +20,7 @@
 //! redirected frames.
 //!
 //! It runs on DPDK's default virtio paths (split rings, in order, mergeable buffers, receive
-//! checksum offload) and again on each of its vectorised ones ([`Paths`]; BENCHMARKS.md,
+//! checksum offload) and again on each of its vectorised ones ([`VirtioRx`]; BENCHMARKS.md,
 //! "DPDK's vectorised virtio paths", measures them): the split ring's SSE receive path
 //! (`dpdk.rx_checksum_offload = false`) and the packed ring's AVX-512 paths; DPDK's log, at debug level for the virtio driver, must name
 //! the path taken (the packed one where the CPU has AVX-512F).
@@ -39,67 +39,48 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
+use torii_bench::plan::VirtioRx;
 use torii_integration::{
     dpdk_unavailable, free_hugepage_bytes, print_skipped, repo_root, spawn_vhost_peer, tail, Binaries, Daemon,
     Manifests,
 };
 
-/// Which of DPDK's virtio receive and transmit paths the gateway's device takes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Paths {
-    /// DPDK's defaults: split rings, in order, mergeable buffers; receive checksum offload.
-    InOrder,
-    /// The split ring's vectorised (SSE) receive path: no mergeable buffers, not in order,
-    /// `vectorized=1`, and no receive offload (`dpdk.rx_checksum_offload = false`).
-    SplitVectorized,
-    /// Packed rings on the AVX-512 receive and transmit paths (`packed_vq=1`, in order, no
-    /// mergeable buffers, `vectorized=1`, `--force-max-simd-bitwidth=512`).
-    PackedVectorized,
-}
-
-impl Paths {
-    /// What to append to the device's arguments.
-    fn devargs(self) -> &'static str {
-        match self {
-            Paths::InOrder => "",
-            Paths::SplitVectorized => ",mrg_rxbuf=0,in_order=0,vectorized=1",
-            Paths::PackedVectorized => ",packed_vq=1,in_order=1,mrg_rxbuf=0,vectorized=1",
-        }
-    }
-
-    /// Extra EAL arguments: the virtio driver's log at debug level (it names the paths it
-    /// chose), then torii's own level for everything else.
-    fn eal_args(self) -> &'static [&'static str] {
-        match self {
-            Paths::InOrder => &[],
-            Paths::SplitVectorized => &["--log-level=pmd.net.virtio.*:debug", "--log-level=*:notice"],
-            Paths::PackedVectorized => {
-                &["--force-max-simd-bitwidth=512", "--log-level=pmd.net.virtio.*:debug", "--log-level=*:notice"]
-            }
-        }
-    }
-
-    /// The line DPDK logs for the receive path the device must take (`None`: not checked).
-    fn rx_path(self) -> Option<&'static str> {
-        match self {
-            Paths::InOrder => None,
-            Paths::SplitVectorized => Some("using vectorized Rx path"),
-            // DPDK takes it only where the CPU has AVX-512F (else the packed ring's scalar path).
-            Paths::PackedVectorized => fs::read_to_string("/proc/cpuinfo")
-                .is_ok_and(|c| c.split_whitespace().any(|f| f == "avx512f"))
-                .then_some("using packed ring vectorized Rx path"),
-        }
+/// The line DPDK logs for the receive path the device on `paths` must take (`None`: not
+/// checked). The paths themselves (device and EAL arguments) are torii-bench's
+/// ([`VirtioRx`]), so that the test and the benchmark set up the same devices.
+fn rx_path(paths: VirtioRx) -> Option<&'static str> {
+    match paths {
+        VirtioRx::Offload => None,
+        VirtioRx::Vectorized => Some("using vectorized Rx path"),
+        // DPDK takes it only where the CPU has AVX-512F (else the packed ring's scalar path).
+        VirtioRx::Packed => fs::read_to_string("/proc/cpuinfo")
+            .is_ok_and(|c| c.split_whitespace().any(|f| f == "avx512f"))
+            .then_some("using packed ring vectorized Rx path"),
     }
 }
+
+/// The virtio driver's log at debug level (it names the paths it chose) where the test checks
+/// the path, then torii's own level for everything else.
+const PATH_LOG_ARGS: [&str; 2] = ["--log-level=pmd.net.virtio.*:debug", "--log-level=*:notice"];
 
 /// The gateway's configuration: one interface on virtio-user carrying both the client
 /// subnet and the endpoints' subnet, on the virtio paths `paths`.
-fn gateway_config(shm_dir: &Path, manifests: &Path, socket: &Path, cpu: usize, no_huge: bool, paths: Paths) -> String {
+fn gateway_config(
+    shm_dir: &Path,
+    manifests: &Path,
+    socket: &Path,
+    cpu: usize,
+    no_huge: bool,
+    paths: VirtioRx,
+) -> String {
     let q = |p: &Path| format!("{:?}", p.display().to_string());
     let mut eal: Vec<&str> = if no_huge { vec!["--no-huge", "-m", "256", "--no-shconf"] } else { vec![] };
     eal.extend(paths.eal_args());
+    if paths != VirtioRx::Offload {
+        eal.extend(PATH_LOG_ARGS);
+    }
     let eal_args = format!("[{}]", eal.iter().map(|a| format!("{a:?}")).collect::<Vec<_>>().join(", "));
-    let rx_checksum_offload = paths != Paths::SplitVectorized;
+    let rx_checksum_offload = paths != VirtioRx::Vectorized;
     format!(
         r#"node_name = "gateway-1"
 shm_dir = {shm}
@@ -136,21 +117,21 @@ manifests = {manifests}
 
 #[test]
 fn gateway_on_virtio_user_translates_both_ways() -> Result<()> {
-    run_on_virtio_user("gateway_on_virtio_user_translates_both_ways", Paths::InOrder)
+    run_on_virtio_user("gateway_on_virtio_user_translates_both_ways", VirtioRx::Offload)
 }
 
 #[test]
 fn gateway_on_split_vectorised_virtio_path() -> Result<()> {
-    run_on_virtio_user("gateway_on_split_vectorised_virtio_path", Paths::SplitVectorized)
+    run_on_virtio_user("gateway_on_split_vectorised_virtio_path", VirtioRx::Vectorized)
 }
 
 #[test]
 fn gateway_on_packed_vectorised_virtio_paths() -> Result<()> {
-    run_on_virtio_user("gateway_on_packed_vectorised_virtio_paths", Paths::PackedVectorized)
+    run_on_virtio_user("gateway_on_packed_vectorised_virtio_paths", VirtioRx::Packed)
 }
 
 /// The exchange of the module documentation, the gateway's device on `paths`.
-fn run_on_virtio_user(test: &str, paths: Paths) -> Result<()> {
+fn run_on_virtio_user(test: &str, paths: VirtioRx) -> Result<()> {
     if let Some(reason) = dpdk_unavailable() {
         print_skipped(test, &reason);
         return Ok(());
@@ -244,13 +225,13 @@ fn run_on_virtio_user(test: &str, paths: Paths) -> Result<()> {
     if !running.contains("driver=dpdk") || !running.contains("net_virtio_user") {
         bail!("the gateway did not run on DPDK's net_virtio_user: {running:?}{}", logs(&workdir));
     }
-    if let Some(path) = paths.rx_path() {
+    if let Some(path) = rx_path(paths) {
         if !gw_text.contains(path) {
             bail!("the gateway's device did not take the path asked for ({path:?}){}", logs(&workdir));
         }
     }
     let offload_left_off = gw_text.contains("TX checksum offload left off");
-    if offload_left_off != (paths == Paths::PackedVectorized) {
+    if offload_left_off != (paths == VirtioRx::Packed) {
         bail!("TX checksum offload should be left off on the packed vectorised paths only{}", logs(&workdir));
     }
     for line in gw_text.lines().filter(|l| l.contains("set_rxtx_funcs()") || l.contains("left off")) {
