@@ -2,7 +2,7 @@
 //! `control/fuzz/corpus/<target>/`) replayed through the targets' bodies
 //! ([`torii_gateway::fuzz`], [`torii_control::fuzz`]) on the stable toolchain: a regression
 //! test of what the fuzzers check (no panic; `process_burst` leaves what `process` leaves;
-//! an accepted table answers every lookup; every compiled table builds and validates, and
+//! an accepted table answers every lookup; an accepted configuration builds the host; every compiled table builds and validates, and
 //! the incremental compiler equals the pure one) over the inputs that reached new code when
 //! they ran, and a guard that the targets still build against the crates. A failing input
 //! is named. About 2 s in release.
@@ -42,6 +42,15 @@ fn pipeline_process_corpus() {
 #[test]
 fn table_validate_corpus() {
     replay("gateway/fuzz/corpus/table_validate", 100, torii_gateway::fuzz::table_validate);
+}
+
+#[test]
+fn gateway_config_corpus() {
+    let accepted = replay("gateway/fuzz/corpus/gateway_config", 10, torii_gateway::fuzz::gateway_config);
+    // The seeds (`gateway/examples/fuzz_seeds.rs`) are the embedded default and eight
+    // valid variants of it: the corpus must reach past the checks.
+    let accepted = accepted.into_iter().filter(|&a| a).count();
+    assert!(accepted >= 8, "{accepted} of the corpus's configurations accepted");
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! Writes the seed corpora of the fuzz targets in `gateway/fuzz/`: valid frames of every
 //! kind the pipeline handles (as `pipeline_process` records), flows long enough for the
 //! lean established path (`lean-*`: answered with the endpoint and SNAT port the demo
-//! gateway chose, [`torii_gateway::fuzz::with_demo_worker`]) and a valid table snapshot.
+//! gateway chose, [`torii_gateway::fuzz::with_demo_worker`]), a valid table snapshot and
+//! gateway configuration files.
 //!
 //! `cargo run -p torii-gateway --no-default-features --features fuzz --example fuzz_seeds`
 //! (from the repository root; without the default `dpdk` feature it builds without DPDK
@@ -276,8 +277,53 @@ fn main() -> std::io::Result<()> {
         bytes.extend_from_slice(&table);
         std::fs::write(dir.join(format!("valid-mode{mode}")), bytes)?;
     }
+    write_config_seeds(&root.join("gateway_config"))?;
     println!("seeds written under {}", root.display());
     Ok(())
+}
+
+/// The `gateway_config` seeds: the embedded default, and the default with each optional
+/// table the configuration knows (valid ones, so that the fuzzer starts past the parser
+/// and the checks), and two it must refuse.
+fn write_config_seeds(dir: &Path) -> std::io::Result<()> {
+    let default = torii_gateway::config::EMBEDDED_DEFAULT;
+    let extras: [(&str, &str); 9] = [
+        ("default", ""),
+        (
+            "vlans",
+            "[[interfaces]]\nname = \"tg-front\"\nvlan = 100\naddresses = [\"192.0.2.1/24\", \"2001:db8:2::1/64\"]\n\
+             device = \"net_af_packet0,iface=tg-front\"\n",
+        ),
+        (
+            "routers",
+            "[router]\naddress = \"198.51.100.254\"\ninterface = \"tg-front\"\n\
+             [router6]\naddress = \"2001:db8:100::fe\"\ninterface = \"tg-front\"\n",
+        ),
+        (
+            "neighbours",
+            "[[neighbours]]\naddress = \"10.70.0.11\"\nmac = \"02:00:00:00:b0:0b\"\n\
+             [[neighbours]]\naddress = \"fd00:70::11\"\nmac = \"02:00:00:00:b0:0c\"\n",
+        ),
+        ("metrics", "[metrics]\nlisten = \"127.0.0.1:9100\"\n"),
+        (
+            "bgp",
+            "[bgp]\nasn = 65001\nbird_config = \"/run/torii/bird.conf\"\nannounce = [\"ExternalIP\", \"LoadBalancer\"]\n\
+             communities = [\"65000:100\"]\nmed = 10\nlocal_pref = 200\nbfd_interval_ms = 300\nbfd_multiplier = 3\n\
+             [[bgp.peers]]\naddress = \"198.51.100.254\"\nasn = 65000\nbfd = true\nhold_time_s = 9\n\
+             [[bgp.peers]]\naddress = \"2001:db8:100::fe\"\nasn = 65000\nlocal_address = \"2001:db8:100::1\"\n",
+        ),
+        ("l2", "[l2]\nannounce = [\"ExternalIP\"]\ndrain_s = 5\n"),
+        ("bad-vlan", "[[interfaces]]\nname = \"tg-back\"\nvlan = 4095\naddresses = [\"192.0.2.1/24\"]\n"),
+        ("bad-neighbour", "[[neighbours]]\naddress = \"10.70.0.1\"\nmac = \"02:00:00:00:b0:0b\"\n"),
+    ];
+    std::fs::create_dir_all(dir)?;
+    for (name, extra) in extras {
+        std::fs::write(dir.join(name), format!("{default}\n{extra}"))?;
+    }
+    // The smallest accepted file, without the defaults' comments.
+    let minimal = "node_name = \"n\"\n[[interfaces]]\nname = \"eth0\"\naddresses = [\"10.0.0.1/24\"]\n\
+                   [snat]\naddresses = [\"10.0.0.1\"]\n";
+    std::fs::write(dir.join("minimal"), minimal)
 }
 
 /// Exchanges of the lean established path's length per transport and family, on the demo

@@ -114,6 +114,57 @@ pub fn pipeline_process(data: &[u8]) {
     });
 }
 
+/// Fuzzes the gateway's configuration file: `data` (UTF-8; other inputs are skipped) goes
+/// through [`Config::from_toml`], which must return an error naming a key rather than panic.
+/// What it accepts then goes through everything `torii-gateway` derives from a
+/// configuration before it opens a device, none of which may panic: the host view
+/// ([`Host::new`], one MAC per port), the conntrack timeouts, the `--check-config` print,
+/// each worker's SNAT ports ([`crate::snat::SnatPorts::new`], every worker count the file
+/// may give) and, with a `[bgp]` table, the BIRD configuration for the interfaces' own
+/// addresses as VIPs ([`crate::announce::bird::render`]). Returns whether the file was
+/// accepted (the corpus replay checks that the seeds reach past the checks).
+///
+/// # Panics
+///
+/// When an accepted configuration is not what its checks promise: an interface on a port
+/// the configuration does not list, a host with other interfaces than the configuration's,
+/// a static neighbour the neighbour table (sized for the static ones) does not take, or
+/// parsing that gives another configuration the second time.
+pub fn gateway_config(data: &[u8]) -> bool {
+    let Ok(text) = std::str::from_utf8(data) else { return false };
+    let Ok(config) = Config::from_toml(text) else { return false };
+    assert!(Config::from_toml(text).is_ok_and(|again| again == config), "parsing is deterministic");
+    for (i, iface) in config.interfaces.iter().enumerate() {
+        assert!(iface.port < config.ports.len(), "interfaces[{i}] is on port {} of {}", iface.port, config.ports.len());
+    }
+    let macs: Vec<MacAddr> = (0..config.ports.len()).map(|p| MacAddr([2, 0, 0, 0, (p >> 8) as u8, p as u8])).collect();
+    let host = Host::new(&config, &macs);
+    assert_eq!(host.interfaces.len(), config.interfaces.len(), "one host interface per configured one");
+    let _ = config.conntrack.timeouts();
+    let _ = format!("{config:#?}");
+    for w in 0..config.workers {
+        let _ = crate::snat::SnatPorts::new(w, config.workers, config.snat.port_min, config.snat.port_max);
+    }
+    // The static neighbours in a table of their own size (`neighbour_capacity` may ask for
+    // 256 MiB): `from_toml` checks there are no more than it.
+    let neighbours = crate::neighbour::Neighbours::new(config.neighbours.len());
+    for n in &config.neighbours {
+        assert!(neighbours.learn(n.address, MacAddr(n.mac), u64::MAX), "static neighbour {} learned", n.address);
+    }
+    if let Some(bgp) = &config.bgp {
+        let vips = config
+            .interfaces
+            .iter()
+            .flat_map(|i| {
+                let v4 = i.addresses.iter().map(|c| IpAddr::V4(c.addr));
+                v4.chain(i.addresses6.iter().map(|c| IpAddr::V6(c.addr)))
+            })
+            .collect();
+        let _ = crate::announce::bird::render(bgp, &vips, "fuzz");
+    }
+    true
+}
+
 /// The frames of a [`pipeline_process`] input, each with its driver metadata.
 fn split_frames(data: &[u8]) -> Vec<(Meta, Vec<u8>)> {
     let mut frames = Vec::new();
