@@ -2,19 +2,18 @@
 //!
 //! Conntrack, SNAT ports and the fragment table are per worker, so every frame of a flow,
 //! both directions, must be processed by the worker that owns the flow. A NIC with RSS
-//! under torii's control delivers it there ([`crate::io::dpdk`], `rte_thash`); the kernel's
-//! `PACKET_FANOUT_CBPF` does for AF_PACKET ([`super::fanout`]). Ports that cannot —
-//! `net_virtio_user` against a vhost-user switch without RSS, DPDK's `net_af_packet`
-//! (whose fanout moves flows between queues), single-queue NICs — deliver a frame to
-//! whichever RX queue they like. There the receiving worker computes the frame's owner with
-//! the same pure rule the kernel program uses ([`fanout::owner_of_frame`]: the original
-//! direction by a hash of the tuple, replies to a SNAT address by
-//! [`fanout::owner_of_port`], ICMP errors by the flow they quote, anything without ports
-//! by its source address, non-IP to worker 0) and hands frames it does not own to their
-//! owner over a bounded lock-free ring, which the owner drains on its next receive from
-//! that port. The owner processes the frame as if it had received it and transmits it on
-//! its own TX queue; the buffer goes back to the pool it came from when the device is done
-//! with it.
+//! under torii's control delivers it there (the DPDK driver, `io::dpdk`, with `rte_thash`);
+//! the kernel's `PACKET_FANOUT_CBPF` does for AF_PACKET ([`super::fanout`]). Ports that
+//! cannot — `net_virtio_user` against a vhost-user switch without RSS, DPDK's
+//! `net_af_packet` (whose fanout moves flows between queues), single-queue NICs — deliver a
+//! frame to whichever RX queue they like. There the receiving worker computes the frame's
+//! owner with the same pure rule the kernel program uses ([`fanout::owner_of_frame`]: the
+//! original direction by a hash of the tuple, replies to a SNAT address by
+//! [`fanout::owner_of_port`], ICMP errors by the flow they quote, anything without ports by
+//! its source address, non-IP to worker 0) and hands frames it does not own to their owner
+//! over a bounded lock-free ring, which the owner drains on its next receive from that
+//! port. The owner processes the frame as if it had received it and transmits it on its own
+//! TX queue; the buffer goes back to the pool it came from when the device is done with it.
 //!
 //! The rings form a [`Mesh`]: one per (port, sending worker, receiving worker), so each has
 //! a single producer and a single consumer (`crossbeam_queue::ArrayQueue`, bounded,
