@@ -46,11 +46,20 @@ fn table_validate_corpus() {
 
 #[test]
 fn gateway_config_corpus() {
-    let accepted = replay("gateway/fuzz/corpus/gateway_config", 10, torii_gateway::fuzz::gateway_config);
-    // The seeds (`gateway/examples/fuzz_seeds.rs`) are the embedded default and eight
-    // valid variants of it: the corpus must reach past the checks.
-    let accepted = accepted.into_iter().filter(|&a| a).count();
-    assert!(accepted >= 8, "{accepted} of the corpus's configurations accepted");
+    replay("gateway/fuzz/corpus/gateway_config", 10, torii_gateway::fuzz::gateway_config);
+    // The named seeds (`gateway/examples/fuzz_seeds.rs`): the corpus must reach past the
+    // checks, and the two bad ones stay refused.
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../gateway/fuzz/corpus/gateway_config");
+    let accepted = |name: &str| {
+        let data = std::fs::read(dir.join(name)).unwrap_or_else(|e| panic!("seed {name}: {e}"));
+        torii_gateway::fuzz::gateway_config(&data)
+    };
+    for name in ["default", "minimal", "vlans", "routers", "neighbours", "metrics", "bgp", "l2"] {
+        assert!(accepted(name), "seed {name} is a valid configuration");
+    }
+    for name in ["bad-vlan", "bad-neighbour"] {
+        assert!(!accepted(name), "seed {name} is refused");
+    }
 }
 
 #[test]

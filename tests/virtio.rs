@@ -80,7 +80,7 @@ fn gateway_config(
         eal.extend(PATH_LOG_ARGS);
     }
     let eal_args = format!("[{}]", eal.iter().map(|a| format!("{a:?}")).collect::<Vec<_>>().join(", "));
-    let rx_checksum_offload = paths != VirtioRx::Vectorized;
+    let rx_checksum_offload = paths.checksum_offload();
     format!(
         r#"node_name = "gateway-1"
 shm_dir = {shm}

@@ -282,9 +282,10 @@ fn main() -> std::io::Result<()> {
     Ok(())
 }
 
-/// The `gateway_config` seeds: the embedded default, and the default with each optional
-/// table the configuration knows (valid ones, so that the fuzzer starts past the parser
-/// and the checks), and two it must refuse.
+/// The `gateway_config` seeds: the embedded default, the default with each optional table
+/// the configuration knows (valid ones, so that the fuzzer starts past the parser and the
+/// checks), two it must refuse (`bad-*`) and the smallest accepted file (`minimal`);
+/// tests/fuzz_corpora.rs checks each by name.
 fn write_config_seeds(dir: &Path) -> std::io::Result<()> {
     let default = torii_gateway::config::EMBEDDED_DEFAULT;
     let extras: [(&str, &str); 9] = [
