@@ -2,19 +2,24 @@
 //! `control/fuzz/corpus/<target>/`) replayed through the targets' bodies
 //! ([`torii_gateway::fuzz`], [`torii_control::fuzz`]) on the stable toolchain: a regression
 //! test of what the fuzzers check (no panic; `process_burst` leaves what `process` leaves;
-//! an accepted table answers every lookup; an accepted configuration builds the host; every compiled table builds and validates, and
-//! the incremental compiler equals the pure one) over the inputs that reached new code when
-//! they ran, and a guard that the targets still build against the crates. A failing input
-//! is named. About 2 s in release.
+//! an accepted table answers every lookup; an accepted configuration builds the host; every
+//! compiled table builds and validates, and the incremental compiler equals the pure one)
+//! over the inputs that reached new code when they ran, and a guard that the targets still
+//! build against the crates. A failing input is named. About 2 s in release.
 
 use std::path::{Path, PathBuf};
+
+/// The corpus directory `dir`, relative to the repository root.
+fn corpus(dir: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(dir)
+}
 
 /// Runs `body` on every input of the corpus in `dir` (relative to the repository root), in
 /// name order, naming the input it panics on; returns what it returned. Fails when the
 /// corpus has fewer than `at_least` inputs: a moved or emptied corpus must not pass as a
 /// replay of nothing.
 fn replay<R>(dir: &str, at_least: usize, body: fn(&[u8]) -> R) -> Vec<R> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(dir);
+    let dir = corpus(dir);
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|entry| entry.expect("a directory entry").path())
@@ -46,10 +51,11 @@ fn table_validate_corpus() {
 
 #[test]
 fn gateway_config_corpus() {
-    replay("gateway/fuzz/corpus/gateway_config", 10, torii_gateway::fuzz::gateway_config);
+    const DIR: &str = "gateway/fuzz/corpus/gateway_config";
+    replay(DIR, 10, torii_gateway::fuzz::gateway_config);
     // The named seeds (`gateway/examples/fuzz_seeds.rs`): the corpus must reach past the
     // checks, and the two bad ones stay refused.
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../gateway/fuzz/corpus/gateway_config");
+    let dir = corpus(DIR);
     let accepted = |name: &str| {
         let data = std::fs::read(dir.join(name)).unwrap_or_else(|e| panic!("seed {name}: {e}"));
         torii_gateway::fuzz::gateway_config(&data)

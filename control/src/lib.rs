@@ -20,8 +20,9 @@
 //! - [`daemon`]: `torii-control run`'s loop: snapshots in, tables published, the
 //!   gateway's acknowledgements and the network-programming latency measured.
 //! - [`l2`]: L2 mode's owner election, one Kubernetes Lease per VIP held for the gateway.
-//! - `fuzz` (with the `fuzz` feature only): the body of the fuzz target (`control/fuzz/`): manifests in, the pure and the
-//!   incremental compile compared, the table checked by the gateway's validator.
+//! - `fuzz` (with the `fuzz` feature only): the body of the fuzz target (`control/fuzz/`):
+//!   manifests in, the pure and the incremental compile compared, the table checked by the
+//!   gateway's validator.
 //!
 //! Failure semantics (DESIGN.md): bad input never stops the others from being served, and
 //! a table that cannot be built or published leaves the last good one in place.

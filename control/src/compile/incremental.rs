@@ -18,8 +18,9 @@
 //! [`Compiler::table_spec`] equals its [`Compiled::to_table_spec`] (property-tested against
 //! random edits in this module's tests), as long as an object that changed has a new
 //! `metadata.resourceVersion` or none: the API server guarantees it, and the manifests
-//! source versions objects by their content (`crate::source::files`). Objects changed through [`Compiler::apply`] have
-//! no source location; their model errors come after the located ones, sorted by object.
+//! source versions objects by their content (`crate::source::files`). Objects changed
+//! through [`Compiler::apply`] have no source location; their model errors come after the
+//! located ones, sorted by object.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
