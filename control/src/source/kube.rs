@@ -1222,6 +1222,9 @@ mod delta_tests {
         services: BTreeMap<String, serde_json::Value>,
         slices: BTreeMap<String, serde_json::Value>,
         version: u64,
+        /// Whether Services may have a selector (then a new one waits for its first
+        /// EndpointSlice: [`Batch::held`]).
+        selectors: bool,
     }
 
     impl Api {
@@ -1237,6 +1240,9 @@ mod delta_tests {
             if rng.chance(20) {
                 spec["type"] = json!("NodePort");
                 spec["ports"][0]["nodePort"] = json!(30000 + i);
+            }
+            if self.selectors && rng.chance(70) {
+                spec["selector"] = json!({"app": format!("s{i}")});
             }
             json!({"apiVersion": "v1", "kind": "Service", "spec": spec,
                    "metadata": {"name": format!("s{i}"), "namespace": "d", "resourceVersion": self.next_version()}})
@@ -1275,6 +1281,31 @@ mod delta_tests {
     }
 
     fn relist<K: Kind>(tracker: &mut Tracker<K>, shared: &Shared, objects: &BTreeMap<String, serde_json::Value>) {
+        relist_interrupted(tracker, shared, objects, None);
+    }
+
+    /// A relist; with `interrupt`, first a list that fails after some of its objects and,
+    /// at random, one that is deleted before the list starts over (the connection lost
+    /// mid-list: kube-rs's watcher starts over with another `Init`).
+    fn relist_interrupted<K: Kind>(
+        tracker: &mut Tracker<K>,
+        shared: &Shared,
+        objects: &BTreeMap<String, serde_json::Value>,
+        interrupt: Option<&mut Rng>,
+    ) {
+        if let Some(rng) = interrupt {
+            tracker.handle(watcher::Event::Init, shared);
+            let listed = rng.below(objects.len() as u64 + 1) as usize;
+            for v in objects.values().take(listed) {
+                tracker.handle(watcher::Event::InitApply(lenient(v)), shared);
+            }
+            if let Some(v) = objects.values().next().filter(|_| rng.chance(50)) {
+                // An object deleted before the list starts over: it must not be handed over.
+                let mut gone = v.clone();
+                gone["metadata"]["name"] = json!("gone");
+                tracker.handle(watcher::Event::InitApply(lenient(&gone)), shared);
+            }
+        }
         tracker.handle(watcher::Event::Init, shared);
         for v in objects.values() {
             tracker.handle(watcher::Event::InitApply(lenient(v)), shared);
@@ -1284,15 +1315,45 @@ mod delta_tests {
 
     #[test]
     fn changes_and_relists_end_in_the_table_of_a_from_scratch_compile() {
+        let walked = random_walks(Duration::ZERO, false);
+        assert!(walked.relists > 48, "{walked:?}");
+    }
+
+    /// As above with new Services held for their first EndpointSlice (the daemon's
+    /// default, [`KubeSettings::new_service_wait`]; here an hour, released at hand-overs
+    /// chosen at random as if the wait had passed) and lists that fail partway and start
+    /// over: once nothing is held, the compiled table is again the from-scratch one.
+    #[test]
+    fn held_services_and_interrupted_lists_end_in_the_table_of_a_from_scratch_compile() {
+        let walked = random_walks(Duration::from_secs(3600), true);
+        assert!(walked.relists > 48 && walked.held > 32 && walked.checks > 480, "{walked:?}");
+    }
+
+    /// What [`random_walks`] went through, for the tests to check their coverage.
+    #[derive(Debug, Default)]
+    struct Walked {
+        relists: usize,
+        /// Hand-overs that kept a new Service back.
+        held: usize,
+        /// Hand-overs compared with the from-scratch compile.
+        checks: usize,
+    }
+
+    /// 48 random walks of watch events and relists (see the module documentation), each
+    /// hand-over applied to an incremental compiler; whenever no Service is held back, the
+    /// compiled state must be the from-scratch compile of what the API holds. `wait`: the
+    /// new-Service wait (zero: none is held; else Services get selectors and a hand-over
+    /// releases the held ones at random); `interrupt`: lists sometimes fail partway.
+    fn random_walks(wait: Duration, interrupt: bool) -> Walked {
         let options = CompileOptions { node_name: "gw".into(), ..Default::default() };
-        let mut relists = 0;
+        let mut walked = Walked::default();
         for seed in 0..48u64 {
             let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ seed.wrapping_mul(0x1000_0000_01b3) | 1);
-            let shared = Shared::default();
+            let shared = Shared { new_service_wait: wait, ..Shared::default() };
             let mut services = Tracker::<core::Service>::new(0, UNIX_EPOCH);
             let mut slices = Tracker::<discovery::EndpointSlice>::new(1, UNIX_EPOCH);
             let mut nodes = Tracker::<core::Node>::new(2, UNIX_EPOCH);
-            let mut api = Api::default();
+            let mut api = Api { selectors: !wait.is_zero(), ..Api::default() };
             for i in 0..rng.below(6) {
                 let s = api.service(&mut rng, i);
                 api.services.insert(format!("s{i}"), s);
@@ -1340,16 +1401,32 @@ mod delta_tests {
                 }
                 if !watched || rng.chance(5) {
                     // 410 Gone: both resources relist.
-                    relists += 1;
-                    relist(&mut services, &shared, &api.services);
-                    relist(&mut slices, &shared, &api.slices);
+                    walked.relists += 1;
+                    let interrupted = interrupt && rng.chance(30);
+                    relist_interrupted(&mut services, &shared, &api.services, interrupted.then_some(&mut rng));
+                    let interrupted = interrupt && rng.chance(30);
+                    relist_interrupted(&mut slices, &shared, &api.slices, interrupted.then_some(&mut rng));
                 }
                 if rng.chance(60) {
-                    let batch = shared.lock().take();
+                    let batch = {
+                        let mut b = shared.lock();
+                        if !b.held.is_empty() && rng.chance(50) {
+                            // The wait has passed for every held Service.
+                            b.release_held(Instant::now() + 2 * wait);
+                        }
+                        walked.held += usize::from(!b.held.is_empty());
+                        b.take()
+                    };
                     if let Some(errors) = &batch.errors {
                         compiler.set_source_errors(errors.iter().map(ToString::to_string).collect());
                     }
                     compiler.apply(batch.changes());
+                    if !shared.lock().held.is_empty() {
+                        // Held back: the compile lacks those Services (and, for a
+                        // Service that had been deleted and comes again, still has it).
+                        continue;
+                    }
+                    walked.checks += 1;
                     let (objects, _) = Objects::from_kube(&api.objects());
                     let expected = crate::compile::compile(&objects, &options);
                     let got = compiler.compiled();
@@ -1360,7 +1437,7 @@ mod delta_tests {
                 }
             }
         }
-        assert!(relists > 48, "{relists} relists");
+        walked
     }
 
     #[test]
