@@ -890,9 +890,11 @@ impl<K: Kind> Tracker<K> {
                     changed = self.listed.len(),
                     "{what}; watching for changes"
                 );
+                // Trigger times of objects the list no longer has, and of those only a list
+                // that failed partway had (`Init` again), are forgotten.
+                self.seen.retain(|k, _| self.listing.contains_key(k));
                 let mut gone = Vec::new();
                 for (ns, name) in self.current.keys().filter(|k| !self.listing.contains_key(*k)) {
-                    self.seen.remove(&(ns.clone(), name.clone()));
                     let meta =
                         ObjectMeta { namespace: Some(ns.clone()), name: Some(name.clone()), ..ObjectMeta::default() };
                     gone.push(object_ref::<K>(&meta));
@@ -1438,6 +1440,35 @@ mod delta_tests {
             }
         }
         walked
+    }
+
+    /// A tracker remembers trigger times only of the objects it holds (`Tracker::seen`):
+    /// not of one listed by a list that failed partway and gone by the time it restarted.
+    #[test]
+    fn trigger_times_of_objects_gone_from_an_interrupted_list_are_forgotten() {
+        let shared = Shared::default();
+        let mut tracker = Tracker::<discovery::EndpointSlice>::new(1, UNIX_EPOCH);
+        let mut rng = Rng(11);
+        let mut api = Api::default();
+        let annotated = |mut e: serde_json::Value| {
+            e["metadata"]["annotations"] = json!({TRIGGER_TIME_ANNOTATION: "2026-11-28T16:00:00Z"});
+            e
+        };
+        for i in 0..3 {
+            let e = annotated(api.slice(&mut rng, i, 0));
+            api.slices.insert(format!("s{i}"), e);
+        }
+        // The first list fails after s0 and s1; s1 is deleted before it starts over.
+        tracker.handle(watcher::Event::Init, &shared);
+        for v in api.slices.values().take(2) {
+            tracker.handle(watcher::Event::InitApply(lenient(v)), &shared);
+        }
+        api.slices.remove("s1");
+        relist(&mut tracker, &shared, &api.slices);
+        let mut seen: Vec<&str> = tracker.seen.keys().map(|(_, name)| name.as_str()).collect();
+        seen.sort_unstable();
+        assert_eq!(seen, ["s0-0", "s2-0"]);
+        assert_eq!(shared.lock().take().objects.len(), 2);
     }
 
     #[test]
