@@ -829,6 +829,10 @@ struct Tracker<K> {
     started: SystemTime,
     /// The last trigger time seen per object: a time counts once.
     seen: HashMap<(String, String), SystemTime>,
+    /// The trigger times of the list in progress, per object: they replace `seen`'s when
+    /// the list completes (a list that fails partway changes nothing, so its objects'
+    /// times count again when the list starts over).
+    listing_seen: HashMap<(String, String), SystemTime>,
     /// What the source holds (handed over or pending).
     current: Versions,
     /// The list in progress: every object, and the changed ones.
@@ -844,6 +848,7 @@ impl<K: Kind> Tracker<K> {
             index,
             started,
             seen: HashMap::new(),
+            listing_seen: HashMap::new(),
             current: HashMap::new(),
             listing: HashMap::new(),
             listed: Vec::new(),
@@ -867,14 +872,20 @@ impl<K: Kind> Tracker<K> {
         match event {
             watcher::Event::Init => {
                 self.listing.clear();
+                self.listing_seen.clear();
                 self.listed.clear();
                 self.listed_triggers.clear();
                 tracing::debug!(resource, "listing");
             }
             watcher::Event::InitApply(o) => {
-                let t = self.new_trigger(o.meta());
-                self.listed_triggers.extend(t);
                 let (key, version) = versioned(o.meta());
+                if let Some(t) = trigger_time(o.meta()) {
+                    // Against what the source held before the list, not a failed list's.
+                    if self.seen.get(&key) != Some(&t) && t >= self.started {
+                        self.listed_triggers.push(t);
+                    }
+                    self.listing_seen.insert(key.clone(), t);
+                }
                 // Unchanged objects (same resourceVersion) are not handed over again.
                 if version.is_none() || self.current.get(&key) != Some(&version) {
                     self.listed.push(o);
@@ -890,9 +901,10 @@ impl<K: Kind> Tracker<K> {
                     changed = self.listed.len(),
                     "{what}; watching for changes"
                 );
-                // Trigger times of objects the list no longer has, and of those only a list
-                // that failed partway had (`Init` again), are forgotten.
-                self.seen.retain(|k, _| self.listing.contains_key(k));
+                // The list's trigger times replace the source's: those of objects it no
+                // longer has, or listed without one, and of those only a list that failed
+                // partway had (`Init` again), are forgotten.
+                self.seen = std::mem::take(&mut self.listing_seen);
                 let mut gone = Vec::new();
                 for (ns, name) in self.current.keys().filter(|k| !self.listing.contains_key(*k)) {
                     let meta =
@@ -1443,9 +1455,10 @@ mod delta_tests {
     }
 
     /// A tracker remembers trigger times only of the objects it holds (`Tracker::seen`):
-    /// not of one listed by a list that failed partway and gone by the time it restarted.
+    /// not of one listed by a list that failed partway and gone by the time it restarted;
+    /// and the times the failed list saw count when the list that completes sees them.
     #[test]
-    fn trigger_times_of_objects_gone_from_an_interrupted_list_are_forgotten() {
+    fn an_interrupted_list_neither_keeps_nor_swallows_trigger_times() {
         let shared = Shared::default();
         let mut tracker = Tracker::<discovery::EndpointSlice>::new(1, UNIX_EPOCH);
         let mut rng = Rng(11);
@@ -1468,7 +1481,13 @@ mod delta_tests {
         let mut seen: Vec<&str> = tracker.seen.keys().map(|(_, name)| name.as_str()).collect();
         seen.sort_unstable();
         assert_eq!(seen, ["s0-0", "s2-0"]);
-        assert_eq!(shared.lock().take().objects.len(), 2);
+        let batch = shared.lock().take();
+        assert_eq!(batch.objects.len(), 2);
+        // s0's time, listed by the failed list too, counts once the list completes.
+        assert_eq!(batch.triggers.map(|t| t.count), Some(2));
+        // Listed again unchanged: the times counted already.
+        relist(&mut tracker, &shared, &api.slices);
+        assert_eq!(shared.lock().take().triggers, None);
     }
 
     #[test]
