@@ -830,8 +830,11 @@ struct Tracker<K> {
     /// The last trigger time seen per object: a time counts once.
     seen: HashMap<(String, String), SystemTime>,
     /// The trigger times of the list in progress, per object: they replace `seen`'s when
-    /// the list completes (a list that fails partway changes nothing, so its objects'
-    /// times count again when the list starts over).
+    /// the list completes, so a list that fails partway (another `Init` before its
+    /// `InitDone`: a paged list whose later page fails, or a streaming list whose watch
+    /// breaks; not the daemon's unpaged list, which kube-rs reads whole before its first
+    /// `InitApply`) changes nothing, and its objects' times count when the list that
+    /// completes has them.
     listing_seen: HashMap<(String, String), SystemTime>,
     /// What the source holds (handed over or pending).
     current: Versions,
@@ -880,11 +883,12 @@ impl<K: Kind> Tracker<K> {
             watcher::Event::InitApply(o) => {
                 let (key, version) = versioned(o.meta());
                 if let Some(t) = trigger_time(o.meta()) {
-                    // Against what the source held before the list, not a failed list's.
-                    if self.seen.get(&key) != Some(&t) && t >= self.started {
+                    // Against what the source held before the list, not a failed list's;
+                    // once per list (a streaming list may send an object twice).
+                    let again = self.listing_seen.insert(key.clone(), t) == Some(t);
+                    if !again && self.seen.get(&key) != Some(&t) && t >= self.started {
                         self.listed_triggers.push(t);
                     }
-                    self.listing_seen.insert(key.clone(), t);
                 }
                 // Unchanged objects (same resourceVersion) are not handed over again.
                 if version.is_none() || self.current.get(&key) != Some(&version) {
@@ -1299,8 +1303,9 @@ mod delta_tests {
     }
 
     /// A relist; with `interrupt`, first a list that fails after some of its objects and,
-    /// at random, one that is deleted before the list starts over (the connection lost
-    /// mid-list: kube-rs's watcher starts over with another `Init`).
+    /// at random, one that is deleted before the list starts over (kube-rs's watcher then
+    /// starts over with another `Init`: a paged list whose later page fails, or a streaming
+    /// list whose watch breaks).
     fn relist_interrupted<K: Kind>(
         tracker: &mut Tracker<K>,
         shared: &Shared,
@@ -1354,8 +1359,9 @@ mod delta_tests {
     }
 
     /// 48 random walks of watch events and relists (see the module documentation), each
-    /// hand-over applied to an incremental compiler; whenever no Service is held back, the
-    /// compiled state must be the from-scratch compile of what the API holds. `wait`: the
+    /// hand-over applied to an incremental compiler; whenever no Service is held back, and
+    /// at each walk's end (every wait over), the compiled state must be the from-scratch
+    /// compile of what the API holds. `wait`: the
     /// new-Service wait (zero: none is held; else Services get selectors and a hand-over
     /// releases the held ones at random); `interrupt`: lists sometimes fail partway.
     fn random_walks(wait: Duration, interrupt: bool) -> Walked {
@@ -1441,17 +1447,34 @@ mod delta_tests {
                         continue;
                     }
                     walked.checks += 1;
-                    let (objects, _) = Objects::from_kube(&api.objects());
-                    let expected = crate::compile::compile(&objects, &options);
-                    let got = compiler.compiled();
-                    assert_eq!(got.frontends, expected.frontends, "seed {seed} step {step}");
-                    assert_eq!(compiler.table_spec(), &expected.to_table_spec(), "seed {seed} step {step}");
-                    let malformed = got.errors.iter().filter(|e| e.contains("expected i32")).count();
-                    assert_eq!(malformed, api.malformed(), "seed {seed} step {step}: {:?}", got.errors);
+                    same_as_from_scratch(&compiler, &api, &options, &format!("seed {seed} step {step}"));
                 }
             }
+            // The walk's end: every wait over, everything handed over.
+            let batch = {
+                let mut b = shared.lock();
+                b.release_held(Instant::now() + 2 * wait);
+                assert!(b.held.is_empty(), "seed {seed}");
+                b.take()
+            };
+            if let Some(errors) = &batch.errors {
+                compiler.set_source_errors(errors.iter().map(ToString::to_string).collect());
+            }
+            compiler.apply(batch.changes());
+            same_as_from_scratch(&compiler, &api, &options, &format!("seed {seed} at the end"));
         }
         walked
+    }
+
+    /// Asserts that `compiler` holds what a from-scratch compile of `api`'s objects gives.
+    fn same_as_from_scratch(compiler: &Compiler, api: &Api, options: &CompileOptions, at: &str) {
+        let (objects, _) = Objects::from_kube(&api.objects());
+        let expected = crate::compile::compile(&objects, options);
+        let got = compiler.compiled();
+        assert_eq!(got.frontends, expected.frontends, "{at}");
+        assert_eq!(compiler.table_spec(), &expected.to_table_spec(), "{at}");
+        let malformed = got.errors.iter().filter(|e| e.contains("expected i32")).count();
+        assert_eq!(malformed, api.malformed(), "{at}: {:?}", got.errors);
     }
 
     /// A tracker remembers trigger times only of the objects it holds (`Tracker::seen`):
