@@ -1361,9 +1361,9 @@ mod delta_tests {
     /// 48 random walks of watch events and relists (see the module documentation), each
     /// hand-over applied to an incremental compiler; whenever no Service is held back, and
     /// at each walk's end (every wait over), the compiled state must be the from-scratch
-    /// compile of what the API holds. `wait`: the
-    /// new-Service wait (zero: none is held; else Services get selectors and a hand-over
-    /// releases the held ones at random); `interrupt`: lists sometimes fail partway.
+    /// compile of what the API holds. `wait`: the new-Service wait (zero: none is held;
+    /// else Services get selectors and a hand-over releases the held ones at random);
+    /// `interrupt`: lists sometimes fail partway.
     fn random_walks(wait: Duration, interrupt: bool) -> Walked {
         let options = CompileOptions { node_name: "gw".into(), ..Default::default() };
         let mut walked = Walked::default();
@@ -1437,10 +1437,7 @@ mod delta_tests {
                         walked.held += usize::from(!b.held.is_empty());
                         b.take()
                     };
-                    if let Some(errors) = &batch.errors {
-                        compiler.set_source_errors(errors.iter().map(ToString::to_string).collect());
-                    }
-                    compiler.apply(batch.changes());
+                    hand_over(&mut compiler, &batch);
                     if !shared.lock().held.is_empty() {
                         // Held back: the compile lacks those Services (and, for a
                         // Service that had been deleted and comes again, still has it).
@@ -1457,13 +1454,18 @@ mod delta_tests {
                 assert!(b.held.is_empty(), "seed {seed}");
                 b.take()
             };
-            if let Some(errors) = &batch.errors {
-                compiler.set_source_errors(errors.iter().map(ToString::to_string).collect());
-            }
-            compiler.apply(batch.changes());
+            hand_over(&mut compiler, &batch);
             same_as_from_scratch(&compiler, &api, &options, &format!("seed {seed} at the end"));
         }
         walked
+    }
+
+    /// What the daemon does with a batch: its source errors, then its changes.
+    fn hand_over(compiler: &mut Compiler, batch: &KubeChanges) {
+        if let Some(errors) = &batch.errors {
+            compiler.set_source_errors(errors.iter().map(ToString::to_string).collect());
+        }
+        compiler.apply(batch.changes());
     }
 
     /// Asserts that `compiler` holds what a from-scratch compile of `api`'s objects gives.
