@@ -1437,7 +1437,7 @@ mod delta_tests {
                         walked.held += usize::from(!b.held.is_empty());
                         b.take()
                     };
-                    hand_over(&mut compiler, &batch);
+                    crate::daemon::Input::Changes(batch).compile(&mut compiler);
                     if !shared.lock().held.is_empty() {
                         // Held back: the compile lacks those Services (and, for a
                         // Service that had been deleted and comes again, still has it).
@@ -1454,18 +1454,10 @@ mod delta_tests {
                 assert!(b.held.is_empty(), "seed {seed}");
                 b.take()
             };
-            hand_over(&mut compiler, &batch);
+            crate::daemon::Input::Changes(batch).compile(&mut compiler);
             same_as_from_scratch(&compiler, &api, &options, &format!("seed {seed} at the end"));
         }
         walked
-    }
-
-    /// What the daemon does with a batch: its source errors, then its changes.
-    fn hand_over(compiler: &mut Compiler, batch: &KubeChanges) {
-        if let Some(errors) = &batch.errors {
-            compiler.set_source_errors(errors.iter().map(ToString::to_string).collect());
-        }
-        compiler.apply(batch.changes());
     }
 
     /// Asserts that `compiler` holds what a from-scratch compile of `api`'s objects gives.
