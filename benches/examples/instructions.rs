@@ -10,7 +10,11 @@
 //!
 //! Arguments: the stream (`est`: client → VIP segments of established flows, `reply`:
 //! endpoint → SNAT address segments, `syn`: SYNs opening new flows; `est6`, `reply6`,
-//! `syn6`: the same over IPv6), the active flows
+//! `syn6`: the same over IPv6; `conn-syn`, `conn-synack`, `conn-ack`, `conn-rst`: one
+//! segment of the TCP connections of torii-bench's connection-rate test, each connection
+//! a SYN, the endpoint's SYN-ACK, the client's ACK and the endpoint's RST, and each SYN
+//! reopening its tuple's flow closed by the last RST — the four streams run alike and
+//! count one segment each; `conn-…6` over IPv6), the active flows
 //! (default 1000), the gateway's endpoint scheduler (default `maglev`; `rr`, `lc`, …:
 //! [`torii_gateway::scheduler::Scheduler`]) and the frames per burst (default [`VECTOR`], 256;
 //! a loaded worker's vectors are full, one below its capacity takes a few frames a poll,
@@ -26,7 +30,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
-use torii_benches::dataplane::{Burst, Family, Fixture, Gateway, Kind, Stream, Transport, VECTOR};
+use torii_benches::dataplane::{Burst, Family, Fixture, Gateway, Handshake, Kind, Stream, Transport, VECTOR};
 use torii_gateway::counters::DropReason;
 use torii_gateway::scheduler::Scheduler;
 
@@ -57,6 +61,19 @@ fn run<A: Family>(stream: &str, kind: &str, flows: usize, scheduler: Scheduler, 
     gateway.host = Arc::new(host);
     let gateway = Arc::new(gateway);
     let mut fx = Fixture::new(Arc::clone(&gateway), Transport::Tcp, flows);
+    if let Some(segment) = stream.strip_prefix("conn-") {
+        let segment = match segment {
+            "syn" => Handshake::Syn,
+            "synack" => Handshake::SynAck,
+            "ack" => Handshake::Ack,
+            "rst" => Handshake::Rst,
+            other => panic!("unknown connection segment {other:?}: syn, synack, ack or rst"),
+        };
+        let packets = connections(&mut fx, segment, size);
+        assert_no_drops(&fx);
+        println!("{kind} ({scheduler}): {packets} packets in bursts of {size}");
+        return;
+    }
     let (mut stream, bursts) = match stream {
         // The fixture's conntrack has room for a quarter more flows and 4096; one fresh
         // tuple per packet (a shorter stream would wrap and send SYNs of flows it opened).
@@ -73,10 +90,52 @@ fn run<A: Family>(stream: &str, kind: &str, flows: usize, scheduler: Scheduler, 
         load(&mut stream, &mut burst);
         timed(&mut fx, &mut burst);
     }
+    assert_no_drops(&fx);
+    println!("{kind} ({scheduler}): {} packets in {bursts} bursts of {size}", bursts * size);
+}
+
+/// Groups of connections, each group's `size` connections one burst per segment.
+const CONNECTION_GROUPS: u64 = 8;
+/// Rounds of every group's connections; the first (the flows' first SYNs) is not counted.
+const CONNECTION_ROUNDS: u64 = 4;
+/// The first connection's client: above the active flows' and the SYN streams' (2^24 on).
+const CONNECTION_BASE: u64 = 1 << 32;
+
+/// Runs [`CONNECTION_ROUNDS`] rounds of [`CONNECTION_GROUPS`] × `size` TCP connections, each
+/// group's four segments a burst each, in order: `timed` counts the bursts of `segment`
+/// from the second round on (where every SYN reopens a closed flow). Returns the packets
+/// counted.
+fn connections<A: Family>(fx: &mut Fixture<A>, segment: Handshake, size: usize) -> u64 {
+    let mut burst = Burst::new(size);
+    let mut replies = vec![Vec::new(); CONNECTION_GROUPS as usize];
+    let mut counted = 0;
+    for round in 0..CONNECTION_ROUNDS {
+        for (g, replies) in replies.iter_mut().enumerate() {
+            let first = CONNECTION_BASE + g as u64 * size as u64;
+            for s in Handshake::ALL {
+                let mut stream = fx.connection_stream(s, first, size, replies);
+                load(&mut stream, &mut burst);
+                if round > 0 && s == segment {
+                    timed(fx, &mut burst);
+                    counted += size as u64;
+                } else {
+                    // Not through `timed` (a function of its own would be folded into it).
+                    fx.process_loaded(&mut burst);
+                }
+                if s == Handshake::Syn {
+                    *replies = fx.replies(&burst);
+                }
+            }
+        }
+    }
+    counted
+}
+
+/// Panics if the worker dropped any packet.
+fn assert_no_drops<A: Family>(fx: &Fixture<A>) {
     for r in DropReason::ALL {
         assert_eq!(fx.state.counters.drops_of(r), 0, "dropped as {}", r.name());
     }
-    println!("{kind} ({scheduler}): {} packets in {bursts} bursts of {size}", bursts * size);
 }
 
 /// The next burst's frames copied into `burst`, as the device and its driver leave them:

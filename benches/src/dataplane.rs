@@ -275,6 +275,36 @@ fn client<A: Family>(i: u64) -> ((A, u16), usize) {
     ((A::client(i / 64), 1024 + (i % 64) as u16), (mix(i) % VIPS as u64) as usize)
 }
 
+/// Client `i`'s SYN to its VIP's TCP port (the first segment of flow or connection `i`), and
+/// its tuple.
+fn syn_frame<A: Family>(i: u64) -> (Vec<u8>, FlowKey<A>) {
+    let (src, v) = client::<A>(i);
+    let dst = (A::vip(v), TCP_PORT);
+    let key = FlowKey { protocol: 6, src_addr: src.0, src_port: src.1, dst_addr: dst.0, dst_port: dst.1 };
+    (A::tcp(TO_GATEWAY, src, dst, TcpFlags::SYN, tcp_isn(i).0, 0), key)
+}
+
+/// Where the gateway sent a flow's first packet (`out`, a `transport` frame transmitted on
+/// back link `link`): the endpoint and the SNAT address and port it chose.
+///
+/// # Panics
+/// If `out` is not a forwarded packet of `transport` and family `A`.
+fn forwarded_to<A: Family>(transport: Transport, link: u8, out: &[u8]) -> Active<A> {
+    let (snat_addr, endpoint_addr, l4) = A::forwarded(&out[ETHERNET_LEN..]);
+    let l4 = &out[ETHERNET_LEN..][l4];
+    let (snat_port, endpoint_port) = match transport {
+        Transport::Tcp => {
+            let t = TcpPacket::new_checked(l4).expect("forwarded TCP");
+            (t.src_port(), t.dst_port())
+        }
+        Transport::Udp => {
+            let u = UdpPacket::new_checked(l4).expect("forwarded UDP");
+            (u.src_port(), u.dst_port())
+        }
+    };
+    Active { link, endpoint: (endpoint_addr, endpoint_port), snat: (snat_addr, snat_port) }
+}
+
 /// What the UDP datagrams of family `A` carry: as many bytes as make the frame
 /// [`Family::FRAME_LEN`] long.
 fn udp_payload<A: Family>() -> &'static [u8] {
@@ -390,9 +420,32 @@ pub enum Kind {
     Syn,
 }
 
-/// One active flow as the pipeline set it up: its back link and the reply tuple.
+/// The four segments of one TCP connection of torii-bench's connection-rate test (RFC 8219
+/// § 7; docs/benchmarking.md): the client's SYN, the endpoint's SYN-ACK, the client's ACK,
+/// and the endpoint's RST at the number the client acknowledged, which closes the flow
+/// (CLOSE). The next SYN on the tuple reopens it (RFC 1122 § 4.2.2.13, as Linux does).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Handshake {
+    /// Client → VIP: SYN (a new flow, or the reopen of the tuple's closed one).
+    Syn,
+    /// Endpoint → SNAT address: SYN-ACK.
+    SynAck,
+    /// Client → VIP: the ACK that completes the handshake.
+    Ack,
+    /// Endpoint → SNAT address: RST, closing the flow.
+    Rst,
+}
+
+impl Handshake {
+    /// The four, in the order a connection sends them.
+    pub const ALL: [Handshake; 4] = [Handshake::Syn, Handshake::SynAck, Handshake::Ack, Handshake::Rst];
+}
+
+/// One flow as the pipeline set it up: its back link and the reply tuple (what the
+/// endpoint's packets are addressed with). Opaque: [`Fixture::replies`] reads it off the
+/// forwarded frames.
 #[derive(Clone, Copy, Debug)]
-struct Active<A> {
+pub struct Active<A> {
     link: u8,
     endpoint: (A, u16),
     snat: (A, u16),
@@ -585,25 +638,15 @@ impl<A: Family> Fixture<A> {
     /// Opens flow `i`: TCP handshake or a UDP datagram each way. Returns its reply side.
     fn open(&mut self, i: u64) -> Active<A> {
         let transport = self.transport;
-        let (c, v) = client::<A>(i);
         let first = match transport {
-            Transport::Tcp => A::tcp(TO_GATEWAY, c, (A::vip(v), TCP_PORT), TcpFlags::SYN, tcp_isn(i).0, 0),
-            Transport::Udp => A::udp(TO_GATEWAY, c, (A::vip(v), UDP_PORT), udp_payload::<A>()),
+            Transport::Tcp => syn_frame::<A>(i).0,
+            Transport::Udp => {
+                let (c, v) = client::<A>(i);
+                A::udp(TO_GATEWAY, c, (A::vip(v), UDP_PORT), udp_payload::<A>())
+            }
         };
         let (link, out) = self.run(&first, FRONT_IFACE);
-        let (snat_addr, endpoint_addr, l4) = A::forwarded(&out[ETHERNET_LEN..]);
-        let l4 = &out[ETHERNET_LEN..][l4];
-        let (snat_port, endpoint_port) = match transport {
-            Transport::Tcp => {
-                let t = TcpPacket::new_checked(l4).expect("forwarded TCP");
-                (t.src_port(), t.dst_port())
-            }
-            Transport::Udp => {
-                let u = UdpPacket::new_checked(l4).expect("forwarded UDP");
-                (u.src_port(), u.dst_port())
-            }
-        };
-        let active = Active { link, endpoint: (endpoint_addr, endpoint_port), snat: (snat_addr, snat_port) };
+        let active = forwarded_to::<A>(transport, link, out);
         let reply = self.reply_frame(i, &active, true);
         self.run(&reply, active.link);
         if transport == Transport::Tcp {
@@ -665,21 +708,64 @@ impl<A: Family> Fixture<A> {
                 }
                 Kind::Syn => {
                     assert_eq!(self.transport, Transport::Tcp, "SYN streams are TCP");
-                    let i = FRESH_BASE + j;
-                    let (src, v) = client::<A>(i);
-                    let dst = (A::vip(v), TCP_PORT);
-                    slots.push(slot(&A::tcp(TO_GATEWAY, src, dst, TcpFlags::SYN, tcp_isn(i).0, 0), FRONT_IFACE));
-                    keys.push(FlowKey {
-                        protocol: 6,
-                        src_addr: src.0,
-                        src_port: src.1,
-                        dst_addr: dst.0,
-                        dst_port: dst.1,
-                    });
+                    let (frame, key) = syn_frame::<A>(FRESH_BASE + j);
+                    slots.push(slot(&frame, FRONT_IFACE));
+                    keys.push(key);
                 }
             }
         }
         Stream { slots, keys, next: 0 }
+    }
+
+    /// Segment `segment` of TCP connections `first..first + n` (client `i`'s, as
+    /// [`Kind::Syn`]'s; their tuples distinct from the active flows' when `first` is at or
+    /// above 2^24) as a stream of `n` slots in order: one burst of torii-bench's
+    /// connection-rate test ([`Handshake`]). The endpoint's segments need `replies`, where
+    /// each connection's SYN went ([`Fixture::replies`]: `n` of them; ignored for the
+    /// client's).
+    ///
+    /// # Panics
+    /// If the fixture's flows are not TCP, or `replies` is short for an endpoint's segment.
+    pub fn connection_stream(&self, segment: Handshake, first: u64, n: usize, replies: &[Active<A>]) -> Stream<A> {
+        assert_eq!(self.transport, Transport::Tcp, "connections are TCP");
+        let slots = (first..first + n as u64)
+            .enumerate()
+            .map(|(k, i)| {
+                let (isn, isn_b) = tcp_isn(i);
+                let (frame, iface) = match segment {
+                    Handshake::Syn => (syn_frame::<A>(i).0, FRONT_IFACE),
+                    Handshake::SynAck => (self.reply_frame(i, &replies[k], true), replies[k].link),
+                    Handshake::Ack => (self.original_frame(i), FRONT_IFACE),
+                    Handshake::Rst => {
+                        let a = &replies[k];
+                        let l2 = L2 { src: pod_mac(a.endpoint.0), dst: iface_mac(a.link.into()) };
+                        let rst =
+                            A::tcp(l2, a.endpoint, a.snat, TcpFlags::RST, isn_b.wrapping_add(1), isn.wrapping_add(1));
+                        (rst, a.link)
+                    }
+                };
+                Slot::new(A::BLANK, &frame, iface)
+            })
+            .collect();
+        Stream { slots, keys: Vec::new(), next: 0 }
+    }
+
+    /// Where the gateway sent each SYN of the last burst of a [`Handshake::Syn`] stream of
+    /// [`Fixture::connection_stream`] (the endpoint, SNAT address and port it chose), in
+    /// order: what the endpoint's segments of those connections are addressed with.
+    ///
+    /// # Panics
+    /// If a frame of the burst was not forwarded.
+    pub fn replies(&self, burst: &Burst) -> Vec<Active<A>> {
+        burst
+            .verdicts
+            .iter()
+            .zip(&burst.bufs)
+            .map(|(v, buf)| match *v {
+                Verdict::Transmit { iface, len } => forwarded_to::<A>(self.transport, iface, &buf[..len]),
+                other => panic!("SYN not forwarded: {other:?}"),
+            })
+            .collect()
     }
 
     /// Processes the next packet of `stream` in `buf` (a [`BUFFER_LEN`]-byte buffer), as a

@@ -233,11 +233,14 @@ pub(super) fn handle<A: Proxied>(
     let mut tracked = if fresh_syn { open_syn(now, st, id, seg) } else { track(now, st, id, dir, seg) };
     if tracked == Tracked::Reopen {
         // A new connection on the tuple of a closed one: forget the old flow, choose the
-        // endpoint anew.
-        (id, tracked) = match reopen(now, frame, rx, table, st, (id, key, hash), seg, ahead) {
+        // endpoint anew. Without the SYN proxy, a client's SYN then goes on as one that
+        // opened its flow on a miss (`fresh_syn`).
+        // (A flow found, not opened here: `opened_egress` and `fresh_syn` were unset.)
+        (id, tracked, opened_egress) = match reopen(now, frame, rx, table, st, (id, key, hash), seg, ahead, proxied) {
             Ok(reopened) => reopened,
             Err(v) => return v,
         };
+        fresh_syn = opened_egress.is_some();
         proxied = false;
     }
     match tracked {
@@ -319,9 +322,12 @@ fn revalidate<A: Family>(
 
 /// A new connection on the tuple of closed flow `id` (original tuple `key`, of conntrack
 /// hash `hash`): the old flow forgotten, the new one created as on a miss ([`new_flow`],
-/// the endpoint chosen anew) and tracked from `seg`. Returns the new flow and how `seg`
-/// tracked, or the verdict of a refused flow. Cold and out of line: its copy of `new_flow`
-/// is kept out of `handle`'s registers.
+/// the endpoint chosen anew) and tracked from `seg`. Returns the new flow, how `seg`
+/// tracked and, when `seg` goes on as a SYN that opened its flow on a miss (the SYN proxy
+/// not involved: not `proxied`, and none configured; a client's SYN; a scheduler that
+/// counts no connections), where `new_flow` sent it: the same tracking ([`open_syn`]) and
+/// route as `handle` gives such a SYN. Or the verdict of a refused flow. Cold and out of
+/// line: its copy of `new_flow` is kept out of `handle`'s registers.
 #[allow(clippy::too_many_arguments)]
 #[cold]
 #[inline(never)]
@@ -334,11 +340,21 @@ fn reopen<A: Proxied>(
     (id, key, hash): (FlowId, FlowKey<A>, u64),
     seg: &Segment<A>,
     ahead: Option<NewFlowHint>,
-) -> Result<(FlowId, Tracked), Verdict> {
+    proxied: bool,
+) -> Result<(FlowId, Tracked, Option<OpenedEgress<A>>), Verdict> {
     remove_flow::<A>(st, id);
-    let (id, _) = new_flow(now, frame, rx, table, st, key, (hash, None), seg, ahead)?;
+    let (id, egress) = new_flow(now, frame, rx, table, st, key, (hash, None), seg, ahead)?;
     st.synproxy.forget(&key);
-    Ok((id, track(now, st, id, Direction::Original, seg)))
+    let fresh = !proxied
+        && !synproxy::any::<A>(st)
+        && seg.proto == IpProtocol::Tcp
+        && TcpSegment::of(seg.tcp.flags) == TcpSegment::Syn
+        && !st.host.scheduler.counts_connections();
+    Ok(if fresh {
+        (id, open_syn(now, st, id, seg), Some(egress))
+    } else {
+        (id, track(now, st, id, Direction::Original, seg), None)
+    })
 }
 
 /// SYN, FIN and RST: the TCP flags whose segments open, close or reopen a flow.

@@ -267,6 +267,44 @@ fn a_client_syn_reopens_a_time_wait_flow_with_the_endpoint_chosen_anew() {
 }
 
 #[test]
+fn a_reopened_flow_starts_as_the_same_syn_opens_one_on_a_miss() {
+    // A connection closed by the endpoint's RST (CLOSE), and the client's next SYN on the
+    // tuple, which reopens it (`flow::reopen`, tracked and routed as a SYN that opened its
+    // flow on a miss); the same SYN in a worker that never saw the tuple opens the flow on
+    // a miss. The same frame but for the SNAT port each worker chose (and the TCP checksum
+    // that covers it), the same state and windows.
+    let mut c = Conn::new(1024);
+    c.establish();
+    c.endpoint(3 * SEC, RST);
+    c.expect(TcpState::Close, 3 * SEC, T.tcp_close_ns);
+    let (syn, _) = c.client_segment(SYN, b"");
+    let (v, out) = run(4 * SEC, &syn, FRONT, &c.t, &mut c.st);
+    let mut miss = state_with_capacity(0, 1, 1024);
+    let (miss_v, miss_out) = run(4 * SEC, &syn, FRONT, &c.t, &mut miss);
+    assert!(matches!(v, Verdict::Transmit { iface: BACK, .. }), "{v:?}");
+    assert_eq!(v, miss_v);
+    assert_eq!((c.st.counters.new_flows, miss.counters.new_flows), (2, 1));
+    // The frames: Ethernet, IPv4 and TCP headers alike but for the source port and the
+    // checksum (bytes 34–35 and 50–51).
+    let skip = |f: &[u8]| -> Vec<u8> { [&f[..34], &f[36..50], &f[52..]].concat() };
+    assert_eq!(skip(&out), skip(&miss_out));
+    let (id, miss_id) = (c.flow_id(), miss.conntrack.iter().map(|(id, _)| id).next().expect("the flow"));
+    let (flow, miss_flow) = (c.st.conntrack.get(id), miss.conntrack.get(miss_id));
+    assert_eq!(flow.state, miss_flow.state);
+    assert_eq!(flow.state.tcp_state(), TcpState::SynSent);
+    assert_eq!(
+        (flow.original, flow.reply.src_addr, flow.reply.src_port),
+        (miss_flow.original, miss_flow.reply.src_addr, miss_flow.reply.src_port)
+    );
+    assert_eq!(c.st.conntrack.tcp_windows(id), miss.conntrack.tcp_windows(miss_id));
+    // The next segments go on along the reopened flow.
+    c.snat_port = flow.reply.dst_port;
+    c.endpoint(5 * SEC, SYN_ACK);
+    c.client(6 * SEC, ACK);
+    c.expect(TcpState::Established, 6 * SEC, T.tcp_established_ns);
+}
+
+#[test]
 fn a_syn_on_the_tuple_of_a_flow_whose_endpoint_left_opens_a_new_flow_instead_of_a_rst() {
     let mut c = Conn::new(1024);
     c.establish();
