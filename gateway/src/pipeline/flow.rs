@@ -543,7 +543,11 @@ fn forward<A: Family>(
 /// endpoint's for the
 /// original direction, the client's for replies (the client itself on a connected subnet,
 /// else the router: replies are routed like any packet, no MAC is kept per flow). ICMP errors
-/// about the flow ([`super::icmp_error`]) travel the same way.
+/// about the flow ([`super::icmp_error`]) travel the same way. A direction routed before
+/// ([`crate::conntrack::FlowState::egress`]: routes never change while the gateway runs)
+/// is not routed again: its interface, and the destination or the family's router as the
+/// next hop, as the lean path reads them (a lean frame the lean path turns down comes here
+/// without a route found ahead).
 ///
 /// # Errors
 /// [`DropReason::NoRoute`], [`DropReason::NeighbourUnresolved`] (a resolution was queued).
@@ -561,7 +565,12 @@ pub(super) fn egress<A: Family>(
         Direction::Reply => flow.original.reversed(),
     };
     let rw = Rewrite { src_addr: t.src_addr, src_port: t.src_port, dst_addr: t.dst_addr, dst_port: t.dst_port };
-    let Some((out, hop)) = route(st, rw.dst_addr) else {
+    let routed = match flow.state.egress(dir) {
+        Some((out, true)) => Some((out, rw.dst_addr)),
+        Some((out, false)) => A::router(&st.host).map(|(router, _)| (out, router)),
+        None => route(st, rw.dst_addr),
+    };
+    let Some((out, hop)) = routed else {
         return Err(DropReason::NoRoute);
     };
     egress_via(now, st, rw, out, hop)
