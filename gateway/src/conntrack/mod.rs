@@ -580,7 +580,8 @@ impl FlowState {
     }
 
     /// Where direction `direction` leaves, once the pipeline has routed a packet of it (the
-    /// lean established path's precomputed egress): the egress interface and whether the
+    /// lean established path's precomputed egress, which the general path's egress reads
+    /// too instead of routing again): the egress interface and whether the
     /// next hop is the destination (on a connected subnet), else the family's router.
     /// Routes are a pure function of the destination and the host, which never changes
     /// while the gateway runs, so this stays true for the flow's life; the next hop's MAC is
