@@ -449,12 +449,17 @@ impl FlowState {
 
     /// Forgets what refers to the process that wrote this state rather than to the flow:
     /// the table epoch it was checked against (epochs are the writer's numbering of its
-    /// tables, and the front-door index is read from the table the writer held). For flows
-    /// adopted from a predecessor's region ([`Conntrack::persistent`]).
+    /// tables, and the front-door index is read from the table the writer held), and both
+    /// directions' egress ([`FlowState::egress`]: routes are the writer's host's, whose
+    /// subnets and routers the adopter's configuration may have changed; each direction's
+    /// next packet is routed again). For flows adopted from a predecessor's region
+    /// ([`Conntrack::persistent`]).
     pub fn forget_process_state(&mut self) {
         self.table_epoch = Self::NEVER_VALIDATED;
-        // What the writer knew of its SYN proxy's flows is gone with it.
-        self.bits &= !LEAN_BOTH;
+        // What the writer knew of its SYN proxy's flows is gone with it, and the lean bits
+        // need a known egress.
+        let egress = (EGRESS_KNOWN | EGRESS_ON_LINK) * 0b101;
+        self.bits &= !(LEAN_BOTH | egress);
     }
 
     /// The state of a new flow: entered by front door `frontend` of the table of worker

@@ -1056,6 +1056,12 @@ mod persistent {
         for id in ids.iter().step_by(3) {
             ct.remove(*id);
         }
+        // Routed both ways: the next process routes again (its host's subnets and routers
+        // may differ).
+        for id in ids.iter().skip(1).step_by(3) {
+            ct.state_mut(*id).set_egress(Direction::Original, 2, true);
+            ct.state_mut(*id).set_egress(Direction::Reply, 1, false);
+        }
         drop(ct);
         // The next process's clock started 10 s later on CLOCK_MONOTONIC.
         let (mut ct, opened) = open(path, owner(), 11_000 * NS_PER_MS);
@@ -1073,6 +1079,8 @@ mod persistent {
                 let state = ct.state(id);
                 assert_eq!(state.deadline.remaining_ms(0), 50_000, "60 s after the first origin");
                 assert_eq!(state.table_epoch, FlowState::NEVER_VALIDATED);
+                assert_eq!((state.egress(Direction::Original), state.egress(Direction::Reply)), (None, None));
+                assert!(!state.lean(Direction::Original) && !state.lean(Direction::Reply));
             }
         }
         for i in 3000..4096 + 1000 {
