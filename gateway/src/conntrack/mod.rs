@@ -450,16 +450,18 @@ impl FlowState {
     /// Forgets what refers to the process that wrote this state rather than to the flow:
     /// the table epoch it was checked against (epochs are the writer's numbering of its
     /// tables, and the front-door index is read from the table the writer held), and both
-    /// directions' egress ([`FlowState::egress`]: routes are the writer's host's, whose
-    /// subnets and routers the adopter's configuration may have changed; each direction's
-    /// next packet is routed again). For flows adopted from a predecessor's region
-    /// ([`Conntrack::persistent`]).
+    /// directions' egress ([`FlowState::egress`]: the writer's routes; each direction's next
+    /// packet is routed again, so that an address or router changed on the same interface
+    /// is followed — an endpoint or client whose route moved to another interface is not:
+    /// the flow's arrival links and SNAT address stay the writer's, and the ownership check
+    /// covers the interfaces' names, ports and VLANs only). For flows adopted from a
+    /// predecessor's region ([`Conntrack::persistent`]).
     pub fn forget_process_state(&mut self) {
         self.table_epoch = Self::NEVER_VALIDATED;
         // What the writer knew of its SYN proxy's flows is gone with it, and the lean bits
         // need a known egress.
-        let egress = (EGRESS_KNOWN | EGRESS_ON_LINK) * 0b101;
-        self.bits &= !(LEAN_BOTH | egress);
+        let egress = EGRESS_KNOWN | EGRESS_ON_LINK;
+        self.bits &= !(LEAN_BOTH | egress | egress << 2);
     }
 
     /// The state of a new flow: entered by front door `frontend` of the table of worker

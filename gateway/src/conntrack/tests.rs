@@ -1056,11 +1056,17 @@ mod persistent {
         for id in ids.iter().step_by(3) {
             ct.remove(*id);
         }
-        // Routed both ways: the next process routes again (its host's subnets and routers
-        // may differ).
+        // Established, assured and routed both ways, so lean both ways: the next process
+        // keeps the connection's state but routes it again (its host's addresses and
+        // routers may differ), and the lean path waits for that.
         for id in ids.iter().skip(1).step_by(3) {
-            ct.state_mut(*id).set_egress(Direction::Original, 2, true);
-            ct.state_mut(*id).set_egress(Direction::Reply, 1, false);
+            let state = ct.state_mut(*id);
+            state.set_tcp_state(TcpState::Established);
+            state.set_seen_reply(true);
+            state.set_assured(true);
+            state.set_egress(Direction::Original, 2, true);
+            state.set_egress(Direction::Reply, 1, false);
+            assert!(state.lean(Direction::Original) && state.lean(Direction::Reply));
         }
         drop(ct);
         // The next process's clock started 10 s later on CLOCK_MONOTONIC.
@@ -1081,6 +1087,10 @@ mod persistent {
                 assert_eq!(state.table_epoch, FlowState::NEVER_VALIDATED);
                 assert_eq!((state.egress(Direction::Original), state.egress(Direction::Reply)), (None, None));
                 assert!(!state.lean(Direction::Original) && !state.lean(Direction::Reply));
+                if i % 3 == 1 {
+                    assert_eq!(state.tcp_state(), TcpState::Established, "flow {i}");
+                    assert!(state.seen_reply() && state.assured(), "flow {i}");
+                }
             }
         }
         for i in 3000..4096 + 1000 {

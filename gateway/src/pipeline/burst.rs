@@ -15,7 +15,8 @@
 //! 3. an established flow's record is read to find where the packet will go: the next
 //!    hop's neighbour slot (a lean frame's only when the hop is on-link: the router's entry
 //!    is read once a burst) and the front door's counters are prefetched, and the route is
-//!    handed to [`super::flow::egress`]. A new flow goes on down the table, one dependent
+//!    handed to the general path (which needs it where the flow's direction was never
+//!    routed: [`super::flow::egress`]). A new flow goes on down the table, one dependent
 //!    load per stage: the front-door record (at the position its index line names, which
 //!    the next stage confirms without searching the line again), the service record, the
 //!    Maglev ring slot, the chosen endpoint's record, and last the endpoint's next hop, the

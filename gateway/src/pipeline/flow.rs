@@ -233,8 +233,9 @@ pub(super) fn handle<A: Proxied>(
     let mut tracked = if fresh_syn { open_syn(now, st, id, seg) } else { track(now, st, id, dir, seg) };
     if tracked == Tracked::Reopen {
         // A new connection on the tuple of a closed one: forget the old flow, choose the
-        // endpoint anew. Without the SYN proxy, a client's SYN then goes on as one that
-        // opened its flow on a miss (`fresh_syn`).
+        // endpoint anew. Without the SYN proxy and with a scheduler that counts no
+        // connections, a client's SYN then goes on as one that opened its flow on a miss
+        // (`fresh_syn`).
         // (A flow found, not opened here: `opened_egress` and `fresh_syn` were unset.)
         (id, tracked, opened_egress) = match reopen(now, frame, rx, table, st, (id, key, hash), seg, ahead, proxied) {
             Ok(reopened) => reopened,
@@ -324,7 +325,8 @@ fn revalidate<A: Family>(
 /// hash `hash`): the old flow forgotten, the new one created as on a miss ([`new_flow`],
 /// the endpoint chosen anew) and tracked from `seg`. Returns the new flow, how `seg`
 /// tracked and, when `seg` goes on as a SYN that opened its flow on a miss (the SYN proxy
-/// not involved: not `proxied`, and none configured; a client's SYN; a scheduler that
+/// not involved: the old flow not `proxied`, and the worker holding no proxied flow of the
+/// family, `synproxy::any`, as `handle` asks on a miss; a client's SYN; a scheduler that
 /// counts no connections), where `new_flow` sent it: the same tracking ([`open_syn`]) and
 /// route as `handle` gives such a SYN. Or the verdict of a refused flow. Cold and out of
 /// line: its copy of `new_flow` is kept out of `handle`'s registers.

@@ -18,7 +18,9 @@ pub const PREFETCH_WINDOW: usize = 16;
 
 /// Where [`super::process_burst`] found ahead (stage 3) that a frame's packet will go: for a
 /// packet to `to`, the egress interface `out` and next hop `hop` of [`crate::host::Host::route`].
-/// [`super::flow::egress`] uses it instead of routing again when its destination is `to`.
+/// The general path uses it instead of routing again when its destination is `to`: for a
+/// direction never routed before ([`super::flow::egress`]; one routed before reads the
+/// egress its flow keeps) and for a new flow's endpoint (`flow::new_flow`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct RouteHint {
     /// The destination routed.
