@@ -215,17 +215,19 @@ pub fn process_burst<B: AsMut<[u8]>>(
         for j in 0..chunk.len() {
             if lean_frames & (1 << j) != 0 {
                 let l = &this_leans[j % PREFETCH_WINDOW];
-                if lean::forward(chunk[j].as_mut(), l, &constants, st, &mut chunk_verdicts[j]) {
+                if lean::forward(chunk[j].as_mut(), l, &constants, st, &mut chunk_verdicts[j])
+                    || refused(now, chunk[j].as_mut(), l, table, st, &mut chunk_verdicts[j], base + j)
+                {
                     continue;
                 }
-                demote(&mut st.hints.frames[base + j], l, Some(Candidate::Flow(l.id, l.direction)));
             } else if lean6_frames & (1 << j) != 0 {
                 // A copy (80 bytes): `forward` borrows the worker's state whole.
                 let l = st.hints.lean6[base + j];
-                if lean::forward(chunk[j].as_mut(), &l, &constants, st, &mut chunk_verdicts[j]) {
+                if lean::forward(chunk[j].as_mut(), &l, &constants, st, &mut chunk_verdicts[j])
+                    || refused(now, chunk[j].as_mut(), &l, table, st, &mut chunk_verdicts[j], base + j)
+                {
                     continue;
                 }
-                demote(&mut st.hints.frames[base + j], &l, Some(Candidate::Flow(l.id, l.direction)));
             }
             st.hints.current = base + j;
             let learned = lean::BurstConstants::learned(st);
@@ -236,6 +238,32 @@ pub fn process_burst<B: AsMut<[u8]>>(
         (start, half) = (end, half ^ 1);
     }
     st.hints.lean4 = Some(leans);
+}
+
+/// A lean frame [`lean::forward`] turned down in stage 4 of a burst at `now` against
+/// `table`: forwarded by [`lean::forward_tracked`] where that takes it (true, the verdict
+/// written), else demoted (false: its general hints written in `slot`). Cold and out of
+/// line, as [`demote`]. It computes the constants it needs again
+/// ([`lean::BurstConstants::tracked`]): lent the burst's, by reference or by value, the
+/// burst loop kept them on its stack instead of in registers (an established packet +8–10
+/// instructions).
+#[cold]
+#[inline(never)]
+fn refused<A: lean::LeanFamily>(
+    now: u64,
+    frame: &mut [u8],
+    l: &LeanFrame<A>,
+    table: &Table,
+    st: &mut WorkerState,
+    verdict: &mut Verdict,
+    slot: usize,
+) -> bool {
+    let constants = lean::BurstConstants::tracked::<A>(now, table, st);
+    if lean::forward_tracked(frame, l, &constants, st, verdict) {
+        return true;
+    }
+    demote(&mut st.hints.frames[slot], l, Some(Candidate::Flow(l.id, l.direction)));
+    false
 }
 
 /// A lean frame turned down (no flow, never routed, refused by [`lean::forward`]): its

@@ -1,4 +1,5 @@
-//! The lean established path: a packet of an established TCP or UDP flow, IPv4 or IPv6, which
+//! The lean established path: a packet of an established TCP or UDP flow, IPv4 or IPv6 (and
+//! the ACKs of a TCP flow's handshake and close: [`forward_tracked`]), which
 //! [`super::process_burst`] parsed once in its stage 1 ([`super::hint::LeanSegment`]) and whose flow it
 //! found ahead (its compact hints: [`LeanFrame`]), is forwarded here without the general path's second parse, lookups and
 //! state machine — as VPP's nat44-ed forwards a packet of an existing session: confirm the
@@ -27,6 +28,15 @@
 //! - TCP: the segment's flags are ACK without SYN, FIN or RST, and it fits the windows as
 //!   [`window::check_ack`] decides (Linux's `tcp_in_window` bounds and updates, the same as
 //!   [`window::check`] for such a segment);
+//! - or, for a frame [`forward`] turned down, [`forward_tracked`]'s (stage 4 tries it next):
+//!   a TCP flow whose direction is not lean only for its state (the handshake's last ACK,
+//!   the ACKs of a close: any state but ESTABLISHED and assured) but whose egress is known,
+//!   while the worker holds no flow the SYN proxy opened and the scheduler counts no
+//!   connections. Such an ACK goes through the state machine ([`track_tcp`]: state,
+//!   windows, deadline, `assured`, as the general path moves them; nothing else of the
+//!   general path applies to it), and is forwarded, or dropped as the general path drops
+//!   it (invalid, out of window), with the same counters; everything else above holds as
+//!   for an established flow's;
 //! - the next hop's neighbour entry is resolved and recent (an old one is refreshed by the
 //!   general path, which queues the request), and the egress interface's link-layer
 //!   header has the received one's length (a VLAN tag added or removed moves the packet:
@@ -50,14 +60,19 @@ use super::hint::LeanFrame;
 use super::link;
 use super::resolve::NEIGHBOUR_REFRESH_NS;
 use super::{Verdict, WorkerState};
-use crate::conntrack::{window, Conntrack, Deadline, Direction};
+use crate::conntrack::synproxy::Keyed;
+use crate::conntrack::tcp::Segment as TcpSegment;
+use crate::conntrack::{
+    track_tcp, window, Conntrack, Deadline, Direction, FlowState, TcpSeq, TcpWindowsMut, Timeouts, Tracked,
+};
+use crate::counters::DropReason;
 use crate::nat::{self, Rewrite};
 use crate::neighbour::Neighbour;
 use crate::table::Table;
 use crate::wire::{EtherType, IpProtocol, TcpFlags};
 
 /// What the lean path does differently for an address family (the rest is [`Family`]'s).
-pub(super) trait LeanFamily: Family {
+pub(super) trait LeanFamily: Family + Keyed {
     /// The EtherType of the family's packets, written into the forwarded frame's header.
     const ETHER_TYPE: EtherType;
 
@@ -68,6 +83,9 @@ pub(super) trait LeanFamily: Family {
     /// The family's default router's neighbour entry as the burst reads it
     /// ([`BurstConstants::router`], [`BurstConstants::router6`]).
     fn burst_router(k: &BurstConstants) -> Option<Neighbour>;
+
+    /// Where [`LeanFamily::burst_router`] is kept, to set it.
+    fn burst_router_mut(k: &mut BurstConstants) -> &mut Option<Neighbour>;
 
     /// Rewrites the lean TCP (`tcp`) or UDP packet `ip` (network header to the packet's
     /// end) to `rw` as the general path does ([`Family::rewrite`] of such a packet: the same
@@ -86,6 +104,11 @@ impl LeanFamily for Ipv4Addr {
     #[inline(always)]
     fn burst_router(k: &BurstConstants) -> Option<Neighbour> {
         k.router
+    }
+
+    #[inline(always)]
+    fn burst_router_mut(k: &mut BurstConstants) -> &mut Option<Neighbour> {
+        &mut k.router
     }
 
     /// [`nat::rewrite_ipv4_plain`]: a lean IPv4 packet has no options, its transport header
@@ -109,6 +132,11 @@ impl LeanFamily for Ipv6Addr {
         k.router6
     }
 
+    #[inline(always)]
+    fn burst_router_mut(k: &mut BurstConstants) -> &mut Option<Neighbour> {
+        &mut k.router6
+    }
+
     /// [`nat::rewrite_ipv6_plain`]: a lean IPv6 packet has no extension header, its
     /// transport header whole and its checksum not partial (what [`Family::rewrite`] checks
     /// before taking it).
@@ -127,6 +155,8 @@ pub(super) struct BurstConstants {
     tcp_established: Deadline,
     /// The deadline of an assured UDP flow refreshed now.
     udp_stream: Deadline,
+    /// The burst's time, monotonic ns (a tracked ACK's deadline: [`track_ack`]).
+    now: u64,
     /// The deadlines' clock now ([`Deadline::clock_ms`]).
     now_ms: u32,
     /// A neighbour entry confirmed before this (monotonic ns) is due for a refresh: `now`
@@ -148,7 +178,7 @@ impl BurstConstants {
     /// The constants of a burst processed at `now` (what [`forward`] knows of the time)
     /// against `table` (which gives `table` its
     /// worker epoch if it has none yet: [`WorkerState::table_epoch`]).
-    #[inline]
+    #[inline(never)]
     pub fn new(now: u64, table: &Table, st: &mut WorkerState) -> Self {
         let epoch = st.table_epoch(table);
         let t = &st.host.timeouts;
@@ -156,12 +186,35 @@ impl BurstConstants {
             epoch,
             tcp_established: Deadline::after(now, t.tcp_established_ns),
             udp_stream: Deadline::after(now, t.udp_stream_ns),
+            now,
             now_ms: Deadline::clock_ms(now),
             stale_before: now.saturating_sub(NEIGHBOUR_REFRESH_NS),
             liberal: st.host.tcp_be_liberal,
             router: router_neighbour::<Ipv4Addr>(st),
             router6: router_neighbour::<Ipv6Addr>(st),
         }
+    }
+
+    /// The constants [`forward_tracked`] reads for a frame of family `A` turned down by
+    /// [`forward`] at `now`, computed again then (the burst's stay in the burst loop's
+    /// registers): [`BurstConstants::new`]'s, as they are at that point of the burst, but
+    /// for what that path never reads — the lean path's deadlines (the state machine sets
+    /// a tracked ACK's; here `now`'s) and the other family's router (`None`).
+    #[inline]
+    pub fn tracked<A: LeanFamily>(now: u64, table: &Table, st: &mut WorkerState) -> Self {
+        let mut k = Self {
+            epoch: st.table_epoch(table),
+            tcp_established: Deadline::at(now),
+            udp_stream: Deadline::at(now),
+            now,
+            now_ms: Deadline::clock_ms(now),
+            stale_before: now.saturating_sub(NEIGHBOUR_REFRESH_NS),
+            liberal: st.host.tcp_be_liberal,
+            router: None,
+            router6: None,
+        };
+        *A::burst_router_mut(&mut k) = router_neighbour::<A>(st);
+        k
     }
 
     /// The worker's count of neighbour mappings learned (ARP and NDP), taken before the
@@ -207,8 +260,8 @@ pub(super) fn forward<A: LeanFamily>(
 ) -> bool {
     // One copy per direction: every choice by direction below made at compile time.
     let forwarded = match lean.direction {
-        Direction::Original => forward_in::<A, true>(frame, lean, k, st),
-        Direction::Reply => forward_in::<A, false>(frame, lean, k, st),
+        Direction::Original => forward_in::<A, true, false>(frame, lean, k, st),
+        Direction::Reply => forward_in::<A, false, false>(frame, lean, k, st),
     };
     match forwarded {
         Some(v) => {
@@ -219,15 +272,17 @@ pub(super) fn forward<A: LeanFamily>(
     }
 }
 
-/// [`forward`] of a frame of the original direction (`ORIGINAL`) or a reply.
+/// [`forward`] of a frame of the original direction (`ORIGINAL`) or a reply, of a flow
+/// whose direction is lean ([`crate::conntrack::FlowState::lean`]); for any other TCP
+/// flow, [`forward_tracked`]'s (`TRACKED`: its ACK tracked by the state machine).
 #[inline(always)]
-fn forward_in<A: LeanFamily, const ORIGINAL: bool>(
+fn forward_in<A: LeanFamily, const ORIGINAL: bool, const TRACKED: bool>(
     frame: &mut [u8],
     lean: &LeanFrame<A>,
     k: &BurstConstants,
     st: &mut WorkerState,
 ) -> Option<Verdict> {
-    let WorkerState { conntrack, conntrack6, host, neighbours, counters, frontends, .. } = st;
+    let WorkerState { conntrack, conntrack6, host, neighbours, counters, frontends, synproxy, .. } = st;
     let conntrack = A::pick(conntrack, conntrack6);
     let LeanFrame { key, id, seg, .. } = lean;
     debug_assert!(seg.is_lean(), "a lean frame's segment");
@@ -236,15 +291,28 @@ fn forward_in<A: LeanFamily, const ORIGINAL: bool>(
     let id = *id;
     let (state, mut windows, out) = conntrack.lean(id, direction, key)?;
     // The flow's state, its SYN proxy status and the direction's egress in one bit
-    // (`FlowState::lean`); what changes without the flow, here.
-    if !state.lean(direction)
-        || state.deadline.is_due_ms(k.now_ms)
-        || state.links.of(direction) != seg.iface
-        || state.table_epoch != k.epoch
-    {
+    // (`FlowState::lean`).
+    if state.lean(direction) == TRACKED {
         return None;
     }
-    let (out_iface, on_link) = state.lean_egress(direction);
+    // What changes without the flow.
+    if state.deadline.is_due_ms(k.now_ms) || state.links.of(direction) != seg.iface || state.table_epoch != k.epoch {
+        return None;
+    }
+    let (out_iface, on_link) = if TRACKED {
+        // No flow of the worker's is one the SYN proxy opened (`synproxy::any`: their
+        // sequence numbers are translated, which only the general path does), and the
+        // scheduler counts no connections (which a state change moves: `flow::track`).
+        if key.protocol != u8::from(IpProtocol::Tcp)
+            || !A::map(synproxy).is_empty()
+            || host.scheduler.counts_connections()
+        {
+            return None;
+        }
+        state.egress(direction)?
+    } else {
+        state.lean_egress(direction)
+    };
     let tcp = key.protocol == u8::from(IpProtocol::Tcp);
     // The router's entry was read for the whole burst (`BurstConstants::router`).
     let n = if on_link { neighbours.lookup_first(out.dst_addr)? } else { A::burst_router(k)? };
@@ -264,10 +332,16 @@ fn forward_in<A: LeanFamily, const ORIGINAL: bool>(
         if k.liberal {
             windows.make_liberal();
         }
-        if !window::check_ack(windows, direction, &seg.tcp) {
-            return None;
+        if !TRACKED {
+            if !window::check_ack(windows, direction, &seg.tcp) {
+                return None;
+            }
+            state.deadline = k.tcp_established;
+        } else if let Err(reason) = track_ack(state, windows, direction, &seg.tcp, k.now, &host.timeouts) {
+            counters.rx_frames += 1;
+            counters.drop(reason);
+            return Some(Verdict::Drop(reason));
         }
-        state.deadline = k.tcp_established;
     } else {
         state.deadline = k.udp_stream;
     }
@@ -287,4 +361,59 @@ fn forward_in<A: LeanFamily, const ORIGINAL: bool>(
     A::rewrite_lean(&mut frame[l2_len..l2_len + total], tcp, &rw);
     link::write_header(frame, n.mac, o.mac, o.vlan, A::ETHER_TYPE);
     Some(Verdict::Transmit { iface: o.port, len: l2_len + total })
+}
+
+/// [`forward`] of a frame [`forward_in`] turned down, for a TCP flow whose direction is not
+/// lean only: one not ESTABLISHED and assured (the handshake's last ACK, the close's ACKs),
+/// its ACK tracked by the state machine. Out of line: the established packet's path keeps
+/// its registers, and a frame turned down for another reason pays a call and a record read.
+#[inline]
+pub(super) fn forward_tracked<A: LeanFamily>(
+    frame: &mut [u8],
+    lean: &LeanFrame<A>,
+    k: &BurstConstants,
+    st: &mut WorkerState,
+    verdict: &mut Verdict,
+) -> bool {
+    let forwarded = match lean.direction {
+        Direction::Original => forward_in::<A, true, true>(frame, lean, k, st),
+        Direction::Reply => forward_in::<A, false, true>(frame, lean, k, st),
+    };
+    match forwarded {
+        Some(v) => {
+            *verdict = v;
+            true
+        }
+        None => false,
+    }
+}
+
+/// The ACK `seg` (no SYN, FIN or RST) of a TCP flow that is not ESTABLISHED and assured
+/// (the handshake's last ACK, the close's ACKs), travelling in `direction`: tracked as the
+/// general path tracks it ([`track_tcp`]; [`crate::conntrack::track_ignored_tcp`], which
+/// the general path calls for a segment the state machine ignores, changes nothing for an
+/// ACK), the lean bits recomputed as the general path's forward does
+/// ([`crate::conntrack::FlowState::set_egress`] of the egress the flow keeps). `Ok` when
+/// it is forwarded (tracked, or ignored); `Err` with the general path's drop reason
+/// otherwise, the state left as [`track_tcp`] leaves it, which is the general path's
+/// too.
+#[inline(always)]
+fn track_ack(
+    state: &mut FlowState,
+    windows: TcpWindowsMut<'_>,
+    direction: Direction,
+    seg: &TcpSeq,
+    now: u64,
+    timeouts: &Timeouts,
+) -> Result<(), DropReason> {
+    debug_assert_eq!(TcpSegment::of(seg.flags), TcpSegment::Ack);
+    match track_tcp(state, windows, direction, seg, now, timeouts) {
+        // A RST's and a SYN's outcomes, which an ACK never has.
+        Tracked::Forward | Tracked::Ignored | Tracked::ForwardThenRemove | Tracked::Reopen => {
+            state.refresh_lean(false);
+            Ok(())
+        }
+        Tracked::Invalid => Err(DropReason::TcpInvalid),
+        Tracked::OutOfWindow => Err(DropReason::TcpOutOfWindow),
+    }
 }

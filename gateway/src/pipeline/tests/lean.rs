@@ -1,14 +1,16 @@
 //! The lean established path (`super::lean`) against the general path, for both address
 //! families: established TCP
 //! connections (real handshakes, sequence numbers that advance as the segments carry data),
-//! connections the SYN proxy opened (cookie handshakes, numbers translated) and assured UDP
-//! flows, then random traffic on them — in-window data both ways, segments outside the
+//! connections whose handshake's last ACK is still to come, connections the SYN proxy opened
+//! (cookie handshakes, numbers translated; in half the cases) and assured UDP flows, then
+//! random traffic on them — in-window data both ways, segments outside the
 //! window or acknowledging unsent data, FIN, RST, SYN, TTL / Hop Limit 1, a corrupted IPv4
 //! header or an IPv6 extension header, a zero transport checksum, the wrong link, an expired
 //! neighbour, a neighbour's new MAC, a new table (the same endpoints,
 //! or one fewer) — through [`process_burst`] (which takes the lean path where it may,
 //! as each flow's lean bits say: `FlowState::lean`) on one worker and [`process`] frame by
-//! frame on another. The two must agree on every verdict, every output byte, the counters
+//! frame on another; the ACKs of connections not ESTABLISHED (the handshake's, the close's)
+//! take the lean path through the state machine (`lean::forward_tracked`). The two must agree on every verdict, every output byte, the counters
 //! (per front door too), every flow and its TCP windows. Golden tests add VLAN interfaces
 //! and a default router whose MAC changes mid-burst.
 
@@ -19,7 +21,7 @@ use proptest::prelude::*;
 use super::ipv6::{backend6, state6, table6, GW_FRONT6, SNAT6, VIP6};
 use super::*;
 use crate::conntrack::synproxy::SynProxy;
-use crate::conntrack::{Direction, FlowKey};
+use crate::conntrack::{Direction, FlowKey, TcpState};
 use crate::pipeline::hint::{LeanFrame, LeanSegment, PREFETCH_WINDOW};
 use crate::pipeline::lean::{self, LeanFamily};
 use crate::pipeline::link::Rx;
@@ -190,29 +192,28 @@ fn src_port<A: Fam>(frame: &[u8]) -> u16 {
 fn open<A: Fam>(t: &Table, a: &mut WorkerState, b: &mut WorkerState, n: u16) -> Vec<Conn<A>> {
     let mut conns = Vec::new();
     for i in 0..n {
-        for tcp in [true, false] {
-            let client = (A::CLIENT, 41_000 + i);
-            let out = if tcp {
-                both(0, &A::tcp(to_gw(), client, (A::VIP, 80), TcpFlags::SYN, 1000, 0, b"", 64), FRONT, t, a, b)
-            } else {
-                both(0, &A::udp(to_gw(), client, (A::VIP, 80), b"q", 64), FRONT, t, a, b)
-            };
-            let backend = A::dst_of(&out);
-            let snat_port = src_port::<A>(&out);
-            let from_backend = (backend, 8080);
-            if tcp {
-                let syn_ack = TcpFlags(TcpFlags::SYN.0 | TcpFlags::ACK.0);
-                let f = A::tcp(BACK_L2, from_backend, (A::SNAT, snat_port), syn_ack, 5000, 1001, b"", 64);
-                both(0, &f, BACK, t, a, b);
-                both(0, &A::tcp(to_gw(), client, (A::VIP, 80), TcpFlags::ACK, 1001, 5001, b"", 64), FRONT, t, a, b);
-            } else {
-                both(0, &A::udp(BACK_L2, from_backend, (A::SNAT, snat_port), b"r", 64), BACK, t, a, b);
-                both(0, &A::udp(to_gw(), client, (A::VIP, 80), b"q", 64), FRONT, t, a, b);
-            }
-            conns.push(Conn { tcp, client_port: client.1, backend, snat_port, next: [1001, 5001], delta: 0 });
-        }
+        let client = (A::CLIENT, 41_000 + i);
+        conns.push(half_open::<A>(t, a, b, client.1));
+        both(0, &A::tcp(to_gw(), client, (A::VIP, 80), TcpFlags::ACK, 1001, 5001, b"", 64), FRONT, t, a, b);
+        let out = both(0, &A::udp(to_gw(), client, (A::VIP, 80), b"q", 64), FRONT, t, a, b);
+        let (backend, snat_port) = (A::dst_of(&out), src_port::<A>(&out));
+        both(0, &A::udp(BACK_L2, (backend, 8080), (A::SNAT, snat_port), b"r", 64), BACK, t, a, b);
+        both(0, &A::udp(to_gw(), client, (A::VIP, 80), b"q", 64), FRONT, t, a, b);
+        conns.push(Conn { tcp: false, client_port: client.1, backend, snat_port, next: [1001, 5001], delta: 0 });
     }
     conns
+}
+
+/// Opens a TCP connection from the client's port `client_port` on both workers through the
+/// general path as far as the endpoint's SYN-ACK (SYN_RECV): its next segment from the
+/// client, at the connection's numbers, is the handshake's last ACK.
+fn half_open<A: Fam>(t: &Table, a: &mut WorkerState, b: &mut WorkerState, client_port: u16) -> Conn<A> {
+    let client = (A::CLIENT, client_port);
+    let out = both(0, &A::tcp(to_gw(), client, (A::VIP, 80), TcpFlags::SYN, 1000, 0, b"", 64), FRONT, t, a, b);
+    let (backend, snat_port) = (A::dst_of(&out), src_port::<A>(&out));
+    let syn_ack = TcpFlags(TcpFlags::SYN.0 | TcpFlags::ACK.0);
+    both(0, &A::tcp(BACK_L2, (backend, 8080), (A::SNAT, snat_port), syn_ack, 5000, 1001, b"", 64), BACK, t, a, b);
+    Conn { tcp: true, client_port, backend, snat_port, next: [1001, 5001], delta: 0 }
 }
 
 /// Turns on both workers' SYN proxy (every SYN answered with a cookie) and opens `n` TCP
@@ -398,7 +399,13 @@ fn lean_agrees<A: Fam>(steps: &Steps, pause_s: u64) -> Result<(), TestCaseError>
     let mut t = A::table(&A::ENDPOINTS);
     let (mut a, mut b) = (lean_state(), lean_state());
     let mut conns = open::<A>(&t, &mut a, &mut b, 4);
-    conns.extend(open_proxied::<A>(&t, &mut a, &mut b, 2));
+    // Two connections whose next segment from the client completes the handshake.
+    conns.extend((0..2).map(|i| half_open::<A>(&t, &mut a, &mut b, 42_000 + i)));
+    // In half the cases, connections the SYN proxy opened, which keep every flow that is
+    // not ESTABLISHED and assured on the general path (`lean::forward_tracked`).
+    if steps.len().is_multiple_of(2) {
+        conns.extend(open_proxied::<A>(&t, &mut a, &mut b, 2));
+    }
     for (n, (burst, event)) in steps.iter().enumerate() {
         // Bursts a few seconds apart; the neighbours were learned at 0 and go stale at 60 s.
         let now = (n as u64 * pause_s + 1) * SEC;
@@ -498,7 +505,7 @@ proptest! {
 
 /// Whether the lean path itself forwards `f` arriving on `iface` (not handing it to the
 /// general path): stages 1 and 2 of a burst for this one frame, then [`lean::forward`]
-/// with the burst's constants `k`.
+/// with the burst's constants `k` and, as stage 4 does, [`lean::forward_tracked`].
 fn taken<A: Fam>(f: &[u8], iface: u8, k: &lean::BurstConstants, st: &mut WorkerState) -> bool {
     let mut buf = [0u8; 256];
     buf[..f.len()].copy_from_slice(f);
@@ -513,6 +520,7 @@ fn taken<A: Fam>(f: &[u8], iface: u8, k: &lean::BurstConstants, st: &mut WorkerS
     let Some((id, direction)) = A::conntrack(st).lookup(&key) else { return false };
     let lean = LeanFrame { key, hash: 0, id, direction, seg };
     lean::forward(&mut buf, &lean, k, st, &mut Verdict::Consumed)
+        || lean::forward_tracked(&mut buf, &lean, k, st, &mut Verdict::Consumed)
 }
 
 /// Established TCP and assured UDP frames of family `A` are forwarded by the lean path
@@ -561,6 +569,61 @@ fn established_frames_take_the_lean_path() {
 #[test]
 fn established_ipv6_frames_take_the_lean_path() {
     established_frames_take_the_lean_path_of::<Ipv6Addr>();
+}
+
+/// The ACKs of TCP connections that are not ESTABLISHED and assured — the handshake's last
+/// one, and those of a close — are forwarded by the lean path through the state machine,
+/// which moves the flow as the general path would (the property test compares the two
+/// paths on random traffic); a SYN, a FIN or a RST is not. While the worker holds a flow
+/// the SYN proxy opened, every such ACK goes to the general path.
+fn handshake_and_close_acks_take_the_lean_path_of<A: Fam>() {
+    let t = A::table(&A::ENDPOINTS);
+    let (mut a, mut b) = (lean_state(), lean_state());
+    let mut conn = half_open::<A>(&t, &mut a, &mut b, 42_000);
+    let k = lean::BurstConstants::new(SEC, &t, &mut a);
+    let state = |st: &WorkerState| A::conntrack(st).iter().next().map(|(_, flow)| flow.state).unwrap();
+    assert_eq!(state(&a).tcp_state(), TcpState::SynRecv);
+    let (f, iface) = frame(&mut conn, false, Variant::Data(0));
+    assert!(taken::<A>(&f, iface, &k, &mut a));
+    let s = state(&a);
+    assert_eq!((s.tcp_state(), s.assured()), (TcpState::Established, true));
+    assert!(s.lean(Direction::Original) && s.lean(Direction::Reply), "{s:?}");
+    // The client closes (a FIN: the general path); the endpoint's ACK of it, then the
+    // client's of the endpoint's FIN.
+    let (f, iface) = frame(&mut conn, false, Variant::Flags(0));
+    assert!(!taken::<A>(&f, iface, &k, &mut a));
+    run(SEC, &f, iface, &t, &mut a);
+    conn.next[0] += 1;
+    let (f, iface) = frame(&mut conn, true, Variant::Data(0));
+    assert!(taken::<A>(&f, iface, &k, &mut a));
+    assert_eq!(state(&a).tcp_state(), TcpState::CloseWait);
+    let (f, iface) = frame(&mut conn, true, Variant::Flags(0));
+    run(SEC, &f, iface, &t, &mut a);
+    conn.next[1] += 1;
+    let (f, iface) = frame(&mut conn, false, Variant::Data(0));
+    assert!(taken::<A>(&f, iface, &k, &mut a));
+    assert_eq!(state(&a).tcp_state(), TcpState::TimeWait);
+    assert!(!state(&a).lean(Direction::Original));
+    // Not while the worker holds a flow the SYN proxy opened: the endpoint's ACK of a FIN.
+    let (mut a, mut b) = (lean_state(), lean_state());
+    let mut conn = open::<A>(&t, &mut a, &mut b, 1)[0];
+    open_proxied::<A>(&t, &mut a, &mut b, 1);
+    let k = lean::BurstConstants::new(SEC, &t, &mut a);
+    let (f, iface) = frame(&mut conn, false, Variant::Flags(0));
+    run(SEC, &f, iface, &t, &mut a);
+    conn.next[0] += 1;
+    let (f, iface) = frame(&mut conn, true, Variant::Data(0));
+    assert!(!taken::<A>(&f, iface, &k, &mut a));
+}
+
+#[test]
+fn handshake_and_close_acks_take_the_lean_path() {
+    handshake_and_close_acks_take_the_lean_path_of::<Ipv4Addr>();
+}
+
+#[test]
+fn ipv6_handshake_and_close_acks_take_the_lean_path() {
+    handshake_and_close_acks_take_the_lean_path_of::<Ipv6Addr>();
 }
 
 /// Bursts of two chunks and three frames whose frames the lean path takes, but one at
