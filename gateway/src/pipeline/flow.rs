@@ -2,8 +2,8 @@
 //! (both directions indexed), revalidation of a flow against a newer table, creation of a
 //! flow on a miss (front door, endpoint, SNAT port; in a full table, Linux's early drop
 //! first), the flow's TCP state and timeouts ([`crate::conntrack::track_tcp`]: a RST before
-//! any reply ends the flow, a client's SYN on a TIME_WAIT or CLOSE flow reopens it with a
-//! new endpoint, segments that do not fit the state are dropped; SCTP's in [`super::sctp`]),
+//! any reply ends the flow, a client's SYN on a TIME_WAIT or CLOSE flow reopens it with the
+//! endpoint chosen anew, keeping its SNAT port for the same endpoint, segments that do not fit the state are dropped; SCTP's in [`super::sctp`]),
 //! TCP sequence windows ([`crate::conntrack::window`]: out-of-window segments and blind RSTs
 //! are dropped), the arrival link of each direction (a packet of a tracked tuple that
 //! arrives on another interface is a forgery and is dropped before it touches the flow),
@@ -178,7 +178,8 @@ pub(super) fn handle<A: Proxied>(
             }
             let cookie =
                 if seg.proto == IpProtocol::Tcp { synproxy::cookie_ack(now, st, &key, &seg.tcp) } else { None };
-            match new_flow(now, frame, rx, table, st, key, (hash, candidate.and_then(Candidate::vacancy)), seg, ahead) {
+            let vacancy = candidate.and_then(Candidate::vacancy);
+            match new_flow(now, frame, rx, table, st, key, (hash, vacancy), seg, (ahead, None)) {
                 Ok((id, egress)) => {
                     opened_egress = Some(egress);
                     match cookie {
@@ -323,7 +324,8 @@ fn revalidate<A: Family>(
 
 /// A new connection on the tuple of closed flow `id` (original tuple `key`, of conntrack
 /// hash `hash`): the old flow forgotten, the new one created as on a miss ([`new_flow`],
-/// the endpoint chosen anew) and tracked from `seg`. Returns the new flow, how `seg`
+/// the endpoint chosen anew; the old SNAT address and port kept when it is the same
+/// endpoint: [`keep_port`]) and tracked from `seg`. Returns the new flow, how `seg`
 /// tracked and, when `seg` goes on as a SYN that opened its flow on a miss (the SYN proxy
 /// not involved: the old flow not `proxied`, and the worker holding no proxied flow of the
 /// family, `synproxy::any`, as `handle` asks on a miss; a client's SYN; a scheduler that
@@ -344,8 +346,11 @@ fn reopen<A: Proxied>(
     ahead: Option<NewFlowHint>,
     proxied: bool,
 ) -> Result<(FlowId, Tracked, Option<OpenedEgress<A>>), Verdict> {
-    remove_flow::<A>(st, id);
-    let (id, egress) = new_flow(now, frame, rx, table, st, key, (hash, None), seg, ahead)?;
+    // Its reply tuple: the SNAT address and port the new connection keeps if it goes to
+    // the same endpoint (`keep_port`).
+    let old = A::conntrack_mut(st).remove(id);
+    flow_ended(st, &old);
+    let (id, egress) = new_flow(now, frame, rx, table, st, key, (hash, None), seg, (ahead, Some(&old.reply)))?;
     st.synproxy.forget(&key);
     let fresh = !proxied
         && !synproxy::any::<A>(st)
@@ -632,13 +637,15 @@ type OpenedEgress<A> = (Rewrite<A>, u8, A, u32);
 /// `hash` is the key's conntrack hash ([`crate::conntrack::Conntrack::hash_key`]), with
 /// where stage 2 of `process_burst` found its probe run to end, if it did (the insert checks
 /// that it still holds); `ahead` is what `process_burst` found ahead for this key in this
-/// table (front door and the ring's endpoint), used instead of looking them up again.
+/// table (front door and the ring's endpoint), used instead of looking them up again;
+/// `reopened` the reply tuple of the closed flow this one replaces ([`reopen`]), whose SNAT
+/// address and port the flow keeps if it goes to the same endpoint ([`keep_port`]).
 ///
 /// Returns the flow's id and where its first packet goes, as [`egress`] of the flow as
 /// inserted would find it before the neighbour lookup: the original direction's rewrite,
 /// egress interface and next hop, and the flow's front-door index.
 ///
-/// Always inlined (into `handle`, its caller): its nine arguments and the returned flow
+/// Always inlined (into `handle` and `reopen`, its callers): its nine arguments and the returned flow
 /// cost a call more than the copy of its body for the reopen of a closed flow's tuple.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
@@ -651,7 +658,7 @@ fn new_flow<A: Proxied>(
     key: FlowKey<A>,
     (hash, vacancy): (u64, Option<Vacancy>),
     seg: &Segment<A>,
-    ahead: Option<NewFlowHint>,
+    (ahead, reopened): (Option<NewFlowHint>, Option<&FlowKey<A>>),
 ) -> Result<(FlowId, OpenedEgress<A>), Verdict> {
     let lookup = |key: &FlowKey<A>| table.frontend(key.dst_addr.into(), key.protocol, key.dst_port);
     // A hint that names the endpoint of a front door admitting every source (the burst's
@@ -738,9 +745,17 @@ fn new_flow<A: Proxied>(
     let endpoint = SocketAddr::new(backend_ip.into(), backend_port);
     // A link without SNAT addresses of the family finds no port and changes nothing
     // (`snat_port`): asked here, after the search, not before it on every new flow.
-    let Some(((snat_ip, snat_port), reply_hint)) =
-        snat_port::<A>(now, st, key.protocol, (backend_ip, backend_port), out)
-    else {
+    // A reopened flow's port kept first (a match, not `or_else`: the closure, out of line,
+    // cost a fresh SYN 30 instructions).
+    let kept = match reopened {
+        Some(old) => keep_port(st, old, (backend_ip, backend_port), out),
+        None => None,
+    };
+    let chosen = match kept {
+        Some(k) => Some(k),
+        None => snat_port::<A>(now, st, key.protocol, (backend_ip, backend_port), out),
+    };
+    let Some(((snat_ip, snat_port), reply_hint)) = chosen else {
         let unsupported = st.host.snat_addresses_on::<A>(out).is_empty() || st.snat.is_steered() && endpoint.is_ipv6();
         return Err(Verdict::Drop(if unsupported { DropReason::UnsupportedFamily } else { DropReason::SnatExhausted }));
     };
@@ -803,7 +818,8 @@ fn insert_after_early_drop<A: Family>(
 }
 
 /// The SNAT address and port of a new flow of `protocol` to `endpoint` leaving by interface
-/// `out`: one of the link's SNAT addresses and a port this worker owns such that the reply
+/// `out` (a flow reopened on a closed one's tuple asks [`keep_port`] first): one of the
+/// link's SNAT addresses and a port this worker owns such that the reply
 /// tuple `endpoint → address:port` is not in the worker's conntrack, as Linux's
 /// `get_unique_tuple` finds one ([`crate::snat`]). When the search finds none — nearly
 /// every port of the link's addresses is taken for this very endpoint — the flow among the
@@ -856,6 +872,33 @@ fn snat_port<A: Family>(
         }
     }
     snat_search(now, st, protocol, (endpoint_ip, endpoint_port), out)
+}
+
+/// The SNAT address and port of a flow reopened on a closed flow's tuple (`reopen`) whose
+/// reply tuple was `old`: the same address and port when the new connection goes to the
+/// same endpoint and the address is still one of the egress interface `out`'s, with the
+/// reply tuple's hints (as [`snat_port`] gives them); `None` otherwise ([`snat_port`] then
+/// chooses, as for any new flow). A client that opens a
+/// new connection on its own address and port thus keeps its translation, as under Linux's
+/// NAT (`get_unique_tuple` keeps a tuple that is unique): an endpoint's segment of the old
+/// connection still on its way (a SYN-ACK to a SYN the closed flow forwarded, a
+/// retransmission) reaches that client, which owns it, where a port given back to the pool
+/// could have taken it to another client's connection on the same port.
+#[inline(never)]
+fn keep_port<A: Family>(
+    st: &mut WorkerState,
+    old: &FlowKey<A>,
+    endpoint: (A, u16),
+    out: u8,
+) -> Option<((A, u16), ReplyHint)> {
+    if (old.src_addr, old.src_port) != endpoint {
+        return None;
+    }
+    let (conntrack, _, host) = A::conntrack_and_snat(st);
+    let i = host.snat_addresses_on::<A>(out).iter().position(|&a| a == old.dst_addr)?;
+    let vacancy = conntrack.lookup_or_vacancy(old).err()?;
+    let positions = host.snat_positions_on::<A>(out);
+    Some(((old.dst_addr, old.dst_port), ReplyHint { slot: Some(vacancy), snat: positions.get(i).copied() }))
 }
 
 /// [`snat_port`] when its first candidate is not free (or there is none: the steered rule):

@@ -305,6 +305,39 @@ fn a_reopened_flow_starts_as_the_same_syn_opens_one_on_a_miss() {
 }
 
 #[test]
+fn a_connection_reopened_to_the_same_endpoint_keeps_its_snat_port() {
+    // The client's SYN on its tuple while the flow is ESTABLISHED (ignored, forwarded along
+    // the flow), the endpoint's RST of the old connection (CLOSE), the client's next SYN
+    // (a reopen). The new connection keeps the SNAT port (`flow::keep_port`, as Linux's NAT
+    // keeps a client's mapping), so the endpoint's late SYN-ACK to the ignored SYN can only
+    // reach this client's flow, never another client that took a freed port.
+    let mut c = Conn::new(1024);
+    c.establish();
+    let old_port = c.snat_port;
+    c.client(3 * SEC, SYN);
+    c.endpoint(4 * SEC, RST);
+    c.expect(TcpState::Close, 4 * SEC, T.tcp_close_ns);
+    // `client` checks the translation against `snat_port`: the same port.
+    c.client(5 * SEC, SYN);
+    assert_eq!(c.st.counters.new_flows, 2);
+    assert_eq!(c.st.conntrack.get(c.flow_id()).reply.dst_port, old_port);
+    // Another client's new connection to the same endpoint takes another port.
+    let other = frames::tcp(to_gw(), (CLIENT.0, CLIENT.1 + 1), (VIP, 80), SYN, 1, 0, &[], 64);
+    let (v, out) = run(5 * SEC, &other, FRONT, &c.t, &mut c.st);
+    assert!(matches!(v, Verdict::Transmit { iface: BACK, .. }), "{v:?}");
+    assert_ne!(TcpPacket::new_checked(&out[34..]).map(|t| t.src_port()), Ok(old_port));
+    // The late SYN-ACK meets the reopened flow: tracked against it, and what it forwards
+    // goes to this client only.
+    let (late, _) = c.endpoint_segment(SYN_ACK);
+    let (v, out) = run(6 * SEC, &late, BACK, &c.t, &mut c.st);
+    if let Verdict::Transmit { iface, len } = v {
+        assert_eq!(iface, FRONT);
+        let tcp = TcpPacket::new_checked(&out[34..len]).expect("a TCP segment");
+        assert_eq!(tcp.dst_port(), c.client.1);
+    }
+}
+
+#[test]
 fn a_syn_on_the_tuple_of_a_flow_whose_endpoint_left_opens_a_new_flow_instead_of_a_rst() {
     let mut c = Conn::new(1024);
     c.establish();
