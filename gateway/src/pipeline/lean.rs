@@ -258,10 +258,22 @@ pub(super) fn forward<A: LeanFamily>(
     st: &mut WorkerState,
     verdict: &mut Verdict,
 ) -> bool {
+    forward_as::<A, false>(frame, lean, k, st, verdict)
+}
+
+/// [`forward`] (`TRACKED` false) or [`forward_tracked`] (true).
+#[inline(always)]
+fn forward_as<A: LeanFamily, const TRACKED: bool>(
+    frame: &mut [u8],
+    lean: &LeanFrame<A>,
+    k: &BurstConstants,
+    st: &mut WorkerState,
+    verdict: &mut Verdict,
+) -> bool {
     // One copy per direction: every choice by direction below made at compile time.
     let forwarded = match lean.direction {
-        Direction::Original => forward_in::<A, true, false>(frame, lean, k, st),
-        Direction::Reply => forward_in::<A, false, false>(frame, lean, k, st),
+        Direction::Original => forward_in::<A, true, TRACKED>(frame, lean, k, st),
+        Direction::Reply => forward_in::<A, false, TRACKED>(frame, lean, k, st),
     };
     match forwarded {
         Some(v) => {
@@ -363,10 +375,12 @@ fn forward_in<A: LeanFamily, const ORIGINAL: bool, const TRACKED: bool>(
     Some(Verdict::Transmit { iface: o.port, len: l2_len + total })
 }
 
-/// [`forward`] of a frame [`forward_in`] turned down, for a TCP flow whose direction is not
+/// [`forward`] of a frame [`forward`] turned down, for a TCP flow whose direction is not
 /// lean only: one not ESTABLISHED and assured (the handshake's last ACK, the close's ACKs),
-/// its ACK tracked by the state machine. Out of line: the established packet's path keeps
-/// its registers, and a frame turned down for another reason pays a call and a record read.
+/// its ACK tracked by the state machine. Stage 4 calls it from a cold function of its own,
+/// out of the burst loop (`burst::refused`), with constants computed there
+/// ([`BurstConstants::tracked`]): the established packet's path keeps its registers, and a
+/// frame turned down for another reason pays a call and a record read.
 #[inline]
 pub(super) fn forward_tracked<A: LeanFamily>(
     frame: &mut [u8],
@@ -375,17 +389,7 @@ pub(super) fn forward_tracked<A: LeanFamily>(
     st: &mut WorkerState,
     verdict: &mut Verdict,
 ) -> bool {
-    let forwarded = match lean.direction {
-        Direction::Original => forward_in::<A, true, true>(frame, lean, k, st),
-        Direction::Reply => forward_in::<A, false, true>(frame, lean, k, st),
-    };
-    match forwarded {
-        Some(v) => {
-            *verdict = v;
-            true
-        }
-        None => false,
-    }
+    forward_as::<A, true>(frame, lean, k, st, verdict)
 }
 
 /// The ACK `seg` (no SYN, FIN or RST) of a TCP flow that is not ESTABLISHED and assured
