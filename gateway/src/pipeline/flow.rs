@@ -3,7 +3,8 @@
 //! flow on a miss (front door, endpoint, SNAT port; in a full table, Linux's early drop
 //! first), the flow's TCP state and timeouts ([`crate::conntrack::track_tcp`]: a RST before
 //! any reply ends the flow, a client's SYN on a TIME_WAIT or CLOSE flow reopens it with the
-//! endpoint chosen anew, keeping its SNAT port for the same endpoint, segments that do not fit the state are dropped; SCTP's in [`super::sctp`]),
+//! endpoint chosen anew, keeping its SNAT port for the same endpoint, segments that do not
+//! fit the state are dropped; SCTP's in [`super::sctp`]),
 //! TCP sequence windows ([`crate::conntrack::window`]: out-of-window segments and blind RSTs
 //! are dropped), the arrival link of each direction (a packet of a tracked tuple that
 //! arrives on another interface is a forgery and is dropped before it touches the flow),
@@ -645,8 +646,9 @@ type OpenedEgress<A> = (Rewrite<A>, u8, A, u32);
 /// inserted would find it before the neighbour lookup: the original direction's rewrite,
 /// egress interface and next hop, and the flow's front-door index.
 ///
-/// Always inlined (into `handle` and `reopen`, its callers): its nine arguments and the returned flow
-/// cost a call more than the copy of its body for the reopen of a closed flow's tuple.
+/// Always inlined (into `handle` and `reopen`, its callers): its nine arguments and the
+/// returned flow cost a call more than the copy of its body for the reopen of a closed
+/// flow's tuple.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn new_flow<A: Proxied>(

@@ -180,19 +180,11 @@ impl BurstConstants {
     /// worker epoch if it has none yet: [`WorkerState::table_epoch`]).
     #[inline(never)]
     pub fn new(now: u64, table: &Table, st: &mut WorkerState) -> Self {
-        let epoch = st.table_epoch(table);
         let t = &st.host.timeouts;
-        Self {
-            epoch,
-            tcp_established: Deadline::after(now, t.tcp_established_ns),
-            udp_stream: Deadline::after(now, t.udp_stream_ns),
-            now,
-            now_ms: Deadline::clock_ms(now),
-            stale_before: now.saturating_sub(NEIGHBOUR_REFRESH_NS),
-            liberal: st.host.tcp_be_liberal,
-            router: router_neighbour::<Ipv4Addr>(st),
-            router6: router_neighbour::<Ipv6Addr>(st),
-        }
+        let (tcp_established, udp_stream) =
+            (Deadline::after(now, t.tcp_established_ns), Deadline::after(now, t.udp_stream_ns));
+        let (router, router6) = (router_neighbour::<Ipv4Addr>(st), router_neighbour::<Ipv6Addr>(st));
+        Self { tcp_established, udp_stream, router, router6, ..Self::base(now, table, st) }
     }
 
     /// The constants [`forward_tracked`] reads for a frame of family `A` turned down by
@@ -202,7 +194,16 @@ impl BurstConstants {
     /// a tracked ACK's; here `now`'s) and the other family's router (`None`).
     #[inline]
     pub fn tracked<A: LeanFamily>(now: u64, table: &Table, st: &mut WorkerState) -> Self {
-        let mut k = Self {
+        let mut k = Self::base(now, table, st);
+        *A::burst_router_mut(&mut k) = router_neighbour::<A>(st);
+        k
+    }
+
+    /// What [`BurstConstants::new`] and [`BurstConstants::tracked`] share: everything but
+    /// the lean deadlines (`now`'s) and the routers (`None`).
+    #[inline(always)]
+    fn base(now: u64, table: &Table, st: &mut WorkerState) -> Self {
+        Self {
             epoch: st.table_epoch(table),
             tcp_established: Deadline::at(now),
             udp_stream: Deadline::at(now),
@@ -212,9 +213,7 @@ impl BurstConstants {
             liberal: st.host.tcp_be_liberal,
             router: None,
             router6: None,
-        };
-        *A::burst_router_mut(&mut k) = router_neighbour::<A>(st);
-        k
+        }
     }
 
     /// The worker's count of neighbour mappings learned (ARP and NDP), taken before the
