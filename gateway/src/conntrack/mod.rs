@@ -1154,8 +1154,10 @@ impl<A: Address> Conntrack<A> {
         self.hasher.hash(key)
     }
 
+    /// Whether `id` names a live flow (a record in use; any `id`, in range or not). O(1).
     #[inline]
-    fn is_live(&self, id: FlowId) -> bool {
+    #[must_use]
+    pub fn is_live(&self, id: FlowId) -> bool {
         let id = id as usize;
         id < self.records.len() && self.live[id / 64] & (1 << (id % 64)) != 0
     }
@@ -1612,6 +1614,29 @@ impl<A: Address> Conntrack<A> {
         } else {
             None
         }
+    }
+
+    /// Gives live flow `id`'s record to `flow`, a new flow on the very same two tuples (a
+    /// connection reopened on a closed one's tuple, to the same endpoint through the same
+    /// SNAT address and port): the record written as [`Conntrack::insert_hashed`] writes a new
+    /// flow's (the state `flow`'s, the TCP windows reset), its index entries kept. What
+    /// [`Conntrack::remove`] and then an insert of `flow` would leave — the insert takes the
+    /// record the removal freed last, so the same id — without unindexing and indexing the
+    /// same two tuples again. O(1).
+    ///
+    /// # Panics
+    ///
+    /// If `id` is not live, in every build (as [`Conntrack::remove`]); if `flow`'s tuples
+    /// are not the record's, in debug builds.
+    pub fn renew(&mut self, id: FlowId, flow: &Flow<A>) {
+        assert!(self.is_live(id), "conntrack: renew of flow id {id}, which is not live");
+        let record = &mut self.records[id as usize];
+        debug_assert!(
+            record.original() == flow.original && record.reply(&self.snat) == flow.reply,
+            "conntrack: renew of flow id {id} with other tuples"
+        );
+        *record = Record::pack(flow, record.snat);
+        self.ignored_syns.forget(id);
     }
 
     /// Stops tracking flow `id`: unindexes both tuples, frees the record for reuse and returns

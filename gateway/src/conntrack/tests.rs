@@ -222,6 +222,48 @@ fn remove_unindexes_both_tuples() {
 }
 
 #[test]
+fn renew_leaves_what_remove_then_insert_leaves() {
+    // Two tables alike; flow 5 of one renewed with a new state, of the other removed and
+    // the same new flow inserted: the same id, lookups, contents, windows and length.
+    let (mut renewed, mut reinserted) = (table(64, 9), table(64, 9));
+    let flows: Vec<_> = (0..64).map(|i| similar_flow(i, 1)).collect();
+    for &f in &flows {
+        assert_eq!(renewed.insert(f), reinserted.insert(f));
+    }
+    let id = renewed.lookup(&flows[5].original).expect("flow 5").0;
+    // The old flow's windows and state moved on (what a new flow must not inherit).
+    for ct in [&mut renewed, &mut reinserted] {
+        let (state, mut windows) = ct.tcp_mut(id);
+        state.set_assured(true);
+        windows.make_liberal();
+    }
+    let mut new = flows[5];
+    new.state = FlowState::new(7, 3, Deadline::at(ms(9)));
+    renewed.renew(id, &new);
+    let _ = reinserted.remove(id);
+    assert_eq!(reinserted.insert(new), Ok(id));
+    check_invariants(&renewed, index::DISP_CAP);
+    assert_eq!(renewed.len(), reinserted.len());
+    for f in &flows {
+        assert_eq!(renewed.lookup(&f.original), reinserted.lookup(&f.original));
+        assert_eq!(renewed.lookup(&f.reply), reinserted.lookup(&f.reply));
+    }
+    assert_eq!(renewed.get(id), new);
+    assert_eq!(renewed.tcp_windows(id), reinserted.tcp_windows(id));
+    assert!(!renewed.state(id).assured());
+}
+
+#[test]
+#[should_panic(expected = "not live")]
+fn renew_of_a_stale_id_panics() {
+    let mut ct = table(4, 6);
+    let f = similar_flow(0, 1);
+    let id = ct.insert(f).unwrap();
+    let _ = ct.remove(id);
+    ct.renew(id, &f);
+}
+
+#[test]
 #[should_panic(expected = "not live")]
 fn remove_of_a_stale_id_panics() {
     let mut ct = table(4, 6);

@@ -325,8 +325,8 @@ fn revalidate<A: Family>(
 
 /// A new connection on the tuple of closed flow `id` (original tuple `key`, of conntrack
 /// hash `hash`): the old flow forgotten, the new one created as on a miss ([`new_flow`],
-/// the endpoint chosen anew; the old SNAT address and port kept when it is the same
-/// endpoint: [`keep_port`]) and tracked from `seg`. Returns the new flow, how `seg`
+/// the endpoint chosen anew; the old record renewed in place, with its SNAT address and
+/// port, when it is the same endpoint: [`keeps_port`]) and tracked from `seg`. Returns the new flow, how `seg`
 /// tracked and, when `seg` goes on as a SYN that opened its flow on a miss (the SYN proxy
 /// not involved: the old flow not `proxied`, and the worker holding no proxied flow of the
 /// family, `synproxy::any`, as `handle` asks on a miss; a client's SYN; a scheduler that
@@ -347,11 +347,25 @@ fn reopen<A: Proxied>(
     ahead: Option<NewFlowHint>,
     proxied: bool,
 ) -> Result<(FlowId, Tracked, Option<OpenedEgress<A>>), Verdict> {
-    // Its reply tuple: the SNAT address and port the new connection keeps if it goes to
-    // the same endpoint (`keep_port`).
-    let old = A::conntrack_mut(st).remove(id);
+    // The closed flow ends now (its endpoint's connection counted closed before the new
+    // one is scheduled); its record stays until `new_flow` renews it in place or removes
+    // it.
+    let old = A::conntrack(st).get(id);
     flow_ended(st, &old);
-    let (id, egress) = new_flow(now, frame, rx, table, st, key, (hash, None), seg, (ahead, Some(&old.reply)))?;
+    // Its front door's index, when validated against this very table (`handle` has
+    // revalidated an original packet's flow: always): not looked up again.
+    let frontend = (old.state.table_epoch == st.table_epoch(table)).then_some(old.state.frontend);
+    let reopened = Reopened { id, reply: &old.reply, frontend };
+    let (id, egress) = match new_flow(now, frame, rx, table, st, key, (hash, None), seg, (ahead, Some(reopened))) {
+        Ok(opened) => opened,
+        Err(v) => {
+            // No flow opened, so a live `id` is the closed flow still: it goes.
+            if A::conntrack(st).is_live(id) {
+                A::conntrack_mut(st).remove(id);
+            }
+            return Err(v);
+        }
+    };
     st.synproxy.forget(&key);
     let fresh = !proxied
         && !synproxy::any::<A>(st)
@@ -639,8 +653,9 @@ type OpenedEgress<A> = (Rewrite<A>, u8, A, u32);
 /// where stage 2 of `process_burst` found its probe run to end, if it did (the insert checks
 /// that it still holds); `ahead` is what `process_burst` found ahead for this key in this
 /// table (front door and the ring's endpoint), used instead of looking them up again;
-/// `reopened` the reply tuple of the closed flow this one replaces ([`reopen`]), whose SNAT
-/// address and port the flow keeps if it goes to the same endpoint ([`keep_port`]).
+/// `reopened` the closed flow this one replaces ([`reopen`]; live until here): renewed in
+/// place when the new flow goes to its endpoint through its SNAT address ([`keeps_port`]),
+/// else removed before the SNAT port is chosen (on an `Err` before that, still live).
 ///
 /// Returns the flow's id and where its first packet goes, as [`egress`] of the flow as
 /// inserted would find it before the neighbour lookup: the original direction's rewrite,
@@ -660,7 +675,7 @@ fn new_flow<A: Proxied>(
     key: FlowKey<A>,
     (hash, vacancy): (u64, Option<Vacancy>),
     seg: &Segment<A>,
-    (ahead, reopened): (Option<NewFlowHint>, Option<&FlowKey<A>>),
+    (ahead, reopened): (Option<NewFlowHint>, Option<Reopened<'_, A>>),
 ) -> Result<(FlowId, OpenedEgress<A>), Verdict> {
     let lookup = |key: &FlowKey<A>| table.frontend(key.dst_addr.into(), key.protocol, key.dst_port);
     // A hint that names the endpoint of a front door admitting every source (the burst's
@@ -674,7 +689,16 @@ fn new_flow<A: Proxied>(
     let fe = match known {
         Some(_) => None,
         None => {
-            let found = ahead.and_then(|h| Some((table.frontend_at(h.frontend as usize)?, Some(h.ring_backend))));
+            // Where a burst's visit found it, else where the reopened flow's was.
+            let found = match (ahead, reopened.and_then(|r| r.frontend)) {
+                (Some(h), _) => table.frontend_at(h.frontend as usize).map(|f| (f, Some(h.ring_backend))),
+                (None, Some(i)) => table.frontend_at(i as usize).map(|f| (f, None)),
+                (None, None) => None,
+            };
+            debug_assert!(
+                reopened.and_then(|r| r.frontend).is_none_or(|i| lookup(&key).map(|f| f.index) == Some(i)),
+                "a reopened flow's front door not its key's"
+            );
             let Some(fe) = found.or_else(|| lookup(&key).map(|f| (f, None))) else {
                 return Err(Verdict::Drop(DropReason::NoFrontend));
             };
@@ -745,16 +769,22 @@ fn new_flow<A: Proxied>(
         return Err(Verdict::Drop(DropReason::NoRoute));
     };
     let endpoint = SocketAddr::new(backend_ip.into(), backend_port);
-    // A link without SNAT addresses of the family finds no port and changes nothing
-    // (`snat_port`): asked here, after the search, not before it on every new flow.
-    // A reopened flow's port kept first (a match, not `or_else`: the closure, out of line,
-    // cost a fresh SYN 30 instructions).
-    let kept = match reopened {
-        Some(old) => keep_port(st, old, (backend_ip, backend_port), out),
+    // A reopened flow to the same endpoint through an SNAT address still the link's keeps
+    // its record, SNAT address and port (`keeps_port`); any other closed flow goes now, its
+    // port back to the pool. (Matches, not `or_else`: a closure, out of line, cost a fresh
+    // SYN 30 instructions.)
+    let renewed = match reopened {
+        Some(old) if keeps_port(st, old.reply, (backend_ip, backend_port), out) => Some(old),
+        Some(old) => {
+            A::conntrack_mut(st).remove(old.id);
+            None
+        }
         None => None,
     };
-    let chosen = match kept {
-        Some(k) => Some(k),
+    // A link without SNAT addresses of the family finds no port and changes nothing
+    // (`snat_port`): asked here, after the search, not before it on every new flow.
+    let chosen = match renewed {
+        Some(old) => Some(((old.reply.dst_addr, old.reply.dst_port), ReplyHint::default())),
         None => snat_port::<A>(now, st, key.protocol, (backend_ip, backend_port), out),
     };
     let Some(((snat_ip, snat_port), reply_hint)) = chosen else {
@@ -774,7 +804,13 @@ fn new_flow<A: Proxied>(
         },
         state: FlowState::new(frontend, epoch, Deadline::at(now)).with_links(Links { original: rx.iface, reply: out }),
     };
-    let mut inserted = A::conntrack_mut(st).insert_hashed(&flow, hash, vacancy, reply_hint);
+    let mut inserted = match renewed {
+        Some(old) => {
+            A::conntrack_mut(st).renew(old.id, &flow);
+            Ok(old.id)
+        }
+        None => A::conntrack_mut(st).insert_hashed(&flow, hash, vacancy, reply_hint),
+    };
     if inserted == Err(InsertError::Full) {
         inserted = insert_after_early_drop(now, st, &flow, hash);
     }
@@ -820,7 +856,7 @@ fn insert_after_early_drop<A: Family>(
 }
 
 /// The SNAT address and port of a new flow of `protocol` to `endpoint` leaving by interface
-/// `out` (a flow reopened on a closed one's tuple asks [`keep_port`] first): one of the
+/// `out` (a flow reopened on a closed one's tuple keeps its own when [`keeps_port`]): one of the
 /// link's SNAT addresses and a port this worker owns such that the reply
 /// tuple `endpoint → address:port` is not in the worker's conntrack, as Linux's
 /// `get_unique_tuple` finds one ([`crate::snat`]). When the search finds none — nearly
@@ -876,31 +912,30 @@ fn snat_port<A: Family>(
     snat_search(now, st, protocol, (endpoint_ip, endpoint_port), out)
 }
 
-/// The SNAT address and port of a flow reopened on a closed flow's tuple (`reopen`) whose
-/// reply tuple was `old`: the same address and port when the new connection goes to the
-/// same endpoint and the address is still one of the egress interface `out`'s, with the
-/// reply tuple's hints (as [`snat_port`] gives them); `None` otherwise ([`snat_port`] then
-/// chooses, as for any new flow). A client that opens a
-/// new connection on its own address and port thus keeps its translation, as under Linux's
-/// NAT (`get_unique_tuple` keeps a tuple that is unique): an endpoint's segment of the old
-/// connection still on its way (a SYN-ACK to a SYN the closed flow forwarded, a
-/// retransmission) reaches that client, which owns it, where a port given back to the pool
-/// could have taken it to another client's connection on the same port.
-#[inline(never)]
-fn keep_port<A: Family>(
-    st: &mut WorkerState,
-    old: &FlowKey<A>,
-    endpoint: (A, u16),
-    out: u8,
-) -> Option<((A, u16), ReplyHint)> {
-    if (old.src_addr, old.src_port) != endpoint {
-        return None;
-    }
-    let (conntrack, _, host) = A::conntrack_and_snat(st);
-    let i = host.snat_addresses_on::<A>(out).iter().position(|&a| a == old.dst_addr)?;
-    let vacancy = conntrack.lookup_or_vacancy(old).err()?;
-    let positions = host.snat_positions_on::<A>(out);
-    Some(((old.dst_addr, old.dst_port), ReplyHint { slot: Some(vacancy), snat: positions.get(i).copied() }))
+/// Whether a flow reopened on a closed flow's tuple ([`reopen`]), whose reply tuple was
+/// `old`, keeps the closed flow's record, SNAT address and port ([`new_flow`] renews it in
+/// place): when the new connection goes to the same `endpoint` and the address is still one
+/// of the egress interface `out`'s. A client that opens a new connection on its own address
+/// and port thus keeps its translation, as under Linux's NAT (`get_unique_tuple` keeps a
+/// tuple that is unique): an endpoint's segment of the old connection still on its way (a
+/// SYN-ACK to a SYN the closed flow forwarded, a retransmission) reaches that client, which
+/// owns it, where a port given back to the pool could have taken it to another client's
+/// connection on the same port.
+#[inline]
+fn keeps_port<A: Family>(st: &WorkerState, old: &FlowKey<A>, endpoint: (A, u16), out: u8) -> bool {
+    (old.src_addr, old.src_port) == endpoint && st.host.snat_addresses_on::<A>(out).contains(&old.dst_addr)
+}
+
+/// A closed flow that a new connection reopens on its tuple ([`reopen`], [`new_flow`]).
+#[derive(Clone, Copy)]
+struct Reopened<'a, A: Family> {
+    /// The closed flow, live until [`new_flow`] renews or removes it.
+    id: FlowId,
+    /// Its reply tuple (its endpoint, SNAT address and port).
+    reply: &'a FlowKey<A>,
+    /// Its front door's index in the table the new flow opens against, when it was validated
+    /// against that table (else the front door is looked up).
+    frontend: Option<u32>,
 }
 
 /// [`snat_port`] when its first candidate is not free (or there is none: the steered rule):

@@ -308,7 +308,7 @@ fn a_reopened_flow_starts_as_the_same_syn_opens_one_on_a_miss() {
 fn a_connection_reopened_to_the_same_endpoint_keeps_its_snat_port() {
     // The client's SYN on its tuple while the flow is ESTABLISHED (ignored, forwarded along
     // the flow), the endpoint's RST of the old connection (CLOSE), the client's next SYN
-    // (a reopen). The new connection keeps the SNAT port (`flow::keep_port`, as Linux's NAT
+    // (a reopen). The new connection keeps the SNAT port (`flow::keeps_port`, as Linux's NAT
     // keeps a client's mapping), so the endpoint's late SYN-ACK to the ignored SYN can only
     // reach this client's flow, never another client that took a freed port.
     let mut c = Conn::new(1024);
@@ -317,10 +317,14 @@ fn a_connection_reopened_to_the_same_endpoint_keeps_its_snat_port() {
     c.client(3 * SEC, SYN);
     c.endpoint(4 * SEC, RST);
     c.expect(TcpState::Close, 4 * SEC, T.tcp_close_ns);
+    let old_id = c.flow_id();
     // `client` checks the translation against `snat_port`: the same port.
     c.client(5 * SEC, SYN);
     assert_eq!(c.st.counters.new_flows, 2);
     assert_eq!(c.st.conntrack.get(c.flow_id()).reply.dst_port, old_port);
+    // The closed flow's record renewed in place (`Conntrack::renew`): its id, a new state.
+    assert_eq!(c.flow_id(), old_id);
+    c.expect(TcpState::SynSent, 5 * SEC, T.tcp_syn_sent_ns);
     // Another client's new connection to the same endpoint takes another port.
     let other = frames::tcp(to_gw(), (CLIENT.0, CLIENT.1 + 1), (VIP, 80), SYN, 1, 0, &[], 64);
     let (v, out) = run(5 * SEC, &other, FRONT, &c.t, &mut c.st);
@@ -335,6 +339,29 @@ fn a_connection_reopened_to_the_same_endpoint_keeps_its_snat_port() {
         let tcp = TcpPacket::new_checked(&out[34..len]).expect("a TCP segment");
         assert_eq!(tcp.dst_port(), c.client.1);
     }
+}
+
+#[test]
+fn a_reopen_refused_forgets_the_closed_flow() {
+    // The client's SYN on the tuple of its closed connection (a reopen) over its source's
+    // new-flow rate: refused as on a miss, and the closed flow is gone, as without a
+    // reopen; the endpoint's late segment of it finds no flow (nor a front door on the
+    // SNAT address).
+    let mut c = Conn::new(1024);
+    c.establish();
+    c.endpoint(3 * SEC, RST);
+    c.st.sources = crate::limiter::SourceLimiter::new(1, 1, 1);
+    // Another connection of the same client takes the source's one new flow of the second.
+    let other = frames::tcp(to_gw(), (CLIENT.0, CLIENT.1 + 1), (VIP, 80), SYN, 1, 0, &[], 64);
+    assert!(matches!(run(4 * SEC, &other, FRONT, &c.t, &mut c.st).0, Verdict::Transmit { .. }));
+    let (syn, _) = c.client_segment(SYN, b"");
+    let refused = (Verdict::Drop(DropReason::NewFlowRateLimited), Vec::new());
+    assert_eq!(run(4 * SEC, &syn, FRONT, &c.t, &mut c.st), refused);
+    assert_eq!(c.st.counters.new_flows, 2);
+    let flows: Vec<_> = c.st.conntrack.iter().map(|(_, f)| f.original.src_port).collect();
+    assert_eq!(flows, [CLIENT.1 + 1], "only the other connection's flow");
+    let (late, _) = c.endpoint_segment(ACK);
+    assert_eq!(run(4 * SEC, &late, BACK, &c.t, &mut c.st).0, Verdict::Drop(DropReason::NoFrontend));
 }
 
 #[test]
