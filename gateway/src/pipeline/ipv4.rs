@@ -105,9 +105,9 @@ pub(super) fn flow_key_plain(
                 return None;
             }
             let flags = TcpFlags(h[33]);
-            let control = TcpFlags::SYN.0 | TcpFlags::FIN.0 | TcpFlags::RST.0 | TcpFlags::ACK.0;
-            if plain && flags.0 & control == TcpFlags::ACK.0 {
-                // `flow::tcp_seq` of such a segment: no SYN or FIN to count, no option read.
+            if plain && hint::lean_tcp_flags(flags) {
+                // `flow::tcp_seq` of such a segment: no SYN to count (nor a FIN: see
+                // `LeanSegment::tcp`), no option read.
                 let tcp = TcpSeq {
                     flags,
                     seq: be32(24),
@@ -169,9 +169,8 @@ pub(super) fn flow_key_checked(frame: &[u8], rx: Rx, lean: &mut LeanSegment) -> 
         IpProtocol::Tcp => {
             let t = TcpPacket::new_checked(l4).ok()?;
             let tcp = flow::tcp_seq(&t);
-            let control = TcpFlags::SYN.0 | TcpFlags::FIN.0 | TcpFlags::RST.0 | TcpFlags::ACK.0;
-            if plain && tcp.flags.0 & control == TcpFlags::ACK.0 {
-                *lean = segment(tcp);
+            if plain && hint::lean_tcp_flags(tcp.flags) {
+                *lean = segment(hint::without_fin(tcp));
             }
             (t.src_port(), t.dst_port(), TcpSegment::of(tcp.flags) == TcpSegment::Syn)
         }

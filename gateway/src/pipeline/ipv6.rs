@@ -14,7 +14,7 @@ use std::net::Ipv6Addr;
 
 use super::flow::{self, Segment};
 use super::fragment::{self, Fragment};
-use super::hint::LeanSegment;
+use super::hint::{self, LeanSegment};
 use super::link::Rx;
 use super::sctp::Chunks;
 use super::{icmp, icmp_error, ndp, Verdict, WorkerState};
@@ -24,7 +24,7 @@ use crate::counters::DropReason;
 use crate::fragments::FragmentKey;
 use crate::table::Table;
 use crate::wire::ipv6::Ipv6Fragment;
-use crate::wire::{Icmpv6Packet, Icmpv6Type, IpProtocol, Ipv6Packet, TcpFlags, TcpPacket, UdpPacket};
+use crate::wire::{Icmpv6Packet, Icmpv6Type, IpProtocol, Ipv6Packet, TcpPacket, UdpPacket};
 
 /// The flow key of the IPv6 TCP or UDP packet after the link-layer header of `frame` (after
 /// any extension headers), read with checked views but without [`handle`]'s checks: a hint
@@ -38,7 +38,7 @@ use crate::wire::{Icmpv6Packet, Icmpv6Type, IpProtocol, Ipv6Packet, TcpFlags, Tc
 /// of a tracked flow — no extension header (the transport header right after the fixed
 /// one: no fragment, no Hop-by-Hop Jumbo Payload), a source that is not multicast
 /// (RFC 4291 § 2.7), Hop Limit above 1, no partial transport checksum, the transport header
-/// whole (TCP: control flags ACK without SYN, FIN or RST; UDP: a checksum other than 0,
+/// whole (TCP: control flags as [`hint::lean_tcp_flags`] says; UDP: a checksum other than 0,
 /// RFC 8200 § 8.1) — and whose length fits a [`LeanSegment::total`].
 #[inline]
 pub(super) fn flow_key(frame: &[u8], rx: &Rx, lean: &mut LeanSegment) -> Option<(FlowKey<Ipv6Addr>, bool)> {
@@ -64,9 +64,8 @@ pub(super) fn flow_key(frame: &[u8], rx: &Rx, lean: &mut LeanSegment) -> Option<
     let (src_port, dst_port, opens) = if upper.protocol == IpProtocol::Tcp {
         let t = TcpPacket::new_checked(l4).ok()?;
         let tcp = flow::tcp_seq(&t);
-        let control = TcpFlags::SYN.0 | TcpFlags::FIN.0 | TcpFlags::RST.0 | TcpFlags::ACK.0;
-        if lean_total != 0 && tcp.flags.0 & control == TcpFlags::ACK.0 {
-            *lean = segment(tcp);
+        if lean_total != 0 && hint::lean_tcp_flags(tcp.flags) {
+            *lean = segment(hint::without_fin(tcp));
         }
         (t.src_port(), t.dst_port(), TcpSegment::of(tcp.flags) == TcpSegment::Syn)
     } else {

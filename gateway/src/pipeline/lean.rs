@@ -1,5 +1,6 @@
 //! The lean established path: a packet of an established TCP or UDP flow, IPv4 or IPv6 (and
-//! the ACKs of a TCP flow's handshake and close: [`forward_tracked`]), which
+//! the ACKs of a TCP flow's handshake and close, and a close's FIN and RST:
+//! [`forward_tracked`]), which
 //! [`super::process_burst`] parsed once in its stage 1 ([`super::hint::LeanSegment`]) and whose flow it
 //! found ahead (its compact hints: [`LeanFrame`]), is forwarded here without the general path's second parse, lookups and
 //! state machine — as VPP's nat44-ed forwards a packet of an existing session: confirm the
@@ -29,14 +30,18 @@
 //!   [`window::check_ack`] decides (Linux's `tcp_in_window` bounds and updates, the same as
 //!   [`window::check`] for such a segment);
 //! - or, for a frame [`forward`] turned down, [`forward_tracked`]'s (stage 4 tries it next):
-//!   a TCP flow whose direction is not lean only for its state (the handshake's last ACK,
-//!   the ACKs of a close: any state but ESTABLISHED and assured) but whose egress is known,
-//!   while the worker holds no flow the SYN proxy opened and the scheduler counts no
-//!   connections. Such an ACK goes through the state machine ([`track_tcp`]: state,
-//!   windows, deadline, `assured`, as the general path moves them; nothing else of the
-//!   general path applies to it), and is forwarded, or dropped as the general path drops
-//!   it (invalid, out of window), with the same counters; everything else above holds as
-//!   for an established flow's;
+//!   an ACK of a TCP flow whose direction is not lean only for its state (the handshake's
+//!   last ACK, the ACKs of a close: any state but ESTABLISHED and assured), or a close's
+//!   segment of any TCP flow (FIN with ACK, RST with or without ACK, flags the general path
+//!   takes: `tcp::valid_flags`; not a RST before any reply, after which the general path
+//!   removes the flow; its transport checksum summed and found correct, as the general path
+//!   checks a segment that moves a flow's state), whose egress is known, while the worker
+//!   holds no flow the SYN proxy opened and the scheduler counts no connections. Such a
+//!   segment goes through the state machine ([`track_tcp`]: state, windows, deadline,
+//!   `assured`, as the general path moves them; nothing else of the general path applies to
+//!   it), and is forwarded, or dropped as the general path drops it (invalid, out of
+//!   window), with the same counters; everything else above holds as for an established
+//!   flow's;
 //! - the next hop's neighbour entry is resolved and recent (an old one is refreshed by the
 //!   general path, which queues the request), and the egress interface's link-layer
 //!   header has the received one's length (a VLAN tag added or removed moves the packet:
@@ -61,7 +66,7 @@ use super::link;
 use super::resolve::NEIGHBOUR_REFRESH_NS;
 use super::{Verdict, WorkerState};
 use crate::conntrack::synproxy::Keyed;
-use crate::conntrack::tcp::Segment as TcpSegment;
+use crate::conntrack::tcp::{self, Segment as TcpSegment};
 use crate::conntrack::{
     track_tcp, window, Conntrack, Deadline, Direction, FlowState, TcpSeq, TcpWindowsMut, Timeouts, Tracked,
 };
@@ -69,12 +74,16 @@ use crate::counters::DropReason;
 use crate::nat::{self, Rewrite};
 use crate::neighbour::Neighbour;
 use crate::table::Table;
-use crate::wire::{EtherType, IpProtocol, TcpFlags};
+use crate::wire::{EtherType, IpProtocol, TcpFlags, TcpPacket};
 
 /// What the lean path does differently for an address family (the rest is [`Family`]'s).
 pub(super) trait LeanFamily: Family + Keyed {
     /// The EtherType of the family's packets, written into the forwarded frame's header.
     const ETHER_TYPE: EtherType;
+
+    /// Where a lean packet's transport header starts in its network packet, bytes: IPv4's
+    /// header without options, IPv6's without extension headers.
+    const L4_OFFSET: usize;
 
     /// The family's conntrack of the worker's two (`v4`, `v6`): a borrow of that field alone,
     /// so that the rest of the worker's state stays at hand.
@@ -95,6 +104,7 @@ pub(super) trait LeanFamily: Family + Keyed {
 
 impl LeanFamily for Ipv4Addr {
     const ETHER_TYPE: EtherType = EtherType::Ipv4;
+    const L4_OFFSET: usize = 20;
 
     #[inline(always)]
     fn pick<'c>(v4: &'c mut Conntrack<Ipv4Addr>, _: &'c mut Conntrack<Ipv6Addr>) -> &'c mut Conntrack<Self> {
@@ -121,6 +131,7 @@ impl LeanFamily for Ipv4Addr {
 
 impl LeanFamily for Ipv6Addr {
     const ETHER_TYPE: EtherType = EtherType::Ipv6;
+    const L4_OFFSET: usize = 40;
 
     #[inline(always)]
     fn pick<'c>(_: &'c mut Conntrack<Ipv4Addr>, v6: &'c mut Conntrack<Ipv6Addr>) -> &'c mut Conntrack<Self> {
@@ -285,7 +296,8 @@ fn forward_as<A: LeanFamily, const TRACKED: bool>(
 
 /// [`forward`] of a frame of the original direction (`ORIGINAL`) or a reply, of a flow
 /// whose direction is lean ([`crate::conntrack::FlowState::lean`]); for any other TCP
-/// flow, [`forward_tracked`]'s (`TRACKED`: its ACK tracked by the state machine).
+/// flow, or a close's segment, [`forward_tracked`]'s (`TRACKED`: the segment tracked by
+/// the state machine).
 #[inline(always)]
 fn forward_in<A: LeanFamily, const ORIGINAL: bool, const TRACKED: bool>(
     frame: &mut [u8],
@@ -300,10 +312,17 @@ fn forward_in<A: LeanFamily, const ORIGINAL: bool, const TRACKED: bool>(
     debug_assert_eq!(lean.direction == Direction::Original, ORIGINAL);
     let direction = if ORIGINAL { Direction::Original } else { Direction::Reply };
     let id = *id;
+    // A close's segment (FIN, RST) moves the flow's state: the state machine's
+    // (`forward_tracked`) only.
+    let closing = seg.tcp.flags.0 & (TcpFlags::FIN.0 | TcpFlags::RST.0) != 0;
+    if !TRACKED && closing {
+        return None;
+    }
     let (state, mut windows, out) = conntrack.lean(id, direction, key)?;
     // The flow's state, its SYN proxy status and the direction's egress in one bit
-    // (`FlowState::lean`).
-    if state.lean(direction) == TRACKED {
+    // (`FlowState::lean`): set, `forward`'s; else (or a close's segment)
+    // `forward_tracked`'s.
+    if state.lean(direction) == TRACKED && !(TRACKED && closing) {
         return None;
     }
     // What changes without the flow.
@@ -317,6 +336,13 @@ fn forward_in<A: LeanFamily, const ORIGINAL: bool, const TRACKED: bool>(
         if key.protocol != u8::from(IpProtocol::Tcp)
             || !A::map(synproxy).is_empty()
             || host.scheduler.counts_connections()
+        {
+            return None;
+        }
+        // A close's segment: flags the general path refuses (`tcp::valid_flags`) are its
+        // to drop; a RST before any reply removes the flow (`Tracked::ForwardThenRemove`),
+        // which the general path does.
+        if closing && (!tcp::valid_flags(seg.tcp.flags) || seg.tcp.flags.contains(TcpFlags::RST) && !state.seen_reply())
         {
             return None;
         }
@@ -337,9 +363,16 @@ fn forward_in<A: LeanFamily, const ORIGINAL: bool, const TRACKED: bool>(
     if link::header_len(o.vlan) != l2_len {
         return None;
     }
+    // A close's segment moves the flow's state, and the general path checks the transport
+    // checksum of such a segment (`flow::l4_checksum`): summed here, whatever the device
+    // said; a wrong one goes to the general path, which trusts the device (its
+    // `l4_csum_good`) or drops or counts the segment as configured.
+    if TRACKED && closing && !l4_checksum_ok(frame, lean) {
+        return None;
+    }
     // Everything is checked but the windows: from here on the packet is forwarded.
     if tcp {
-        debug_assert!(seg.tcp.flags.contains(TcpFlags::ACK));
+        debug_assert!(TRACKED || seg.tcp.flags.contains(TcpFlags::ACK));
         if k.liberal {
             windows.make_liberal();
         }
@@ -348,7 +381,7 @@ fn forward_in<A: LeanFamily, const ORIGINAL: bool, const TRACKED: bool>(
                 return None;
             }
             state.deadline = k.tcp_established;
-        } else if let Err(reason) = track_ack(state, windows, direction, &seg.tcp, k.now, &host.timeouts) {
+        } else if let Err(reason) = track_segment(state, windows, direction, &seg.tcp, k.now, &host.timeouts) {
             counters.rx_frames += 1;
             counters.drop(reason);
             return Some(Verdict::Drop(reason));
@@ -375,8 +408,9 @@ fn forward_in<A: LeanFamily, const ORIGINAL: bool, const TRACKED: bool>(
 }
 
 /// [`forward`] of a frame [`forward`] turned down, for a TCP flow whose direction is not
-/// lean only: one not ESTABLISHED and assured (the handshake's last ACK, the close's ACKs),
-/// its ACK tracked by the state machine. Stage 4 calls it from a cold function of its own,
+/// lean only — one not ESTABLISHED and assured (the handshake's last ACK, the close's ACKs)
+/// — or a close's segment (FIN, RST) of any TCP flow, whose transport checksum it finds
+/// correct: tracked by the state machine. Stage 4 calls it from a cold function of its own,
 /// out of the burst loop (`burst::refused`), with constants computed there
 /// ([`BurstConstants::tracked`]): the established packet's path keeps its registers, and a
 /// frame turned down for another reason pays a call and a record read.
@@ -391,17 +425,30 @@ pub(super) fn forward_tracked<A: LeanFamily>(
     forward_as::<A, true>(frame, lean, k, st, verdict)
 }
 
-/// The ACK `seg` (no SYN, FIN or RST) of a TCP flow that is not ESTABLISHED and assured
-/// (the handshake's last ACK, the close's ACKs), travelling in `direction`: tracked as the
-/// general path tracks it ([`track_tcp`]; [`crate::conntrack::track_ignored_tcp`], which
-/// the general path calls for a segment the state machine ignores, changes nothing for an
-/// ACK), the lean bits recomputed as the general path's forward does
+/// Whether the TCP checksum of lean `frame` (hints `lean`) is correct ([RFC 9293 § 3.1],
+/// the pseudo-header of the frame's addresses). Out of line: a close's segment's check.
+///
+/// [RFC 9293 § 3.1]: https://www.rfc-editor.org/rfc/rfc9293#section-3.1
+#[inline(never)]
+fn l4_checksum_ok<A: LeanFamily>(frame: &[u8], lean: &LeanFrame<A>) -> bool {
+    let l3 = usize::from(lean.seg.l2_len);
+    let l4 = l3 + A::L4_OFFSET..l3 + usize::from(lean.seg.total);
+    frame.get(l4).is_some_and(|l4| TcpPacket::new_unchecked(l4).verify_checksum(lean.key.src_addr, lean.key.dst_addr))
+}
+
+/// The segment `seg` (an ACK, a FIN or a RST, no SYN; `len` without the FIN's count:
+/// [`super::hint::LeanSegment::tcp`]) of a TCP flow, travelling in `direction`: tracked as
+/// the general path tracks it ([`track_tcp`]; [`crate::conntrack::track_ignored_tcp`],
+/// which the general path calls for a segment the state machine ignores, changes nothing
+/// for such a segment; a RST that would remove the flow never comes here: see
+/// [`forward_tracked`]'s caller's checks in `forward_in`), the lean bits recomputed as the
+/// general path's forward does
 /// ([`crate::conntrack::FlowState::set_egress`] of the egress the flow keeps). `Ok` when
 /// it is forwarded (tracked, or ignored); `Err` with the general path's drop reason
 /// otherwise, the state left as [`track_tcp`] leaves it, which is the general path's
 /// too.
 #[inline(always)]
-fn track_ack(
+fn track_segment(
     state: &mut FlowState,
     windows: TcpWindowsMut<'_>,
     direction: Direction,
@@ -409,9 +456,13 @@ fn track_ack(
     now: u64,
     timeouts: &Timeouts,
 ) -> Result<(), DropReason> {
-    debug_assert_eq!(TcpSegment::of(seg.flags), TcpSegment::Ack);
-    match track_tcp(state, windows, direction, seg, now, timeouts) {
-        // A RST's and a SYN's outcomes, which an ACK never has.
+    debug_assert!(matches!(TcpSegment::of(seg.flags), TcpSegment::Ack | TcpSegment::Fin | TcpSegment::Rst));
+    let seg = TcpSeq { len: seg.len + u32::from(seg.flags.contains(TcpFlags::FIN)), ..*seg };
+    let tracked = track_tcp(state, windows, direction, &seg, now, timeouts);
+    debug_assert_ne!(tracked, Tracked::ForwardThenRemove, "a RST before any reply");
+    match tracked {
+        // A SYN's outcome, which such a segment never has; a RST's removal, which the
+        // caller ruled out (the flow has seen a reply).
         Tracked::Forward | Tracked::Ignored | Tracked::ForwardThenRemove | Tracked::Reopen => {
             state.refresh_lean(false);
             Ok(())

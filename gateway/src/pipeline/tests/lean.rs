@@ -9,8 +9,10 @@
 //! neighbour, a neighbour's new MAC, a new table (the same endpoints,
 //! or one fewer) — through [`process_burst`] (which takes the lean path where it may,
 //! as each flow's lean bits say: `FlowState::lean`) on one worker and [`process`] frame by
-//! frame on another; the ACKs of connections not ESTABLISHED (the handshake's, the close's)
-//! take the lean path through the state machine (`lean::forward_tracked`). The two must agree on every verdict, every output byte, the counters
+//! frame on another; the ACKs of connections not ESTABLISHED (the handshake's, the close's),
+//! and a close's FIN and RST, take the lean path through the state machine
+//! (`lean::forward_tracked`), on connections in every state from SYN_SENT (a RST before
+//! any reply, which removes the flow, is the general path's). The two must agree on every verdict, every output byte, the counters
 //! (per front door too), every flow and its TCP windows. Golden tests add VLAN interfaces
 //! and a default router whose MAC changes mid-burst.
 
@@ -216,6 +218,15 @@ fn half_open<A: Fam>(t: &Table, a: &mut WorkerState, b: &mut WorkerState, client
     Conn { tcp: true, client_port, backend, snat_port, next: [1001, 5001], delta: 0 }
 }
 
+/// Opens a TCP connection from the client's port `client_port` on both workers through the
+/// general path with its SYN alone (SYN_SENT, no reply seen).
+fn syn_sent<A: Fam>(t: &Table, a: &mut WorkerState, b: &mut WorkerState, client_port: u16) -> Conn<A> {
+    let client = (A::CLIENT, client_port);
+    let out = both(0, &A::tcp(to_gw(), client, (A::VIP, 80), TcpFlags::SYN, 1000, 0, b"", 64), FRONT, t, a, b);
+    let (backend, snat_port) = (A::dst_of(&out), src_port::<A>(&out));
+    Conn { tcp: true, client_port, backend, snat_port, next: [1001, 5001], delta: 0 }
+}
+
 /// Turns on both workers' SYN proxy (every SYN answered with a cookie) and opens `n` TCP
 /// connections through it: SYN, cookie SYN-ACK, the client's ACK turned into the SYN to the
 /// endpoint, the endpoint's SYN-ACK answered by the gateway. Their numbers are translated
@@ -274,7 +285,8 @@ enum Variant {
     FarSeq,
     /// Acknowledges data never sent.
     AckAhead,
-    /// FIN|ACK, RST, SYN at the current numbers.
+    /// FIN|ACK, RST, SYN, RST|ACK at the current numbers, or (4) a FIN|ACK whose TCP
+    /// checksum is wrong.
     Flags(u8),
     /// TTL / Hop Limit 1.
     Ttl1,
@@ -294,7 +306,7 @@ fn arb_variant() -> impl Strategy<Value = Variant> {
         3 => any::<u8>().prop_map(Variant::Push),
         1 => Just(Variant::FarSeq),
         1 => Just(Variant::AckAhead),
-        1 => (0u8..3).prop_map(Variant::Flags),
+        2 => (0u8..5).prop_map(Variant::Flags),
         1 => Just(Variant::Ttl1),
         1 => Just(Variant::Quirk),
         1 => Just(Variant::ZeroChecksum),
@@ -328,7 +340,8 @@ fn frame<A: Fam>(conn: &mut Conn<A>, reply: bool, variant: Variant) -> (Vec<u8>,
         Variant::FarSeq => seq = seq.wrapping_add(3_000_000),
         Variant::AckAhead => ack = ack.wrapping_add(100_000),
         Variant::Flags(f) => {
-            flags = TcpFlags([TcpFlags::FIN.0 | TcpFlags::ACK.0, TcpFlags::RST.0, TcpFlags::SYN.0][usize::from(f)]);
+            let (fin, rst, ack) = (TcpFlags::FIN.0, TcpFlags::RST.0, TcpFlags::ACK.0);
+            flags = TcpFlags([fin | ack, rst, TcpFlags::SYN.0, rst | ack, fin | ack][usize::from(f)]);
         }
         Variant::Ttl1 => ttl = 1,
         Variant::Quirk | Variant::ZeroChecksum | Variant::WrongLink => {}
@@ -340,7 +353,7 @@ fn frame<A: Fam>(conn: &mut Conn<A>, reply: bool, variant: Variant) -> (Vec<u8>,
     };
     match variant {
         Variant::Quirk => A::quirk(&mut f),
-        Variant::ZeroChecksum => {
+        Variant::ZeroChecksum | Variant::Flags(4) => {
             let at = A::L4 + if conn.tcp { 16 } else { 6 };
             f[at..at + 2].fill(0);
         }
@@ -401,6 +414,8 @@ fn lean_agrees<A: Fam>(steps: &Steps, pause_s: u64) -> Result<(), TestCaseError>
     let mut conns = open::<A>(&t, &mut a, &mut b, 4);
     // Two connections whose next segment from the client completes the handshake.
     conns.extend((0..2).map(|i| half_open::<A>(&t, &mut a, &mut b, 42_000 + i)));
+    // One the endpoint never answered (SYN_SENT: a RST removes it, on the general path).
+    conns.push(syn_sent::<A>(&t, &mut a, &mut b, 42_100));
     // In half the cases, connections the SYN proxy opened, which keep every flow that is
     // not ESTABLISHED and assured on the general path (`lean::forward_tracked`).
     if steps.len().is_multiple_of(2) {
@@ -547,7 +562,11 @@ fn established_frames_take_the_lean_path_of<A: Fam>() {
         assert_eq!(taken(true, Variant::ZeroChecksum), tcp || !ipv6, "tcp {tcp}");
         if tcp {
             assert!(!taken(false, Variant::FarSeq));
-            assert!(!taken(false, Variant::Flags(0)));
+            // A SYN, and a FIN whose checksum is wrong, are the general path's; a FIN goes
+            // through the state machine (`lean::forward_tracked`).
+            assert!(!taken(false, Variant::Flags(2)));
+            assert!(!taken(false, Variant::Flags(4)));
+            assert!(taken(false, Variant::Flags(0)));
         }
     }
     // Every neighbour was learned at 0: at 61 s each is due for the general path's refresh.
@@ -572,10 +591,11 @@ fn established_ipv6_frames_take_the_lean_path() {
 }
 
 /// The ACKs of TCP connections that are not ESTABLISHED and assured — the handshake's last
-/// one, and those of a close — are forwarded by the lean path through the state machine,
-/// which moves the flow as the general path would (the property test compares the two
-/// paths on random traffic); a SYN, a FIN or a RST is not. While the worker holds a flow
-/// the SYN proxy opened, every such ACK goes to the general path.
+/// one, and those of a close — and a close's FIN and RST are forwarded by the lean path
+/// through the state machine, which moves the flow as the general path would (the property
+/// test compares the two paths on random traffic); a SYN is not, nor a RST before any
+/// reply (the general path removes the flow). While the worker holds a flow the SYN proxy
+/// opened, every such segment goes to the general path.
 fn handshake_and_close_acks_take_the_lean_path_of<A: Fam>() {
     let t = A::table(&A::ENDPOINTS);
     let (mut a, mut b) = (lean_state(), lean_state());
@@ -588,22 +608,29 @@ fn handshake_and_close_acks_take_the_lean_path_of<A: Fam>() {
     let s = state(&a);
     assert_eq!((s.tcp_state(), s.assured()), (TcpState::Established, true));
     assert!(s.lean(Direction::Original) && s.lean(Direction::Reply), "{s:?}");
-    // The client closes (a FIN: the general path); the endpoint's ACK of it, then the
-    // client's of the endpoint's FIN.
+    // The client closes (a FIN); the endpoint's ACK of it, then its FIN, then the client's
+    // ACK of that.
     let (f, iface) = frame(&mut conn, false, Variant::Flags(0));
-    assert!(!taken::<A>(&f, iface, &k, &mut a));
-    run(SEC, &f, iface, &t, &mut a);
+    assert!(taken::<A>(&f, iface, &k, &mut a));
+    assert_eq!(state(&a).tcp_state(), TcpState::FinWait);
     conn.next[0] += 1;
     let (f, iface) = frame(&mut conn, true, Variant::Data(0));
     assert!(taken::<A>(&f, iface, &k, &mut a));
     assert_eq!(state(&a).tcp_state(), TcpState::CloseWait);
     let (f, iface) = frame(&mut conn, true, Variant::Flags(0));
-    run(SEC, &f, iface, &t, &mut a);
+    assert!(taken::<A>(&f, iface, &k, &mut a));
+    assert_eq!(state(&a).tcp_state(), TcpState::LastAck);
     conn.next[1] += 1;
     let (f, iface) = frame(&mut conn, false, Variant::Data(0));
     assert!(taken::<A>(&f, iface, &k, &mut a));
     assert_eq!(state(&a).tcp_state(), TcpState::TimeWait);
     assert!(!state(&a).lean(Direction::Original));
+    // A RST before any reply: the general path's, which removes the flow.
+    let mut fresh = syn_sent::<A>(&t, &mut a, &mut b, 42_001);
+    let (f, iface) = frame(&mut fresh, false, Variant::Flags(1));
+    assert!(!taken::<A>(&f, iface, &k, &mut a));
+    run(SEC, &f, iface, &t, &mut a);
+    assert_eq!(A::conntrack(&a).len(), 1);
     // Not while the worker holds a flow the SYN proxy opened: the endpoint's ACK of a FIN.
     let (mut a, mut b) = (lean_state(), lean_state());
     let mut conn = open::<A>(&t, &mut a, &mut b, 1)[0];
