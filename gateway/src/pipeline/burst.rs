@@ -65,7 +65,7 @@ use crate::host::Host;
 use crate::scheduler::Scheduler;
 use crate::table::layout;
 use crate::table::{FrontendHash, Table};
-use crate::wire::{EtherType, IpProtocol, TcpFlags};
+use crate::wire::{EtherType, IpProtocol};
 
 // `PREFETCH_WINDOW` lives in `hint`, with the ring of hint slots it sizes.
 const _: () = assert!(PREFETCH_WINDOW <= 32, "process_burst keeps a chunk's lean frames and new flows in 32-bit masks");
@@ -262,9 +262,8 @@ fn refused<A: lean::LeanFamily>(
     // taken there: any other frame was turned down for what that path checks too, and goes
     // on at once (a read of the record stage 3 read; `forward_tracked` confirms it holds
     // the key).
-    let closing = l.seg.tcp.flags.0 & (TcpFlags::FIN.0 | TcpFlags::RST.0) != 0;
     let untracked = l.key.protocol != u8::from(IpProtocol::Tcp)
-        || !closing && A::conntrack(st).peek_destination(l.id, l.direction).1.lean(l.direction);
+        || !l.seg.closes() && A::conntrack(st).peek_destination(l.id, l.direction).1.lean(l.direction);
     if !untracked {
         let constants = lean::BurstConstants::tracked::<A>(now, table, st);
         if lean::forward_tracked(frame, l, &constants, st, verdict) {

@@ -326,12 +326,12 @@ fn revalidate<A: Family>(
 /// A new connection on the tuple of closed flow `id` (original tuple `key`, of conntrack
 /// hash `hash`): the old flow forgotten, the new one created as on a miss ([`new_flow`],
 /// the endpoint chosen anew; the old record renewed in place, with its SNAT address and
-/// port, when it is the same endpoint: [`keeps_port`]) and tracked from `seg`. Returns the new flow, how `seg`
-/// tracked and, when `seg` goes on as a SYN that opened its flow on a miss (the SYN proxy
-/// not involved: the old flow not `proxied`, and the worker holding no proxied flow of the
-/// family, `synproxy::any`, as `handle` asks on a miss; a client's SYN; a scheduler that
-/// counts no connections), where `new_flow` sent it: the same tracking ([`open_syn`]) and
-/// route as `handle` gives such a SYN. Or the verdict of a refused flow. Cold and out of
+/// port, when it is the same endpoint: [`keeps_port`]) and tracked from `seg`. Returns the
+/// new flow, how `seg` tracked and, when `seg` goes on as a SYN that opened its flow on a
+/// miss (the SYN proxy not involved: the old flow not `proxied`, and the worker holding no
+/// proxied flow of the family, `synproxy::any`, as `handle` asks on a miss; a client's SYN;
+/// a scheduler that counts no connections), where `new_flow` sent it: the same tracking
+/// ([`open_syn`]) and route as `handle` gives such a SYN. Or the verdict of a refused flow. Cold and out of
 /// line: its copy of `new_flow` is kept out of `handle`'s registers.
 #[allow(clippy::too_many_arguments)]
 #[cold]
@@ -856,8 +856,8 @@ fn insert_after_early_drop<A: Family>(
 }
 
 /// The SNAT address and port of a new flow of `protocol` to `endpoint` leaving by interface
-/// `out` (a flow reopened on a closed one's tuple keeps its own when [`keeps_port`]): one of the
-/// link's SNAT addresses and a port this worker owns such that the reply
+/// `out` (a flow reopened on a closed one's tuple keeps its own when [`keeps_port`]): one
+/// of the link's SNAT addresses and a port this worker owns such that the reply
 /// tuple `endpoint → address:port` is not in the worker's conntrack, as Linux's
 /// `get_unique_tuple` finds one ([`crate::snat`]). When the search finds none — nearly
 /// every port of the link's addresses is taken for this very endpoint — the flow among the

@@ -128,7 +128,8 @@ impl LeanFrame {
 
 /// A frame stage 1 of [`super::process_burst`] parsed in full for the lean established path
 /// (`super::lean`): a TCP segment whose control flags pass [`lean_tcp_flags`] (ACK without
-/// SYN, FIN or RST; or a close's FIN or RST), or a UDP datagram, that passes every check the general path makes of the headers —
+/// SYN, FIN or RST; or a close's FIN or RST), or a UDP datagram, that passes every check
+/// the general path makes of the headers —
 /// link layer ([`super::link::receive`]); IPv4: header without options, checksum verified
 /// (or vouched for by the device: `Meta::l3_csum_good`), not a fragment, TTL above 1;
 /// IPv6 (`super::ipv6::flow_key`): no extension header, Hop Limit above 1, a source that
@@ -180,6 +181,13 @@ impl LeanSegment {
         total: 0,
         tcp: TcpSeq { flags: crate::wire::TcpFlags(0), seq: 0, ack: 0, window: 0, len: 0, wscale: None },
     };
+
+    /// Whether the segment is a close's (FIN or RST set), which only the state machine may
+    /// forward (`lean::forward_tracked`); false for UDP.
+    #[inline(always)]
+    pub fn closes(&self) -> bool {
+        self.tcp.flags.0 & (TcpFlags::FIN.0 | TcpFlags::RST.0) != 0
+    }
 
     /// Whether the early parse found a lean frame: a Total Length other than
     /// [`LeanSegment::NONE`]'s, whatever the other fields hold.

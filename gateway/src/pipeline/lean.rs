@@ -314,7 +314,7 @@ fn forward_in<A: LeanFamily, const ORIGINAL: bool, const TRACKED: bool>(
     let id = *id;
     // A close's segment (FIN, RST) moves the flow's state: the state machine's
     // (`forward_tracked`) only.
-    let closing = seg.tcp.flags.0 & (TcpFlags::FIN.0 | TcpFlags::RST.0) != 0;
+    let closing = seg.closes();
     if !TRACKED && closing {
         return None;
     }
