@@ -487,6 +487,21 @@ impl FlowState {
         Self { links, ..self }
     }
 
+    /// This state of a new flow (no TCP state, not assured: neither direction lean) with
+    /// the reply direction's egress ([`FlowState::egress`]) `reply`, when known: interface,
+    /// next hop on-link or not.
+    #[inline]
+    #[must_use]
+    pub fn with_reply_egress(self, reply: Option<(u8, bool)>) -> Self {
+        debug_assert!(!self.lean(Direction::Original) && !self.lean(Direction::Reply), "a new flow's lean bits");
+        let Some((out, on_link)) = reply else { return self };
+        let d = Direction::Reply as usize;
+        let set = (EGRESS_KNOWN | if on_link { EGRESS_ON_LINK } else { 0 }) << (2 * d);
+        let mut egress_out = self.egress_out;
+        egress_out[d] = out;
+        Self { bits: self.bits | set, egress_out, ..self }
+    }
+
     /// Whether the reply direction has been seen (Linux `IPS_SEEN_REPLY`).
     #[inline]
     #[must_use]
@@ -586,7 +601,8 @@ impl FlowState {
         self.bits & (SEEN_REPLY | ASSURED) == SEEN_REPLY | ASSURED
     }
 
-    /// Where direction `direction` leaves, once the pipeline has routed a packet of it (the
+    /// Where direction `direction` leaves, once the pipeline has routed it (a packet of the
+    /// original direction; the reply direction, to the client, when the flow is created) (the
     /// lean established path's precomputed egress, which the general path's egress reads
     /// too instead of routing again): the egress interface and whether the
     /// next hop is the destination (on a connected subnet), else the family's router.

@@ -258,12 +258,12 @@ fn refused<A: lean::LeanFamily>(
     verdict: &mut Verdict,
     slot: usize,
 ) -> bool {
-    // Only a close's segment (FIN, RST) or a TCP flow whose direction is not lean may be
-    // taken there: any other frame was turned down for what that path checks too, and goes
-    // on at once (a read of the record stage 3 read; `forward_tracked` confirms it holds
-    // the key).
+    // Only a segment that moves the state (an endpoint's SYN-ACK, a close's FIN or RST) or
+    // a TCP flow whose direction is not lean may be taken there: any other frame was
+    // turned down for what that path checks too, and goes on at once (a read of the record
+    // stage 3 read; `forward_tracked` confirms it holds the key).
     let untracked = l.key.protocol != u8::from(IpProtocol::Tcp)
-        || !l.seg.closes() && A::conntrack(st).peek_destination(l.id, l.direction).1.lean(l.direction);
+        || !l.seg.moves_state() && A::conntrack(st).peek_destination(l.id, l.direction).1.lean(l.direction);
     if !untracked {
         let constants = lean::BurstConstants::tracked::<A>(now, table, st);
         if lean::forward_tracked(frame, l, &constants, st, verdict) {

@@ -713,7 +713,7 @@ fn new_flow<A: Proxied>(
     if client.own {
         return Err(Verdict::Drop(DropReason::MartianSource));
     }
-    let client_on_link = client.on_link;
+    let client_route = client.route;
     if fe.as_ref().is_some_and(|(f, _)| !f.source_ranges.admits(key.src_addr.into())) {
         return Err(Verdict::Drop(DropReason::SourceRangeDenied));
     }
@@ -791,7 +791,7 @@ fn new_flow<A: Proxied>(
         let unsupported = st.host.snat_addresses_on::<A>(out).is_empty() || st.snat.is_steered() && endpoint.is_ipv6();
         return Err(Verdict::Drop(if unsupported { DropReason::UnsupportedFamily } else { DropReason::SnatExhausted }));
     };
-    learn_on_link_client(now, frame, rx, key.src_addr, client_on_link, st);
+    learn_on_link_client(now, frame, rx, key.src_addr, matches!(client_route, Some((_, true))), st);
     let epoch = st.table_epoch(table);
     let flow = Flow {
         original: key,
@@ -802,7 +802,11 @@ fn new_flow<A: Proxied>(
             dst_addr: snat_ip,
             dst_port: snat_port,
         },
-        state: FlowState::new(frontend, epoch, Deadline::at(now)).with_links(Links { original: rx.iface, reply: out }),
+        // The replies go to the client: their egress is its route, known already (`egress`
+        // would route it again at the first reply).
+        state: FlowState::new(frontend, epoch, Deadline::at(now))
+            .with_links(Links { original: rx.iface, reply: out })
+            .with_reply_egress(client_route),
     };
     let mut inserted = match renewed {
         Some(old) => {
@@ -1012,8 +1016,9 @@ fn martian(ip: IpAddr) -> bool {
 }
 
 /// What the host says of new flows' client `client` ([`LastClient`]): whether it is one of
-/// the gateway's own addresses ([`Host::is_own`]) and whether it is on a connected subnet
-/// (its route's next hop is itself), looked up once per run of new flows from one client.
+/// the gateway's own addresses ([`Host::is_own`]) and its route (the egress of the flow's
+/// replies: interface, and whether the next hop is the client itself, on a connected
+/// subnet), looked up once per run of new flows from one client.
 #[inline(always)]
 fn client_facts<A: Family>(st: &mut WorkerState, client: A) -> &LastClient {
     let c = &st.last_client;
@@ -1027,12 +1032,12 @@ fn client_facts<A: Family>(st: &mut WorkerState, client: A) -> &LastClient {
 /// [`client_facts`] of a client other than the last one: the host asked.
 #[inline(never)]
 fn client_facts_anew<A: Family>(st: &mut WorkerState, client: A) {
-    let on_link = matches!(st.host.route(client), Some((_, hop)) if hop == client);
+    let route = st.host.route(client).map(|(out, hop)| (out, hop == client));
     st.last_client = LastClient {
         client: Some(client.into()),
         host: Some(Arc::clone(&st.host)),
         own: st.host.is_own(client),
-        on_link,
+        route,
     };
 }
 

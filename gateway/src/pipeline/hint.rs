@@ -128,7 +128,7 @@ impl LeanFrame {
 
 /// A frame stage 1 of [`super::process_burst`] parsed in full for the lean established path
 /// (`super::lean`): a TCP segment whose control flags pass [`lean_tcp_flags`] (ACK without
-/// SYN, FIN or RST; or a close's FIN or RST), or a UDP datagram, that passes every check
+/// SYN, FIN or RST; a close's FIN or RST; an endpoint's SYN-ACK), or a UDP datagram, that passes every check
 /// the general path makes of the headers —
 /// link layer ([`super::link::receive`]); IPv4: header without options, checksum verified
 /// (or vouched for by the device: `Meta::l3_csum_good`), not a fragment, TTL above 1;
@@ -147,30 +147,34 @@ pub(super) struct LeanSegment {
     /// Length of the IP packet (IPv4 Total Length; IPv6 40 + Payload Length), bytes; 0: not
     /// a lean frame.
     pub total: u16,
-    /// The TCP segment's window-tracking fields ([`super::flow::tcp_seq`]) but for a FIN's
-    /// count: `tcp.len` is the segment's data octets, SEG.LEN less the FIN's one (what the
-    /// lean path's ACK needs without a sum; `lean::forward_tracked` adds it); zero for UDP.
+    /// The TCP segment's window-tracking fields ([`super::flow::tcp_seq`]) but for the SYN's
+    /// and FIN's counts and the Window Scale option: `tcp.len` is the segment's data octets,
+    /// SEG.LEN less the SYN's and FIN's one (what the lean path's ACK needs without a sum),
+    /// `tcp.wscale` is `None` (`lean::forward_tracked` adds the counts and reads a SYN's
+    /// option); zero for UDP.
     pub tcp: TcpSeq,
 }
 
-/// `tcp` ([`super::flow::tcp_seq`] of a segment) as a [`LeanSegment`] holds it: the FIN's
-/// count out of `len`.
+/// `tcp` ([`super::flow::tcp_seq`] of a segment) as a [`LeanSegment`] holds it: the SYN's
+/// and FIN's counts out of `len`, no Window Scale option.
 #[inline]
-pub(super) fn without_fin(mut tcp: TcpSeq) -> TcpSeq {
-    tcp.len -= u32::from(tcp.flags.contains(TcpFlags::FIN));
+pub(super) fn as_lean(mut tcp: TcpSeq) -> TcpSeq {
+    tcp.len -= u32::from(tcp.flags.contains(TcpFlags::SYN)) + u32::from(tcp.flags.contains(TcpFlags::FIN));
+    tcp.wscale = None;
     tcp
 }
 
 /// Whether stage 1 may give a TCP segment with control flags `flags` a [`LeanSegment`]:
 /// ACK without SYN (with FIN or RST too, a close's: `lean::forward_tracked`, which checks
 /// the flags whole, [`crate::conntrack::tcp::valid_flags`]; without either, an established
-/// flow's data and ACKs: `lean::forward`), or RST without SYN. The first compare is the
-/// one an established packet's flags pass, as before closes took the lean path (a set of
-/// valid combinations tested by one shift cost it 4 instructions more).
+/// flow's data and ACKs: `lean::forward`), RST without SYN, or SYN and ACK without RST (an
+/// endpoint's SYN-ACK: `lean::forward_tracked`). The first compare is the one an
+/// established packet's flags pass, as before closes took the lean path (a set of valid
+/// combinations tested by one shift cost it 4 instructions more).
 #[inline(always)]
 pub(super) fn lean_tcp_flags(flags: TcpFlags) -> bool {
     let (syn, rst, ack) = (TcpFlags::SYN.0, TcpFlags::RST.0, TcpFlags::ACK.0);
-    flags.0 & (syn | ack) == ack || flags.0 & (syn | rst) == rst
+    flags.0 & (syn | ack) == ack || flags.0 & (syn | rst) == rst || flags.0 & (syn | rst | ack) == syn | ack
 }
 
 impl LeanSegment {
@@ -182,11 +186,12 @@ impl LeanSegment {
         tcp: TcpSeq { flags: crate::wire::TcpFlags(0), seq: 0, ack: 0, window: 0, len: 0, wscale: None },
     };
 
-    /// Whether the segment is a close's (FIN or RST set), which only the state machine may
-    /// forward (`lean::forward_tracked`); false for UDP.
+    /// Whether the segment moves its flow's state (SYN, FIN or RST set: an endpoint's
+    /// SYN-ACK, a close's segment), which only the state machine may forward
+    /// (`lean::forward_tracked`); false for UDP.
     #[inline(always)]
-    pub fn closes(&self) -> bool {
-        self.tcp.flags.0 & (TcpFlags::FIN.0 | TcpFlags::RST.0) != 0
+    pub fn moves_state(&self) -> bool {
+        self.tcp.flags.0 & (TcpFlags::SYN.0 | TcpFlags::FIN.0 | TcpFlags::RST.0) != 0
     }
 
     /// Whether the early parse found a lean frame: a Total Length other than

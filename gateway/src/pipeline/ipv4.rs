@@ -106,8 +106,8 @@ pub(super) fn flow_key_plain(
             }
             let flags = TcpFlags(h[33]);
             if plain && hint::lean_tcp_flags(flags) {
-                // `flow::tcp_seq` of such a segment: no SYN to count (nor a FIN: see
-                // `LeanSegment::tcp`), no option read.
+                // `hint::as_lean(flow::tcp_seq(..))` of such a segment: no SYN or FIN to count,
+                // no option read (`LeanSegment::tcp`).
                 let tcp = TcpSeq {
                     flags,
                     seq: be32(24),
@@ -170,7 +170,7 @@ pub(super) fn flow_key_checked(frame: &[u8], rx: Rx, lean: &mut LeanSegment) -> 
             let t = TcpPacket::new_checked(l4).ok()?;
             let tcp = flow::tcp_seq(&t);
             if plain && hint::lean_tcp_flags(tcp.flags) {
-                *lean = segment(hint::without_fin(tcp));
+                *lean = segment(hint::as_lean(tcp));
             }
             (t.src_port(), t.dst_port(), TcpSegment::of(tcp.flags) == TcpSegment::Syn)
         }

@@ -65,7 +65,7 @@ pub(super) fn flow_key(frame: &[u8], rx: &Rx, lean: &mut LeanSegment) -> Option<
         let t = TcpPacket::new_checked(l4).ok()?;
         let tcp = flow::tcp_seq(&t);
         if lean_total != 0 && hint::lean_tcp_flags(tcp.flags) {
-            *lean = segment(hint::without_fin(tcp));
+            *lean = segment(hint::as_lean(tcp));
         }
         (t.src_port(), t.dst_port(), TcpSegment::of(tcp.flags) == TcpSegment::Syn)
     } else {

@@ -1,6 +1,6 @@
 //! The lean established path: a packet of an established TCP or UDP flow, IPv4 or IPv6 (and
-//! the ACKs of a TCP flow's handshake and close, and a close's FIN and RST:
-//! [`forward_tracked`]), which
+//! the endpoint's SYN-ACK and the client's ACK of a TCP flow's handshake, a close's FIN, RST
+//! and ACKs: [`forward_tracked`]), which
 //! [`super::process_burst`] parsed once in its stage 1 ([`super::hint::LeanSegment`]) and whose flow it
 //! found ahead (its compact hints: [`LeanFrame`]), is forwarded here without the general path's second parse, lookups and
 //! state machine — as VPP's nat44-ed forwards a packet of an existing session: confirm the
@@ -31,11 +31,15 @@
 //!   [`window::check`] for such a segment);
 //! - or, for a frame [`forward`] turned down, [`forward_tracked`]'s (stage 4 tries it next):
 //!   an ACK of a TCP flow whose direction is not lean only for its state (the handshake's
-//!   last ACK, the ACKs of a close: any state but ESTABLISHED and assured), or a close's
-//!   segment of any TCP flow (FIN with ACK, RST with or without ACK, flags the general path
-//!   takes: `tcp::valid_flags`; not a RST before any reply, after which the general path
-//!   removes the flow; its transport checksum summed and found correct, as the general path
-//!   checks a segment that moves a flow's state), whose egress is known, while the worker
+//!   last ACK, the ACKs of a close: any state but ESTABLISHED and assured), a close's
+//!   segment of any TCP flow (FIN with ACK, RST with or without ACK), or the endpoint's
+//!   SYN-ACK of a flow in SYN_SENT (the reply direction's egress is known from the flow's
+//!   creation: `super::flow`'s `new_flow`; a SYN-ACK in another state, which the state
+//!   machine ignores or refuses, is the general path's) — flags the general path takes
+//!   (`tcp::valid_flags`), not a RST before any reply, after which the general path
+//!   removes the flow, the transport checksum of a segment that moves the state (SYN, FIN,
+//!   RST) summed and found correct, as the general path checks it, a SYN-ACK's Window Scale
+//!   option read as the general path reads it — whose egress is known, while the worker
 //!   holds no flow the SYN proxy opened and the scheduler counts no connections. Such a
 //!   segment goes through the state machine ([`track_tcp`]: state, windows, deadline,
 //!   `assured`, as the general path moves them; nothing else of the general path applies to
@@ -68,7 +72,7 @@ use super::{Verdict, WorkerState};
 use crate::conntrack::synproxy::Keyed;
 use crate::conntrack::tcp::{self, Segment as TcpSegment};
 use crate::conntrack::{
-    track_tcp, window, Conntrack, Deadline, Direction, FlowState, TcpSeq, TcpWindowsMut, Timeouts, Tracked,
+    track_tcp, window, Conntrack, Deadline, Direction, FlowState, TcpSeq, TcpState, TcpWindowsMut, Timeouts, Tracked,
 };
 use crate::counters::DropReason;
 use crate::nat::{self, Rewrite};
@@ -312,17 +316,17 @@ fn forward_in<A: LeanFamily, const ORIGINAL: bool, const TRACKED: bool>(
     debug_assert_eq!(lean.direction == Direction::Original, ORIGINAL);
     let direction = if ORIGINAL { Direction::Original } else { Direction::Reply };
     let id = *id;
-    // A close's segment (FIN, RST) moves the flow's state: the state machine's
-    // (`forward_tracked`) only.
-    let closing = seg.closes();
-    if !TRACKED && closing {
+    // An endpoint's SYN-ACK, a close's FIN or RST move the flow's state: the state
+    // machine's (`forward_tracked`) only.
+    let moving = seg.moves_state();
+    if !TRACKED && moving {
         return None;
     }
     let (state, mut windows, out) = conntrack.lean(id, direction, key)?;
     // The flow's state, its SYN proxy status and the direction's egress in one bit
-    // (`FlowState::lean`): set, `forward`'s; else (or a close's segment)
+    // (`FlowState::lean`): set, `forward`'s; else (or a segment that moves the state)
     // `forward_tracked`'s.
-    if state.lean(direction) == TRACKED && !(TRACKED && closing) {
+    if state.lean(direction) == TRACKED && !(TRACKED && moving) {
         return None;
     }
     // What changes without the flow.
@@ -339,10 +343,15 @@ fn forward_in<A: LeanFamily, const ORIGINAL: bool, const TRACKED: bool>(
         {
             return None;
         }
-        // A close's segment: flags the general path refuses (`tcp::valid_flags`) are its
-        // to drop; a RST before any reply removes the flow (`Tracked::ForwardThenRemove`),
-        // which the general path does.
-        if closing && (!tcp::valid_flags(seg.tcp.flags) || seg.tcp.flags.contains(TcpFlags::RST) && !state.seen_reply())
+        // A segment that moves the state: flags the general path refuses
+        // (`tcp::valid_flags`) are its to drop; a RST before any reply removes the flow
+        // (`Tracked::ForwardThenRemove`), which the general path does; a SYN-ACK is taken
+        // in SYN_SENT only (answering the client's SYN: SYN_RECV), where the state machine
+        // neither ignores it (`flow::track`'s `track_ignored_tcp`) nor refuses it.
+        if moving
+            && (!tcp::valid_flags(seg.tcp.flags)
+                || seg.tcp.flags.contains(TcpFlags::RST) && !state.seen_reply()
+                || seg.tcp.flags.contains(TcpFlags::SYN) && (ORIGINAL || state.tcp_state() != TcpState::SynSent))
         {
             return None;
         }
@@ -363,11 +372,11 @@ fn forward_in<A: LeanFamily, const ORIGINAL: bool, const TRACKED: bool>(
     if link::header_len(o.vlan) != l2_len {
         return None;
     }
-    // A close's segment moves the flow's state, and the general path checks the transport
-    // checksum of such a segment (`flow::l4_checksum`): summed here, whatever the device
-    // said; a wrong one goes to the general path, which trusts the device (its
-    // `l4_csum_good`) or drops or counts the segment as configured.
-    if TRACKED && closing && !l4_checksum_ok(frame, lean) {
+    // The general path checks the transport checksum of a segment that moves the flow's
+    // state (`flow::l4_checksum`): summed here, whatever the device said; a wrong one goes
+    // to the general path, which trusts the device (its `l4_csum_good`) or drops or counts
+    // the segment as configured.
+    if TRACKED && moving && !l4_checksum_ok(frame, lean) {
         return None;
     }
     // Everything is checked but the windows: from here on the packet is forwarded.
@@ -381,7 +390,9 @@ fn forward_in<A: LeanFamily, const ORIGINAL: bool, const TRACKED: bool>(
                 return None;
             }
             state.deadline = k.tcp_established;
-        } else if let Err(reason) = track_segment(state, windows, direction, &seg.tcp, k.now, &host.timeouts) {
+        } else if let Err(reason) =
+            track_segment(state, windows, direction, tracked_seq(frame, lean), k.now, &host.timeouts)
+        {
             counters.rx_frames += 1;
             counters.drop(reason);
             return Some(Verdict::Drop(reason));
@@ -425,6 +436,29 @@ pub(super) fn forward_tracked<A: LeanFamily>(
     forward_as::<A, true>(frame, lean, k, st, verdict)
 }
 
+/// The window-tracking fields of lean `frame`'s TCP segment (hints `lean`) as
+/// [`super::flow::tcp_seq`] reads them: SEG.LEN with the SYN's and FIN's counts
+/// ([`super::hint::LeanSegment::tcp`] has neither), and on a SYN the Window Scale option,
+/// read from the frame (out of line: a SYN-ACK's).
+#[inline(always)]
+fn tracked_seq<A: LeanFamily>(frame: &[u8], lean: &LeanFrame<A>) -> TcpSeq {
+    let tcp = lean.seg.tcp;
+    let flags = tcp.flags;
+    let len = tcp.len + u32::from(flags.contains(TcpFlags::SYN)) + u32::from(flags.contains(TcpFlags::FIN));
+    let wscale = if flags.contains(TcpFlags::SYN) { syn_window_scale(frame, lean) } else { None };
+    TcpSeq { len, wscale, ..tcp }
+}
+
+/// The Window Scale option of lean `frame`'s SYN (hints `lean`), as
+/// [`window::window_scale_option`] finds it among the TCP header's options; `None` without
+/// one. Stage 1 checked the Data Offset against the segment.
+#[inline(never)]
+fn syn_window_scale<A: LeanFamily>(frame: &[u8], lean: &LeanFrame<A>) -> Option<u8> {
+    let l4 = usize::from(lean.seg.l2_len) + A::L4_OFFSET;
+    let l4 = frame.get(l4..l4 + usize::from(lean.seg.total) - A::L4_OFFSET)?;
+    window::window_scale_option(TcpPacket::new_checked(l4).ok()?.options())
+}
+
 /// Whether the TCP checksum of lean `frame` (hints `lean`) is correct ([RFC 9293 § 3.1],
 /// the pseudo-header of the frame's addresses). Out of line: a close's segment's check.
 ///
@@ -436,12 +470,13 @@ fn l4_checksum_ok<A: LeanFamily>(frame: &[u8], lean: &LeanFrame<A>) -> bool {
     frame.get(l4).is_some_and(|l4| TcpPacket::new_unchecked(l4).verify_checksum(lean.key.src_addr, lean.key.dst_addr))
 }
 
-/// The segment `seg` (an ACK, a FIN or a RST, no SYN; `len` without the FIN's count:
-/// [`super::hint::LeanSegment::tcp`]) of a TCP flow, travelling in `direction`: tracked as
+/// The segment `seg` (an ACK, a FIN or a RST without SYN, or a SYN-ACK in SYN_SENT: see
+/// [`forward_tracked`]'s caller's checks in `forward_in`; [`tracked_seq`]) of a TCP flow,
+/// travelling in `direction`: tracked as
 /// the general path tracks it ([`track_tcp`]; [`crate::conntrack::track_ignored_tcp`],
 /// which the general path calls for a segment the state machine ignores, changes nothing
-/// for such a segment; a RST that would remove the flow never comes here: see
-/// [`forward_tracked`]'s caller's checks in `forward_in`), the lean bits recomputed as the
+/// for such a segment; a RST that would remove the flow never comes here), the lean bits
+/// recomputed as the
 /// general path's forward does
 /// ([`crate::conntrack::FlowState::set_egress`] of the egress the flow keeps). `Ok` when
 /// it is forwarded (tracked, or ignored); `Err` with the general path's drop reason
@@ -452,17 +487,20 @@ fn track_segment(
     state: &mut FlowState,
     windows: TcpWindowsMut<'_>,
     direction: Direction,
-    seg: &TcpSeq,
+    seg: TcpSeq,
     now: u64,
     timeouts: &Timeouts,
 ) -> Result<(), DropReason> {
-    debug_assert!(matches!(TcpSegment::of(seg.flags), TcpSegment::Ack | TcpSegment::Fin | TcpSegment::Rst));
-    let seg = TcpSeq { len: seg.len + u32::from(seg.flags.contains(TcpFlags::FIN)), ..*seg };
+    debug_assert!(
+        matches!(TcpSegment::of(seg.flags), TcpSegment::Ack | TcpSegment::Fin | TcpSegment::Rst)
+            || TcpSegment::of(seg.flags) == TcpSegment::SynAck && state.tcp_state() == TcpState::SynSent
+    );
     let tracked = track_tcp(state, windows, direction, &seg, now, timeouts);
     debug_assert_ne!(tracked, Tracked::ForwardThenRemove, "a RST before any reply");
     match tracked {
-        // A SYN's outcome, which such a segment never has; a RST's removal, which the
-        // caller ruled out (the flow has seen a reply).
+        // A client's SYN's reopen, which such a segment never has; a SYN-ACK in SYN_SENT is
+        // never ignored; a RST's removal, which the caller ruled out (the flow has seen a
+        // reply).
         Tracked::Forward | Tracked::Ignored | Tracked::ForwardThenRemove | Tracked::Reopen => {
             state.refresh_lean(false);
             Ok(())

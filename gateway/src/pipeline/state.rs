@@ -203,8 +203,7 @@ pub struct WorkerState {
     /// Worker 0's progress through the announcements of VIPs it took over
     /// (see [`super::gratuitous`]).
     pub(super) gratuitous: Gratuitous,
-    /// The last new flow's client and whether it is on a connected subnet
-    /// ([`LastClient`]).
+    /// The last new flow's client and its route ([`LastClient`]).
     pub(super) last_client: LastClient,
 }
 
@@ -220,8 +219,9 @@ pub(super) struct LastClient {
     pub host: Option<Arc<Host>>,
     /// Whether it is one of the gateway's own addresses ([`Host::is_own`]).
     pub own: bool,
-    /// Whether the host routes it on-link (its next hop is itself: [`Host::route`]).
-    pub on_link: bool,
+    /// Where the host routes it ([`Host::route`]): the egress interface, and whether the
+    /// next hop is the client itself (on-link); `None` when no route reaches it.
+    pub route: Option<(u8, bool)>,
 }
 
 /// Where worker 0 is in announcing the VIPs of [`Owners`]' set number `seq`: `round`

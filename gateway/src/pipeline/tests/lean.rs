@@ -9,10 +9,11 @@
 //! neighbour, a neighbour's new MAC, a new table (the same endpoints,
 //! or one fewer) — through [`process_burst`] (which takes the lean path where it may,
 //! as each flow's lean bits say: `FlowState::lean`) on one worker and [`process`] frame by
-//! frame on another; the ACKs of connections not ESTABLISHED (the handshake's, the close's),
-//! and a close's FIN and RST, take the lean path through the state machine
-//! (`lean::forward_tracked`), on connections in every state from SYN_SENT (a RST before
-//! any reply, which removes the flow, is the general path's). The two must agree on every verdict, every output byte, the counters
+//! frame on another; the endpoint's SYN-ACK (with and without options), the ACKs of
+//! connections not ESTABLISHED (the handshake's, the close's), and a close's FIN and RST,
+//! take the lean path through the state machine (`lean::forward_tracked`), on connections
+//! in every state from SYN_SENT (a RST before any reply, which removes the flow, and a
+//! SYN-ACK in any state but SYN_SENT are the general path's). The two must agree on every verdict, every output byte, the counters
 //! (per front door too), every flow and its TCP windows. Golden tests add VLAN interfaces
 //! and a default router whose MAC changes mid-burst.
 
@@ -285,8 +286,9 @@ enum Variant {
     FarSeq,
     /// Acknowledges data never sent.
     AckAhead,
-    /// FIN|ACK, RST, SYN, RST|ACK at the current numbers, or (4) a FIN|ACK whose TCP
-    /// checksum is wrong.
+    /// FIN|ACK, RST, SYN, RST|ACK at the current numbers, (4) a FIN|ACK whose TCP checksum
+    /// is wrong, (5) a SYN-ACK with options ([`SYN_ACK_OPTIONS`]: Window Scale 7 among
+    /// them), (6) a SYN-ACK with ECE and no option.
     Flags(u8),
     /// TTL / Hop Limit 1.
     Ttl1,
@@ -306,7 +308,7 @@ fn arb_variant() -> impl Strategy<Value = Variant> {
         3 => any::<u8>().prop_map(Variant::Push),
         1 => Just(Variant::FarSeq),
         1 => Just(Variant::AckAhead),
-        2 => (0u8..5).prop_map(Variant::Flags),
+        3 => (0u8..7).prop_map(Variant::Flags),
         1 => Just(Variant::Ttl1),
         1 => Just(Variant::Quirk),
         1 => Just(Variant::ZeroChecksum),
@@ -341,7 +343,11 @@ fn frame<A: Fam>(conn: &mut Conn<A>, reply: bool, variant: Variant) -> (Vec<u8>,
         Variant::AckAhead => ack = ack.wrapping_add(100_000),
         Variant::Flags(f) => {
             let (fin, rst, ack) = (TcpFlags::FIN.0, TcpFlags::RST.0, TcpFlags::ACK.0);
-            flags = TcpFlags([fin | ack, rst, TcpFlags::SYN.0, rst | ack, fin | ack][usize::from(f)]);
+            let (syn, ece) = (TcpFlags::SYN.0, TcpFlags::ECE.0);
+            flags = TcpFlags([fin | ack, rst, syn, rst | ack, fin | ack, syn | ack, syn | ack | ece][usize::from(f)]);
+            if f == 5 {
+                payload = SYN_ACK_OPTIONS.to_vec();
+            }
         }
         Variant::Ttl1 => ttl = 1,
         Variant::Quirk | Variant::ZeroChecksum | Variant::WrongLink => {}
@@ -359,10 +365,19 @@ fn frame<A: Fam>(conn: &mut Conn<A>, reply: bool, variant: Variant) -> (Vec<u8>,
         }
         Variant::WrongLink => iface = if reply { FRONT } else { BACK },
         Variant::Data(_) | Variant::Push(_) => conn.next[d] = seq.wrapping_add(payload.len() as u32),
+        // The payload as the header's options.
+        Variant::Flags(5) if conn.tcp => {
+            f[A::L4 + 12] = (((20 + SYN_ACK_OPTIONS.len()) / 4) << 4) as u8;
+            crate::wire::TcpPacket::new_unchecked(&mut f[A::L4..]).fill_checksum(src.0, dst.0);
+        }
         _ => {}
     }
     (f, iface)
 }
+
+/// A SYN-ACK's options (RFC 9293 § 3.2, RFC 7323 § 2.2): MSS 1460, SACK permitted, NOP,
+/// Window Scale 7, NOP, NOP.
+const SYN_ACK_OPTIONS: [u8; 12] = [2, 4, 0x05, 0xb4, 4, 2, 1, 3, 3, 7, 1, 1];
 
 /// Runs `input` through [`process_burst`] on `a` and [`process`] frame by frame on `b` at
 /// `now`, and checks that the two agree on every verdict and output, the counters, the
@@ -593,8 +608,9 @@ fn established_ipv6_frames_take_the_lean_path() {
 /// The ACKs of TCP connections that are not ESTABLISHED and assured — the handshake's last
 /// one, and those of a close — and a close's FIN and RST are forwarded by the lean path
 /// through the state machine, which moves the flow as the general path would (the property
-/// test compares the two paths on random traffic); a SYN is not, nor a RST before any
-/// reply (the general path removes the flow). While the worker holds a flow the SYN proxy
+/// test compares the two paths on random traffic), and so is the endpoint's SYN-ACK in
+/// SYN_SENT; a SYN is not, nor a RST before any reply (the general path removes the flow),
+/// nor a SYN-ACK in another state. While the worker holds a flow the SYN proxy
 /// opened, every such segment goes to the general path.
 fn handshake_and_close_acks_take_the_lean_path_of<A: Fam>() {
     let t = A::table(&A::ENDPOINTS);
@@ -625,12 +641,37 @@ fn handshake_and_close_acks_take_the_lean_path_of<A: Fam>() {
     assert!(taken::<A>(&f, iface, &k, &mut a));
     assert_eq!(state(&a).tcp_state(), TcpState::TimeWait);
     assert!(!state(&a).lean(Direction::Original));
+    // The endpoint's SYN-ACK with options, in SYN_SENT: SYN_RECV, its window scale read as
+    // the general path reads it; retransmitted (in SYN_RECV, ignored by the state machine)
+    // or from the client (refused), the general path's.
+    let windows = |st: &WorkerState, port: u16| {
+        let c = A::conntrack(st);
+        let (id, flow) = c.iter().find(|(_, flow)| flow.original.src_port == port).unwrap();
+        (flow.state.tcp_state(), c.tcp_windows(id))
+    };
+    let mut opening = syn_sent::<A>(&t, &mut a, &mut b, 42_002);
+    let (f, iface) = frame(&mut opening, true, Variant::Flags(5));
+    assert!(taken::<A>(&f, iface, &k, &mut a));
+    run(SEC, &f, iface, &t, &mut b);
+    assert_eq!(windows(&a, 42_002), windows(&b, 42_002));
+    assert_eq!(windows(&a, 42_002).0, TcpState::SynRecv);
+    assert!(!taken::<A>(&f, iface, &k, &mut a));
+    let (f, iface) = frame(&mut opening, false, Variant::Flags(6));
+    assert!(!taken::<A>(&f, iface, &k, &mut a));
+    // Without the option (ECE set), the reply direction announces no scale.
+    let mut plain = syn_sent::<A>(&t, &mut a, &mut b, 42_003);
+    let (f, iface) = frame(&mut plain, true, Variant::Flags(6));
+    assert!(taken::<A>(&f, iface, &k, &mut a));
+    run(SEC, &f, iface, &t, &mut b);
+    assert_eq!(windows(&a, 42_003), windows(&b, 42_003));
+    assert_ne!(windows(&a, 42_002).1.flags, windows(&a, 42_003).1.flags, "the Window Scale option read");
     // A RST before any reply: the general path's, which removes the flow.
     let mut fresh = syn_sent::<A>(&t, &mut a, &mut b, 42_001);
     let (f, iface) = frame(&mut fresh, false, Variant::Flags(1));
     assert!(!taken::<A>(&f, iface, &k, &mut a));
+    let before = A::conntrack(&a).len();
     run(SEC, &f, iface, &t, &mut a);
-    assert_eq!(A::conntrack(&a).len(), 1);
+    assert_eq!(A::conntrack(&a).len(), before - 1);
     // Not while the worker holds a flow the SYN proxy opened: the endpoint's ACK of a FIN.
     let (mut a, mut b) = (lean_state(), lean_state());
     let mut conn = open::<A>(&t, &mut a, &mut b, 1)[0];
