@@ -444,7 +444,8 @@ pub(super) fn forward_tracked<A: LeanFamily>(
 fn tracked_seq<A: LeanFamily>(frame: &[u8], lean: &LeanFrame<A>) -> TcpSeq {
     let tcp = lean.seg.tcp;
     let flags = tcp.flags;
-    let len = tcp.len + u32::from(flags.contains(TcpFlags::SYN)) + u32::from(flags.contains(TcpFlags::FIN));
+    // SYN (bit 1) and FIN (bit 0) count one each.
+    let len = tcp.len + u32::from((flags.0 >> 1) & 1) + u32::from(flags.0 & 1);
     let wscale = if flags.contains(TcpFlags::SYN) { syn_window_scale(frame, lean) } else { None };
     TcpSeq { len, wscale, ..tcp }
 }
