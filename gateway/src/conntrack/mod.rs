@@ -601,10 +601,10 @@ impl FlowState {
         self.bits & (SEEN_REPLY | ASSURED) == SEEN_REPLY | ASSURED
     }
 
-    /// Where direction `direction` leaves, once the pipeline has routed it (a packet of the
-    /// original direction; the reply direction, to the client, when the flow is created) (the
-    /// lean established path's precomputed egress, which the general path's egress reads
-    /// too instead of routing again): the egress interface and whether the
+    /// Where direction `direction` leaves, once the pipeline has routed it — the original
+    /// direction at its first packet, the reply direction (to the client) when the flow is
+    /// created — the lean established path's precomputed egress, which the general path's
+    /// egress reads too instead of routing again: the egress interface and whether the
     /// next hop is the destination (on a connected subnet), else the family's router.
     /// Routes are a pure function of the destination and the host, which never changes
     /// while the gateway runs, so this stays true for the flow's life; the next hop's MAC is

@@ -455,13 +455,14 @@ fn tracked_seq<A: LeanFamily>(frame: &[u8], lean: &LeanFrame<A>) -> TcpSeq {
 /// one. Stage 1 checked the Data Offset against the segment.
 #[inline(never)]
 fn syn_window_scale<A: LeanFamily>(frame: &[u8], lean: &LeanFrame<A>) -> Option<u8> {
-    let l4 = usize::from(lean.seg.l2_len) + A::L4_OFFSET;
-    let l4 = frame.get(l4..l4 + usize::from(lean.seg.total) - A::L4_OFFSET)?;
+    let l3 = usize::from(lean.seg.l2_len);
+    let l4 = frame.get(l3 + A::L4_OFFSET..l3 + usize::from(lean.seg.total))?;
     window::window_scale_option(TcpPacket::new_checked(l4).ok()?.options())
 }
 
 /// Whether the TCP checksum of lean `frame` (hints `lean`) is correct ([RFC 9293 § 3.1],
-/// the pseudo-header of the frame's addresses). Out of line: a close's segment's check.
+/// the pseudo-header of the frame's addresses). Out of line: the check of a segment that
+/// moves the state.
 ///
 /// [RFC 9293 § 3.1]: https://www.rfc-editor.org/rfc/rfc9293#section-3.1
 #[inline(never)]
