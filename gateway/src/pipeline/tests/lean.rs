@@ -288,7 +288,9 @@ enum Variant {
     AckAhead,
     /// FIN|ACK, RST, SYN, RST|ACK at the current numbers, (4) a FIN|ACK whose TCP checksum
     /// is wrong, (5) a SYN-ACK with options ([`SYN_ACK_OPTIONS`]: Window Scale 7 among
-    /// them), (6) a SYN-ACK with ECE and no option.
+    /// them), (6) a SYN-ACK with ECE and no option, (7) a SYN-ACK acknowledging a SYN at the
+    /// current numbers (variant 2's: on an open flow, the SYN the state machine ignored and
+    /// recorded, from which this SYN-ACK restarts the flow).
     Flags(u8),
     /// TTL / Hop Limit 1.
     Ttl1,
@@ -308,7 +310,7 @@ fn arb_variant() -> impl Strategy<Value = Variant> {
         3 => any::<u8>().prop_map(Variant::Push),
         1 => Just(Variant::FarSeq),
         1 => Just(Variant::AckAhead),
-        3 => (0u8..7).prop_map(Variant::Flags),
+        3 => (0u8..8).prop_map(Variant::Flags),
         1 => Just(Variant::Ttl1),
         1 => Just(Variant::Quirk),
         1 => Just(Variant::ZeroChecksum),
@@ -342,11 +344,14 @@ fn frame<A: Fam>(conn: &mut Conn<A>, reply: bool, variant: Variant) -> (Vec<u8>,
         Variant::FarSeq => seq = seq.wrapping_add(3_000_000),
         Variant::AckAhead => ack = ack.wrapping_add(100_000),
         Variant::Flags(f) => {
-            let (fin, rst, ack) = (TcpFlags::FIN.0, TcpFlags::RST.0, TcpFlags::ACK.0);
-            let (syn, ece) = (TcpFlags::SYN.0, TcpFlags::ECE.0);
-            flags = TcpFlags([fin | ack, rst, syn, rst | ack, fin | ack, syn | ack, syn | ack | ece][usize::from(f)]);
+            let (fin, syn, rst, a, ece) =
+                (TcpFlags::FIN.0, TcpFlags::SYN.0, TcpFlags::RST.0, TcpFlags::ACK.0, TcpFlags::ECE.0);
+            flags = TcpFlags([fin | a, rst, syn, rst | a, fin | a, syn | a, syn | a | ece, syn | a][usize::from(f)]);
             if f == 5 {
                 payload = SYN_ACK_OPTIONS.to_vec();
+            }
+            if f == 7 {
+                ack = ack.wrapping_add(1);
             }
         }
         Variant::Ttl1 => ttl = 1,
@@ -682,6 +687,28 @@ fn handshake_and_close_acks_take_the_lean_path_of<A: Fam>() {
     conn.next[0] += 1;
     let (f, iface) = frame(&mut conn, true, Variant::Data(0));
     assert!(!taken::<A>(&f, iface, &k, &mut a));
+}
+
+/// An endpoint's SYN-ACK on an open flow that acknowledges the client's SYN the state
+/// machine ignored (and recorded) restarts the flow as that new connection
+/// (`track_ignored_tcp`, Linux's resynchronisation): the general path's, the same in a burst
+/// as frame by frame (the lean path takes a SYN-ACK in SYN_SENT only).
+fn a_syn_ack_that_restarts_a_flow_is_the_general_paths_of<A: Fam>() {
+    let t = A::table(&A::ENDPOINTS);
+    let (mut a, mut b) = (lean_state(), lean_state());
+    let mut conn = open::<A>(&t, &mut a, &mut b, 1)[0];
+    assert!(conn.tcp);
+    let syn = frame(&mut conn, false, Variant::Flags(2));
+    let syn_ack = frame(&mut conn, true, Variant::Flags(7));
+    agree::<A>(SEC, &[syn, syn_ack], &t, &mut a, &mut b).unwrap();
+    let (_, flow) = A::conntrack(&a).iter().find(|(_, f)| f.original.src_port == conn.client_port).unwrap();
+    assert_eq!(flow.state.tcp_state(), TcpState::SynRecv);
+}
+
+#[test]
+fn a_syn_ack_that_restarts_a_flow_is_the_general_paths() {
+    a_syn_ack_that_restarts_a_flow_is_the_general_paths_of::<Ipv4Addr>();
+    a_syn_ack_that_restarts_a_flow_is_the_general_paths_of::<Ipv6Addr>();
 }
 
 #[test]
