@@ -379,8 +379,10 @@ fn reopen<A: Proxied>(
     })
 }
 
-/// SYN, FIN and RST: the TCP flags whose segments open, close or reopen a flow.
-const STATE_FLAGS: u8 = TcpFlags::SYN.0 | TcpFlags::FIN.0 | TcpFlags::RST.0;
+/// SYN, FIN and RST: the TCP flags whose segments open, close or reopen a flow (the general
+/// path sums their transport checksum; the lean path takes them through the state machine
+/// only: [`super::hint::LeanSegment::moves_state`]).
+pub(super) const STATE_FLAGS: u8 = TcpFlags::SYN.0 | TcpFlags::FIN.0 | TcpFlags::RST.0;
 
 /// Checks the TCP or UDP checksum of `seg` in software ([RFC 9293 § 3.1], [RFC 768], IPv6's
 /// pseudo-header [RFC 8200 § 8.1]), as Linux conntrack does with `nf_conntrack_checksum`:

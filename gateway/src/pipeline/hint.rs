@@ -186,12 +186,12 @@ impl LeanSegment {
         tcp: TcpSeq { flags: crate::wire::TcpFlags(0), seq: 0, ack: 0, window: 0, len: 0, wscale: None },
     };
 
-    /// Whether the segment moves its flow's state (SYN, FIN or RST set: an endpoint's
-    /// SYN-ACK, a close's segment), which only the state machine may forward
-    /// (`lean::forward_tracked`); false for UDP.
+    /// Whether the segment moves its flow's state (one of [`super::flow::STATE_FLAGS`], SYN,
+    /// FIN or RST, set: an endpoint's SYN-ACK, a close's segment), which only the state
+    /// machine may forward (`lean::forward_tracked`); false for UDP.
     #[inline(always)]
     pub fn moves_state(&self) -> bool {
-        self.tcp.flags.0 & (TcpFlags::SYN.0 | TcpFlags::FIN.0 | TcpFlags::RST.0) != 0
+        self.tcp.flags.0 & super::flow::STATE_FLAGS != 0
     }
 
     /// Whether the early parse found a lean frame: a Total Length other than
