@@ -24,7 +24,7 @@ use std::sync::Arc;
 use super::expire::{flow_ended, remove_flow};
 use super::family::Family;
 use super::fragment::{self, Fragment};
-use super::hint::NewFlowHint;
+use super::hint::{NewFlowHint, STATE_FLAGS};
 use super::link::{self, Rx};
 use super::reject::reject;
 use super::resolve::neighbour;
@@ -378,11 +378,6 @@ fn reopen<A: Proxied>(
         (id, track(now, st, id, Direction::Original, seg), None)
     })
 }
-
-/// SYN, FIN and RST: the TCP flags whose segments open, close or reopen a flow (the general
-/// path sums their transport checksum; the lean path takes them through the state machine
-/// only: [`super::hint::LeanSegment::moves_state`]).
-pub(super) const STATE_FLAGS: u8 = TcpFlags::SYN.0 | TcpFlags::FIN.0 | TcpFlags::RST.0;
 
 /// Checks the TCP or UDP checksum of `seg` in software ([RFC 9293 § 3.1], [RFC 768], IPv6's
 /// pseudo-header [RFC 8200 § 8.1]), as Linux conntrack does with `nf_conntrack_checksum`:

@@ -155,6 +155,11 @@ pub(super) struct LeanSegment {
     pub tcp: TcpSeq,
 }
 
+/// SYN, FIN and RST: the TCP flags whose segments open, close or reopen a flow. The general
+/// path sums their transport checksum (`flow`); the lean path takes them through the state
+/// machine only ([`LeanSegment::moves_state`]).
+pub(super) const STATE_FLAGS: u8 = TcpFlags::SYN.0 | TcpFlags::FIN.0 | TcpFlags::RST.0;
+
 /// `tcp` ([`super::flow::tcp_seq`] of a segment) as a [`LeanSegment`] holds it: the SYN's
 /// and FIN's counts out of `len`, no Window Scale option.
 #[inline]
@@ -186,12 +191,12 @@ impl LeanSegment {
         tcp: TcpSeq { flags: crate::wire::TcpFlags(0), seq: 0, ack: 0, window: 0, len: 0, wscale: None },
     };
 
-    /// Whether the segment moves its flow's state (one of [`super::flow::STATE_FLAGS`], SYN,
-    /// FIN or RST, set: an endpoint's SYN-ACK, a close's segment), which only the state
-    /// machine may forward (`lean::forward_tracked`); false for UDP.
+    /// Whether the segment moves its flow's state (one of [`STATE_FLAGS`], SYN, FIN or RST,
+    /// set: an endpoint's SYN-ACK, a close's segment), which only the state machine may
+    /// forward (`lean::forward_tracked`); false for UDP.
     #[inline(always)]
     pub fn moves_state(&self) -> bool {
-        self.tcp.flags.0 & super::flow::STATE_FLAGS != 0
+        self.tcp.flags.0 & STATE_FLAGS != 0
     }
 
     /// Whether the early parse found a lean frame: a Total Length other than
