@@ -544,10 +544,24 @@ impl<B: AsRef<[u8]>> Table<B> {
         Ok(())
     }
 
+    /// Section `idx` as records of `T`. In bounds for a table [`Table::new`] accepted; read
+    /// with `get`, not indexed, so that a lookup holds no panic path of its own: the
+    /// section is then an empty slice in the impossible case, and the lookups' own bounds
+    /// checks of a position in it are the only ones (an indexing panic is a side effect the
+    /// compiler must keep in order, so it tested the hoisted range check again on every
+    /// frame of a burst's new-flow visits).
+    #[inline]
     fn slice<T: FromBytes + zerocopy::Immutable>(&self, idx: usize) -> &[T] {
         let (off, n) = self.sections[idx];
-        let bytes = &self.bytes.as_ref()[off..off + n * size_of::<T>()];
+        let bytes = self.bytes.as_ref().get(off..off.wrapping_add(n.wrapping_mul(size_of::<T>()))).unwrap_or(&[]);
         <[T]>::ref_from_bytes(bytes).unwrap_or(&[])
+    }
+
+    /// Section `idx` as bytes (the ring and names sections), read as [`Table::slice`] reads.
+    #[inline]
+    fn bytes_of(&self, idx: usize) -> &[u8] {
+        let (off, n) = self.sections[idx];
+        self.bytes.as_ref().get(off..off.wrapping_add(n)).unwrap_or(&[])
     }
 
     /// The publication generation.
@@ -574,13 +588,11 @@ impl<B: AsRef<[u8]>> Table<B> {
     }
 
     fn ring(&self) -> &[u8] {
-        let (off, n) = self.sections[section::RING];
-        &self.bytes.as_ref()[off..off + n]
+        self.bytes_of(section::RING)
     }
 
     fn names(&self) -> &[u8] {
-        let (off, n) = self.sections[section::NAMES];
-        &self.bytes.as_ref()[off..off + n]
+        self.bytes_of(section::NAMES)
     }
 
     fn source_ranges(&self) -> &[SourceRange] {
