@@ -74,7 +74,9 @@ pub(super) fn neighbour<H: NeighbourAddr + Into<IpAddr>>(
     iface: u8,
     now: u64,
 ) -> Option<MacAddr> {
-    match st.neighbours.lookup(hop) {
+    // The first slot of the probe run read inline ([`crate::neighbour::Neighbours::lookup_first`],
+    // the same result as `lookup`): a next hop's entry is nearly always there.
+    match st.neighbours.lookup_first(hop) {
         Some(n) => {
             if n.updated_ns != u64::MAX && now.saturating_sub(n.updated_ns) > NEIGHBOUR_REFRESH_NS {
                 st.request_resolution(hop, iface, now);
