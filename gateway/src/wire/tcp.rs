@@ -321,9 +321,7 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
     /// addresses): the one's complement sum of the pseudo-header and the whole buffer is `0xffff`.
     #[inline]
     pub fn verify_checksum<A: PseudoHeaderAddr>(&self, src: A, dst: A) -> bool {
-        let data = self.buffer.as_ref();
-        let pseudo = A::pseudo_header(src, dst, PROTOCOL_TCP, data.len() as u32);
-        checksum::fold(checksum::partial(data, pseudo)) == 0xffff
+        A::verifies(self.buffer.as_ref(), src, dst, PROTOCOL_TCP)
     }
 }
 
