@@ -151,7 +151,9 @@ pub(super) struct LeanSegment {
     /// and FIN's counts and the Window Scale option: `tcp.len` is the segment's data octets,
     /// SEG.LEN less the SYN's and FIN's one (what the lean path's ACK needs without a sum),
     /// `tcp.wscale` is `None` (`lean::forward_tracked` adds the counts and reads a SYN's
-    /// option); zero for UDP.
+    /// option); zero for UDP. Every writer of a segment keeps `tcp.wscale` `None`, so that
+    /// stage 1's parses of a TCP segment (`super::ipv4::flow_key_plain`,
+    /// `super::ipv6::flow_key`) write the other fields alone (a store less per packet).
     pub tcp: TcpSeq,
 }
 

@@ -108,15 +108,12 @@ pub(super) fn flow_key_plain(
             if plain && hint::lean_tcp_flags(flags) {
                 // `hint::as_lean(flow::tcp_seq(..))` of such a segment: no SYN or FIN to count,
                 // no option read (`LeanSegment::tcp`).
-                let tcp = TcpSeq {
-                    flags,
-                    seq: be32(24),
-                    ack: be32(28),
-                    window: be16(34),
-                    len: u32::from(l4_len - doff),
-                    wscale: None,
-                };
-                *lean = LeanSegment { iface: rx.iface, l2_len: rx.l2_len as u8, total, tcp };
+                // Field by field, `tcp.wscale` left as it is: `None` in every `LeanSegment`
+                // (`LeanSegment::tcp`), so no store for it.
+                debug_assert_eq!(lean.tcp.wscale, None);
+                (lean.iface, lean.l2_len, lean.total) = (rx.iface, rx.l2_len as u8, total);
+                (lean.tcp.flags, lean.tcp.seq, lean.tcp.ack) = (flags, be32(24), be32(28));
+                (lean.tcp.window, lean.tcp.len) = (be16(34), u32::from(l4_len - doff));
             }
             // `TcpSegment::of(flags) == TcpSegment::Syn` in one compare: SYN without ACK or RST.
             flags.0 & (TcpFlags::SYN.0 | TcpFlags::ACK.0 | TcpFlags::RST.0) == TcpFlags::SYN.0

@@ -65,7 +65,13 @@ pub(super) fn flow_key(frame: &[u8], rx: &Rx, lean: &mut LeanSegment) -> Option<
         let t = TcpPacket::new_checked(l4).ok()?;
         let tcp = flow::tcp_seq(&t);
         if lean_total != 0 && hint::lean_tcp_flags(tcp.flags) {
-            *lean = segment(hint::as_lean(tcp));
+            // Field by field, `tcp.wscale` left `None` as every segment has it
+            // (`LeanSegment::tcp`): a store less.
+            let TcpSeq { flags, seq, ack, window, len, .. } = hint::as_lean(tcp);
+            debug_assert_eq!(lean.tcp.wscale, None);
+            (lean.iface, lean.l2_len, lean.total) = (rx.iface, rx.l2_len as u8, lean_total);
+            (lean.tcp.flags, lean.tcp.seq, lean.tcp.ack, lean.tcp.window, lean.tcp.len) =
+                (flags, seq, ack, window, len);
         }
         (t.src_port(), t.dst_port(), TcpSegment::of(tcp.flags) == TcpSegment::Syn)
     } else {
