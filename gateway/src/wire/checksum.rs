@@ -112,7 +112,7 @@ pub fn ipv4_header_ok(header: &[u8; 20]) -> bool {
 }
 
 /// Whether `data` and a pseudo-header whose words sum to `pseudo_native` (taken, as
-/// [`sum_native`] takes `data`, as native-order 16-bit words, added as integers; below
+/// `sum_native` takes `data`, as native-order 16-bit words, added as integers; below
 /// 2^40) have the one's complement sum `0xffff`: the same answer as
 /// `fold(partial(data, pseudo)) == 0xffff` with `pseudo` the same pseudo-header's partial
 /// sum (a property test compares the two), for `data` of at most 65 535 bytes (longer: that
