@@ -105,9 +105,16 @@ pub fn ipv4_header_ok(header: &[u8; 20]) -> bool {
     let (sum, carry) = a.overflowing_add(b);
     // `c + carry` < 2^33; a carry out of the second addition leaves `sum` ≤ 2^64 − 2.
     let (sum, carry) = sum.overflowing_add(c + u64::from(carry));
-    let sum = sum + u64::from(carry);
-    // `sum` a non-zero multiple of 0xffff: `sum − 1` is −1 modulo 0xffff (0 wraps to
-    // 2^64 − 1, itself a multiple).
+    nonzero_multiple_of_ffff(sum + u64::from(carry))
+}
+
+/// Whether `sum`, a one's complement sum kept unfolded in 64 bits, folds to `0xffff`: it is a
+/// non-zero multiple of `0xffff` (2^64 − 1 is one, so the 64-bit sum is congruent to the
+/// folded one modulo `0xffff`; it is zero only when every word summed is). Tested as
+/// `sum − 1 ≡ −1` modulo `0xffff` (0 wraps to 2^64 − 1, itself a multiple), which the
+/// compiler does with one multiplication and one compare.
+#[inline(always)]
+const fn nonzero_multiple_of_ffff(sum: u64) -> bool {
     sum.wrapping_sub(1) % 0xffff == 0xfffe
 }
 
@@ -140,9 +147,7 @@ pub fn sums_to_ones_native(data: &[u8], pseudo_native: u64) -> bool {
     } else {
         sum_native(data)
     };
-    // A non-zero multiple of 0xffff: `sum − 1` is −1 modulo 0xffff (0 wraps to 2^64 − 1,
-    // itself a multiple).
-    (data_sum + pseudo_native).wrapping_sub(1) % 0xffff == 0xfffe
+    nonzero_multiple_of_ffff(data_sum + pseudo_native)
 }
 
 /// `fold(partial(data, pseudo)) == 0xffff`: [`PseudoHeaderAddr::verifies`] of data longer
@@ -416,10 +421,7 @@ pub trait PseudoHeaderAddr: Copy + Eq + core::fmt::Debug {
     /// pseudo-header's) of `protocol` carried from `src` to `dst` has a correct checksum:
     /// `fold(partial(data, pseudo_header(..))) == 0xffff`. Both families answer the same
     /// without swapping or folding ([`sums_to_ones_native`]).
-    #[inline]
-    fn verifies(data: &[u8], src: Self, dst: Self, protocol: u8) -> bool {
-        fold(partial(data, Self::pseudo_header(src, dst, protocol, data.len() as u32))) == 0xffff
-    }
+    fn verifies(data: &[u8], src: Self, dst: Self, protocol: u8) -> bool;
 }
 
 impl PseudoHeaderAddr for Ipv4Addr {
@@ -720,6 +722,35 @@ mod tests {
         proptest::collection::vec(any::<u8>(), 0..max)
     }
 
+    /// [`PseudoHeaderAddr::verifies`] of `data` from `src` to `dst` against
+    /// `fold(partial(data, pseudo_header(..))) == 0xffff`: `data` cut or padded to 20 bytes
+    /// first when `twenty`, and its checksum field at 16 made right first when `fix` (then it
+    /// must verify).
+    fn verifies_as_folded<A: PseudoHeaderAddr>(
+        mut data: Vec<u8>,
+        (src, dst): (A, A),
+        protocol: u8,
+        fix: bool,
+        twenty: bool,
+    ) -> Result<(), TestCaseError> {
+        if twenty {
+            data.resize(20, 0);
+        }
+        let pseudo = |data: &[u8]| A::pseudo_header(src, dst, protocol, data.len() as u32);
+        let fix = fix && data.len() >= 18;
+        if fix {
+            data[16..18].copy_from_slice(&[0, 0]);
+            let c = finish(partial(&data, pseudo(&data)));
+            data[16..18].copy_from_slice(&c.to_be_bytes());
+        }
+        let expected = fold(partial(&data, pseudo(&data))) == 0xffff;
+        prop_assert_eq!(A::verifies(&data, src, dst, protocol), expected);
+        if fix {
+            prop_assert!(expected);
+        }
+        Ok(())
+    }
+
     proptest! {
         /// The rotate folds against the textbook two-step end-around carry (RFC 1071 § 2(C)).
         #[test]
@@ -771,54 +802,27 @@ mod tests {
         /// and on data whose checksum was made right (a TCP header's field at 16).
         #[test]
         fn ipv4_verifies_as_the_folded_partial_sum(
-            mut data in proptest::collection::vec(any::<u8>(), 0..600),
+            data in proptest::collection::vec(any::<u8>(), 0..600),
             src in any::<u32>(),
             dst in any::<u32>(),
             protocol in any::<u8>(),
             fix in any::<bool>(),
             twenty in any::<bool>(),
         ) {
-            let (src, dst) = (Ipv4Addr::from_bits(src), Ipv4Addr::from_bits(dst));
-            if twenty {
-                data.resize(20, 0);
-            }
-            if fix && data.len() >= 18 {
-                data[16..18].copy_from_slice(&[0, 0]);
-                let c = finish(partial(&data, pseudo_header_v4(src, dst, protocol, data.len() as u16)));
-                data[16..18].copy_from_slice(&c.to_be_bytes());
-            }
-            let expected = fold(partial(&data, pseudo_header_v4(src, dst, protocol, data.len() as u16))) == 0xffff;
-            prop_assert_eq!(Ipv4Addr::verifies(&data, src, dst, protocol), expected);
-            if fix && data.len() >= 18 {
-                prop_assert!(expected);
-            }
+            verifies_as_folded(data, (Ipv4Addr::from_bits(src), Ipv4Addr::from_bits(dst)), protocol, fix, twenty)?;
         }
 
         /// IPv6's the same.
         #[test]
         fn ipv6_verifies_as_the_folded_partial_sum(
-            mut data in proptest::collection::vec(any::<u8>(), 0..600),
+            data in proptest::collection::vec(any::<u8>(), 0..600),
             src in any::<u128>(),
             dst in any::<u128>(),
             protocol in any::<u8>(),
             fix in any::<bool>(),
             twenty in any::<bool>(),
         ) {
-            let (src, dst) = (Ipv6Addr::from_bits(src), Ipv6Addr::from_bits(dst));
-            if twenty {
-                data.resize(20, 0);
-            }
-            let pseudo = |data: &[u8]| pseudo_header_v6(src, dst, protocol, data.len() as u32);
-            if fix && data.len() >= 18 {
-                data[16..18].copy_from_slice(&[0, 0]);
-                let c = finish(partial(&data, pseudo(&data)));
-                data[16..18].copy_from_slice(&c.to_be_bytes());
-            }
-            let expected = fold(partial(&data, pseudo(&data))) == 0xffff;
-            prop_assert_eq!(Ipv6Addr::verifies(&data, src, dst, protocol), expected);
-            if fix && data.len() >= 18 {
-                prop_assert!(expected);
-            }
+            verifies_as_folded(data, (Ipv6Addr::from_bits(src), Ipv6Addr::from_bits(dst)), protocol, fix, twenty)?;
         }
 
         #[test]

@@ -139,7 +139,12 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
         if self.checksum() == 0 {
             return A::UDP_CHECKSUM_OPTIONAL;
         }
-        checksum::fold(self.sum(src, dst)) == 0xffff
+        // The pseudo-header's length is Length, the datagram's (`PseudoHeaderAddr::verifies`
+        // takes the data's): a Length past the buffer sums what the buffer holds.
+        match self.buffer.as_ref().get(..usize::from(self.len())) {
+            Some(datagram) => A::verifies(datagram, src, dst, PROTOCOL_UDP),
+            None => checksum::fold(self.sum(src, dst)) == 0xffff,
+        }
     }
 
     /// The partial sum of the pseudo-header and the datagram, checksum field included.
@@ -336,6 +341,39 @@ mod tests {
         let mut full = bytes;
         UdpPacket::new_unchecked(&mut full[..]).fill_checksum(CLIENT, backend);
         assert_eq!(bytes, full);
+    }
+
+    proptest::proptest! {
+        /// `verify_checksum` against the folded sum of the pseudo-header and Length bytes,
+        /// over both families, with any bytes and Length (within the buffer or past it), the
+        /// checksum perhaps made right first.
+        #[test]
+        fn verify_is_the_folded_sum(
+            mut bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 8..300),
+            length in proptest::prelude::any::<u16>(),
+            within in proptest::prelude::any::<bool>(),
+            fix in proptest::prelude::any::<bool>(),
+            v4 in proptest::prelude::any::<(u32, u32)>(),
+            v6 in proptest::prelude::any::<(u128, u128)>(),
+        ) {
+            let length = if within { length % (bytes.len() as u16 + 1) } else { length };
+            bytes[4..6].copy_from_slice(&length.to_be_bytes());
+            let (src4, dst4) = (Ipv4Addr::from_bits(v4.0), Ipv4Addr::from_bits(v4.1));
+            let (src6, dst6) = (std::net::Ipv6Addr::from_bits(v6.0), std::net::Ipv6Addr::from_bits(v6.1));
+            if fix {
+                UdpPacket::new_unchecked(&mut bytes[..]).fill_checksum(src4, dst4);
+            }
+            let udp = UdpPacket::new_unchecked(&bytes[..]);
+            let folded = |sum: u32| udp.checksum() != 0 && checksum::fold(sum) == 0xffff;
+            proptest::prop_assert_eq!(
+                udp.verify_checksum(src4, dst4),
+                udp.checksum() == 0 || folded(udp.sum(src4, dst4))
+            );
+            proptest::prop_assert_eq!(udp.verify_checksum(src6, dst6), folded(udp.sum(src6, dst6)));
+            if fix && (8..=bytes.len()).contains(&usize::from(length)) {
+                proptest::prop_assert!(udp.verify_checksum(src4, dst4));
+            }
+        }
     }
 
     #[test]
