@@ -446,7 +446,11 @@ fn tracked_seq<A: LeanFamily>(frame: &[u8], lean: &LeanFrame<A>) -> TcpSeq {
     let flags = tcp.flags;
     // SYN (bit 1) and FIN (bit 0) count one each.
     let len = tcp.len + u32::from((flags.0 >> 1) & 1) + u32::from(flags.0 & 1);
-    let wscale = if flags.contains(TcpFlags::SYN) { syn_window_scale(frame, lean) } else { None };
+    // Options only past the TCP header's 20 bytes (Total Length less the network header and
+    // the data): a SYN without any (the common SYN-ACK of a benchmark, a stack that sends
+    // none) pays no call.
+    let options = u32::from(lean.seg.total).wrapping_sub(A::L4_OFFSET as u32 + tcp.len) > 20;
+    let wscale = if flags.contains(TcpFlags::SYN) && options { syn_window_scale(frame, lean) } else { None };
     TcpSeq { len, wscale, ..tcp }
 }
 
