@@ -52,7 +52,10 @@
 //! may have removed or replaced it); for a new flow, where its probe run ended, only while no
 //! flow was removed and that slot is still empty ([`crate::conntrack::Vacancy`]); a new
 //! flow's front door and ring endpoint, which depend on nothing but the key and the burst's
-//! table; the route, checked against its destination.
+//! table; the route, checked against its destination. A plain SYN's segment
+//! ([`FlowHint::V4`]), which stage 1 took whole after every check the general parse makes of
+//! it, stands for that parse ([`ipv4::hinted_syn`]): the frame's bytes do not change
+//! between the two, as for [`FrameHints::l3_checked`].
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
@@ -152,7 +155,7 @@ pub fn process_burst<B: AsMut<[u8]>>(
         }
         for j in bits(chunk_frames & !(lean_frames | lean6_frames)) {
             match &st.hints.frames[base + j].flow {
-                Some(FlowHint::V4(key, hash)) => probe(st, table, key, *hash, &mut ahead[j]),
+                Some(FlowHint::V4(key, hash, _)) => probe(st, table, key, *hash, &mut ahead[j]),
                 Some(FlowHint::V6(key, hash)) => probe(st, table, key, *hash, &mut ahead[j]),
                 None => ahead[j] = Ahead::Done,
             }
@@ -600,7 +603,7 @@ fn prefetch_reply_slot<A: Family>(
 /// [`process`] makes beyond what a safe parse needs), hashed for its family's conntrack
 /// (`v4` or `v6`), whose index slots for it are prefetched (for a SYN, a key almost
 /// certainly absent, the next index line too: [`prefetch`]); no flow key for anything else;
-/// whether the IPv4 header's checksum was found correct on the way. An IPv4 frame the lean path may take (stage 1's parse found its [`super::hint::LeanSegment`])
+/// whether the IPv4 header's checksum was found correct on the way. An IPv4 frame the lean path may take (stage 1's parse found its [`super::hint::LeanSegment`], and it is not a SYN)
 /// has its hints written into `lean`: returns true (its slot of `hints.frames` is then
 /// stale); an IPv6 one into its slot of `hints.lean6`, with bit `j` set in
 /// `lean6_frames`, and returns false; any
@@ -702,7 +705,7 @@ fn hint_parsed(
 
 /// [`hint`] of an IPv4 frame whose flow key `key` the early parse found (`opens`: a SYN;
 /// `checked`: its header checksum found correct; `lean.seg` the [`super::hint::LeanSegment`]
-/// it wrote, if any): hashed and prefetched, into `lean` for one the lean path may take
+/// it wrote, if any: a lean frame's, or a SYN's, which goes with the general hint): hashed and prefetched, into `lean` for one the lean path may take
 /// (returns true), else into its slot `slot` of `hints.frames` (returns false).
 #[inline(always)]
 fn hint_ipv4(
@@ -714,7 +717,8 @@ fn hint_ipv4(
     lean: &mut LeanFrame,
 ) -> bool {
     let hash = prefetch(v4, &key, opens);
-    if lean.seg.is_lean() {
+    // A SYN's segment is not a lean frame's: it goes with the general hint.
+    if lean.seg.is_lean() && !opens {
         lean.key = key;
         lean.hash = hash;
         return true;
@@ -724,7 +728,8 @@ fn hint_ipv4(
     out.candidate = None;
     out.route = None;
     out.new_flow = None;
-    out.flow = Some(FlowHint::V4(key, hash));
+    // With a SYN's segment where the parse took it whole; none for anything else.
+    out.flow = Some(FlowHint::V4(key, hash, lean.seg));
     out.l3_checked = checked;
     false
 }

@@ -7,7 +7,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use super::hint::FlowHint;
+use super::hint::{FlowHint, LeanSegment};
 use super::state::FragmentTarget;
 use super::WorkerState;
 use crate::conntrack::synproxy::Keyed;
@@ -108,7 +108,7 @@ impl Family for Ipv4Addr {
     #[inline]
     fn hinted_hash(st: &mut WorkerState, key: &FlowKey<Self>) -> Option<u64> {
         match st.hints.current().flow.take() {
-            Some(FlowHint::V4(hinted, hash)) if hinted == *key => Some(hash),
+            Some(FlowHint::V4(hinted, hash, _)) if hinted == *key => Some(hash),
             _ => None,
         }
     }
@@ -116,14 +116,14 @@ impl Family for Ipv4Addr {
     #[inline(always)]
     fn hinted_key(hint: &Option<FlowHint>) -> Option<&FlowKey<Self>> {
         match hint {
-            Some(FlowHint::V4(key, _)) => Some(key),
+            Some(FlowHint::V4(key, ..)) => Some(key),
             _ => None,
         }
     }
 
     #[inline(always)]
     fn flow_hint(key: FlowKey<Self>, hash: u64) -> FlowHint {
-        FlowHint::V4(key, hash)
+        FlowHint::V4(key, hash, LeanSegment::NONE)
     }
 
     /// A TCP or UDP packet without IPv4 options whose transport header is whole and whose

@@ -9,7 +9,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::conntrack::tcp::Segment as TcpSegment;
-use crate::conntrack::{Address, Candidate, Direction, FlowId, FlowKey, TcpSeq};
+use crate::conntrack::{window, Address, Candidate, Direction, FlowId, FlowKey, TcpSeq};
 use crate::wire::{IpProtocol, SctpPacket, TcpFlags, TcpPacket, UdpPacket};
 
 /// Frames [`super::process_burst`] has in flight at once (a chunk of its burst): from a
@@ -104,7 +104,8 @@ pub(super) struct LeanFrame<A: Address = Ipv4Addr> {
     pub id: FlowId,
     /// ... and the direction of the key's tuple.
     pub direction: Direction,
-    /// What stage 1's parse found ([`LeanSegment::NONE`]: not a lean frame).
+    /// What stage 1's parse found ([`LeanSegment::NONE`]: not a lean frame; nor is a plain
+    /// SYN's, which stage 1 hands on in [`FlowHint::V4`]).
     pub seg: LeanSegment,
 }
 
@@ -137,7 +138,9 @@ impl LeanFrame {
 /// L4 checksum. The flow key is the frame's
 /// [`FlowHint`]. Anything else is parsed again by the general path: its segment is
 /// [`LeanSegment::NONE`] (a Total Length of 0, which no parsed packet has), so that a parse
-/// writes the fields alone, with no `Option` around them.
+/// writes the fields alone, with no `Option` around them. Stage 1's plain IPv4 parse writes
+/// a plain SYN's (without ACK or RST: [`lean_or_syn_flags`]) too, which is no lean frame's:
+/// it goes to the general path in [`FlowHint::V4`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(super) struct LeanSegment {
     /// The interface the frame arrived on ([`super::link::Rx::iface`]).
@@ -184,6 +187,16 @@ pub(super) fn lean_tcp_flags(flags: TcpFlags) -> bool {
     flags.0 & (syn | ack) == ack || flags.0 & (syn | rst) == rst || flags.0 & (syn | rst | ack) == syn | ack
 }
 
+/// Whether stage 1's plain parse writes the [`LeanSegment`] of a TCP segment with control
+/// flags `flags`: [`lean_tcp_flags`], or a SYN without ACK or RST ([`FlowHint::V4`]): ACK
+/// without SYN, RST without SYN, or SYN without RST. The first compare is the one an
+/// established packet's flags pass, as in [`lean_tcp_flags`].
+#[inline(always)]
+pub(super) fn lean_or_syn_flags(flags: TcpFlags) -> bool {
+    let (syn, rst, ack) = (TcpFlags::SYN.0, TcpFlags::RST.0, TcpFlags::ACK.0);
+    flags.0 & (syn | ack) == ack || flags.0 & (syn | rst) == rst || flags.0 & (syn | rst) == syn
+}
+
 impl LeanSegment {
     /// No lean frame's: what the early parse leaves for a frame the lean path cannot take.
     pub const NONE: Self = Self {
@@ -206,6 +219,34 @@ impl LeanSegment {
     #[inline(always)]
     pub fn is_lean(&self) -> bool {
         self.total != 0
+    }
+
+    /// The window-tracking fields of the segment as [`super::flow::tcp_seq`] reads them:
+    /// SEG.LEN with the SYN's and FIN's counts (`tcp.len` has neither), and on a SYN whose
+    /// TCP header has options (Total Length past `l4_offset`, the transport header's offset
+    /// in the network packet, its 20 bytes and the data) the Window Scale option that
+    /// `window_scale` reads from the frame; without options it pays no call (a SYN-ACK
+    /// without any, 33 instructions).
+    #[inline(always)]
+    pub fn tcp_seq(&self, l4_offset: usize, window_scale: impl FnOnce() -> Option<u8>) -> TcpSeq {
+        let tcp = self.tcp;
+        let flags = tcp.flags;
+        // SYN (bit 1) and FIN (bit 0) count one each.
+        let len = tcp.len + u32::from((flags.0 >> 1) & 1) + u32::from(flags.0 & 1);
+        let options = u32::from(self.total).wrapping_sub(l4_offset as u32 + tcp.len) > 20;
+        let wscale = if flags.contains(TcpFlags::SYN) && options { window_scale() } else { None };
+        TcpSeq { len, wscale, ..tcp }
+    }
+
+    /// The Window Scale option of the segment's SYN in `frame` (its transport header
+    /// `l4_offset` bytes into the network packet), as [`window::window_scale_option`] finds
+    /// it among the TCP header's options; `None` without one. Out of line: a SYN's with
+    /// options only.
+    #[inline(never)]
+    pub fn syn_window_scale(&self, frame: &[u8], l4_offset: usize) -> Option<u8> {
+        let l3 = usize::from(self.l2_len);
+        let l4 = frame.get(l3 + l4_offset..l3 + usize::from(self.total))?;
+        window::window_scale_option(TcpPacket::new_checked(l4).ok()?.options())
     }
 }
 
@@ -272,8 +313,19 @@ impl HintRing {
 /// computed ahead of [`super::process`].
 #[derive(Clone, Copy, Debug)]
 pub(super) enum FlowHint {
-    /// An IPv4 flow key and its hash in the worker's IPv4 conntrack.
-    V4(FlowKey<Ipv4Addr>, u64),
+    /// An IPv4 flow key and its hash in the worker's IPv4 conntrack, and the segment of a
+    /// TCP SYN (without ACK or RST) that stage 1's parse found plain and took whole, as it
+    /// takes a lean frame's (`super::ipv4::flow_key_plain`: link layer as
+    /// [`super::link::receive`] finds it, IPv4 header without options and its checksum
+    /// verified, not a fragment, TTL above 1, the TCP header whole, no partial L4
+    /// checksum; [`LeanSegment::NONE`], a Total Length of 0, for any other frame). The
+    /// general path builds the frame's `Segment` from the key and this segment
+    /// (`super::ipv4::hinted_syn`) instead of parsing the frame again: the same one
+    /// `super::ipv4::segment_plain` finds (the frame's bytes do not change between the
+    /// two). Here, not beside the hint in [`FrameHints`]: an IPv4 key and its segment take
+    /// no more room than an IPv6 key, where 24 bytes more in every slot cost an
+    /// established reply packet 3 instructions (the burst loop's registers).
+    V4(FlowKey<Ipv4Addr>, u64, LeanSegment),
     /// An IPv6 flow key and its hash in the worker's IPv6 conntrack.
     V6(FlowKey<Ipv6Addr>, u64),
 }

@@ -26,8 +26,9 @@ use crate::wire::{checksum, IpProtocol, Ipv4Packet, TcpFlags, TcpPacket, UdpPack
 /// SYN without ACK (a connection opening: its key is almost certainly not tracked yet); and
 /// into `lean` (in place: the hint slot, no copy through the return value) the
 /// [`LeanSegment`] of a frame the lean established path may take (see there for what that
-/// needs: this is the one parse such a frame gets), left as it was for anything else (the
-/// caller sets [`LeanSegment::NONE`] first).
+/// needs: this is the one parse such a frame gets), or of a plain SYN (the same checks;
+/// for the general path, [`hint::FlowHint::V4`]: the caller tells the two apart by the
+/// flag), left as it was for anything else (the caller sets [`LeanSegment::NONE`] first).
 /// `None` for anything but TCP, UDP and SCTP, fragments included (`lean` then unchanged).
 /// `l3_checked` is set when the header checksum was found correct (or vouched for by the
 /// device) on the way ([`super::hint::FrameHints::l3_checked`]), left as it was otherwise.
@@ -105,15 +106,10 @@ pub(super) fn flow_key_plain(
                 return None;
             }
             let flags = TcpFlags(h[33]);
-            if plain && hint::lean_tcp_flags(flags) {
-                // `hint::as_lean(flow::tcp_seq(..))` of such a segment: no SYN or FIN to count,
-                // no option read (`LeanSegment::tcp`).
-                // Field by field, `tcp.wscale` left as it is: `None` in every `LeanSegment`
-                // (`LeanSegment::tcp`), so no store for it.
-                debug_assert_eq!(lean.tcp.wscale, None);
-                (lean.iface, lean.l2_len, lean.total) = (rx.iface, rx.l2_len as u8, total);
-                (lean.tcp.flags, lean.tcp.seq, lean.tcp.ack) = (flags, be32(24), be32(28));
-                (lean.tcp.window, lean.tcp.len) = (be16(34), u32::from(l4_len - doff));
+            // A lean frame's segment, or a SYN's (for the general path, `FlowHint::V4`): the
+            // caller tells them apart by `opens`.
+            if plain && hint::lean_or_syn_flags(flags) {
+                tcp_segment(h, rx, total, u32::from(l4_len - doff), lean);
             }
             // `TcpSegment::of(flags) == TcpSegment::Syn` in one compare: SYN without ACK or RST.
             flags.0 & (TcpFlags::SYN.0 | TcpFlags::ACK.0 | TcpFlags::RST.0) == TcpFlags::SYN.0
@@ -141,6 +137,21 @@ pub(super) fn flow_key_plain(
     };
     *l3_checked = checked;
     Some((key, opens))
+}
+
+/// Writes into `lean` the [`LeanSegment`] of the plain TCP segment whose first [`PLAIN_LEN`]
+/// bytes are `h` (the frame's link layer `rx`, Total Length `total`, `data` octets of data):
+/// `hint::as_lean(flow::tcp_seq(..))` of it, the SYN's and FIN's counts out, no option read
+/// (`LeanSegment::tcp`). Field by field, `tcp.wscale` left as it is: `None` in every
+/// `LeanSegment` (`LeanSegment::tcp`), so no store for it.
+#[inline(always)]
+fn tcp_segment(h: &[u8; PLAIN_LEN], rx: &Rx, total: u16, data: u32, lean: &mut LeanSegment) {
+    let be16 = |at: usize| u16::from_be_bytes([h[at], h[at + 1]]);
+    let be32 = |at: usize| u32::from_be_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
+    debug_assert_eq!(lean.tcp.wscale, None);
+    (lean.iface, lean.l2_len, lean.total) = (rx.iface, rx.l2_len as u8, total);
+    (lean.tcp.flags, lean.tcp.seq, lean.tcp.ack) = (TcpFlags(h[33]), be32(24), be32(28));
+    (lean.tcp.window, lean.tcp.len) = (be16(34), data);
 }
 
 /// [`flow_key`] read with checked views: every packet [`flow_key_plain`] does not take.
@@ -206,11 +217,13 @@ fn source_routed(options: &[u8]) -> bool {
     false
 }
 
-/// Handles the IPv4 packet after the link-layer header of `frame`: a plain TCP or UDP
-/// packet read at fixed offsets ([`segment_plain`]), anything else with checked views
+/// Handles the IPv4 packet after the link-layer header of `frame`: a SYN whose segment
+/// stage 1 of a burst took whole from its hints ([`hinted_syn`]), any other plain TCP or
+/// UDP packet read at fixed offsets ([`segment_plain`]), anything else with checked views
 /// ([`segment`]), then its flow ([`flow::handle`]).
 pub(super) fn handle(now: u64, frame: &mut [u8], rx: &Rx, table: &Table, st: &mut WorkerState) -> Verdict {
-    let seg = match segment_plain(frame, rx, st.hints.current_ref().l3_checked) {
+    let hints = st.hints.current_ref();
+    let seg = match hinted_syn(frame, rx, hints).or_else(|| segment_plain(frame, rx, hints.l3_checked)) {
         Some(seg) => seg,
         None => match segment(now, frame, rx, table, st) {
             Ok(seg) => seg,
@@ -218,6 +231,32 @@ pub(super) fn handle(now: u64, frame: &mut [u8], rx: &Rx, table: &Table, st: &mu
         },
     };
     flow::handle(now, frame, rx, table, st, &seg)
+}
+
+/// The [`Segment`] of the SYN after the link-layer header `rx` of `frame` whose segment stage
+/// 1 of a burst took whole ([`hint::FlowHint::V4`], the frame's hints `hints`), built from
+/// the hint's key and segment: the one [`segment_plain`] finds (a property test compares
+/// them: `pipeline/tests/stage1.rs`), the TTL and a Window Scale option read from the
+/// frame. `None` for any other frame.
+#[inline(always)]
+pub(super) fn hinted_syn(frame: &[u8], rx: &Rx, hints: &hint::FrameHints) -> Option<Segment<Ipv4Addr>> {
+    let Some(hint::FlowHint::V4(key, _, syn)) = &hints.flow else { return None };
+    if !syn.is_lean() {
+        return None;
+    }
+    Some(Segment {
+        src: key.src_addr,
+        dst: key.dst_addr,
+        proto: IpProtocol::Tcp,
+        ttl: *frame.get(rx.l2_len + 8)?,
+        l4_offset: usize::from(IP),
+        total: usize::from(syn.total),
+        sport: key.src_port,
+        dport: key.dst_port,
+        tcp: syn.tcp_seq(usize::from(IP), || syn.syn_window_scale(frame, usize::from(IP))),
+        sctp: Chunks::default(),
+        first_fragment: None,
+    })
 }
 
 /// What [`segment`] finds for a packet whose first [`PLAIN_LEN`] bytes are in the frame,

@@ -437,27 +437,20 @@ pub(super) fn forward_tracked<A: LeanFamily>(
 }
 
 /// The window-tracking fields of lean `frame`'s TCP segment (hints `lean`) as
-/// [`super::flow::tcp_seq`] reads them: SEG.LEN with the SYN's and FIN's counts
-/// ([`super::hint::LeanSegment::tcp`] has neither), and on a SYN the Window Scale option,
-/// read from the frame (out of line: a SYN-ACK's).
+/// [`super::flow::tcp_seq`] reads them ([`super::hint::LeanSegment::tcp_seq`]), a SYN's
+/// Window Scale option read by [`syn_window_scale`].
 #[inline(always)]
 fn tracked_seq<A: LeanFamily>(frame: &[u8], lean: &LeanFrame<A>) -> TcpSeq {
-    let tcp = lean.seg.tcp;
-    let flags = tcp.flags;
-    // SYN (bit 1) and FIN (bit 0) count one each.
-    let len = tcp.len + u32::from((flags.0 >> 1) & 1) + u32::from(flags.0 & 1);
-    let wscale = if flags.contains(TcpFlags::SYN) { syn_window_scale(frame, lean) } else { None };
-    TcpSeq { len, wscale, ..tcp }
+    lean.seg.tcp_seq(A::L4_OFFSET, || syn_window_scale(frame, lean))
 }
 
-/// The Window Scale option of lean `frame`'s SYN (hints `lean`), as
-/// [`window::window_scale_option`] finds it among the TCP header's options; `None` without
-/// one. Stage 1 checked the Data Offset against the segment.
+/// The Window Scale option of lean `frame`'s SYN (hints `lean`):
+/// [`super::hint::LeanSegment::syn_window_scale`] in a copy of the family's own (taking the
+/// frame's hints whole, a SYN-ACK's call in `forward_tracked` passes one argument less:
+/// 3 instructions a handshake's ACK and a close's RST, the call sites' registers).
 #[inline(never)]
 fn syn_window_scale<A: LeanFamily>(frame: &[u8], lean: &LeanFrame<A>) -> Option<u8> {
-    let l3 = usize::from(lean.seg.l2_len);
-    let l4 = frame.get(l3 + A::L4_OFFSET..l3 + usize::from(lean.seg.total))?;
-    window::window_scale_option(TcpPacket::new_checked(l4).ok()?.options())
+    lean.seg.syn_window_scale(frame, A::L4_OFFSET)
 }
 
 /// Whether the TCP checksum of lean `frame` (hints `lean`) is correct ([RFC 9293 § 3.1],

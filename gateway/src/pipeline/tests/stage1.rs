@@ -6,8 +6,10 @@
 //! tags, foreign, broadcast and multicast MACs, with any of the bytes stage 1 tests changed,
 //! with the header checksum set right afterwards or not, cut short, on any port (of a host
 //! with VLAN interfaces or without), with any of the driver's flags — stage 1 must hand on
-//! the very flow key, lean segment and hash the full parse gives (or none), and claim a
-//! correct header checksum only for a header that has one.
+//! the very flow key, lean segment and hash the full parse gives (or none), claim a
+//! correct header checksum only for a header that has one, and keep a SYN's segment for the
+//! general path (`FlowHint::V4`) only as the general parse finds it
+//! (`link::receive`, `ipv4::segment_plain`).
 
 use std::net::Ipv6Addr;
 
@@ -182,12 +184,20 @@ fn stage_1_agrees(st: &mut WorkerState, f: &[u8], meta: Meta) -> Result<(), Test
                 prop_assert!(header_ok(&rx), "a lean frame's header checksum is correct");
             } else {
                 prop_assert_eq!(lean4, 0);
-                let Some(FlowHint::V4(k, h)) = hints.flow else {
+                let Some(FlowHint::V4(k, h, syn)) = hints.flow else {
                     return Err(TestCaseError::fail(format!("no IPv4 hint: {:?}", hints.flow)));
                 };
                 prop_assert_eq!((k, h), (key, hash));
                 prop_assert!(!hints.l3_checked || header_ok(&rx), "a header checked that is not correct");
                 prop_assert!(hints.candidate.is_none() && hints.route.is_none() && hints.new_flow.is_none());
+                // A SYN's segment kept for the general path: the link layer and segment
+                // its parse finds.
+                if syn.is_lean() {
+                    let hinted = crate::pipeline::ipv4::hinted_syn(f, &rx, hints);
+                    let plain = crate::pipeline::ipv4::segment_plain(f, &rx, false);
+                    prop_assert!(plain.is_some(), "a SYN's segment kept that the plain parse refuses");
+                    prop_assert_eq!(format!("{hinted:?}"), format!("{plain:?}"));
+                }
             }
         }
         Ok((rx, EtherType::Ipv6)) => {
@@ -241,7 +251,7 @@ proptest! {
 /// again or not.
 #[test]
 fn every_byte_stage_1_reads_changed_in_turn() {
-    let (mut st, mut lean) = (state(0, 1), 0);
+    let (mut st, mut lean, mut syns) = (state(0, 1), 0, 0);
     for base in [
         frames::tcp(to_gw(), CLIENT, (VIP, 80), TcpFlags::ACK, 1000, 2000, b"data", 64),
         frames::tcp(to_gw(), CLIENT, (VIP, 80), TcpFlags::SYN, 1000, 0, b"", 64),
@@ -264,6 +274,8 @@ fn every_byte_stage_1_reads_changed_in_turn() {
         }
         let mut leans = [LeanFrame::EMPTY; PREFETCH_WINDOW];
         lean += crate::pipeline::burst::stage_1(&mut [base], &[meta], &mut st, &mut leans, 0).0;
+        syns += u32::from(matches!(st.hints.frames[0].flow, Some(FlowHint::V4(_, _, syn)) if syn.is_lean()));
     }
     assert_eq!(lean, 2, "the established segment and the datagram are lean");
+    assert_eq!(syns, 1, "the SYN's segment is kept for the general path");
 }
