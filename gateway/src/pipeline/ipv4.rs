@@ -65,8 +65,8 @@ const IP: u16 = Ipv4Packet::<&[u8]>::HEADER_LEN as u16;
 fn plain_header<'f>(frame: &'f [u8], rx: &Rx) -> Option<(&'f [u8; PLAIN_LEN], &'f [u8], u16, u16)> {
     let packet = frame.get(rx.l2_len..rx.len)?;
     let h: &[u8; PLAIN_LEN] = packet.first_chunk()?;
-    let total = u16::from_be_bytes([h[2], h[3]]);
-    if h[0] != 0x45 || usize::from(total) > packet.len() || u16::from_be_bytes([h[6], h[7]]) & 0x3fff != 0 {
+    let total = be16(h, 2);
+    if h[0] != 0x45 || usize::from(total) > packet.len() || be16(h, 6) & 0x3fff != 0 {
         return None;
     }
     Some((h, packet, total, total.checked_sub(IP)?))
@@ -89,13 +89,11 @@ pub(super) fn flow_key_plain(
     l3_checked: &mut bool,
 ) -> Option<(FlowKey, bool)> {
     let (h, _, total, l4_len) = plain_header(frame, rx)?;
-    let be16 = |at: usize| u16::from_be_bytes([h[at], h[at + 1]]);
-    let be32 = |at: usize| u32::from_be_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
     let checked = rx.l3_csum_good || h.first_chunk().is_some_and(checksum::ipv4_header_ok);
     let plain = h[8] > 1 && !rx.l4_csum_partial && checked;
     let protocol = h[9];
     // Both ports as one word: the key's hash takes them as one.
-    let ports = be32(20);
+    let ports = be32(h, 20);
     let (src_port, dst_port) = ((ports >> 16) as u16, ports as u16);
     let opens = match IpProtocol::from(protocol) {
         IpProtocol::Tcp => {
@@ -117,7 +115,7 @@ pub(super) fn flow_key_plain(
         IpProtocol::Udp => {
             // `UdpPacket::new_checked`: the 8-byte header whole, Length 8 or more and within
             // the datagram.
-            let length = be16(24);
+            let length = be16(h, 24);
             if l4_len < 8 || length < 8 || length > l4_len {
                 return None;
             }
@@ -130,13 +128,26 @@ pub(super) fn flow_key_plain(
     };
     let key = FlowKey {
         protocol,
-        src_addr: Ipv4Addr::from_bits(be32(12)),
+        src_addr: Ipv4Addr::from_bits(be32(h, 12)),
         src_port,
-        dst_addr: Ipv4Addr::from_bits(be32(16)),
+        dst_addr: Ipv4Addr::from_bits(be32(h, 16)),
         dst_port,
     };
     *l3_checked = checked;
     Some((key, opens))
+}
+
+/// The big-endian 16-bit field at octet `at` of a plain packet's first [`PLAIN_LEN`] bytes
+/// (`at` a constant at every call: no bounds check is left).
+#[inline(always)]
+fn be16(h: &[u8; PLAIN_LEN], at: usize) -> u16 {
+    u16::from_be_bytes([h[at], h[at + 1]])
+}
+
+/// The big-endian 32-bit field at octet `at` of a plain packet's first [`PLAIN_LEN`] bytes.
+#[inline(always)]
+fn be32(h: &[u8; PLAIN_LEN], at: usize) -> u32 {
+    u32::from_be_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]])
 }
 
 /// Writes into `lean` the [`LeanSegment`] of the plain TCP segment whose first [`PLAIN_LEN`]
@@ -146,12 +157,10 @@ pub(super) fn flow_key_plain(
 /// `LeanSegment` (`LeanSegment::tcp`), so no store for it.
 #[inline(always)]
 fn tcp_segment(h: &[u8; PLAIN_LEN], rx: &Rx, total: u16, data: u32, lean: &mut LeanSegment) {
-    let be16 = |at: usize| u16::from_be_bytes([h[at], h[at + 1]]);
-    let be32 = |at: usize| u32::from_be_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
     debug_assert_eq!(lean.tcp.wscale, None);
     (lean.iface, lean.l2_len, lean.total) = (rx.iface, rx.l2_len as u8, total);
-    (lean.tcp.flags, lean.tcp.seq, lean.tcp.ack) = (TcpFlags(h[33]), be32(24), be32(28));
-    (lean.tcp.window, lean.tcp.len) = (be16(34), data);
+    (lean.tcp.flags, lean.tcp.seq, lean.tcp.ack) = (TcpFlags(h[33]), be32(h, 24), be32(h, 28));
+    (lean.tcp.window, lean.tcp.len) = (be16(h, 34), data);
 }
 
 /// [`flow_key`] read with checked views: every packet [`flow_key_plain`] does not take.
@@ -268,8 +277,6 @@ pub(super) fn hinted_syn(frame: &[u8], rx: &Rx, hints: &hint::FrameHints) -> Opt
 #[inline]
 pub(super) fn segment_plain(frame: &[u8], rx: &Rx, l3_checked: bool) -> Option<Segment<Ipv4Addr>> {
     let (h, packet, total, l4_len) = plain_header(frame, rx)?;
-    let be16 = |at: usize| u16::from_be_bytes([h[at], h[at + 1]]);
-    let be32 = |at: usize| u32::from_be_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
     if !(rx.l3_csum_good || l3_checked || h.first_chunk().is_some_and(checksum::ipv4_header_ok)) {
         return None;
     }
@@ -291,12 +298,12 @@ pub(super) fn segment_plain(frame: &[u8], rx: &Rx, l3_checked: bool) -> Option<S
             let len = u32::from(l4_len - doff)
                 .wrapping_add(u32::from(flags.contains(TcpFlags::SYN)))
                 .wrapping_add(u32::from(flags.contains(TcpFlags::FIN)));
-            (IpProtocol::Tcp, TcpSeq { flags, seq: be32(24), ack: be32(28), window: be16(34), len, wscale })
+            (IpProtocol::Tcp, TcpSeq { flags, seq: be32(h, 24), ack: be32(h, 28), window: be16(h, 34), len, wscale })
         }
         IpProtocol::Udp => {
             // `UdpPacket::new_checked`: the 8-byte header whole, Length 8 or more and within
             // the datagram.
-            let length = be16(24);
+            let length = be16(h, 24);
             if l4_len < 8 || length < 8 || length > l4_len {
                 return None;
             }
@@ -305,14 +312,14 @@ pub(super) fn segment_plain(frame: &[u8], rx: &Rx, l3_checked: bool) -> Option<S
         _ => return None,
     };
     Some(Segment {
-        src: Ipv4Addr::from_bits(be32(12)),
-        dst: Ipv4Addr::from_bits(be32(16)),
+        src: Ipv4Addr::from_bits(be32(h, 12)),
+        dst: Ipv4Addr::from_bits(be32(h, 16)),
         proto,
         ttl: h[8],
         l4_offset: usize::from(IP),
         total: usize::from(total),
-        sport: be16(20),
-        dport: be16(22),
+        sport: be16(h, 20),
+        dport: be16(h, 22),
         tcp,
         sctp: Chunks::default(),
         first_fragment: None,
