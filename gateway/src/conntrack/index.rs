@@ -208,6 +208,18 @@ impl Index {
         self.slots[pos] = u64::from(tag) | fingerprint_field(hash) | (displacement << DISP_SHIFT);
     }
 
+    /// [`Index::place`] at `pos`, which must be empty: the slot a probe for the key found
+    /// ending its run, with nothing indexed since (the original tuple of
+    /// [`super::Conntrack::insert_hashed`], placed first). No walk for the empty slot
+    /// `place` would stop at at once. O(1).
+    #[inline]
+    pub(super) fn place_vacant(&mut self, pos: usize, hash: u64, tag: u32) {
+        debug_assert!(u64::from(tag) <= TAG_MASK);
+        debug_assert_eq!(self.slots.get(pos), Some(&EMPTY), "a slot in use");
+        let displacement = self.distance(self.home(hash), pos).min(self.disp_cap);
+        self.slots[pos] = u64::from(tag) | fingerprint_field(hash) | (displacement << DISP_SHIFT);
+    }
+
     /// Removes `tag`, indexed for a key with hash `hash`, and closes the gap by shifting later
     /// entries of the run back (Knuth, TAOCP vol. 3, § 6.4, Algorithm R). `home_of(tag)` must
     /// return the home slot of another tag's key; it is called only for entries whose stored

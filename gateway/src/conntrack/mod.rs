@@ -1590,7 +1590,8 @@ impl<A: Address> Conntrack<A> {
         self.records[id as usize] = Record::pack(flow, snat as u8);
         self.live[id as usize / 64] |= 1 << (id % 64);
         self.len += 1;
-        self.index.place(original_pos, original_hash, tag(id, Direction::Original));
+        // Empty either way: the vacancy held (`holds`), or `vacant` found it.
+        self.index.place_vacant(original_pos, original_hash, tag(id, Direction::Original));
         // If the original tuple took `reply_pos`, `place` moves on to the next empty slot,
         // which is still in the reply tuple's probe run.
         self.index.place(reply_pos, reply_hash, tag(id, Direction::Reply));
