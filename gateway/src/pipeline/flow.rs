@@ -921,8 +921,9 @@ fn snat_port<A: Family>(
 /// tuple that is unique): an endpoint's segment of the old connection still on its way (a
 /// SYN-ACK to a SYN the closed flow forwarded, a retransmission) reaches that client, which
 /// owns it, where a port given back to the pool could have taken it to another client's
-/// connection on the same port.
-#[inline]
+/// connection on the same port. Always inlined: called only where `new_flow` has a closed
+/// flow (in `reopen`; `handle`'s copy has none), where `#[inline]` left it a call.
+#[inline(always)]
 fn keeps_port<A: Family>(st: &WorkerState, old: &FlowKey<A>, endpoint: (A, u16), out: u8) -> bool {
     (old.src_addr, old.src_port) == endpoint && st.host.snat_addresses_on::<A>(out).contains(&old.dst_addr)
 }
