@@ -56,8 +56,31 @@ pub(super) fn choose<'s, A: Family>(
 /// `nq`: the endpoints' connection counts now; `dh`: the bucket of the destination (the
 /// front door's address); `sh`: the bucket of the client's address; `random`: the worker's
 /// generator. `None` without backends.
-#[inline]
+///
+/// Always inlined (into [`choose`]), Maglev's choice with it, every other scheduler's out
+/// of line ([`schedule_other`]): with `#[inline]` the whole match was a second call under
+/// `choose` for a flow a closed one's tuple reopens (no burst's hint names its endpoint).
+#[inline(always)]
 fn schedule<'s, A: Family>(
+    service: &'s ServiceRing<'_>,
+    service_id: u32,
+    key: &FlowKey<A>,
+    ring_backend: Option<u32>,
+    st: &mut WorkerState,
+) -> Option<&'s Backend> {
+    if st.host.scheduler == Scheduler::Maglev {
+        return match ring_backend {
+            Some(position) => service.backends.get(position as usize),
+            None => service.pick(ring_hash(service, key)),
+        };
+    }
+    schedule_other(service, service_id, key, ring_backend, st)
+}
+
+/// [`schedule`] of every scheduler but Maglev (whose arm is here too, the same choice, so
+/// that the match needs no arm that cannot happen).
+#[inline(never)]
+fn schedule_other<'s, A: Family>(
     service: &'s ServiceRing<'_>,
     service_id: u32,
     key: &FlowKey<A>,
