@@ -11,11 +11,12 @@ use super::WorkerState;
 use crate::affinity::{self, Sticky};
 use crate::conntrack::tcp::TcpState;
 use crate::conntrack::{Address, Flow, FlowKey, FlowState};
+use crate::counters::DropReason;
 use crate::host::Host;
 use crate::maglev;
 use crate::scheduler::{self, Endpoint, Scheduler, Schedulers};
 use crate::table::layout::{self, Backend};
-use crate::table::{ServiceRef, ServiceRing, Table};
+use crate::table::{ServiceRing, Table};
 use crate::wire::IpProtocol;
 
 /// The endpoint for a new flow `key` to `service` (the table's service `service_id`): with
@@ -24,20 +25,44 @@ use crate::wire::IpProtocol;
 /// above the scheduler), else the scheduler's choice ([`schedule`]), remembered for the
 /// client. `ring_backend` is the position among `service`'s backends of the Maglev ring's
 /// choice when the caller already knows it (a burst found it ahead), else `None`.
+///
+/// The service is viewed here, as what choosing reads ([`Table::service_ring`]); its name,
+/// which only affinity needs, is read then (the service viewed whole sliced two table
+/// sections more for every reopened tuple's SYN, and in the caller, took its registers).
+///
+/// # Errors
+/// [`DropReason::NoFrontend`] when `table` has no service `service_id`; `Ok(None)` when it
+/// has no endpoint to choose.
 #[inline]
-pub(super) fn choose<'s, A: Family>(
+pub(super) fn choose<'t, A: Family>(
     now: u64,
-    service: &'s ServiceRef<'_>,
+    table: &'t Table,
     service_id: u32,
     key: &FlowKey<A>,
     ring_backend: Option<u32>,
     st: &mut WorkerState,
-) -> Option<&'s Backend> {
+) -> Result<Option<&'t Backend>, DropReason> {
+    let service = table.service_ring(service_id).ok_or(DropReason::NoFrontend)?;
+    Ok(chosen(now, table, &service, service_id, key, ring_backend, st))
+}
+
+/// [`choose`] from the service's [`ServiceRing`].
+#[inline(always)]
+fn chosen<'t, A: Family>(
+    now: u64,
+    table: &'t Table,
+    service: &ServiceRing<'t>,
+    service_id: u32,
+    key: &FlowKey<A>,
+    ring_backend: Option<u32>,
+    st: &mut WorkerState,
+) -> Option<&'t Backend> {
     if service.affinity_timeout_s == 0 {
         return schedule(service, service_id, key, ring_backend, st);
     }
     let client16 = layout::addr16(key.src_addr.into());
-    let skey = affinity::service_key(service.name_bytes());
+    let name = table.service(service_id).map_or(&[][..], |s| s.name_bytes());
+    let skey = affinity::service_key(name);
     // A remembered endpoint that now only drains takes no new flows: the scheduler decides.
     let remembered = st.affinity.lookup(skey, client16, now).and_then(|s| service.backend(s.addr, s.port));
     let backend = match remembered {
@@ -61,13 +86,13 @@ pub(super) fn choose<'s, A: Family>(
 /// of line ([`schedule_other`]): with `#[inline]` the whole match was a second call under
 /// `choose` for a flow a closed one's tuple reopens (no burst's hint names its endpoint).
 #[inline(always)]
-fn schedule<'s, A: Family>(
-    service: &'s ServiceRing<'_>,
+fn schedule<'t, A: Family>(
+    service: &ServiceRing<'t>,
     service_id: u32,
     key: &FlowKey<A>,
     ring_backend: Option<u32>,
     st: &mut WorkerState,
-) -> Option<&'s Backend> {
+) -> Option<&'t Backend> {
     if st.host.scheduler == Scheduler::Maglev {
         return match ring_backend {
             Some(position) => service.backends.get(position as usize),
@@ -80,13 +105,13 @@ fn schedule<'s, A: Family>(
 /// [`schedule`] of every scheduler but Maglev (whose arm is here too, the same choice, so
 /// that the match needs no arm that cannot happen).
 #[inline(never)]
-fn schedule_other<'s, A: Family>(
-    service: &'s ServiceRing<'_>,
+fn schedule_other<'t, A: Family>(
+    service: &ServiceRing<'t>,
     service_id: u32,
     key: &FlowKey<A>,
     ring_backend: Option<u32>,
     st: &mut WorkerState,
-) -> Option<&'s Backend> {
+) -> Option<&'t Backend> {
     let backends = service.backends;
     let n = backends.len();
     let weight = |_| 1;

@@ -742,8 +742,9 @@ fn new_flow<A: Proxied>(
         (Some(k), _, _) => k,
         (None, Some((fe, _)), Some(endpoint)) => (fe.index, endpoint),
         (None, Some((fe, ring_backend)), None) => {
-            let service = table.service(fe.service).ok_or(Verdict::Drop(DropReason::NoFrontend))?;
-            let Some(backend) = backend::choose(now, &service, fe.service, &key, ring_backend, st) else {
+            let Some(backend) =
+                backend::choose(now, table, fe.service, &key, ring_backend, st).map_err(Verdict::Drop)?
+            else {
                 return Err(reject(frame, rx, st));
             };
             (fe.index, (layout::addr_from16(backend.addr), backend.port.get()))
