@@ -166,12 +166,21 @@ pub(super) fn is_active(protocol: u8, state: &FlowState) -> bool {
 }
 
 /// Counts the new flow `flow` for its endpoint (inactive) when the scheduler counts
-/// connections. Called once the flow is in the conntrack.
-#[inline]
+/// connections. Called once the flow is in the conntrack. The test always inlined, the
+/// count out of line ([`count_opened_now`]): with `#[inline]` the whole was a call for
+/// every new flow, which most schedulers (Maglev's among them) do not count; inlined whole,
+/// it cost a SYN 88 instructions (docs/optimisation-log.md, "New flow, fifth round").
+#[inline(always)]
 pub(super) fn count_opened<A: Address + Into<IpAddr>>(st: &WorkerState, flow: &Flow<A>) {
     if st.host.scheduler.counts_connections() {
-        st.schedulers.connections.opened(&endpoint_of_flow(flow));
+        count_opened_now(st, flow);
     }
+}
+
+/// [`count_opened`]'s count.
+#[inline(never)]
+fn count_opened_now<A: Address + Into<IpAddr>>(st: &WorkerState, flow: &Flow<A>) {
+    st.schedulers.connections.opened(&endpoint_of_flow(flow));
 }
 
 /// Moves `flow`'s count between inactive and active when its state crossed ESTABLISHED
