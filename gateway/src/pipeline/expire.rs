@@ -103,6 +103,15 @@ pub(super) fn flow_ended<A: Family>(st: &mut WorkerState, flow: &Flow<A>) {
     ended(&st.schedulers, &mut st.synproxy, &st.host, flow);
 }
 
+/// Whether a flow that ends has anything to give back ([`flow_ended`]): its count, when the
+/// scheduler counts connections, or a SYN-proxy translation, when the family's map holds
+/// any. Neither in the common case, where a caller on a path of its own (a reopened
+/// tuple's SYN, `flow::reopen`) spares the call.
+#[inline(always)]
+pub(super) fn gives_back<A: Family>(st: &mut WorkerState) -> bool {
+    st.host.scheduler.counts_connections() || !A::map(&mut st.synproxy).is_empty()
+}
+
 /// [`flow_ended`] over the parts of the worker's state it touches.
 fn ended<A: Address + HostAddr + Keyed + Into<IpAddr>>(
     schedulers: &Schedulers,

@@ -21,7 +21,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use super::expire::{flow_ended, remove_flow};
+use super::expire::{flow_ended, gives_back, remove_flow};
 use super::family::Family;
 use super::fragment::{self, Fragment};
 use super::hint::{NewFlowHint, STATE_FLAGS};
@@ -351,7 +351,9 @@ fn reopen<A: Proxied>(
     // one is scheduled); its record stays until `new_flow` renews it in place or removes
     // it.
     let old = A::conntrack(st).get(id);
-    flow_ended(st, &old);
+    if gives_back::<A>(st) {
+        flow_ended(st, &old);
+    }
     // Its front door's index, when validated against this very table (`handle` has
     // revalidated an original packet's flow: always): not looked up again.
     let frontend = (old.state.table_epoch == st.table_epoch(table)).then_some(old.state.frontend);
