@@ -41,7 +41,7 @@ use crate::counters::DropReason;
 use crate::host::Host;
 use crate::nat::Rewrite;
 use crate::table::layout;
-use crate::table::Table;
+use crate::table::{FrontendRef, Table};
 use crate::wire::{EthernetFrame, IpProtocol, MacAddr, TcpFlags, TcpPacket, UdpPacket};
 
 /// The fields of a received TCP, UDP or SCTP packet (IPv4 or IPv6) the flow path uses.
@@ -713,7 +713,11 @@ fn new_flow<A: Proxied>(
         return Err(Verdict::Drop(DropReason::MartianSource));
     }
     let client_route = client.route;
-    if fe.as_ref().is_some_and(|(f, _)| !f.source_ranges.admits(key.src_addr.into())) {
+    // A front door without source ranges admits every client: `admits` (a call) is not
+    // asked for a reopened tuple's flow; `handle`'s copy, where `reopened` is `None`, keeps
+    // the plain call (the test there cost an IPv6 SYN 3–4 instructions: its layout).
+    let unrestricted = |f: &FrontendRef<'_>| reopened.is_some() && f.source_ranges.is_empty();
+    if fe.as_ref().is_some_and(|(f, _)| !unrestricted(f) && !f.source_ranges.admits(key.src_addr.into())) {
         return Err(Verdict::Drop(DropReason::SourceRangeDenied));
     }
     if !st.sources.admit(key.src_addr.into(), now) {
