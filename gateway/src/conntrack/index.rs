@@ -210,8 +210,8 @@ impl Index {
 
     /// [`Index::place`] at `pos`, which must be empty: the slot a probe for the key found
     /// ending its run, with nothing indexed since (the original tuple of
-    /// [`super::Conntrack::insert_hashed`], placed first). No walk for the empty slot
-    /// `place` would stop at at once. O(1).
+    /// [`super::Conntrack::insert_hashed`], placed first): `place`'s walk would stop there
+    /// at once, so there is none. O(1).
     #[inline]
     pub(super) fn place_vacant(&mut self, pos: usize, hash: u64, tag: u32) {
         debug_assert!(u64::from(tag) <= TAG_MASK);
