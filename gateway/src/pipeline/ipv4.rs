@@ -77,7 +77,10 @@ fn plain_header<'f>(frame: &'f [u8], rx: &Rx) -> Option<(&'f [u8; PLAIN_LEN], &'
 /// the same key, flag and [`LeanSegment`] as [`flow_key_checked`], whose checks it makes
 /// ([`Ipv4Packet::new_checked`], [`TcpPacket::new_checked`], [`UdpPacket::new_checked`],
 /// [`Ipv4Packet::verify_checksum`]) on a fixed-size array, so that no read needs its own
-/// bounds check. `None` (and `lean` unchanged) for any other packet: the checked parse
+/// bounds check; and for a plain SYN (SYN without ACK or RST) also the SYN's segment,
+/// which the general path takes from the hint ([`hinted_syn`]) and [`flow_key_checked`]
+/// does not write (its SYNs go to [`segment`]). `None` (and `lean` unchanged) for any
+/// other packet: the checked parse
 /// decides those. Always inlined (stage 1's one call of it): as a plain `#[inline]` it was
 /// called out of line once the crate also instantiated `process_burst` elsewhere (the fuzz
 /// module), +60 instructions per established packet (callgrind, 2026-11-28).
