@@ -689,12 +689,15 @@ impl<B: AsRef<[u8]>> Table<B> {
     pub fn frontend_at(&self, i: usize) -> Option<FrontendRef<'_>> {
         let f = self.frontends().get(i)?;
         let (ro, rn) = (f.source_ranges_offset.get() as usize, f.source_ranges_count.get() as usize);
+        // A front door without source ranges (most) reads no section for them: its list is
+        // empty whatever the offset says, as `get(ro..ro)` below would find it.
+        let ranges = if rn == 0 { &[][..] } else { self.source_ranges().get(ro..ro.saturating_add(rn)).unwrap_or(&[]) };
         Some(FrontendRef {
             // The section header counts front doors in 32 bits (`layout::Section::count`).
             index: i as u32,
             service: f.service_position(),
             kind: FrontendKind::from_number(f.kind).unwrap_or(FrontendKind::ExternalIp),
-            source_ranges: SourceRanges { ranges: self.source_ranges().get(ro..ro.saturating_add(rn)).unwrap_or(&[]) },
+            source_ranges: SourceRanges { ranges },
         })
     }
 
