@@ -94,12 +94,23 @@ fn schedule<'t, A: Family>(
     st: &mut WorkerState,
 ) -> Option<&'t Backend> {
     if st.host.scheduler == Scheduler::Maglev {
-        return match ring_backend {
-            Some(position) => service.backends.get(position as usize),
-            None => service.pick(ring_hash(service, key)),
-        };
+        return maglev(service, key, ring_backend);
     }
     schedule_other(service, service_id, key, ring_backend, st)
+}
+
+/// Maglev's choice among `service`'s ring backends for a new flow `key`: `ring_backend`
+/// when the burst looked it up ahead, else the ring slot of [`ring_hash`] (Maglev §3.4).
+#[inline(always)]
+fn maglev<'t, A: Family>(
+    service: &ServiceRing<'t>,
+    key: &FlowKey<A>,
+    ring_backend: Option<u32>,
+) -> Option<&'t Backend> {
+    match ring_backend {
+        Some(position) => service.backends.get(position as usize),
+        None => service.pick(ring_hash(service, key)),
+    }
 }
 
 /// [`schedule`] of every scheduler but Maglev (whose arm is here too, the same choice, so
@@ -117,12 +128,7 @@ fn schedule_other<'t, A: Family>(
     let weight = |_| 1;
     let load = |i: usize| st.schedulers.connections.load(&endpoint_of(key.protocol, &backends[i]));
     let position = match st.host.scheduler {
-        Scheduler::Maglev => {
-            return match ring_backend {
-                Some(position) => backends.get(position as usize),
-                None => service.pick(ring_hash(service, key)),
-            }
-        }
+        Scheduler::Maglev => return maglev(service, key, ring_backend),
         Scheduler::Rr => scheduler::round_robin(n, st.schedulers.turns.next(service_id)),
         Scheduler::Wrr => scheduler::weighted_round_robin(n, weight, st.schedulers.turns.next(service_id)),
         Scheduler::Lc => scheduler::least_connections(n, load),
