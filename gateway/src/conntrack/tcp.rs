@@ -218,6 +218,16 @@ pub fn transition(state: TcpState, direction: Direction, segment: Segment) -> Tr
     TCP_CONNTRACKS[direction as usize][segment as usize][state as usize]
 }
 
+/// Whether `transition`, from a connection in `old`, opens a new connection on the tuple of
+/// a closed one: SYN_SENT from TIME_WAIT or CLOSE (Linux `tcp_packet`: a SYN_SENT reached
+/// from either destroys the old connection and creates a new one). A client's segment reopens ([`super::Tracked::Reopen`]); an
+/// endpoint's does not ([`super::track_tcp`]). Pure; O(1).
+#[inline(always)]
+#[must_use]
+pub fn reopens(old: TcpState, transition: Transition) -> bool {
+    transition == Transition::To(TcpState::SynSent) && matches!(old, TcpState::TimeWait | TcpState::Close)
+}
+
 /// The state of a connection the gateway has not seen yet, from its first segment (from
 /// the client): SYN opens it in SYN_SENT, a bare ACK picks it up mid-stream in ESTABLISHED
 /// (Linux `tcp_new` with `nf_conntrack_tcp_loose=1`, the default, so a restarted gateway

@@ -154,7 +154,7 @@ pub fn track_tcp(
             mark_seen(state, direction);
             return Tracked::Ignored;
         }
-        Transition::To(TcpState::SynSent) if matches!(old, TcpState::TimeWait | TcpState::Close) => {
+        t if tcp::reopens(old, t) => {
             // A client's SYN reopens; an endpoint's SYN to a closed flow opens nothing
             // through the gateway (only clients open connections through a front door).
             return if direction == Direction::Original { Tracked::Reopen } else { Tracked::Invalid };

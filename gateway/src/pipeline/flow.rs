@@ -438,8 +438,8 @@ fn frontend_index<A: Family>(table: &Table, epoch: u16, flow: &Flow<A>) -> Optio
 }
 
 /// Whether [`track`] would answer [`Tracked::Reopen`] for `seg` on flow `id` in direction
-/// `dir`: a client's SYN that the state table moves from TIME_WAIT or CLOSE to SYN_SENT
-/// ([`crate::conntrack::track::track_tcp`]'s first test, before it changes anything). What
+/// `dir`: a client's segment that reopens the flow ([`tcp::reopens`], the test
+/// [`crate::conntrack::track::track_tcp`] makes before it changes anything). What
 /// `track` changes before that answer (the windows made liberal, [`tcp_of`]) [`reopen`]
 /// overwrites or frees with the record, and the state is unchanged, so no connection count
 /// moves: asked first, it spares a reopened tuple's SYN the general state machine (and its
@@ -449,8 +449,7 @@ fn frontend_index<A: Family>(table: &Table, epoch: u16, flow: &Flow<A>) -> Optio
 fn reopens<A: Family>(st: &WorkerState, id: FlowId, dir: Direction, seg: &Segment<A>) -> bool {
     seg.proto == IpProtocol::Tcp && dir == Direction::Original && {
         let old = A::conntrack(st).state(id).tcp_state();
-        matches!(old, tcp::TcpState::TimeWait | tcp::TcpState::Close)
-            && tcp::transition(old, dir, TcpSegment::of(seg.tcp.flags)) == tcp::Transition::To(tcp::TcpState::SynSent)
+        tcp::reopens(old, tcp::transition(old, dir, TcpSegment::of(seg.tcp.flags)))
     }
 }
 
