@@ -51,4 +51,4 @@ pub use flags::{RssHf, RxOffloads, TxOffloads};
 pub use mbuf::{Mbuf, RxCksum, TxL3, TxL4};
 pub use mempool::Mempool;
 pub use port::{AppliedConfig, DevInfo, Link, Port, PortConfig, RssConf, RxQueue, Stats, TxQueue};
-pub use thash::{reta_queue, softrss, Ipv4Tuple, ReplyPortPicker, Thash};
+pub use thash::{reta_queue, softrss, Ipv4Tuple, Ipv6Tuple, ReplyPortPicker, Thash};

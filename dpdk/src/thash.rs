@@ -2,12 +2,13 @@
 //! port of a full-NAT flow so that the **reply** lands on the RX queue of the worker that
 //! owns the flow (DESIGN.md, "keeping both directions of a flow on one worker").
 //!
-//! The NIC hashes a received IPv4 TCP/UDP packet over (src addr, dst addr, src port,
-//! dst port) with the Toeplitz function and a key, and delivers it to RX queue
+//! The NIC hashes a received IPv4 or IPv6 TCP/UDP packet over (src addr, dst addr, src
+//! port, dst port) with the Toeplitz function and a key, and delivers it to RX queue
 //! `reta[hash % reta.len()]`. A reply of a NATed flow is (endpoint → SNAT address), so
 //! its hash input is (endpoint addr, SNAT addr, endpoint port, **SNAT port**) and we pick
 //! the last field. `rte_thash` makes that cheap: a *helper* over the 16 bits of the
-//! destination port rewrites a few bits of the key so that the low `log2(reta.len())`
+//! destination port (one per family: bits 80–95 of IPv4's 12-byte input, 272–287 of IPv6's
+//! 36-byte one) rewrites a few bits of the key so that the low `log2(reta.len())`
 //! bits of the hash can be set to any value by flipping the low bits of that port
 //! (`rte_thash_adjust_tuple`). The key the NIC uses must therefore be the context's key
 //! ([`Thash::key`]), pushed with `Port::rss_hash_update`, with the RETA the picker was
@@ -26,7 +27,7 @@
 
 use std::any::Any;
 use std::ffi::{c_int, c_void, CString};
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::ops::RangeInclusive;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::ptr::NonNull;
@@ -146,6 +147,65 @@ impl Ipv4Tuple {
     /// The tuple of the other direction.
     pub fn reversed(&self) -> Self {
         Self { src_addr: self.dst_addr, dst_addr: self.src_addr, src_port: self.dst_port, dst_port: self.src_port }
+    }
+}
+
+/// An IPv6 TCP/UDP 4-tuple as the NIC hashes it (`RTE_ETH_RSS_NONFRAG_IPV6_TCP` / `_UDP`:
+/// no extension header is hashed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Ipv6Tuple {
+    /// Source address.
+    pub src_addr: Ipv6Addr,
+    /// Destination address.
+    pub dst_addr: Ipv6Addr,
+    /// Source port.
+    pub src_port: u16,
+    /// Destination port.
+    pub dst_port: u16,
+}
+
+impl Ipv6Tuple {
+    /// Length of the hash input in bytes (`RTE_THASH_V6_L4_LEN` words).
+    pub const LEN: usize = 36;
+    /// Bit offset of the source port in the hash input.
+    pub const SRC_PORT_OFFSET_BITS: u32 = 256;
+    /// Bit offset of the destination port in the hash input.
+    pub const DST_PORT_OFFSET_BITS: u32 = 272;
+
+    /// The hash input as [`softrss`] takes it: host-order words (the source address's
+    /// four, the destination's four, src port << 16 | dst port) — `struct rte_ipv6_tuple`
+    /// after `rte_thash_load_v6_addrs`.
+    pub fn words(&self) -> [u32; 9] {
+        let mut w = [0u32; 9];
+        let (s, d) = (self.src_addr.octets(), self.dst_addr.octets());
+        for i in 0..4 {
+            w[i] = u32::from_be_bytes([s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]]);
+            w[4 + i] = u32::from_be_bytes([d[4 * i], d[4 * i + 1], d[4 * i + 2], d[4 * i + 3]]);
+        }
+        w[8] = u32::from(self.src_port) << 16 | u32::from(self.dst_port);
+        w
+    }
+
+    /// The hash input in network byte order, as on the wire (what
+    /// [`Thash::adjust_tuple`] rewrites).
+    pub fn to_bytes(&self) -> [u8; Self::LEN] {
+        let mut b = [0u8; Self::LEN];
+        b[0..16].copy_from_slice(&self.src_addr.octets());
+        b[16..32].copy_from_slice(&self.dst_addr.octets());
+        b[32..34].copy_from_slice(&self.src_port.to_be_bytes());
+        b[34..36].copy_from_slice(&self.dst_port.to_be_bytes());
+        b
+    }
+
+    /// The inverse of [`to_bytes`](Self::to_bytes).
+    pub fn from_bytes(b: &[u8; Self::LEN]) -> Self {
+        let addr = |at: usize| Ipv6Addr::from(<[u8; 16]>::try_from(&b[at..at + 16]).expect("16 bytes"));
+        Self {
+            src_addr: addr(0),
+            dst_addr: addr(16),
+            src_port: u16::from_be_bytes([b[32], b[33]]),
+            dst_port: u16::from_be_bytes([b[34], b[35]]),
+        }
     }
 }
 
@@ -412,12 +472,16 @@ impl Thash {
 }
 
 /// Picks SNAT ports so that replies land on a chosen RX queue: a [`Thash`] context with a
-/// helper over the reply's destination port (see the module documentation), the RETA it
-/// was built for, and the configured port range.
+/// helper over the reply's destination port per family (see the module documentation), the
+/// RETA it was built for, and the configured port range.
 #[derive(Debug)]
 pub struct ReplyPortPicker {
     thash: Thash,
+    /// Over an IPv4 reply's destination port.
     helper: Helper,
+    /// Over an IPv6 reply's destination port; `None` with a key too short for its bits
+    /// (under 40 bytes): IPv6 replies are not steered then.
+    helper6: Option<Helper>,
     reta: Vec<u16>,
     ports: RangeInclusive<u16>,
     /// RETA indices per queue.
@@ -427,7 +491,8 @@ pub struct ReplyPortPicker {
 impl ReplyPortPicker {
     /// A picker named `name` (unique in the process) shaping `base_key` (e.g. the port's
     /// current key, `Port::rss_hash_conf_get`) for `reta` (a power-of-two number of
-    /// entries, 4..=65536, e.g. [`spread_reta`]) and SNAT ports in `ports`.
+    /// entries, 4..=65536, e.g. [`spread_reta`]) and SNAT ports in `ports`; for IPv6
+    /// replies too when the key has 40 bytes or more ([`steers_ipv6`](Self::steers_ipv6)).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty range, a RETA of the wrong size or a key
@@ -440,12 +505,26 @@ impl ReplyPortPicker {
         let flags = ThashFlags { minimal_seq: true, ignore_period_overflow: false };
         let mut thash = Thash::new(eal, name, base_key, reta_size, flags)?;
         let helper = thash.add_helper("reply_dst_port", Ipv4Tuple::PORT_BITS, Ipv4Tuple::DST_PORT_OFFSET_BITS)?;
+        // The IPv6 helper's key bits (272 to 318) lie beyond the IPv4 one's: the two shape
+        // different parts of the one key.
+        let bits6 = Ipv6Tuple::DST_PORT_OFFSET_BITS + Ipv4Tuple::PORT_BITS + 31;
+        let helper6 = if base_key.len() * 8 >= bits6 as usize {
+            Some(thash.add_helper("reply_dst_port6", Ipv4Tuple::PORT_BITS, Ipv6Tuple::DST_PORT_OFFSET_BITS)?)
+        } else {
+            None
+        };
         let queues = reta.iter().copied().max().map_or(0, |m| usize::from(m) + 1);
         let mut indices = vec![Vec::new(); queues];
         for (i, &q) in reta.iter().enumerate() {
             indices[usize::from(q)].push(i as u32);
         }
-        Ok(Self { thash, helper, reta, ports, indices })
+        Ok(Self { thash, helper, helper6, reta, ports, indices })
+    }
+
+    /// Whether [`pick`](Self::pick) steers IPv6 replies (the key had room for the IPv6
+    /// helper's bits).
+    pub fn steers_ipv6(&self) -> bool {
+        self.helper6.is_some()
     }
 
     /// The key to give the NIC (`Port::rss_hash_update`).
@@ -468,19 +547,46 @@ impl ReplyPortPicker {
         reta_queue(softrss(&tuple.words(), self.key()), &self.reta)
     }
 
+    /// [`queue_of`](Self::queue_of) for an IPv6 tuple.
+    pub fn queue_of6(&self, tuple: &Ipv6Tuple) -> u16 {
+        reta_queue(softrss(&tuple.words(), self.key()), &self.reta)
+    }
+
     /// A SNAT port `p` in the range, with `usable(p)` true, such that the reply
-    /// `endpoint → snat_addr:p` lands on RX queue `queue`. The search starts in the block
-    /// of `start` (a port in the range; a rotating cursor spreads ports) and walks every
-    /// block of the range once per RETA index of `queue`. `None` when no such port is
-    /// usable, or `queue` has no RETA entry.
+    /// `endpoint → snat_addr:p` (both of one family) lands on RX queue `queue`. The search
+    /// starts in the block of `start` (a port in the range; a rotating cursor spreads
+    /// ports) and walks every block of the range once per RETA index of `queue`. `None`
+    /// when no such port is usable, `queue` has no RETA entry, the two addresses' families
+    /// differ, or the reply is IPv6 and the picker does not steer IPv6
+    /// ([`steers_ipv6`](Self::steers_ipv6)).
     pub fn pick(
         &self,
-        endpoint: SocketAddrV4,
-        snat_addr: Ipv4Addr,
+        endpoint: SocketAddr,
+        snat_addr: IpAddr,
         queue: u16,
         start: u16,
         mut usable: impl FnMut(u16) -> bool,
     ) -> Option<u16> {
+        // The reply tuple's hash input with destination port `p` (its last two bytes), its
+        // length, and the family's helper.
+        let (reply, len, helper): (&dyn Fn(u16) -> [u8; MAX_TUPLE_LEN], usize, &Helper) = match (endpoint, snat_addr) {
+            (SocketAddr::V4(e), IpAddr::V4(snat)) => (
+                &move |p| {
+                    let t = Ipv4Tuple { src_addr: *e.ip(), dst_addr: snat, src_port: e.port(), dst_port: p };
+                    let mut b = [0; MAX_TUPLE_LEN];
+                    b[..Ipv4Tuple::LEN].copy_from_slice(&t.to_bytes());
+                    b
+                },
+                Ipv4Tuple::LEN,
+                &self.helper,
+            ),
+            (SocketAddr::V6(e), IpAddr::V6(snat)) => (
+                &move |p| Ipv6Tuple { src_addr: *e.ip(), dst_addr: snat, src_port: e.port(), dst_port: p }.to_bytes(),
+                Ipv6Tuple::LEN,
+                self.helper6.as_ref()?,
+            ),
+            _ => return None,
+        };
         let indices = self.indices.get(usize::from(queue)).filter(|i| !i.is_empty())?;
         let r = self.thash.reta_log2();
         let (min, max) = (*self.ports.start(), *self.ports.end());
@@ -488,7 +594,7 @@ impl ReplyPortPicker {
         let (min_block, max_block, start_block) = (u32::from(min) >> r, u32::from(max) >> r, u32::from(start) >> r);
         let ports = &self.ports;
         let mut check = |t: &[u8]| {
-            let port = u16::from_be_bytes([t[10], t[11]]);
+            let port = u16::from_be_bytes([t[len - 2], t[len - 1]]);
             ports.contains(&port) && usable(port)
         };
         // Rotate the first RETA index with the start port's low bits (which adjust_tuple
@@ -503,15 +609,10 @@ impl ReplyPortPicker {
                 if attempts == 0 {
                     continue;
                 }
-                let mut tuple = Ipv4Tuple {
-                    src_addr: *endpoint.ip(),
-                    dst_addr: snat_addr,
-                    src_port: endpoint.port(),
-                    dst_port: from,
-                }
-                .to_bytes();
-                match self.thash.adjust_tuple(&self.helper, &mut tuple, desired, attempts, &mut check) {
-                    Ok(true) => return Some(u16::from_be_bytes([tuple[10], tuple[11]])),
+                let mut tuple = reply(from);
+                let tuple = &mut tuple[..len];
+                match self.thash.adjust_tuple(helper, tuple, desired, attempts, &mut check) {
+                    Ok(true) => return Some(u16::from_be_bytes([tuple[len - 2], tuple[len - 1]])),
                     Ok(false) => {}
                     // Arguments are validated at construction; an error here means none fits.
                     Err(_) => return None,
@@ -525,6 +626,7 @@ impl ReplyPortPicker {
 #[cfg(test)]
 mod tests {
     use std::collections::{HashMap, HashSet};
+    use std::net::SocketAddrV4;
 
     use super::*;
     use crate::flags::RssHf;
@@ -591,6 +693,27 @@ mod tests {
             assert_eq!(Ipv4Tuple::from_bytes(&t.to_bytes()), t);
         }
         assert_eq!(reta_queue(0x51cc_c178, &spread_reta(128, 4)), (0x78 % 4) as u16);
+    }
+
+    #[test]
+    fn softrss_of_ipv6_tuples_is_the_toeplitz_hash_of_their_bytes() {
+        let mut rng = Rng::new(17);
+        let addr = |rng: &mut Rng| {
+            Ipv6Addr::from(
+                u128::from(rng.next_u32()) << 96 | u128::from(rng.next_u32()) << 64 | u128::from(rng.next_u32()),
+            )
+        };
+        for _ in 0..1000 {
+            let t = Ipv6Tuple {
+                src_addr: addr(&mut rng),
+                dst_addr: addr(&mut rng),
+                src_port: rng.next_u32() as u16,
+                dst_port: rng.next_u32() as u16,
+            };
+            assert_eq!(softrss(&t.words(), &MS_KEY), toeplitz(&t.to_bytes(), &MS_KEY), "{t:?}");
+            assert_eq!(softrss(&t.words()[..8], &MS_KEY), toeplitz(&t.to_bytes()[..32], &MS_KEY), "addresses only");
+            assert_eq!(Ipv6Tuple::from_bytes(&t.to_bytes()), t);
+        }
     }
 
     #[test]
@@ -674,17 +797,28 @@ mod tests {
         let _ = th.adjust_tuple(&h, &mut [0u8; 12], 3, 4, |_| panic!("boom"));
     }
 
+    /// The queue `picker` says the reply `endpoint → snat:p` reaches (either family).
+    fn reply_queue(picker: &ReplyPortPicker, endpoint: SocketAddr, snat: IpAddr, p: u16) -> u16 {
+        match (endpoint, snat) {
+            (SocketAddr::V4(e), IpAddr::V4(s)) => {
+                picker.queue_of(&Ipv4Tuple { src_addr: *e.ip(), dst_addr: s, src_port: e.port(), dst_port: p })
+            }
+            (SocketAddr::V6(e), IpAddr::V6(s)) => {
+                picker.queue_of6(&Ipv6Tuple { src_addr: *e.ip(), dst_addr: s, src_port: e.port(), dst_port: p })
+            }
+            _ => unreachable!("one family"),
+        }
+    }
+
     /// Every port of `ports` is found for exactly the queue its reply hashes to, and
     /// nothing outside `ports` is ever offered.
-    fn exhaust(picker: &ReplyPortPicker, endpoint: SocketAddrV4, snat: Ipv4Addr, queues: u16) -> HashMap<u16, u16> {
+    fn exhaust(picker: &ReplyPortPicker, endpoint: SocketAddr, snat: IpAddr, queues: u16) -> HashMap<u16, u16> {
         let mut owner = HashMap::new();
         for q in 0..queues {
             let mut start = *picker.ports().start();
             while let Some(p) = picker.pick(endpoint, snat, q, start, |p| !owner.contains_key(&p)) {
                 assert!(picker.ports().contains(&p), "port {p} outside {:?}", picker.ports());
-                let reply =
-                    Ipv4Tuple { src_addr: *endpoint.ip(), dst_addr: snat, src_port: endpoint.port(), dst_port: p };
-                assert_eq!(picker.queue_of(&reply), q);
+                assert_eq!(reply_queue(picker, endpoint, snat, p), q);
                 assert!(owner.insert(p, q).is_none());
                 start = start.wrapping_add(97).max(*picker.ports().start());
             }
@@ -695,33 +829,49 @@ mod tests {
     #[test]
     fn picked_ports_cover_the_range_and_stay_in_it() {
         let eal = testing::eal();
-        let endpoint: SocketAddrV4 = "10.70.0.11:8080".parse().unwrap();
-        let snat = Ipv4Addr::new(10, 70, 0, 1);
-        // One whole block of 128 ports: 32 per queue of 4 (32 RETA entries each).
         let block = ReplyPortPicker::new(eal, "t_pick_block", &MS_KEY, spread_reta(128, 4), 40064..=40191).unwrap();
-        let owner = exhaust(&block, endpoint, snat, 4);
-        assert_eq!(owner.len(), 128, "every port of the block is found");
-        for q in 0..4 {
-            assert_eq!(owner.values().filter(|&&o| o == q).count(), 32, "queue {q}");
-        }
-        // A range with partial blocks at both ends (30000 = 234*128 + 48, 30999 = 242*128 + 23).
         let partial = ReplyPortPicker::new(eal, "t_pick_partial", &MS_KEY, spread_reta(128, 3), 30000..=30999).unwrap();
-        let owner = exhaust(&partial, endpoint, snat, 3);
-        assert_eq!(owner.len(), 1000, "every port of the range is found, none outside");
-        assert_eq!(partial.pick(endpoint, snat, 3, 30000, |_| true), None, "queue without RETA entries");
-        // A start outside the range is moved into it.
-        let p = partial.pick(endpoint, snat, 1, 1, |_| true).unwrap();
-        assert!((30000..=30999).contains(&p));
+        assert!(block.steers_ipv6() && partial.steers_ipv6(), "a 40-byte key has room for both helpers");
+        let families: [(SocketAddr, IpAddr); 2] = [
+            ("10.70.0.11:8080".parse().unwrap(), "10.70.0.1".parse().unwrap()),
+            ("[fd00:70::11]:8080".parse().unwrap(), "fd00:70::1".parse().unwrap()),
+        ];
+        for (endpoint, snat) in families {
+            // One whole block of 128 ports: 32 per queue of 4 (32 RETA entries each).
+            let owner = exhaust(&block, endpoint, snat, 4);
+            assert_eq!(owner.len(), 128, "{endpoint}: every port of the block is found");
+            for q in 0..4 {
+                assert_eq!(owner.values().filter(|&&o| o == q).count(), 32, "{endpoint}: queue {q}");
+            }
+            // A range with partial blocks at both ends (30000 = 234*128 + 48, 30999 = 242*128 + 23).
+            let owner = exhaust(&partial, endpoint, snat, 3);
+            assert_eq!(owner.len(), 1000, "{endpoint}: every port of the range is found, none outside");
+            assert_eq!(partial.pick(endpoint, snat, 3, 30000, |_| true), None, "queue without RETA entries");
+            // A start outside the range is moved into it.
+            let p = partial.pick(endpoint, snat, 1, 1, |_| true).unwrap();
+            assert!((30000..=30999).contains(&p));
+        }
+        let (v4, v6) = (families[0], families[1]);
+        assert_eq!(block.pick(v4.0, v6.1, 0, 40064, |_| true), None, "families mixed");
+        assert_eq!(block.pick(v6.0, v4.1, 0, 40064, |_| true), None, "families mixed");
+        // A 36-byte key (shorter than most NICs') has no room for the IPv6 helper.
+        let short =
+            ReplyPortPicker::new(eal, "t_pick_short", &MS_KEY[..36], spread_reta(128, 4), 1024..=65535).unwrap();
+        assert!(!short.steers_ipv6());
+        assert_eq!(short.pick(v6.0, v6.1, 0, 1024, |_| true), None, "IPv6 not steered");
+        assert!(short.pick(v4.0, v4.1, 0, 1024, |_| true).is_some());
     }
 
     /// The acceptance test: SNAT ports chosen with rte_thash against a port's own
-    /// key and RETA; every reply tuple hashes (rte_softrss) to the owning worker's queue.
+    /// key and RETA; every reply tuple, IPv4 and IPv6, hashes (rte_softrss) to the owning
+    /// worker's queue.
     #[test]
     fn snat_port_choice_steers_replies_to_the_owner() {
         const WORKERS: u16 = 4;
         let eal = testing::eal();
         let pool = Mempool::new(eal, "t_steer", 511, 0, DEFAULT_DATA_ROOM, None).unwrap();
-        let rss_hf = RssHf::NONFRAG_IPV4_TCP | RssHf::NONFRAG_IPV4_UDP;
+        let rss_hf =
+            RssHf::NONFRAG_IPV4_TCP | RssHf::NONFRAG_IPV4_UDP | RssHf::NONFRAG_IPV6_TCP | RssHf::NONFRAG_IPV6_UDP;
         let mut port = Port::by_name(eal, "net_null4").unwrap();
         port.configure(WORKERS, WORKERS, &PortConfig { rss_hf, ..PortConfig::default() }).unwrap();
         for q in 0..WORKERS {
@@ -745,15 +895,23 @@ mod tests {
             assert_eq!(nic_reta, picker.reta());
 
             let mut rng = Rng::new(2024);
-            let snat_addrs = [Ipv4Addr::new(10, 70, 0, 1), Ipv4Addr::new(10, 70, 0, 2), Ipv4Addr::new(192, 0, 2, 7)];
+            let snat_addrs: [IpAddr; 5] = [
+                Ipv4Addr::new(10, 70, 0, 1).into(),
+                Ipv4Addr::new(10, 70, 0, 2).into(),
+                Ipv4Addr::new(192, 0, 2, 7).into(),
+                "fd00:70::1".parse().unwrap(),
+                "2001:db8::7".parse().unwrap(),
+            ];
             // Each worker's ports in use, per SNAT address (what the gateway's allocator keeps).
-            let mut used: Vec<HashSet<(Ipv4Addr, u16)>> = vec![HashSet::new(); usize::from(WORKERS)];
+            let mut used: Vec<HashSet<(IpAddr, u16)>> = vec![HashSet::new(); usize::from(WORKERS)];
             let mut cursor = vec![*range.start(); usize::from(WORKERS)];
             let mut picks = 0;
             for _ in 0..300 {
-                let endpoint =
-                    SocketAddrV4::new(Ipv4Addr::from(0x0a46_0000 | rng.next_u32() & 0xffff), rng.next_u32() as u16);
+                let (host, port) = (rng.next_u32() & 0xffff, rng.next_u32() as u16);
+                let v4 = SocketAddr::new(Ipv4Addr::from(0x0a46_0000 | host).into(), port);
+                let v6 = SocketAddr::new(Ipv6Addr::from(0xfd00_0070_u128 << 96 | u128::from(host)).into(), port);
                 for &snat in &snat_addrs {
+                    let endpoint = if snat.is_ipv4() { v4 } else { v6 };
                     for w in 0..WORKERS {
                         let mine = &mut used[usize::from(w)];
                         let start = cursor[usize::from(w)];
@@ -763,23 +921,30 @@ mod tests {
                         assert!(range.contains(&port_no));
                         assert!(mine.insert((snat, port_no)), "port {port_no} reused");
                         cursor[usize::from(w)] = port_no.wrapping_add(1).max(*range.start());
-                        let reply = Ipv4Tuple {
-                            src_addr: *endpoint.ip(),
-                            dst_addr: snat,
-                            src_port: endpoint.port(),
-                            dst_port: port_no,
+                        // The NIC's hash of the reply, computed from its own key and RETA.
+                        let hash = match (endpoint, snat) {
+                            (SocketAddr::V4(e), IpAddr::V4(s)) => {
+                                let t =
+                                    Ipv4Tuple { src_addr: *e.ip(), dst_addr: s, src_port: e.port(), dst_port: port_no };
+                                softrss(&t.words(), &nic_key)
+                            }
+                            (SocketAddr::V6(e), IpAddr::V6(s)) => {
+                                let t =
+                                    Ipv6Tuple { src_addr: *e.ip(), dst_addr: s, src_port: e.port(), dst_port: port_no };
+                                softrss(&t.words(), &nic_key)
+                            }
+                            _ => unreachable!("one family"),
                         };
-                        let hash = softrss(&reply.words(), &nic_key);
                         assert_eq!(
                             reta_queue(hash, &nic_reta),
                             w,
-                            "reply {reply:?} (hash {hash:#x}) misses worker {w}"
+                            "reply {endpoint} -> [{snat}]:{port_no} (hash {hash:#x}) misses worker {w}"
                         );
                         picks += 1;
                     }
                 }
             }
-            assert_eq!(picks, 300 * 3 * usize::from(WORKERS));
+            assert_eq!(picks, 300 * snat_addrs.len() * usize::from(WORKERS));
         }
     }
 }

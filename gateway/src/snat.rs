@@ -21,7 +21,8 @@
 //! - **Steered** ([`SnatPorts::steered`]): the NIC's RSS decides where a reply lands, from
 //!   a hash of (endpoint, SNAT address, endpoint port, SNAT port). A [`ReplySteering`]
 //!   (the DPDK driver's `rte_thash` picker) proposes the ports whose reply hashes to this
-//!   worker's RX queue, which depend on the endpoint and the SNAT address; IPv4 only.
+//!   worker's RX queue, which depend on the endpoint and the SNAT address (IPv4 and IPv6;
+//!   a steering may refuse a family it cannot steer: [`ReplySteering::pick`]).
 //!
 //! Choice: the SNAT address is one of the egress link's ([`crate::host::Host::snat_addresses_on`]),
 //! drawn at random per flow, so flows spread evenly over several addresses; if none of its
@@ -44,7 +45,7 @@
 //! the process's random state; its output is not a cryptographic secret, which RFC 6056
 //! does not ask for (§ 3.3.1 allows any PRNG with a good distribution).
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 /// Seed of the random positions until [`SnatPorts::reseed`] sets one.
@@ -58,16 +59,21 @@ pub const MAX_ATTEMPTS: usize = 240;
 /// Chooses SNAT ports whose replies the NIC delivers to a given worker (RSS steering).
 pub trait ReplySteering: Send + Sync + std::fmt::Debug {
     /// A port `p` in the SNAT range with `usable(p)`, such that a reply
-    /// `endpoint → snat_addr:p` is received by `worker`; the search starts at `start`
-    /// (a port in the range). `None` when no usable port steers to the worker.
+    /// `endpoint → snat_addr:p` (addresses of one family) is received by `worker`; the
+    /// search starts at `start` (a port in the range). `None` when no usable port steers
+    /// to the worker, or the steering cannot steer replies of that family (the device
+    /// does not hash it).
     fn pick(
         &self,
-        endpoint: SocketAddrV4,
-        snat_addr: Ipv4Addr,
+        endpoint: SocketAddr,
+        snat_addr: IpAddr,
         worker: usize,
         start: u16,
         usable: &mut dyn FnMut(u16) -> bool,
     ) -> Option<u16>;
+
+    /// Whether IPv6 replies are steered ([`ReplySteering::pick`] finds none otherwise).
+    fn steers_ipv6(&self) -> bool;
 }
 
 #[derive(Debug)]
@@ -147,6 +153,13 @@ impl SnatPorts {
     pub fn reseed(&mut self, seed: u64) {
         self.rng = fastrand::Rng::with_seed(seed);
         self.next = self.rng.u64(..);
+    }
+
+    /// Whether replies of the family (`ipv6`) can be given ports at all: always under the
+    /// modulo rule; under the steered rule, IPv6 only where the steering steers it
+    /// ([`ReplySteering::steers_ipv6`]).
+    pub fn serves_family(&self, ipv6: bool) -> bool {
+        !ipv6 || self.steered.as_ref().is_none_or(|st| st.steering.steers_ipv6())
     }
 
     /// Whether ports are chosen by RSS steering ([`SnatPorts::steered`]).
@@ -231,7 +244,7 @@ impl SnatPorts {
     /// protocol is not tracked — holds, under either rule: the reply reaches this worker.
     /// Examines at most [`MAX_ATTEMPTS`] ports per address (see the module documentation)
     /// and calls `free` once per candidate. `None` when none was free, when `addresses` is
-    /// empty, and under the steered rule for IPv6 (the steering covers IPv4 replies only).
+    /// empty, and under the steered rule for a family the steering does not steer.
     /// Moves the next search's start to a new random position after a success.
     #[inline]
     pub fn alloc<A: Copy + Into<IpAddr>>(
@@ -295,10 +308,9 @@ impl SnatPorts {
                 None
             }
             Some(st) => {
-                let (SocketAddr::V4(endpoint), IpAddr::V4(snat_addr)) = (endpoint, address) else { return None };
                 let mut left = self.count.min(MAX_ATTEMPTS);
                 let start = self.first.saturating_add(start as u16);
-                st.steering.pick(endpoint, snat_addr, st.worker, start, &mut |p| {
+                st.steering.pick(endpoint, address, st.worker, start, &mut |p| {
                     // The picker may go on proposing ports after the budget is spent: no more lookups.
                     left > 0 && {
                         left -= 1;
@@ -319,32 +331,41 @@ impl SnatPorts {
 #[cfg(test)]
 mod tests {
     use std::collections::HashSet;
+    use std::net::{Ipv4Addr, SocketAddrV4};
 
     use proptest::prelude::*;
 
     use super::*;
 
     /// A stand-in for RSS: the reply of (endpoint, port) lands on worker
-    /// `(port ^ endpoint port) % workers`.
+    /// `(port ^ endpoint port) % workers`; IPv6 replies are steered only with `ipv6`.
     #[derive(Debug)]
     struct XorSteering {
         workers: usize,
         range: (u16, u16),
+        ipv6: bool,
     }
 
     impl ReplySteering for XorSteering {
         fn pick(
             &self,
-            endpoint: SocketAddrV4,
-            _snat: Ipv4Addr,
+            endpoint: SocketAddr,
+            _snat: IpAddr,
             worker: usize,
             start: u16,
             usable: &mut dyn FnMut(u16) -> bool,
         ) -> Option<u16> {
+            if endpoint.is_ipv6() && !self.ipv6 {
+                return None;
+            }
             let (min, max) = self.range;
             (start..=max)
                 .chain(min..start)
                 .find(|&p| usize::from(p ^ endpoint.port()) % self.workers == worker && usable(p))
+        }
+
+        fn steers_ipv6(&self) -> bool {
+            self.ipv6
         }
     }
 
@@ -376,26 +397,38 @@ mod tests {
     #[test]
     fn steered_ports_reach_their_worker_and_each_endpoint_has_the_whole_range() {
         let workers = 3;
-        let steering: Arc<dyn ReplySteering> = Arc::new(XorSteering { workers, range: (2000, 2099) });
-        for e in [v4(11, 8080), v4(12, 8080), v4(11, 9090)] {
+        let steering: Arc<dyn ReplySteering> = Arc::new(XorSteering { workers, range: (2000, 2099), ipv6: true });
+        let v6: SocketAddr = "[fd00:70::11]:8080".parse().unwrap();
+        for e in [v4(11, 8080), v4(12, 8080), v4(11, 9090), v6] {
             let mut total = 0;
             for w in 0..workers {
                 let mut s = SnatPorts::steered(w, 2000, 2099, Arc::clone(&steering));
                 assert!(s.is_steered());
                 assert_eq!(s.peek(&SNAT), None, "the steered rule's first candidate depends on the tuple");
                 let mut used = Replies::new();
-                while let Some((a, p)) = take(&mut s, &mut used, e, &SNAT[..1]) {
-                    assert_eq!(a, SNAT[0]);
+                let snat: IpAddr = if e.is_ipv4() { SNAT[0].into() } else { "fd00:70::1".parse().unwrap() };
+                while let Some((a, p)) = take(&mut s, &mut used, e, &[snat]) {
+                    assert_eq!(a, snat);
                     assert!((2000..=2099).contains(&p));
                     assert_eq!(usize::from(p ^ e.port()) % workers, w, "port {p} steers elsewhere");
                 }
                 total += used.len();
-                let v6: SocketAddr = "[fd00:70::11]:8080".parse().unwrap();
-                let snat6: [std::net::Ipv6Addr; 1] = ["fd00:70::1".parse().unwrap()];
-                assert_eq!(take(&mut s, &mut used, v6, &snat6), None, "IPv6 replies are not steered");
             }
             assert_eq!(total, 100, "every port of the range serves {e}, each on one worker");
         }
+    }
+
+    #[test]
+    fn a_family_the_steering_cannot_steer_gets_no_port() {
+        let steering: Arc<dyn ReplySteering> = Arc::new(XorSteering { workers: 2, range: (2000, 2099), ipv6: false });
+        let mut s = SnatPorts::steered(0, 2000, 2099, steering);
+        assert!(s.serves_family(false) && !s.serves_family(true));
+        assert!(SnatPorts::new(0, 2, 2000, 2099).serves_family(true), "the modulo rule serves both");
+        let mut used = Replies::new();
+        let v6: SocketAddr = "[fd00:70::11]:8080".parse().unwrap();
+        let snat6: [std::net::Ipv6Addr; 1] = ["fd00:70::1".parse().unwrap()];
+        assert_eq!(take(&mut s, &mut used, v6, &snat6), None, "IPv6 replies not steered: no port");
+        assert!(take(&mut s, &mut used, v4(11, 8080), &SNAT).is_some(), "IPv4 ones are");
     }
 
     #[test]
@@ -514,7 +547,7 @@ mod tests {
     fn ports_of(worker: usize, workers: usize, steered: bool, span: u16, seed: u64) -> SnatPorts {
         let (min, max) = (3000u16, 3000 + span);
         let mut s = if steered {
-            SnatPorts::steered(worker, min, max, Arc::new(XorSteering { workers, range: (min, max) }))
+            SnatPorts::steered(worker, min, max, Arc::new(XorSteering { workers, range: (min, max), ipv6: true }))
         } else {
             SnatPorts::new(worker, workers, min, max)
         };

@@ -26,7 +26,10 @@
 //!   `rte_thash` picker, shared by the workers, reshapes the key so that the SNAT port's
 //!   low bits select the RETA entry; the same key and a RETA spreading the workers
 //!   round-robin are pushed to every port, and each worker allocates with
-//!   [`SnatPorts::steered`](crate::snat::SnatPorts::steered). With one worker every port
+//!   [`SnatPorts::steered`](crate::snat::SnatPorts::steered). IPv4 and IPv6 replies alike
+//!   (one helper per family, in different bits of the key), where every port hashes IPv6
+//!   TCP and UDP over ports and its key has 40 bytes or more; else IPv6 flows get no SNAT
+//!   port (counted `unsupported_family`; the startup log says so). With one worker every port
 //!   is its own ([`SnatPorts::new`](crate::snat::SnatPorts::new)).
 //! - **Checksums.** The pipeline keeps IPv4 and TCP/UDP checksums right in software
 //!   (incremental updates, RFC 1624) — the default. With `dpdk.tx_checksum_offload` and
@@ -66,7 +69,7 @@
 //! - **Shutdown.** The workers drop their queue handles when they exit; then
 //!   [`DpdkDriver::shutdown`] logs each port's counters and stops the ports.
 
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -123,8 +126,17 @@ fn dpdk(context: impl Into<String>) -> impl FnOnce(torii_dpdk::Error) -> DpdkErr
 }
 
 /// RSS hash types torii asks for: TCP and UDP over addresses and ports (what the SNAT
-/// port steering relies on), other IPv4 over addresses.
-const RSS_HF: RssHf = RssHf(RssHf::NONFRAG_IPV4_TCP.0 | RssHf::NONFRAG_IPV4_UDP.0 | RssHf::IPV4.0);
+/// port steering relies on), other IP over addresses; a port applies those it has.
+const RSS_HF: RssHf = RssHf(
+    RssHf::NONFRAG_IPV4_TCP.0
+        | RssHf::NONFRAG_IPV4_UDP.0
+        | RssHf::IPV4.0
+        | RssHf::NONFRAG_IPV6_TCP.0
+        | RssHf::NONFRAG_IPV6_UDP.0
+        | RssHf::IPV6.0,
+);
+/// The hash types IPv6 replies' steering needs on every port.
+const RSS_HF_IPV6_L4: RssHf = RssHf(RssHf::NONFRAG_IPV6_TCP.0 | RssHf::NONFRAG_IPV6_UDP.0);
 /// The thash context's name (one per process).
 const THASH_NAME: &str = "torii_snat";
 /// Mempool per-lcore cache size.
@@ -278,6 +290,9 @@ impl TxCsum {
 #[derive(Debug)]
 pub struct ThashSteering {
     picker: ReplyPortPicker,
+    /// IPv6 replies steered: the picker has the IPv6 helper and every port hashes IPv6
+    /// TCP and UDP over ports ([`RSS_HF_IPV6_L4`]).
+    ipv6: bool,
 }
 
 impl ThashSteering {
@@ -290,13 +305,20 @@ impl ThashSteering {
 impl ReplySteering for ThashSteering {
     fn pick(
         &self,
-        endpoint: SocketAddrV4,
-        snat_addr: Ipv4Addr,
+        endpoint: SocketAddr,
+        snat_addr: IpAddr,
         worker: usize,
         start: u16,
         usable: &mut dyn FnMut(u16) -> bool,
     ) -> Option<u16> {
+        if endpoint.is_ipv6() && !self.ipv6 {
+            return None;
+        }
         self.picker.pick(endpoint, snat_addr, u16::try_from(worker).ok()?, start, usable)
+    }
+
+    fn steers_ipv6(&self) -> bool {
+        self.ipv6
     }
 }
 
@@ -658,6 +680,10 @@ fn push_steering(eal: &Eal, ports: &mut [Port], config: &Config, workers: usize)
     let reta = spread_reta(usize::from(first.info().reta_size), workers as u16);
     let picker = ReplyPortPicker::new(eal, THASH_NAME, &key, reta, config.snat.port_min..=config.snat.port_max)
         .map_err(dpdk("building the SNAT port picker (rte_thash)"))?;
+    let mut ipv6 = picker.steers_ipv6();
+    if !ipv6 {
+        tracing::warn!(key_bytes = key.len(), "RSS key too short to steer IPv6 replies: IPv6 flows get no SNAT port");
+    }
     for p in ports.iter_mut() {
         let name = p.name().to_owned();
         let hf = p
@@ -671,8 +697,12 @@ fn push_steering(eal: &Eal, ports: &mut [Port], config: &Config, workers: usize)
             )));
         }
         tracing::info!(device = %name, rss = ?hf, reta_size = picker.reta().len(), workers, "RSS key and RETA set for SNAT steering");
+        if ipv6 && !hf.contains(RSS_HF_IPV6_L4) {
+            tracing::warn!(device = %name, rss = ?hf, "no RSS over IPv6 TCP/UDP ports: IPv6 flows get no SNAT port");
+            ipv6 = false;
+        }
     }
-    Ok(ThashSteering { picker })
+    Ok(ThashSteering { picker, ipv6 })
 }
 
 /// One worker's share of the driver, moved into its thread: a queue pair on every port
@@ -1167,8 +1197,8 @@ mod tests {
     /// The one test of this crate that initialises EAL (once per process): two `net_null`
     /// ports, two workers. RSS is usable there, so the driver runs two queues per port,
     /// pushes the SNAT picker's key and RETA to both ports, and every SNAT port a worker
-    /// allocates steers the reply to that worker's queue; the workers' I/O sends and
-    /// receives.
+    /// allocates steers the reply, IPv4 or IPv6, to that worker's queue; the workers' I/O
+    /// sends and receives.
     #[test]
     fn two_workers_on_null_ports_steer_replies_by_rss() {
         let text = crate::config::EMBEDDED_DEFAULT
@@ -1195,7 +1225,7 @@ mod tests {
             let mut ports = crate::snat::SnatPorts::steered(w, 1024, 65535, Arc::clone(&steering));
             let mut seen = std::collections::HashSet::new();
             for i in 0..300u16 {
-                let endpoint = SocketAddrV4::new(Ipv4Addr::new(10, 70, 0, 11 + (i % 3) as u8), 8080 + i % 2);
+                let endpoint = std::net::SocketAddrV4::new(Ipv4Addr::new(10, 70, 0, 11 + (i % 3) as u8), 8080 + i % 2);
                 let (_, p) =
                     ports.alloc(endpoint.into(), &[snat], |_, p| !seen.contains(&(endpoint, p))).expect("a SNAT port");
                 assert!(seen.insert((endpoint, p)));
@@ -1206,6 +1236,27 @@ mod tests {
                     dst_port: p,
                 };
                 assert_eq!(picker.queue_of(&reply), w as u16, "reply to SNAT port {p} from {endpoint}");
+            }
+        }
+        // IPv6 replies too: `net_null` hashes IPv6 TCP and UDP, and its key has 40 bytes.
+        assert!(driver.steering.as_ref().expect("steering").steers_ipv6(), "IPv6 replies steered");
+        let snat6: std::net::Ipv6Addr = "fd00:70::1".parse().expect("address");
+        for w in 0..2 {
+            let mut ports = crate::snat::SnatPorts::steered(w, 1024, 65535, Arc::clone(&steering));
+            let mut seen = std::collections::HashSet::new();
+            for i in 0..300u16 {
+                let ip = std::net::Ipv6Addr::from(0xfd00_0070_u128 << 96 | u128::from(11 + i % 3));
+                let endpoint = std::net::SocketAddrV6::new(ip, 8080 + i % 2, 0, 0);
+                let (_, p) =
+                    ports.alloc(endpoint.into(), &[snat6], |_, p| !seen.contains(&(endpoint, p))).expect("a SNAT port");
+                assert!(seen.insert((endpoint, p)));
+                let reply = torii_dpdk::Ipv6Tuple {
+                    src_addr: *endpoint.ip(),
+                    dst_addr: snat6,
+                    src_port: endpoint.port(),
+                    dst_port: p,
+                };
+                assert_eq!(picker.queue_of6(&reply), w as u16, "reply to SNAT port {p} from {endpoint}");
             }
         }
         // Worker 1's I/O, on its own thread: transmit a frame on each port, receive.

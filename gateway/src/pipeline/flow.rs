@@ -811,7 +811,7 @@ fn new_flow<A: Proxied>(
         None => snat_port::<A>(now, st, key.protocol, (backend_ip, backend_port), out),
     };
     let Some(((snat_ip, snat_port), reply_hint)) = chosen else {
-        let unsupported = st.host.snat_addresses_on::<A>(out).is_empty() || st.snat.is_steered() && endpoint.is_ipv6();
+        let unsupported = st.host.snat_addresses_on::<A>(out).is_empty() || !st.snat.serves_family(endpoint.is_ipv6());
         return Err(Verdict::Drop(if unsupported { DropReason::UnsupportedFamily } else { DropReason::SnatExhausted }));
     };
     learn_on_link_client(now, frame, rx, key.src_addr, matches!(client_route, Some((_, true))), st);

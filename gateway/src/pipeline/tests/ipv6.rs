@@ -444,3 +444,53 @@ fn ipv6_new_flows_spread_and_client_ip_affinity_holds() {
 mod burst;
 mod fragment;
 mod icmp_error;
+
+/// A stand-in for RSS steering with one queue: every port is the worker's; IPv6 replies
+/// are steered only with `ipv6` (a device that hashes IPv6 TCP/UDP ports).
+#[derive(Debug)]
+struct OneQueue {
+    ipv6: bool,
+}
+
+impl crate::snat::ReplySteering for OneQueue {
+    fn pick(
+        &self,
+        endpoint: std::net::SocketAddr,
+        _snat: IpAddr,
+        _worker: usize,
+        start: u16,
+        usable: &mut dyn FnMut(u16) -> bool,
+    ) -> Option<u16> {
+        if endpoint.is_ipv6() && !self.ipv6 {
+            return None;
+        }
+        (start..=u16::MAX).find(|&p| usable(p))
+    }
+
+    fn steers_ipv6(&self) -> bool {
+        self.ipv6
+    }
+}
+
+/// Under RSS steering (`SnatPorts::steered`, the DPDK driver with several queues), an IPv6
+/// flow gets a SNAT port from the steering where it steers IPv6, and is dropped as
+/// `unsupported_family` where it does not (a device that does not hash IPv6 TCP/UDP ports).
+#[test]
+fn ipv6_flows_under_rss_steering_where_the_device_steers_ipv6() {
+    for ipv6 in [true, false] {
+        let (t, mut st) = (table6(&[0x11], None), state6());
+        st.snat = crate::snat::SnatPorts::steered(0, 1024, 65535, std::sync::Arc::new(OneQueue { ipv6 }));
+        let q = frames::udp6(to_gw(), CLIENT6, (VIP6, 80), b"x", 64);
+        let (v, out) = run(0, &q, FRONT, &t, &mut st);
+        if ipv6 {
+            assert!(matches!(v, Verdict::Transmit { iface: BACK, .. }), "{v:?}");
+            let ip = Ipv6Packet::new_checked(&out[14..]).unwrap();
+            assert_eq!((ip.src_addr(), ip.dst_addr()), (SNAT6, backend6(0x11)));
+            assert!(UdpPacket::new_checked(&out[54..]).unwrap().src_port() >= 1024);
+            assert_eq!(st.conntrack6.len(), 1);
+        } else {
+            assert_eq!(v, Verdict::Drop(DropReason::UnsupportedFamily));
+            assert_eq!(st.conntrack6.len(), 0);
+        }
+    }
+}
