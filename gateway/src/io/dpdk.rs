@@ -83,7 +83,7 @@ use torii_dpdk::{
 
 use crate::config::{Config, DpdkDevice};
 use crate::io::fanout::SnatRange;
-use crate::io::redirect::{Mesh, Redirect, RING_CAPACITY};
+use crate::io::redirect::{Mesh, QueueOf, QuotedFlow, Redirect, Rule, RING_CAPACITY};
 use crate::metrics::PortReport;
 use crate::pipeline::{Meta, Verdict};
 use crate::snat::ReplySteering;
@@ -137,6 +137,8 @@ const RSS_HF: RssHf = RssHf(
 );
 /// The hash types IPv6 replies' steering needs on every port.
 const RSS_HF_IPV6_L4: RssHf = RssHf(RssHf::NONFRAG_IPV6_TCP.0 | RssHf::NONFRAG_IPV6_UDP.0);
+/// Frames one redirect ring holds under RSS, where only ICMP errors are redirected.
+const RSS_RING_CAPACITY: usize = 64;
 /// The thash context's name (one per process).
 const THASH_NAME: &str = "torii_snat";
 /// Mempool per-lcore cache size.
@@ -302,6 +304,32 @@ impl ThashSteering {
     }
 }
 
+impl ThashSteering {
+    /// The worker (RX queue) the ports deliver packets of `flow`'s tuple to: the queue of
+    /// its hash under the picker's key and RETA (TCP and UDP hash alike); an IPv6 flow's
+    /// where IPv6 is steered, else worker 0's (such flows are refused: they have no owner).
+    pub fn queue_of(&self, flow: &QuotedFlow) -> usize {
+        let q = match (flow.src_addr, flow.dst_addr) {
+            (IpAddr::V4(src_addr), IpAddr::V4(dst_addr)) => self.picker.queue_of(&torii_dpdk::Ipv4Tuple {
+                src_addr,
+                dst_addr,
+                src_port: flow.src_port,
+                dst_port: flow.dst_port,
+            }),
+            (IpAddr::V6(src_addr), IpAddr::V6(dst_addr)) if self.ipv6 => {
+                self.picker.queue_of6(&torii_dpdk::Ipv6Tuple {
+                    src_addr,
+                    dst_addr,
+                    src_port: flow.src_port,
+                    dst_port: flow.dst_port,
+                })
+            }
+            _ => 0,
+        };
+        usize::from(q)
+    }
+}
+
 impl ReplySteering for ThashSteering {
     fn pick(
         &self,
@@ -428,7 +456,14 @@ impl DpdkDriver {
             // Every RX and TX ring full, a vector being processed, a TX batch per port,
             // and the cache: the worker forwards the mbufs it receives.
             // Under the redirect, also the rings to the other workers.
-            let rings = if redirect { ((workers - 1) * ports.len() * RING_CAPACITY) as u32 } else { 0 };
+            // Under RSS, the smaller rings of ICMP errors (`RSS_RING_CAPACITY`).
+            let rings = if redirect {
+                ((workers - 1) * ports.len() * RING_CAPACITY) as u32
+            } else if rss {
+                ((workers - 1) * ports.len() * RSS_RING_CAPACITY) as u32
+            } else {
+                0
+            };
             let need = ports.len() as u32 * (rx + tx + BURST as u32) + VECTOR as u32 + 2 * POOL_CACHE + rings;
             let n = (need + 1).next_power_of_two() - 1;
             let pool = Mempool::new(&eal, &format!("torii_w{w}"), n, POOL_CACHE, DEFAULT_DATA_ROOM, None)
@@ -506,12 +541,22 @@ impl DpdkDriver {
             macs.push(MacAddr(p.mac_addr().map_err(dpdk(format!("ports[{i}] ({}): MAC address", p.name())))?));
         }
 
-        let mesh = redirect.then(|| Mesh::new(workers, ports.len(), RING_CAPACITY));
-        let snat = SnatRange {
-            addrs: config.snat.addresses.clone(),
-            addrs6: config.snat.addresses6.clone(),
-            port_min: config.snat.port_min,
-            port_max: config.snat.port_max,
+        // The redirect's rings: every frame's under the software redirect; under RSS, ICMP
+        // errors' (which devices hash by their addresses, not by the flow they quote).
+        let (mesh, rule) = if redirect {
+            let snat = SnatRange {
+                addrs: config.snat.addresses.clone(),
+                addrs6: config.snat.addresses6.clone(),
+                port_min: config.snat.port_min,
+                port_max: config.snat.port_max,
+            };
+            (Some(Mesh::new(workers, ports.len(), RING_CAPACITY)), Some(Rule::Fanout(snat)))
+        } else if let Some(st) = steering.as_ref().filter(|_| rss) {
+            let st = Arc::clone(st);
+            let queue_of: QueueOf = Arc::new(move |q: &QuotedFlow| st.queue_of(q));
+            (Some(Mesh::new(workers, ports.len(), RSS_RING_CAPACITY)), Some(Rule::Rss(queue_of)))
+        } else {
+            (None, None)
         };
         let mut seeds = Vec::with_capacity(workers);
         for (w, pool) in pools.into_iter().enumerate() {
@@ -536,7 +581,7 @@ impl DpdkDriver {
                 cpu: (!cpus.is_empty()).then(|| cpus[w % cpus.len()]),
                 tx_csum: tx_csum.clone(),
                 idle_sleep: Duration::from_micros(u64::from(config.dpdk.idle_sleep_us)),
-                redirect: mesh.as_ref().map(|m| Redirect::new(Arc::clone(m), w, snat.clone())),
+                redirect: mesh.as_ref().zip(rule.as_ref()).map(|(m, r)| Redirect::new(Arc::clone(m), w, r.clone())),
             }));
         }
         let pmds: Vec<&str> = ports.iter().map(|p| p.info().driver_name.as_str()).collect();
@@ -548,7 +593,7 @@ impl DpdkDriver {
             queues,
             workers,
             if rss {
-                ", SNAT ports steered by RSS (rte_thash)"
+                ", SNAT ports steered by RSS (rte_thash), ICMP errors redirected to their flow's worker"
             } else if redirect {
                 ", frames redirected to their flow's worker (no usable RSS)"
             } else {
@@ -1215,12 +1260,15 @@ mod tests {
         assert!(driver.summary().contains("steered by RSS"), "{}", driver.summary());
         assert_eq!(driver.macs().len(), 2);
         let steering = driver.steering().expect("RSS steering with two workers");
-        let picker = driver.steering.as_ref().expect("picker").picker();
+        let thash = Arc::clone(driver.steering.as_ref().expect("picker"));
+        let picker = thash.picker();
         for p in &driver.ports {
             assert_eq!(p.rss_hash_conf_get().expect("key").key, picker.key(), "{} holds the picker's key", p.name());
             assert_eq!(p.rss_reta_query().expect("RETA"), picker.reta(), "{} holds the picker's RETA", p.name());
         }
         let snat = config.snat.addresses[0];
+        // (worker, endpoint, SNAT port) of some of the flows below.
+        let mut flows = Vec::new();
         for w in 0..2 {
             let mut ports = crate::snat::SnatPorts::steered(w, 1024, 65535, Arc::clone(&steering));
             let mut seen = std::collections::HashSet::new();
@@ -1236,10 +1284,13 @@ mod tests {
                     dst_port: p,
                 };
                 assert_eq!(picker.queue_of(&reply), w as u16, "reply to SNAT port {p} from {endpoint}");
+                if i < 20 {
+                    flows.push((w, endpoint, p));
+                }
             }
         }
         // IPv6 replies too: `net_null` hashes IPv6 TCP and UDP, and its key has 40 bytes.
-        assert!(driver.steering.as_ref().expect("steering").steers_ipv6(), "IPv6 replies steered");
+        assert!(thash.steers_ipv6(), "IPv6 replies steered");
         let snat6: std::net::Ipv6Addr = "fd00:70::1".parse().expect("address");
         for w in 0..2 {
             let mut ports = crate::snat::SnatPorts::steered(w, 1024, 65535, Arc::clone(&steering));
@@ -1262,6 +1313,30 @@ mod tests {
         // Worker 1's I/O, on its own thread: transmit a frame on each port, receive.
         let seed = driver.take_seed(1).expect("seed");
         assert!(driver.take_seed(1).is_none(), "a seed is handed out once");
+        // ICMP errors, which the device hashes by their addresses, go to their flow's worker:
+        // about a packet sent to an endpoint, the worker that allocated its SNAT port; about
+        // one sent to a client, the worker whose queue the client's packets reach.
+        let redirect = seed.redirect.as_ref().expect("the ICMP errors' redirect under RSS");
+        let l2 = crate::frames::L2 { src: MacAddr([2, 0, 0, 0, 0, 1]), dst: MacAddr([2, 0, 0, 0, 0, 2]) };
+        let (dst_unreachable, ack) = (crate::wire::Icmpv4Type::DstUnreachable, crate::wire::TcpFlags::ACK);
+        for &(w, endpoint, p) in &flows {
+            let sent = crate::frames::tcp(l2, (snat, p), (*endpoint.ip(), endpoint.port()), ack, 1, 2, b"", 64);
+            let err = crate::frames::icmp_error(l2, *endpoint.ip(), snat, dst_unreachable, 4, 1400, &sent[14..], 64);
+            assert_eq!(redirect.owner(&err), w, "frag-needed about SNAT port {p} to {endpoint}");
+            assert_eq!(redirect.owner(&sent), 1, "any other frame stays with the worker RSS chose");
+        }
+        let vip = Ipv4Addr::new(203, 0, 113, 10);
+        let mut owners = [0; 2];
+        for cport in 40000..40040u16 {
+            let client = Ipv4Addr::new(198, 51, 100, 10);
+            let arriving = torii_dpdk::Ipv4Tuple { src_addr: client, dst_addr: vip, src_port: cport, dst_port: 80 };
+            let owner = usize::from(picker.queue_of(&arriving));
+            owners[owner] += 1;
+            let sent = crate::frames::tcp(l2, (vip, 80), (client, cport), ack, 1, 2, b"", 64);
+            let err = crate::frames::icmp_error(l2, client, vip, dst_unreachable, 3, 0, &sent[14..], 64);
+            assert_eq!(redirect.owner(&err), owner, "an error about the reply to {client}:{cport}");
+        }
+        assert!(owners.iter().all(|&n| n > 0), "the clients' flows spread over both workers: {owners:?}");
         let frame = crate::frames::udp(
             crate::frames::L2 { src: MacAddr([2, 0, 0, 0, 0, 1]), dst: MacAddr([2, 0, 0, 0, 0, 2]) },
             (Ipv4Addr::new(10, 70, 0, 1), 2000),

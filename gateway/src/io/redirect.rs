@@ -22,9 +22,18 @@
 //! ([`crate::counters::DropReason::RedirectRingFull`]); redirected frames are counted by
 //! the worker that sent them (`redirected`).
 //!
+//! Under RSS the device delivers every frame of a flow to its worker, but for ICMP errors:
+//! a device hashes one by its addresses (a router's and the gateway's), not by the flow it
+//! quotes, so a "fragmentation needed" about a flow's packets reaches any worker. There
+//! the rule is [`Rule::Rss`]: the receiving worker keeps every frame but an ICMP error
+//! quoting a TCP or UDP packet, which goes to the worker whose queue the device gives the
+//! quoted flow's arriving direction ([`quoted_flow`]: the quoted packet's tuple reversed,
+//! hashed as the device hashes it), over the same rings.
+//!
 //! The module is generic over what a ring carries (the DPDK driver sends the mbuf with its
 //! [`crate::pipeline::Meta`]), so its tests need no DPDK.
 
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 use crossbeam_queue::ArrayQueue;
@@ -56,21 +65,116 @@ impl<T> Mesh<T> {
     }
 }
 
+/// The worker of an ICMP error's quoted flow under RSS: the RX queue (the worker polling
+/// it) the device gives a packet with that tuple ([`Rule::Rss`]).
+pub type QueueOf = Arc<dyn Fn(&QuotedFlow) -> usize + Send + Sync>;
+
+/// Which worker owns a frame.
+#[derive(Clone)]
+pub enum Rule {
+    /// Ports without usable RSS: every frame by [`fanout::owner_of_frame`] under the
+    /// gateway's SNAT addresses and port range.
+    Fanout(SnatRange),
+    /// Ports under RSS: the receiving worker, but for an ICMP error quoting a TCP or UDP
+    /// packet ([`quoted_flow`]), whose worker the function gives (taken modulo the workers).
+    Rss(QueueOf),
+}
+
+impl std::fmt::Debug for Rule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Rule::Fanout(snat) => f.debug_tuple("Fanout").field(snat).finish(),
+            Rule::Rss(_) => f.write_str("Rss"),
+        }
+    }
+}
+
+/// The flow an ICMP error is about, in the direction its packets arrive at the gateway:
+/// the quoted packet's tuple reversed (the error quotes a packet the gateway sent).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QuotedFlow {
+    /// Source address of the flow's arriving packets (the quoted destination).
+    pub src_addr: IpAddr,
+    /// Their destination address (the quoted source).
+    pub dst_addr: IpAddr,
+    /// Their source port.
+    pub src_port: u16,
+    /// Their destination port.
+    pub dst_port: u16,
+}
+
+/// The flow the ICMP error (ICMPv4 types 3, 11, 12; ICMPv6 types 1–4, RFC 4443 § 3) in
+/// Ethernet frame `frame` (one 802.1Q tag skipped) quotes, when it quotes a TCP or UDP
+/// packet whose ports are there (RFC 792 and RFC 4443 § 2.4(c): the quote holds at least
+/// the invoking packet's first 8 transport bytes); `None` for every other frame, or one
+/// too short. An IPv6 quote's ports are read right after its fixed header (a quote with
+/// extension headers is `None`). O(1), no allocation: the receive loop asks it of every
+/// frame under RSS.
+#[inline]
+pub fn quoted_flow(frame: &[u8]) -> Option<QuotedFlow> {
+    let (ethertype, net) = match frame.get(12..14)? {
+        [0x81, 0x00] => (frame.get(16..18)?, 18),
+        t => (t, 14),
+    };
+    let p = frame.get(net..)?;
+    let ports_protocol = |proto: u8| proto == 6 || proto == 17;
+    let ports = |q: &[u8]| -> Option<(u16, u16)> {
+        let b = q.get(..4)?;
+        Some((u16::from_be_bytes([b[0], b[1]]), u16::from_be_bytes([b[2], b[3]])))
+    };
+    match ethertype {
+        [0x08, 0x00] => {
+            let ihl = usize::from(p.first()? & 0x0f) * 4;
+            // ICMP, not a fragment (flags MF and offset zero), an error type.
+            if *p.get(9)? != 1 || u16::from_be_bytes([*p.get(6)?, *p.get(7)?]) & 0x3fff != 0 || ihl < 20 {
+                return None;
+            }
+            if !matches!(*p.get(ihl)?, 3 | 11 | 12) {
+                return None;
+            }
+            let q = p.get(ihl + 8..)?;
+            let qihl = usize::from(q.first()? & 0x0f) * 4;
+            if q.first()? >> 4 != 4 || qihl < 20 || !ports_protocol(*q.get(9)?) {
+                return None;
+            }
+            let addr = |at: usize| -> Option<IpAddr> {
+                Some(Ipv4Addr::from(<[u8; 4]>::try_from(q.get(at..at + 4)?).ok()?).into())
+            };
+            let (sport, dport) = ports(q.get(qihl..)?)?;
+            Some(QuotedFlow { src_addr: addr(16)?, dst_addr: addr(12)?, src_port: dport, dst_port: sport })
+        }
+        [0x86, 0xdd] => {
+            if *p.get(6)? != 58 || !matches!(*p.get(40)?, 1..=4) {
+                return None;
+            }
+            let q = p.get(48..)?;
+            if q.first()? >> 4 != 6 || !ports_protocol(*q.get(6)?) {
+                return None;
+            }
+            let addr = |at: usize| -> Option<IpAddr> {
+                Some(Ipv6Addr::from(<[u8; 16]>::try_from(q.get(at..at + 16)?).ok()?).into())
+            };
+            let (sport, dport) = ports(q.get(40..)?)?;
+            Some(QuotedFlow { src_addr: addr(24)?, dst_addr: addr(8)?, src_port: dport, dst_port: sport })
+        }
+        _ => None,
+    }
+}
+
 /// One worker's end of the [`Mesh`], and the rule that says which frames are its own.
 #[derive(Debug)]
 pub struct Redirect<T> {
     mesh: Arc<Mesh<T>>,
     worker: usize,
-    snat: SnatRange,
+    rule: Rule,
     /// Where the next drain starts (round robin over the senders, so none starves).
     next_from: usize,
 }
 
 impl<T> Redirect<T> {
-    /// Worker `worker`'s end of `mesh`, owning the flows that [`fanout::owner_of_frame`]
-    /// gives it under `snat` (the gateway's SNAT addresses and port range).
-    pub fn new(mesh: Arc<Mesh<T>>, worker: usize, snat: SnatRange) -> Self {
-        Self { mesh, worker, snat, next_from: 0 }
+    /// Worker `worker`'s end of `mesh`, owning the frames `rule` gives it.
+    pub fn new(mesh: Arc<Mesh<T>>, worker: usize, rule: Rule) -> Self {
+        Self { mesh, worker, rule, next_from: 0 }
     }
 
     /// This worker.
@@ -78,10 +182,13 @@ impl<T> Redirect<T> {
         self.worker
     }
 
-    /// The worker that owns the Ethernet frame `frame`'s flow.
+    /// The worker that owns the Ethernet frame `frame`'s flow (see [`Rule`]).
     #[inline]
     pub fn owner(&self, frame: &[u8]) -> usize {
-        fanout::owner_of_frame(frame, &self.snat, self.mesh.workers)
+        match &self.rule {
+            Rule::Fanout(snat) => fanout::owner_of_frame(frame, snat, self.mesh.workers),
+            Rule::Rss(queue_of) => quoted_flow(frame).map_or(self.worker, |q| queue_of(&q) % self.mesh.workers),
+        }
     }
 
     /// Hands `item` (a frame received on `port`) to worker `to`; gives it back when the
@@ -140,7 +247,7 @@ mod tests {
 
     fn ends(workers: usize, ports: usize, capacity: usize) -> Vec<Redirect<(usize, Vec<u8>)>> {
         let mesh = Mesh::new(workers, ports, capacity);
-        (0..workers).map(|w| Redirect::new(Arc::clone(&mesh), w, snat())).collect()
+        (0..workers).map(|w| Redirect::new(Arc::clone(&mesh), w, Rule::Fanout(snat()))).collect()
     }
 
     /// Both directions of a full-NAT flow have one owner: the original direction by its
@@ -177,6 +284,88 @@ mod tests {
             }
             assert!(per.iter().all(|&c| c > 400 / workers / 2), "{workers} workers: {per:?}");
         }
+    }
+
+    /// ICMP errors quoting TCP and UDP packets, IPv4 and IPv6, tagged or not, give the
+    /// quoted flow reversed; everything else (the flows' own packets, an echo, an error
+    /// quoting ICMP, a fragment, a truncated quote) gives none.
+    #[test]
+    fn quoted_flows_are_the_quoted_packets_reversed() {
+        use crate::wire::Icmpv6Type;
+        use std::net::Ipv6Addr;
+        let sent = frames::tcp(L, (SNAT, 2001), (ENDPOINT, 8080), TcpFlags::ACK, 1, 2, b"", 64);
+        let err = frames::icmp_error(L, ENDPOINT, SNAT, Icmpv4Type::DstUnreachable, 4, 1400, &sent[14..], 64);
+        let want = QuotedFlow { src_addr: ENDPOINT.into(), dst_addr: SNAT.into(), src_port: 8080, dst_port: 2001 };
+        assert_eq!(quoted_flow(&err), Some(want));
+        assert_eq!(quoted_flow(&frames::tagged(&err, 0x8100, 7)), Some(want), "802.1Q");
+        let back = frames::udp(L, (VIP, 53), (CLIENT, 40000), b"x", 64);
+        let err = frames::icmp_error(L, CLIENT, VIP, Icmpv4Type::TimeExceeded, 0, 0, &back[14..42], 64);
+        let want = QuotedFlow { src_addr: CLIENT.into(), dst_addr: VIP.into(), src_port: 40000, dst_port: 53 };
+        assert_eq!(quoted_flow(&err), Some(want), "the quote's first 8 transport bytes suffice");
+        assert_eq!(quoted_flow(&err[..err.len() - 5]), None, "ports cut off");
+        assert_eq!(quoted_flow(&sent), None, "not ICMP");
+        assert_eq!(quoted_flow(&frames::icmp_echo(L, CLIENT, VIP, 1, 1, b"x", false)), None, "not an error");
+        let echo = frames::icmp_echo(L, VIP, CLIENT, 1, 1, b"x", true);
+        let err = frames::icmp_error(L, CLIENT, VIP, Icmpv4Type::DstUnreachable, 3, 0, &echo[14..], 64);
+        assert_eq!(quoted_flow(&err), None, "quotes ICMP: no ports");
+        let big = frames::icmp_error(
+            L,
+            ENDPOINT,
+            SNAT,
+            Icmpv4Type::DstUnreachable,
+            4,
+            1400,
+            &[sent[14..].to_vec(), vec![0; 64]].concat(),
+            64,
+        );
+        let first = &frames::ipv4_fragments(&big, 9, 32)[0];
+        assert_eq!(quoted_flow(first), None, "a fragment");
+
+        let (client6, vip6): (Ipv6Addr, Ipv6Addr) =
+            ("2001:db8:100::10".parse().unwrap(), "2001:db8:203::10".parse().unwrap());
+        let back6 = frames::tcp6(L, (vip6, 443), (client6, 40001), TcpFlags::ACK, 1, 2, b"", 64);
+        let err6 = frames::icmpv6_error(L, client6, vip6, Icmpv6Type::PacketTooBig, 0, 1280, &back6[14..], 64);
+        let want6 = QuotedFlow { src_addr: client6.into(), dst_addr: vip6.into(), src_port: 40001, dst_port: 443 };
+        assert_eq!(quoted_flow(&err6), Some(want6));
+        assert_eq!(quoted_flow(&back6), None);
+    }
+
+    proptest::proptest! {
+        /// Any prefix of an ICMP error, and any bytes written over it, give no panic; a
+        /// prefix gives the whole answer or none (never a flow read past the frame's end).
+        #[test]
+        fn quoted_flow_of_cut_and_mangled_frames(cut in 0usize..120, at in 0usize..120, byte in 0u8..=255) {
+            let sent = frames::tcp(L, (SNAT, 2001), (ENDPOINT, 8080), TcpFlags::ACK, 1, 2, b"", 64);
+            let err = frames::icmp_error(L, ENDPOINT, SNAT, Icmpv4Type::DstUnreachable, 4, 1400, &sent[14..], 64);
+            let whole = quoted_flow(&err);
+            let got = quoted_flow(&err[..cut.min(err.len())]);
+            proptest::prop_assert!(got.is_none() || got == whole);
+            let mut mangled = err.clone();
+            if let Some(b) = mangled.get_mut(at) {
+                *b = byte;
+            }
+            let _ = quoted_flow(&mangled);
+        }
+    }
+
+    /// Under RSS a worker keeps every frame but ICMP errors, which go to the worker the
+    /// device gives the quoted flow (here a stand-in: the flow's destination port).
+    #[test]
+    fn under_rss_icmp_errors_go_to_their_flows_worker_and_the_rest_stays() {
+        let mesh = Mesh::new(3, 1, 4);
+        let queue_of: QueueOf = Arc::new(|q: &QuotedFlow| usize::from(q.dst_port));
+        let r: Vec<Redirect<()>> =
+            (0..3).map(|w| Redirect::new(Arc::clone(&mesh), w, Rule::Rss(Arc::clone(&queue_of)))).collect();
+        for sport in 2000..2006u16 {
+            let reply = frames::tcp(L, (ENDPOINT, 8080), (SNAT, sport), TcpFlags::ACK, 1, 2, b"", 64);
+            let sent = frames::tcp(L, (SNAT, sport), (ENDPOINT, 8080), TcpFlags::ACK, 1, 2, b"", 64);
+            let err = frames::icmp_error(L, ENDPOINT, SNAT, Icmpv4Type::DstUnreachable, 4, 1400, &sent[14..], 64);
+            for (w, rx) in r.iter().enumerate() {
+                assert_eq!(rx.owner(&reply), w, "the device's choice stands");
+                assert_eq!(rx.owner(&err), usize::from(sport) % 3, "the quoted flow's worker");
+            }
+        }
+        assert_eq!(format!("{:?}", r[0].rule), "Rss");
     }
 
     #[test]
