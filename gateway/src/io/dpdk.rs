@@ -1266,48 +1266,32 @@ mod tests {
             assert_eq!(p.rss_hash_conf_get().expect("key").key, picker.key(), "{} holds the picker's key", p.name());
             assert_eq!(p.rss_reta_query().expect("RETA"), picker.reta(), "{} holds the picker's RETA", p.name());
         }
-        let snat = config.snat.addresses[0];
-        // (worker, endpoint, SNAT port) of some of the flows below.
-        let mut flows = Vec::new();
-        for w in 0..2 {
-            let mut ports = crate::snat::SnatPorts::steered(w, 1024, 65535, Arc::clone(&steering));
-            let mut seen = std::collections::HashSet::new();
-            for i in 0..300u16 {
-                let endpoint = std::net::SocketAddrV4::new(Ipv4Addr::new(10, 70, 0, 11 + (i % 3) as u8), 8080 + i % 2);
-                let (_, p) =
-                    ports.alloc(endpoint.into(), &[snat], |_, p| !seen.contains(&(endpoint, p))).expect("a SNAT port");
-                assert!(seen.insert((endpoint, p)));
-                let reply = torii_dpdk::Ipv4Tuple {
-                    src_addr: *endpoint.ip(),
-                    dst_addr: snat,
-                    src_port: endpoint.port(),
-                    dst_port: p,
-                };
-                assert_eq!(picker.queue_of(&reply), w as u16, "reply to SNAT port {p} from {endpoint}");
-                if i < 20 {
-                    flows.push((w, endpoint, p));
-                }
-            }
-        }
         // IPv6 replies too: `net_null` hashes IPv6 TCP and UDP, and its key has 40 bytes.
         assert!(thash.steers_ipv6(), "IPv6 replies steered");
-        let snat6: std::net::Ipv6Addr = "fd00:70::1".parse().expect("address");
-        for w in 0..2 {
-            let mut ports = crate::snat::SnatPorts::steered(w, 1024, 65535, Arc::clone(&steering));
-            let mut seen = std::collections::HashSet::new();
-            for i in 0..300u16 {
-                let ip = std::net::Ipv6Addr::from(0xfd00_0070_u128 << 96 | u128::from(11 + i % 3));
-                let endpoint = std::net::SocketAddrV6::new(ip, 8080 + i % 2, 0, 0);
-                let (_, p) =
-                    ports.alloc(endpoint.into(), &[snat6], |_, p| !seen.contains(&(endpoint, p))).expect("a SNAT port");
-                assert!(seen.insert((endpoint, p)));
-                let reply = torii_dpdk::Ipv6Tuple {
-                    src_addr: *endpoint.ip(),
-                    dst_addr: snat6,
-                    src_port: endpoint.port(),
-                    dst_port: p,
-                };
-                assert_eq!(picker.queue_of6(&reply), w as u16, "reply to SNAT port {p} from {endpoint}");
+        let snat_addrs: [IpAddr; 2] = [config.snat.addresses[0].into(), "fd00:70::1".parse().expect("address")];
+        // (worker, endpoint, SNAT address, SNAT port) of some of the flows below.
+        let mut flows = Vec::new();
+        for snat in snat_addrs {
+            for w in 0..2 {
+                let mut ports = crate::snat::SnatPorts::steered(w, 1024, 65535, Arc::clone(&steering));
+                let mut seen = std::collections::HashSet::new();
+                for i in 0..300u16 {
+                    let host = 11 + i % 3;
+                    let ip: IpAddr = match snat {
+                        IpAddr::V4(_) => Ipv4Addr::new(10, 70, 0, host as u8).into(),
+                        IpAddr::V6(_) => std::net::Ipv6Addr::from(0xfd00_0070_u128 << 96 | u128::from(host)).into(),
+                    };
+                    let endpoint = SocketAddr::new(ip, 8080 + i % 2);
+                    let (_, p) =
+                        ports.alloc(endpoint, &[snat], |_, p| !seen.contains(&(endpoint, p))).expect("a SNAT port");
+                    assert!(seen.insert((endpoint, p)));
+                    // The queue the ports deliver the reply to (`rte_softrss` with their key).
+                    let reply = QuotedFlow { src_addr: ip, dst_addr: snat, src_port: endpoint.port(), dst_port: p };
+                    assert_eq!(thash.queue_of(&reply), w, "reply to SNAT port {p} from {endpoint}");
+                    if i < 20 {
+                        flows.push((w, endpoint, snat, p));
+                    }
+                }
             }
         }
         // Worker 1's I/O, on its own thread: transmit a frame on each port, receive.
@@ -1319,10 +1303,22 @@ mod tests {
         let redirect = seed.redirect.as_ref().expect("the ICMP errors' redirect under RSS");
         let l2 = crate::frames::L2 { src: MacAddr([2, 0, 0, 0, 0, 1]), dst: MacAddr([2, 0, 0, 0, 0, 2]) };
         let (dst_unreachable, ack) = (crate::wire::Icmpv4Type::DstUnreachable, crate::wire::TcpFlags::ACK);
-        for &(w, endpoint, p) in &flows {
-            let sent = crate::frames::tcp(l2, (snat, p), (*endpoint.ip(), endpoint.port()), ack, 1, 2, b"", 64);
-            let err = crate::frames::icmp_error(l2, *endpoint.ip(), snat, dst_unreachable, 4, 1400, &sent[14..], 64);
-            assert_eq!(redirect.owner(&err), w, "frag-needed about SNAT port {p} to {endpoint}");
+        for &(w, endpoint, snat, p) in &flows {
+            let (sent, err) = match (endpoint, snat) {
+                (SocketAddr::V4(e), IpAddr::V4(snat)) => {
+                    let sent = crate::frames::tcp(l2, (snat, p), (*e.ip(), e.port()), ack, 1, 2, b"", 64);
+                    let err = crate::frames::icmp_error(l2, *e.ip(), snat, dst_unreachable, 4, 1400, &sent[14..], 64);
+                    (sent, err)
+                }
+                (SocketAddr::V6(e), IpAddr::V6(snat)) => {
+                    let sent = crate::frames::tcp6(l2, (snat, p), (*e.ip(), e.port()), ack, 1, 2, b"", 64);
+                    let too_big = crate::wire::Icmpv6Type::PacketTooBig;
+                    let err = crate::frames::icmpv6_error(l2, *e.ip(), snat, too_big, 0, 1280, &sent[14..], 64);
+                    (sent, err)
+                }
+                _ => unreachable!("one family"),
+            };
+            assert_eq!(redirect.owner(&err), w, "frag-needed / packet too big about SNAT port {p} to {endpoint}");
             assert_eq!(redirect.owner(&sent), 1, "any other frame stays with the worker RSS chose");
         }
         let vip = Ipv4Addr::new(203, 0, 113, 10);
