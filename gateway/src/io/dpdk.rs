@@ -30,7 +30,9 @@
 //!   (one helper per family, in different bits of the key), where every port hashes IPv6
 //!   TCP and UDP over ports and its key has 40 bytes or more; else IPv6 flows get no SNAT
 //!   port (counted `unsupported_family`; the startup log says so). With one worker every port
-//!   is its own ([`SnatPorts::new`](crate::snat::SnatPorts::new)).
+//!   is its own ([`SnatPorts::new`](crate::snat::SnatPorts::new)). ICMP errors and
+//!   fragments, which devices hash by their addresses alone, are handed to their flow's
+//!   worker in software ([`crate::io::redirect::Rule::Rss`]).
 //! - **Checksums.** The pipeline keeps IPv4 and TCP/UDP checksums right in software
 //!   (incremental updates, RFC 1624) — the default. With `dpdk.tx_checksum_offload` and
 //!   a port that offers it, frames leave with the IPv4 header checksum zeroed and the L4
@@ -83,7 +85,7 @@ use torii_dpdk::{
 
 use crate::config::{Config, DpdkDevice};
 use crate::io::fanout::SnatRange;
-use crate::io::redirect::{Mesh, QueueOf, QuotedFlow, Redirect, Rule, RING_CAPACITY};
+use crate::io::redirect::{FlowTuple, Mesh, QueueOf, Redirect, Rule, RING_CAPACITY};
 use crate::metrics::PortReport;
 use crate::pipeline::{Meta, Verdict};
 use crate::snat::ReplySteering;
@@ -137,7 +139,7 @@ const RSS_HF: RssHf = RssHf(
 );
 /// The hash types IPv6 replies' steering needs on every port.
 const RSS_HF_IPV6_L4: RssHf = RssHf(RssHf::NONFRAG_IPV6_TCP.0 | RssHf::NONFRAG_IPV6_UDP.0);
-/// Frames one redirect ring holds under RSS, where only ICMP errors are redirected.
+/// Frames one redirect ring holds under RSS, where only ICMP errors and fragments are redirected.
 const RSS_RING_CAPACITY: usize = 64;
 /// The thash context's name (one per process).
 const THASH_NAME: &str = "torii_snat";
@@ -308,7 +310,7 @@ impl ThashSteering {
     /// The worker (RX queue) the ports deliver packets of `flow`'s tuple to: the queue of
     /// its hash under the picker's key and RETA (TCP and UDP hash alike); an IPv6 flow's
     /// where IPv6 is steered, else worker 0's (such flows are refused: they have no owner).
-    pub fn queue_of(&self, flow: &QuotedFlow) -> usize {
+    pub fn queue_of(&self, flow: &FlowTuple) -> usize {
         let q = match (flow.src_addr, flow.dst_addr) {
             (IpAddr::V4(src_addr), IpAddr::V4(dst_addr)) => self.picker.queue_of(&torii_dpdk::Ipv4Tuple {
                 src_addr,
@@ -542,7 +544,7 @@ impl DpdkDriver {
         }
 
         // The redirect's rings: every frame's under the software redirect; under RSS, ICMP
-        // errors' (which devices hash by their addresses, not by the flow they quote).
+        // errors' and fragments' (which devices hash by their addresses alone).
         let (mesh, rule) = if redirect {
             let snat = SnatRange {
                 addrs: config.snat.addresses.clone(),
@@ -553,7 +555,7 @@ impl DpdkDriver {
             (Some(Mesh::new(workers, ports.len(), RING_CAPACITY)), Some(Rule::Fanout(snat)))
         } else if let Some(st) = steering.as_ref().filter(|_| rss) {
             let st = Arc::clone(st);
-            let queue_of: QueueOf = Arc::new(move |q: &QuotedFlow| st.queue_of(q));
+            let queue_of: QueueOf = Arc::new(move |q: &FlowTuple| st.queue_of(q));
             (Some(Mesh::new(workers, ports.len(), RSS_RING_CAPACITY)), Some(Rule::Rss(queue_of)))
         } else {
             (None, None)
@@ -593,7 +595,7 @@ impl DpdkDriver {
             queues,
             workers,
             if rss {
-                ", SNAT ports steered by RSS (rte_thash), ICMP errors redirected to their flow's worker"
+                ", SNAT ports steered by RSS (rte_thash), ICMP errors and fragments redirected to their flow's worker"
             } else if redirect {
                 ", frames redirected to their flow's worker (no usable RSS)"
             } else {
@@ -1024,7 +1026,7 @@ impl PacketIo for DpdkIo {
                 }
             }
             let meta = Meta { iface: iface as u8, len: m.len(), l4_csum_partial, l3_csum_good, l4_csum_good };
-            if let Some(r) = &self.redirect {
+            if let Some(r) = &mut self.redirect {
                 let owner = r.owner(m.data());
                 if owner != r.worker() {
                     match r.send(iface, owner, (m, meta)) {
@@ -1286,7 +1288,7 @@ mod tests {
                         ports.alloc(endpoint, &[snat], |_, p| !seen.contains(&(endpoint, p))).expect("a SNAT port");
                     assert!(seen.insert((endpoint, p)));
                     // The queue the ports deliver the reply to (`rte_softrss` with their key).
-                    let reply = QuotedFlow { src_addr: ip, dst_addr: snat, src_port: endpoint.port(), dst_port: p };
+                    let reply = FlowTuple { src_addr: ip, dst_addr: snat, src_port: endpoint.port(), dst_port: p };
                     assert_eq!(thash.queue_of(&reply), w, "reply to SNAT port {p} from {endpoint}");
                     if i < 20 {
                         flows.push((w, endpoint, snat, p));
@@ -1295,12 +1297,13 @@ mod tests {
             }
         }
         // Worker 1's I/O, on its own thread: transmit a frame on each port, receive.
-        let seed = driver.take_seed(1).expect("seed");
+        let mut seed = driver.take_seed(1).expect("seed");
         assert!(driver.take_seed(1).is_none(), "a seed is handed out once");
-        // ICMP errors, which the device hashes by their addresses, go to their flow's worker:
-        // about a packet sent to an endpoint, the worker that allocated its SNAT port; about
-        // one sent to a client, the worker whose queue the client's packets reach.
-        let redirect = seed.redirect.as_ref().expect("the ICMP errors' redirect under RSS");
+        // ICMP errors and fragments, which the device hashes by their addresses, go to their
+        // flow's worker: about a packet sent to an endpoint, and an endpoint's fragmented
+        // reply, the worker that allocated its SNAT port; about one sent to a client, the
+        // worker whose queue the client's packets reach.
+        let redirect = seed.redirect.as_mut().expect("the redirect of ICMP errors and fragments under RSS");
         let l2 = crate::frames::L2 { src: MacAddr([2, 0, 0, 0, 0, 1]), dst: MacAddr([2, 0, 0, 0, 0, 2]) };
         let (dst_unreachable, ack) = (crate::wire::Icmpv4Type::DstUnreachable, crate::wire::TcpFlags::ACK);
         for &(w, endpoint, snat, p) in &flows {
@@ -1320,6 +1323,23 @@ mod tests {
             };
             assert_eq!(redirect.owner(&err), w, "frag-needed / packet too big about SNAT port {p} to {endpoint}");
             assert_eq!(redirect.owner(&sent), 1, "any other frame stays with the worker RSS chose");
+            // A fragmented reply (hashed by its addresses alone) goes to the worker too.
+            let reply = match (endpoint, snat) {
+                (SocketAddr::V4(e), IpAddr::V4(snat)) => crate::frames::ipv4_fragments(
+                    &crate::frames::udp(l2, (*e.ip(), e.port()), (snat, p), &[9; 100], 64),
+                    p,
+                    48,
+                ),
+                (SocketAddr::V6(e), IpAddr::V6(snat)) => crate::frames::ipv6_fragments(
+                    &crate::frames::udp6(l2, (*e.ip(), e.port()), (snat, p), &[9; 100], 64),
+                    u32::from(p),
+                    48,
+                ),
+                _ => unreachable!("one family"),
+            };
+            for (k, f) in reply.iter().enumerate() {
+                assert_eq!(redirect.owner(f), w, "fragment {k} of a reply to SNAT port {p} from {endpoint}");
+            }
         }
         let vip = Ipv4Addr::new(203, 0, 113, 10);
         let mut owners = [0; 2];

@@ -22,13 +22,19 @@
 //! ([`crate::counters::DropReason::RedirectRingFull`]); redirected frames are counted by
 //! the worker that sent them (`redirected`).
 //!
-//! Under RSS the device delivers every frame of a flow to its worker, but for ICMP errors:
-//! a device hashes one by its addresses (a router's and the gateway's), not by the flow it
-//! quotes, so a "fragmentation needed" about a flow's packets reaches any worker. There
-//! the rule is [`Rule::Rss`]: the receiving worker keeps every frame but an ICMP error
-//! quoting a TCP or UDP packet, which goes to the worker whose queue the device gives the
-//! quoted flow's arriving direction ([`quoted_flow`]: the quoted packet's tuple reversed,
-//! hashed as the device hashes it), over the same rings.
+//! Under RSS the device delivers every frame of a flow to its worker, but for ICMP errors
+//! and fragments: a device hashes those by their addresses alone (an error's are a router's
+//! and the gateway's; a fragment's ports are in the first fragment only), so a
+//! "fragmentation needed" about a flow's packets, or an endpoint's fragmented reply,
+//! reaches any worker. There the rule is [`Rule::Rss`]: the receiving worker keeps every
+//! frame but an ICMP error quoting a TCP or UDP packet, which goes to the worker whose
+//! queue the device gives the quoted flow's arriving direction ([`quoted_flow`]: the
+//! quoted packet's tuple reversed, hashed as the device hashes it), and the fragments of a
+//! TCP or UDP datagram, which go to the worker the device gives the first fragment's tuple
+//! ([`Fragment`]); a datagram's fragments all reach one worker (the same addresses), which
+//! remembers where each datagram's first fragment went ([`FragmentOwners`]) and sends the
+//! later ones after it. A later fragment that arrives before its first stays, as one of an
+//! unknown datagram: the general path drops it (`fragment_no_first`) wherever it is.
 //!
 //! The module is generic over what a ring carries (the DPDK driver sends the mbuf with its
 //! [`crate::pipeline::Meta`]), so its tests need no DPDK.
@@ -65,9 +71,9 @@ impl<T> Mesh<T> {
     }
 }
 
-/// The worker of an ICMP error's quoted flow under RSS: the RX queue (the worker polling
-/// it) the device gives a packet with that tuple ([`Rule::Rss`]).
-pub type QueueOf = Arc<dyn Fn(&QuotedFlow) -> usize + Send + Sync>;
+/// The worker of a flow under RSS: the RX queue (the worker polling it) the device gives a
+/// packet with that tuple ([`Rule::Rss`]).
+pub type QueueOf = Arc<dyn Fn(&FlowTuple) -> usize + Send + Sync>;
 
 /// Which worker owns a frame.
 #[derive(Clone)]
@@ -76,7 +82,8 @@ pub enum Rule {
     /// gateway's SNAT addresses and port range.
     Fanout(SnatRange),
     /// Ports under RSS: the receiving worker, but for an ICMP error quoting a TCP or UDP
-    /// packet ([`quoted_flow`]), whose worker the function gives (taken modulo the workers).
+    /// packet ([`quoted_flow`]) and the fragments of a TCP or UDP datagram ([`Fragment`]),
+    /// whose worker the function gives (taken modulo the workers).
     Rss(QueueOf),
 }
 
@@ -89,13 +96,14 @@ impl std::fmt::Debug for Rule {
     }
 }
 
-/// The flow an ICMP error is about, in the direction its packets arrive at the gateway:
-/// the quoted packet's tuple reversed (the error quotes a packet the gateway sent).
+/// A flow's tuple in the direction its packets arrive at the gateway: an ICMP error's
+/// quoted packet's reversed (the error quotes a packet the gateway sent), a first
+/// fragment's own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct QuotedFlow {
-    /// Source address of the flow's arriving packets (the quoted destination).
+pub struct FlowTuple {
+    /// Source address of the flow's arriving packets (an error's quoted destination).
     pub src_addr: IpAddr,
-    /// Their destination address (the quoted source).
+    /// Their destination address (an error's quoted source).
     pub dst_addr: IpAddr,
     /// Their source port.
     pub src_port: u16,
@@ -111,7 +119,7 @@ pub struct QuotedFlow {
 /// extension headers is `None`). O(1), no allocation: the receive loop asks it of every
 /// frame under RSS.
 #[inline]
-pub fn quoted_flow(frame: &[u8]) -> Option<QuotedFlow> {
+pub fn quoted_flow(frame: &[u8]) -> Option<FlowTuple> {
     let (ethertype, net) = match frame.get(12..14)? {
         [0x81, 0x00] => (frame.get(16..18)?, 18),
         t => (t, 14),
@@ -141,7 +149,7 @@ pub fn quoted_flow(frame: &[u8]) -> Option<QuotedFlow> {
                 Some(Ipv4Addr::from(<[u8; 4]>::try_from(q.get(at..at + 4)?).ok()?).into())
             };
             let (sport, dport) = ports(q.get(qihl..)?)?;
-            Some(QuotedFlow { src_addr: addr(16)?, dst_addr: addr(12)?, src_port: dport, dst_port: sport })
+            Some(FlowTuple { src_addr: addr(16)?, dst_addr: addr(12)?, src_port: dport, dst_port: sport })
         }
         [0x86, 0xdd] => {
             if *p.get(6)? != 58 || !matches!(*p.get(40)?, 1..=4) {
@@ -155,9 +163,121 @@ pub fn quoted_flow(frame: &[u8]) -> Option<QuotedFlow> {
                 Some(Ipv6Addr::from(<[u8; 16]>::try_from(q.get(at..at + 16)?).ok()?).into())
             };
             let (sport, dport) = ports(q.get(40..)?)?;
-            Some(QuotedFlow { src_addr: addr(24)?, dst_addr: addr(8)?, src_port: dport, dst_port: sport })
+            Some(FlowTuple { src_addr: addr(24)?, dst_addr: addr(8)?, src_port: dport, dst_port: sport })
         }
         _ => None,
+    }
+}
+
+/// A datagram: source, destination, protocol (IPv6: the Fragment header's Next Header) and
+/// Identification (IPv4's 16 bits, IPv6's 32), RFC 791 § 3.2 and RFC 8200 § 4.5.
+pub type Datagram = (IpAddr, IpAddr, u8, u32);
+
+/// A fragment of an IPv4 or IPv6 datagram, as [`fragment`] finds it in a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fragment {
+    /// The datagram it is part of.
+    pub datagram: Datagram,
+    /// The first fragment's TCP or UDP tuple (offset 0, its ports there); `None` for a
+    /// later fragment, or a first one of another protocol or too short for its ports.
+    pub first: Option<FlowTuple>,
+}
+
+/// The fragment in Ethernet frame `frame` (one 802.1Q tag skipped): an IPv4 packet with MF
+/// set or a nonzero offset, or an IPv6 packet whose Fragment header follows its fixed
+/// header (not an atomic fragment: RFC 6946's offset 0 without M is a whole datagram);
+/// `None` for anything else. O(1), no allocation.
+#[inline]
+pub fn fragment(frame: &[u8]) -> Option<Fragment> {
+    let (ethertype, net) = match frame.get(12..14)? {
+        [0x81, 0x00] => (frame.get(16..18)?, 18),
+        t => (t, 14),
+    };
+    let p = frame.get(net..)?;
+    let be16 = |at: usize| -> Option<u16> { Some(u16::from_be_bytes([*p.get(at)?, *p.get(at + 1)?])) };
+    let ports = |at: usize| -> Option<(u16, u16)> { Some((be16(at)?, be16(at + 2)?)) };
+    let ports_protocol = |proto: u8| proto == 6 || proto == 17;
+    match ethertype {
+        [0x08, 0x00] => {
+            let flags_offset = be16(6)?;
+            if flags_offset & 0x3fff == 0 {
+                return None;
+            }
+            let (src, dst) = (addr4(p, 12)?, addr4(p, 16)?);
+            let proto = *p.get(9)?;
+            let ihl = usize::from(p.first()? & 0x0f) * 4;
+            let first = (flags_offset & 0x1fff == 0 && ports_protocol(proto) && ihl >= 20)
+                .then(|| ports(ihl))
+                .flatten()
+                .map(|(src_port, dst_port)| FlowTuple { src_addr: src, dst_addr: dst, src_port, dst_port });
+            Some(Fragment { datagram: (src, dst, proto, u32::from(be16(4)?)), first })
+        }
+        [0x86, 0xdd] => {
+            if *p.get(6)? != 44 {
+                return None;
+            }
+            let (proto, offset_m) = (*p.get(40)?, be16(42)?);
+            if offset_m == 0 {
+                return None;
+            }
+            let (src, dst) = (addr6(p, 8)?, addr6(p, 24)?);
+            let id = u32::from_be_bytes(<[u8; 4]>::try_from(p.get(44..48)?).ok()?);
+            let first = (offset_m & 0xfff8 == 0 && ports_protocol(proto))
+                .then(|| ports(48))
+                .flatten()
+                .map(|(src_port, dst_port)| FlowTuple { src_addr: src, dst_addr: dst, src_port, dst_port });
+            Some(Fragment { datagram: (src, dst, proto, id), first })
+        }
+        _ => None,
+    }
+}
+
+/// The IPv4 address at `at` of `p`.
+fn addr4(p: &[u8], at: usize) -> Option<IpAddr> {
+    Some(Ipv4Addr::from(<[u8; 4]>::try_from(p.get(at..at + 4)?).ok()?).into())
+}
+
+/// The IPv6 address at `at` of `p`.
+fn addr6(p: &[u8], at: usize) -> Option<IpAddr> {
+    Some(Ipv6Addr::from(<[u8; 16]>::try_from(p.get(at..at + 16)?).ok()?).into())
+}
+
+/// Datagrams whose first fragment a worker handed on under RSS, and to whom: a
+/// direct-mapped table of [`FragmentOwners::SLOTS`] datagrams, a newer one taking an older
+/// one's slot (a datagram's fragments arrive together; one whose slot was taken before its
+/// last fragment came sends the rest nowhere but here, where the general path drops them
+/// as fragments without a first).
+#[derive(Debug)]
+pub struct FragmentOwners {
+    slots: Box<[Option<(Datagram, usize)>]>,
+}
+
+impl FragmentOwners {
+    /// Datagrams remembered.
+    pub const SLOTS: usize = 256;
+
+    fn new() -> Self {
+        Self { slots: vec![None; Self::SLOTS].into_boxed_slice() }
+    }
+
+    fn slot(datagram: &Datagram) -> usize {
+        // A fixed seed: one worker's table, keyed by what senders choose, where a
+        // collision costs a datagram its later fragments, nothing else.
+        ahash::RandomState::with_seeds(1, 2, 3, 4).hash_one(datagram) as usize % Self::SLOTS
+    }
+
+    /// Where `f`'s datagram goes: for a first fragment with ports, `queue_of`'s worker
+    /// (remembered); for a later one, its first's, if remembered; else `None`.
+    fn owner(&mut self, f: &Fragment, queue_of: &QueueOf) -> Option<usize> {
+        let slot = Self::slot(&f.datagram);
+        match &f.first {
+            Some(t) => {
+                let owner = queue_of(t);
+                self.slots[slot] = Some((f.datagram, owner));
+                Some(owner)
+            }
+            None => self.slots[slot].filter(|(d, _)| *d == f.datagram).map(|(_, owner)| owner),
+        }
     }
 }
 
@@ -167,6 +287,8 @@ pub struct Redirect<T> {
     mesh: Arc<Mesh<T>>,
     worker: usize,
     rule: Rule,
+    /// Under [`Rule::Rss`], where the fragmented datagrams went.
+    fragments: FragmentOwners,
     /// Where the next drain starts (round robin over the senders, so none starves).
     next_from: usize,
 }
@@ -174,7 +296,7 @@ pub struct Redirect<T> {
 impl<T> Redirect<T> {
     /// Worker `worker`'s end of `mesh`, owning the frames `rule` gives it.
     pub fn new(mesh: Arc<Mesh<T>>, worker: usize, rule: Rule) -> Self {
-        Self { mesh, worker, rule, next_from: 0 }
+        Self { mesh, worker, rule, fragments: FragmentOwners::new(), next_from: 0 }
     }
 
     /// This worker.
@@ -182,12 +304,20 @@ impl<T> Redirect<T> {
         self.worker
     }
 
-    /// The worker that owns the Ethernet frame `frame`'s flow (see [`Rule`]).
+    /// The worker that owns the Ethernet frame `frame`'s flow (see [`Rule`]); under
+    /// [`Rule::Rss`] a first fragment's owner is remembered for its datagram's others.
     #[inline]
-    pub fn owner(&self, frame: &[u8]) -> usize {
+    pub fn owner(&mut self, frame: &[u8]) -> usize {
+        let n = self.mesh.workers;
         match &self.rule {
-            Rule::Fanout(snat) => fanout::owner_of_frame(frame, snat, self.mesh.workers),
-            Rule::Rss(queue_of) => quoted_flow(frame).map_or(self.worker, |q| queue_of(&q) % self.mesh.workers),
+            Rule::Fanout(snat) => fanout::owner_of_frame(frame, snat, n),
+            Rule::Rss(queue_of) => {
+                let owner = match fragment(frame) {
+                    Some(f) => self.fragments.owner(&f, queue_of),
+                    None => quoted_flow(frame).map(|q| queue_of(&q)),
+                };
+                owner.map_or(self.worker, |w| w % n)
+            }
         }
     }
 
@@ -256,13 +386,13 @@ mod tests {
     #[test]
     fn both_directions_of_a_flow_have_one_owner() {
         for workers in [2usize, 3, 4] {
-            let r = ends(workers, 1, 4);
+            let mut r = ends(workers, 1, 4);
             let mut per = vec![0usize; workers];
             for cport in 40000..40400u16 {
                 let syn = frames::tcp(L, (CLIENT, cport), (VIP, 80), TcpFlags::SYN, 1, 0, b"", 64);
                 let owner = r[0].owner(&syn);
                 per[owner] += 1;
-                for rx in &r {
+                for rx in &mut r {
                     assert_eq!(rx.owner(&syn), owner, "every worker agrees");
                 }
                 // The owner's SNAT port: any port p with p % n == owner.
@@ -295,12 +425,12 @@ mod tests {
         use std::net::Ipv6Addr;
         let sent = frames::tcp(L, (SNAT, 2001), (ENDPOINT, 8080), TcpFlags::ACK, 1, 2, b"", 64);
         let err = frames::icmp_error(L, ENDPOINT, SNAT, Icmpv4Type::DstUnreachable, 4, 1400, &sent[14..], 64);
-        let want = QuotedFlow { src_addr: ENDPOINT.into(), dst_addr: SNAT.into(), src_port: 8080, dst_port: 2001 };
+        let want = FlowTuple { src_addr: ENDPOINT.into(), dst_addr: SNAT.into(), src_port: 8080, dst_port: 2001 };
         assert_eq!(quoted_flow(&err), Some(want));
         assert_eq!(quoted_flow(&frames::tagged(&err, 0x8100, 7)), Some(want), "802.1Q");
         let back = frames::udp(L, (VIP, 53), (CLIENT, 40000), b"x", 64);
         let err = frames::icmp_error(L, CLIENT, VIP, Icmpv4Type::TimeExceeded, 0, 0, &back[14..42], 64);
-        let want = QuotedFlow { src_addr: CLIENT.into(), dst_addr: VIP.into(), src_port: 40000, dst_port: 53 };
+        let want = FlowTuple { src_addr: CLIENT.into(), dst_addr: VIP.into(), src_port: 40000, dst_port: 53 };
         assert_eq!(quoted_flow(&err), Some(want), "the quote's first 8 transport bytes suffice");
         assert_eq!(quoted_flow(&err[..err.len() - 5]), None, "ports cut off");
         assert_eq!(quoted_flow(&sent), None, "not ICMP");
@@ -325,14 +455,15 @@ mod tests {
             ("2001:db8:100::10".parse().unwrap(), "2001:db8:203::10".parse().unwrap());
         let back6 = frames::tcp6(L, (vip6, 443), (client6, 40001), TcpFlags::ACK, 1, 2, b"", 64);
         let err6 = frames::icmpv6_error(L, client6, vip6, Icmpv6Type::PacketTooBig, 0, 1280, &back6[14..], 64);
-        let want6 = QuotedFlow { src_addr: client6.into(), dst_addr: vip6.into(), src_port: 40001, dst_port: 443 };
+        let want6 = FlowTuple { src_addr: client6.into(), dst_addr: vip6.into(), src_port: 40001, dst_port: 443 };
         assert_eq!(quoted_flow(&err6), Some(want6));
         assert_eq!(quoted_flow(&back6), None);
     }
 
     proptest::proptest! {
-        /// Any prefix of an ICMP error, and any bytes written over it, give no panic; a
-        /// prefix gives the whole answer or none (never a flow read past the frame's end).
+        /// Any prefix of an ICMP error or a first fragment, and any byte written over it,
+        /// give no panic; a prefix gives the whole answer or less (never a field read past
+        /// the frame's end).
         #[test]
         fn quoted_flow_of_cut_and_mangled_frames(cut in 0usize..120, at in 0usize..120, byte in 0u8..=255) {
             let sent = frames::tcp(L, (SNAT, 2001), (ENDPOINT, 8080), TcpFlags::ACK, 1, 2, b"", 64);
@@ -345,6 +476,18 @@ mod tests {
                 *b = byte;
             }
             let _ = quoted_flow(&mangled);
+            // The same of a first fragment: a prefix names the datagram, with or without the
+            // first's tuple, or nothing.
+            let first = &frames::ipv4_fragments(&frames::udp(L, (ENDPOINT, 53), (SNAT, 2001), &[7; 100], 64), 5, 48)[0];
+            let whole = fragment(first).expect("a fragment");
+            let got = fragment(&first[..cut.min(first.len())]);
+            let later = Fragment { first: None, ..whole };
+            proptest::prop_assert!(got.is_none_or(|f| f == whole || f == later), "{got:?}");
+            let mut mangled = first.clone();
+            if let Some(b) = mangled.get_mut(at) {
+                *b = byte;
+            }
+            let _ = fragment(&mangled);
         }
     }
 
@@ -353,19 +496,72 @@ mod tests {
     #[test]
     fn under_rss_icmp_errors_go_to_their_flows_worker_and_the_rest_stays() {
         let mesh = Mesh::new(3, 1, 4);
-        let queue_of: QueueOf = Arc::new(|q: &QuotedFlow| usize::from(q.dst_port));
-        let r: Vec<Redirect<()>> =
+        let queue_of: QueueOf = Arc::new(|q: &FlowTuple| usize::from(q.dst_port));
+        let mut r: Vec<Redirect<()>> =
             (0..3).map(|w| Redirect::new(Arc::clone(&mesh), w, Rule::Rss(Arc::clone(&queue_of)))).collect();
         for sport in 2000..2006u16 {
             let reply = frames::tcp(L, (ENDPOINT, 8080), (SNAT, sport), TcpFlags::ACK, 1, 2, b"", 64);
             let sent = frames::tcp(L, (SNAT, sport), (ENDPOINT, 8080), TcpFlags::ACK, 1, 2, b"", 64);
             let err = frames::icmp_error(L, ENDPOINT, SNAT, Icmpv4Type::DstUnreachable, 4, 1400, &sent[14..], 64);
-            for (w, rx) in r.iter().enumerate() {
+            for (w, rx) in r.iter_mut().enumerate() {
                 assert_eq!(rx.owner(&reply), w, "the device's choice stands");
                 assert_eq!(rx.owner(&err), usize::from(sport) % 3, "the quoted flow's worker");
             }
         }
         assert_eq!(format!("{:?}", r[0].rule), "Rss");
+    }
+
+    /// Fragments of IPv4 and IPv6 datagrams name their datagram, and the first its TCP or
+    /// UDP tuple; whole datagrams (an IPv6 atomic fragment too) are no fragments.
+    #[test]
+    fn fragments_name_their_datagram_and_the_first_its_tuple() {
+        use std::net::Ipv6Addr;
+        let reply = frames::udp(L, (ENDPOINT, 53), (SNAT, 2001), &[7; 100], 64);
+        let parts = frames::ipv4_fragments(&reply, 77, 48);
+        assert_eq!(parts.len(), 3);
+        let datagram = (ENDPOINT.into(), SNAT.into(), 17, 77);
+        let tuple = FlowTuple { src_addr: ENDPOINT.into(), dst_addr: SNAT.into(), src_port: 53, dst_port: 2001 };
+        assert_eq!(fragment(&parts[0]), Some(Fragment { datagram, first: Some(tuple) }));
+        for later in &parts[1..] {
+            assert_eq!(fragment(later), Some(Fragment { datagram, first: None }));
+        }
+        assert_eq!(fragment(&frames::tagged(&parts[1], 0x8100, 7)), Some(Fragment { datagram, first: None }));
+        assert_eq!(fragment(&reply), None, "a whole datagram");
+        assert_eq!(fragment(&parts[0][..36]), Some(Fragment { datagram, first: None }), "ports cut off");
+
+        let (e6, s6): (Ipv6Addr, Ipv6Addr) = ("fd00:70::11".parse().unwrap(), "fd00:70::1".parse().unwrap());
+        let reply6 = frames::udp6(L, (e6, 53), (s6, 2002), &[7; 100], 64);
+        let parts6 = frames::ipv6_fragments(&reply6, 0x0102_0304, 48);
+        let datagram6 = (e6.into(), s6.into(), 17, 0x0102_0304);
+        let tuple6 = FlowTuple { src_addr: e6.into(), dst_addr: s6.into(), src_port: 53, dst_port: 2002 };
+        assert_eq!(fragment(&parts6[0]), Some(Fragment { datagram: datagram6, first: Some(tuple6) }));
+        assert_eq!(fragment(&parts6[2]), Some(Fragment { datagram: datagram6, first: None }));
+        assert_eq!(fragment(&reply6), None);
+        let atomic = &frames::ipv6_fragments(&reply6, 9, 200)[0];
+        assert_eq!(fragment(atomic), None, "an atomic fragment is a whole datagram (RFC 6946)");
+    }
+
+    /// Under RSS a datagram's fragments follow its first to the worker of the first's
+    /// tuple; a later fragment whose first was not seen stays.
+    #[test]
+    fn under_rss_fragments_follow_their_first() {
+        let mesh = Mesh::new(3, 1, 4);
+        let queue_of: QueueOf = Arc::new(|t: &FlowTuple| usize::from(t.dst_port));
+        let mut r = Redirect::<()>::new(mesh, 0, Rule::Rss(queue_of));
+        let a = frames::ipv4_fragments(&frames::udp(L, (ENDPOINT, 53), (SNAT, 2001), &[1; 100], 64), 1, 48);
+        let b = frames::ipv4_fragments(&frames::udp(L, (ENDPOINT, 53), (SNAT, 2002), &[2; 100], 64), 2, 48);
+        let c = frames::ipv4_fragments(&frames::udp(L, (ENDPOINT, 53), (SNAT, 2003), &[3; 100], 64), 3, 48);
+        assert_eq!(r.owner(&c[1]), 0, "a later fragment before its first stays");
+        // Two datagrams interleaved.
+        assert_eq!(r.owner(&a[0]), 2001 % 3);
+        assert_eq!(r.owner(&b[0]), 2002 % 3);
+        assert_eq!(r.owner(&a[1]), 2001 % 3);
+        assert_eq!(r.owner(&b[2]), 2002 % 3);
+        assert_eq!(r.owner(&a[2]), 2001 % 3);
+        assert_eq!(r.owner(&b[1]), 2002 % 3);
+        // The same Identification between other addresses is another datagram.
+        let other = frames::ipv4_fragments(&frames::udp(L, (CLIENT, 53), (SNAT, 2001), &[4; 100], 64), 1, 48);
+        assert_eq!(r.owner(&other[1]), 0);
     }
 
     #[test]
