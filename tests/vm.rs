@@ -19,8 +19,10 @@
 //!   software; DPDK's `net_virtio` sets the key and RETA over the control queue), so the
 //!   gateway runs two workers with SNAT ports steered by RSS. Real curl and UDP clients in
 //!   the client namespace reach the Python backends through the VIP; a VIP without
-//!   endpoints answers TCP with a RST and UDP with ICMP port unreachable. IPv4 only: with
-//!   SNAT ports steered by RSS the gateway serves no new IPv6 flows (`unsupported_family`).
+//!   endpoints answers TCP with a RST and UDP with ICMP port unreachable. The same over IPv6
+//!   (SNAT ports steered by the IPv6 tuple's hash), and datagrams larger than the MTU, whose
+//!   fragments the device hashes by their addresses alone, echoed whole (the receiving
+//!   worker hands them to the flow's: `io::redirect::Rule::Rss`).
 //!
 //! Functional tests, not timings: TCG is slow (each boots a guest: about a minute on an
 //! idle 2-core machine). Needs root, QEMU, the guest kernel (`scripts/setup` installs
@@ -40,7 +42,7 @@ use anyhow::{bail, Context, Result};
 use torii_integration::{
     curl_get_timeout, dpdk_unavailable, free_hugepage_bytes, netns_unavailable, print_skipped, repo_root,
     require_tools, run_topology, spawn_vhost_peer, strip_ansi, tail, tcp_connect_timed, udp_connected, Binaries,
-    Daemon, Manifests, ECHO_BACKEND, REJECT_VIP, WEB_BACKENDS, WEB_VIP,
+    Daemon, Manifests, ECHO_BACKEND, REJECT_VIP, WEB_BACKENDS, WEB_VIP, WEB_VIP6,
 };
 
 /// How long the guest may take from `scripts/vm run` to a running gateway (boot, 9p,
@@ -251,7 +253,15 @@ impl Drop for Guest {
 /// The guest gateway's configuration: `workers` workers on the guest's CPUs `cpus`, one
 /// interface per `(name, PCI address, addresses)`, SNAT from 10.70.0.1, the demo manifests.
 /// Checksums are offloaded to the virtio-net device (which offers it on both back ends).
-fn gateway_config(manifests: &Path, workers: usize, cpus: &str, interfaces: &[(&str, &str, &str)]) -> String {
+/// The guest gateway's configuration: `workers` DPDK workers on `cpus`, the `interfaces`
+/// (name, PCI address, addresses as a TOML array) and SNAT addresses `snat` (a TOML array).
+fn gateway_config(
+    manifests: &Path,
+    workers: usize,
+    cpus: &str,
+    interfaces: &[(&str, &str, &str)],
+    snat: &str,
+) -> String {
     let mut toml = format!(
         "node_name = \"gateway-1\"\nshm_dir = \"/dev/shm/torii-vm\"\ndriver = \"dpdk\"\nworkers = {workers}\n\n\
          [dpdk]\ncpus = {cpus}\nfallback_to_af_packet = false\ntx_checksum_offload = true\n"
@@ -259,11 +269,8 @@ fn gateway_config(manifests: &Path, workers: usize, cpus: &str, interfaces: &[(&
     for (name, pci, addresses) in interfaces {
         let _ = write!(toml, "\n[[interfaces]]\nname = {name:?}\naddresses = {addresses}\ndevice = {pci:?}\n");
     }
-    let _ = write!(
-        toml,
-        "\n[snat]\naddresses = [\"10.70.0.1\"]\n\n[control]\nmanifests = {:?}\n",
-        manifests.display().to_string()
-    );
+    let _ =
+        write!(toml, "\n[snat]\naddresses = {snat}\n\n[control]\nmanifests = {:?}\n", manifests.display().to_string());
     toml
 }
 
@@ -283,7 +290,8 @@ fn gateway_in_vm_on_vhost_user_translates_both_ways() -> Result<()> {
     let mut guest = Guest::prepare(TEST, &format!("it{}-vm-vhost", std::process::id()), &bins, |m| {
         // One NIC carrying the client subnet and the endpoints' subnet, as tests/virtio.rs
         // has it on virtio-user; one worker (no RSS on vhost-user).
-        gateway_config(m, 1, "[1]", &[("virtio0", "0000:00:04.0", r#"["198.51.100.1/24", "10.70.0.1/24"]"#)])
+        let link = ("virtio0", "0000:00:04.0", r#"["198.51.100.1/24", "10.70.0.1/24"]"#);
+        gateway_config(m, 1, "[1]", &[link], r#"["10.70.0.1"]"#)
     })?;
     let socket = guest.workdir.join("vhost.sock");
 
@@ -345,8 +353,9 @@ fn gateway_in_vm_serves_the_demo_through_taps() -> Result<()> {
     let bins = Binaries::locate()?;
     let prefix = format!("it{}-vm", std::process::id());
     let mut guest = Guest::prepare(TEST, &format!("{prefix}-taps"), &bins, |m| {
-        let front = ("tg-front", "0000:00:04.0", r#"["198.51.100.1/24"]"#);
-        gateway_config(m, 2, "[0, 1]", &[front, ("tg-back", "0000:00:05.0", r#"["10.70.0.1/24"]"#)])
+        let front = ("tg-front", "0000:00:04.0", r#"["198.51.100.1/24", "2001:db8:100::1/64"]"#);
+        let back = ("tg-back", "0000:00:05.0", r#"["10.70.0.1/24", "fd00:70::1/64"]"#);
+        gateway_config(m, 2, "[0, 1]", &[front, back], r#"["10.70.0.1", "fd00:70::1"]"#)
     })?;
     run_topology("up", &prefix)?;
     let topology = Topology(prefix.clone());
@@ -412,6 +421,53 @@ fn gateway_in_vm_serves_the_demo_through_taps() -> Result<()> {
         }
     }
     progress(TEST, format!("5/5 datagrams to {echo} echoed by {}", ECHO_BACKEND.0));
+
+    // IPv6: SNAT ports steered by RSS over the IPv6 tuple (rte_thash's IPv6 helper).
+    let url6 = format!("http://[{WEB_VIP6}]/");
+    let start = Instant::now();
+    let mut seen6 = std::collections::BTreeMap::<String, usize>::new();
+    while seen6.values().sum::<usize>() < 12 {
+        match curl_get_timeout(&client, &url6, Duration::from_secs(5)) {
+            Ok(r) if r.status == 200 && WEB_BACKENDS.iter().any(|(n, _)| *n == r.body) => {
+                *seen6.entry(r.body).or_default() += 1;
+            }
+            // The first answer may wait for Neighbor Discovery both ways.
+            other if seen6.is_empty() && start.elapsed() < Duration::from_secs(60) => {
+                let _ = other;
+                sleep(Duration::from_millis(500));
+            }
+            other => bail!("request to {url6}: {other:?}, expected HTTP 200 from a web backend{}", guest.logs()),
+        }
+    }
+    if seen6.len() < 2 {
+        bail!("12 new IPv6 connections to {url6} all reached {seen6:?}{}", guest.logs());
+    }
+    progress(TEST, format!("12 HTTP requests over IPv6 answered by {seen6:?}"));
+
+    // Datagrams larger than the links' MTU, each from a new socket (a new flow, whose
+    // worker RSS chooses by its tuple): the client's fragments and the echo's fragmented
+    // reply, which the device hashes by their addresses alone, reach the flow's worker, so
+    // every one comes back whole. IPv4 and IPv6.
+    for vip in [IpAddr::V4(WEB_VIP), IpAddr::V6(WEB_VIP6)] {
+        let echo = SocketAddr::new(vip, 7);
+        let mut big = [0u8; 4096];
+        for i in 1..=8 {
+            let socket = udp_connected(&client, echo, Duration::from_secs(2))?;
+            let payload: String = format!("torii-vm fragmented datagram {i} ").repeat(100);
+            let expected = format!("{}:{payload}", ECHO_BACKEND.0);
+            let answered = (0..3).any(|_| {
+                socket.send(payload.as_bytes()).is_ok()
+                    && std::iter::from_fn(|| {
+                        socket.recv(&mut big).ok().map(|n| String::from_utf8_lossy(&big[..n]).into_owned())
+                    })
+                    .any(|reply| reply == expected)
+            });
+            if !answered {
+                bail!("no echo of a {}-byte datagram {i} from {echo} in 3 tries{}", payload.len(), guest.logs());
+            }
+        }
+        progress(TEST, format!("8/8 fragmented datagrams (3 kB) to {echo} echoed whole"));
+    }
 
     // A Service without endpoints rejects: TCP with a RST, UDP with ICMP port unreachable.
     let tcp = SocketAddrV4::new(REJECT_VIP, 80);

@@ -730,6 +730,37 @@ impl Port {
             _ => None,
         }
     }
+
+    /// Turns all-multicast mode on or off: every multicast frame received, whatever the
+    /// device's multicast filter holds (IPv6 Neighbor Solicitations go to solicited-node
+    /// multicast groups, RFC 4861 § 7.2.2). `rte_eth_dev_start` replays the mode, so it
+    /// may be set before or after the start.
+    ///
+    /// # Errors
+    /// [`Error::Dpdk`] (`ENOTSUP` for drivers without it).
+    pub fn set_allmulticast(&mut self, on: bool) -> Result<()> {
+        let id = self.inner.id;
+        // SAFETY: owned port; &mut self: no concurrent control call.
+        let ret = unsafe {
+            if on {
+                ffi::rte_eth_allmulticast_enable(id)
+            } else {
+                ffi::rte_eth_allmulticast_disable(id)
+            }
+        };
+        check(ret, || format!("rte_eth_allmulticast_{}(port {id})", if on { "enable" } else { "disable" }))?;
+        Ok(())
+    }
+
+    /// Whether all-multicast mode is on (`None`: unknown).
+    pub fn allmulticast(&self) -> Option<bool> {
+        // SAFETY: plain query of an owned port.
+        match unsafe { ffi::rte_eth_allmulticast_get(self.inner.id) } {
+            1 => Some(true),
+            0 => Some(false),
+            _ => None,
+        }
+    }
 }
 
 fn check_key_len(info: &DevInfo, key: &[u8]) -> Result<()> {
@@ -921,9 +952,15 @@ mod tests {
     #[test]
     fn ring_loopback_round_trip() {
         let p = pool("t_ring_rt", 511);
-        let port = started("net_ring0", 1, 1, &PortConfig::default(), &p);
+        let mut port = started("net_ring0", 1, 1, &PortConfig::default(), &p);
         assert_eq!(port.info().driver_name, "net_ring");
         assert!(port.link().unwrap().up);
+        // All-multicast on and off (what the gateway asks of every port, for IPv6's
+        // solicited-node groups).
+        port.set_allmulticast(true).expect("all-multicast on");
+        assert_eq!(port.allmulticast(), Some(true));
+        port.set_allmulticast(false).expect("all-multicast off");
+        assert_eq!(port.allmulticast(), Some(false));
         let (mut rx, mut tx) = (port.rx_queue(0).unwrap(), port.tx_queue(0).unwrap());
 
         let sent: Vec<Mbuf> = (0..10).map(|i| frame(&p, i, 60 + i as usize * 7)).collect();

@@ -513,6 +513,16 @@ impl DpdkDriver {
                 port.setup_tx_queue(q, txd).map_err(dpdk(format!("{ctx}: TX queue {q} ({txd} descriptors)")))?;
             }
             port.start().map_err(dpdk(format!("{ctx}: starting")))?;
+            // IPv6 Neighbor Solicitations for the gateway's addresses and VIPs go to
+            // solicited-node multicast groups (RFC 4861 § 7.2.2), which a device's multicast
+            // filter drops (`rte_eth_dev_start` turns all-multicast off unless asked).
+            let allmulti = port.set_allmulticast(true);
+            if let Err(e) = &allmulti {
+                tracing::warn!(
+                    "{ctx}: all-multicast refused ({e}): IPv6 neighbours may not resolve the gateway's \
+                     addresses and VIPs on this port"
+                );
+            }
             let csum = TxCsum::from_offloads(applied.tx_offloads);
             if config.dpdk.tx_checksum_offload && !packed_vec && !csum.any() {
                 tracing::info!("{ctx}: no TX checksum offload offered; checksums stay in software");
@@ -532,6 +542,7 @@ impl DpdkDriver {
                 tx_offloads = ?applied.tx_offloads,
                 link_up = link.up,
                 speed_mbps = link.speed_mbps,
+                allmulticast = allmulti.is_ok(),
                 "DPDK port started"
             );
         }
