@@ -24,7 +24,7 @@
 
 use std::cell::Cell;
 use std::collections::BTreeSet;
-use std::ffi::{CStr, CString};
+use std::ffi::{c_int, CStr, CString};
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -708,16 +708,29 @@ impl Port {
     /// # Errors
     /// [`Error::Dpdk`] (`ENOTSUP` for drivers without it, e.g. `net_null`).
     pub fn set_promiscuous(&mut self, on: bool) -> Result<()> {
+        self.switch(on, "promiscuous", ffi::rte_eth_promiscuous_enable, ffi::rte_eth_promiscuous_disable)
+    }
+
+    /// Turns a receive mode on (`enable`) or off (`disable`): `rte_eth_<mode>_enable` /
+    /// `_disable`, named `mode` in the error.
+    fn switch(
+        &mut self,
+        on: bool,
+        mode: &str,
+        enable: unsafe extern "C" fn(u16) -> c_int,
+        disable: unsafe extern "C" fn(u16) -> c_int,
+    ) -> Result<()> {
         let id = self.inner.id;
-        // SAFETY: owned port; &mut self: no concurrent control call.
+        // SAFETY: owned port; &mut self: no concurrent control call; `enable` and
+        // `disable` are ethdev calls taking a port id.
         let ret = unsafe {
             if on {
-                ffi::rte_eth_promiscuous_enable(id)
+                enable(id)
             } else {
-                ffi::rte_eth_promiscuous_disable(id)
+                disable(id)
             }
         };
-        check(ret, || format!("rte_eth_promiscuous_{}(port {id})", if on { "enable" } else { "disable" }))?;
+        check(ret, || format!("rte_eth_{mode}_{}(port {id})", if on { "enable" } else { "disable" }))?;
         Ok(())
     }
 
@@ -739,17 +752,7 @@ impl Port {
     /// # Errors
     /// [`Error::Dpdk`] (`ENOTSUP` for drivers without it).
     pub fn set_allmulticast(&mut self, on: bool) -> Result<()> {
-        let id = self.inner.id;
-        // SAFETY: owned port; &mut self: no concurrent control call.
-        let ret = unsafe {
-            if on {
-                ffi::rte_eth_allmulticast_enable(id)
-            } else {
-                ffi::rte_eth_allmulticast_disable(id)
-            }
-        };
-        check(ret, || format!("rte_eth_allmulticast_{}(port {id})", if on { "enable" } else { "disable" }))?;
-        Ok(())
+        self.switch(on, "allmulticast", ffi::rte_eth_allmulticast_enable, ffi::rte_eth_allmulticast_disable)
     }
 
     /// Whether all-multicast mode is on (`None`: unknown).

@@ -120,11 +120,7 @@ pub struct FlowTuple {
 /// frame under RSS.
 #[inline]
 pub fn quoted_flow(frame: &[u8]) -> Option<FlowTuple> {
-    let (ethertype, net) = match frame.get(12..14)? {
-        [0x81, 0x00] => (frame.get(16..18)?, 18),
-        t => (t, 14),
-    };
-    let p = frame.get(net..)?;
+    let (ethertype, p) = network(frame)?;
     let ports_protocol = |proto: u8| proto == 6 || proto == 17;
     let ports = |q: &[u8]| -> Option<(u16, u16)> {
         let b = q.get(..4)?;
@@ -189,11 +185,7 @@ pub struct Fragment {
 /// `None` for anything else. O(1), no allocation.
 #[inline]
 pub fn fragment(frame: &[u8]) -> Option<Fragment> {
-    let (ethertype, net) = match frame.get(12..14)? {
-        [0x81, 0x00] => (frame.get(16..18)?, 18),
-        t => (t, 14),
-    };
-    let p = frame.get(net..)?;
+    let (ethertype, p) = network(frame)?;
     let be16 = |at: usize| -> Option<u16> { Some(u16::from_be_bytes([*p.get(at)?, *p.get(at + 1)?])) };
     let ports = |at: usize| -> Option<(u16, u16)> { Some((be16(at)?, be16(at + 2)?)) };
     let ports_protocol = |proto: u8| proto == 6 || proto == 17;
@@ -230,6 +222,16 @@ pub fn fragment(frame: &[u8]) -> Option<Fragment> {
         }
         _ => None,
     }
+}
+
+/// The EtherType of Ethernet frame `frame` and its network packet, after one 802.1Q tag if
+/// there is one; `None` for a frame too short.
+fn network(frame: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (ethertype, net) = match frame.get(12..14)? {
+        [0x81, 0x00] => (frame.get(16..18)?, 18),
+        t => (t, 14),
+    };
+    Some((ethertype, frame.get(net..)?))
 }
 
 /// The IPv4 address at `at` of `p`.
