@@ -341,6 +341,21 @@ impl Drop for Topology {
     }
 }
 
+/// Whether the echo backend answers `payload` on the connected `socket` (its name, a colon,
+/// the payload) within three sends, each waiting for the socket's read timeout; replies to
+/// earlier sends are skipped.
+fn echoed(socket: &std::net::UdpSocket, payload: &str) -> bool {
+    let expected = format!("{}:{payload}", ECHO_BACKEND.0);
+    let mut buf = [0u8; 4096];
+    (0..3).any(|_| {
+        socket.send(payload.as_bytes()).is_ok()
+            && std::iter::from_fn(|| {
+                socket.recv(&mut buf).ok().map(|n| String::from_utf8_lossy(&buf[..n]).into_owned())
+            })
+            .any(|reply| reply == expected)
+    })
+}
+
 #[test]
 fn gateway_in_vm_serves_the_demo_through_taps() -> Result<()> {
     const TEST: &str = "gateway_in_vm_serves_the_demo_through_taps";
@@ -405,18 +420,9 @@ fn gateway_in_vm_serves_the_demo_through_taps() -> Result<()> {
     // proves the reverse translation too.
     let echo = SocketAddr::new(IpAddr::V4(WEB_VIP), 7);
     let socket = udp_connected(&client, echo, Duration::from_secs(2))?;
-    let mut buf = [0u8; 2048];
     for i in 1..=5 {
         let payload = format!("torii-vm datagram {i}");
-        let expected = format!("{}:{payload}", ECHO_BACKEND.0);
-        let answered = (0..3).any(|_| {
-            socket.send(payload.as_bytes()).is_ok()
-                && std::iter::from_fn(|| {
-                    socket.recv(&mut buf).ok().map(|n| String::from_utf8_lossy(&buf[..n]).into_owned())
-                })
-                .any(|reply| reply == expected)
-        });
-        if !answered {
+        if !echoed(&socket, &payload) {
             bail!("no echo of {payload:?} from {echo} in 3 tries{}", guest.logs());
         }
     }
@@ -450,19 +456,10 @@ fn gateway_in_vm_serves_the_demo_through_taps() -> Result<()> {
     // every one comes back whole. IPv4 and IPv6.
     for vip in [IpAddr::V4(WEB_VIP), IpAddr::V6(WEB_VIP6)] {
         let echo = SocketAddr::new(vip, 7);
-        let mut big = [0u8; 4096];
         for i in 1..=8 {
             let socket = udp_connected(&client, echo, Duration::from_secs(2))?;
             let payload: String = format!("torii-vm fragmented datagram {i} ").repeat(100);
-            let expected = format!("{}:{payload}", ECHO_BACKEND.0);
-            let answered = (0..3).any(|_| {
-                socket.send(payload.as_bytes()).is_ok()
-                    && std::iter::from_fn(|| {
-                        socket.recv(&mut big).ok().map(|n| String::from_utf8_lossy(&big[..n]).into_owned())
-                    })
-                    .any(|reply| reply == expected)
-            });
-            if !answered {
+            if !echoed(&socket, &payload) {
                 bail!("no echo of a {}-byte datagram {i} from {echo} in 3 tries{}", payload.len(), guest.logs());
             }
         }
@@ -481,7 +478,7 @@ fn gateway_in_vm_serves_the_demo_through_taps() -> Result<()> {
     let socket = udp_connected(&client, udp, Duration::from_secs(2))?;
     let refused = (0..3).any(|_| {
         socket.send(b"torii-vm reject").is_ok()
-            && matches!(socket.recv(&mut buf), Err(e) if e.kind() == io::ErrorKind::ConnectionRefused)
+            && matches!(socket.recv(&mut [0u8; 2048]), Err(e) if e.kind() == io::ErrorKind::ConnectionRefused)
     });
     if !refused {
         bail!("UDP {udp}: no ICMP port unreachable in 3 tries{}", guest.logs());

@@ -567,24 +567,20 @@ impl ReplyPortPicker {
         start: u16,
         mut usable: impl FnMut(u16) -> bool,
     ) -> Option<u16> {
-        // The reply tuple's hash input with destination port `p` (its last two bytes), its
-        // length, and the family's helper.
-        let (reply, len, helper): (&dyn Fn(u16) -> [u8; MAX_TUPLE_LEN], usize, &Helper) = match (endpoint, snat_addr) {
-            (SocketAddr::V4(e), IpAddr::V4(snat)) => (
-                &move |p| {
-                    let t = Ipv4Tuple { src_addr: *e.ip(), dst_addr: snat, src_port: e.port(), dst_port: p };
-                    let mut b = [0; MAX_TUPLE_LEN];
-                    b[..Ipv4Tuple::LEN].copy_from_slice(&t.to_bytes());
-                    b
-                },
-                Ipv4Tuple::LEN,
-                &self.helper,
-            ),
-            (SocketAddr::V6(e), IpAddr::V6(snat)) => (
-                &move |p| Ipv6Tuple { src_addr: *e.ip(), dst_addr: snat, src_port: e.port(), dst_port: p }.to_bytes(),
-                Ipv6Tuple::LEN,
-                self.helper6.as_ref()?,
-            ),
+        // The reply tuple's hash input (its destination port, the last two bytes, set per
+        // run), its length, and the family's helper.
+        let mut reply = [0u8; MAX_TUPLE_LEN];
+        let (len, helper) = match (endpoint, snat_addr) {
+            (SocketAddr::V4(e), IpAddr::V4(snat)) => {
+                let t = Ipv4Tuple { src_addr: *e.ip(), dst_addr: snat, src_port: e.port(), dst_port: 0 };
+                reply[..Ipv4Tuple::LEN].copy_from_slice(&t.to_bytes());
+                (Ipv4Tuple::LEN, &self.helper)
+            }
+            (SocketAddr::V6(e), IpAddr::V6(snat)) => {
+                let helper = self.helper6.as_ref()?;
+                reply = Ipv6Tuple { src_addr: *e.ip(), dst_addr: snat, src_port: e.port(), dst_port: 0 }.to_bytes();
+                (Ipv6Tuple::LEN, helper)
+            }
             _ => return None,
         };
         let indices = self.indices.get(usize::from(queue)).filter(|i| !i.is_empty())?;
@@ -609,8 +605,9 @@ impl ReplyPortPicker {
                 if attempts == 0 {
                     continue;
                 }
-                let mut tuple = reply(from);
+                let mut tuple = reply;
                 let tuple = &mut tuple[..len];
+                tuple[len - 2..].copy_from_slice(&from.to_be_bytes());
                 match self.thash.adjust_tuple(helper, tuple, desired, attempts, &mut check) {
                     Ok(true) => return Some(u16::from_be_bytes([tuple[len - 2], tuple[len - 1]])),
                     Ok(false) => {}

@@ -22,7 +22,7 @@
 //!   a hash of (endpoint, SNAT address, endpoint port, SNAT port). A [`ReplySteering`]
 //!   (the DPDK driver's `rte_thash` picker) proposes the ports whose reply hashes to this
 //!   worker's RX queue, which depend on the endpoint and the SNAT address (IPv4 and IPv6;
-//!   a steering may refuse a family it cannot steer: [`ReplySteering::pick`]).
+//!   IPv6 where the steering steers it: [`ReplySteering::steers_ipv6`]).
 //!
 //! Choice: the SNAT address is one of the egress link's ([`crate::host::Host::snat_addresses_on`]),
 //! drawn at random per flow, so flows spread evenly over several addresses; if none of its
@@ -61,8 +61,7 @@ pub trait ReplySteering: Send + Sync + std::fmt::Debug {
     /// A port `p` in the SNAT range with `usable(p)`, such that a reply
     /// `endpoint → snat_addr:p` (addresses of one family) is received by `worker`; the
     /// search starts at `start` (a port in the range). `None` when no usable port steers
-    /// to the worker, or the steering cannot steer replies of that family (the device
-    /// does not hash it).
+    /// to the worker. Asked of IPv6 replies only where [`ReplySteering::steers_ipv6`].
     fn pick(
         &self,
         endpoint: SocketAddr,
@@ -308,6 +307,9 @@ impl SnatPorts {
                 None
             }
             Some(st) => {
+                if endpoint.is_ipv6() && !st.steering.steers_ipv6() {
+                    return None;
+                }
                 let mut left = self.count.min(MAX_ATTEMPTS);
                 let start = self.first.saturating_add(start as u16);
                 st.steering.pick(endpoint, address, st.worker, start, &mut |p| {
@@ -338,7 +340,7 @@ mod tests {
     use super::*;
 
     /// A stand-in for RSS: the reply of (endpoint, port) lands on worker
-    /// `(port ^ endpoint port) % workers`; IPv6 replies are steered only with `ipv6`.
+    /// `(port ^ endpoint port) % workers`; it steers IPv6 replies only with `ipv6`.
     #[derive(Debug)]
     struct XorSteering {
         workers: usize,
@@ -355,9 +357,6 @@ mod tests {
             start: u16,
             usable: &mut dyn FnMut(u16) -> bool,
         ) -> Option<u16> {
-            if endpoint.is_ipv6() && !self.ipv6 {
-                return None;
-            }
             let (min, max) = self.range;
             (start..=max)
                 .chain(min..start)

@@ -304,9 +304,7 @@ impl ThashSteering {
     pub fn picker(&self) -> &ReplyPortPicker {
         &self.picker
     }
-}
 
-impl ThashSteering {
     /// The worker (RX queue) the ports deliver packets of `flow`'s tuple to: the queue of
     /// its hash under the picker's key and RETA (TCP and UDP hash alike); an IPv6 flow's
     /// where IPv6 is steered, else worker 0's (such flows are refused: they have no owner).
@@ -341,9 +339,6 @@ impl ReplySteering for ThashSteering {
         start: u16,
         usable: &mut dyn FnMut(u16) -> bool,
     ) -> Option<u16> {
-        if endpoint.is_ipv6() && !self.ipv6 {
-            return None;
-        }
         self.picker.pick(endpoint, snat_addr, u16::try_from(worker).ok()?, start, usable)
     }
 
@@ -458,7 +453,7 @@ impl DpdkDriver {
             // Every RX and TX ring full, a vector being processed, a TX batch per port,
             // and the cache: the worker forwards the mbufs it receives.
             // Under the redirect, also the rings to the other workers.
-            // Under RSS, the smaller rings of ICMP errors (`RSS_RING_CAPACITY`).
+            // Under RSS, the smaller rings of ICMP errors and fragments (`RSS_RING_CAPACITY`).
             let rings = if redirect {
                 ((workers - 1) * ports.len() * RING_CAPACITY) as u32
             } else if rss {
@@ -556,20 +551,20 @@ impl DpdkDriver {
 
         // The redirect's rings: every frame's under the software redirect; under RSS, ICMP
         // errors' and fragments' (which devices hash by their addresses alone).
-        let (mesh, rule) = if redirect {
+        let rings = if redirect {
             let snat = SnatRange {
                 addrs: config.snat.addresses.clone(),
                 addrs6: config.snat.addresses6.clone(),
                 port_min: config.snat.port_min,
                 port_max: config.snat.port_max,
             };
-            (Some(Mesh::new(workers, ports.len(), RING_CAPACITY)), Some(Rule::Fanout(snat)))
-        } else if let Some(st) = steering.as_ref().filter(|_| rss) {
-            let st = Arc::clone(st);
-            let queue_of: QueueOf = Arc::new(move |q: &FlowTuple| st.queue_of(q));
-            (Some(Mesh::new(workers, ports.len(), RSS_RING_CAPACITY)), Some(Rule::Rss(queue_of)))
+            Some((Mesh::new(workers, ports.len(), RING_CAPACITY), Rule::Fanout(snat)))
         } else {
-            (None, None)
+            steering.as_ref().map(|st| {
+                let st = Arc::clone(st);
+                let queue_of: QueueOf = Arc::new(move |q: &FlowTuple| st.queue_of(q));
+                (Mesh::new(workers, ports.len(), RSS_RING_CAPACITY), Rule::Rss(queue_of))
+            })
         };
         let mut seeds = Vec::with_capacity(workers);
         for (w, pool) in pools.into_iter().enumerate() {
@@ -594,7 +589,7 @@ impl DpdkDriver {
                 cpu: (!cpus.is_empty()).then(|| cpus[w % cpus.len()]),
                 tx_csum: tx_csum.clone(),
                 idle_sleep: Duration::from_micros(u64::from(config.dpdk.idle_sleep_us)),
-                redirect: mesh.as_ref().zip(rule.as_ref()).map(|(m, r)| Redirect::new(Arc::clone(m), w, r.clone())),
+                redirect: rings.as_ref().map(|(m, r)| Redirect::new(Arc::clone(m), w, r.clone())),
             }));
         }
         let pmds: Vec<&str> = ports.iter().map(|p| p.info().driver_name.as_str()).collect();

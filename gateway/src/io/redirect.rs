@@ -121,45 +121,31 @@ pub struct FlowTuple {
 #[inline]
 pub fn quoted_flow(frame: &[u8]) -> Option<FlowTuple> {
     let (ethertype, p) = network(frame)?;
-    let ports_protocol = |proto: u8| proto == 6 || proto == 17;
-    let ports = |q: &[u8]| -> Option<(u16, u16)> {
-        let b = q.get(..4)?;
-        Some((u16::from_be_bytes([b[0], b[1]]), u16::from_be_bytes([b[2], b[3]])))
-    };
     match ethertype {
         [0x08, 0x00] => {
             let ihl = usize::from(p.first()? & 0x0f) * 4;
             // ICMP, not a fragment (flags MF and offset zero), an error type.
-            if *p.get(9)? != 1 || u16::from_be_bytes([*p.get(6)?, *p.get(7)?]) & 0x3fff != 0 || ihl < 20 {
-                return None;
-            }
-            if !matches!(*p.get(ihl)?, 3 | 11 | 12) {
+            if *p.get(9)? != 1 || be16(p, 6)? & 0x3fff != 0 || ihl < 20 || !matches!(*p.get(ihl)?, 3 | 11 | 12) {
                 return None;
             }
             let q = p.get(ihl + 8..)?;
             let qihl = usize::from(q.first()? & 0x0f) * 4;
-            if q.first()? >> 4 != 4 || qihl < 20 || !ports_protocol(*q.get(9)?) {
+            if q.first()? >> 4 != 4 || qihl < 20 || !carries_ports(*q.get(9)?) {
                 return None;
             }
-            let addr = |at: usize| -> Option<IpAddr> {
-                Some(Ipv4Addr::from(<[u8; 4]>::try_from(q.get(at..at + 4)?).ok()?).into())
-            };
-            let (sport, dport) = ports(q.get(qihl..)?)?;
-            Some(FlowTuple { src_addr: addr(16)?, dst_addr: addr(12)?, src_port: dport, dst_port: sport })
+            let (sport, dport) = ports_at(q, qihl)?;
+            Some(FlowTuple { src_addr: addr4(q, 16)?, dst_addr: addr4(q, 12)?, src_port: dport, dst_port: sport })
         }
         [0x86, 0xdd] => {
             if *p.get(6)? != 58 || !matches!(*p.get(40)?, 1..=4) {
                 return None;
             }
             let q = p.get(48..)?;
-            if q.first()? >> 4 != 6 || !ports_protocol(*q.get(6)?) {
+            if q.first()? >> 4 != 6 || !carries_ports(*q.get(6)?) {
                 return None;
             }
-            let addr = |at: usize| -> Option<IpAddr> {
-                Some(Ipv6Addr::from(<[u8; 16]>::try_from(q.get(at..at + 16)?).ok()?).into())
-            };
-            let (sport, dport) = ports(q.get(40..)?)?;
-            Some(FlowTuple { src_addr: addr(24)?, dst_addr: addr(8)?, src_port: dport, dst_port: sport })
+            let (sport, dport) = ports_at(q, 40)?;
+            Some(FlowTuple { src_addr: addr6(q, 24)?, dst_addr: addr6(q, 8)?, src_port: dport, dst_port: sport })
         }
         _ => None,
     }
@@ -186,36 +172,33 @@ pub struct Fragment {
 #[inline]
 pub fn fragment(frame: &[u8]) -> Option<Fragment> {
     let (ethertype, p) = network(frame)?;
-    let be16 = |at: usize| -> Option<u16> { Some(u16::from_be_bytes([*p.get(at)?, *p.get(at + 1)?])) };
-    let ports = |at: usize| -> Option<(u16, u16)> { Some((be16(at)?, be16(at + 2)?)) };
-    let ports_protocol = |proto: u8| proto == 6 || proto == 17;
     match ethertype {
         [0x08, 0x00] => {
-            let flags_offset = be16(6)?;
+            let flags_offset = be16(p, 6)?;
             if flags_offset & 0x3fff == 0 {
                 return None;
             }
             let (src, dst) = (addr4(p, 12)?, addr4(p, 16)?);
             let proto = *p.get(9)?;
             let ihl = usize::from(p.first()? & 0x0f) * 4;
-            let first = (flags_offset & 0x1fff == 0 && ports_protocol(proto) && ihl >= 20)
-                .then(|| ports(ihl))
+            let first = (flags_offset & 0x1fff == 0 && carries_ports(proto) && ihl >= 20)
+                .then(|| ports_at(p, ihl))
                 .flatten()
                 .map(|(src_port, dst_port)| FlowTuple { src_addr: src, dst_addr: dst, src_port, dst_port });
-            Some(Fragment { datagram: (src, dst, proto, u32::from(be16(4)?)), first })
+            Some(Fragment { datagram: (src, dst, proto, u32::from(be16(p, 4)?)), first })
         }
         [0x86, 0xdd] => {
             if *p.get(6)? != 44 {
                 return None;
             }
-            let (proto, offset_m) = (*p.get(40)?, be16(42)?);
+            let (proto, offset_m) = (*p.get(40)?, be16(p, 42)?);
             if offset_m == 0 {
                 return None;
             }
             let (src, dst) = (addr6(p, 8)?, addr6(p, 24)?);
             let id = u32::from_be_bytes(<[u8; 4]>::try_from(p.get(44..48)?).ok()?);
-            let first = (offset_m & 0xfff8 == 0 && ports_protocol(proto))
-                .then(|| ports(48))
+            let first = (offset_m & 0xfff8 == 0 && carries_ports(proto))
+                .then(|| ports_at(p, 48))
                 .flatten()
                 .map(|(src_port, dst_port)| FlowTuple { src_addr: src, dst_addr: dst, src_port, dst_port });
             Some(Fragment { datagram: (src, dst, proto, id), first })
@@ -248,6 +231,21 @@ fn network(frame: &[u8]) -> Option<(&[u8], &[u8])> {
     Some((ethertype, frame.get(net..)?))
 }
 
+/// Whether IP protocol `proto` is TCP or UDP: the transports whose ports the devices hash.
+fn carries_ports(proto: u8) -> bool {
+    proto == 6 || proto == 17
+}
+
+/// The big-endian 16-bit word at `at` of `p`.
+fn be16(p: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_be_bytes([*p.get(at)?, *p.get(at + 1)?]))
+}
+
+/// The source and destination ports of the transport header at `at` of `p`.
+fn ports_at(p: &[u8], at: usize) -> Option<(u16, u16)> {
+    Some((be16(p, at)?, be16(p, at + 2)?))
+}
+
 /// The IPv4 address at `at` of `p`.
 fn addr4(p: &[u8], at: usize) -> Option<IpAddr> {
     Some(Ipv4Addr::from(<[u8; 4]>::try_from(p.get(at..at + 4)?).ok()?).into())
@@ -266,6 +264,9 @@ fn addr6(p: &[u8], at: usize) -> Option<IpAddr> {
 #[derive(Debug)]
 pub struct FragmentOwners {
     slots: Box<[Option<(Datagram, usize)>]>,
+    /// A fixed seed: one worker's table, keyed by what senders choose, where a collision
+    /// costs a datagram its later fragments, nothing else.
+    hasher: ahash::RandomState,
 }
 
 impl FragmentOwners {
@@ -273,19 +274,13 @@ impl FragmentOwners {
     pub const SLOTS: usize = 256;
 
     fn new() -> Self {
-        Self { slots: vec![None; Self::SLOTS].into_boxed_slice() }
-    }
-
-    fn slot(datagram: &Datagram) -> usize {
-        // A fixed seed: one worker's table, keyed by what senders choose, where a
-        // collision costs a datagram its later fragments, nothing else.
-        ahash::RandomState::with_seeds(1, 2, 3, 4).hash_one(datagram) as usize % Self::SLOTS
+        Self { slots: vec![None; Self::SLOTS].into_boxed_slice(), hasher: ahash::RandomState::with_seeds(1, 2, 3, 4) }
     }
 
     /// Where `f`'s datagram goes: for a first fragment with ports, `queue_of`'s worker
     /// (remembered); for a later one, its first's, if remembered; else `None`.
     fn owner(&mut self, f: &Fragment, queue_of: &QueueOf) -> Option<usize> {
-        let slot = Self::slot(&f.datagram);
+        let slot = self.hasher.hash_one(f.datagram) as usize % Self::SLOTS;
         match &f.first {
             Some(t) => {
                 let owner = queue_of(t);
